@@ -1,0 +1,38 @@
+# The two commands of the README's Quickstart, plus the helpers they stand on.
+#   make demo  — set up .venv and run the main job
+#   make test  — ruff (lint + format check) and the whole pytest suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch is pinned by constraints.txt so pip never pulls a multi-GB CUDA build on a CPU machine.
+PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
+
+.PHONY: demo test lint format bench clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP_INSTALL) --upgrade pip
+	$(PIP_INSTALL) torch==2.13.0 numpy
+	$(PIP_INSTALL) -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) examples/demo.py
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
+	$(PY) -m pytest
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache

@@ -1,0 +1,85 @@
+"""Interleaved A/B timing: the one way flodl measures performance.
+
+Each round runs every case once (in a rotating order, so neither side always goes first), each
+case timing ``inner`` repetitions; the result per case is the median over rounds of the per-round
+median. Ratios are taken against a baseline measured in the same run, never against a number
+recorded elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Measurement:
+    name: str
+    median_s: float
+    rounds: list[float] = field(default_factory=list)
+
+
+def interleaved(
+    cases: dict[str, Callable[[], object]],
+    *,
+    rounds: int = 15,
+    inner: int = 5,
+    warmup: int = 2,
+) -> dict[str, Measurement]:
+    """Time every case in ``cases``, interleaved; returns per-case median-of-medians in seconds."""
+    names = list(cases)
+    for _ in range(warmup):
+        for name in names:
+            cases[name]()
+    per_round: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            samples = []
+            for _ in range(inner):
+                start = time.perf_counter()
+                cases[name]()
+                samples.append(time.perf_counter() - start)
+            per_round[name].append(statistics.median(samples))
+    return {
+        name: Measurement(name, statistics.median(values), values)
+        for name, values in per_round.items()
+    }
+
+
+def ratio(results: dict[str, Measurement], case: str, baseline: str) -> float:
+    return results[case].median_s / results[baseline].median_s
+
+
+def write_report(title: str, rows: list[dict[str, object]], stem: str, notes: str = "") -> Path:
+    """Write ``results/<stem>.json`` and ``results/<stem>.md``; returns the Markdown path."""
+    RESULTS_DIR.mkdir(exist_ok=True)
+    meta = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    (RESULTS_DIR / f"{stem}.json").write_text(
+        json.dumps({"title": title, "meta": meta, "rows": rows, "notes": notes}, indent=2)
+    )
+    columns = list(rows[0]) if rows else []
+    lines = [f"# {title}", "", notes, "", "| " + " | ".join(columns) + " |"]
+    lines.append("|" + "---|" * len(columns))
+    for row in rows:
+        cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row.values()]
+        lines.append("| " + " | ".join(cells) + " |")
+    md = RESULTS_DIR / f"{stem}.md"
+    md.write_text("\n".join(lines) + "\n")
+    return md
+
+
+def dump(results: dict[str, Measurement]) -> list[dict[str, object]]:
+    return [asdict(m) for m in results.values()]

@@ -1,0 +1,102 @@
+"""The ``fdl`` command tree: one Typer app, every built-in command registered here.
+
+Command modules keep their heavy imports (torch, requests, docker, jinja2, griffe) inside the
+command body, so building this tree — and so ``fdl --help`` — stays cheap.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from fdl.errors import FdlUsageError
+
+
+class FdlGroup(TyperGroup):
+    """A command group whose unknown-command error follows fdl's error style."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
+        name = args[0]
+        command = self.get_command(ctx, name)
+        if command is not None:
+            return name, command, args[1:]
+        if name.startswith("-"):
+            return super().resolve_command(ctx, args)  # an unknown option: click says so
+        path = ctx.command_path
+        close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+        hint = (
+            f"did you mean '{path} {close[0]}'?" if close else f"run '{path} --help' to list them"
+        )
+        raise FdlUsageError(f"unknown command '{name}'", hint)
+
+
+def _group(name: str, help_text: str) -> typer.Typer:
+    """A command group; run without a sub-command it prints its help and exits 0."""
+    group = typer.Typer(
+        name=name,
+        help=help_text,
+        cls=FdlGroup,
+        invoke_without_command=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    @group.callback()
+    def _show_help(ctx: typer.Context) -> None:
+        if ctx.invoked_subcommand is None:
+            typer.echo(ctx.get_help())
+            raise typer.Exit(0)
+
+    return group
+
+
+app = typer.Typer(
+    name="fdl",
+    help="The flodl toolchain: the right torch for this machine, project scaffolding, "
+    "an fdl.yml task runner, and API references and a porting skill for AI assistants.",
+    cls=FdlGroup,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _global_options(
+    version: Annotated[
+        bool, typer.Option("--version", "-V", help="Print the version and exit.")
+    ] = False,
+    verbose: Annotated[
+        int,
+        typer.Option(
+            "--verbose", "-v", count=True, show_default=False, help="More output (-vv: debug)."
+        ),
+    ] = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Errors only.")] = False,
+    no_color: Annotated[
+        bool, typer.Option("--no-color", help="No colours or styles (also: NO_COLOR=1).")
+    ] = False,
+    env: Annotated[
+        str | None,
+        typer.Option("--env", metavar="NAME", help="Overlay fdl.NAME.yml on the project manifest."),
+    ] = None,
+) -> None:
+    """Global options, accepted before or after the command (up to a standalone ``--``).
+
+    fdl.main pulls them out of the command line before this parser runs (fdl.argv), so they are
+    declared here for ``--help`` and shell completion only.
+    """
+
+
+def _register_commands() -> None:
+    from fdl.commands import api_ref, check, config, diagnose, init, libtorch, setup, skill
+
+    for module in (diagnose, setup, libtorch, init, config, api_ref, skill, check):
+        module.register(app, _group)
+
+
+_register_commands()

@@ -1,0 +1,53 @@
+"""The ``fdl`` entry point: global flags, dispatch, and the one place errors are printed."""
+
+from __future__ import annotations
+
+import sys
+
+from fdl import __version__, console
+from fdl.argv import split_global_flags
+from fdl.errors import ExitCode, FdlError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``fdl`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        flags = split_global_flags(argv)
+    except FdlError as err:
+        console.error(err.what, err.hint)
+        return err.code
+    console.configure(
+        verbosity=console.NORMAL if flags.verbosity is None else flags.verbosity,
+        no_color=flags.no_color,
+        env=flags.env,
+    )
+
+    if flags.version:
+        console.out(f"fdl {__version__} (flodl {__version__})")
+        return ExitCode.OK
+
+    import typer  # not needed for --version: keep that path minimal
+
+    from fdl.app import app
+
+    args = flags.rest or ["--help"]
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=args, prog_name="fdl", standalone_mode=False)
+    except FdlError as err:
+        console.error(err.what, err.hint)
+        return err.code
+    except typer.TyperException as err:  # click's UsageError and friends
+        code = getattr(err, "exit_code", ExitCode.FAILURE)
+        ctx = getattr(err, "ctx", None)
+        hint = f"run '{ctx.command_path} --help' for usage" if ctx is not None else None
+        console.error(err.format_message().rstrip("."), hint if code == ExitCode.USAGE else None)
+        return code
+    except typer.Abort:
+        console.error("aborted")
+        return ExitCode.INTERRUPTED
+    except KeyboardInterrupt:
+        console.error("interrupted")
+        return ExitCode.INTERRUPTED
+    return result if isinstance(result, int) else ExitCode.OK

@@ -1,0 +1,39 @@
+"""flodl — describe networks, don't assemble them.
+
+A framework on top of PyTorch: declarative graphs (``FlowBuilder``), graph trees addressed by
+label paths, observation and trends, a training monitor with a live dashboard, a safe checkpoint
+format, and a Trainer that runs one training loop on CPU, one GPU, many GPUs and many machines.
+
+Usage::
+
+    import flodl as fl
+
+Each subsystem lives in its own subpackage (see docs/index.md); the names a user reaches for
+every day are re-exported here through each subpackage's ``__all__``.
+"""
+
+from flodl import checkpoint, data, graph, monitor, nn, optim, random, train
+from flodl._version import __version__
+from flodl.checkpoint import *  # noqa: F403  (re-export: each subpackage's __all__ is its public face)
+from flodl.errors import FlodlError
+from flodl.graph import *  # noqa: F403
+from flodl.monitor import *  # noqa: F403
+from flodl.random import *  # noqa: F403
+from flodl.train import *  # noqa: F403
+
+__all__ = [
+    "FlodlError",
+    "__version__",
+    "checkpoint",
+    "data",
+    "graph",
+    "monitor",
+    "nn",
+    "optim",
+    "train",
+    *checkpoint.__all__,
+    *graph.__all__,
+    *monitor.__all__,
+    *random.__all__,
+    *train.__all__,
+]

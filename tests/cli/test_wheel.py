@@ -1,0 +1,98 @@
+"""A built wheel, installed into a fresh venv, gives a working `fdl` that finds its data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+import flodl as fl
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory, repo_root) -> Path:
+    """A fresh venv with only the flodl wheel installed; dependencies come from this environment."""
+    root = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(root / "dist"),
+            str(repo_root),
+        ],
+        check=True,
+    )
+    (wheel,) = (root / "dist").glob("flodl-*.whl")
+    env_dir = root / "venv"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin" / "python"
+    purelib = Path(
+        subprocess.check_output(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip()
+    )
+    # Make this environment's dependencies (typer, rich, ...) importable without a network install;
+    # paths listed in a .pth come after the venv's own site-packages, so the wheel's fdl wins.
+    (purelib / "_deps_from_dev_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "-q",
+            str(wheel),
+        ],
+        check=True,
+    )
+    return env_dir
+
+
+def run_in(env_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        cwd=env_dir,
+        env={"PATH": str(env_dir / "bin")},
+        check=False,
+    )
+
+
+def test_console_script_reports_the_version(installed_wheel):
+    result = run_in(installed_wheel, str(installed_wheel / "bin" / "fdl"), "--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"fdl {fl.__version__} (flodl {fl.__version__})"
+
+
+def test_bundled_data_is_found_inside_the_installed_package(installed_wheel):
+    code = (
+        "import fdl, fdl.resources as r; "
+        "print(fdl.__file__); "
+        "print(*(r.bundled_dir(n) for n in r.BUNDLED), sep='\\n'); "
+        "print(*(r.bundled_dir(n).joinpath('README.md').is_file() for n in r.BUNDLED))"
+    )
+    result = run_in(installed_wheel, str(installed_wheel / "bin" / "python"), "-c", code)
+    assert result.returncode == 0, result.stderr
+    fdl_file, templates, skill, found = result.stdout.splitlines()
+    assert fdl_file.startswith(str(installed_wheel))  # the wheel's copy, not this checkout
+    assert templates.startswith(str(installed_wheel)) and templates.endswith(
+        "_bundled/scaffold_templates"
+    )
+    assert skill.startswith(str(installed_wheel)) and skill.endswith("_bundled/porting_skill")
+    assert found == "True True"

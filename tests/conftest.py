@@ -1,0 +1,55 @@
+"""Shared fixtures: run ``fdl`` as a user would, from this checkout, in a clean environment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Variables that change how fdl prints or behaves; tests start from none of them.
+_ENV_NOISE = ("NO_COLOR", "FORCE_COLOR", "FDL_ENV", "FLODL_VERBOSITY", "TERM", "COLUMNS")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The current environment minus fdl-relevant noise, with this checkout first on PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k not in _ENV_NOISE}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["COLUMNS"] = "100"
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture
+def run_fdl() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m fdl ARGS`` in a subprocess; returns the completed process (text mode)."""
+
+    def run(
+        *args: str,
+        env: dict[str, str] | None = None,
+        cwd: Path | str | None = None,
+        input: str | None = None,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "fdl", *args],
+            capture_output=True,
+            text=True,
+            env=clean_env(**(env or {})),
+            cwd=cwd,
+            input=input,
+            timeout=timeout,
+            check=False,
+        )
+
+    return run
