@@ -1,0 +1,258 @@
+"""Dataset contracts and the adapters that turn any supported dataset into batch fetches.
+
+The loaders only ever ask one question: "give me the rows at these indices, as tensors". Every
+supported kind of dataset is adapted to that question here, once, at build time:
+
+- tensors: one ``Tensor``, a tuple/list of tensors, a dict of named tensors, or a
+  ``torch.utils.data.TensorDataset`` — rows are gathered with ``index_select``;
+- a *batch dataset*: anything with ``__len__`` and ``get_batch(indices)`` (:class:`BatchDataset`);
+- a *map-style dataset*: ``__len__`` + ``__getitem__`` returning a tensor, a tuple/list or a dict of
+  tensors (numbers and NumPy arrays are converted) — any ``torch.utils.data.Dataset`` works unchanged;
+  ``__getitems__`` (PyTorch's batched-fetch hook) is used when present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from flodl.data.datasets.base import InMemoryDataset
+from flodl.data.errors import DatasetShapeError, EmptyDatasetError, LoaderConfigError
+
+Fields = tuple[torch.Tensor, ...]
+
+
+@runtime_checkable
+class BatchDataset(Protocol):
+    """A dataset that returns whole batches: the fast contract.
+
+    ``get_batch`` receives a 1-D ``int64`` CPU tensor of indices and returns a tensor, a sequence
+    of tensors or a dict of named tensors whose first dimension equals ``len(indices)``. It may be
+    called from a background thread, so it must be thread-safe (reading from tensors is).
+
+    >>> import torch, flodl as fl
+    >>> class Squares:
+    ...     def __len__(self):
+    ...         return 10
+    ...     def get_batch(self, indices):
+    ...         x = indices.float()
+    ...         return {"x": x, "y": x * x}
+    >>> loader = fl.data.DataLoader.from_dataset(Squares()).batch_size(5).shuffle(False).build()
+    >>> next(iter(loader.epoch(0)))["y"].tolist()
+    [0.0, 1.0, 4.0, 9.0, 16.0]
+    """
+
+    def __len__(self) -> int: ...
+
+    def get_batch(self, indices: torch.Tensor) -> Any: ...
+
+
+class Source:
+    """A dataset adapted to ``fetch(indices) -> tuple of tensors``; ``names`` when it has them."""
+
+    names: tuple[str, ...] | None = None
+    description: str = "dataset"
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def fetch(self, indices: torch.Tensor) -> Fields:
+        raise NotImplementedError
+
+
+class TensorSource(Source):
+    """Rows of equally long tensors (the whole dataset is already in memory)."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor], names: Sequence[str] | None, what: str):
+        self.description = what
+        self.tensors = tuple(tensors)
+        self.names = tuple(names) if names is not None else None
+        if not self.tensors:
+            raise DatasetShapeError(f"DataLoader: {what} holds no tensors — pass at least one")
+        labels = self.names or tuple(str(i) for i in range(len(self.tensors)))
+        for name, t in zip(labels, self.tensors, strict=True):
+            if not isinstance(t, torch.Tensor):
+                raise DatasetShapeError(
+                    f"DataLoader: field {name!r} of {what} is a {type(t).__name__}, not a tensor"
+                    " — convert it with torch.as_tensor"
+                )
+            if t.dim() == 0:
+                raise DatasetShapeError(
+                    f"DataLoader: field {name!r} of {what} is a 0-d tensor; samples are rows of"
+                    " dimension 0 — give it at least one dimension"
+                )
+        lengths = {name: t.shape[0] for name, t in zip(labels, self.tensors, strict=True)}
+        if len(set(lengths.values())) > 1:
+            detail = ", ".join(f"{n!r} has {k}" for n, k in lengths.items())
+            raise DatasetShapeError(
+                f"DataLoader: the tensors of {what} have different lengths ({detail}) — every"
+                " field needs one row per sample"
+            )
+        self._len = self.tensors[0].shape[0]
+
+    def __len__(self) -> int:
+        return self._len
+
+    def fetch(self, indices: torch.Tensor) -> Fields:
+        return tuple(t.index_select(0, indices.to(t.device)) for t in self.tensors)
+
+
+class BatchSource(Source):
+    """A user dataset with ``get_batch(indices)``; checks what it returns."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+        self.description = type(dataset).__name__
+        self._len = len(dataset)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def fetch(self, indices: torch.Tensor) -> Fields:
+        out = self.dataset.get_batch(indices)
+        fields, names = split_fields(out, f"{self.description}.get_batch")
+        if self.names is None:
+            self.names = names
+        elif names is not None and names != self.names:
+            raise DatasetShapeError(
+                f"DataLoader: {self.description}.get_batch returned fields {list(names)} but"
+                f" earlier batches had {list(self.names)} — return the same keys every time"
+            )
+        rows = indices.shape[0]
+        for i, t in enumerate(fields):
+            if t.dim() == 0 or t.shape[0] != rows:
+                name = self.names[i] if self.names else str(i)
+                raise DatasetShapeError(
+                    f"DataLoader: {self.description}.get_batch returned field {name!r} with shape"
+                    f" {tuple(t.shape)} for {rows} indices — dimension 0 must equal the number"
+                    " of indices"
+                )
+        return fields
+
+
+class MapSource(Source):
+    """A map-style dataset (``len`` + ``__getitem__``): samples fetched one by one and stacked."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+        self.description = type(dataset).__name__
+        self._len = len(dataset)
+        self._getitems = getattr(dataset, "__getitems__", None)
+        self._shapes: tuple[torch.Size, ...] | None = None
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _sample(self, index: int, raw: Any) -> Fields:
+        fields, names = split_fields(raw, f"{self.description}[{index}]")
+        if self._shapes is None:
+            self.names = names
+            self._shapes = tuple(t.shape for t in fields)
+        elif names != self.names or len(fields) != len(self._shapes):
+            raise DatasetShapeError(
+                f"DataLoader: {self.description}[{index}] has fields"
+                f" {list(names) if names else len(fields)} but the first sample had"
+                f" {list(self.names) if self.names else len(self._shapes)} — every sample needs"
+                " the same structure"
+            )
+        else:
+            for i, (t, shape) in enumerate(zip(fields, self._shapes, strict=True)):
+                if t.shape != shape:
+                    name = self.names[i] if self.names else str(i)
+                    raise DatasetShapeError(
+                        f"DataLoader: {self.description}[{index}] field {name!r} has shape"
+                        f" {tuple(t.shape)} but the first sample's is {tuple(shape)} — pad or"
+                        " resize samples to one shape, or return whole batches from get_batch"
+                    )
+        return fields
+
+    def fetch(self, indices: torch.Tensor) -> Fields:
+        keys = indices.tolist()
+        if self._getitems is not None:
+            raws = self._getitems(keys)
+        else:
+            raws = []
+            for key in keys:
+                try:
+                    raws.append(self.dataset[key])
+                except Exception as exc:
+                    exc.add_note(f"flodl.data: raised by {self.description}[{key}]")
+                    raise
+        samples = [self._sample(k, raw) for k, raw in zip(keys, raws, strict=True)]
+        if not samples:
+            return ()
+        return tuple(torch.stack(column) for column in zip(*samples, strict=True))
+
+
+def split_fields(out: Any, where: str) -> tuple[Fields, tuple[str, ...] | None]:
+    """A tensor, sequence or mapping of tensor-likes → (tensors, names or None)."""
+    if isinstance(out, torch.Tensor):
+        return (out,), None
+    if isinstance(out, Mapping):
+        names = tuple(str(k) for k in out)
+        return tuple(_as_tensor(v, f"{where}[{k!r}]") for k, v in out.items()), names
+    if isinstance(out, Sequence) and not isinstance(out, str | bytes):
+        return tuple(_as_tensor(v, f"{where}[{i}]") for i, v in enumerate(out)), None
+    return (_as_tensor(out, where),), None
+
+
+def _as_tensor(value: Any, where: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise DatasetShapeError(
+            f"DataLoader: {where} is a {type(value).__name__}, which is not convertible to a"
+            " tensor — return tensors, numbers or NumPy arrays"
+        ) from exc
+
+
+def as_source(dataset: Any, names: Sequence[str] | None = None) -> Source:
+    """Adapt ``dataset`` to a :class:`Source`; raises a clear error for anything unsupported."""
+    from torch.utils.data import IterableDataset
+    from torch.utils.data import TensorDataset as TorchTensorDataset
+
+    if isinstance(dataset, Source):
+        return dataset
+    if isinstance(dataset, InMemoryDataset):
+        return TensorSource(dataset.tensors, names or dataset.names, type(dataset).__name__)
+    if isinstance(dataset, torch.Tensor):
+        return TensorSource([dataset], names, "the tensor")
+    if isinstance(dataset, TorchTensorDataset):
+        return TensorSource(dataset.tensors, names, "the TensorDataset")
+    if isinstance(dataset, Mapping):
+        return TensorSource(list(dataset.values()), list(map(str, dataset)), "the dict of tensors")
+    if isinstance(dataset, tuple | list) and all(isinstance(t, torch.Tensor) for t in dataset):
+        return TensorSource(list(dataset), names, f"the {type(dataset).__name__} of tensors")
+    if isinstance(dataset, IterableDataset):
+        raise LoaderConfigError(
+            f"DataLoader: {type(dataset).__name__} is an IterableDataset, which has no random"
+            " access, so it cannot be shuffled, partitioned or kept resident — give it __len__"
+            " and __getitem__ (or get_batch)"
+        )
+    if not hasattr(dataset, "__len__"):
+        raise LoaderConfigError(
+            f"DataLoader: a {type(dataset).__name__} is not a dataset — pass tensors, a dict of"
+            " tensors, or an object with __len__ and __getitem__ or get_batch(indices)"
+        )
+    if callable(getattr(dataset, "get_batch", None)):
+        return BatchSource(dataset)
+    if hasattr(dataset, "__getitem__"):
+        return MapSource(dataset)
+    raise LoaderConfigError(
+        f"DataLoader: {type(dataset).__name__} has __len__ but neither __getitem__ nor"
+        " get_batch(indices) — implement one of them"
+    )
+
+
+def require_samples(source: Source) -> int:
+    n = len(source)
+    if n == 0:
+        raise EmptyDatasetError(
+            f"DataLoader: empty dataset ({source.description} has 0 samples) — check the path"
+            " or filter that produced it"
+        )
+    return n
