@@ -71,6 +71,11 @@ class TensorSource(Source):
         self.names = tuple(names) if names is not None else None
         if not self.tensors:
             raise DatasetShapeError(f"DataLoader: {what} holds no tensors — pass at least one")
+        if self.names is not None and len(self.names) != len(self.tensors):
+            raise LoaderConfigError(
+                f"DataLoader: {len(self.names)} names {list(self.names)} for"
+                f" {len(self.tensors)} fields of {what} — give one name per field"
+            )
         labels = self.names or tuple(str(i) for i in range(len(self.tensors)))
         for name, t in zip(labels, self.tensors, strict=True):
             if not isinstance(t, torch.Tensor):

@@ -1,0 +1,188 @@
+"""DataLoader behaviour shared by both modes: counts, order, determinism, coverage, configuration."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import flodl as fl
+
+from ..conftest import clean_env
+from .conftest import CountingBatches, MapDataset
+
+MODES = ["resident", "streaming"]
+
+
+def loader(n=100, bs=10, mode="resident", **options) -> fl.data.DataLoader:
+    builder = fl.data.DataLoader.from_tensors(
+        x=torch.arange(n).float().unsqueeze(1), i=torch.arange(n)
+    )
+    builder.batch_size(bs).mode(mode)
+    for name, value in options.items():
+        getattr(builder, name)(value)
+    return builder.build()
+
+
+def order(dl: fl.data.DataLoader, epoch: int) -> list[int]:
+    return [i for batch in dl.epoch(epoch) for i in batch["i"].tolist()]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batch_counts_shapes_and_exact_len(mode):
+    dl = loader(n=103, bs=10, mode=mode)
+    epoch = dl.epoch(0)
+    assert len(epoch) == len(dl) == dl.num_batches == 10
+    batches = list(epoch)
+    assert len(batches) == 10 and all(b["x"].shape == (10, 1) for b in batches)
+    assert dl.mode == mode
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_drop_last_false_adds_the_partial_batch_and_covers_everything(mode):
+    dl = loader(n=103, bs=10, mode=mode, drop_last=False)
+    batches = list(dl.epoch(0))
+    assert len(dl) == 11 and [len(b["i"]) for b in batches][-1] == 3
+    assert sorted(order(dl, 0)) == list(range(103))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batch_larger_than_dataset_gives_one_or_zero_batches(mode):
+    assert len(list(loader(n=5, bs=8, mode=mode, drop_last=False).epoch(0))) == 1
+    assert list(loader(n=5, bs=8, mode=mode).epoch(0)) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_sample_once_per_epoch_and_epochs_differ(mode):
+    dl = loader(n=100, bs=10, mode=mode)
+    e0, e1 = order(dl, 0), order(dl, 1)
+    assert sorted(e0) == sorted(e1) == list(range(100))
+    assert e0 != e1
+    assert order(dl, 0) == e0  # revisiting an epoch replays it
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_unshuffled_epochs_are_in_order(mode):
+    dl = loader(n=30, bs=10, mode=mode, shuffle=False)
+    assert order(dl, 0) == order(dl, 5) == list(range(30))
+
+
+def test_same_seed_same_batches_across_modes_and_loaders_different_seed_differs():
+    a = order(loader(seed=3), 4)
+    assert a == order(loader(seed=3, mode="streaming"), 4)
+    assert a != order(loader(seed=4), 4)
+    assert order(loader(), 0) == order(loader(seed=42), 0)  # the documented default
+
+
+def test_order_is_identical_across_processes():
+    script = (
+        "import json, torch, flodl as fl\n"
+        "dl = fl.data.DataLoader.from_tensors(torch.arange(50)).batch_size(7).seed(11).build()\n"
+        "print(json.dumps([b[0].tolist() for e in range(3) for b in dl.epoch(e)]))\n"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            timeout=120,
+            check=True,
+        )
+        for _ in range(2)
+    ]
+    first, second = (json.loads(r.stdout) for r in runs)
+    dl = fl.data.DataLoader.from_tensors(torch.arange(50)).batch_size(7).seed(11).build()
+    here = [b[0].tolist() for e in range(3) for b in dl.epoch(e)]
+    assert first == second == here
+
+
+def test_batches_own_their_tensors():
+    x = torch.zeros(8, 2)
+    dl = fl.data.DataLoader.from_tensors(x).batch_size(4).build()
+    for batch in dl.epoch(0):
+        batch[0].add_(1)
+    assert x.sum() == 0  # the resident copy (the user's tensor) is untouched
+
+
+def test_iterating_the_loader_walks_epochs_in_turn():
+    dl = loader(n=20, bs=5)
+    assert [i for b in dl for i in b["i"].tolist()] == order(dl, 0)
+    assert [i for b in dl for i in b["i"].tolist()] == order(dl, 1)
+    dl.epoch(7)
+    assert [i for b in dl for i in b["i"].tolist()] == order(dl, 8)
+
+
+def test_names_builder_overrides_and_must_match_field_count():
+    dl = fl.data.DataLoader.from_tensors(torch.zeros(4, 2), torch.ones(4)).batch_size(2)
+    batch = next(iter(dl.names("image", "label").build().epoch(0)))
+    assert batch["label"].tolist() == [1.0, 1.0]
+    with pytest.raises(fl.data.LoaderConfigError, match="3 names"):
+        fl.data.DataLoader.from_tensors(torch.zeros(4)).batch_size(2).names("a", "b", "c").build()
+    with pytest.raises(fl.data.LoaderConfigError, match="repeat"):
+        fl.data.DataLoader.from_tensors(torch.zeros(4)).names("a", "a")
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "8", True, None])
+def test_bad_batch_size_is_rejected_at_the_setter(bad):
+    with pytest.raises(fl.data.BatchSizeError, match="batch_size must be an integer ≥ 1"):
+        fl.data.DataLoader.from_tensors(torch.zeros(4)).batch_size(bad)
+
+
+def test_missing_batch_size_is_a_build_error():
+    with pytest.raises(fl.data.BatchSizeError, match=r"call \.batch_size\(n\)"):
+        fl.data.DataLoader.from_tensors(torch.zeros(4)).build()
+
+
+def test_other_bad_settings():
+    b = fl.data.DataLoader.from_tensors(torch.zeros(4))
+    with pytest.raises(fl.data.LoaderConfigError, match="mode must be one of"):
+        b.mode("gpu")
+    with pytest.raises(fl.data.LoaderConfigError, match="prefetch depth"):
+        b.prefetch(0)
+    with pytest.raises(fl.data.LoaderConfigError, match="seed"):
+        b.seed(-1)
+    with pytest.raises(fl.data.LoaderConfigError, match="not a torch device"):
+        b.device("tpu:banana")
+    with pytest.raises(fl.data.LoaderConfigError, match="epoch"):
+        loader().epoch(-1)
+    with pytest.raises(fl.data.LoaderConfigError, match="either all positionally"):
+        fl.data.DataLoader.from_tensors(torch.zeros(2), y=torch.zeros(2))
+    with pytest.raises(fl.data.LoaderConfigError, match="callable"):
+        b.memory_probe(3)
+
+
+def test_all_errors_are_flodl_errors():
+    for name in fl.data.__all__:
+        obj = getattr(fl.data, name)
+        if isinstance(obj, type) and issubclass(obj, Exception) and not issubclass(obj, Warning):
+            assert issubclass(obj, fl.FlodlError), name
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_smoke_env_caps_batches_per_epoch(mode, monkeypatch):
+    monkeypatch.setenv("FLODL_SMOKE", "1")
+    dl = loader(n=100, bs=10, mode=mode)
+    assert len(dl) == fl.data.SMOKE_BATCHES and len(list(dl.epoch(0))) == fl.data.SMOKE_BATCHES
+    monkeypatch.setenv("FLODL_SMOKE", "0")
+    assert len(dl) == 10
+
+
+def test_map_and_batch_datasets_in_both_modes_agree():
+    for ds in (MapDataset(n=20), CountingBatches(n=20)):
+        res = fl.data.DataLoader.from_dataset(ds).batch_size(4).seed(1).build()
+        stream = fl.data.DataLoader.from_dataset(ds).batch_size(4).seed(1).streaming().build()
+        for a, b in zip(res.epoch(2), stream.epoch(2), strict=True):
+            assert all(s.equal(t) for s, t in zip(a, b, strict=True))
+            assert a.names == b.names
+
+
+def test_introspection():
+    dl = loader(n=50, bs=8)
+    assert (dl.batch_size, dl.num_samples, dl.dataset_size, dl.names) == (8, 50, 50, ("x", "i"))
+    assert dl.device == torch.device("cpu") and dl.seed == 42 and dl.prefetch_depth == 0
+    assert (dl.rank, dl.world_size) == (0, 1)
+    assert "mode='resident'" in repr(dl)

@@ -1,0 +1,151 @@
+"""Every supported kind of dataset loads the same samples; unsupported or inconsistent ones fail clearly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset, IterableDataset, Subset, TensorDataset
+
+import flodl as fl
+
+from .conftest import CountingBatches, MapDataset
+
+
+def first_batch(dataset, **kw) -> fl.data.Batch:
+    builder = fl.data.DataLoader.from_dataset(dataset, **kw).batch_size(4).shuffle(False)
+    return next(iter(builder.build().epoch(0)))
+
+
+def test_plain_tensor_tuple_dict_and_torch_tensordataset():
+    x, y = torch.arange(12.0).reshape(6, 2), torch.arange(6)
+    assert first_batch(x)[0].equal(x[:4])
+    assert first_batch((x, y))[1].tolist() == [0, 1, 2, 3]
+    assert first_batch({"x": x, "y": y})["y"].tolist() == [0, 1, 2, 3]
+    assert first_batch(TensorDataset(x, y), names=["x", "y"])["x"].equal(x[:4])
+
+
+def test_map_style_dicts_get_their_names_and_numbers_become_tensors():
+    b = first_batch(MapDataset())
+    assert b.names == ("x", "label")
+    assert b["label"].tolist() == [0, 1, 2, 3] and b["label"].dtype == torch.int64
+    assert b["x"].shape == (4, 3)
+
+
+class TupleTorchDataset(Dataset):
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        return np.full((2, 2), i, dtype=np.float32), float(i) / 2
+
+
+def test_torch_datasets_work_unchanged_including_numpy_samples_and_subset():
+    b = first_batch(TupleTorchDataset())
+    assert b[0].shape == (4, 2, 2) and b[0].dtype == torch.float32
+    assert b[1].tolist() == [0.0, 0.5, 1.0, 1.5]
+    sub = first_batch(Subset(TupleTorchDataset(), [9, 8, 7, 6, 5]))  # uses __getitems__
+    assert b.names == ("0", "1") and sub[1].tolist() == [4.5, 4.0, 3.5, 3.0]
+
+
+def test_batch_dataset_receives_int64_index_tensors():
+    ds = CountingBatches(n=10)
+    b = first_batch(ds)
+    assert b[1].tolist() == [0, 1, 2, 3] and b[0].shape == (4, 4)
+
+
+def test_mismatched_tensor_lengths_name_each_field():
+    with pytest.raises(fl.data.DatasetShapeError) as info:
+        fl.data.DataLoader.from_tensors(x=torch.zeros(10, 2), y=torch.zeros(9)).batch_size(
+            2
+        ).build()
+    assert "'x' has 10" in str(info.value) and "'y' has 9" in str(info.value)
+    with pytest.raises(fl.data.DatasetShapeError, match="different lengths"):
+        fl.data.DataLoader.from_dataset((torch.zeros(3), torch.zeros(4))).batch_size(1).build()
+
+
+def test_zero_dim_tensor_and_non_tensor_fields_are_rejected():
+    with pytest.raises(fl.data.DatasetShapeError, match="0-d tensor"):
+        fl.data.DataLoader.from_tensors(torch.tensor(3.0)).batch_size(1).build()
+
+
+class Ragged:
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.zeros(3 if i != 5 else 4), i
+
+
+def test_map_style_sample_with_a_different_shape_names_the_index():
+    loader = (
+        fl.data.DataLoader.from_dataset(Ragged()).batch_size(8).shuffle(False).mode("streaming")
+    )
+    with pytest.raises(fl.data.DatasetShapeError, match=r"Ragged\[5\] field '0' has shape \(4,\)"):
+        list(loader.build().epoch(0))
+
+
+class ChangingStructure:
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return (torch.zeros(2), 1) if i < 2 else (torch.zeros(2),)
+
+
+def test_map_style_sample_with_a_different_structure_is_an_error():
+    loader = fl.data.DataLoader.from_dataset(ChangingStructure()).batch_size(4).shuffle(False)
+    with pytest.raises(fl.data.DatasetShapeError, match="same structure"):
+        loader.build()
+
+
+class WrongBatchLength:
+    def __len__(self):
+        return 8
+
+    def get_batch(self, indices):
+        return torch.zeros(len(indices) + 1, 2)
+
+
+def test_batch_dataset_returning_wrong_row_count_is_an_error():
+    with pytest.raises(fl.data.DatasetShapeError, match="dimension 0 must equal"):
+        fl.data.DataLoader.from_dataset(WrongBatchLength()).batch_size(2).build()
+
+
+class Unconvertible:
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return object()
+
+
+def test_unconvertible_sample_is_an_error():
+    with pytest.raises(fl.data.DatasetShapeError, match="not convertible to a tensor"):
+        fl.data.DataLoader.from_dataset(Unconvertible()).batch_size(1).build()
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        yield torch.zeros(1)
+
+
+def test_unsupported_datasets_say_what_is_needed():
+    with pytest.raises(fl.data.LoaderConfigError, match="IterableDataset"):
+        fl.data.DataLoader.from_dataset(Stream()).batch_size(1).build()
+    with pytest.raises(fl.data.LoaderConfigError, match="not a dataset"):
+        fl.data.DataLoader.from_dataset(42).batch_size(1).build()
+
+
+class Empty:
+    def __len__(self):
+        return 0
+
+    def __getitem__(self, i):
+        raise IndexError(i)
+
+
+@pytest.mark.parametrize("dataset", [Empty(), torch.zeros(0, 3), {"x": torch.zeros(0)}])
+def test_empty_dataset_is_a_clear_error(dataset):
+    with pytest.raises(fl.data.EmptyDatasetError, match="empty dataset"):
+        fl.data.DataLoader.from_dataset(dataset).batch_size(2).build()
