@@ -8,8 +8,8 @@ memory budget (CPU: the dataset is already in host memory). Inject your own prob
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -39,7 +39,19 @@ class MemoryInfo:
         return self.total - self.free
 
 
-MemoryProbe = Callable[[torch.device], MemoryInfo | None]
+class MemoryProbe(Protocol):
+    """Reads a device's memory: ``probe(device) -> MemoryInfo | None`` (``None``: no budget).
+
+    >>> import torch, flodl as fl
+    >>> def small_gpu(device: torch.device) -> fl.data.MemoryInfo:
+    ...     return fl.data.MemoryInfo(free=512 << 20, total=1 << 30)
+    >>> loader = (fl.data.DataLoader.from_tensors(torch.zeros(4096, 1024))   # 16 MiB
+    ...           .batch_size(64).memory_probe(small_gpu).build())
+    >>> loader.mode
+    'resident'
+    """
+
+    def __call__(self, device: torch.device, /) -> MemoryInfo | None: ...
 
 
 def device_memory(device: torch.device) -> MemoryInfo | None:
