@@ -38,12 +38,14 @@ class Batch(Sequence[torch.Tensor]):
         self._index = {name: i for i, name in enumerate(self._names)}
 
     @classmethod
-    def _trusted(cls, tensors: tuple[torch.Tensor, ...], index: dict[str, int]) -> Batch:
+    def _trusted(
+        cls, tensors: tuple[torch.Tensor, ...], index: dict[str, int], names: tuple[str, ...]
+    ) -> Batch:
         # The loaders build thousands of batches per epoch with the same names: skip validation.
         batch = cls.__new__(cls)
         batch._tensors = tensors
         batch._index = index
-        batch._names = tuple(index)
+        batch._names = names
         return batch
 
     def __getitem__(self, key):  # type: ignore[override]
@@ -92,7 +94,9 @@ class Batch(Sequence[torch.Tensor]):
 
     def to(self, *args, **kwargs) -> Batch:
         """A batch with every tensor passed through ``Tensor.to(*args, **kwargs)``."""
-        return Batch._trusted(tuple(t.to(*args, **kwargs) for t in self._tensors), self._index)
+        return Batch._trusted(
+            tuple(t.to(*args, **kwargs) for t in self._tensors), self._index, self._names
+        )
 
     def __repr__(self) -> str:
         fields = ", ".join(

@@ -30,6 +30,7 @@ class EpochIterator(Iterator[Batch]):
     def __init__(self, num_batches: int, index: dict[str, int]) -> None:
         self._num_batches = num_batches
         self._index = index
+        self._names = tuple(index)
         self._position = 0
 
     def __len__(self) -> int:
@@ -72,7 +73,9 @@ class ResidentEpoch(EpochIterator):
             raise StopIteration
         self._position = i + 1
         rows = self._batches[i]
-        return Batch._trusted(tuple(t.index_select(0, rows) for t in self._tensors), self._index)
+        return Batch._trusted(
+            tuple(t.index_select(0, rows) for t in self._tensors), self._index, self._names
+        )
 
     def close(self) -> None:
         super().close()
@@ -120,7 +123,12 @@ def _prefetch(
             event = None
             if cuda:
                 with torch.cuda.stream(stream):
-                    tensors = tuple(t.pin_memory().to(device, non_blocking=True) for t in tensors)
+                    tensors = tuple(
+                        (t.pin_memory() if t.device.type == "cpu" else t).to(
+                            device, non_blocking=True
+                        )
+                        for t in tensors
+                    )
                     event = torch.cuda.Event()
                     event.record(stream)
             elif device.type != "cpu":
@@ -198,7 +206,7 @@ class StreamingEpoch(EpochIterator):
             current.wait_event(event)
             for t in tensors:  # memory made on the side stream is now used on this one
                 t.record_stream(current)
-        return Batch._trusted(tensors, self._index)
+        return Batch._trusted(tensors, self._index, self._names)
 
     def close(self) -> None:
         super().close()

@@ -174,7 +174,11 @@ class DataLoaderBuilder:
         source = as_source(self._dataset, self._names)
         n = require_samples(source)
         rank, world, ratios = self._resolve_partition()
-        first = source.fetch(torch.zeros(1, dtype=torch.int64))
+        try:
+            first = source.fetch(torch.zeros(1, dtype=torch.int64))
+        except Exception as exc:
+            exc.add_note(f"flodl.data: raised while probing sample 0 of {source.description}")
+            raise
         if not first:
             raise DatasetShapeError(
                 f"DataLoader: {source.description} returned no tensors for sample 0 — return at"
@@ -311,11 +315,16 @@ class DataLoader:
 
     def _load_resident(self) -> tuple[torch.Tensor, ...]:
         source = self._source
-        if isinstance(source, TensorSource) and all(
-            t.device == self._device for t in source.tensors
-        ):
-            return source.tensors  # already where it must be: gather from the user's tensors
-        tensors = source.fetch(torch.arange(self._n, dtype=torch.int64))
+        if isinstance(source, TensorSource):  # already tensors: move them (no-op on their device)
+            return tuple(t.to(self._device) for t in source.tensors)
+        try:
+            tensors = source.fetch(torch.arange(self._n, dtype=torch.int64))
+        except Exception as exc:
+            exc.add_note(
+                f"flodl.data: raised while loading all {self._n} samples of"
+                f" {source.description} to keep them resident on {self._device}"
+            )
+            raise
         return tuple(t.to(self._device) for t in tensors)
 
     def _start_streaming(self) -> str:
