@@ -37,7 +37,11 @@ def cases(n: int, batch_size: int) -> dict[str, object]:
     streaming = fl.data.DataLoader.from_tensors(x=x, y=y).batch_size(batch_size).streaming().build()
     torch0 = TorchLoader(ds, batch_size=batch_size, shuffle=True, drop_last=True)
     torch2 = TorchLoader(
-        ds, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=2,
+        ds,
+        batch_size=batch_size,
+        shuffle=True,
+        drop_last=True,
+        num_workers=2,
         persistent_workers=True,
     )
     batched = TorchLoader(
