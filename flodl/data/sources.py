@@ -61,6 +61,9 @@ class Source:
     def fetch(self, indices: torch.Tensor) -> Fields:
         raise NotImplementedError
 
+    def field_name(self, position: int) -> str:
+        return self.names[position] if self.names else str(position)
+
 
 class TensorSource(Source):
     """Rows of equally long tensors (the whole dataset is already in memory)."""
@@ -128,9 +131,9 @@ class BatchSource(Source):
         rows = indices.shape[0]
         for i, t in enumerate(fields):
             if t.dim() == 0 or t.shape[0] != rows:
-                name = self.names[i] if self.names else str(i)
                 raise DatasetShapeError(
-                    f"DataLoader: {self.description}.get_batch returned field {name!r} with shape"
+                    f"DataLoader: {self.description}.get_batch returned field"
+                    f" {self.field_name(i)!r} with shape"
                     f" {tuple(t.shape)} for {rows} indices — dimension 0 must equal the number"
                     " of indices"
                 )
@@ -165,9 +168,9 @@ class MapSource(Source):
         else:
             for i, (t, shape) in enumerate(zip(fields, self._shapes, strict=True)):
                 if t.shape != shape:
-                    name = self.names[i] if self.names else str(i)
                     raise DatasetShapeError(
-                        f"DataLoader: {self.description}[{index}] field {name!r} has shape"
+                        f"DataLoader: {self.description}[{index}] field {self.field_name(i)!r}"
+                        f" has shape"
                         f" {tuple(t.shape)} but the first sample's is {tuple(shape)} — pad or"
                         " resize samples to one shape, or return whole batches from get_batch"
                     )
