@@ -83,18 +83,22 @@ def test_order_is_identical_across_processes():
         "dl = fl.data.DataLoader.from_tensors(torch.arange(50)).batch_size(7).seed(11).build()\n"
         "print(json.dumps([b[0].tolist() for e in range(3) for b in dl.epoch(e)]))\n"
     )
-    runs = [
-        subprocess.run(
+    procs = [  # two processes at once: nothing shared but the seed
+        subprocess.Popen(
             [sys.executable, "-c", script],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            env=clean_env(),
-            timeout=120,
-            check=True,
+            env=clean_env(OMP_NUM_THREADS="1"),
         )
         for _ in range(2)
     ]
-    first, second = (json.loads(r.stdout) for r in runs)
+    outputs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        outputs.append(json.loads(out))
+    first, second = outputs
     dl = fl.data.DataLoader.from_tensors(torch.arange(50)).batch_size(7).seed(11).build()
     here = [b[0].tolist() for e in range(3) for b in dl.epoch(e)]
     assert first == second == here
