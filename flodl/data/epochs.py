@@ -131,7 +131,7 @@ def _prefetch(
                     )
                     event = torch.cuda.Event()
                     event.record(stream)
-            elif device.type != "cpu":
+            else:  # a no-op for tensors already there
                 tensors = tuple(t.to(device) for t in tensors)
         except BaseException as exc:
             _put(out, _Failure(exc, i, rows), stop)
