@@ -190,3 +190,13 @@ def test_introspection():
     assert dl.device == torch.device("cpu") and dl.seed == 42 and dl.prefetch_depth == 0
     assert (dl.rank, dl.world_size) == (0, 1)
     assert "mode='resident'" in repr(dl)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batches_are_delivered_on_the_target_device(mode):
+    # "meta" stands in for an accelerator: tensors have a device but no storage
+    dl = fl.data.DataLoader.from_dataset(MapDataset(n=12)).batch_size(4).device("meta").mode(mode)
+    batches = list(dl.build().epoch(0))
+    assert len(batches) == 3
+    assert all(t.device.type == "meta" for b in batches for t in b)
+    assert batches[0]["x"].shape == (4, 3)
