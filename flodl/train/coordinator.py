@@ -478,6 +478,9 @@ class Coordinator:
                 epoch_ms=(now - started) * 1e3 if started is not None else None,
             )
             metrics.device_indices = list(self.cfg.device_indices)
+            if self.el_che is not None:
+                metrics.batch_counts = list(self.el_che.batch_counts)
+                metrics.anchor = self.el_che.anchor
             self.epochs_ready.append(metrics)
             self.pools.pop(epoch, None)
             self._plans.pop(epoch, None)

@@ -32,6 +32,8 @@ class EpochMetrics:
     per_rank_throughput: list[float]  # samples per millisecond
     per_rank_batch_share: list[float]
     device_indices: list[int]
+    batch_counts: list[int] = field(default_factory=list)  # El Che counts when the epoch closed
+    anchor: int = 0
 
     def as_dict(self) -> dict[str, float]:
         """Flat metrics for a monitor: ``loss`` plus every scalar."""
