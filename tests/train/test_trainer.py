@@ -190,3 +190,38 @@ def test_buffers_are_averaged_in_the_final_state():
     )
     assert len(state.buffers) == 3  # running_mean, running_var, num_batches_tracked
     assert state.buffers[0].abs().sum() > 0  # statistics were really tracked
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+def test_torchrun_launch_joins_the_group_and_every_rank_gets_the_same_state(repo_root):
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_env
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(repo_root / "examples" / "ddp_regression.py"),
+            "--epochs",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=clean_env(OMP_NUM_THREADS="1"),
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = re.findall(r"rank (\d): world (\d) loss ([\d.]+) checksum (-?[\d.]+)", result.stdout)
+    assert sorted(r for r, *_ in lines) == ["0", "1"]
+    assert {w for _, w, *_ in lines} == {"2"}
+    assert len({c for *_, c in lines}) == 1  # identical averaged parameters on both ranks
+    assert float(lines[0][2]) < 1.0
