@@ -1,7 +1,26 @@
 """The Trainer: one training loop on CPU, one GPU, N heterogeneous GPUs (El Che) and N machines.
 
-Contract: DESIGN.md §3.5. Names listed in ``__all__`` are re-exported as ``flodl.<name>``
-when they belong at the top level (see flodl/__init__.py).
+Contract: DESIGN.md §3.5; behaviour: reference/original-training-and-ddp.md; decisions: docs/ddp.md.
 """
 
-__all__: list[str] = []
+from flodl.train.context import current as current  # fl.train.current(): not top level
+from flodl.train.context import record_scalar as record_scalar
+from flodl.train.el_che import ElChe
+from flodl.train.errors import TrainerConfigError
+from flodl.train.messages import ApplyPolicy, AverageBackend
+from flodl.train.metrics import EpochMetrics
+from flodl.train.state import TrainedState, TrainingError
+from flodl.train.trainer import Trainer, TrainerBuilder, TrainingHandle
+
+__all__ = [
+    "ApplyPolicy",
+    "AverageBackend",
+    "ElChe",
+    "EpochMetrics",
+    "TrainedState",
+    "Trainer",
+    "TrainerBuilder",
+    "TrainerConfigError",
+    "TrainingError",
+    "TrainingHandle",
+]

@@ -1,0 +1,55 @@
+"""What a train step can ask about where it runs, and per-epoch scalars it can record.
+
+>>> from flodl.train.context import current, record_scalar
+>>> current().rank, current().world_size
+(0, 1)
+>>> record_scalar("accuracy", 0.5)
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class WorkerContext:
+    """The rank running the current train step (rank 0 of 1 outside a Trainer)."""
+
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    epoch: int = 0
+    local_step: int = 0
+    global_step: int = 0
+    scalars: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+
+_local = threading.local()
+
+
+def current() -> WorkerContext:
+    """The context of the calling thread's worker."""
+    ctx = getattr(_local, "ctx", None)
+    if ctx is None:
+        ctx = _local.ctx = WorkerContext()
+    return ctx
+
+
+def install(ctx: WorkerContext) -> None:
+    _local.ctx = ctx
+
+
+def record_scalar(name: str, value: float | torch.Tensor) -> None:
+    """Add ``value`` to this epoch's mean of ``name`` (aggregated across ranks, batch-weighted)."""
+    ctx = current()
+    total, count = ctx.scalars.get(name, (0.0, 0))
+    ctx.scalars[name] = (total + float(value), count + 1)
+
+
+def drain_scalars() -> dict[str, tuple[float, int]]:
+    ctx = current()
+    scalars, ctx.scalars = ctx.scalars, {}
+    return scalars

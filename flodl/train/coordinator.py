@@ -1,0 +1,507 @@
+"""The coordinator: decides when replicas average and which samples each rank trains next.
+
+A pure state machine — no threads, clocks or sockets. The runtime feeds it what ranks report
+(``on_timing``, ``on_sync_ack``, ``on_exiting``, ``on_metrics``, ``on_snapshot``) and calls
+``tick(now)``; every call returns the control messages to send as ``(rank, message)`` pairs.
+Aggregated epochs accumulate in :attr:`Coordinator.epochs_ready` (drain with ``take_epochs``).
+
+Deadlock invariants kept from the original (reference §5.4):
+
+1. never start an averaging unless every rank is active and has run >= 1 batch since the last;
+2. never start the next collective averaging before every rank acknowledged the previous one
+   (the acknowledgement is not counted as a training batch);
+3. no throttle and no overshoot gate with the collective backend;
+4. two ``Shutdown`` messages per rank (end of training loop, end of the exit drain) — the second
+   is sent by the runtime after the coordinator finishes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from flodl.train.averaging import average_snapshots, relative_divergence
+from flodl.train.el_che import ElChe
+from flodl.train.errors import TrainerConfigError
+from flodl.train.guard import ConvergenceGuard, GuardAction
+from flodl.train.messages import (
+    ApplyPolicy,
+    AverageBackend,
+    BatchTiming,
+    Checkpoint,
+    ControlMsg,
+    EpochPlan,
+    Exiting,
+    RequestParams,
+    SetGlobalStep,
+    Shutdown,
+    Snapshot,
+    StartEpoch,
+    SyncAck,
+    SyncNow,
+    Throttle,
+    Update,
+)
+from flodl.train.metrics import EpochMetrics, MetricsMsg, aggregate_epoch_metrics
+from flodl.train.partition import ChunkPool, equal_sizes, ratio_sizes, throughput_sizes
+
+Outbox = list[tuple[int, ControlMsg]]
+
+MIN_CHUNK_BATCHES = 4
+OVERSHOOT_CEILING = 15
+
+
+@dataclass
+class CoordinatorConfig:
+    """Everything the coordinator needs to know about the run."""
+
+    world: int
+    num_epochs: int
+    dataset_size: int
+    batch_size: int
+    policy: ApplyPolicy = ApplyPolicy.CADENCE
+    backend: AverageBackend = AverageBackend.NCCL
+    progressive: bool | None = None  # None: on for Cadence/Async, off for Sync
+    partition_ratios: list[float] | None = None
+    max_batch_diff: int | None = None
+    max_overshoot: int | None = None  # None: auto-tuned (CPU backend + Async)
+    checkpoint_every: int | None = None
+    snapshot_timeout: float = 5.0
+    device_indices: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.world < 1:
+            raise TrainerConfigError(f"world must be >= 1, got {self.world}")
+        if self.num_epochs < 1:
+            raise TrainerConfigError(f"num_epochs must be >= 1, got {self.num_epochs}")
+        if self.batch_size < 1:
+            raise TrainerConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.dataset_size < self.batch_size * self.world:
+            raise TrainerConfigError(
+                f"the dataset has {self.dataset_size} samples, fewer than one batch of "
+                f"{self.batch_size} per rank ({self.world} ranks)"
+            )
+        if self.partition_ratios is not None:
+            if len(self.partition_ratios) != self.world:
+                raise TrainerConfigError(
+                    f"partition_ratios has {len(self.partition_ratios)} entries for {self.world} ranks"
+                )
+            if self.is_progressive:
+                raise TrainerConfigError(
+                    "partition_ratios only apply to non-progressive dispatch; "
+                    "use progressive_dispatch(False) or drop the ratios"
+                )
+        if not self.device_indices:
+            self.device_indices = [0] * self.world
+
+    @property
+    def is_progressive(self) -> bool:
+        if self.progressive is None:
+            return self.policy is not ApplyPolicy.SYNC
+        return self.progressive
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.dataset_size // self.batch_size
+
+
+@dataclass
+class _CpuRound:
+    """One CPU averaging round in flight (the original's Collecting state)."""
+
+    round: int
+    started: float
+    deadline: float
+    steps: list[int]
+    wall_ms: list[float]
+    snapshots: dict[int, Snapshot] = field(default_factory=dict)
+
+
+class Coordinator:
+    """Scheduling for Builder-mode training: averaging triggers, epoch plans, aggregation."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        el_che: ElChe | None = None,
+        guard: ConvergenceGuard | None = None,
+    ) -> None:
+        self.cfg = config
+        w = config.world
+        self.el_che = el_che if el_che is not None else (ElChe(w, 10) if w >= 2 else None)
+        self.guard = guard if guard is not None else ConvergenceGuard()
+        self.version = 0
+        self.avg_count = 0
+        self.global_step = 0
+        self.steps_since_avg = [0] * w
+        self.wall_ms_accum = [0.0] * w
+        self.last_step_count = [0] * w
+        self.ack_pending = [False] * w
+        self.divergences: list[float | None] = [None] * w
+        self.sync_ms = [0.0] * w
+        self.last_sync_ms = 0.0
+        self.active = [True] * w
+        self.throttled = [False] * w
+        self.cpu_round: _CpuRound | None = None
+        self.abort_count = 0
+        self._rounds = 0
+        self.aggregated = -1  # last aggregated epoch
+        self.all_done = False
+        self.epochs_ready: list[EpochMetrics] = []
+        self._messages: dict[int, list[MetricsMsg]] = {}
+        # non-progressive dispatch
+        self._plans: dict[int, list[EpochPlan]] = {}
+        self._rank_epoch = [-1] * w  # last epoch each rank finished
+        self._waiting: set[int] = set()
+        # progressive dispatch
+        self.pools: dict[int, ChunkPool] = {}
+        self._pool_started: dict[int, float] = {}
+        self._rank_pool = [0] * w  # epoch each rank currently draws from
+        self._in_flight = [0] * w  # samples dispatched, not yet reported
+        nb = config.batches_per_epoch
+        self._overshoot_auto = config.max_overshoot is None
+        self.max_overshoot = (
+            config.max_overshoot if config.max_overshoot is not None else min(max(nb // 100, 2), 5)
+        )
+        self._overshoot_cap = min(max(nb // 50, 3), 10)
+
+    # -- start -----------------------------------------------------------------------------------
+
+    def start(self, now: float) -> Outbox:
+        """The first plans (epoch 0)."""
+        if self.cfg.is_progressive:
+            out: Outbox = []
+            for r in range(self.cfg.world):
+                out += self._dispatch_chunk(r, now)
+            return out
+        return self._send_plans(0)
+
+    # -- inputs ----------------------------------------------------------------------------------
+
+    def on_timing(self, msg: BatchTiming) -> None:
+        r = msg.rank
+        self.steps_since_avg[r] += 1
+        self.wall_ms_accum[r] += msg.batch_ms
+        self.last_step_count[r] = max(self.last_step_count[r], msg.step_count)
+
+    def on_sync_ack(self, msg: SyncAck) -> None:
+        """Acknowledges a collective averaging; never counted as a batch."""
+        r = msg.rank
+        self.last_step_count[r] = max(self.last_step_count[r], msg.step_count)
+        if msg.version == self.version:
+            self.ack_pending[r] = False
+            self.divergences[r] = msg.divergence
+            self.sync_ms[r] = msg.sync_ms
+
+    def on_exiting(self, msg: Exiting) -> None:
+        self.active[msg.rank] = False
+
+    def on_snapshot(self, msg: Snapshot) -> None:
+        """A CPU-averaging snapshot; stale rounds and duplicates are ignored."""
+        cpu = self.cpu_round
+        if cpu is None or msg.round != cpu.round or not 0 <= msg.rank < self.cfg.world:
+            return
+        cpu.snapshots.setdefault(msg.rank, msg)
+
+    def on_metrics(self, msg: MetricsMsg, now: float) -> Outbox:
+        """A rank finished a plan (or chunk): credit it, give it more work, aggregate what is done."""
+        r = msg.rank
+        self._messages.setdefault(msg.epoch, []).append(msg)
+        out: Outbox = []
+        if self.cfg.is_progressive:
+            pool = self.pools.get(msg.epoch)
+            if pool is not None:
+                pool.complete(r, msg.samples)
+            self._in_flight[r] = max(self._in_flight[r] - msg.samples, 0)
+            out += self._dispatch_chunk(r, now)
+        else:
+            self._rank_epoch[r] = max(self._rank_epoch[r], msg.epoch)
+            if self.cfg.policy is ApplyPolicy.ASYNC:
+                out += self._async_lookahead(r, msg.epoch + 1)
+        out += self._try_aggregate(now)
+        return out
+
+    # -- the loop body ---------------------------------------------------------------------------
+
+    def tick(self, now: float) -> Outbox:
+        """Throttle, advance CPU averaging, and start an averaging when it is due."""
+        out = self._check_throttle()
+        out += self._poll_cpu(now)
+        if self.should_average():
+            out += self._trigger(now)
+        return out
+
+    @property
+    def active_count(self) -> int:
+        return sum(self.active)
+
+    def should_average(self) -> bool:
+        w = self.cfg.world
+        if w < 2 or self.el_che is None:
+            return False
+        if self.cpu_round is not None or any(self.ack_pending) or self.all_done:
+            return False
+        if self.active_count < w or min(self.steps_since_avg) < 1:
+            return False
+        counts = self.el_che.batch_counts
+        reached = all(s >= c for s, c in zip(self.steps_since_avg, counts, strict=True))
+        match self.cfg.policy:
+            case ApplyPolicy.SYNC:
+                return True
+            case ApplyPolicy.CADENCE:
+                if self.el_che.calibrated:
+                    return min(self.wall_ms_accum) >= self.el_che.anchor_wall_ms()
+                return reached
+            case ApplyPolicy.ASYNC:
+                return reached
+
+    def take_epochs(self) -> list[EpochMetrics]:
+        ready, self.epochs_ready = self.epochs_ready, []
+        return ready
+
+    # -- averaging -------------------------------------------------------------------------------
+
+    def _trigger(self, now: float) -> Outbox:
+        w = self.cfg.world
+        if self.cfg.backend is AverageBackend.NCCL:
+            out: Outbox = [(r, SyncNow(self.version + 1)) for r in range(w)]
+            self.ack_pending = [True] * w
+            # Parity decision: feed the collective's measured cost (from the previous acks) to El Che,
+            # so the anchor auto-tunes with the collective backend too (the original fed 0).
+            self.last_sync_ms = max(self.sync_ms)
+            divergences = [d or 0.0 for d in self.divergences]
+            out += self._finish(
+                self.steps_since_avg, self.wall_ms_accum, self.last_sync_ms, divergences
+            )
+            self.steps_since_avg = [0] * w
+            self.wall_ms_accum = [0.0] * w
+            self.divergences = [None] * w
+            out += self._redispatch_idle(now)
+            return out
+        self._rounds += 1
+        self.cpu_round = _CpuRound(
+            round=self._rounds,
+            started=now,
+            deadline=now + self.cfg.snapshot_timeout,
+            steps=list(self.steps_since_avg),
+            wall_ms=list(self.wall_ms_accum),
+        )
+        out = [(r, RequestParams(self._rounds)) for r in range(w)]
+        if self.cfg.policy is ApplyPolicy.SYNC:
+            # Lockstep: batches trained while averaging would be overwritten by the Update.
+            out += [(r, Throttle()) for r in range(w)]
+        return out
+
+    def _poll_cpu(self, now: float) -> Outbox:
+        cpu = self.cpu_round
+        if cpu is None:
+            return []
+        w = self.cfg.world
+        if len(cpu.snapshots) < w:
+            if now >= cpu.deadline:  # soft abort: no version bump, try again later
+                self.abort_count += 1
+                self.cpu_round = None
+            return []
+        snaps = [cpu.snapshots[r] for r in range(w)]
+        params, buffers = average_snapshots(
+            [s.params for s in snaps], [s.buffers for s in snaps], [s.batch_count for s in snaps]
+        )
+        divergences = [relative_divergence(s.params, params) for s in snaps]
+        self.cpu_round = None
+        out: Outbox = [(r, Update(self.version + 1, params, buffers)) for r in range(w)]
+        self.last_sync_ms = (now - cpu.started) * 1e3
+        out += self._finish(cpu.steps, cpu.wall_ms, self.last_sync_ms, divergences)
+        # Batches trained during the round carry over into the next window.
+        self.steps_since_avg = [
+            max(a - b, 0) for a, b in zip(self.steps_since_avg, cpu.steps, strict=True)
+        ]
+        self.wall_ms_accum = [
+            max(a - b, 0.0) for a, b in zip(self.wall_ms_accum, cpu.wall_ms, strict=True)
+        ]
+        out += self._redispatch_idle(now)
+        return out
+
+    def _finish(
+        self, steps: list[int], wall_ms: list[float], sync_ms: float, divergences: list[float]
+    ) -> Outbox:
+        assert self.el_che is not None
+        if any(wall > 0 for wall in wall_ms):
+            self.el_che.report_timing(list(wall_ms), list(steps), sync_ms)
+        action = self.guard.observe(divergences, sync_policy=self.cfg.policy is ApplyPolicy.SYNC)
+        self.version += 1
+        self.avg_count += 1
+        if (
+            action is GuardAction.STABLE
+            and self._overshoot_auto
+            and self.cfg.policy is ApplyPolicy.ASYNC
+        ):
+            self.max_overshoot = min(self.max_overshoot + 1, self._overshoot_cap, OVERSHOOT_CEILING)
+        self.global_step += sum(steps)
+        self.throttled = [False] * self.cfg.world
+        return [(r, SetGlobalStep(self.global_step)) for r in range(self.cfg.world)]
+
+    def _check_throttle(self) -> Outbox:
+        d = self.cfg.max_batch_diff
+        if (
+            d is None
+            or self.cfg.backend is AverageBackend.NCCL
+            or self.active_count < self.cfg.world
+        ):
+            return []
+        floor = min(self.steps_since_avg)
+        out: Outbox = []
+        for r, steps in enumerate(self.steps_since_avg):
+            if steps > floor + d and not self.throttled[r]:
+                self.throttled[r] = True
+                out.append((r, Throttle()))
+        return out
+
+    # -- dispatch --------------------------------------------------------------------------------
+
+    def _plan_sizes(self) -> list[int]:
+        n, w = self.cfg.dataset_size, self.cfg.world
+        if self.cfg.partition_ratios is not None:
+            return ratio_sizes(n, self.cfg.partition_ratios)
+        el = self.el_che
+        if self.cfg.policy is ApplyPolicy.SYNC or el is None:
+            return equal_sizes(n, w)
+        if el.calibrated:
+            return throughput_sizes(n, el.ms_per_batch)
+        if el.has_speed_hint:
+            return ratio_sizes(n, el.batch_counts)
+        return equal_sizes(n, w)
+
+    def _plans_for(self, epoch: int) -> list[EpochPlan]:
+        if epoch not in self._plans:
+            sizes = self._plan_sizes()
+            offsets = [sum(sizes[:r]) for r in range(len(sizes))]
+            self._plans[epoch] = [
+                EpochPlan(epoch, o, s) for o, s in zip(offsets, sizes, strict=True)
+            ]
+        return self._plans[epoch]
+
+    def _send_plans(self, epoch: int) -> Outbox:
+        return [
+            (r, StartEpoch(plan)) for r, plan in enumerate(self._plans_for(epoch)) if self.active[r]
+        ]
+
+    def _async_lookahead(self, rank: int, epoch: int) -> Outbox:
+        if epoch >= self.cfg.num_epochs:
+            return []
+        if epoch <= self.aggregated + 2:  # at most one epoch ahead of the last aggregated + 1
+            return [(rank, StartEpoch(self._plans_for(epoch)[rank]))]
+        self._waiting.add(rank)
+        return []
+
+    def _chunk_batches(self, rank: int, pool: ChunkPool) -> int:
+        bs, w = self.cfg.batch_size, self.cfg.world
+        remaining = pool.remaining // bs
+        el = self.el_che
+        if el is None or not (el.calibrated or el.has_speed_hint):
+            target = max(self.cfg.dataset_size // (w * 10 * bs), MIN_CHUNK_BATCHES)
+            return min(target, remaining)
+        counts = el.batch_counts
+        target = math.ceil(remaining * counts[rank] / sum(counts))
+        ms = el.ms_per_batch[rank]
+        if remaining < target * w and ms > 0:
+            # Tail balance: do not take more than fits while the others finish what they hold.
+            others = [
+                pool.in_flight(o) / bs * el.ms_per_batch[o]
+                for o in range(w)
+                if o != rank and el.ms_per_batch[o] > 0
+            ]
+            longest = max(others, default=0.0)
+            if longest > ms:
+                target = min(target, int(longest // ms))
+        return min(max(target, MIN_CHUNK_BATCHES), remaining)
+
+    def _pool(self, epoch: int, now: float) -> ChunkPool:
+        if epoch not in self.pools:
+            size = self.cfg.batches_per_epoch * self.cfg.batch_size
+            self.pools[epoch] = ChunkPool(epoch, size, self.cfg.world)
+            self._pool_started[epoch] = now
+        return self.pools[epoch]
+
+    def _dispatch_chunk(self, rank: int, now: float) -> Outbox:
+        if not self.active[rank] or self.all_done or self._in_flight[rank] > 0:
+            return []
+        epoch = max(self._rank_pool[rank], self.aggregated + 1)
+        while epoch < self.cfg.num_epochs:
+            pool = self._pool(epoch, now)
+            if pool.remaining >= self.cfg.batch_size:
+                break
+            epoch += 1  # cross-epoch streaming: this epoch is fully handed out
+        else:
+            return []
+        if epoch > self.aggregated + 1 and self._overshoot_blocked(rank):
+            return []
+        batches = self._chunk_batches(rank, pool)
+        chunk = pool.take(rank, batches * self.cfg.batch_size)
+        if chunk is None or chunk[1] == 0:
+            return []
+        self._rank_pool[rank] = epoch
+        self._in_flight[rank] = chunk[1]
+        return [(rank, StartEpoch(EpochPlan(epoch, chunk[0], chunk[1])))]
+
+    def _overshoot_blocked(self, rank: int) -> bool:
+        """CPU backend only: a rank running into the next epoch must not race too far ahead."""
+        if self.cfg.backend is AverageBackend.NCCL or self.el_che is None:
+            return False
+        return self.steps_since_avg[rank] >= self.el_che.batches(rank) + self.max_overshoot
+
+    def _redispatch_idle(self, now: float) -> Outbox:
+        if not self.cfg.is_progressive:
+            return []
+        out: Outbox = []
+        for r in range(self.cfg.world):
+            out += self._dispatch_chunk(r, now)
+        return out
+
+    # -- aggregation -----------------------------------------------------------------------------
+
+    def _epoch_done(self, epoch: int) -> bool:
+        if self.cfg.is_progressive:
+            pool = self.pools.get(epoch)
+            return pool is not None and pool.remaining < self.cfg.batch_size and pool.done
+        ranks = {m.rank for m in self._messages.get(epoch, [])}
+        return len(ranks) >= self.active_count
+
+    def _try_aggregate(self, now: float) -> Outbox:
+        out: Outbox = []
+        while not self.all_done and self._epoch_done(self.aggregated + 1):
+            epoch = self.aggregated + 1
+            started = self._pool_started.pop(epoch, None)
+            metrics = aggregate_epoch_metrics(
+                epoch,
+                self._messages.pop(epoch, []),
+                self.cfg.world,
+                epoch_ms=(now - started) * 1e3 if started is not None else None,
+            )
+            metrics.device_indices = list(self.cfg.device_indices)
+            if self.el_che is not None:
+                metrics.batch_counts = list(self.el_che.batch_counts)
+                metrics.anchor = self.el_che.anchor
+            self.epochs_ready.append(metrics)
+            self.pools.pop(epoch, None)
+            self._plans.pop(epoch, None)
+            out += self._on_epoch_aggregated(epoch, now)
+        return out
+
+    def _on_epoch_aggregated(self, epoch: int, now: float) -> Outbox:
+        self.aggregated = epoch
+        out: Outbox = []
+        every = self.cfg.checkpoint_every
+        if every and (epoch + 1) % every == 0:
+            out.append((0, Checkpoint(epoch + 1)))
+        if epoch == self.cfg.num_epochs - 1:
+            self.all_done = True
+            return [*out, *((r, Shutdown()) for r in range(self.cfg.world))]
+        if self.cfg.is_progressive:
+            out += self._redispatch_idle(now)
+        elif self.cfg.policy is ApplyPolicy.ASYNC:
+            waiting, self._waiting = sorted(self._waiting), set()
+            for r in waiting:
+                out += self._async_lookahead(r, self._rank_epoch[r] + 1)
+        else:
+            out += self._send_plans(epoch + 1)
+        return out

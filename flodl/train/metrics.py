@@ -1,0 +1,96 @@
+"""Per-epoch metrics: what ranks report, and how rank 0 folds them into one :class:`EpochMetrics`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class MetricsMsg:
+    """One rank's report for one epoch (or one chunk of it, under progressive dispatch)."""
+
+    rank: int
+    epoch: int
+    avg_loss: float
+    batches: int
+    epoch_ms: float
+    samples: int
+    scalars: dict[str, tuple[float, int]] = field(default_factory=dict)  # name -> (sum, count)
+    device_index: int = 0
+
+
+@dataclass
+class EpochMetrics:
+    """Aggregated metrics of one global epoch (what the handle yields and the monitor logs)."""
+
+    epoch: int
+    avg_loss: float
+    epoch_ms: float
+    scalars: dict[str, float]
+    per_rank: list[dict[str, float]]
+    per_rank_throughput: list[float]  # samples per millisecond
+    per_rank_batch_share: list[float]
+    device_indices: list[int]
+    batch_counts: list[int] = field(default_factory=list)  # El Che counts when the epoch closed
+    anchor: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        """Flat metrics for a monitor: ``loss`` plus every scalar."""
+        return {"loss": self.avg_loss, **self.scalars}
+
+
+def aggregate_epoch_metrics(
+    epoch: int, messages: Iterable[MetricsMsg], world: int, *, epoch_ms: float | None = None
+) -> EpochMetrics:
+    """Fold per-rank (possibly per-chunk) messages into one epoch.
+
+    Loss and scalars are batch-weighted across ranks; epoch time is the slowest rank's unless the
+    caller measured the epoch's wall time itself (progressive dispatch).
+
+    >>> m = aggregate_epoch_metrics(0, [MetricsMsg(0, 0, 0.5, 60, 10.0, 600),
+    ...                                  MetricsMsg(1, 0, 0.7, 40, 12.0, 400)], world=2)
+    >>> round(m.avg_loss, 4), m.epoch_ms, m.per_rank_batch_share
+    (0.58, 12.0, [0.6, 0.4])
+    """
+    loss_sum = [0.0] * world
+    batches = [0] * world
+    ms = [0.0] * world
+    samples = [0] * world
+    devices = [0] * world
+    sums: list[dict[str, tuple[float, int]]] = [{} for _ in range(world)]
+    for msg in messages:
+        r = msg.rank
+        loss_sum[r] += msg.avg_loss * msg.batches
+        batches[r] += msg.batches
+        ms[r] = max(ms[r], msg.epoch_ms)
+        samples[r] += msg.samples
+        devices[r] = msg.device_index
+        for name, (total, count) in msg.scalars.items():
+            s, c = sums[r].get(name, (0.0, 0))
+            sums[r][name] = (s + total, c + count)
+    total_batches = sum(batches)
+    total_samples = sum(samples)
+    per_rank = [{k: s / c for k, (s, c) in rank.items() if c} for rank in sums]
+    names = sorted({k for rank in per_rank for k in rank})
+    scalars = {}
+    for name in names:
+        weight = sum(batches[r] for r in range(world) if name in per_rank[r])
+        if weight:
+            scalars[name] = (
+                sum(per_rank[r][name] * batches[r] for r in range(world) if name in per_rank[r])
+                / weight
+            )
+        else:
+            values = [per_rank[r][name] for r in range(world) if name in per_rank[r]]
+            scalars[name] = sum(values) / len(values)
+    return EpochMetrics(
+        epoch=epoch,
+        avg_loss=sum(loss_sum) / total_batches if total_batches else 0.0,
+        epoch_ms=max(ms) if epoch_ms is None else epoch_ms,
+        scalars=scalars,
+        per_rank=per_rank,
+        per_rank_throughput=[s / m if m > 0 else 0.0 for s, m in zip(samples, ms, strict=True)],
+        per_rank_batch_share=[s / total_samples if total_samples else 0.0 for s in samples],
+        device_indices=devices,
+    )

@@ -1,0 +1,306 @@
+"""Running a :class:`~flodl.train.spec.TrainSpec`: in-process on one device, or one process per
+device on ``torch.distributed`` with a coordinator thread in rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from flodl.train.averaging import average_snapshots
+from flodl.train.batches import dataset_len
+from flodl.train.coordinator import Coordinator, CoordinatorConfig
+from flodl.train.el_che import ElChe
+from flodl.train.errors import TrainerConfigError
+from flodl.train.guard import ConvergenceGuard
+from flodl.train.messages import (
+    BatchTiming,
+    EpochPlan,
+    Exiting,
+    Shutdown,
+    Snapshot,
+    SyncAck,
+)
+from flodl.train.metrics import EpochMetrics, MetricsMsg, aggregate_epoch_metrics
+from flodl.train.spec import TrainSpec
+from flodl.train.state import TrainedState, TrainingError
+from flodl.train.transport import CoordinatorChannel, GlooCollective, KeyWriter, RankChannel, client
+from flodl.train.worker import FINAL_ROUND, Worker
+
+FINAL_KEY = "final"
+
+
+def _build(
+    spec: TrainSpec, rank: int, world: int, device: torch.device, channel=None, collective=None
+) -> Worker:
+    dataset = spec.resolve_dataset()
+    model = spec.model_factory(device)
+    if not isinstance(model, torch.nn.Module):
+        raise TrainerConfigError(
+            f"model_factory must return a torch.nn.Module, got {type(model).__name__}"
+        )
+    model = model.to(device)
+    model.train()
+    if world > 1:  # every replica starts from rank 0's weights
+        for t in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(t.data, src=0)
+    optimizer = spec.optim_factory(model.parameters())
+    scale = (
+        1.0 + (world - 1) * spec.lr_scale_ratio if world > 1 and spec.lr_scale_ratio > 0 else 1.0
+    )
+    return Worker(
+        rank=rank,
+        world=world,
+        device=device,
+        model=model,
+        optimizer=optimizer,
+        train_step=spec.train_step,
+        dataset=dataset,
+        dataset_size=dataset_len(dataset),
+        batch_size=spec.batch_size or 1,
+        seed=spec.seed,
+        policy=spec.policy,
+        scheduler=spec.scheduler_factory(world) if spec.scheduler_factory else None,
+        lr_scale=scale,
+        max_grad_norm=spec.max_grad_norm,
+        epoch_fn=spec.epoch_fn,
+        checkpoint_fn=spec.checkpoint_fn,
+        max_batches=spec.max_batches(),
+        channel=channel,
+        collective=collective,
+    )
+
+
+def run_single(
+    spec: TrainSpec, device: torch.device, on_epoch: Callable[[EpochMetrics], None]
+) -> TrainedState:
+    """The one-device path: synchronous, in the calling thread; every epoch is the whole dataset."""
+    worker = _build(spec, 0, 1, device)
+    n = worker.dataset_size
+    if n < worker.batch_size:
+        raise TrainerConfigError(
+            f"the dataset has {n} samples, fewer than one batch of {worker.batch_size}"
+        )
+    for epoch in range(spec.epochs()):
+        msg = worker.run_plan(EpochPlan(epoch, 0, n))
+        assert msg is not None
+        metrics = aggregate_epoch_metrics(epoch, [msg], 1)
+        on_epoch(metrics)
+        if (
+            spec.checkpoint_every
+            and (epoch + 1) % spec.checkpoint_every == 0
+            and spec.checkpoint_fn
+        ):
+            try:
+                spec.checkpoint_fn(epoch + 1, worker.model)
+            except Exception:
+                traceback.print_exc()
+        worker.global_step = worker.local_step
+    return TrainedState(
+        [p.cpu().clone() for p in worker.params()], [b.cpu().clone() for b in worker.buffers()]
+    )
+
+
+# -- multi-rank ----------------------------------------------------------------------------------
+
+
+def rank_main(
+    rank: int,
+    world: int,
+    spec: TrainSpec,
+    host: str,
+    port: int,
+    device: str,
+) -> TrainedState:
+    """One rank's process: join the group, train under the coordinator, return the final state."""
+    torch_device = torch.device(device)
+    threads = spec.threads_per_rank or max(1, (os.cpu_count() or 1) // world)
+    if torch_device.type == "cpu":
+        torch.set_num_threads(threads)
+    if torch_device.type == "cuda":
+        torch.cuda.set_device(torch_device)
+    store = client(host, port, spec.timeout)
+    if not dist.is_initialized():
+        dist.init_process_group(
+            "nccl" if torch_device.type == "cuda" else "gloo",
+            store=dist.PrefixStore("pg", store),
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=spec.timeout),
+        )
+    coordinator = None
+    try:
+        channel = RankChannel(host, port, rank)
+        if rank == 0:
+            coordinator = CoordinatorThread(spec, world, host, port)
+        worker = _build(spec, rank, world, torch_device, channel, GlooCollective(world))
+        if coordinator is not None:
+            coordinator.start()
+        try:
+            worker.run()
+        finally:
+            channel.close()
+        return wait_final(store, spec.timeout)
+    finally:
+        if coordinator is not None:
+            coordinator.join(spec.timeout)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def wait_final(store: dist.TCPStore, timeout: float) -> TrainedState:
+    store.wait([FINAL_KEY], timedelta(seconds=timeout + 15))
+    state, errors = pickle.loads(store.get(FINAL_KEY))
+    if errors:
+        rank, details = errors[0]
+        raise TrainingError(
+            f"training failed on rank {rank}", rank=rank, details=details, partial=state
+        )
+    if state is None:
+        raise TrainingError("training ended without a final state from any rank")
+    return state
+
+
+class CoordinatorThread(threading.Thread):
+    """Hosts the pure :class:`Coordinator` in rank 0's process and publishes epochs and the result."""
+
+    def __init__(self, spec: TrainSpec, world: int, host: str, port: int) -> None:
+        super().__init__(name="flodl-coordinator", daemon=True)
+        self.spec, self.world = spec, world
+        self.channel = CoordinatorChannel(host, port, world)
+        dataset = spec.resolve_dataset()
+        cfg = CoordinatorConfig(
+            world=world,
+            num_epochs=spec.epochs(),
+            dataset_size=dataset_len(dataset),
+            batch_size=spec.batch_size or 1,
+            policy=spec.policy,
+            backend=spec.backend,
+            progressive=spec.progressive,
+            partition_ratios=spec.partition_ratios,
+            max_batch_diff=spec.max_batch_diff,
+            max_overshoot=spec.max_overshoot,
+            checkpoint_every=spec.checkpoint_every,
+            snapshot_timeout=spec.snapshot_timeout,
+        )
+        el_che = ElChe(
+            world,
+            spec.anchor,
+            overhead_target=spec.overhead_target,
+            max_anchor=spec.max_anchor,
+            max_batch_diff=spec.max_batch_diff,
+        )
+        if spec.speed_hint is not None:
+            el_che.with_speed_ratio(*spec.speed_hint)
+        self.coord = Coordinator(
+            cfg, el_che, ConvergenceGuard(spec.divergence_threshold, enabled=spec.divergence_guard)
+        )
+        self._metrics = KeyWriter(self.channel.store, "metrics")
+
+    def _send(self, out) -> None:
+        for rank, msg in out:
+            self.channel.send(rank, msg)
+
+    def _publish(self, metrics: EpochMetrics) -> None:
+        self._metrics.put(metrics)
+
+    def run(self) -> None:
+        finals: dict[int, Snapshot] = {}
+        errors: list[tuple[int, str]] = []
+        exited: set[int] = set()
+        coord = self.coord
+        try:
+            last_seen = [time.monotonic()] * self.world
+            self._send(coord.start(time.monotonic()))
+            while not coord.all_done and len(exited) < self.world and not errors:
+                try:
+                    first = self.channel.inbox.get(timeout=0.01)
+                except queue.Empty:
+                    first = None
+                batch = [] if first is None else [first]
+                while True:
+                    try:
+                        batch.append(self.channel.inbox.get_nowait())
+                    except queue.Empty:
+                        break
+                now = time.monotonic()
+                for msg in batch:
+                    self._dispatch(msg, now, finals, errors, exited, last_seen)
+                for metrics in coord.take_epochs():
+                    self._publish(metrics)
+                stalled = [
+                    r
+                    for r in range(self.world)
+                    if r not in exited and now - last_seen[r] > self.spec.timeout
+                ]
+                if stalled:
+                    errors.append(
+                        (
+                            stalled[0],
+                            f"rank {stalled[0]} made no progress for {self.spec.timeout:.0f} s",
+                        )
+                    )
+                    break
+                self._send(coord.tick(now))
+            if errors:
+                self._send([(r, Shutdown()) for r in range(self.world) if r not in exited])
+            self._collect_finals(finals, errors, exited)
+            state = None
+            if finals:
+                snaps = [finals[r] for r in sorted(finals)]
+                params, buffers = average_snapshots(
+                    [s.params for s in snaps],
+                    [s.buffers for s in snaps],
+                    [s.batch_count for s in snaps],
+                )
+                state = TrainedState(params, buffers)
+        except BaseException:
+            errors.append((0, "coordinator failed:\n" + traceback.format_exc()))
+            state = None
+        self.channel.store.set(FINAL_KEY, pickle.dumps((state, errors)))
+        self.channel.close()
+
+    def _dispatch(self, msg, now, finals, errors, exited, last_seen) -> None:
+        coord = self.coord
+        rank = getattr(msg, "rank", None)
+        if rank is not None:
+            last_seen[rank] = now
+        match msg:
+            case BatchTiming():
+                coord.on_timing(msg)
+            case SyncAck():
+                coord.on_sync_ack(msg)
+            case MetricsMsg():
+                self._send(coord.on_metrics(msg, now))
+            case Snapshot(round=rnd) if rnd == FINAL_ROUND:
+                finals[msg.rank] = msg
+            case Snapshot():
+                coord.on_snapshot(msg)
+            case Exiting(rank=r, error=error):
+                exited.add(r)
+                coord.on_exiting(msg)
+                if error:
+                    errors.append((r, error))
+
+    def _collect_finals(self, finals, errors, exited) -> None:
+        """Wait for every surviving rank's final snapshot (bounded)."""
+        deadline = time.monotonic() + self.spec.timeout
+        failed = {r for r, _ in errors}
+        while len(exited | failed) < self.world and time.monotonic() < deadline:
+            try:
+                msg = self.channel.inbox.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            self._dispatch(msg, time.monotonic(), finals, [], exited, [0.0] * self.world)
+            if isinstance(msg, Exiting) and msg.error and msg.rank not in failed:
+                errors.append((msg.rank, msg.error))
+                failed.add(msg.rank)

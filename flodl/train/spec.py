@@ -1,0 +1,63 @@
+"""Everything a rank needs to train, in one picklable object (sent to spawned processes)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flodl.train.messages import ApplyPolicy, AverageBackend
+
+
+@dataclass
+class TrainSpec:
+    model_factory: Callable[[Any], Any]
+    optim_factory: Callable[[Any], Any]
+    train_step: Callable[[Any, list], Any]
+    dataset: Any = None
+    batch_size: int | None = None
+    num_epochs: int | None = None
+    policy: ApplyPolicy = ApplyPolicy.CADENCE
+    backend: AverageBackend = AverageBackend.NCCL
+    devices: list[str] | None = None
+    seed: int = 42
+    anchor: int = 10
+    max_anchor: int = 200
+    overhead_target: float = 0.10
+    divergence_threshold: float = 0.05
+    divergence_guard: bool = True
+    max_batch_diff: int | None = None
+    max_overshoot: int | None = None
+    progressive: bool | None = None
+    partition_ratios: list[float] | None = None
+    speed_hint: tuple[int, float] | None = None
+    checkpoint_every: int | None = None
+    checkpoint_fn: Callable[[int, Any], None] | None = None
+    epoch_fn: Callable[[int, Any], None] | None = None
+    scheduler_factory: Callable[[int], Any] | None = None
+    lr_scale_ratio: float = 0.0
+    max_grad_norm: float | None = None
+    snapshot_timeout: float = 5.0
+    timeout: float = 60.0  # process-group and no-progress timeout, seconds
+    threads_per_rank: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def smoke(self) -> bool:
+        """``FLODL_SMOKE=1``: one epoch, a few batches — enough to prove the script runs."""
+        return os.environ.get("FLODL_SMOKE", "") not in ("", "0")
+
+    def epochs(self) -> int:
+        assert self.num_epochs is not None
+        return min(self.num_epochs, 1) if self.smoke else self.num_epochs
+
+    def max_batches(self) -> int | None:
+        return 2 if self.smoke else None
+
+    def resolve_dataset(self) -> Any:
+        """The dataset, building it if a factory (a callable that is not a dataset) was given."""
+        data = self.dataset
+        if callable(data) and not hasattr(data, "__getitem__") and not hasattr(data, "get_batch"):
+            return data()
+        return data

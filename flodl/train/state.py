@@ -1,0 +1,47 @@
+"""What a training run returns, and how it fails."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from flodl.errors import FlodlError
+
+
+@dataclass
+class TrainedState:
+    """Averaged parameters and buffers (CPU tensors, in ``model.parameters()`` / ``buffers()`` order)."""
+
+    params: list[torch.Tensor]
+    buffers: list[torch.Tensor] = field(default_factory=list)
+
+    def load_into(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Copy this state into ``model`` (same architecture) and return it."""
+        params, buffers = list(model.parameters()), list(model.buffers())
+        if len(params) != len(self.params) or len(buffers) != len(self.buffers):
+            raise FlodlError(
+                f"the trained state has {len(self.params)} parameters and {len(self.buffers)} buffers, "
+                f"the model {len(params)} and {len(buffers)} — build the model with the same factory"
+            )
+        with torch.no_grad():
+            for mine, new in zip([*params, *buffers], [*self.params, *self.buffers], strict=True):
+                mine.copy_(new.to(mine.device))
+        return model
+
+
+class TrainingError(FlodlError):
+    """A rank failed. ``rank``, ``details`` (its traceback) and any partial state are attached."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rank: int | None = None,
+        details: str = "",
+        partial: TrainedState | None = None,
+    ):
+        super().__init__(message + (f"\n{details}" if details else ""))
+        self.rank = rank
+        self.details = details
+        self.partial = partial

@@ -1,0 +1,287 @@
+"""``fl.Trainer``: one training loop on CPU, one GPU, N (mixed) GPUs or N machines.
+
+Builder mode — the framework owns the loop::
+
+    handle = (fl.Trainer.builder(make_model, make_optimizer, train_step)
+              .dataset(data).batch_size(32).num_epochs(10)
+              .run())
+    state = handle.join()        # averaged parameters and buffers
+
+With one device it trains in the calling process. With ``devices=[...]`` of two or more (or two
+or more GPUs found) it runs one process per device on ``torch.distributed`` — gloo on CPUs, NCCL on
+GPUs — and a coordinator averages the replicas on the chosen :class:`ApplyPolicy` cadence. Under
+``torchrun`` every rank runs the same script and joins the launched group.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from flodl.train.errors import TrainerConfigError
+from flodl.train.launch import (
+    SpawnedRun,
+    resolve_devices,
+    run_local,
+    run_under_launcher,
+    under_launcher,
+)
+from flodl.train.messages import ApplyPolicy, AverageBackend
+from flodl.train.metrics import EpochMetrics
+from flodl.train.spec import TrainSpec
+from flodl.train.state import TrainedState
+
+
+class TrainingHandle:
+    """A running (or finished) training: metrics as they arrive, and the final state."""
+
+    def __init__(self, world_size: int, devices: list[str]) -> None:
+        self.world_size = world_size
+        self.devices = devices
+        self.pids: list[int] = []  # spawned rank processes, if any
+        self.history: list[EpochMetrics] = []
+        self._queue: queue.Queue[EpochMetrics | None] = queue.Queue()
+        self._join: Callable[[], TrainedState] | None = None
+        self._state: TrainedState | None = None
+        self._lock = threading.Lock()
+
+    def _on_epoch(self, metrics: EpochMetrics) -> None:
+        self.history.append(metrics)
+        self._queue.put(metrics)
+
+    def next_metrics(self, timeout: float | None = None) -> EpochMetrics | None:
+        """The next aggregated epoch (blocking); None once training is over."""
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if item is None:
+            self._queue.put(None)
+        return item
+
+    def poll_metrics(self) -> list[EpochMetrics]:
+        """Every epoch aggregated since the last call, without blocking."""
+        out = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return out
+            if item is None:
+                self._queue.put(None)
+                return out
+            out.append(item)
+
+    def join(self) -> TrainedState:
+        """Wait for the end of training; the averaged state, or the first rank's error raised."""
+        with self._lock:
+            if self._state is None:
+                assert self._join is not None
+                try:
+                    self._state = self._join()
+                finally:
+                    self._queue.put(None)
+            return self._state
+
+
+class TrainerBuilder:
+    """Fluent configuration of a training run; every setter returns the builder."""
+
+    def __init__(
+        self, model_factory: Callable, optim_factory: Callable, train_step: Callable
+    ) -> None:
+        self._spec = TrainSpec(model_factory, optim_factory, train_step)
+        self._monitor: Any = None
+        self._metrics_fn: Callable[[EpochMetrics], Any] | None = None
+
+    def _set(self, **values: Any) -> TrainerBuilder:
+        for name, value in values.items():
+            setattr(self._spec, name, value)
+        return self
+
+    # data and schedule
+    def dataset(self, data: Any) -> TrainerBuilder:
+        """Tensors, a tuple of tensors, a torch Dataset, an object with ``get_batch(indices)``, or a
+        zero-argument factory returning one (built in each process)."""
+        return self._set(dataset=data)
+
+    def batch_size(self, n: int) -> TrainerBuilder:
+        """Per-device batch size."""
+        return self._set(batch_size=_positive("batch_size", n))
+
+    def num_epochs(self, n: int) -> TrainerBuilder:
+        return self._set(num_epochs=_positive("num_epochs", n))
+
+    def seed(self, seed: int) -> TrainerBuilder:
+        """Seed of the per-epoch sample permutation (default 42)."""
+        return self._set(seed=int(seed))
+
+    # devices and averaging
+    def devices(self, devices: list[str]) -> TrainerBuilder:
+        """Explicit devices, e.g. ``["cuda:0", "cuda:1"]``; ``["cpu", "cpu"]`` forces two CPU ranks."""
+        return self._set(devices=list(devices))
+
+    def policy(self, policy: ApplyPolicy) -> TrainerBuilder:
+        return self._set(policy=ApplyPolicy(policy))
+
+    def backend(self, backend: AverageBackend) -> TrainerBuilder:
+        return self._set(backend=AverageBackend(backend))
+
+    def anchor(self, n: int) -> TrainerBuilder:
+        return self._set(anchor=_positive("anchor", n))
+
+    def max_anchor(self, n: int) -> TrainerBuilder:
+        return self._set(max_anchor=_positive("max_anchor", n))
+
+    def overhead_target(self, fraction: float) -> TrainerBuilder:
+        return self._set(overhead_target=float(fraction))
+
+    def divergence_threshold(self, threshold: float) -> TrainerBuilder:
+        return self._set(divergence_threshold=float(threshold))
+
+    def no_divergence_guard(self) -> TrainerBuilder:
+        return self._set(divergence_guard=False)
+
+    def max_batch_diff(self, n: int) -> TrainerBuilder:
+        return self._set(max_batch_diff=int(n))
+
+    def max_overshoot(self, n: int) -> TrainerBuilder:
+        return self._set(max_overshoot=int(n))
+
+    def progressive_dispatch(self, on: bool) -> TrainerBuilder:
+        return self._set(progressive=bool(on))
+
+    def partition_ratios(self, ratios: list[float]) -> TrainerBuilder:
+        return self._set(partition_ratios=list(ratios))
+
+    def speed_hint(self, slow_rank: int, ratio: float) -> TrainerBuilder:
+        return self._set(speed_hint=(int(slow_rank), float(ratio)))
+
+    # optimisation
+    def scheduler(self, factory: Callable[[int], Any]) -> TrainerBuilder:
+        """``factory(world_size)`` returns an object with ``.lr(step)`` (or a callable), queried with
+        the global step (batches of every rank added up)."""
+        return self._set(scheduler_factory=factory)
+
+    def lr_scale_ratio(self, ratio: float) -> TrainerBuilder:
+        """LR × (1 + (world − 1) · ratio). Default 0: no scaling (the original defaulted to 1)."""
+        return self._set(lr_scale_ratio=float(ratio))
+
+    def max_grad_norm(self, norm: float) -> TrainerBuilder:
+        return self._set(max_grad_norm=float(norm))
+
+    # callbacks, checkpoints, monitor
+    def epoch_fn(self, fn: Callable[[int, Any], None]) -> TrainerBuilder:
+        """``fn(epoch, worker)`` in every rank before its first batch of each epoch."""
+        return self._set(epoch_fn=fn)
+
+    def checkpoint_every(
+        self, n: int, fn: Callable[[int, torch.nn.Module], None] | None = None
+    ) -> TrainerBuilder:
+        """Every ``n`` global epochs call ``fn(version, model)`` on rank 0 (errors are logged)."""
+        self._set(checkpoint_every=_positive("checkpoint_every", n))
+        return self._set(checkpoint_fn=fn) if fn is not None else self
+
+    def checkpoint_fn(self, fn: Callable[[int, torch.nn.Module], None]) -> TrainerBuilder:
+        return self._set(checkpoint_fn=fn)
+
+    def metrics_fn(self, fn: Callable[[EpochMetrics], Any]) -> TrainerBuilder:
+        """Called once per aggregated epoch in the calling process (errors are logged)."""
+        self._metrics_fn = fn
+        return self
+
+    def monitor(self, monitor: Any) -> TrainerBuilder:
+        """A :class:`flodl.Monitor`; every aggregated epoch is logged to it."""
+        self._monitor = monitor
+        return self
+
+    def timeout(self, seconds: float) -> TrainerBuilder:
+        """How long a collective or a silent rank may stall before the run fails (default 60 s)."""
+        return self._set(timeout=float(seconds))
+
+    # run
+    def _validate(self) -> TrainSpec:
+        spec = self._spec
+        for name in ("dataset", "batch_size", "num_epochs"):
+            if getattr(spec, name) is None:
+                raise TrainerConfigError(
+                    f"Trainer.builder: {name} is required — call .{name}(...) before .run()"
+                )
+        return spec
+
+    def run(self) -> TrainingHandle:
+        """Start training. One device: trains now and returns a finished handle. Several: returns at
+        once; ``handle.join()`` waits."""
+        spec = self._validate()
+        started = time.monotonic()
+
+        def on_epoch(metrics: EpochMetrics) -> None:
+            handle._on_epoch(metrics)
+            for hook in (self._metrics_fn, self._log_to_monitor):
+                if hook is None:
+                    continue
+                try:
+                    hook(metrics) if hook is self._metrics_fn else hook(metrics, started)
+                except Exception as err:  # a failing callback must not stop training
+                    import traceback
+
+                    traceback.print_exception(err)
+
+        if under_launcher():
+            import os
+
+            world = int(os.environ["WORLD_SIZE"])
+            handle = TrainingHandle(world, [])
+            state = run_under_launcher(spec, on_epoch)
+            handle._join = lambda: state
+            self._finish_monitor()
+            return handle
+        devices = resolve_devices(spec.devices)
+        handle = TrainingHandle(len(devices), devices)
+        if len(devices) == 1:
+            state = run_local(spec, devices[0], on_epoch)
+            handle._join = lambda: state
+            self._finish_monitor()
+            return handle
+        spawned = SpawnedRun(spec, devices, on_epoch)
+        handle.pids = spawned.pids
+
+        def join() -> TrainedState:
+            try:
+                return spawned.join()
+            finally:
+                self._finish_monitor()
+
+        handle._join = join
+        return handle
+
+    def _log_to_monitor(self, metrics: EpochMetrics, started: float) -> None:
+        if self._monitor is not None:
+            self._monitor.log(metrics.epoch, metrics.epoch_ms / 1e3, metrics.as_dict())
+
+    def _finish_monitor(self) -> None:
+        if self._monitor is not None and hasattr(self._monitor, "finish"):
+            self._monitor.finish()
+
+
+class Trainer:
+    """Entry points: :meth:`builder` (the framework runs the loop)."""
+
+    @staticmethod
+    def builder(
+        model_factory: Callable, optim_factory: Callable, train_step: Callable
+    ) -> TrainerBuilder:
+        """``model_factory(device) -> nn.Module``, ``optim_factory(params) -> Optimizer``,
+        ``train_step(model, batch) -> scalar loss`` (the framework does backward and the step)."""
+        return TrainerBuilder(model_factory, optim_factory, train_step)
+
+
+def _positive(name: str, n: int) -> int:
+    if int(n) < 1:
+        raise TrainerConfigError(f"{name} must be >= 1, got {n}")
+    return int(n)

@@ -1,0 +1,137 @@
+"""Carrying messages between ranks and the coordinator over a c10d ``TCPStore``.
+
+Each direction is a sequence of keys: the coordinator writes ``ctl/<rank>/<n>``, a rank writes
+``up/<rank>/<n>``. Readers are helper threads blocking on ``store.wait`` (with a short timeout, so
+they notice when to stop) and pushing into a ``queue.Queue`` the training loop drains without
+blocking. Every thread uses its own store client (c10d stores are not shared across threads).
+Values are pickled: both ends are processes of the same training job.
+"""
+
+from __future__ import annotations
+
+import pickle
+import queue
+import threading
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+_STOP = b"\x00flodl-stop"
+
+
+def client(host: str, port: int, timeout: float = 60.0) -> dist.TCPStore:
+    return dist.TCPStore(
+        host, port, is_master=False, timeout=timedelta(seconds=timeout), wait_for_workers=False
+    )
+
+
+class KeyStream:
+    """Reads ``<prefix>/0``, ``<prefix>/1``, ... in order on a background thread."""
+
+    def __init__(self, host: str, port: int, prefix: str, sink: queue.Queue) -> None:
+        self._host, self._port = host, port
+        self._store = client(host, port, timeout=3600)
+        self._prefix, self._sink = prefix, sink
+        self._next = 0
+        self._thread = threading.Thread(target=self._run, name=f"flodl-recv-{prefix}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            key = f"{self._prefix}/{self._next}"
+            try:
+                raw = self._store.get(key)  # blocks until the key exists
+                self._store.delete_key(key)
+            except RuntimeError:  # the store went away: the job is over
+                return
+            if raw == _STOP:
+                return
+            self._next += 1
+            self._sink.put(pickle.loads(raw))
+
+    def stop(self) -> None:
+        """End the reader: a stop marker in the next slot (never over a real message)."""
+        if not self._thread.is_alive():
+            return
+        try:
+            store = client(self._host, self._port, timeout=5)
+            n = self._next
+            while store.compare_set(f"{self._prefix}/{n}", "", _STOP) != _STOP:
+                n += 1  # a real message is there: the reader will consume it first
+        except RuntimeError:
+            return
+        self._thread.join(timeout=5)
+
+
+class KeyWriter:
+    """Writes ``<prefix>/0``, ``<prefix>/1``, ... (one writer per prefix)."""
+
+    def __init__(self, store: dist.TCPStore, prefix: str) -> None:
+        self._store, self._prefix, self._n = store, prefix, 0
+
+    def put(self, value: Any) -> bool:
+        """Write the next message; False (dropped) once the reader has stopped."""
+        raw = pickle.dumps(value)
+        if self._store.compare_set(f"{self._prefix}/{self._n}", "", raw) != raw:
+            return False  # the slot holds the reader's stop marker
+        self._n += 1
+        return True
+
+
+class RankChannel:
+    """A rank's end: send to the coordinator, receive control messages."""
+
+    def __init__(self, host: str, port: int, rank: int) -> None:
+        self._inbox: queue.Queue = queue.Queue()
+        self._reader = KeyStream(host, port, f"ctl/{rank}", self._inbox)
+        self._writer = KeyWriter(client(host, port), f"up/{rank}")
+
+    def send(self, msg: Any) -> None:
+        self._writer.put(msg)
+
+    def poll(self) -> list[Any]:
+        out = []
+        while True:
+            try:
+                out.append(self._inbox.get_nowait())
+            except queue.Empty:
+                return out
+
+    def wait(self, timeout: float) -> Any:
+        try:
+            return self._inbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        self._reader.stop()
+
+
+class CoordinatorChannel:
+    """The coordinator's end: one inbox fed by every rank, one writer per rank."""
+
+    def __init__(self, host: str, port: int, world: int) -> None:
+        self.inbox: queue.Queue = queue.Queue()
+        self._readers = [KeyStream(host, port, f"up/{r}", self.inbox) for r in range(world)]
+        store = client(host, port)
+        self._writers = [KeyWriter(store, f"ctl/{r}") for r in range(world)]
+        self.store = store
+
+    def send(self, rank: int, msg: Any) -> None:
+        self._writers[rank].put(msg)
+
+    def close(self) -> None:
+        for reader in self._readers:
+            reader.stop()
+
+
+class GlooCollective:
+    """Parameter averaging over the default process group (gloo on CPU, NCCL on GPUs)."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+
+    def average_(self, flat) -> None:
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat.div_(self.world)

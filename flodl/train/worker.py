@@ -1,0 +1,308 @@
+"""One rank's training: batches, local optimizer steps, and the control messages in between.
+
+The loop is the original's worker (reference §2.10, §1.5): wait for a plan while handling control
+messages; per batch run the user's ``train_step`` → backward → clip → scheduler LR → step →
+zero_grad → report timing → handle control. Control is polled after every batch and while waiting
+for anything, so a peer's collective never waits on a rank that is idle.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+from flodl.train import context
+from flodl.train.batches import fetch_batch
+from flodl.train.messages import (
+    ApplyPolicy,
+    BatchTiming,
+    Checkpoint,
+    ControlMsg,
+    EpochPlan,
+    Exiting,
+    RequestParams,
+    SetGlobalStep,
+    Shutdown,
+    Snapshot,
+    StartEpoch,
+    SyncAck,
+    SyncNow,
+    Throttle,
+    Update,
+)
+from flodl.train.metrics import MetricsMsg
+from flodl.train.partition import make_partition
+
+FINAL_ROUND = -1
+
+
+class Channel(Protocol):
+    """The worker's side of the transport."""
+
+    def send(self, msg: Any) -> None: ...
+    def poll(self) -> list[ControlMsg]: ...
+    def wait(self, timeout: float) -> ControlMsg | None: ...
+
+
+class Collective(Protocol):
+    def average_(self, flat: torch.Tensor) -> None: ...
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def scheduler_lr(scheduler: Any, step: int) -> float:
+    return float(scheduler.lr(step) if hasattr(scheduler, "lr") else scheduler(step))
+
+
+class Worker:
+    """A model, its optimizer and the user's train step, on one device."""
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        world: int,
+        device: torch.device,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        train_step: Callable[[torch.nn.Module, list[torch.Tensor]], torch.Tensor],
+        dataset: Any,
+        dataset_size: int,
+        batch_size: int,
+        seed: int,
+        policy: ApplyPolicy = ApplyPolicy.SYNC,
+        scheduler: Any = None,
+        lr_scale: float = 1.0,
+        max_grad_norm: float | None = None,
+        epoch_fn: Callable[[int, Worker], None] | None = None,
+        checkpoint_fn: Callable[[int, torch.nn.Module], None] | None = None,
+        max_batches: int | None = None,
+        channel: Channel | None = None,
+        collective: Collective | None = None,
+    ) -> None:
+        self.rank, self.world, self.device = rank, world, device
+        self.model, self.optimizer, self.train_step = model, optimizer, train_step
+        self.dataset, self.dataset_size, self.batch_size, self.seed = (
+            dataset,
+            dataset_size,
+            batch_size,
+            seed,
+        )
+        self.policy = policy
+        self.scheduler, self.lr_scale, self.max_grad_norm = scheduler, lr_scale, max_grad_norm
+        self.epoch_fn, self.checkpoint_fn = epoch_fn, checkpoint_fn
+        self.max_batches = max_batches
+        self.channel, self.collective = channel, collective
+        self.local_step = 0
+        self.global_step = 0
+        self.steps_since_avg = 0
+        self.version = 0
+        self.current_epoch: int | None = None
+        self.plans: deque[EpochPlan] = deque()
+        self.ctx = context.WorkerContext(rank=rank, world_size=world, device=device)
+        context.install(self.ctx)
+        if scheduler is None and lr_scale != 1.0:
+            for group in optimizer.param_groups:
+                group["lr"] *= lr_scale
+
+    # -- one batch -------------------------------------------------------------------------------
+
+    def train_batch(self, batch: list[torch.Tensor]) -> tuple[float, float]:
+        """Forward + loss (the user's step), backward, clip, LR, optimizer step. Returns (loss, ms)."""
+        start = time.perf_counter()
+        if self.scheduler is not None:
+            lr = (
+                scheduler_lr(self.scheduler, self.global_step + self.steps_since_avg)
+                * self.lr_scale
+            )
+            set_lr(self.optimizer, lr)
+        loss = self.train_step(self.model, batch)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise TypeError(
+                f"train_step must return a scalar loss tensor, got {type(loss).__name__}"
+                + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else "")
+            )
+        value = float(loss.detach())
+        loss.backward()
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.local_step += 1
+        self.steps_since_avg += 1
+        self.ctx.local_step = self.local_step
+        return value, (time.perf_counter() - start) * 1e3
+
+    # -- plans -----------------------------------------------------------------------------------
+
+    def run_plan(self, plan: EpochPlan) -> MetricsMsg | None:
+        """Train every full batch of the plan; None if a Shutdown arrived mid-plan."""
+        if plan.epoch != self.current_epoch:
+            self.current_epoch = plan.epoch
+            self.ctx.epoch = plan.epoch
+            if self.epoch_fn is not None:
+                self.epoch_fn(plan.epoch, self)
+        indices = make_partition(
+            self.dataset_size, epoch=plan.epoch, offset=plan.offset, size=plan.size, seed=self.seed
+        )
+        n_batches = len(indices) // self.batch_size
+        if self.max_batches is not None:
+            n_batches = min(n_batches, self.max_batches)
+        start = time.perf_counter()
+        loss_sum = 0.0
+        for b in range(n_batches):
+            batch = fetch_batch(
+                self.dataset, indices[b * self.batch_size : (b + 1) * self.batch_size], self.device
+            )
+            loss, ms = self.train_batch(batch)
+            loss_sum += loss
+            if self.channel is not None:
+                self.channel.send(BatchTiming(self.rank, ms, self.local_step, loss))
+                if self.handle_all(self.channel.poll()) == "shutdown":
+                    return None
+        return MetricsMsg(
+            rank=self.rank,
+            epoch=plan.epoch,
+            avg_loss=loss_sum / n_batches if n_batches else 0.0,
+            batches=n_batches,
+            epoch_ms=(time.perf_counter() - start) * 1e3,
+            samples=plan.size,  # the whole slice is done, including a dropped partial tail
+            scalars=context.drain_scalars(),
+            device_index=self.device.index or 0,
+        )
+
+    # -- control ---------------------------------------------------------------------------------
+
+    def handle_all(self, messages: list[ControlMsg]) -> str | None:
+        for msg in messages:
+            if self.handle(msg) == "shutdown":
+                return "shutdown"
+        return None
+
+    def handle(self, msg: ControlMsg) -> str | None:
+        match msg:
+            case StartEpoch(plan=plan):
+                self.plans.append(plan)
+            case SyncNow(version=version):
+                self._collective_average(version)
+            case RequestParams(round=rnd):
+                self._send_snapshot(rnd)
+            case Update():
+                self.load_state(msg.params, msg.buffers)
+                self.version = msg.version
+                self.steps_since_avg = 0
+            case SetGlobalStep(step=step):
+                self.global_step = step
+                self.ctx.global_step = step
+            case Checkpoint(version=version):
+                if self.checkpoint_fn is not None and self.rank == 0:
+                    try:
+                        self.checkpoint_fn(version, self.model)
+                    except Exception:  # a failed checkpoint must not stop training
+                        traceback.print_exc()
+            case Throttle():
+                return self._throttled()
+            case Shutdown():
+                return "shutdown"
+        return None
+
+    def _throttled(self) -> str | None:
+        """Block (handling messages) until the next averaging releases this rank."""
+        assert self.channel is not None
+        while True:
+            msg = self.channel.wait(timeout=1.0)
+            if msg is None or isinstance(msg, Throttle):
+                continue
+            if self.handle(msg) == "shutdown":
+                return "shutdown"
+            if isinstance(msg, (SyncNow, Update)):
+                return None
+
+    def wait_for_plan(self) -> EpochPlan | None:
+        assert self.channel is not None
+        while not self.plans:
+            msg = self.channel.wait(timeout=1.0)
+            if msg is not None and self.handle(msg) == "shutdown":
+                return None
+        return self.plans.popleft()
+
+    def run(self) -> None:
+        """The rank's whole life under a coordinator: plans until Shutdown, then the final snapshot."""
+        assert self.channel is not None
+        try:
+            while (plan := self.wait_for_plan()) is not None:
+                metrics = self.run_plan(plan)
+                if metrics is None:
+                    break
+                self.channel.send(metrics)
+        except BaseException as err:
+            self.channel.send(Exiting(self.rank, error=_describe(err, self)))
+            raise
+        self._send_snapshot(FINAL_ROUND)
+        self.channel.send(Exiting(self.rank))
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def params(self) -> list[torch.Tensor]:
+        return [p.detach() for p in self.model.parameters()]
+
+    def buffers(self) -> list[torch.Tensor]:
+        return [b.detach() for b in self.model.buffers()]
+
+    def _send_snapshot(self, rnd: int) -> None:
+        assert self.channel is not None
+        self.channel.send(
+            Snapshot(
+                rank=self.rank,
+                round=rnd,
+                params=[p.cpu().clone() for p in self.params()],
+                buffers=[b.cpu().clone() for b in self.buffers()],
+                batch_count=max(self.steps_since_avg, 1),
+            )
+        )
+
+    def load_state(self, params: list[torch.Tensor], buffers: list[torch.Tensor]) -> None:
+        own_params, own_buffers = self.params(), self.buffers()
+        if len(params) != len(own_params) or len(buffers) != len(own_buffers):
+            raise ValueError(
+                f"rank {self.rank}: averaged state has {len(params)} params / {len(buffers)} buffers, "
+                f"the model has {len(own_params)} / {len(own_buffers)}"
+            )
+        with torch.no_grad():
+            for mine, new in zip([*own_params, *own_buffers], [*params, *buffers], strict=True):
+                mine.copy_(new.to(mine.device, non_blocking=True))
+
+    def _collective_average(self, version: int) -> None:
+        assert self.collective is not None and self.channel is not None
+        start = time.perf_counter()
+        params = self.params()
+        flat = torch.nn.utils.parameters_to_vector(params)
+        before = flat.clone() if self.policy is not ApplyPolicy.SYNC else None
+        self.collective.average_(flat)
+        torch.nn.utils.vector_to_parameters(flat, list(self.model.parameters()))
+        divergence = None
+        if before is not None:
+            norm = float(flat.norm())
+            divergence = float((before - flat).norm()) / norm if norm > 1e-10 else 0.0
+        self.version = version
+        self.steps_since_avg = 0
+        self.channel.send(
+            SyncAck(
+                self.rank, version, self.local_step, divergence, (time.perf_counter() - start) * 1e3
+            )
+        )
+
+
+def _describe(err: BaseException, worker: Worker) -> str:
+    return (
+        f"rank {worker.rank} failed at local step {worker.local_step} "
+        f"(epoch {worker.current_epoch}):\n" + "".join(traceback.format_exception(err))
+    )

@@ -1,0 +1,148 @@
+"""Convergence guard, partitions, chunk pools and metrics aggregation (reference §7)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from flodl.train.errors import TrainerConfigError
+from flodl.train.guard import HISTORY, ConvergenceGuard, GuardAction
+from flodl.train.metrics import MetricsMsg, aggregate_epoch_metrics
+from flodl.train.partition import (
+    ChunkPool,
+    equal_sizes,
+    make_partition,
+    ratio_sizes,
+    shard_sizes,
+    throughput_sizes,
+)
+from tests.conftest import clean_env
+
+S, G = GuardAction.STABLE, GuardAction.SUPPRESS_GROWTH
+
+
+def feed(guard: ConvergenceGuard, values: list[float], **kw) -> list[GuardAction]:
+    return [guard.observe([v, v / 2], **kw) for v in values]
+
+
+def test_guard_suppresses_only_a_rising_trend_above_threshold():
+    assert feed(ConvergenceGuard(0.05), [0.06, 0.07, 0.08]) == [S, S, G]
+    assert feed(ConvergenceGuard(0.05), [0.01, 0.02, 0.03]) == [S, S, S]  # rising but small
+    assert feed(ConvergenceGuard(0.05), [0.1, 0.1, 0.1]) == [S, S, S]  # flat
+    assert feed(ConvergenceGuard(0.05), [0.01, 0.9, 0.02, 0.01]) == [S, S, S, S]  # a spike
+
+
+def test_guard_disabled_or_sync_policy_is_always_stable():
+    assert feed(ConvergenceGuard(0.05, enabled=False), [0.06, 0.07, 0.08]) == [S, S, S]
+    assert feed(ConvergenceGuard(0.05), [0.06, 0.07, 0.08], sync_policy=True) == [S, S, S]
+
+
+def test_guard_history_is_capped():
+    guard = ConvergenceGuard()
+    feed(guard, [0.1 * i for i in range(10)])
+    assert len(guard.history) == HISTORY
+
+
+def test_partitions_cover_every_index_once():
+    n = 103
+    for sizes in ([52, 51], [34, 34, 35], [90, 13]):
+        offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+        parts = [
+            make_partition(n, epoch=3, offset=o, size=s, seed=1)
+            for o, s in zip(offsets, sizes, strict=True)
+        ]
+        flat = [i for p in parts for i in p]
+        assert sorted(flat) == list(range(n))
+
+
+def test_partitions_are_deterministic_and_differ_across_epochs_and_seeds():
+    a = make_partition(50, epoch=0, offset=0, size=50, seed=42)
+    assert a == make_partition(50, epoch=0, offset=0, size=50, seed=42)
+    assert a != make_partition(50, epoch=1, offset=0, size=50, seed=42)
+    assert a != make_partition(50, epoch=0, offset=0, size=50, seed=7)
+
+
+def test_partitions_agree_across_processes():
+    code = (
+        "from flodl.train.partition import make_partition;"
+        "print(make_partition(20, epoch=2, offset=0, size=20, seed=5))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=clean_env()
+    ).stdout.strip()
+    assert out == str(make_partition(20, epoch=2, offset=0, size=20, seed=5))
+
+
+def test_partition_outside_the_dataset_is_an_error():
+    with pytest.raises(TrainerConfigError, match="outside the dataset"):
+        make_partition(10, epoch=0, offset=8, size=5, seed=0)
+
+
+def test_partition_sizes():
+    assert equal_sizes(100, 3) == [34, 33, 33]
+    assert ratio_sizes(900, [3, 2, 1]) == [450, 300, 150]
+    assert ratio_sizes(10, [0, 0]) == [5, 5]
+    fast_first = throughput_sizes(100, [5.0, 10.0])
+    assert sum(fast_first) == 100 and fast_first[0] > fast_first[1]
+    with pytest.raises(TrainerConfigError):
+        ratio_sizes(10, [1, -1])
+
+
+def test_shard_sizes():
+    assert shard_sizes(11, [0.5, 0.5]) == [6, 5]
+    assert shard_sizes(10, [0.5, 0.3, 0.2]) == [5, 3, 2]
+    assert shard_sizes(3, [0.98, 0.01, 0.01]) == [1, 1, 1]
+    with pytest.raises(TrainerConfigError):
+        shard_sizes(1, [0.5, 0.5])
+
+
+def test_chunk_pool_hands_out_consecutive_slices():
+    pool = ChunkPool(epoch=0, size=10, world=2)
+    chunks = [pool.take(0, 3), pool.take(1, 3), pool.take(0, 3), pool.take(1, 3)]
+    assert chunks == [(0, 3), (3, 3), (6, 3), (9, 1)]
+    assert pool.take(0, 3) is None
+    assert pool.take(0, 0) == (10, 0)
+
+
+def test_chunk_pool_done_only_when_everything_completed():
+    pool = ChunkPool(epoch=0, size=8, world=2)
+    pool.take(0, 4)
+    pool.take(1, 4)
+    assert not pool.done
+    pool.complete(0, 4)
+    assert pool.in_flight(1) == 4
+    assert not pool.done
+    pool.complete(1, 4)
+    assert pool.done
+    assert ChunkPool(epoch=1, size=0, world=2).done
+
+
+def test_metrics_are_batch_weighted():
+    msgs = [
+        MetricsMsg(0, 0, 0.5, 60, 10.0, 600, {"acc": (54.0, 60)}, device_index=0),
+        MetricsMsg(1, 0, 0.7, 40, 20.0, 400, {"acc": (20.0, 40)}, device_index=1),
+    ]
+    m = aggregate_epoch_metrics(0, msgs, world=2)
+    assert m.avg_loss == pytest.approx(0.58)
+    assert m.epoch_ms == 20.0
+    assert m.scalars["acc"] == pytest.approx((0.9 * 60 + 0.5 * 40) / 100)
+    assert m.per_rank == [{"acc": 0.9}, {"acc": 0.5}]
+    assert m.per_rank_throughput == [60.0, 20.0]
+    assert m.per_rank_batch_share == [0.6, 0.4]
+    assert m.device_indices == [0, 1]
+    assert m.as_dict()["loss"] == pytest.approx(0.58)
+
+
+def test_chunk_messages_collapse_to_one_entry_per_rank():
+    msgs = [
+        MetricsMsg(0, 0, 1.0, 10, 5.0, 100),
+        MetricsMsg(0, 0, 3.0, 10, 6.0, 100),
+        MetricsMsg(1, 0, 2.0, 20, 9.0, 200),
+    ]
+    m = aggregate_epoch_metrics(0, msgs, world=2, epoch_ms=15.0)
+    assert len(m.per_rank_batch_share) == 2
+    assert m.avg_loss == pytest.approx((10 + 30 + 40) / 40)
+    assert m.epoch_ms == 15.0
+    assert m.per_rank_batch_share == [0.5, 0.5]

@@ -1,0 +1,227 @@
+"""The Trainer end to end: one device in-process, and two gloo ranks on loopback."""
+
+from __future__ import annotations
+
+import pickle
+
+import psutil
+import pytest
+import torch
+
+import flodl as fl
+from flodl.train.errors import TrainerConfigError
+from tests.train import toy
+
+DATA = toy.regression_data()
+
+
+def builder(step=toy.mse_step, model=toy.make_model):
+    return fl.Trainer.builder(model, toy.make_sgd, step).dataset(DATA).batch_size(16)
+
+
+def final_loss(state: fl.TrainedState) -> float:
+    model = state.load_into(toy.make_model("cpu"))
+    x, y = DATA
+    with torch.no_grad():
+        return float(torch.nn.functional.mse_loss(model(x), y))
+
+
+def test_single_device_trains_and_reports_every_epoch():
+    seen = []
+    handle = builder().num_epochs(3).metrics_fn(seen.append).run()
+    state = handle.join()
+    assert [m.epoch for m in seen] == [0, 1, 2]
+    assert [m.epoch for m in handle.poll_metrics()] == [0, 1, 2]
+    assert seen[0].per_rank_batch_share == [1.0]
+    assert seen[-1].avg_loss < seen[0].avg_loss
+    assert len(state.params) == 2 and state.buffers == []
+    assert final_loss(state) < 0.05
+
+
+@pytest.mark.parametrize("missing", ["dataset", "batch_size", "num_epochs"])
+def test_required_settings_are_named(missing):
+    b = fl.Trainer.builder(toy.make_model, toy.make_sgd, toy.mse_step)
+    if missing != "dataset":
+        b.dataset(DATA)
+    if missing != "batch_size":
+        b.batch_size(8)
+    if missing != "num_epochs":
+        b.num_epochs(1)
+    with pytest.raises(TrainerConfigError, match=f"{missing} is required"):
+        b.run()
+
+
+def test_bad_values_are_rejected_at_the_setter():
+    with pytest.raises(TrainerConfigError, match="batch_size must be >= 1"):
+        builder().batch_size(0)
+
+
+def test_lambdas_cannot_go_to_spawned_ranks():
+    b = fl.Trainer.builder(lambda d: toy.make_model(d), toy.make_sgd, toy.mse_step)
+    b.dataset(DATA).batch_size(16).num_epochs(1).devices(["cpu", "cpu"])
+    with pytest.raises(TrainerConfigError, match="module-level functions"):
+        b.run()
+
+
+def test_train_step_must_return_a_scalar():
+    b = fl.Trainer.builder(toy.make_model, toy.make_sgd, lambda m, batch: m(batch[0]))
+    with pytest.raises(TypeError, match="scalar loss"):
+        b.dataset(DATA).batch_size(16).num_epochs(1).run()
+
+
+def test_smoke_mode_caps_epochs_and_batches(monkeypatch):
+    monkeypatch.setenv("FLODL_SMOKE", "1")
+    seen = []
+    builder().num_epochs(50).metrics_fn(seen.append).run().join()
+    assert len(seen) == 1 and seen[0].per_rank_throughput[0] > 0
+
+
+def test_checkpoint_every_single_device():
+    versions = []
+    builder().num_epochs(5).checkpoint_every(2, lambda v, m: versions.append(v)).run().join()
+    assert versions == [2, 4]
+
+
+def test_state_and_handle_pickle():
+    state = builder().num_epochs(1).run().join()
+    assert pickle.loads(pickle.dumps(state)).params[0].shape == state.params[0].shape
+
+
+POLICIES = [fl.ApplyPolicy.SYNC, fl.ApplyPolicy.CADENCE, fl.ApplyPolicy.ASYNC]
+BACKENDS = [fl.AverageBackend.NCCL, fl.AverageBackend.CPU]
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.value)
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.value)
+def test_two_cpu_ranks_every_policy_and_backend(policy, backend):
+    seen = []
+    handle = (
+        builder()
+        .num_epochs(2)
+        .devices(["cpu", "cpu"])
+        .policy(policy)
+        .backend(backend)
+        .anchor(2)
+        .timeout(30)
+        .metrics_fn(seen.append)
+        .run()
+    )
+    assert handle.world_size == 2
+    state = handle.join()
+    assert [m.epoch for m in seen] == [0, 1]
+    assert len(seen[0].per_rank_batch_share) == 2
+    assert final_loss(state) < 0.5  # the averaged model learned the regression
+
+
+def two_ranks(step, **kw):
+    b = (
+        builder(step)
+        .num_epochs(kw.pop("epochs", 3))
+        .devices(["cpu", "cpu"])
+        .timeout(kw.pop("timeout", 20))
+    )
+    for name, value in kw.items():
+        getattr(b, name)(value)
+    return b
+
+
+@pytest.mark.multiproc
+def test_an_exception_in_one_rank_surfaces_from_join_with_rank_step_and_traceback():
+    handle = two_ranks(toy.failing_step, policy=fl.ApplyPolicy.SYNC).run()
+    with pytest.raises(fl.TrainingError) as info:
+        handle.join()
+    err = info.value
+    assert err.rank == 1
+    assert "local step 3" in str(err)
+    assert "ValueError: injected failure in train_step" in str(err)
+    assert "failing_step" in err.details  # the original traceback
+
+
+@pytest.mark.multiproc
+def test_a_killed_rank_fails_the_run_quickly_and_leaves_no_process():
+    handle = two_ranks(toy.crashing_step).run()
+    with pytest.raises(fl.TrainingError, match="rank 1"):
+        handle.join()
+    assert len(handle.pids) == 2
+    for pid in handle.pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.multiproc
+def test_a_hung_rank_is_detected_by_the_no_progress_timeout():
+    handle = two_ranks(toy.hanging_step, timeout=4).run()
+    with pytest.raises(fl.TrainingError, match="rank 1 made no progress for 4 s"):
+        handle.join()
+    for pid in handle.pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.multiproc
+def test_el_che_gives_the_fast_rank_more_work():
+    seen = []
+    two_ranks(toy.slow_rank1_step, epochs=3, policy=fl.ApplyPolicy.CADENCE, anchor=4).metrics_fn(
+        seen.append
+    ).run().join()
+    last = seen[-1]
+    assert last.batch_counts[0] > last.batch_counts[1]  # El Che measured rank 1 as slower
+    assert last.per_rank_batch_share[0] > 0.55  # and the fast rank trained on more samples
+
+
+@pytest.mark.multiproc
+def test_averaged_model_reaches_the_single_device_loss_band():
+    single = builder().num_epochs(4).run().join()
+    multi = two_ranks(toy.mse_step, epochs=4, policy=fl.ApplyPolicy.CADENCE).run().join()
+    assert final_loss(single) < 0.05
+    assert final_loss(multi) < max(4 * final_loss(single), 0.05)
+
+
+@pytest.mark.multiproc
+def test_buffers_are_averaged_in_the_final_state():
+    state = (
+        fl.Trainer.builder(toy.make_model_with_buffer, toy.make_sgd, toy.mse_step)
+        .dataset(DATA)
+        .batch_size(16)
+        .num_epochs(1)
+        .devices(["cpu", "cpu"])
+        .backend(fl.AverageBackend.CPU)
+        .run()
+        .join()
+    )
+    assert len(state.buffers) == 3  # running_mean, running_var, num_batches_tracked
+    assert state.buffers[0].abs().sum() > 0  # statistics were really tracked
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+def test_torchrun_launch_joins_the_group_and_every_rank_gets_the_same_state(repo_root):
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_env
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(repo_root / "examples" / "ddp_regression.py"),
+            "--epochs",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=clean_env(OMP_NUM_THREADS="1"),
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = re.findall(r"rank (\d): world (\d) loss ([\d.]+) checksum (-?[\d.]+)", result.stdout)
+    assert sorted(r for r, *_ in lines) == ["0", "1"]
+    assert {w for _, w, *_ in lines} == {"2"}
+    assert len({c for *_, c in lines}) == 1  # identical averaged parameters on both ranks
+    assert float(lines[0][2]) < 1.0

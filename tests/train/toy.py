@@ -1,0 +1,72 @@
+"""Module-level factories for Trainer tests (spawned ranks import them by name)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+from torch import nn
+
+from flodl.train import context
+
+TRUE_W = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
+
+
+def regression_data(n: int = 512, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    y = x @ TRUE_W.T + 0.01 * torch.randn(n, 1, generator=g)
+    return x, y
+
+
+def make_model(device) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Linear(4, 1).to(device)
+
+
+def make_model_with_buffer(device) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)).to(device)
+
+
+def make_sgd(params) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.05)
+
+
+def mse_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    return nn.functional.mse_loss(model(x), y)
+
+
+def slow_rank1_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """Rank 1 is ~2x slower per batch: heterogeneous devices on one CPU."""
+    time.sleep(0.004 if context.current().rank == 1 else 0.002)
+    return mse_step(model, batch)
+
+
+def failing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    ctx = context.current()
+    if ctx.rank == 1 and ctx.local_step == 3:
+        raise ValueError("injected failure in train_step")
+    return mse_step(model, batch)
+
+
+def crashing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    ctx = context.current()
+    if ctx.rank == 1 and ctx.local_step == 3:
+        os._exit(17)  # a hard crash: no Python cleanup, no message
+    return mse_step(model, batch)
+
+
+def hanging_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    ctx = context.current()
+    if ctx.rank == 1 and ctx.local_step == 3:
+        time.sleep(3600)
+    return mse_step(model, batch)
+
+
+def scalar_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    loss = mse_step(model, batch)
+    context.record_scalar("rank", float(context.current().rank))
+    return loss
