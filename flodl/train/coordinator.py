@@ -267,8 +267,9 @@ class Coordinator:
             out: Outbox = [(r, SyncNow(self.version + 1)) for r in range(w)]
             self.ack_pending = [True] * w
             # Parity decision: feed the collective's measured cost (from the previous acks) to El Che,
-            # so the anchor auto-tunes with the collective backend too (the original fed 0).
-            self.last_sync_ms = max(self.sync_ms)
+            # so the anchor auto-tunes with the collective backend too (the original fed 0). The
+            # fastest rank's time is the communication itself; the others also waited for it.
+            self.last_sync_ms = min(self.sync_ms)
             divergences = [d or 0.0 for d in self.divergences]
             out += self._finish(
                 self.steps_since_avg, self.wall_ms_accum, self.last_sync_ms, divergences

@@ -132,6 +132,10 @@ class GlooCollective:
     def __init__(self, world: int) -> None:
         self.world = world
 
-    def average_(self, flat) -> None:
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        flat.div_(self.world)
+    def average_(self, flat, weight: float) -> None:
+        """In place: ``Σ w_r · θ_r / Σ w_r`` over ranks, in one all-reduce (the weight rides along)."""
+        import torch
+
+        buf = torch.cat([flat * weight, flat.new_tensor([weight])])
+        dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+        flat.copy_(buf[:-1] / buf[-1])

@@ -50,7 +50,7 @@ class Channel(Protocol):
 
 
 class Collective(Protocol):
-    def average_(self, flat: torch.Tensor) -> None: ...
+    def average_(self, flat: torch.Tensor, weight: float) -> None: ...
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -286,7 +286,9 @@ class Worker:
         params = self.params()
         flat = torch.nn.utils.parameters_to_vector(params)
         before = flat.clone() if self.policy is not ApplyPolicy.SYNC else None
-        self.collective.average_(flat)
+        # Weighted by batches trained since the last average: a rank that barely trained (a late
+        # start, a slow device) must not drag the average back towards where it started.
+        self.collective.average_(flat, float(max(self.steps_since_avg, 1)))
         torch.nn.utils.vector_to_parameters(flat, list(self.model.parameters()))
         divergence = None
         if before is not None:
