@@ -13,6 +13,7 @@ MODULES = [
     "flodl.optim.factories",
     "flodl.optim.clip",
     "flodl.random",
+    "flodl.device",
     "flodl.nn.functional",
     "flodl.nn.init",
 ]
