@@ -16,6 +16,7 @@ MODULES = [
     "flodl.device",
     "flodl.nn.functional",
     "flodl.nn.init",
+    "flodl.nn.blur",
 ]
 
 

@@ -126,3 +126,15 @@ def test_blur_is_differentiable():
 def test_blur_bad_inputs(x, sigma, match):
     with pytest.raises(FunctionalError, match=match):
         gaussian_blur_2d(x, sigma)
+
+
+def test_gaussian_blur_module_is_the_functional_without_state():
+    from flodl.nn.blur import GaussianBlur
+
+    blur = GaussianBlur(1.0)
+    x = torch.randn(2, 3, 10, 10)
+    assert torch.equal(blur(x), gaussian_blur_2d(x, 1.0))
+    assert list(blur.parameters()) == [] and blur.state_dict() == {}
+    assert blur.kernel_size == 7
+    with pytest.raises(FunctionalError, match="sigma must be > 0"):
+        GaussianBlur(-1.0)
