@@ -30,13 +30,13 @@ def _flat_params(params: Iterable[Any]) -> tuple[list[Any], list[Any]]:
             "the optimizer got an empty parameter list — did the model build any layers?"
         )
     tensors: list[Any] = []
-    for item in items:
+    for index, item in enumerate(items):
         if isinstance(item, dict):
             group = item.get("params")
             if group is None:
                 raise OptimError(f"a param group needs a 'params' entry, got keys {sorted(item)}")
             group = [group] if isinstance(group, torch.Tensor) else list(group)
-            item["params"] = group
+            items[index] = {**item, "params": group}  # generators are read once: keep the list
             tensors.extend(p[1] if isinstance(p, tuple) else p for p in group)
         else:
             tensors.append(item[1] if isinstance(item, tuple) else item)

@@ -91,6 +91,9 @@ def test_param_groups_and_named_parameters():
     )
     assert [g["lr"] for g in opt.param_groups] == [0.1, 0.01]
     assert len(fl.optim.SGD(net.named_parameters(), 0.1).param_groups[0]["params"]) == 4
+    group = {"params": net[0].weight, "lr": 0.5}
+    fl.optim.SGD([group], 0.1)
+    assert group == {"params": net[0].weight, "lr": 0.5}  # the caller's dict is left alone
 
 
 def test_empty_parameters_are_a_clear_error():
