@@ -6,7 +6,7 @@
   followed by ``.item()`` (what a loop that logs the norm does) on a 48-tensor MLP, in the
   common case where the norm is under the limit (flodl then skips the multiply; torch does not).
 - optimizer step: ``fl.optim.Adam`` (foreach on CPU) vs ``torch.optim.Adam`` with its CPU
-  default (per-tensor loop).
+  default (per-tensor loop), and torch's CPU fused kernel for reference.
 """
 
 from __future__ import annotations
@@ -86,10 +86,15 @@ def clip_cases() -> dict[str, object]:
 
 
 def adam_cases() -> dict[str, object]:
-    a, b = _with_grads(_mlp()), _with_grads(_mlp())
+    a, b, c = _with_grads(_mlp()), _with_grads(_mlp()), _with_grads(_mlp())
     ours = fl.optim.Adam(a.parameters(), lr=1e-3)
     theirs = torch.optim.Adam(b.parameters(), lr=1e-3)
-    return {"torch Adam (CPU default)": theirs.step, "fl.optim.Adam (foreach)": ours.step}
+    fused = torch.optim.Adam(c.parameters(), lr=1e-3, fused=True)  # CPU fused kernel (torch >= 2.4)
+    return {
+        "torch Adam (CPU default)": theirs.step,
+        "fl.optim.Adam (foreach)": ours.step,
+        "torch Adam fused=True on CPU": fused.step,
+    }
 
 
 def main(rounds: int = 15) -> list[dict[str, object]]:
