@@ -155,6 +155,16 @@ class Rng:
         self.shuffle(order)
         return order
 
+    def torch_generator(self, device: str | torch.device = "cpu") -> torch.Generator:
+        """A ``torch.Generator`` seeded from this stream (one draw), for torch's sampling APIs.
+
+        E.g. ``DataLoader(ds, shuffle=True, generator=rng.torch_generator())`` or
+        ``torch.randperm(n, generator=...)``: reproducible without touching the global seed.
+        """
+        generator = torch.Generator(device=device)
+        generator.manual_seed(self.u64())
+        return generator
+
     def choice(self, items: Sequence[T]) -> T:
         """One element of a non-empty sequence, uniformly."""
         if not items:

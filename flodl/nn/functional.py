@@ -19,13 +19,18 @@ class FunctionalError(FlodlError, ValueError):
 
 
 def focal_loss(
-    logits: torch.Tensor, target: torch.Tensor, alpha: float = 0.25, gamma: float = 2.0
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    alpha: float = 0.25,
+    gamma: float = 2.0,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """Multi-class focal loss (Lin et al., 2017): ``mean_b[-alpha * (1 - p_t)^gamma * log p_t]``.
 
     ``logits`` is ``[B, C]`` (raw scores), ``target`` is ``[B]`` class indices; ``p_t`` is the
     softmax probability of the target class. ``log p_t`` comes from ``log_softmax``, so large logits
-    do not overflow. ``gamma = 0`` gives ``alpha`` times the cross-entropy. This is the original's
+    do not overflow. ``reduction`` is ``"mean"`` (the original's), ``"sum"`` or ``"none"`` (one
+    value per sample), as in torch's losses. ``gamma = 0`` gives ``alpha`` times the cross-entropy. This is the original's
     softmax definition — torchvision's ``sigmoid_focal_loss`` is the binary (per-logit sigmoid) one.
 
     >>> import torch
@@ -46,9 +51,16 @@ def focal_loss(
         raise FunctionalError(
             f"focal_loss target must hold integer class indices, got dtype {target.dtype}"
         )
+    if reduction not in ("mean", "sum", "none"):
+        raise FunctionalError(
+            f"focal_loss reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
+        )
     log_pt = torch.log_softmax(logits, dim=1).gather(1, target.long().unsqueeze(1)).squeeze(1)
     pt = log_pt.exp()
-    return (-alpha * (1.0 - pt).pow(gamma) * log_pt).mean()
+    per_sample = -alpha * (1.0 - pt).pow(gamma) * log_pt
+    if reduction == "none":
+        return per_sample
+    return per_sample.sum() if reduction == "sum" else per_sample.mean()
 
 
 def gaussian_kernel_size(sigma: float) -> int:

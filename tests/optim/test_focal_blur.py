@@ -52,6 +52,18 @@ def test_gamma_zero_is_alpha_times_cross_entropy():
     assert focal_loss(logits, target, alpha=0.5, gamma=0.0).item() == pytest.approx(0.5 * ce.item())
 
 
+def test_reductions():
+    logits, target = torch.tensor(LOGITS), torch.tensor(TARGET)
+    per_sample = focal_loss(logits, target, reduction="none")
+    assert per_sample.shape == (2,)
+    assert focal_loss(logits, target, reduction="sum").item() == pytest.approx(
+        per_sample.sum().item()
+    )
+    assert focal_loss(logits, target).item() == pytest.approx(per_sample.mean().item())
+    with pytest.raises(FunctionalError, match="reduction must be"):
+        focal_loss(logits, target, reduction="max")
+
+
 def test_easy_examples_are_down_weighted():
     easy = focal_loss(torch.tensor([[5.0, 0.0]]), torch.tensor([0]), 1.0, 2.0)
     hard = focal_loss(torch.tensor([[0.0, 5.0]]), torch.tensor([0]), 1.0, 2.0)

@@ -146,6 +146,14 @@ def test_state_dict_round_trips_through_json():
         restored.load_state_dict({"bit_generator": "MT19937"})
 
 
+def test_torch_generator_is_seeded_from_the_stream():
+    a, b = fl.Rng(21).torch_generator(), fl.Rng(21).torch_generator()
+    assert torch.equal(torch.randperm(50, generator=a), torch.randperm(50, generator=b))
+    r = fl.Rng(21)
+    first, second = r.torch_generator(), r.torch_generator()
+    assert first.initial_seed() != second.initial_seed()  # each call advances the stream
+
+
 def test_from_entropy_differs_between_calls():
     assert fl.Rng.from_entropy().u64() != fl.Rng.from_entropy().u64()
 
