@@ -215,6 +215,11 @@ class OneCycleLR(Scheduler):
         object.__setattr__(self, "warmup_frac", frac)
         object.__setattr__(self, "warmup_steps", round_half_away(float(total) * frac))
 
+    @classmethod
+    def with_warmup_frac(cls, max_lr: float, total_steps: int, warmup_frac: float) -> OneCycleLR:
+        """The original's constructor name for an explicit warmup fraction."""
+        return cls(max_lr, total_steps, warmup_frac)
+
     def lr(self, step: int) -> float:
         step = min(_step(step), self.total_steps)
         min_lr = self.max_lr / 25.0
@@ -249,6 +254,13 @@ class CyclicLR(Scheduler):
         down = _count("CyclicLR step_size_down", down, minimum=0)
         object.__setattr__(self, "step_size_up", up)
         object.__setattr__(self, "step_size_down", down)
+
+    @classmethod
+    def asymmetric(
+        cls, base_lr: float, max_lr: float, step_size_up: int, step_size_down: int
+    ) -> CyclicLR:
+        """The original's constructor name for different rising and falling lengths."""
+        return cls(base_lr, max_lr, step_size_up, step_size_down)
 
     def lr(self, step: int) -> float:
         up, down = self.step_size_up, self.step_size_down

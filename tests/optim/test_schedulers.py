@@ -185,6 +185,11 @@ def test_one_cycle_custom_warmup_peaks_there():
     assert s.lr(9) < s.lr(10)
 
 
+def test_original_constructor_names():
+    assert OneCycleLR.with_warmup_frac(0.01, 100, 0.1) == OneCycleLR(0.01, 100, warmup_frac=0.1)
+    assert CyclicLR.asymmetric(0.0, 1.0, 2, 8) == CyclicLR(0.0, 1.0, 2, 8)
+
+
 def test_one_cycle_warmup_rounds_half_away_from_zero():
     # 25 * 0.1 == 2.5: Rust rounds to 3 warmup steps; Python's round() would give 2.
     s = OneCycleLR(0.01, 25, warmup_frac=0.1)
