@@ -12,9 +12,10 @@ Each subsystem lives in its own subpackage (see docs/index.md); the names a user
 every day are re-exported here through each subpackage's ``__all__``.
 """
 
-from flodl import checkpoint, data, graph, monitor, nn, optim, random, train
+from flodl import checkpoint, data, device, graph, monitor, nn, optim, random, train
 from flodl._version import __version__
 from flodl.checkpoint import *  # noqa: F403  (re-export: each subpackage's __all__ is its public face)
+from flodl.device import *  # noqa: F403
 from flodl.errors import FlodlError
 from flodl.graph import *  # noqa: F403
 from flodl.monitor import *  # noqa: F403
@@ -26,12 +27,14 @@ __all__ = [
     "__version__",
     "checkpoint",
     "data",
+    "device",
     "graph",
     "monitor",
     "nn",
     "optim",
     "train",
     *checkpoint.__all__,
+    *device.__all__,
     *graph.__all__,
     *monitor.__all__,
     *random.__all__,

@@ -1,7 +1,46 @@
-"""Training utilities: learning-rate schedulers as pure calculators, optimizer helpers, param groups by graph path.
+"""Training utilities: learning-rate schedulers as pure calculators, optimizer helpers, clipping.
 
-Contract: DESIGN.md §3.2. Names listed in ``__all__`` are re-exported as ``flodl.<name>``
-when they belong at the top level (see flodl/__init__.py).
+Contract: DESIGN.md §3.2; formulas: the Rust original's (docs/training.md lists every difference
+from ``torch.optim.lr_scheduler``). ``fl.optim`` is a namespace: use ``fl.optim.CosineScheduler``,
+``fl.optim.apply(sched, opt, step)``, ``fl.optim.Adam(...)``.
 """
 
-__all__: list[str] = []
+from flodl.optim.clip import clip_grad_norm, clip_grad_value
+from flodl.optim.errors import OptimError
+from flodl.optim.factories import SGD, Adam, AdamW, kernel_choice
+from flodl.optim.lr import ScheduledLR, apply, get_lr, set_group_lr, set_lr
+from flodl.optim.schedulers import (
+    CosineScheduler,
+    CyclicLR,
+    ExponentialLR,
+    MultiStepLR,
+    OneCycleLR,
+    PlateauScheduler,
+    Scheduler,
+    StepDecay,
+    WarmupScheduler,
+)
+
+__all__ = [
+    "SGD",
+    "Adam",
+    "AdamW",
+    "CosineScheduler",
+    "CyclicLR",
+    "ExponentialLR",
+    "MultiStepLR",
+    "OneCycleLR",
+    "OptimError",
+    "PlateauScheduler",
+    "ScheduledLR",
+    "Scheduler",
+    "StepDecay",
+    "WarmupScheduler",
+    "apply",
+    "clip_grad_norm",
+    "clip_grad_value",
+    "get_lr",
+    "kernel_choice",
+    "set_group_lr",
+    "set_lr",
+]

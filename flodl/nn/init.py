@@ -1,0 +1,177 @@
+"""Initialisers that *return* a new float32 tensor, with the Rust original's exact semantics.
+
+torch's ``torch.nn.init`` functions fill an existing tensor in place and infer fans from its
+shape; these take the shape and the fans explicitly and return a fresh tensor — convenient when
+building parameters by hand (``nn.Parameter(init.kaiming_uniform((64, 32), fan_in=32))``). All draw
+from torch's global generator, so :func:`flodl.manual_seed` makes them reproducible.
+
+Two differ on purpose from torch's functions of the same name:
+
+- :func:`trunc_normal` takes its bounds ``a``, ``b`` **in units of std** around the mean and
+  **clamps** (torch's ``trunc_normal_`` takes absolute bounds and resamples), so mass piles up at
+  the bounds.
+- :func:`orthogonal` uses Gram-Schmidt on the rows of a square Gaussian matrix (no QR sign
+  correction), done in the original's arithmetic; it is O(n³) in Python-driven numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from flodl.errors import FlodlError
+
+__all__ = [
+    "InitError",
+    "kaiming_normal",
+    "kaiming_uniform",
+    "normal",
+    "orthogonal",
+    "trunc_normal",
+    "uniform",
+    "uniform_bias",
+    "xavier_normal",
+    "xavier_uniform",
+]
+
+Shape = int | Sequence[int]
+Device = torch.device | str | None
+
+
+class InitError(FlodlError, ValueError):
+    """An initialiser got a shape or fan it cannot use."""
+
+
+def _shape(shape: Shape) -> tuple[int, ...]:
+    return (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
+
+
+def _rand(shape: Shape, device: Device) -> torch.Tensor:
+    return torch.rand(_shape(shape), dtype=torch.float32, device=device)
+
+
+def _randn(shape: Shape, device: Device) -> torch.Tensor:
+    return torch.randn(_shape(shape), dtype=torch.float32, device=device)
+
+
+def _symmetric(shape: Shape, bound: float, device: Device) -> torch.Tensor:
+    # U(-b, b) as rand * 2b - b, the original's operation order.
+    return _rand(shape, device).mul(2.0 * bound).add(-bound)
+
+
+def _kaiming_std(fan_in: int, a: float) -> float:
+    gain = math.sqrt(2.0 / (1.0 + a * a))
+    return gain / math.sqrt(float(fan_in))
+
+
+def kaiming_uniform(
+    shape: Shape, fan_in: int, a: float = 0.0, device: Device = None
+) -> torch.Tensor:
+    """He uniform: ``U(-b, b)``, ``b = sqrt(3) * sqrt(2 / (1 + a²)) / sqrt(fan_in)``.
+
+    ``a`` is the negative slope after the layer: 0 for ReLU (``b = sqrt(6 / fan_in)``), ``sqrt(5)``
+    for torch's ``nn.Linear`` default (``b = 1 / sqrt(fan_in)``).
+
+    >>> kaiming_uniform((3, 4), fan_in=4).shape
+    torch.Size([3, 4])
+    """
+    return _symmetric(shape, math.sqrt(3.0) * _kaiming_std(fan_in, a), device)
+
+
+def kaiming_normal(
+    shape: Shape, fan_in: int, a: float = 0.0, device: Device = None
+) -> torch.Tensor:
+    """He normal: ``N(0, std²)``, ``std = sqrt(2 / (1 + a²)) / sqrt(fan_in)``."""
+    return _randn(shape, device).mul(_kaiming_std(fan_in, a))
+
+
+def xavier_uniform(shape: Shape, fan_in: int, fan_out: int, device: Device = None) -> torch.Tensor:
+    """Glorot uniform: ``U(-b, b)``, ``b = sqrt(6 / (fan_in + fan_out))`` (no gain argument)."""
+    return _symmetric(shape, math.sqrt(6.0 / float(fan_in + fan_out)), device)
+
+
+def xavier_normal(shape: Shape, fan_in: int, fan_out: int, device: Device = None) -> torch.Tensor:
+    """Glorot normal: ``N(0, std²)``, ``std = sqrt(2 / (fan_in + fan_out))``."""
+    return _randn(shape, device).mul(math.sqrt(2.0 / float(fan_in + fan_out)))
+
+
+def uniform_bias(fan_in: int, shape: Shape, device: Device = None) -> torch.Tensor:
+    """Bias init ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``. Note the order: ``fan_in`` first."""
+    return _symmetric(shape, 1.0 / math.sqrt(float(fan_in)), device)
+
+
+def uniform(shape: Shape, low: float, high: float, device: Device = None) -> torch.Tensor:
+    """``U(low, high)`` as ``rand * (high - low) + low``."""
+    return _rand(shape, device).mul(high - low).add(low)
+
+
+def normal(
+    shape: Shape, mean: float = 0.0, std: float = 1.0, device: Device = None
+) -> torch.Tensor:
+    """``N(mean, std²)`` as ``randn * std + mean``."""
+    return _randn(shape, device).mul(std).add(mean)
+
+
+def trunc_normal(
+    shape: Shape,
+    mean: float = 0.0,
+    std: float = 1.0,
+    a: float = -2.0,
+    b: float = 2.0,
+    device: Device = None,
+) -> torch.Tensor:
+    """``N(mean, std²)`` clamped to ``[mean + a*std, mean + b*std]`` — a, b in units of std.
+
+    This is not ``torch.nn.init.trunc_normal_`` (absolute bounds, resampling): values beyond the
+    bounds are clamped onto them, as in the original.
+
+    >>> t = trunc_normal(1000, mean=3.0, std=0.5)
+    >>> bool(t.min() >= 2.0 and t.max() <= 4.0)
+    True
+    """
+    low, high = mean + a * std, mean + b * std
+    return _randn(shape, device).mul(std).add(mean).clamp(low, high)
+
+
+def _sequential_sum(values: np.ndarray) -> float:
+    # Left-to-right accumulation, like the original's `dot += x * y` (numpy's sum is pairwise).
+    return float(np.cumsum(values)[-1]) if values.size else 0.0
+
+
+def orthogonal(shape: Sequence[int], gain: float = 1.0, device: Device = None) -> torch.Tensor:
+    """A (semi-)orthogonal ``[rows, cols]`` matrix scaled by ``gain``.
+
+    Draws an ``n × n`` Gaussian matrix (``n = max(rows, cols)``), orthonormalises its rows by
+    modified Gram-Schmidt — float32 storage, float64 dot products and norms, norm floored at
+    1e-10 — and keeps the top-left ``rows × cols`` block: orthonormal rows when ``rows <= cols``,
+    orthonormal columns otherwise. Multiplies by ``gain`` only when it differs from 1 by > 1e-10.
+
+    >>> q = orthogonal((4, 6))
+    >>> bool(torch.allclose(q @ q.T, torch.eye(4), atol=1e-5))
+    True
+    """
+    dims = _shape(shape)
+    if len(dims) != 2:
+        raise InitError(
+            f"orthogonal init requires a 2D shape, got {list(dims)}; "
+            "reshape to [rows, prod(rest)] first"
+        )
+    rows, cols = dims
+    n = max(rows, cols)
+    data = _randn((n, n), device).cpu().numpy().astype(np.float32, copy=True)
+    done = np.empty((n, n), dtype=np.float64)  # float64 copies of finished rows
+    for i in range(n):
+        row = data[i]
+        for j in range(i):
+            prev = done[j]
+            dot = _sequential_sum(row.astype(np.float64) * prev)
+            row -= (dot * prev).astype(np.float32)
+        wide = row.astype(np.float64)
+        norm = max(math.sqrt(_sequential_sum(wide * wide)), 1e-10)
+        data[i] = (wide / norm).astype(np.float32)
+        done[i] = data[i].astype(np.float64)
+    result = torch.from_numpy(data)[:rows, :cols].contiguous().to(device or "cpu")
+    return result.mul(gain) if abs(gain - 1.0) > 1e-10 else result

@@ -1,0 +1,82 @@
+"""Gradient clipping that returns the measured value as a float (torch returns a tensor).
+
+Semantics are the original's: :func:`clip_grad_norm` rescales only when the global norm exceeds
+``max_norm`` and leaves non-finite norms alone; :func:`clip_grad_value` reports the largest absolute
+gradient seen before clipping. Both use torch's multi-tensor (``_foreach``) kernels: a constant
+number of kernel launches whatever the number of parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+
+from flodl.optim.errors import OptimError
+
+__all__ = ["clip_grad_norm", "clip_grad_value"]
+
+Params = torch.Tensor | torch.nn.Module | Iterable[torch.Tensor]
+
+
+def _grads(params: Params) -> list[torch.Tensor]:
+    if isinstance(params, torch.nn.Module):
+        params = params.parameters()
+    elif isinstance(params, torch.Tensor):
+        params = [params]
+    return [p.grad for p in params if p.grad is not None]
+
+
+def _check_limit(name: str, value: float) -> float:
+    value = float(value)
+    if not value >= 0.0:
+        raise OptimError(f"{name} must be a number >= 0, got {value}")
+    return value
+
+
+def clip_grad_norm(params: Params, max_norm: float) -> float:
+    """Scale all gradients so their global L2 norm is at most ``max_norm``; returns the norm before.
+
+    Scaling happens only if the norm is above ``max_norm``, by ``max_norm / (norm + 1e-6)``. With no
+    gradient at all it returns 0.0. A NaN or infinite norm is returned but nothing is scaled (torch
+    would multiply every gradient by NaN). ``params`` may be a module, a tensor or an iterable.
+
+    >>> import torch
+    >>> w = torch.zeros(2, requires_grad=True); w.grad = torch.tensor([3.0, 4.0])
+    >>> clip_grad_norm([w], 1.0)
+    5.0
+    """
+    max_norm = _check_limit("max_norm", max_norm)
+    grads = _grads(params)
+    if not grads:
+        return 0.0
+    norms = torch._foreach_norm(grads, 2.0)
+    device = grads[0].device
+    total_t = torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms]), 2.0)
+    total = float(total_t)
+    if total > max_norm:  # False for NaN: leave the gradients as they are
+        torch._foreach_mul_(grads, max_norm / (total + 1e-6))
+    return total
+
+
+def clip_grad_value(params: Params, max_val: float) -> float:
+    """Clamp every gradient element to ``[-max_val, max_val]``; returns the largest ``|g|`` before.
+
+    A gradient whose maximum is NaN does not count towards the returned maximum. With no gradient
+    at all it returns 0.0.
+
+    >>> import torch
+    >>> w = torch.zeros(2, requires_grad=True); w.grad = torch.tensor([10.0, -5.0])
+    >>> clip_grad_value(w, 2.0), w.grad.tolist()
+    (10.0, [2.0, -2.0])
+    """
+    max_val = _check_limit("max_val", max_val)
+    grads = [g for g in _grads(params) if g.numel() > 0]  # an empty tensor has no maximum
+    if not grads:
+        return 0.0
+    device = grads[0].device
+    peaks = torch.stack([n.to(device) for n in torch._foreach_norm(grads, math.inf)]).tolist()
+    torch._foreach_clamp_min_(grads, -max_val)
+    torch._foreach_clamp_max_(grads, max_val)
+    return max((p for p in peaks if not math.isnan(p)), default=0.0)

@@ -1,0 +1,127 @@
+"""``Adam`` / ``AdamW`` / ``SGD`` factories that pick torch's fastest kernel for where the params live.
+
+On CUDA every parameter update of a group runs as one fused multi-tensor kernel (``fused=True``);
+elsewhere the ``foreach`` implementation batches the per-tensor ops. The factories return plain
+``torch.optim`` optimizers, so everything torch offers (``state_dict``, param groups, schedulers)
+works unchanged. Build the optimizer *after* moving the model to its device, as in torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch.optim import Optimizer
+
+from flodl.optim.errors import OptimError
+
+__all__ = ["SGD", "Adam", "AdamW", "kernel_choice"]
+
+# dtypes torch's fused Adam/AdamW/SGD kernels accept.
+_FUSED_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+def _flat_params(params: Iterable[Any]) -> tuple[list[Any], list[Any]]:
+    """(what to hand to torch, every tensor in it) — params may be tensors, (name, tensor) or groups."""
+    items = list(params)
+    if not items:
+        raise OptimError(
+            "the optimizer got an empty parameter list — did the model build any layers?"
+        )
+    tensors: list[Any] = []
+    for index, item in enumerate(items):
+        if isinstance(item, dict):
+            group = item.get("params")
+            if group is None:
+                raise OptimError(f"a param group needs a 'params' entry, got keys {sorted(item)}")
+            group = [group] if isinstance(group, torch.Tensor) else list(group)
+            items[index] = {**item, "params": group}  # generators are read once: keep the list
+            tensors.extend(p[1] if isinstance(p, tuple) else p for p in group)
+        else:
+            tensors.append(item[1] if isinstance(item, tuple) else item)
+    return items, tensors
+
+
+def kernel_choice(tensors: Iterable[Any]) -> dict[str, bool]:
+    """The implementation keyword torch should use for ``tensors``: ``fused`` or ``foreach``.
+
+    ``{"fused": True}`` when every tensor is a floating-point CUDA tensor, else
+    ``{"foreach": True}``. Only ``.device`` and ``.dtype`` are read.
+
+    >>> import torch
+    >>> kernel_choice([torch.zeros(2)])
+    {'foreach': True}
+    """
+    tensors = list(tensors)
+    on_cuda = bool(tensors) and all(
+        t.device.type == "cuda" and t.dtype in _FUSED_DTYPES for t in tensors
+    )
+    return {"fused": True} if on_cuda else {"foreach": True}
+
+
+def _build(cls: type[Optimizer], params: Iterable[Any], kwargs: dict[str, Any]) -> Optimizer:
+    items, tensors = _flat_params(params)
+    if (
+        kwargs.get("fused") is None
+        and kwargs.get("foreach") is None
+        and not kwargs.get("differentiable")
+    ):
+        kwargs.pop("fused", None)
+        kwargs.pop("foreach", None)
+        kwargs.update(kernel_choice(tensors))
+    return cls(items, **kwargs)
+
+
+def Adam(  # named like the torch class it builds
+    params: Iterable[Any],
+    lr: float = 1e-3,
+    *,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    **kwargs: Any,
+) -> torch.optim.Adam:
+    """``torch.optim.Adam`` with the fused kernel on CUDA and ``foreach`` elsewhere.
+
+    Defaults are torch's (and the original's): betas (0.9, 0.999), eps 1e-8. Any other
+    ``torch.optim.Adam`` keyword passes through; an explicit ``fused=``/``foreach=`` wins.
+
+    >>> import torch, flodl as fl
+    >>> opt = fl.optim.Adam(torch.nn.Linear(2, 1).parameters(), lr=0.01)
+    >>> opt.param_groups[0]["foreach"], opt.param_groups[0]["fused"]
+    (True, None)
+    """
+    kwargs.update(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    return _build(torch.optim.Adam, params, kwargs)  # type: ignore[return-value]
+
+
+def AdamW(
+    params: Iterable[Any],
+    lr: float = 1e-3,
+    weight_decay: float = 0.01,
+    *,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    **kwargs: Any,
+) -> torch.optim.AdamW:
+    """``torch.optim.AdamW`` (decoupled weight decay, default 0.01) with the fastest kernel.
+
+    The positional order ``(params, lr, weight_decay)`` is the original's ``AdamW::new``.
+    """
+    kwargs.update(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    return _build(torch.optim.AdamW, params, kwargs)  # type: ignore[return-value]
+
+
+def SGD(
+    params: Iterable[Any],
+    lr: float,
+    momentum: float = 0.0,
+    *,
+    weight_decay: float = 0.0,
+    nesterov: bool = False,
+    **kwargs: Any,
+) -> torch.optim.SGD:
+    """``torch.optim.SGD`` with the fastest kernel; ``(params, lr, momentum)`` like ``SGD::new``."""
+    kwargs.update(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
+    return _build(torch.optim.SGD, params, kwargs)  # type: ignore[return-value]

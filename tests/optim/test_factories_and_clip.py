@@ -1,0 +1,170 @@
+"""Adam/AdamW/SGD factories (kernel choice) and the clipping helpers."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import flodl as fl
+from flodl.optim import OptimError, clip_grad_norm, clip_grad_value, kernel_choice
+
+
+def fake(device: str, dtype: torch.dtype = torch.float32) -> SimpleNamespace:
+    # torch.device("cuda:0") is a plain value: no GPU is needed to describe one.
+    return SimpleNamespace(device=torch.device(device), dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    ("tensors", "expected"),
+    [
+        ([fake("cuda:0"), fake("cuda:1", torch.bfloat16)], {"fused": True}),
+        ([fake("cuda:0", torch.float16)], {"fused": True}),
+        ([fake("cuda:0"), fake("cpu")], {"foreach": True}),  # mixed devices
+        ([fake("cuda:0", torch.int64)], {"foreach": True}),  # fused kernels are float-only
+        ([fake("cpu")], {"foreach": True}),
+        ([fake("meta")], {"foreach": True}),
+        ([], {"foreach": True}),
+    ],
+)
+def test_kernel_choice(tensors, expected):
+    assert kernel_choice(tensors) == expected
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+@pytest.mark.parametrize(
+    ("factory", "cls", "kwargs"),
+    [
+        (fl.optim.Adam, torch.optim.Adam, {"lr": 0.01}),
+        (fl.optim.AdamW, torch.optim.AdamW, {"lr": 0.01}),
+        (fl.optim.SGD, torch.optim.SGD, {"lr": 0.01, "momentum": 0.9}),
+    ],
+)
+def test_factories_use_foreach_on_cpu_and_train_like_torch(factory, cls, kwargs):
+    x, y = torch.randn(32, 4, generator=torch.Generator().manual_seed(1)), torch.ones(32, 1)
+    ours_model, ref_model = model(), model()
+    ours = factory(ours_model.parameters(), **kwargs)
+    ref = cls(ref_model.parameters(), **kwargs, foreach=False)
+    assert type(ours) is cls
+    assert ours.param_groups[0]["foreach"] is True and not ours.param_groups[0]["fused"]
+    for m, opt in ((ours_model, ours), (ref_model, ref)):
+        for _ in range(5):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+    for a, b in zip(ours_model.parameters(), ref_model.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_factory_defaults_are_torchs_and_the_originals():
+    p = [torch.zeros(1, requires_grad=True)]
+    adam = fl.optim.Adam(p).param_groups[0]
+    assert (adam["lr"], adam["betas"], adam["eps"], adam["weight_decay"]) == (
+        1e-3,
+        (0.9, 0.999),
+        1e-8,
+        0.0,
+    )
+    assert fl.optim.AdamW(p, 1e-3, 0.05).param_groups[0]["weight_decay"] == 0.05
+    assert fl.optim.AdamW(p).param_groups[0]["weight_decay"] == 0.01
+    assert fl.optim.SGD(p, 0.1, 0.9).param_groups[0]["momentum"] == 0.9
+
+
+def test_explicit_kernel_keyword_wins():
+    p = [torch.zeros(1, requires_grad=True)]
+    group = fl.optim.Adam(p, fused=False).param_groups[0]
+    assert group["fused"] is False and group["foreach"] is None
+    group = fl.optim.Adam(p, foreach=False).param_groups[0]
+    assert group["foreach"] is False
+
+
+def test_param_groups_and_named_parameters():
+    net = model()
+    opt = fl.optim.Adam(
+        [{"params": net[0].parameters(), "lr": 0.1}, {"params": net[2].parameters()}], lr=0.01
+    )
+    assert [g["lr"] for g in opt.param_groups] == [0.1, 0.01]
+    assert len(fl.optim.SGD(net.named_parameters(), 0.1).param_groups[0]["params"]) == 4
+    group = {"params": net[0].weight, "lr": 0.5}
+    fl.optim.SGD([group], 0.1)
+    assert group == {"params": net[0].weight, "lr": 0.5}  # the caller's dict is left alone
+
+
+def test_empty_parameters_are_a_clear_error():
+    with pytest.raises(OptimError, match="empty parameter list"):
+        fl.optim.Adam([])
+    with pytest.raises(OptimError, match="'params'"):
+        fl.optim.Adam([{"lr": 0.1}])
+
+
+# -- clipping -------------------------------------------------------------------------------------
+
+
+def with_grad(*values: float) -> torch.Tensor:
+    p = torch.zeros(len(values), requires_grad=True)
+    p.grad = torch.tensor(values)
+    return p
+
+
+def test_clip_norm_scales_above_the_limit_and_returns_the_norm_before():
+    p = with_grad(3.0, 4.0)
+    total = clip_grad_norm([p], 1.0)
+    assert type(total) is float and total == 5.0
+    scale = 1.0 / (5.0 + 1e-6)
+    assert p.grad.tolist() == pytest.approx([3.0 * scale, 4.0 * scale], rel=1e-6)
+    assert p.grad.norm().item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_clip_norm_below_the_limit_changes_nothing():
+    p = with_grad(0.5)
+    assert clip_grad_norm(p, 10.0) == 0.5
+    assert p.grad.tolist() == [0.5]
+
+
+def test_clip_norm_is_global_over_parameters_and_accepts_modules():
+    assert clip_grad_norm([with_grad(3.0), with_grad(4.0)], 100.0) == 5.0
+    net = torch.nn.Linear(3, 1)
+    net(torch.ones(2, 3)).sum().backward()
+    expected = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in net.parameters()]))
+    assert clip_grad_norm(net, 1e9) == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_clip_norm_matches_torch_when_clipping():
+    gen = torch.Generator().manual_seed(3)
+    ours = [with_grad(*torch.randn(5, generator=gen).tolist()) for _ in range(3)]
+    ref = [with_grad(*p.grad.tolist()) for p in ours]
+    total = clip_grad_norm(ours, 0.5)
+    ref_total = torch.nn.utils.clip_grad_norm_(ref, 0.5)
+    assert total == pytest.approx(ref_total.item(), rel=1e-6)
+    for a, b in zip(ours, ref, strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_clip_norm_without_gradients_is_zero():
+    assert clip_grad_norm([torch.zeros(2, requires_grad=True)], 1.0) == 0.0
+
+
+def test_clip_value_clamps_and_returns_the_largest_before():
+    p = with_grad(10.0, -5.0)
+    assert clip_grad_value([p], 2.0) == 10.0
+    assert p.grad.tolist() == [2.0, -2.0]
+    q = with_grad(0.25)
+    assert clip_grad_value(q, 1.0) == 0.25 and q.grad.tolist() == [0.25]
+    assert clip_grad_value([torch.zeros(1, requires_grad=True)], 1.0) == 0.0
+
+
+def test_clip_value_ignores_a_nan_maximum():
+    nan, ok = with_grad(math.nan, 3.0), with_grad(-1.5)
+    assert clip_grad_value([nan, ok], 10.0) == 1.5
+
+
+@pytest.mark.parametrize("helper", [clip_grad_norm, clip_grad_value])
+def test_clip_limits_must_be_non_negative(helper):
+    with pytest.raises(OptimError, match=">= 0"):
+        helper([with_grad(1.0)], -1.0)
