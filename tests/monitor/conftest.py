@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import http.client
 import json
 import threading
@@ -30,7 +31,7 @@ class TinyGraph:
         self.svg_calls += 1
         return (
             '<svg xmlns="http://www.w3.org/2000/svg" width="80" height="30">'
-            f'<text x="4" y="20">{self.label} v{self.svg_calls}</text></svg>'
+            f'<text x="4" y="20">{html.escape(self.label)} v{self.svg_calls}</text></svg>'
         )
 
 
