@@ -19,6 +19,7 @@ from flodl.monitor.page import render_page, svg_data_uri
 from flodl.monitor.record import EpochRecord
 from flodl.monitor.resources import ResourceSample, ResourceSampler, hardware_summary
 from flodl.monitor.server import DashboardServer
+from flodl.monitor.tensorboard import write_scalars
 
 __all__ = ["MetricSource", "Monitor"]
 
@@ -65,6 +66,7 @@ class Monitor:
         self._stream_arg = stream
         self._color_arg = color
         self._started = time.monotonic()
+        self._started_wall = time.time()
         self._eta = EtaEstimator(num_epochs, started_at=self._started, start_epoch=start_epoch)
         self._records: list[EpochRecord] = []
         self._pending_ranks: dict[int, ResourceSample] = {}
@@ -383,6 +385,23 @@ class Monitor:
                 )
         tmp.replace(path)
         return path
+
+    def export_tensorboard(self, logdir: str | os.PathLike[str]) -> Path:
+        """Write the run as a TensorBoard event file in ``logdir`` (``tensorboard --logdir``
+        reads it; nothing extra is needed to write it). Steps are 1-based epochs; besides every
+        metric, ``epoch_time_s`` and ``resources/*`` are written. Returns the file's path."""
+        keys = {"cpu": "cpu_pct", "rss": "rss_bytes", "gpu": "gpu_pct", "vram_alloc": "vram_bytes"}
+
+        def scalars(r: EpochRecord) -> list[tuple[str, float]]:
+            res = r.resources.to_json()
+            out = [*r.metrics.items(), ("epoch_time_s", r.duration)]
+            out += [(f"resources/{tag}", float(res[k])) for k, tag in keys.items() if k in res]
+            return out
+
+        return write_scalars(
+            logdir,
+            ((r.epoch + 1, self._started_wall + r.elapsed, scalars(r)) for r in self._records),
+        )
 
     def write_log(self, path: str | os.PathLike[str]) -> Path:
         """A plain-text log: one ``epoch e/T  name=value  [time]`` line per epoch and the total."""
