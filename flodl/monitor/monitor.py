@@ -113,7 +113,8 @@ class Monitor:
 
         Binds loopback by default; pass ``host="0.0.0.0"`` only on a trusted network (there is no
         authentication), or better, forward the port over SSH. ``port=0`` picks a free port.
-        Raises :class:`MonitorError` when the port is taken. Only rank 0 serves (others get "").
+        Raises :class:`MonitorServerError` when the port is taken. Only rank 0 serves (others
+        get ""); a second call returns the running server's URL.
         """
         if self.rank != 0:
             return ""
@@ -292,7 +293,8 @@ class Monitor:
     def finish(self) -> None:
         """Print the summary, write the HTML archive if ``save_html`` named one, and tell the
         dashboard the run is complete (it keeps serving until :meth:`close` or process exit)."""
-        if self._finished_at is None:
+        first_finish = self._finished_at is None
+        if first_finish:
             self._finished_at = time.monotonic()
         last = self._records[-1].metrics if self._records else {}
         self._say(finish_line(self._finished_at - self._started, last))
@@ -302,7 +304,7 @@ class Monitor:
                 self._say(f"  saved: {self._archive_path}")
             except OSError as err:
                 self._say(f"  warning: failed to save the dashboard archive: {err}", err=True)
-        if self._server is not None:
+        if self._server is not None and first_finish:
             self._server.log.publish("complete", self._complete_json())
 
     def finish_with(self, graph: Any) -> None:

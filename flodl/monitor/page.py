@@ -12,13 +12,14 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import re
 import secrets
 from functools import cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["render_page", "safe_json"]
+__all__ = ["render_page", "safe_json", "strict_json"]
 
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 
@@ -28,9 +29,25 @@ def _asset(name: str) -> str:
     return resources.files("flodl.monitor").joinpath("assets", name).read_text(encoding="utf-8")
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None (JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def strict_json(value: Any, **kw: Any) -> str:
+    """Standard JSON (never ``NaN``), compact."""
+    return json.dumps(finite(value), allow_nan=False, separators=(",", ":"), **kw)
+
+
 def safe_json(value: Any) -> str:
     """JSON that is inert inside an HTML ``<script>`` element (no ``</script>``, no ``<!--``)."""
-    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    text = strict_json(value, ensure_ascii=False)
     return (
         text.replace("&", "\\u0026")
         .replace("<", "\\u003c")

@@ -18,9 +18,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import ipaddress
-import json
 import secrets
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flodl.monitor.errors import MonitorServerError
-from flodl.monitor.page import content_security_policy
+from flodl.monitor.page import content_security_policy, strict_json
 
 __all__ = ["DashboardServer", "EventLog"]
 
@@ -48,7 +48,7 @@ class EventLog:
         self._closed = False
 
     def publish(self, event: str, data: Any) -> int:
-        payload = json.dumps(data, allow_nan=False, separators=(",", ":"))
+        payload = strict_json(data)
         with self._cond:
             self._events.append((event, payload))
             if event == "complete":
@@ -118,6 +118,14 @@ class _Server(ThreadingHTTPServer):
         )
         self.dashboard._track(thread)
         thread.start()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A browser closing a tab mid-response is normal; anything else gets one line on stderr
+        (never a traceback in the middle of the training output)."""
+        err = sys.exc_info()[1]
+        if isinstance(err, ConnectionError | TimeoutError):
+            return
+        print(f"  warning: dashboard request failed: {err!r}", file=sys.stderr)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:

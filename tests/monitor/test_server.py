@@ -212,3 +212,24 @@ def test_graph_and_metadata_updates_are_pushed_as_meta_events(served, sse, graph
 def test_server_rejects_a_bad_host_clearly():
     with pytest.raises(fl.MonitorServerError, match="cannot serve the dashboard on"):
         DashboardServer(lambda: ("", ""), host="256.0.0.1", port=0)
+
+
+def test_non_finite_values_anywhere_never_break_the_stream_or_the_archive(served, sse, tmp_path):
+    served.add_rank_resources(1, {"cpu": float("nan"), "rss": 10})  # as received from a rank
+    served.log(0, float("inf"), {"loss": float("nan")})
+    served.set_metadata({"best": float("-inf")})
+    client = sse(served.url)
+    epoch, meta = client.take(2)
+    assert epoch.json["ranks"]["1"] == {"cpu": None, "rss": 10}
+    assert epoch.json["duration"] is None and epoch.json["metrics"] == {"loss": None}
+    assert meta.json["meta"]["best"] == "-inf"
+    client.close()
+    assert "flodl-boot" in served.save_html(tmp_path / "r.html").read_text()
+
+
+def test_finishing_twice_sends_one_complete_event(served, sse):
+    log_epochs(served, 0, 1)
+    served.finish()
+    served.finish()
+    events = list(sse(served.url).events())
+    assert [e.event for e in events] == ["epoch", "complete"]
