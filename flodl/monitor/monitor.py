@@ -23,6 +23,17 @@ from flodl.monitor.tensorboard import write_scalars
 
 __all__ = ["MetricSource", "Monitor"]
 
+# CSV column -> key of ResourceSample.to_json()
+_CSV_RESOURCES = {
+    "cpu_pct": "cpu",
+    "ram_used": "ram_used",
+    "ram_total": "ram_total",
+    "rss": "rss",
+    "gpu_pct": "gpu",
+    "vram_alloc": "vram_alloc",
+    "vram_total": "vram_total",
+}
+
 
 @runtime_checkable
 class MetricSource(Protocol):
@@ -356,8 +367,7 @@ class Monitor:
         """Write one row per epoch: ``epoch,duration_s,elapsed_s``, every metric that ever
         appeared (empty where an epoch lacks it), then resources. Returns the path."""
         names = self.metric_names()
-        header = ["epoch", "duration_s", "elapsed_s", *names]
-        header += ["cpu_pct", "ram_used", "ram_total", "rss", "gpu_pct", "vram_alloc", "vram_total"]
+        header = ["epoch", "duration_s", "elapsed_s", *names, *_CSV_RESOURCES]
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "w", newline="", encoding="utf-8") as f:
@@ -371,18 +381,7 @@ class Monitor:
                         f"{r.duration:.6f}",
                         f"{r.elapsed:.3f}",
                         *(_csv_value(r.metrics.get(n)) for n in names),
-                        *(
-                            "" if res.get(k) is None else res[k]
-                            for k in (
-                                "cpu",
-                                "ram_used",
-                                "ram_total",
-                                "rss",
-                                "gpu",
-                                "vram_alloc",
-                                "vram_total",
-                            )
-                        ),
+                        *("" if res.get(k) is None else res[k] for k in _CSV_RESOURCES.values()),
                     ]
                 )
         tmp.replace(path)

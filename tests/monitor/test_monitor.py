@@ -22,6 +22,15 @@ HOSTILE = [
     "quote\"'`${x}",
     "<!--",
 ]
+RESOURCE_COLUMNS = [
+    "cpu_pct",
+    "ram_used",
+    "ram_total",
+    "rss",
+    "gpu_pct",
+    "vram_alloc",
+    "vram_total",
+]
 
 
 class TTY(io.StringIO):
@@ -129,15 +138,7 @@ def test_csv_has_every_metric_that_ever_appeared(tmp_path):
     path = mon.export_csv(tmp_path / "run.csv")
     rows = list(csv.reader(path.open()))
     assert rows[0][:5] == ["epoch", "duration_s", "elapsed_s", "loss", "val,acc"]
-    assert rows[0][5:] == [
-        "cpu_pct",
-        "ram_used",
-        "ram_total",
-        "rss",
-        "gpu_pct",
-        "vram_alloc",
-        "vram_total",
-    ]
+    assert rows[0][5:] == RESOURCE_COLUMNS
     assert [r[0] for r in rows[1:]] == ["1", "2", "3"]
     assert rows[1][3:5] == ["1.0", ""]
     assert rows[2][3:5] == ["0.5", "0.8"]
@@ -147,20 +148,7 @@ def test_csv_has_every_metric_that_ever_appeared(tmp_path):
 
 def test_csv_of_an_empty_run_has_the_header(tmp_path):
     rows = list(csv.reader(quiet().export_csv(tmp_path / "e.csv").open()))
-    assert rows == [
-        [
-            "epoch",
-            "duration_s",
-            "elapsed_s",
-            "cpu_pct",
-            "ram_used",
-            "ram_total",
-            "rss",
-            "gpu_pct",
-            "vram_alloc",
-            "vram_total",
-        ]
-    ]
+    assert rows == [["epoch", "duration_s", "elapsed_s", *RESOURCE_COLUMNS]]
 
 
 def test_text_log(tmp_path):
@@ -289,3 +277,20 @@ def test_context_manager_closes_the_server():
         mon.serve(port=0)
         assert mon.url
     assert mon.url is None
+
+
+def test_lines_go_through_a_running_rich_progress(monkeypatch):
+    """rich redirects stdout while a Progress is live; the monitor prints into it, not around it."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    buffer = io.StringIO()
+    mon = fl.Monitor(2)
+    with Progress(console=Console(file=buffer, force_terminal=True, width=200)) as progress:
+        task = progress.add_task("train", total=2)
+        for epoch in range(2):
+            mon.log(epoch, 0.1, {"loss": 1.0})
+            progress.advance(task)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buffer.getvalue())
+    assert "epoch 1/2  loss=1.0000" in text and "epoch 2/2  loss=1.0000" in text
