@@ -46,7 +46,9 @@ class Monitor:
     """Watch a training run: a terminal line per epoch, a live dashboard, and archives.
 
     ``num_epochs`` is the run's length; ``start_epoch`` the first epoch trained when resuming (the
-    ETA counts from there). On a multi-process run only rank 0 prints and serves: ``rank``
+    ETA counts from there). Lines go to ``stream``: True (the default) is whatever ``sys.stdout``
+    is at each call, None or False is silent, or pass any text file; ``color`` None decides from
+    the stream (a TTY), ``NO_COLOR`` and ``FORCE_COLOR``. ``gpu=False`` skips NVML. On a multi-process run only rank 0 prints and serves: ``rank``
     defaults to the ``RANK`` environment variable that torchrun sets (0 when absent); the other
     ranks record quietly and send :meth:`sample_resources` to rank 0, which attaches them with
     :meth:`add_rank_resources`.
@@ -85,7 +87,8 @@ class Monitor:
         self._hardware: str | None = None
         self.label: str | None = None
         self.hash: str | None = None
-        self.metadata: dict[str, Any] = {}
+        self._user_meta: dict[str, Any] = {}
+        self._param_info: dict[str, int] | None = None
         self._svg: str | None = None
         self._svg_version = 0
         self._archive_path: Path | None = None
@@ -203,7 +206,7 @@ class Monitor:
                 total = sum(int(p.numel()) for p in plist)
                 trainable = sum(int(p.numel()) for p in plist if getattr(p, "requires_grad", True))
                 info = {"total": total, "trainable": trainable, "frozen": total - trainable}
-                self.metadata = {"parameters": info, **self.metadata}
+                self._param_info = info
             except Exception:  # parameter counting is a courtesy, never a training failure
                 pass
         self._take_svg(graph, warn=False)
@@ -236,10 +239,17 @@ class Monitor:
         self.label, self.hash = label, hash
         self._publish_meta()
 
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The configuration card: parameter counts from :meth:`watch`, then your keys (which
+        win on a clash)."""
+        params = {"parameters": self._param_info} if self._param_info is not None else {}
+        return {**params, **self._user_meta}
+
     def set_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Merge ``metadata`` (hyper-parameters, paths, notes; JSON-serialisable) into the run's
         configuration card; your keys win over the ones ``watch`` adds."""
-        self.metadata = {**self.metadata, **_jsonable(dict(metadata))}
+        self._user_meta.update(_jsonable(dict(metadata)))
         self._publish_meta()
 
     # -- logging ------------------------------------------------------------------------------

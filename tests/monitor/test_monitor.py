@@ -239,6 +239,8 @@ def test_watch_counts_parameters_and_keeps_user_metadata():
     other = quiet()
     other.watch(model)
     assert other.metadata["parameters"] == {"total": 10, "trainable": 8, "frozen": 2}
+    other.watch(torch.nn.Linear(2, 2))  # watching another model replaces the counts
+    assert other.metadata["parameters"]["total"] == 6
 
 
 def test_finish_with_warns_when_the_graph_cannot_render(capsys):
