@@ -212,12 +212,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _stream_events(self) -> None:
         dash = self.server.dashboard
         if not dash._enter_stream():
-            self.send_response(HTTPStatus.SERVICE_UNAVAILABLE)
-            self.send_header("Retry-After", "5")
-            self.send_header("Content-Length", "0")
-            self.send_header("Connection", "close")
-            self.close_connection = True
-            self.end_headers()
+            self._send(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                b"too many dashboard clients; close another tab\n",
+                "text/plain; charset=utf-8",
+                False,
+                {"Retry-After": "5"},
+            )
             return
         self.close_connection = True
         try:

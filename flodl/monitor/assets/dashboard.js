@@ -274,7 +274,8 @@
     // y grid and labels
     const ystep = niceStep(L.y1 - L.y0, 4);
     ctx.textAlign = "right"; ctx.textBaseline = "middle";
-    for (let y = Math.ceil(L.y0 / ystep) * ystep; y <= L.y1 + 1e-12; y += ystep) {
+    for (let k = Math.ceil(L.y0 / ystep); k * ystep <= L.y1 + 1e-12; k++) {
+      const y = +(k * ystep).toPrecision(12);  // 0.1, not 0.09999999 (which would print as 99ms)
       const py = Math.round(L.sy(y)) + 0.5;
       ctx.beginPath(); ctx.moveTo(L.box.left, py); ctx.lineTo(L.box.right, py); ctx.stroke();
       ctx.fillText(opts.fmt(Math.abs(y) < ystep * 1e-9 ? 0 : y), L.box.left - 6, py);
