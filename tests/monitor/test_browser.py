@@ -123,9 +123,12 @@ def test_live_dashboard_updates_and_late_join_backfills(browser, artifacts, grap
                 "() => document.getElementById('status-text').textContent.startsWith('Complete')",
                 timeout=WAIT_MS,
             )
-            assert (
-                p.eval_on_selector_all("#epoch-table tbody tr", "rs => rs.length") == 8
-            )  # no duplicates
+            # the table is drawn on the next animation frame, after the status changes
+            p.wait_for_function(
+                "() => document.querySelectorAll('#epoch-table tbody tr').length === 8",
+                timeout=WAIT_MS,
+            )
+            assert p.text_content("#epoch-counter") == "Epoch 8/8"
             assert p.evaluate("() => window.__pwned === undefined")
         graph_ok = late.eval_on_selector(
             "#graph-img", "img => img.complete && img.naturalWidth > 0"
