@@ -1,7 +1,18 @@
 """The training monitor: one line per epoch, resources, a live dashboard, archives.
 
-Contract: DESIGN.md §3.4. Names listed in ``__all__`` are re-exported as ``flodl.<name>``
-when they belong at the top level (see flodl/__init__.py).
+Contract: DESIGN.md §3.4; guide: docs/monitor.md. ``Monitor`` and its errors are re-exported at
+the top level (``fl.Monitor``); the helpers stay here (``fl.monitor.format_eta``, ...).
 """
 
-__all__: list[str] = []
+from flodl.monitor.errors import MonitorError, MonitorServerError
+from flodl.monitor.format import format_bytes as format_bytes
+from flodl.monitor.format import format_eta as format_eta
+from flodl.monitor.format import format_metric as format_metric
+from flodl.monitor.monitor import MetricSource as MetricSource
+from flodl.monitor.monitor import Monitor
+from flodl.monitor.record import EpochRecord as EpochRecord
+from flodl.monitor.resources import GpuSnapshot as GpuSnapshot
+from flodl.monitor.resources import ResourceSample as ResourceSample
+from flodl.monitor.resources import ResourceSampler as ResourceSampler
+
+__all__ = ["Monitor", "MonitorError", "MonitorServerError"]

@@ -1,0 +1,376 @@
+// flodl monitor dashboard: live (Server-Sent Events) or archive (data embedded in the page).
+// Every user-supplied string is written with textContent; nothing is parsed as HTML.
+"use strict";
+(function () {
+  const boot = JSON.parse(document.getElementById("flodl-boot").textContent);
+  const PALETTE = ["#3b6ef5", "#e8590c", "#1f9d55", "#c2255c", "#7048e8", "#0c8599",
+                   "#d9480f", "#5c940d", "#9c36b5", "#1864ab", "#e67700", "#495057"];
+  const $ = (id) => document.getElementById(id);
+  const el = (tag, cls, text) => {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  };
+
+  // ---- formatting (mirrors flodl.monitor.format) ----
+  function fmtDur(s) {
+    if (s === null || s === undefined || !isFinite(s) || s < 0) return "–";
+    if (s < 1) return Math.trunc(s * 1000) + "ms";
+    if (s < 60) { const w = Math.trunc(s), t = Math.trunc((s - w) * 10 + 1e-9); return t > 0 ? w + "." + t + "s" : w + "s"; }
+    const x = Math.trunc(s), h = Math.trunc(x / 3600), m = Math.trunc((x % 3600) / 60), r = x % 60;
+    return h > 0 ? h + "h " + String(m).padStart(2, "0") + "m" : m + "m " + String(r).padStart(2, "0") + "s";
+  }
+  function fmtVal(v) {
+    if (v === null || v === undefined) return "–";
+    if (v === 0) return "0";
+    const a = Math.abs(v);
+    if (a < 0.001) return v.toExponential(2).replace("e+", "e");
+    if (a < 100) return v.toFixed(4);
+    return v.toFixed(2);
+  }
+  function fmtBytes(n) {
+    if (n === null || n === undefined) return "–";
+    if (n >= 1073741824) return (n / 1073741824).toFixed(1) + " GB";
+    if (n >= 1048576) return (n / 1048576).toFixed(0) + " MB";
+    if (n >= 1024) return (n / 1024).toFixed(0) + " KB";
+    return n + " B";
+  }
+  const fmtPct = (v) => (v === null || v === undefined ? "–" : v.toFixed(0) + "%");
+
+  // ---- state ----
+  const state = {
+    byEpoch: new Map(),       // epoch (1-based) -> record; a re-sent epoch replaces, never duplicates
+    metricNames: [],          // every name ever seen, first-appearance order
+    total: boot.total || 0,
+    complete: null,
+    lastElapsed: null,
+    lastElapsedAt: null,
+  };
+  const charts = new Map();   // metric name -> {card, canvas, last}
+  const colorOf = (i) => PALETTE[i % PALETTE.length];
+
+  function records() {
+    return Array.from(state.byEpoch.values()).sort((a, b) => a.epoch - b.epoch);
+  }
+
+  function processEpoch(rec) {
+    if (!rec || typeof rec.epoch !== "number") return;
+    state.byEpoch.set(rec.epoch, rec);
+    if (rec.total) state.total = rec.total;
+    for (const name of Object.keys(rec.metrics || {})) {
+      if (!state.metricNames.includes(name)) state.metricNames.push(name);
+    }
+    const latest = records().at(-1);
+    if (latest === rec) {
+      state.lastElapsed = rec.elapsed;
+      state.lastElapsedAt = performance.now();
+      state.eta = rec.eta;
+    }
+    if (!state.complete) setStatus("training", "Training");
+    scheduleRender();
+  }
+
+  function applyMeta(meta) {
+    if (!meta) return;
+    $("run-label").textContent = meta.label || "";
+    $("run-hash").textContent = meta.hash ? "[" + String(meta.hash).slice(0, 8) + "]" : "";
+    document.title = "flodl" + (meta.label ? " " + meta.label : "") +
+      (boot.mode === "archive" ? " — Training Report" : " — Training Dashboard");
+    $("hardware").textContent = meta.hardware || "";
+    if (meta.total) state.total = meta.total;
+    if (meta.meta && Object.keys(meta.meta).length) {
+      $("meta").textContent = JSON.stringify(meta.meta, null, 2);
+      $("meta-card").hidden = false;
+    }
+    const img = $("graph-img");
+    if (boot.mode === "archive" && meta.svg) {
+      img.src = meta.svg;
+      $("graph-card").hidden = false;
+    } else if (boot.mode === "live" && meta.graph) {
+      img.src = "/graph.svg?v=" + encodeURIComponent(meta.graph);
+      $("graph-card").hidden = false;
+    }
+  }
+
+  function setStatus(cls, text) {
+    const s = $("status");
+    s.className = "status " + cls;
+    $("status-text").textContent = text;
+  }
+
+  // ---- rendering ----
+  let pending = false;
+  function scheduleRender() {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => { pending = false; render(); });
+  }
+
+  function render() {
+    const recs = records();
+    const last = recs.at(-1);
+    $("no-epochs").hidden = recs.length > 0;
+    if (last) {
+      $("epoch-counter").textContent = "Epoch " + last.epoch + "/" + state.total;
+      $("progress").style.width = Math.min(100, (100 * last.epoch) / Math.max(1, state.total)) + "%";
+    }
+    $("eta").textContent = state.complete ? "done" : fmtDur(state.eta);
+    tickElapsed();
+    renderMetricCharts(recs);
+    drawChart($("chart-duration"), [{ name: "epoch time", color: PALETTE[0],
+      points: recs.map((r) => [r.epoch, r.duration]) }], { fmt: fmtDur });
+    renderResources(recs);
+    renderTable(recs);
+  }
+
+  function tickElapsed() {
+    let secs = state.lastElapsed;
+    if (state.complete) secs = state.complete.elapsed;
+    else if (secs !== null && boot.mode === "live") secs += (performance.now() - state.lastElapsedAt) / 1000;
+    $("elapsed").textContent = fmtDur(secs);
+  }
+
+  function renderMetricCharts(recs) {
+    const container = $("metric-charts");
+    state.metricNames.forEach((name, i) => {
+      let chart = charts.get(name);
+      if (!chart) {
+        const card = el("div", "card");
+        const title = el("h3", null, name);
+        const lastVal = el("span", "last");
+        const canvas = el("canvas", "chart");
+        canvas.dataset.metric = name;
+        card.append(title, lastVal, canvas);
+        container.append(card);
+        chart = { card, canvas, last: lastVal, color: colorOf(i) };
+        charts.set(name, chart);
+      }
+      const points = recs.map((r) => [r.epoch, name in r.metrics ? r.metrics[name] : null]);
+      const lastPoint = points.filter((p) => p[1] !== null).at(-1);
+      chart.last.textContent = lastPoint ? fmtVal(lastPoint[1]) : "–";
+      drawChart(chart.canvas, [{ name, color: chart.color, points }], { fmt: fmtVal });
+    });
+  }
+
+  function renderResources(recs) {
+    const pct = (a, b) => (a !== undefined && b ? (100 * a) / b : null);
+    const series = [
+      { name: "CPU", color: PALETTE[0], points: recs.map((r) => [r.epoch, r.resources.cpu ?? null]) },
+      { name: "RAM", color: PALETTE[2], points: recs.map((r) => [r.epoch, pct(r.resources.ram_used, r.resources.ram_total)]) },
+      { name: "GPU", color: PALETTE[1], points: recs.map((r) => [r.epoch, r.resources.gpu ?? null]) },
+      { name: "VRAM", color: PALETTE[3], points: recs.map((r) => [r.epoch, pct(r.resources.vram_alloc, r.resources.vram_total)]) },
+    ].filter((s) => s.points.some((p) => p[1] !== null));
+    drawChart($("chart-resources"), series, { fmt: (v) => fmtPct(v), yMin: 0, yMax: 100, legend: true });
+
+    const bars = $("resource-bars");
+    bars.replaceChildren();
+    const last = recs.at(-1);
+    if (!last) return;
+    const r = last.resources;
+    const bar = (name, text, fraction) => {
+      const box = el("div", "res");
+      box.append(el("div", "name", name), el("div", "val", text));
+      const track = el("div", "track"), fill = el("div");
+      const f = Math.max(0, Math.min(1, fraction || 0));
+      fill.style.width = (100 * f) + "%";
+      if (f > 0.95) fill.className = "bad"; else if (f > 0.8) fill.className = "warn";
+      track.append(fill);
+      box.append(track);
+      bars.append(box);
+    };
+    if (r.cpu !== undefined) bar("CPU", fmtPct(r.cpu), r.cpu / 100);
+    if (r.ram_total) bar("RAM", fmtBytes(r.ram_used) + " / " + fmtBytes(r.ram_total), r.ram_used / r.ram_total);
+    if (r.rss !== undefined) bar("Process RSS", fmtBytes(r.rss), r.ram_total ? r.rss / r.ram_total : 0);
+    for (const g of r.gpus || []) {
+      const tag = (r.gpus.length > 1 ? "GPU" + g.dev : "GPU") + (g.name ? " · " + g.name : "");
+      if (g.util !== undefined) bar(tag + " util", fmtPct(g.util), g.util / 100);
+      if (g.vram_alloc !== undefined) {
+        bar(tag + " VRAM", fmtBytes(g.vram_alloc) + (g.vram_total ? " / " + fmtBytes(g.vram_total) : ""),
+          g.vram_total ? g.vram_alloc / g.vram_total : 0);
+      }
+    }
+    for (const [rank, s] of Object.entries(last.ranks || {})) {
+      const parts = [];
+      if (s.cpu !== undefined) parts.push("CPU " + fmtPct(s.cpu));
+      if (s.gpu !== undefined) parts.push("GPU " + fmtPct(s.gpu));
+      if (s.vram_alloc !== undefined) parts.push("VRAM " + fmtBytes(s.vram_alloc));
+      bar("rank " + rank, parts.join("  ") || "–", s.vram_total ? s.vram_alloc / s.vram_total : (s.gpu ?? s.cpu ?? 0) / 100);
+    }
+  }
+
+  function renderTable(recs) {
+    const table = $("epoch-table");
+    const headRow = table.tHead.rows[0];
+    const columns = ["Epoch", "Time", ...state.metricNames, "Resources"];
+    if (headRow.cells.length !== columns.length) {
+      headRow.replaceChildren(...columns.map((c) => el("th", null, c)));
+    }
+    const body = document.createElement("tbody");
+    for (let i = recs.length - 1; i >= 0; i--) {
+      const r = recs[i];
+      const tr = document.createElement("tr");
+      tr.append(el("td", null, r.epoch + "/" + (r.total || state.total)), el("td", null, fmtDur(r.duration)));
+      for (const name of state.metricNames) tr.append(el("td", null, name in r.metrics ? fmtVal(r.metrics[name]) : ""));
+      const res = r.resources, parts = [];
+      if (res.cpu !== undefined) parts.push("CPU " + fmtPct(res.cpu));
+      if (res.rss !== undefined) parts.push("RSS " + fmtBytes(res.rss));
+      if (res.gpu !== undefined) parts.push("GPU " + fmtPct(res.gpu));
+      if (res.vram_alloc !== undefined) parts.push("VRAM " + fmtBytes(res.vram_alloc));
+      tr.append(el("td", null, parts.join("  ")));
+      body.append(tr);
+    }
+    table.replaceChild(body, table.tBodies[0]);
+  }
+
+  // ---- a small canvas line chart with hover ----
+  function niceStep(range, count) {
+    const raw = range / Math.max(1, count), mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    const n = raw / mag;
+    return (n >= 5 ? 10 : n >= 2 ? 5 : n >= 1 ? 2 : 1) * mag;
+  }
+
+  function drawChart(canvas, series, opts) {
+    canvas._chart = { series, opts };
+    paint(canvas, null);
+    if (!canvas._hooked) {
+      canvas._hooked = true;
+      canvas.addEventListener("mousemove", (ev) => hover(canvas, ev));
+      canvas.addEventListener("mouseleave", () => { $("tooltip").hidden = true; paint(canvas, null); });
+    }
+  }
+
+  function layout(canvas) {
+    const { series, opts } = canvas._chart;
+    const xs = [], ys = [];
+    for (const s of series) for (const [x, y] of s.points) { xs.push(x); if (y !== null && isFinite(y)) ys.push(y); }
+    let y0 = opts.yMin ?? Math.min(...ys), y1 = opts.yMax ?? Math.max(...ys);
+    if (!ys.length) { y0 = 0; y1 = 1; }
+    if (y0 === y1) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
+    if (opts.yMin === undefined) { const pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad; }
+    const x0 = xs.length ? Math.min(...xs) : 1, x1 = xs.length ? Math.max(...xs) : 1;
+    const w = canvas.clientWidth, h = canvas.clientHeight;
+    const box = { left: 58, right: w - 12, top: opts.legend ? 22 : 8, bottom: h - 22 };
+    const sx = (x) => box.left + (x1 === x0 ? (box.right - box.left) / 2 : ((x - x0) / (x1 - x0)) * (box.right - box.left));
+    const sy = (y) => box.bottom - ((y - y0) / (y1 - y0)) * (box.bottom - box.top);
+    return { x0, x1, y0, y1, w, h, box, sx, sy };
+  }
+
+  function paint(canvas, hoverX) {
+    const { series, opts } = canvas._chart;
+    const dpr = window.devicePixelRatio || 1;
+    const L = layout(canvas);
+    canvas.width = Math.max(1, Math.round(L.w * dpr));
+    canvas.height = Math.max(1, Math.round(L.h * dpr));
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, L.w, L.h);
+    const css = getComputedStyle(document.documentElement);
+    const muted = css.getPropertyValue("--muted").trim(), line = css.getPropertyValue("--line").trim();
+    ctx.font = "11px ui-sans-serif, system-ui, sans-serif";
+    ctx.fillStyle = muted;
+    ctx.strokeStyle = line;
+    ctx.lineWidth = 1;
+    // y grid and labels
+    const ystep = niceStep(L.y1 - L.y0, 4);
+    ctx.textAlign = "right"; ctx.textBaseline = "middle";
+    for (let k = Math.ceil(L.y0 / ystep); k * ystep <= L.y1 + 1e-12; k++) {
+      const y = +(k * ystep).toPrecision(12);  // 0.1, not 0.09999999 (which would print as 99ms)
+      const py = Math.round(L.sy(y)) + 0.5;
+      ctx.beginPath(); ctx.moveTo(L.box.left, py); ctx.lineTo(L.box.right, py); ctx.stroke();
+      ctx.fillText(opts.fmt(Math.abs(y) < ystep * 1e-9 ? 0 : y), L.box.left - 6, py);
+    }
+    // x labels (1-based epochs, integers)
+    ctx.textAlign = "center"; ctx.textBaseline = "top";
+    const xstep = Math.max(1, Math.round(niceStep(Math.max(1, L.x1 - L.x0), 6)));
+    const first = Math.ceil(L.x0 / xstep) * xstep;
+    if (series.some((s) => s.points.length) && (first - L.x0 >= xstep / 2 || L.x0 === L.x1)) {
+      ctx.fillText(String(L.x0), L.sx(L.x0), L.box.bottom + 6);  // always label the first epoch
+    }
+    for (let x = first; x <= L.x1; x += xstep) ctx.fillText(String(x), L.sx(x), L.box.bottom + 6);
+    // series
+    for (const s of series) {
+      ctx.strokeStyle = s.color; ctx.fillStyle = s.color; ctx.lineWidth = 2;
+      ctx.beginPath();
+      let open = false, lastPt = null;
+      for (const [x, y] of s.points) {
+        if (y === null || !isFinite(y)) { open = false; continue; }
+        const px = L.sx(x), py = L.sy(y);
+        if (open) ctx.lineTo(px, py); else ctx.moveTo(px, py);
+        open = true; lastPt = [px, py];
+      }
+      ctx.stroke();
+      if (lastPt) { ctx.beginPath(); ctx.arc(lastPt[0], lastPt[1], 3, 0, 2 * Math.PI); ctx.fill(); }
+    }
+    if (opts.legend) {
+      ctx.textAlign = "left"; ctx.textBaseline = "middle";
+      let lx = L.box.left;
+      for (const s of series) {
+        ctx.fillStyle = s.color; ctx.fillRect(lx, 7, 10, 10);
+        ctx.fillStyle = muted; ctx.fillText(s.name, lx + 14, 12);
+        lx += 24 + ctx.measureText(s.name).width;
+      }
+    }
+    if (hoverX !== null) {
+      ctx.strokeStyle = muted; ctx.setLineDash([3, 3]);
+      ctx.beginPath(); ctx.moveTo(L.sx(hoverX), L.box.top); ctx.lineTo(L.sx(hoverX), L.box.bottom); ctx.stroke();
+      ctx.setLineDash([]);
+    }
+  }
+
+  function hover(canvas, ev) {
+    const { series, opts } = canvas._chart;
+    const L = layout(canvas), rect = canvas.getBoundingClientRect();
+    const mx = ev.clientX - rect.left;
+    let best = null;
+    for (const s of series) for (const [x] of s.points) {
+      const d = Math.abs(L.sx(x) - mx);
+      if (d <= 30 && (best === null || d < best.d)) best = { x, d };
+    }
+    const tip = $("tooltip");
+    if (!best) { tip.hidden = true; paint(canvas, null); return; }
+    const lines = ["epoch " + best.x];
+    for (const s of series) {
+      const p = s.points.find((q) => q[0] === best.x);
+      if (p && p[1] !== null) lines.push(s.name + ": " + opts.fmt(p[1]));
+    }
+    tip.textContent = lines.join("\n");
+    tip.hidden = false;
+    tip.style.left = Math.min(ev.clientX + 12, window.innerWidth - tip.offsetWidth - 8) + "px";
+    tip.style.top = ev.clientY + 12 + "px";
+    paint(canvas, best.x);
+  }
+
+  window.addEventListener("resize", scheduleRender);
+
+  // ---- data sources ----
+  applyMeta(boot);
+  if (boot.mode === "archive") {
+    $("mode").textContent = "archived report";
+    try {
+      for (const rec of boot.history || []) processEpoch(rec);
+      state.complete = boot.complete;
+      setStatus(boot.complete ? "complete" : "waiting", boot.complete ? boot.complete.text : "Incomplete run");
+      if (!boot.complete && state.lastElapsed !== null) state.lastElapsedAt = performance.now();
+    } catch (err) {
+      setStatus("disconnected", "Archive error — see console");
+      throw err;
+    }
+    scheduleRender();
+  } else {
+    $("mode").textContent = "live";
+    const source = new EventSource("/events");
+    source.addEventListener("epoch", (ev) => processEpoch(JSON.parse(ev.data)));
+    source.addEventListener("meta", (ev) => applyMeta(JSON.parse(ev.data)));
+    source.addEventListener("complete", (ev) => {
+      state.complete = JSON.parse(ev.data);
+      setStatus("complete", state.complete.text || "Complete");
+      source.close();  // otherwise the browser would reconnect when the stream ends
+      scheduleRender();
+    });
+    source.addEventListener("open", () => { if (!state.complete) setStatus(state.byEpoch.size ? "training" : "waiting", state.byEpoch.size ? "Training" : "Waiting…"); });
+    source.addEventListener("error", () => { if (!state.complete) setStatus("disconnected", "Reconnecting…"); });
+    setInterval(() => { if (!state.complete) tickElapsed(); }, 1000);
+  }
+  window.flodlDashboard = { state, records };  // for tests and the curious
+})();

@@ -1,0 +1,15 @@
+"""Errors the monitor raises."""
+
+from __future__ import annotations
+
+from flodl.errors import FlodlError
+
+__all__ = ["MonitorError", "MonitorServerError"]
+
+
+class MonitorError(FlodlError):
+    """A monitor call got something it cannot use (bad epoch, metric or value)."""
+
+
+class MonitorServerError(MonitorError):
+    """The dashboard could not start (port in use, bad host)."""

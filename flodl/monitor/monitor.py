@@ -1,0 +1,511 @@
+"""``Monitor``: one line per epoch, resources, a live dashboard, and archives of the run."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import sys
+import time
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any, Protocol, runtime_checkable
+
+from flodl.monitor.errors import MonitorError
+from flodl.monitor.eta import EtaEstimator
+from flodl.monitor.format import digit_count, epoch_line, finish_line, format_eta, format_metric
+from flodl.monitor.page import render_page, svg_data_uri
+from flodl.monitor.record import EpochRecord
+from flodl.monitor.resources import ResourceSample, ResourceSampler, hardware_summary
+from flodl.monitor.server import DashboardServer
+from flodl.monitor.tensorboard import write_scalars
+
+__all__ = ["MetricSource", "Monitor"]
+
+# CSV column -> key of ResourceSample.to_json()
+_CSV_RESOURCES = {
+    "cpu_pct": "cpu",
+    "ram_used": "ram_used",
+    "ram_total": "ram_total",
+    "rss": "rss",
+    "gpu_pct": "gpu",
+    "vram_alloc": "vram_alloc",
+    "vram_total": "vram_total",
+}
+
+
+@runtime_checkable
+class MetricSource(Protocol):
+    """Anything that can report its last flushed metrics (a flodl Graph): dotted path -> value."""
+
+    def latest_metrics(self) -> Mapping[str, float]: ...
+
+
+class Monitor:
+    """Watch a training run: a terminal line per epoch, a live dashboard, and archives.
+
+    ``num_epochs`` is the run's length; ``start_epoch`` the first epoch trained when resuming (the
+    ETA counts from there). Lines go to ``stream``: True (the default) is whatever ``sys.stdout``
+    is at each call, None or False is silent, or pass any text file; ``color`` None decides from
+    the stream (a TTY), ``NO_COLOR`` and ``FORCE_COLOR``. ``gpu=False`` skips NVML. On a multi-process run only rank 0 prints and serves: ``rank``
+    defaults to the ``RANK`` environment variable that torchrun sets (0 when absent); the other
+    ranks record quietly and send :meth:`sample_resources` to rank 0, which attaches them with
+    :meth:`add_rank_resources`.
+
+    >>> import flodl as fl
+    >>> mon = fl.Monitor(3, stream=None)
+    >>> for epoch in range(3):
+    ...     _ = mon.log(epoch, 0.01, {"loss": 1.0 / (epoch + 1)})
+    >>> [round(r.metrics["loss"], 3) for r in mon.history]
+    [1.0, 0.5, 0.333]
+    >>> mon.close()
+    """
+
+    def __init__(
+        self,
+        num_epochs: int,
+        *,
+        start_epoch: int = 0,
+        stream: IO[str] | bool | None = True,
+        color: bool | None = None,
+        rank: int | None = None,
+        gpu: bool = True,
+    ) -> None:
+        if not isinstance(num_epochs, int) or num_epochs < 1:
+            raise MonitorError(f"Monitor(num_epochs={num_epochs!r}): need a positive integer")
+        self.num_epochs = num_epochs
+        self.rank = _rank_from_env() if rank is None else rank
+        self._stream_arg = stream
+        self._color_arg = color
+        self._started = time.monotonic()
+        self._started_wall = time.time()
+        self._eta = EtaEstimator(num_epochs, started_at=self._started, start_epoch=start_epoch)
+        self._records: list[EpochRecord] = []
+        self._pending_ranks: dict[int, ResourceSample] = {}
+        self._sampler = ResourceSampler(gpu=gpu)
+        self._hardware: str | None = None
+        self.label: str | None = None
+        self.hash: str | None = None
+        self._user_meta: dict[str, Any] = {}
+        self._param_info: dict[str, int] | None = None
+        self._svg: str | None = None
+        self._svg_version = 0
+        self._archive_path: Path | None = None
+        self._finished_at: float | None = None
+        self._server: DashboardServer | None = None
+        self._owned: dict[str, Any] = {"sampler": self._sampler, "server": None}
+        self._finalizer = weakref.finalize(self, _release, self._owned)
+
+    # -- output -------------------------------------------------------------------------------
+
+    @property
+    def _stream(self) -> IO[str] | None:
+        if self.rank != 0 or self._stream_arg is None or self._stream_arg is False:
+            return None
+        return sys.stdout if self._stream_arg is True else self._stream_arg  # type: ignore[return-value]
+
+    def _color(self, stream: IO[str]) -> bool:
+        if self._color_arg is not None:
+            return self._color_arg
+        if os.environ.get("NO_COLOR"):
+            return False
+        if os.environ.get("FORCE_COLOR"):
+            return True
+        isatty = getattr(stream, "isatty", None)
+        return bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
+
+    def _say(self, text: str, *, err: bool = False) -> None:
+        stream = sys.stderr if err and self._stream is not None else self._stream
+        if stream is not None:
+            print(text, file=stream, flush=True)
+
+    # -- dashboard ----------------------------------------------------------------------------
+
+    def serve(self, port: int = 3000, host: str = "127.0.0.1", *, max_clients: int = 16) -> str:
+        """Start the live dashboard on a background thread and return its URL.
+
+        Binds loopback by default; pass ``host="0.0.0.0"`` only on a trusted network (there is no
+        authentication), or better, forward the port over SSH. ``port=0`` picks a free port.
+        Raises :class:`MonitorServerError` when the port is taken. Only rank 0 serves (others
+        get ""); a second call returns the running server's URL.
+        """
+        if self.rank != 0:
+            return ""
+        if self._server is not None:
+            return self._server.url
+        server = DashboardServer(self._live_page, host=host, port=port, max_clients=max_clients)
+        self._server = self._owned["server"] = server
+        for record in self._records:  # a dashboard started mid-run still shows the whole run
+            server.log.publish("epoch", record.to_json())
+        server.svg = self._svg
+        if self._finished_at is not None:
+            server.log.publish("complete", self._complete_json())
+        self._say(f"  dashboard: {server.url}")
+        if not server.loopback:
+            self._say(
+                f"  warning: the dashboard listens on {host} with no authentication; "
+                "anyone who can reach this port sees the run",
+                err=True,
+            )
+        return server.url
+
+    @property
+    def url(self) -> str | None:
+        """The dashboard URL while it is served, else None."""
+        return self._server.url if self._server is not None else None
+
+    @property
+    def hardware(self) -> str:
+        if self._hardware is None:
+            self._hardware = hardware_summary()
+        return self._hardware
+
+    def _boot(self, mode: str) -> dict[str, Any]:
+        return {
+            "mode": mode,
+            "label": self.label,
+            "hash": self.hash,
+            "hardware": self.hardware,
+            "meta": self.metadata or None,
+            "total": self.num_epochs,
+        }
+
+    def _live_page(self) -> tuple[str, str]:
+        boot = self._boot("live")
+        boot["graph"] = self._svg_version if self._svg else None
+        return render_page(boot, title=self._title("Training Dashboard"))
+
+    def _title(self, kind: str) -> str:
+        name = f" {self.label}" if self.label else ""
+        return f"flodl{name} — {kind}"
+
+    def _publish_meta(self) -> None:
+        if self._server is not None:
+            self._server.svg = self._svg
+            meta = self._boot("live")
+            meta["graph"] = self._svg_version if self._svg else None
+            self._server.log.publish("meta", meta)
+
+    # -- identity and graph -------------------------------------------------------------------
+
+    def watch(self, graph: Any) -> None:
+        """Show ``graph`` on the dashboard: its ``svg()`` when it has one, its ``label`` and
+        ``structural_hash`` when present, and parameter counts when it has ``parameters()``."""
+        label = getattr(graph, "label", None)
+        if isinstance(label, str) and label:
+            self.label = label
+        digest = getattr(graph, "structural_hash", None)
+        digest = digest() if callable(digest) else digest
+        if isinstance(digest, str) and digest:
+            self.hash = digest
+        params = getattr(graph, "parameters", None)
+        if callable(params):
+            try:
+                plist = list(params())
+                total = sum(int(p.numel()) for p in plist)
+                trainable = sum(int(p.numel()) for p in plist if getattr(p, "requires_grad", True))
+                info = {"total": total, "trainable": trainable, "frozen": total - trainable}
+                self._param_info = info
+            except Exception:  # parameter counting is a courtesy, never a training failure
+                pass
+        self._take_svg(graph, warn=False)
+        self._publish_meta()
+
+    def _take_svg(self, graph: Any, *, warn: bool) -> None:
+        render = getattr(graph, "svg", None)
+        if not callable(render):
+            return
+        try:
+            svg = render()
+        except Exception as err:
+            if warn:
+                self._say(f"  warning: could not render the graph SVG: {err}", err=True)
+            return
+        if isinstance(svg, bytes):
+            svg = svg.decode("utf-8", "replace")
+        if isinstance(svg, str) and svg.strip():
+            self.set_svg(svg, publish=False)
+
+    def set_svg(self, svg: str, *, publish: bool = True) -> None:
+        """Show this SVG as the model graph (dashboard ``/graph.svg`` and archives)."""
+        self._svg = svg
+        self._svg_version += 1
+        if publish:
+            self._publish_meta()
+
+    def set_identity(self, label: str | None = None, hash: str | None = None) -> None:
+        """Name the run without a graph (label shown in the title, hash as 8 hex digits)."""
+        self.label, self.hash = label, hash
+        self._publish_meta()
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The configuration card: parameter counts from :meth:`watch`, then your keys (which
+        win on a clash)."""
+        params = {"parameters": self._param_info} if self._param_info is not None else {}
+        return {**params, **self._user_meta}
+
+    def set_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Merge ``metadata`` (hyper-parameters, paths, notes; JSON-serialisable) into the run's
+        configuration card; your keys win over the ones ``watch`` adds."""
+        self._user_meta.update(_jsonable(dict(metadata)))
+        self._publish_meta()
+
+    # -- logging ------------------------------------------------------------------------------
+
+    def log(
+        self, epoch: int, elapsed: float, metrics: Mapping[str, Any] | MetricSource
+    ) -> EpochRecord:
+        """Record zero-based ``epoch`` that took ``elapsed`` seconds, print its line, push it to
+        the dashboard. ``metrics`` is a mapping of name -> number (a float, int or one-element
+        tensor) or a Graph-like object whose ``latest_metrics()`` gives its last flush."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise MonitorError(f"Monitor.log: epoch must be a zero-based int, got {epoch!r}")
+        try:
+            duration = float(elapsed)
+        except (TypeError, ValueError):
+            raise MonitorError(
+                f"Monitor.log(epoch={epoch}): elapsed must be seconds as a number, got {elapsed!r}"
+            ) from None
+        values = _resolve_metrics(epoch, metrics)
+        now = time.monotonic()
+        eta = self._eta.update(epoch, now)
+        resources = self._sampler.sample()
+        record = EpochRecord(
+            epoch=epoch,
+            total=self.num_epochs,
+            duration=duration,
+            elapsed=now - self._started,
+            metrics=values,
+            resources=resources,
+            eta=eta,
+            ranks=self._pending_ranks,
+        )
+        self._pending_ranks = {}
+        self._records.append(record)
+        stream = self._stream
+        if stream is not None:
+            line = epoch_line(
+                epoch, self.num_epochs, duration, values, eta, resources, color=self._color(stream)
+            )
+            print(line, file=stream, flush=True)
+        if self._server is not None:
+            self._server.log.publish("epoch", record.to_json())
+        return record
+
+    def sample_resources(self) -> ResourceSample:
+        """This process's resources now (on a non-zero rank: what to send to rank 0)."""
+        return self._sampler.sample()
+
+    def add_rank_resources(self, rank: int, sample: ResourceSample | Mapping[str, Any]) -> None:
+        """Attach another rank's resources to the next logged epoch (shown per rank)."""
+        if isinstance(sample, Mapping):
+            sample = ResourceSample.from_json(dict(sample))
+        self._pending_ranks[int(rank)] = sample
+
+    @property
+    def history(self) -> list[EpochRecord]:
+        """Every logged epoch, in order."""
+        return list(self._records)
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Print the summary, write the HTML archive if ``save_html`` named one, and tell the
+        dashboard the run is complete (it keeps serving until :meth:`close` or process exit)."""
+        first_finish = self._finished_at is None
+        if first_finish:
+            self._finished_at = time.monotonic()
+        last = self._records[-1].metrics if self._records else {}
+        self._say(finish_line(self._finished_at - self._started, last))
+        if self._archive_path is not None:
+            try:
+                self._write_html(self._archive_path)
+                self._say(f"  saved: {self._archive_path}")
+            except OSError as err:
+                self._say(f"  warning: failed to save the dashboard archive: {err}", err=True)
+        if self._server is not None and first_finish:
+            self._server.log.publish("complete", self._complete_json())
+
+    def finish_with(self, graph: Any) -> None:
+        """Like :meth:`finish`, after taking the graph's final SVG (``graph.svg()``)."""
+        self._take_svg(graph, warn=True)
+        self._publish_meta()
+        self.finish()
+
+    def _complete_json(self) -> dict[str, Any]:
+        total = (self._finished_at or time.monotonic()) - self._started
+        return {"elapsed": round(total, 3), "text": f"Complete ({format_eta(total)})"}
+
+    def close(self) -> None:
+        """Stop the dashboard server and the GPU poller; idempotent."""
+        self._finalizer()
+        self._server = None
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- archives -------------------------------------------------------------------------------
+
+    def save_html(self, path: str | os.PathLike[str]) -> Path:
+        """Write a self-contained HTML report (opens offline, no server) and remember the path:
+        :meth:`finish` rewrites it with the final state. Returns the path."""
+        self._archive_path = Path(path)
+        self._write_html(self._archive_path)
+        return self._archive_path
+
+    def _write_html(self, path: Path) -> None:
+        boot = self._boot("archive")
+        boot["history"] = [r.to_json() for r in self._records]
+        boot["svg"] = svg_data_uri(self._svg)
+        boot["complete"] = self._complete_json() if self._finished_at is not None else None
+        page, _ = render_page(boot, title=self._title("Training Report"))
+        _atomic_write(path, page)
+
+    def metric_names(self) -> list[str]:
+        """Every metric name that appeared in any epoch, in order of first appearance."""
+        names: dict[str, None] = {}
+        for record in self._records:
+            names.update(dict.fromkeys(record.metrics))
+        return list(names)
+
+    def export_csv(self, path: str | os.PathLike[str]) -> Path:
+        """Write one row per epoch: ``epoch,duration_s,elapsed_s``, every metric that ever
+        appeared (empty where an epoch lacks it), then resources. Returns the path."""
+        names = self.metric_names()
+        header = ["epoch", "duration_s", "elapsed_s", *names, *_CSV_RESOURCES]
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            for r in self._records:
+                res = r.resources.to_json()
+                writer.writerow(
+                    [
+                        r.epoch + 1,
+                        f"{r.duration:.6f}",
+                        f"{r.elapsed:.3f}",
+                        *(_csv_value(r.metrics.get(n)) for n in names),
+                        *("" if res.get(k) is None else res[k] for k in _CSV_RESOURCES.values()),
+                    ]
+                )
+        tmp.replace(path)
+        return path
+
+    def export_tensorboard(self, logdir: str | os.PathLike[str]) -> Path:
+        """Write the run as a TensorBoard event file in ``logdir`` (``tensorboard --logdir``
+        reads it; nothing extra is needed to write it). Steps are 1-based epochs; besides every
+        metric, ``epoch_time_s`` and ``resources/*`` are written. Returns the file's path."""
+        keys = {"cpu": "cpu_pct", "rss": "rss_bytes", "gpu": "gpu_pct", "vram_alloc": "vram_bytes"}
+
+        def scalars(r: EpochRecord) -> list[tuple[str, float]]:
+            res = r.resources.to_json()
+            out = [*r.metrics.items(), ("epoch_time_s", r.duration)]
+            out += [(f"resources/{tag}", float(res[k])) for k, tag in keys.items() if k in res]
+            return out
+
+        return write_scalars(
+            logdir,
+            ((r.epoch + 1, self._started_wall + r.elapsed, scalars(r)) for r in self._records),
+        )
+
+    def write_log(self, path: str | os.PathLike[str]) -> Path:
+        """A plain-text log: one ``epoch e/T  name=value  [time]`` line per epoch and the total."""
+        width = digit_count(self.num_epochs)
+        lines = ["# flodl training log"]
+        for r in self._records:
+            metrics = "".join(f"  {k}={format_metric(v)}" for k, v in r.metrics.items())
+            lines.append(
+                f"epoch {r.epoch + 1:>{width}}/{self.num_epochs}{metrics}  [{format_eta(r.duration)}]"
+            )
+        if self._records:
+            end = self._finished_at or time.monotonic()
+            lines.append(f"# total: {format_eta(end - self._started)}")
+        path = Path(path)
+        _atomic_write(path, "\n".join(lines) + "\n")
+        return path
+
+
+def _release(owned: dict[str, Any]) -> None:
+    """Runs on close(), garbage collection or interpreter exit, whichever comes first."""
+    server, owned["server"] = owned.get("server"), None
+    if server is not None:
+        server.close()
+    sampler, owned["sampler"] = owned.get("sampler"), None
+    if sampler is not None:
+        sampler.close()
+
+
+def _rank_from_env() -> int:
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _resolve_metrics(epoch: int, metrics: Any) -> dict[str, float]:
+    if isinstance(metrics, Mapping):
+        items = metrics.items()
+    elif isinstance(metrics, MetricSource):
+        items = metrics.latest_metrics().items()
+    else:
+        raise MonitorError(
+            f"Monitor.log(epoch={epoch}): metrics must be a mapping of name -> number or a graph "
+            f"with latest_metrics(), got {type(metrics).__name__}"
+        )
+    values: dict[str, float] = {}
+    for name, value in items:
+        if not isinstance(name, str):
+            raise MonitorError(
+                f"Monitor.log(epoch={epoch}): metric names must be strings, got {name!r}"
+            )
+        values[name] = _to_float(epoch, name, value)
+    return values
+
+
+def _to_float(epoch: int, name: str, value: Any) -> float:
+    numel = getattr(value, "numel", None)
+    if callable(numel):  # a tensor (or numpy array): exactly one element
+        count = int(numel())
+        if count != 1:
+            raise MonitorError(
+                f"Monitor.log(epoch={epoch}): metric {name!r} is a tensor with {count} elements — "
+                "log a scalar (e.g. loss.item() or tensor.mean())"
+            )
+        value = value.item()
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise MonitorError(
+            f"Monitor.log(epoch={epoch}): metric {name!r} must be a number, got {value!r}"
+        ) from None
+
+
+def _csv_value(v: float | None) -> str:
+    if v is None:
+        return ""
+    return repr(v) if math.isfinite(v) else str(v)
+
+
+def _jsonable(value: Any) -> Any:
+    """Metadata as plain JSON types (paths and other objects become strings)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,79 @@
+"""The GPU path with NVML, on a machine without a GPU: a fake libnvidia-ml.so.1 (replaying an L4
+machine's readings) is put on LD_LIBRARY_PATH of a subprocess, so nvidia-ml-py and the monitor run
+unchanged and only the driver is simulated."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # a subprocess importing torch
+
+FIXTURE = Path(__file__).parent / "fixtures" / "fake_nvml.c"
+
+SCRIPT = """
+import io, json
+import flodl as fl
+from flodl.monitor.resources import hardware_summary
+out = io.StringIO()
+mon = fl.Monitor(2, stream=out)
+record = mon.log(0, 1.5, {"loss": 0.5})
+mon.close()
+print(json.dumps({"line": out.getvalue(), "resources": record.to_json()["resources"],
+                  "hardware": hardware_summary()}))
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_driver(tmp_path_factory) -> Path:
+    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the fake NVML library")
+    lib_dir = tmp_path_factory.mktemp("nvml")
+    subprocess.run(
+        [
+            compiler,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-o",
+            str(lib_dir / "libnvidia-ml.so.1"),
+            str(FIXTURE),
+        ],
+        check=True,
+    )
+    return lib_dir
+
+
+def test_gpu_utilisation_and_vram_per_device(fake_driver, repo_root):
+    env = {
+        "LD_LIBRARY_PATH": str(fake_driver),
+        "PYTHONPATH": str(repo_root),
+        "PATH": "/usr/bin:/bin",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    gpus = report["resources"]["gpus"]
+    assert [(g["dev"], g["name"], g["util"]) for g in gpus] == [
+        (0, "NVIDIA L4", 87.0),
+        (1, "NVIDIA L4", 64.0),
+    ]
+    assert [g["vram_alloc"] for g in gpus] == [3 * 1024**3, 1024**3]
+    assert report["resources"]["gpu"] == 75.5  # mean over devices
+    assert report["resources"]["vram_total"] == 24152899584
+    assert "  VRAM: 3.0 GB / 22.5 GB (76%)  CPU: " in report["line"]
+    assert report["hardware"].endswith(" | NVIDIA L4 (22GB) | NVIDIA L4 (22GB)")

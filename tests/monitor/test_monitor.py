@@ -1,0 +1,298 @@
+"""Monitor behaviour a user relies on: what it prints, what it accepts, what it writes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from html.parser import HTMLParser
+
+import pytest
+import torch
+
+import flodl as fl
+from flodl.monitor.page import render_page
+
+HOSTILE = [
+    '</script><script>alert("x")</script>',
+    "<img src=x onerror=alert(1)>",
+    "{{SCRIPT}}",
+    "a\u2028b",
+    "quote\"'`${x}",
+    "<!--",
+]
+RESOURCE_COLUMNS = [
+    "cpu_pct",
+    "ram_used",
+    "ram_total",
+    "rss",
+    "gpu_pct",
+    "vram_alloc",
+    "vram_total",
+]
+
+
+class TTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def quiet(n: int = 3, **kw) -> fl.Monitor:
+    return fl.Monitor(n, stream=None, **kw)
+
+
+def test_one_line_per_epoch_then_the_summary(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    out = io.StringIO()
+    mon = fl.Monitor(3, stream=out)
+    for epoch in range(3):
+        mon.log(epoch, 0.25, {"loss": 1.0 / (epoch + 1), "lr": 1e-4})
+    mon.finish()
+    mon.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4
+    assert re.fullmatch(
+        r"  epoch 1/3  loss=1\.0000  lr=1\.00e-4  \[250ms  ETA \S+\]  CPU: \d+%  RSS: .+", lines[0]
+    )
+    assert re.fullmatch(
+        r"  epoch 3/3  loss=0\.3333  lr=1\.00e-4  \[250ms\]  CPU: \d+%  RSS: .+", lines[2]
+    )
+    assert re.fullmatch(r"  training complete in \S+  \| loss: 0\.3333  \| lr: 1\.00e-4", lines[3])
+    assert "\x1b" not in out.getvalue()  # not a TTY: no control codes
+
+
+def test_color_on_a_tty_unless_no_color(monkeypatch):
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    tty = TTY()
+    fl.Monitor(1, stream=tty).log(0, 0.1, {"loss": 1.0})
+    assert "\x1b[" in tty.getvalue()
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    tty = TTY()
+    fl.Monitor(1, stream=tty).log(0, 0.1, {"loss": 1.0})
+    assert "\x1b" not in tty.getvalue()
+
+    monkeypatch.delenv("NO_COLOR")
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    piped = io.StringIO()
+    fl.Monitor(1, stream=piped).log(0, 0.1, {"loss": 1.0})
+    assert "\x1b[" in piped.getvalue()
+
+
+def test_default_stream_is_stdout_at_call_time(capsys):
+    mon = fl.Monitor(1)
+    mon.log(0, 0.1, {"loss": 2.0})
+    assert "epoch 1/1  loss=2.0000" in capsys.readouterr().out
+    mon.close()
+
+
+def test_metrics_from_a_graph_tensors_and_numbers(graph_cls):
+    mon = quiet()
+    graph = graph_cls(metrics={"enc.loss": 0.5, "head.acc": 0.25})
+    assert mon.log(0, 0.1, graph).metrics == {"enc.loss": 0.5, "head.acc": 0.25}
+    record = mon.log(1, 0.1, {"loss": torch.tensor(0.75), "n": 3, "flag": True})
+    assert record.metrics == {"loss": 0.75, "n": 3.0, "flag": 1.0}
+    assert [r.epoch for r in mon.history] == [0, 1]
+
+
+def test_non_finite_values_are_kept_and_become_null_in_json():
+    mon = quiet()
+    record = mon.log(0, 0.1, {"loss": float("nan"), "grad": float("inf")})
+    assert json.dumps(record.to_json(), allow_nan=False)
+    assert record.to_json()["metrics"] == {"loss": None, "grad": None}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((-1, 0.1, {}), "epoch must be a zero-based int"),
+        ((1.0, 0.1, {}), "epoch must be a zero-based int"),
+        ((0, "fast", {}), "elapsed must be seconds"),
+        ((0, 0.1, [("loss", 1.0)]), "metrics must be a mapping"),
+        ((0, 0.1, {"loss": "low"}), "metric 'loss' must be a number"),
+        ((0, 0.1, {"loss": torch.ones(3)}), "metric 'loss' is a tensor with 3 elements"),
+        ((0, 0.1, {1: 1.0}), "metric names must be strings"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_records_nothing(args, message):
+    mon = quiet()
+    with pytest.raises(fl.MonitorError, match=message):
+        mon.log(*args)
+    assert mon.history == []
+
+
+def test_bad_num_epochs():
+    with pytest.raises(fl.MonitorError, match="positive integer"):
+        fl.Monitor(0)
+
+
+def test_csv_has_every_metric_that_ever_appeared(tmp_path):
+    mon = quiet(3)
+    mon.log(0, 0.5, {"loss": 1.0})
+    mon.log(1, 0.5, {"loss": 0.5, "val,acc": 0.8})  # appears later; a comma in the name
+    mon.log(2, 0.5, {"val,acc": 0.9, "loss": float("nan")})
+    path = mon.export_csv(tmp_path / "run.csv")
+    rows = list(csv.reader(path.open()))
+    assert rows[0][:5] == ["epoch", "duration_s", "elapsed_s", "loss", "val,acc"]
+    assert rows[0][5:] == RESOURCE_COLUMNS
+    assert [r[0] for r in rows[1:]] == ["1", "2", "3"]
+    assert rows[1][3:5] == ["1.0", ""]
+    assert rows[2][3:5] == ["0.5", "0.8"]
+    assert rows[3][3:5] == ["nan", "0.9"]
+    assert int(rows[1][6]) > 0 and rows[1][9] == ""  # RAM known, no GPU here
+
+
+def test_csv_of_an_empty_run_has_the_header(tmp_path):
+    rows = list(csv.reader(quiet().export_csv(tmp_path / "e.csv").open()))
+    assert rows == [["epoch", "duration_s", "elapsed_s", *RESOURCE_COLUMNS]]
+
+
+def test_text_log(tmp_path):
+    mon = quiet(10)
+    mon.log(0, 1.5, {"loss": 0.25})
+    text = mon.write_log(tmp_path / "run.log").read_text()
+    lines = text.splitlines()
+    assert lines[:2] == ["# flodl training log", "epoch  1/10  loss=0.2500  [1.5s]"]
+    assert lines[2].startswith("# total: ")
+
+
+class ScriptsAndBoot(HTMLParser):
+    """Collects every <script> element (attributes and text) of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[tuple[dict[str, str | None], str]] = []
+        self._current: dict[str, str | None] | None = None
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "script":
+            self._current = dict(attrs)
+            self.scripts.append((self._current, ""))
+
+    def handle_data(self, data):
+        if self._current is not None:
+            attrs, text = self.scripts[-1]
+            self.scripts[-1] = (attrs, text + data)
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._current = None
+
+
+def boot_of(page: str) -> dict:
+    parser = ScriptsAndBoot()
+    parser.feed(page)
+    # exactly the two scripts of the template: a hostile name cannot open or close one
+    assert [attrs.get("type") for attrs, _ in parser.scripts] == ["application/json", None]
+    benign = ScriptsAndBoot()
+    benign.feed(render_page({"mode": "live"}, title="t")[0])
+    assert parser.tags == benign.tags  # the same elements as a harmless page: nothing injected
+    return json.loads(parser.scripts[0][1])
+
+
+def test_archive_is_self_contained_and_escapes_hostile_names(tmp_path, graph_cls):
+    mon = quiet(len(HOSTILE))
+    graph = graph_cls(label=HOSTILE[1], metrics=dict.fromkeys(HOSTILE, 1.0))
+    mon.watch(graph)
+    mon.set_metadata({"note": HOSTILE[0], "path": tmp_path})
+    for epoch in range(2):
+        mon.log(epoch, 0.1, graph)
+    path = mon.save_html(tmp_path / "report.html")
+    page = path.read_text()
+    assert "http://" not in page and "https://" not in page  # no CDN, nothing remote
+    boot = boot_of(page)
+    assert boot["mode"] == "archive" and boot["complete"] is None
+    assert list(boot["history"][0]["metrics"]) == HOSTILE
+    assert boot["label"] == HOSTILE[1]
+    assert boot["meta"]["note"] == HOSTILE[0] and boot["meta"]["path"] == str(tmp_path)
+    assert boot["svg"].startswith("data:image/svg+xml;base64,")
+    assert f"<title>flodl {HOSTILE[1]}" not in page  # the title is escaped too
+
+    mon.finish()  # rewrites the archive with the final state
+    final = boot_of(path.read_text())
+    assert final["complete"]["text"].startswith("Complete (")
+
+
+def test_live_page_escapes_hostile_names(graph_cls):
+    mon = quiet()
+    mon.set_identity(label=HOSTILE[0], hash=HOSTILE[4])
+    mon.set_metadata({HOSTILE[2]: HOSTILE[5]})
+    page, nonce = mon._live_page()
+    boot = boot_of(page)
+    assert boot["label"] == HOSTILE[0] and boot["meta"] == {HOSTILE[2]: HOSTILE[5]}
+    assert f'<script nonce="{nonce}">' in page
+
+
+def test_watch_counts_parameters_and_keeps_user_metadata():
+    model = torch.nn.Linear(4, 2)
+    model.bias.requires_grad_(False)
+    mon = quiet()
+    mon.set_metadata({"lr": 0.1, "parameters": "mine"})
+    mon.watch(model)  # an nn.Module without svg(): parameters only
+    assert mon.metadata == {"parameters": "mine", "lr": 0.1}
+    other = quiet()
+    other.watch(model)
+    assert other.metadata["parameters"] == {"total": 10, "trainable": 8, "frozen": 2}
+    other.watch(torch.nn.Linear(2, 2))  # watching another model replaces the counts
+    assert other.metadata["parameters"]["total"] == 6
+
+
+def test_finish_with_warns_when_the_graph_cannot_render(capsys):
+    class Broken:
+        def svg(self):
+            raise RuntimeError("graphviz missing")
+
+    mon = fl.Monitor(1)
+    mon.log(0, 0.1, {"loss": 1.0})
+    mon.finish_with(Broken())
+    captured = capsys.readouterr()
+    assert "training complete" in captured.out
+    assert "could not render the graph SVG: graphviz missing" in captured.err
+    mon.close()
+
+
+def test_other_ranks_are_silent_and_do_not_serve(capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    mon = fl.Monitor(2)
+    assert mon.rank == 1
+    assert mon.serve(port=0) == "" and mon.url is None
+    mon.log(0, 0.1, {"loss": 1.0})
+    mon.finish()
+    assert capsys.readouterr().out == ""
+    sample = mon.sample_resources()
+
+    rank0 = fl.Monitor(2, rank=0, stream=None)
+    rank0.add_rank_resources(1, sample.to_json())  # as it arrives over the wire
+    record = rank0.log(0, 0.1, {"loss": 1.0})
+    assert record.to_json()["ranks"]["1"] == sample.to_json()
+    assert "ranks" not in rank0.log(1, 0.1, {"loss": 1.0}).to_json()  # attached once
+
+
+def test_context_manager_closes_the_server():
+    with fl.Monitor(1, stream=None) as mon:
+        mon.serve(port=0)
+        assert mon.url
+    assert mon.url is None
+
+
+def test_lines_go_through_a_running_rich_progress(monkeypatch):
+    """rich redirects stdout while a Progress is live; the monitor prints into it, not around it."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    buffer = io.StringIO()
+    mon = fl.Monitor(2)
+    with Progress(console=Console(file=buffer, force_terminal=True, width=200)) as progress:
+        task = progress.add_task("train", total=2)
+        for epoch in range(2):
+            mon.log(epoch, 0.1, {"loss": 1.0})
+            progress.advance(task)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buffer.getvalue())
+    assert "epoch 1/2  loss=1.0000" in text and "epoch 2/2  loss=1.0000" in text
