@@ -32,6 +32,7 @@ __all__ = [
     "monitor",
     "nn",
     "optim",
+    "random",
     "train",
     *checkpoint.__all__,
     *device.__all__,

@@ -1,7 +1,9 @@
-"""Graph building blocks PyTorch does not have (StateAdd, routers, halting modules, Reshape, ...) and ``flodl.nn.functional``.
+"""Graph building blocks PyTorch does not have, and ``flodl.nn.functional`` / ``flodl.nn.init``.
 
-Contract: DESIGN.md §3.1. Names listed in ``__all__`` are re-exported as ``flodl.<name>``
-when they belong at the top level (see flodl/__init__.py).
+Everything PyTorch already has (layers, losses) stays PyTorch: ``nn.Linear`` is ``nn.Linear``.
 """
 
-__all__: list[str] = []
+from flodl.nn import functional, init
+from flodl.nn.blur import GaussianBlur
+
+__all__ = ["GaussianBlur", "functional", "init"]

@@ -96,3 +96,14 @@ def test_bundled_data_is_found_inside_the_installed_package(installed_wheel):
     )
     assert skill.startswith(str(installed_wheel)) and skill.endswith("_bundled/porting_skill")
     assert found == "True True"
+
+
+def test_monitor_dashboard_assets_ship_in_the_wheel(installed_wheel):
+    code = (
+        "import importlib.util, pathlib; "
+        "root = pathlib.Path(importlib.util.find_spec('flodl').origin).parent; "
+        "print(*sorted(p.name for p in (root / 'monitor' / 'assets').iterdir()))"
+    )
+    result = run_in(installed_wheel, str(installed_wheel / "bin" / "python"), "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert {"dashboard.html", "dashboard.css", "dashboard.js"} <= set(result.stdout.split())
