@@ -15,7 +15,7 @@ the composed model's names; ``skipped`` lists the file's own names.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from flodl.checkpoint.api import LoadReport, load_checkpoint, save_checkpoint
 from flodl.checkpoint.errors import CheckpointError
@@ -28,13 +28,8 @@ class CheckpointMethods:
     """Mixin: ``save_checkpoint``, ``load_checkpoint`` and ``load_subgraph_checkpoint``."""
 
     subgraph_name_separator: ClassVar[str] = "."
-
-    # Provided by the host class.
-    def named_parameters(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - host
-        raise NotImplementedError
-
-    def named_buffers(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - host
-        raise NotImplementedError
+    # named_parameters / named_buffers / structural_hash / subgraph come from the host class;
+    # they are deliberately not stubbed here, so the mixin never shadows nn.Module's methods.
 
     def save_checkpoint(
         self, path: Destination, *, checksum: bool = True, compress: bool | None = None
@@ -42,8 +37,8 @@ class CheckpointMethods:
         """Save parameters, then buffers, with this model's structural hash (atomic for paths)."""
         save_checkpoint(
             path,
-            list(self.named_parameters()),
-            list(self.named_buffers()),
+            list(self.named_parameters()),  # type: ignore[attr-defined]
+            list(self.named_buffers()),  # type: ignore[attr-defined]
             _structural_hash(self),
             checksum=checksum,
             compress=compress,
@@ -60,8 +55,8 @@ class CheckpointMethods:
         """
         return load_checkpoint(
             path,
-            list(self.named_parameters()),
-            list(self.named_buffers()),
+            list(self.named_parameters()),  # type: ignore[attr-defined]
+            list(self.named_buffers()),  # type: ignore[attr-defined]
             _structural_hash(self) if strict_hash else None,
             strict_shapes=strict_shapes,
             _hash_opt_out=_OPT_OUT,
