@@ -14,7 +14,14 @@ import torch
 from torch import nn
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-ORIGINAL_TAGS = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3, torch.float64: 4, torch.int32: 5, torch.int64: 6}
+ORIGINAL_TAGS = {
+    torch.float16: 1,
+    torch.bfloat16: 2,
+    torch.float32: 3,
+    torch.float64: 4,
+    torch.int32: 5,
+    torch.int64: 6,
+}
 
 
 def original_bytes(entries, version: int = 2, digest: bytes = bytes(32)) -> bytes:
@@ -30,7 +37,9 @@ def original_bytes(entries, version: int = 2, digest: bytes = bytes(32)) -> byte
     return bytes(out)
 
 
-def entry(name: str | bytes, shape: tuple[int, ...], tag: int, payload: bytes, declared: int | None = None) -> bytes:
+def entry(
+    name: str | bytes, shape: tuple[int, ...], tag: int, payload: bytes, declared: int | None = None
+) -> bytes:
     """One raw entry, for hand-built (possibly hostile) files."""
     raw = name if isinstance(name, bytes) else name.encode()
     return (
@@ -72,4 +81,3 @@ def fixture_entries():
         ("counter_3/steps", torch.tensor([1 << 40], dtype=torch.int64)),
         ("empty_4/weight", torch.zeros(0, 5)),
     ]
-

@@ -119,7 +119,9 @@ def test_reads_the_originals_files(name):
 
 
 def test_fixture_files_match_the_documented_layout():
-    assert (FIXTURES / "original_v1.fdl").read_bytes() == original_bytes(fixture_entries(), version=1)
+    assert (FIXTURES / "original_v1.fdl").read_bytes() == original_bytes(
+        fixture_entries(), version=1
+    )
     v2 = original_bytes(fixture_entries(), digest=bytes.fromhex(hash_of("fixture")))
     assert (FIXTURES / "original_v2.fdl").read_bytes() == v2
     assert gzip.decompress((FIXTURES / "original_v2.fdl.gz").read_bytes()) == v2

@@ -82,7 +82,9 @@ def test_dtype_differences_are_cast_and_reported(kind):
     report = fl.load_checkpoint(src, *args)
     assert report.loaded == ["x"] and target.dtype == torch.float64
     assert torch.equal(target, torch.ones(3, dtype=torch.float64))
-    assert [(m.kind, m.checkpoint, m.model) for m in report.mismatches] == [("dtype", "float32", "float64")]
+    assert [(m.kind, m.checkpoint, m.model) for m in report.mismatches] == [
+        ("dtype", "float32", "float64")
+    ]
     assert report.complete  # a cast is not a gap
 
 
@@ -95,19 +97,29 @@ def test_a_name_that_is_both_parameter_and_buffer_goes_to_the_parameter():
 def test_same_hash_loads_and_different_hash_is_an_architecture_mismatch():
     mine, other = hash_of("mine"), hash_of("other")
     w = torch.zeros(2)
-    assert fl.load_checkpoint(saved({"w": torch.ones(2)}, None, mine), {"w": w}, None, mine).loaded == ["w"]
+    assert fl.load_checkpoint(
+        saved({"w": torch.ones(2)}, None, mine), {"w": w}, None, mine
+    ).loaded == ["w"]
     with pytest.raises(fl.CheckpointError) as info:
         fl.load_checkpoint(saved({"w": torch.full((2,), 3.0)}, None, other), {"w": w}, None, mine)
     message = str(info.value)
-    assert "architecture mismatch" in message and f"file={other}" in message and f"model={mine}" in message
+    assert (
+        "architecture mismatch" in message
+        and f"file={other}" in message
+        and f"model={mine}" in message
+    )
     assert "structural_hash=None" in message  # the opt-out is named
     assert torch.equal(w, torch.ones(2))
 
 
 def test_a_zero_hash_on_either_side_skips_the_check():
     w = torch.zeros(1)
-    assert fl.load_checkpoint(saved({"w": torch.ones(1)}), {"w": w}, None, hash_of("m")).loaded == ["w"]
-    assert fl.load_checkpoint(saved({"w": torch.ones(1)}, None, hash_of("f")), {"w": w}).loaded == ["w"]
+    assert fl.load_checkpoint(saved({"w": torch.ones(1)}), {"w": w}, None, hash_of("m")).loaded == [
+        "w"
+    ]
+    assert fl.load_checkpoint(saved({"w": torch.ones(1)}, None, hash_of("f")), {"w": w}).loaded == [
+        "w"
+    ]
     with pytest.raises(fl.CheckpointError, match="expected 64 hex chars"):
         fl.load_checkpoint(saved({"w": torch.ones(1)}), {"w": w}, None, "not-a-hash")
 
@@ -144,7 +156,12 @@ def test_tied_weights_round_trip_and_stay_tied(remove_duplicate):
 def test_loading_into_parameters_that_require_grad_keeps_them_leaves():
     p = nn.Parameter(torch.zeros(3))
     fl.load_checkpoint(saved({"p": torch.ones(3)}), {"p": p})
-    assert p.requires_grad and p.is_leaf and p.grad_fn is None and torch.equal(p.detach(), torch.ones(3))
+    assert (
+        p.requires_grad
+        and p.is_leaf
+        and p.grad_fn is None
+        and torch.equal(p.detach(), torch.ones(3))
+    )
 
 
 def test_the_originals_v1_file_loads_by_name(tmp_path):

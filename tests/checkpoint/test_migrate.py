@@ -27,7 +27,10 @@ def migrate(named_old, params, buffers=None):
 
 def test_every_name_changed_is_remapped_and_loads():
     a, b = torch.randn(3, 4), torch.randn(4)
-    report, out = migrate({"linear_0/weight": a, "linear_0/bias": b}, {"enc/weight": torch.zeros(3, 4), "enc/bias": torch.zeros(4)})
+    report, out = migrate(
+        {"linear_0/weight": a, "linear_0/bias": b},
+        {"enc/weight": torch.zeros(3, 4), "enc/bias": torch.zeros(4)},
+    )
     assert report.remapped == [("linear_0/weight", "enc/weight"), ("linear_0/bias", "enc/bias")]
     assert report.is_complete()
     back = fl.read_checkpoint(out)
@@ -69,7 +72,11 @@ def test_identical_shapes_map_in_order_and_dtype_must_match():
     x, y = torch.full((2,), 1.0), torch.full((2,), 2.0)
     report, out = migrate(
         {"old_a": x, "old_i": torch.ones(2, dtype=torch.int64), "old_b": y},
-        {"new_a": torch.zeros(2), "new_b": torch.zeros(2), "new_i": torch.zeros(2, dtype=torch.int64)},
+        {
+            "new_a": torch.zeros(2),
+            "new_b": torch.zeros(2),
+            "new_i": torch.zeros(2, dtype=torch.int64),
+        },
     )
     assert report.remapped == [("old_a", "new_a"), ("old_b", "new_b"), ("old_i", "new_i")]
     back = fl.read_checkpoint(out)
@@ -92,7 +99,10 @@ def test_migrating_the_originals_v1_file_writes_v2_without_hash(tmp_path):
 
 def test_report_display_matches_the_original():
     report = fl.MigrateReport(
-        unchanged=["shared/weight"], remapped=[("old/bias", "new/bias")], dropped=["x"], missing=["y"]
+        unchanged=["shared/weight"],
+        remapped=[("old/bias", "new/bias")],
+        dropped=["x"],
+        missing=["y"],
     )
     assert str(report) == (
         "unchanged (1):\n  shared/weight\nremapped (1):\n  old/bias -> new/bias\n"

@@ -81,7 +81,10 @@ def test_unknown_dtype_tag():
     [
         (struct.pack("<I", 0xFFFFFFFF), "name length 4294967295 exceeds"),
         (struct.pack("<I", 1000) + b"abc", "declares 1000 bytes but only 23 remain"),
-        (entry("w", (), 3, b"")[:5] + struct.pack("<I", 0xFFFFFFFF), "dimensions exceeds the limit"),
+        (
+            entry("w", (), 3, b"")[:5] + struct.pack("<I", 0xFFFFFFFF),
+            "dimensions exceeds the limit",
+        ),
         (entry("w", (TB, TB), 3, b""), "needs"),  # byte count disagrees with shape
         (entry("w", (TB,), 3, b"", declared=4 * TB), "declares 4398046511104 bytes"),
         (entry("w", (-1,), 3, b""), "negative dimension"),
@@ -134,7 +137,9 @@ def test_payload_corruption_names_the_entry():
 def test_corrupt_gzip():
     data = bytearray(gzip.compress(small_file()))
     data[len(data) // 2] ^= 0xFF
-    assert "corrupt gzip" in str(load_error(bytes(data))) or "checksum" in str(load_error(bytes(data)))
+    assert "corrupt gzip" in str(load_error(bytes(data))) or "checksum" in str(
+        load_error(bytes(data))
+    )
     assert "corrupt gzip" in str(load_error(gzip.compress(small_file())[:-9]))
 
 
