@@ -110,7 +110,7 @@ def test_a_process_killed_while_saving_leaves_the_old_file(tmp_path):
 
 
 def test_missing_directory_is_a_clear_error(tmp_path):
-    with pytest.raises(fl.CheckpointError, match="cannot write checkpoint.*directory exists"):
+    with pytest.raises(fl.CheckpointError, match=r"cannot write checkpoint.*directory exists"):
         fl.save_checkpoint(tmp_path / "nope" / "m.fdl", {"w": torch.ones(1)})
 
 

@@ -100,7 +100,7 @@ def test_subgraph_checkpoint_loads_into_the_child_with_prefixed_names(tmp_path):
 def test_subgraph_hash_is_checked_against_the_child(tmp_path):
     Block(6).save_checkpoint(tmp_path / "wide.fdl")
     model = fresh(1)
-    with pytest.raises(fl.CheckpointError, match="architecture mismatch.*strict_hash=False"):
+    with pytest.raises(fl.CheckpointError, match=r"architecture mismatch.*strict_hash=False"):
         model.load_subgraph_checkpoint("encoder", tmp_path / "wide.fdl")
 
 
