@@ -97,13 +97,15 @@ def save_checkpoint(
     *,
     checksum: bool = True,
     compress: bool | None = None,
+    fsync: bool = True,
 ) -> None:
     """Write named tensors to ``dest`` (a path or a binary file object) in the ``.fdl`` format.
 
     Parameters come first, then buffers, each in the order given. A path is written atomically
     (a crash mid-save leaves the previous file intact) and gzip-compressed when it ends in
     ``.gz`` (``compress`` overrides). ``checksum=False`` writes exactly the Rust original's v2
-    bytes, without flodl's integrity trailer.
+    bytes, without flodl's integrity trailer. ``fsync=False`` skips the flushes to disk: the
+    write stays atomic against a crashed or killed process, but not against power loss.
 
     >>> import io, torch, flodl as fl
     >>> buf = io.BytesIO()
@@ -117,7 +119,7 @@ def save_checkpoint(
     codec.named_list(both, "named_params + named_buffers")  # names must be unique across both
     digest = fmt.encode_hash(structural_hash)
     prepared = codec.prepare(both)
-    with open_destination(dest, compress=compress) as f:
+    with open_destination(dest, compress=compress, fsync=fsync) as f:
         codec.encode(f, prepared, digest, checksum=checksum)
 
 

@@ -231,7 +231,9 @@ def _fsync_dir(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def open_destination(dest: Destination, *, compress: bool | None = None) -> Iterator[BinaryIO]:
+def open_destination(
+    dest: Destination, *, compress: bool | None = None, fsync: bool = True
+) -> Iterator[BinaryIO]:
     """A writable binary stream; for a path the final file appears atomically on success.
 
     ``compress=None`` means gzip when the path ends in ``.gz`` (never for file objects).
@@ -258,7 +260,8 @@ def open_destination(dest: Destination, *, compress: bool | None = None) -> Iter
                 else:
                     yield raw
                 raw.flush()
-                os.fsync(raw.fileno())
+                if fsync:
+                    os.fsync(raw.fileno())
             tmp.replace(path)
         except BaseException as exc:
             with contextlib.suppress(OSError):
@@ -270,7 +273,8 @@ def open_destination(dest: Destination, *, compress: bool | None = None) -> Iter
                     source=str(path),
                 ) from exc
             raise
-        _fsync_dir(path.parent)
+        if fsync:
+            _fsync_dir(path.parent)
     elif hasattr(dest, "write"):
         if compress:
             with gzip.GzipFile(fileobj=dest, mode="wb", compresslevel=6, mtime=0, filename="") as z:  # type: ignore[arg-type]
