@@ -240,7 +240,25 @@ def commit(plan: Plan) -> None:
     """Copy validated values into their targets (cast to the target's dtype, onto its device)."""
     with torch.no_grad():
         for target, value in plan:
-            target.copy_(value)
+            if _plain_memcpy(target, value):
+                # A single-threaded memcpy: as fast as memory allows, and immune to the
+                # OpenMP oversubscription that makes torch's parallel copy_ crawl on busy hosts.
+                dst = target.detach().reshape(-1).view(torch.uint8).numpy()
+                dst[...] = value.reshape(-1).view(torch.uint8).numpy()
+            else:
+                target.copy_(value)
+
+
+def _plain_memcpy(target: torch.Tensor, value: torch.Tensor) -> bool:
+    return (
+        target.device.type == "cpu"
+        and target.dtype == value.dtype
+        and target.is_contiguous()
+        and value.is_contiguous()
+        and target.layout == torch.strided
+        and not target.is_conj()
+        and not target.is_neg()
+    )
 
 
 def read_checkpoint(src: Source) -> dict[str, torch.Tensor]:

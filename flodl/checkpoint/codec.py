@@ -8,6 +8,7 @@ names and unknown dtype tags, and verifies the integrity trailer when the file h
 from __future__ import annotations
 
 import math
+import os
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -97,7 +98,8 @@ class Checksums:
             self._items.append(zlib.crc32(payload, start))  # type: ignore[arg-type]
             return
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="fdl-crc")
+            workers = max(1, min(4, (os.cpu_count() or 2) - 1))
+            self._pool = ThreadPoolExecutor(workers, thread_name_prefix="fdl-crc")
         self._items.append(self._pool.submit(zlib.crc32, payload, start))  # type: ignore[arg-type]
 
     def add_value(self, crc: int) -> None:
