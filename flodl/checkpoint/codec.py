@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 import os
 import struct
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import torch
+import xxhash
 
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.errors import CheckpointError
@@ -85,25 +85,35 @@ def named_list(named: NamedTensors | None, what: str) -> list[tuple[str, torch.T
 _BACKGROUND_MIN_BYTES = 1 << 20
 
 
+def xxh3(data: bytes) -> int:
+    return xxhash.xxh3_64_intdigest(data)
+
+
+def _finish(hasher: Any, payload: object) -> int:
+    hasher.update(payload)
+    return hasher.intdigest()
+
+
 class Checksums:
-    """Per-entry crc32s; large payloads are summed on a worker thread (zlib releases the GIL),
-    overlapping the checksum with the file I/O of the next entry."""
+    """Per-entry XXH3-64 digests; large payloads are hashed on worker threads (xxhash releases
+    the GIL), overlapping the hashing with the file I/O of the next entries."""
 
     def __init__(self) -> None:
         self._items: list[int | Future[int]] = []
         self._pool: ThreadPoolExecutor | None = None
 
-    def add(self, payload: object, start: int) -> None:
+    def add(self, hasher: Any, payload: object) -> None:
+        """Finish ``hasher`` (already fed the entry's header) with ``payload``."""
         if len(memoryview(payload).cast("B")) < _BACKGROUND_MIN_BYTES:  # type: ignore[arg-type]
-            self._items.append(zlib.crc32(payload, start))  # type: ignore[arg-type]
+            self._items.append(_finish(hasher, payload))
             return
         if self._pool is None:
             workers = max(1, min(4, (os.cpu_count() or 2) - 1))
-            self._pool = ThreadPoolExecutor(workers, thread_name_prefix="fdl-crc")
-        self._items.append(self._pool.submit(zlib.crc32, payload, start))  # type: ignore[arg-type]
+            self._pool = ThreadPoolExecutor(workers, thread_name_prefix="fdl-digest")
+        self._items.append(self._pool.submit(_finish, hasher, payload))
 
-    def add_value(self, crc: int) -> None:
-        self._items.append(crc)
+    def add_value(self, value: int) -> None:
+        self._items.append(value)
 
     def results(self) -> list[int]:
         try:
@@ -138,13 +148,13 @@ def decode(
     if on_header is not None:
         on_header(header)
     out = Decoded(header, [])
-    crcs = Checksums()
+    digests = Checksums()
     try:
-        _decode_entries(reader, header, out, crcs, keep, payloads)
+        _decode_entries(reader, header, out, digests, keep, payloads)
         if payloads:
-            out.checksummed = _verify_trailer(reader, header, out.entries, crcs.results())
+            out.checksummed = _verify_trailer(reader, header, out.entries, digests.results())
     finally:
-        crcs.close()
+        digests.close()
     return out
 
 
@@ -152,13 +162,13 @@ def _decode_entries(
     reader: Reader,
     header: Header,
     out: Decoded,
-    crcs: Checksums,
+    digests: Checksums,
     keep: Callable[[EntryInfo], bool] | None,
     payloads: bool,
 ) -> None:
     seen: set[str] = set()
     for index in range(header.count):
-        info, crc = _decode_entry_header(reader, index)
+        info, hasher = _decode_entry_header(reader, index)
         if info.name in seen:
             raise reader.error(
                 f"duplicate entry name {info.name!r} (entry {index}) — the file is corrupted "
@@ -170,10 +180,11 @@ def _decode_entries(
         what = f"entry {index} {info.name!r}"
         if payloads and (keep is None or keep(info)):
             raw = reader.read_payload(info.nbytes, what)
-            crcs.add(raw.numpy(), crc)
+            digests.add(hasher, raw.numpy())
             out.tensors[info.name] = _to_tensor(reader, raw, info)
         else:
-            crcs.add_value(reader.skip_payload(info.nbytes, what, crc))
+            reader.skip_payload(info.nbytes, what, hasher)
+            digests.add_value(hasher.intdigest())
 
 
 def _decode_header(reader: Reader) -> Header:
@@ -205,7 +216,7 @@ def _decode_header(reader: Reader) -> Header:
     return Header(version, digest, count)
 
 
-def _decode_entry_header(reader: Reader, index: int) -> tuple[EntryInfo, int]:
+def _decode_entry_header(reader: Reader, index: int) -> tuple[EntryInfo, Any]:
     start = reader.pos
     raw_len = reader.read_exact(4, f"the name length of entry {index}")
     (name_len,) = fmt.U32.unpack(raw_len)
@@ -253,8 +264,8 @@ def _decode_entry_header(reader: Reader, index: int) -> tuple[EntryInfo, int]:
             f"{fmt.dtype_name(fmt.DTYPE_TAGS[tag])} needs {expected} — the file is corrupted",
             reader.pos - 8,
         )
-    crc = zlib.crc32(raw_len + raw_name + raw_ndim + raw_dims + raw_tail)
-    return EntryInfo(name, tuple(dims), fmt.DTYPE_TAGS[tag], start, nbytes), crc
+    hasher = xxhash.xxh3_64(raw_len + raw_name + raw_ndim + raw_dims + raw_tail)
+    return EntryInfo(name, tuple(dims), fmt.DTYPE_TAGS[tag], start, nbytes), hasher
 
 
 def _to_tensor(reader: Reader, raw: torch.Tensor, info: EntryInfo) -> torch.Tensor:
@@ -267,7 +278,7 @@ def _to_tensor(reader: Reader, raw: torch.Tensor, info: EntryInfo) -> torch.Tens
 
 
 def _verify_trailer(
-    reader: Reader, header: Header, entries: list[EntryInfo], crcs: list[int]
+    reader: Reader, header: Header, entries: list[EntryInfo], digests: list[int]
 ) -> bool:
     body_len = reader.pos
     magic = reader.read_upto(4)
@@ -280,7 +291,7 @@ def _verify_trailer(
             body_len,
         )
     head = magic + reader.read_exact(fmt.TRAILER_HEAD.size - 4, "the integrity trailer")
-    _, version, count, header_crc = fmt.TRAILER_HEAD.unpack(head)
+    _, version, count, header_digest = fmt.TRAILER_HEAD.unpack(head)
     if version != fmt.TRAILER_VERSION:
         raise reader.error(
             f"unsupported integrity trailer version {version} — was it written by a newer flodl?",
@@ -292,10 +303,10 @@ def _verify_trailer(
             "— the file is corrupted",
             body_len,
         )
-    table = reader.read_exact(4 * count, "the integrity trailer checksums")
+    table = reader.read_exact(fmt.DIGEST_BYTES * count, "the integrity trailer checksums")
     tail = reader.read_exact(fmt.TRAILER_TAIL.size, "the integrity trailer")
-    stored_body_len, trailer_crc = fmt.TRAILER_TAIL.unpack(tail)
-    if zlib.crc32(head + table + tail[:8]) != trailer_crc or stored_body_len != body_len:
+    stored_body_len, trailer_digest = fmt.TRAILER_TAIL.unpack(tail)
+    if xxh3(head + table + tail[:8]) != trailer_digest or stored_body_len != body_len:
         raise reader.error(
             "integrity trailer is corrupted — restore the file from a good copy", body_len
         )
@@ -304,10 +315,10 @@ def _verify_trailer(
             "unexpected data after the integrity trailer — the file is corrupted", reader.pos - 1
         )
     header_bytes = fmt.HEADER.pack(fmt.MAGIC, header.version, header.hash, header.count)
-    if zlib.crc32(header_bytes) != header_crc:
+    if xxh3(header_bytes) != header_digest:
         raise reader.error("checksum mismatch in the header — the file is corrupted", 0)
-    stored = struct.unpack(f"<{count}I", table)
-    for info, actual, expected in zip(entries, crcs, stored, strict=True):
+    stored = struct.unpack(f"<{count}Q", table)
+    for info, actual, expected in zip(entries, digests, stored, strict=True):
         if actual != expected:
             raise reader.error(
                 f"checksum mismatch in entry {info.name!r} — the file is corrupted "
@@ -359,24 +370,24 @@ def _bytes_view(tensor: torch.Tensor) -> memoryview:
 def encode(f: BinaryIO, entries: list[Prepared], digest: bytes, *, checksum: bool) -> None:
     header = fmt.HEADER.pack(fmt.MAGIC, fmt.WRITE_VERSION, digest, len(entries))
     f.write(header)
-    crcs = Checksums()
+    digests = Checksums()
     try:
-        body_len = _encode_entries(f, entries, crcs if checksum else None) + len(header)
+        body_len = _encode_entries(f, entries, digests if checksum else None) + len(header)
         if checksum:
-            sums = crcs.results()
+            sums = digests.results()
             trailer = (
                 fmt.TRAILER_HEAD.pack(
-                    fmt.TRAILER_MAGIC, fmt.TRAILER_VERSION, len(entries), zlib.crc32(header)
+                    fmt.TRAILER_MAGIC, fmt.TRAILER_VERSION, len(entries), xxh3(header)
                 )
-                + struct.pack(f"<{len(sums)}I", *sums)
+                + struct.pack(f"<{len(sums)}Q", *sums)
                 + fmt.U64.pack(body_len)
             )
-            f.write(trailer + fmt.U32.pack(zlib.crc32(trailer)))
+            f.write(trailer + fmt.U64.pack(xxh3(trailer)))
     finally:
-        crcs.close()
+        digests.close()
 
 
-def _encode_entries(f: BinaryIO, entries: list[Prepared], crcs: Checksums | None) -> int:
+def _encode_entries(f: BinaryIO, entries: list[Prepared], digests: Checksums | None) -> int:
     body_len = 0
     for entry in entries:
         shape = entry.tensor.shape
@@ -390,8 +401,8 @@ def _encode_entries(f: BinaryIO, entries: list[Prepared], crcs: Checksums | None
                 fmt.DTYPE_AND_BYTES.pack(entry.tag, len(payload)),
             )
         )
-        if crcs is not None:
-            crcs.add(payload, zlib.crc32(head))
+        if digests is not None:
+            digests.add(xxhash.xxh3_64(head), payload)
         f.write(head)
         if len(payload):
             f.write(payload)

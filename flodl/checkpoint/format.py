@@ -33,8 +33,9 @@ MAX_NDIM = 64
 
 TRAILER_MAGIC = b"FDLS"
 TRAILER_VERSION = 1
-TRAILER_HEAD = struct.Struct("<4sIII")  # magic, trailer version, entry count, header crc32
-TRAILER_TAIL = struct.Struct("<QI")  # body length (offset of the trailer), trailer crc32
+TRAILER_HEAD = struct.Struct("<4sIIQ")  # magic, trailer version, entry count, header digest
+TRAILER_TAIL = struct.Struct("<QQ")  # body length (offset of the trailer), trailer digest
+DIGEST_BYTES = 8  # trailer version 1: XXH3-64 (seed 0) of the covered bytes
 
 # Tags 1-6 are the original's; 7-10 are flodl additions the original cannot read.
 DTYPE_TAGS: dict[int, torch.dtype] = {

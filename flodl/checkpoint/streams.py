@@ -16,7 +16,7 @@ import secrets
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import torch
 
@@ -149,8 +149,8 @@ class Reader:
             left -= got
         return torch.cat(chunks)
 
-    def skip_payload(self, n: int, what: str, crc: int) -> int:
-        """Consume ``n`` bytes without keeping them; returns the running crc32 over them."""
+    def skip_payload(self, n: int, what: str, hasher: Any) -> None:
+        """Consume ``n`` bytes without keeping them, feeding them to ``hasher.update``."""
         self.check_available(n, what)
         start = self.pos
         if self._scratch is None:
@@ -161,11 +161,10 @@ class Reader:
             part = view[: min(left, len(view))]
             got = self._readinto(part)
             self.pos += got
-            crc = zlib.crc32(part[:got], crc)
+            hasher.update(part[:got])
             if got != len(part):
                 raise self._short(n, n - left + got, what, start)
             left -= got
-        return crc
 
     def _short(self, n: int, got: int, what: str, start: int) -> CheckpointError:
         return self.error(

@@ -100,8 +100,8 @@ def test_default_output_is_the_original_layout_plus_a_trailer():
     assert data.startswith(plain)  # an original reader stops after the last entry
     trailer = data[len(plain) :]
     assert trailer[:4] == b"FDLS"
-    assert len(trailer) == 28 + 4 * len(entries)
-    assert struct.unpack("<Q", trailer[-12:-4])[0] == len(plain)
+    assert len(trailer) == 36 + 8 * len(entries)
+    assert struct.unpack("<Q", trailer[-16:-8])[0] == len(plain)
 
 
 @pytest.mark.parametrize("name", ["original_v1.fdl", "original_v2.fdl", "original_v2.fdl.gz"])
