@@ -8,10 +8,8 @@ names and unknown dtype tags, and verifies the integrity trailer when the file h
 from __future__ import annotations
 
 import math
-import os
 import struct
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -82,49 +80,21 @@ def named_list(named: NamedTensors | None, what: str) -> list[tuple[str, torch.T
 
 # ---------------------------------------------------------------------------------- checksums
 
-_BACKGROUND_MIN_BYTES = 1 << 20
+_SLICE_BYTES = 1 << 20  # hash-then-write granularity: the slice is still in cache when written
+
+
+class _NoHash:
+    """Stands in for a hasher when payloads are skipped unverified (listing keys)."""
+
+    def update(self, _data: object) -> None:
+        pass
+
+
+_NO_HASH = _NoHash()
 
 
 def xxh3(data: bytes) -> int:
     return xxhash.xxh3_64_intdigest(data)
-
-
-def _finish(hasher: Any, payload: object) -> int:
-    hasher.update(payload)
-    return hasher.intdigest()
-
-
-class Checksums:
-    """Per-entry XXH3-64 digests; large payloads are hashed on worker threads (xxhash releases
-    the GIL), overlapping the hashing with the file I/O of the next entries."""
-
-    def __init__(self) -> None:
-        self._items: list[int | Future[int]] = []
-        self._pool: ThreadPoolExecutor | None = None
-
-    def add(self, hasher: Any, payload: object) -> None:
-        """Finish ``hasher`` (already fed the entry's header) with ``payload``."""
-        if len(memoryview(payload).cast("B")) < _BACKGROUND_MIN_BYTES:  # type: ignore[arg-type]
-            self._items.append(_finish(hasher, payload))
-            return
-        if self._pool is None:
-            workers = max(1, min(4, (os.cpu_count() or 2) - 1))
-            self._pool = ThreadPoolExecutor(workers, thread_name_prefix="fdl-digest")
-        self._items.append(self._pool.submit(_finish, hasher, payload))
-
-    def add_value(self, value: int) -> None:
-        self._items.append(value)
-
-    def results(self) -> list[int]:
-        try:
-            return [item if isinstance(item, int) else item.result() for item in self._items]
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
 
 
 # ---------------------------------------------------------------------------------- decoding
@@ -148,13 +118,10 @@ def decode(
     if on_header is not None:
         on_header(header)
     out = Decoded(header, [])
-    digests = Checksums()
-    try:
-        _decode_entries(reader, header, out, digests, keep, payloads)
-        if payloads:
-            out.checksummed = _verify_trailer(reader, header, out.entries, digests.results())
-    finally:
-        digests.close()
+    digests: list[int] = []
+    _decode_entries(reader, header, out, digests, keep, payloads)
+    if payloads:
+        out.checksummed = _verify_trailer(reader, header, out.entries, digests)
     return out
 
 
@@ -162,7 +129,7 @@ def _decode_entries(
     reader: Reader,
     header: Header,
     out: Decoded,
-    digests: Checksums,
+    digests: list[int],
     keep: Callable[[EntryInfo], bool] | None,
     payloads: bool,
 ) -> None:
@@ -179,12 +146,11 @@ def _decode_entries(
         out.entries.append(info)
         what = f"entry {index} {info.name!r}"
         if payloads and (keep is None or keep(info)):
-            raw = reader.read_payload(info.nbytes, what)
-            digests.add(hasher, raw.numpy())
+            raw = reader.read_payload(info.nbytes, what, hasher)
             out.tensors[info.name] = _to_tensor(reader, raw, info)
         else:
-            reader.skip_payload(info.nbytes, what, hasher)
-            digests.add_value(hasher.intdigest())
+            reader.skip_payload(info.nbytes, what, hasher if payloads else _NO_HASH)
+        digests.append(hasher.intdigest())
 
 
 def _decode_header(reader: Reader) -> Header:
@@ -367,27 +333,23 @@ def _bytes_view(tensor: torch.Tensor) -> memoryview:
     return memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
 
 
-def encode(f: BinaryIO, entries: list[Prepared], digest: bytes, *, checksum: bool) -> None:
-    header = fmt.HEADER.pack(fmt.MAGIC, fmt.WRITE_VERSION, digest, len(entries))
+def encode(f: BinaryIO, entries: list[Prepared], structural_hash: bytes, *, checksum: bool) -> None:
+    header = fmt.HEADER.pack(fmt.MAGIC, fmt.WRITE_VERSION, structural_hash, len(entries))
     f.write(header)
-    digests = Checksums()
-    try:
-        body_len = _encode_entries(f, entries, digests if checksum else None) + len(header)
-        if checksum:
-            sums = digests.results()
-            trailer = (
-                fmt.TRAILER_HEAD.pack(
-                    fmt.TRAILER_MAGIC, fmt.TRAILER_VERSION, len(entries), xxh3(header)
-                )
-                + struct.pack(f"<{len(sums)}Q", *sums)
-                + fmt.U64.pack(body_len)
+    digests: list[int] = []
+    body_len = _encode_entries(f, entries, digests if checksum else None) + len(header)
+    if checksum:
+        trailer = (
+            fmt.TRAILER_HEAD.pack(
+                fmt.TRAILER_MAGIC, fmt.TRAILER_VERSION, len(entries), xxh3(header)
             )
-            f.write(trailer + fmt.U64.pack(xxh3(trailer)))
-    finally:
-        digests.close()
+            + struct.pack(f"<{len(digests)}Q", *digests)
+            + fmt.U64.pack(body_len)
+        )
+        f.write(trailer + fmt.U64.pack(xxh3(trailer)))
 
 
-def _encode_entries(f: BinaryIO, entries: list[Prepared], digests: Checksums | None) -> int:
+def _encode_entries(f: BinaryIO, entries: list[Prepared], digests: list[int] | None) -> int:
     body_len = 0
     for entry in entries:
         shape = entry.tensor.shape
@@ -401,10 +363,17 @@ def _encode_entries(f: BinaryIO, entries: list[Prepared], digests: Checksums | N
                 fmt.DTYPE_AND_BYTES.pack(entry.tag, len(payload)),
             )
         )
-        if digests is not None:
-            digests.add(xxhash.xxh3_64(head), payload)
         f.write(head)
-        if len(payload):
-            f.write(payload)
+        if digests is None:
+            if len(payload):
+                f.write(payload)
+        else:
+            # Hash and write slice by slice: each slice is hashed while it is still in cache.
+            hasher = xxhash.xxh3_64(head)
+            for start in range(0, len(payload), _SLICE_BYTES):
+                part = payload[start : start + _SLICE_BYTES]
+                hasher.update(part)
+                f.write(part)
+            digests.append(hasher.intdigest())
         body_len += len(head) + len(payload)
     return body_len

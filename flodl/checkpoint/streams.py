@@ -28,6 +28,7 @@ Destination = PathLike | BinaryIO
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK_BYTES = 16 * 1024 * 1024
+SLICE_BYTES = 1024 * 1024  # hash granularity: small enough to stay in cache
 _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
@@ -126,28 +127,32 @@ class Reader:
                 "— the file is truncated or corrupted"
             )
 
-    def read_payload(self, n: int, what: str) -> torch.Tensor:
-        """``n`` bytes as a uint8 tensor, never allocating more than the data that exists."""
+    def read_payload(self, n: int, what: str, hasher: Any) -> torch.Tensor:
+        """``n`` bytes as a uint8 tensor, never allocating more than the data that exists.
+
+        Each slice is fed to ``hasher.update`` right after it is read, while it is in cache.
+        """
         self.check_available(n, what)
         start = self.pos
         if self.size is not None or n <= CHUNK_BYTES:
             out = torch.empty(n, dtype=torch.uint8)
-            got = self._readinto(memoryview(out.numpy())) if n else 0
-            self.pos += got
-            if got != n:
-                raise self._short(n, got, what, start)
+            self._fill(memoryview(out.numpy()), hasher, n, what, start)
             return out
         chunks = []
-        left = n
-        while left:
-            chunk = torch.empty(min(left, CHUNK_BYTES), dtype=torch.uint8)
-            got = self._readinto(memoryview(chunk.numpy()))
-            self.pos += got
-            if got != chunk.numel():
-                raise self._short(n, n - left + got, what, start)
+        while self.pos - start < n:
+            chunk = torch.empty(min(n - (self.pos - start), CHUNK_BYTES), dtype=torch.uint8)
+            self._fill(memoryview(chunk.numpy()), hasher, n, what, start)
             chunks.append(chunk)
-            left -= got
         return torch.cat(chunks)
+
+    def _fill(self, view: memoryview, hasher: Any, n: int, what: str, start: int) -> None:
+        for offset in range(0, len(view), SLICE_BYTES):
+            part = view[offset : offset + SLICE_BYTES]
+            got = self._readinto(part)
+            self.pos += got
+            if got != len(part):
+                raise self._short(n, self.pos - start, what, start)
+            hasher.update(part)
 
     def skip_payload(self, n: int, what: str, hasher: Any) -> None:
         """Consume ``n`` bytes without keeping them, feeding them to ``hasher.update``."""
