@@ -108,3 +108,18 @@ def test_unknown_subgraph_label(tmp_path):
     fresh(0).save_checkpoint(tmp_path / "m.fdl")
     with pytest.raises(fl.CheckpointError, match="no subgraph labelled 'decoder'"):
         fresh(1).load_subgraph_checkpoint("decoder", tmp_path / "m.fdl")
+
+
+def test_training_state_checks_the_structural_hash(tmp_path):
+    fl.save_training_state(tmp_path / "run.fdl", fresh(0), epoch=2)
+    assert fl.checkpoint_info(tmp_path / "run.fdl").structural_hash == fresh(0).structural_hash()
+    other = fresh(1, classes=5)
+    with pytest.raises(fl.CheckpointError, match=r"architecture mismatch.*strict_hash=False"):
+        fl.load_training_state(tmp_path / "run.fdl", other)
+    state = fl.load_training_state(
+        tmp_path / "run.fdl", other, strict_hash=False, strict_shapes=False, restore_rng=False
+    )
+    assert state.epoch == 2 and {m.name for m in state.report.mismatches} == {
+        "head.weight",
+        "head.bias",
+    }
