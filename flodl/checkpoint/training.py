@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
@@ -153,8 +153,8 @@ def load_training_state(
     skipped or missing); optimizer and scheduler state are replaced; RNG states are restored
     when ``restore_rng``. Returns the stored ``epoch``, ``step`` and ``extra``.
     """
-    params = [(MODEL_PREFIX + n, t) for n, t in model.named_parameters()]
-    buffers = [(MODEL_PREFIX + n, t) for n, t in model.named_buffers()]
+    params = list(model.named_parameters())
+    buffers = list(model.named_buffers())
     expected = _hash_of(model) if strict_hash else None
     with open_source(src) as reader:
         decoded = codec.decode(
@@ -175,19 +175,23 @@ def load_training_state(
         isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("version") == VERSION
     ):
         raise CheckpointError("unsupported or corrupted training state header", source=source)
-    model_names = set(doc.get("model_entries") or [])
-    model_only = codec.Decoded(
+    listed = doc.get("model_entries")
+    if not (
+        isinstance(listed, list)
+        and all(isinstance(n, str) and n.startswith(MODEL_PREFIX) for n in listed)
+    ):
+        raise CheckpointError("malformed model entry list — the file is corrupted", source=source)
+    model_names = set(listed)
+    cut = len(MODEL_PREFIX)
+    model_only = codec.Decoded(  # the model's entries under the model's own names
         decoded.header,
-        [e for e in decoded.entries if e.name in model_names],
-        decoded.tensors,
+        [replace(e, name=e.name[cut:]) for e in decoded.entries if e.name in model_names],
+        {n[cut:]: t for n, t in decoded.tensors.items() if n in model_names},
         decoded.checksummed,
     )
     report, plan = api.plan_load(
         model_only, params, buffers, strict_shapes=strict_shapes, source=source
     )
-    report.loaded = [n.removeprefix(MODEL_PREFIX) for n in report.loaded]
-    report.missing = [n.removeprefix(MODEL_PREFIX) for n in report.missing]
-    report.skipped = [n.removeprefix(MODEL_PREFIX) for n in report.skipped]
     optim_state = None
     if optimizer is not None:
         if doc.get("optimizer") is None:
@@ -202,9 +206,11 @@ def load_training_state(
                 "the file holds no scheduler state — pass scheduler=None", source=source
             )
         sched_state = tree.decode(doc["scheduler"], decoded.tensors)
-        if not isinstance(sched_state, dict):
+        if not isinstance(sched_state, dict) or not set(sched_state) <= set(scheduler.state_dict()):
             raise CheckpointError(
-                "stored scheduler state is malformed — the file is corrupted", source=source
+                f"stored scheduler state does not fit {type(scheduler).__name__} "
+                "— it was saved for another scheduler, or the file is corrupted",
+                source=source,
             )
     rng = tree.decode(doc.get("rng"), decoded.tensors) if restore_rng else None
     restore = _prepare_rng(rng, source) if rng is not None else None

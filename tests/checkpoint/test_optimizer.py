@@ -158,3 +158,17 @@ def test_unsupported_extra_values_are_refused_without_pickle(tmp_path):
     with pytest.raises(fl.CheckpointError, match="cannot store a set at extra"):
         fl.save_training_state(tmp_path / "run.fdl", make_model(), extra={1, 2})
     assert not list(tmp_path.iterdir())
+
+
+def test_scheduler_state_must_fit_the_scheduler(tmp_path):
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.optim.lr_scheduler.StepLR(opt, step_size=2)
+    fl.save_training_state(tmp_path / "run.fdl", model, opt, step)
+    fresh = make_model(seed=2)
+    before = params_of(fresh)
+    fresh_opt = torch.optim.SGD(fresh.parameters(), lr=0.1)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(fresh_opt, T_max=10)
+    with pytest.raises(fl.CheckpointError, match="does not fit CosineAnnealingLR"):
+        fl.load_training_state(tmp_path / "run.fdl", fresh, fresh_opt, cosine)
+    assert all(torch.equal(a, b) for a, b in zip(before, params_of(fresh), strict=True))

@@ -190,3 +190,44 @@ def test_fuzz_mutated_files(seed, edits, cut, insert):
 def test_fuzz_arbitrary_bytes_after_a_valid_header(tail):
     outcome(header(3) + tail)
     outcome(header(1, version=1) + tail)
+
+
+def _state_files() -> list[bytes]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3)
+    files = []
+    for save in (
+        lambda b: fl.save_optimizer_state(opt, b, checksum=False),
+        lambda b: fl.save_training_state(b, model, opt, sched, epoch=1, checksum=False),
+    ):
+        buf = io.BytesIO()
+        save(buf)
+        files.append(buf.getvalue())
+    return files
+
+
+STATE_FILES = _state_files()
+
+
+@settings(max_examples=150, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    which=st.sampled_from([0, 1]),
+    edits=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 255)), min_size=1, max_size=4),
+)
+def test_fuzz_optimizer_and_training_state_files(which, edits):
+    """Unchecksummed state files with mutated JSON or tensors: a clean load or CheckpointError."""
+    data = bytearray(STATE_FILES[which])
+    for where, value in edits:
+        data[int(where * (len(data) - 1))] = value
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters())
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3)
+    with contextlib.suppress(fl.CheckpointError):
+        if which == 0:
+            fl.load_optimizer_state(opt, io.BytesIO(bytes(data)))
+        else:
+            fl.load_training_state(io.BytesIO(bytes(data)), model, opt, sched, restore_rng=False)
