@@ -18,7 +18,7 @@ import xxhash
 
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.errors import CheckpointError
-from flodl.checkpoint.streams import Reader
+from flodl.checkpoint.streams import SLICE_BYTES, Reader
 
 NamedTensors = Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
 
@@ -80,18 +80,6 @@ def named_list(named: NamedTensors | None, what: str) -> list[tuple[str, torch.T
 
 # ---------------------------------------------------------------------------------- checksums
 
-_SLICE_BYTES = 1 << 20  # hash-then-write granularity: the slice is still in cache when written
-
-
-class _NoHash:
-    """Stands in for a hasher when payloads are skipped unverified (listing keys)."""
-
-    def update(self, _data: object) -> None:
-        pass
-
-
-_NO_HASH = _NoHash()
-
 
 def xxh3(data: bytes) -> int:
     return xxhash.xxh3_64_intdigest(data)
@@ -148,8 +136,10 @@ def _decode_entries(
         if payloads and (keep is None or keep(info)):
             raw = reader.read_payload(info.nbytes, what, hasher)
             out.tensors[info.name] = _to_tensor(reader, raw, info)
+        elif payloads:
+            reader.skip_payload(info.nbytes, what, hasher)
         else:
-            reader.skip_payload(info.nbytes, what, hasher if payloads else _NO_HASH)
+            reader.seek_past(info.nbytes, what)
         digests.append(hasher.intdigest())
 
 
@@ -370,8 +360,8 @@ def _encode_entries(f: BinaryIO, entries: list[Prepared], digests: list[int] | N
         else:
             # Hash and write slice by slice: each slice is hashed while it is still in cache.
             hasher = xxhash.xxh3_64(head)
-            for start in range(0, len(payload), _SLICE_BYTES):
-                part = payload[start : start + _SLICE_BYTES]
+            for start in range(0, len(payload), SLICE_BYTES):
+                part = payload[start : start + SLICE_BYTES]
                 hasher.update(part)
                 f.write(part)
             digests.append(hasher.intdigest())

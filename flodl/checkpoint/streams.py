@@ -65,6 +65,11 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
 
+class _Discard:
+    def update(self, _data: object) -> None:
+        pass
+
+
 class Reader:
     """Sequential, bounds-checked reading with the logical offset kept for error messages."""
 
@@ -153,6 +158,18 @@ class Reader:
             if got != len(part):
                 raise self._short(n, self.pos - start, what, start)
             hasher.update(part)
+
+    def seek_past(self, n: int, what: str) -> None:
+        """Skip ``n`` bytes unread when the size is known (plain files); else read them."""
+        self.check_available(n, what)
+        if self.size is None:
+            self.skip_payload(n, what, _Discard())
+            return
+        try:
+            self._f.seek(n, io.SEEK_CUR)
+        except OSError as exc:
+            raise self.error(f"io: {exc}") from exc
+        self.pos += n
 
     def skip_payload(self, n: int, what: str, hasher: Any) -> None:
         """Consume ``n`` bytes without keeping them, feeding them to ``hasher.update``."""
