@@ -1,7 +1,46 @@
 """The safe ``.fdl`` checkpoint format: no pickle, bounded parsing, atomic writes, partial loads.
 
-Contract: DESIGN.md §3.3. Names listed in ``__all__`` are re-exported as ``flodl.<name>``
-when they belong at the top level (see flodl/__init__.py).
+Contract: DESIGN.md §3.3; format spec and examples: docs/checkpoints.md. Names listed in
+``__all__`` are re-exported as ``flodl.<name>``. ``flodl.checkpoint.methods.CheckpointMethods``
+is the mixin that gives ``fl.Graph`` its checkpoint methods.
 """
 
-__all__: list[str] = []
+from flodl.checkpoint.api import (
+    CheckpointInfo,
+    LoadReport,
+    Mismatch,
+    checkpoint_info,
+    checkpoint_keys,
+    checkpoint_version,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
+from flodl.checkpoint.errors import CheckpointError
+from flodl.checkpoint.interop import fdl_to_safetensors, safetensors_to_fdl
+from flodl.checkpoint.methods import CheckpointMethods as CheckpointMethods
+from flodl.checkpoint.migrate import MigrateReport, migrate_checkpoint_file
+from flodl.checkpoint.optimizer import load_optimizer_state, save_optimizer_state
+from flodl.checkpoint.training import TrainingState, load_training_state, save_training_state
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointInfo",
+    "LoadReport",
+    "MigrateReport",
+    "Mismatch",
+    "TrainingState",
+    "checkpoint_info",
+    "checkpoint_keys",
+    "checkpoint_version",
+    "fdl_to_safetensors",
+    "load_checkpoint",
+    "load_optimizer_state",
+    "load_training_state",
+    "migrate_checkpoint_file",
+    "read_checkpoint",
+    "safetensors_to_fdl",
+    "save_checkpoint",
+    "save_optimizer_state",
+    "save_training_state",
+]

@@ -1,0 +1,176 @@
+"""Optimizer state in the ``.fdl`` container: tensors as entries, the rest as checked JSON.
+
+Works for any ``torch.optim.Optimizer`` whose ``state_dict()`` holds tensors, numbers,
+strings, booleans, None, lists, tuples and dicts (SGD, Adam, AdamW, RMSprop, Adagrad, RAdam,
+NAdam and the rest of ``torch.optim``). Nothing is pickled; the whole file is validated
+against the optimizer before its state is replaced.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+
+from flodl.checkpoint import codec, tree
+from flodl.checkpoint import format as fmt
+from flodl.checkpoint.errors import CheckpointError
+from flodl.checkpoint.streams import Destination, Source, open_destination, open_source
+
+META_ENTRY = "optimizer.json"
+FORMAT = "flodl.optimizer"
+VERSION = 1
+# Per-parameter state that must have the parameter's shape (checked before loading).
+PARAM_SHAPED = frozenset(
+    {
+        "exp_avg",
+        "exp_avg_sq",
+        "max_exp_avg_sq",
+        "momentum_buffer",
+        "square_avg",
+        "grad_avg",
+        "sum",
+        "acc_delta",
+        "ax",
+        "prev",
+    }
+)
+
+
+def encode_optimizer(
+    optimizer: torch.optim.Optimizer, prefix: str
+) -> tuple[dict[str, Any], list[tuple[str, torch.Tensor]]]:
+    """The JSON document and tensor entries describing ``optimizer``'s state."""
+    sd = optimizer.state_dict()
+    tensors: list[tuple[str, torch.Tensor]] = []
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "class": type(optimizer).__name__,
+        "state": tree.encode(sd["state"], prefix, tensors, "state"),
+        "param_groups": tree.encode(sd["param_groups"], prefix, tensors, "param_groups"),
+    }
+    return doc, tensors
+
+
+def decode_optimizer(
+    doc: Any, tensors: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer, source: str
+) -> dict[str, Any]:
+    """A validated ``state_dict`` for ``optimizer`` (raises :class:`CheckpointError`)."""
+
+    def fail(message: str) -> CheckpointError:
+        return CheckpointError(message, source=source)
+
+    if not (isinstance(doc, dict) and doc.get("format") == FORMAT):
+        raise fail("not an optimizer state file — save one with fl.save_optimizer_state")
+    if doc.get("version") != VERSION:
+        raise fail(
+            f"unsupported optimizer state version {doc.get('version')!r} — written by a newer flodl?"
+        )
+    name = type(optimizer).__name__
+    if doc.get("class") != name:
+        raise fail(f"the file holds {doc.get('class')} state but the optimizer is {name}")
+    state = tree.decode(doc.get("state"), tensors)
+    groups = tree.decode(doc.get("param_groups"), tensors)
+    if not isinstance(state, dict) or not all(
+        isinstance(k, int) and isinstance(v, dict) and all(isinstance(kk, str) for kk in v)
+        for k, v in state.items()
+    ):
+        raise fail("malformed optimizer state — the file is corrupted")
+    if not isinstance(groups, list) or not all(
+        isinstance(g, dict)
+        and isinstance(g.get("params"), list)
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in g["params"])
+        for g in groups
+    ):
+        raise fail("malformed optimizer param_groups — the file is corrupted")
+    current = optimizer.param_groups
+    saved_count = sum(len(g["params"]) for g in groups)
+    current_count = sum(len(g["params"]) for g in current)
+    if len(groups) != len(current) or saved_count != current_count:
+        raise fail(
+            f"{name}: param count mismatch: checkpoint={saved_count} in {len(groups)} group(s) "
+            f"optimizer={current_count} in {len(current)} group(s) — it was saved for another model"
+        )
+    for index, (saved, live) in enumerate(zip(groups, current, strict=True)):
+        if len(saved["params"]) != len(live["params"]):
+            raise fail(
+                f"{name}: group {index} has {len(saved['params'])} params in the file, "
+                f"{len(live['params'])} in the optimizer"
+            )
+    ids = list(itertools.chain.from_iterable(g["params"] for g in groups))
+    if len(set(ids)) != len(ids):
+        raise fail("optimizer param_groups repeat a parameter id — the file is corrupted")
+    params = dict(
+        zip(ids, itertools.chain.from_iterable(g["params"] for g in current), strict=True)
+    )
+    for pid, slots in state.items():
+        if pid not in params:
+            raise fail(f"optimizer state for unknown parameter id {pid} — the file is corrupted")
+        for key, value in slots.items():
+            if (
+                key in PARAM_SHAPED
+                and isinstance(value, torch.Tensor)
+                and value.shape != params[pid].shape
+            ):
+                raise fail(
+                    f"{name}: state {key!r} of parameter {pid} has shape "
+                    f"{fmt.shape_str(value.shape)}, the parameter {fmt.shape_str(params[pid].shape)}"
+                )
+    return {"state": state, "param_groups": groups}
+
+
+def apply_optimizer(
+    optimizer: torch.optim.Optimizer, state_dict: dict[str, Any], source: str
+) -> None:
+    try:
+        optimizer.load_state_dict(state_dict)
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+        raise CheckpointError(
+            f"the optimizer rejected the stored state: {exc}", source=source
+        ) from exc
+
+
+def save_optimizer_state(
+    optimizer: torch.optim.Optimizer,
+    dest: Destination,
+    *,
+    checksum: bool = True,
+    compress: bool | None = None,
+) -> None:
+    """Save ``optimizer.state_dict()`` to ``dest`` as a ``.fdl`` file (atomic for paths, no pickle).
+
+    >>> import io, torch, flodl as fl
+    >>> w = torch.nn.Parameter(torch.ones(3))
+    >>> opt = torch.optim.Adam([w], lr=0.1)
+    >>> w.sum().backward(); opt.step()
+    >>> buf = io.BytesIO(); fl.save_optimizer_state(opt, buf); _ = buf.seek(0)
+    >>> fresh = torch.optim.Adam([w], lr=0.5)
+    >>> fl.load_optimizer_state(fresh, buf)
+    >>> fresh.param_groups[0]["lr"], int(fresh.state[w]["step"])
+    (0.1, 1)
+    """
+    doc, tensors = encode_optimizer(optimizer, "optimizer/")
+    entries = codec.named_list(
+        [(META_ENTRY, tree.to_bytes_tensor(doc)), *tensors], "optimizer state"
+    )
+    prepared = codec.prepare(entries)
+    with open_destination(dest, compress=compress) as f:
+        codec.encode(f, prepared, fmt.ZERO_HASH, checksum=checksum)
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, src: Source) -> None:
+    """Restore state saved by :func:`save_optimizer_state`; the optimizer is untouched on error."""
+    with open_source(src) as reader:
+        decoded = codec.decode(reader)
+    meta = decoded.tensors.get(META_ENTRY)
+    if meta is None:
+        raise CheckpointError(
+            f"no {META_ENTRY!r} entry: not an optimizer state file — "
+            "save one with fl.save_optimizer_state",
+            source=reader.name,
+        )
+    doc = tree.from_bytes_tensor(meta, META_ENTRY)
+    state_dict = decode_optimizer(doc, decoded.tensors, optimizer, reader.name)
+    apply_optimizer(optimizer, state_dict, reader.name)

@@ -1,0 +1,311 @@
+"""Where checkpoint bytes come from and go to: paths or binary file objects, plain or gzip.
+
+Reads are bounded: a length read from the file is never trusted for an allocation larger than
+the bytes that actually remain (known for files; for gzip and pipes the payload is read in
+chunks, so memory only grows with data that really arrives). Writes to a path are atomic:
+temp file in the same directory, flush, fsync, ``os.replace``, fsync of the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import os
+import secrets
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+
+from flodl.checkpoint.errors import CheckpointError
+
+PathLike = str | os.PathLike[str]
+Source = PathLike | BinaryIO
+Destination = PathLike | BinaryIO
+
+GZIP_MAGIC = b"\x1f\x8b"
+CHUNK_BYTES = 16 * 1024 * 1024
+SLICE_BYTES = 1024 * 1024  # hash granularity: small enough to stay in cache
+_GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def is_path(obj: object) -> bool:
+    return isinstance(obj, str | os.PathLike)
+
+
+def describe(obj: object) -> str:
+    if is_path(obj):
+        return os.fspath(obj)  # type: ignore[arg-type]
+    name = getattr(obj, "name", None)
+    return name if isinstance(name, str) else "<stream>"
+
+
+class _Prefixed(io.RawIOBase):
+    """A non-seekable stream with bytes already read (the sniffed magic) put back in front."""
+
+    def __init__(self, prefix: bytes, rest: BinaryIO):
+        self._prefix = prefix
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        if self._prefix:
+            n = min(len(view), len(self._prefix))
+            view[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        data = self._rest.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+
+class _Discard:
+    def update(self, _data: object) -> None:
+        pass
+
+
+class Reader:
+    """Sequential, bounds-checked reading with the logical offset kept for error messages."""
+
+    def __init__(self, stream: BinaryIO, *, name: str, size: int | None, gzipped: bool):
+        self.name = name
+        self.size = size  # logical size when known (plain files and seekable objects)
+        self.gzipped = gzipped
+        self.pos = 0
+        self._f = stream
+        self._scratch: torch.Tensor | None = None
+
+    def error(self, message: str, offset: int | None = None) -> CheckpointError:
+        return CheckpointError(
+            message, source=self.name, offset=self.pos if offset is None else offset
+        )
+
+    def remaining(self) -> int | None:
+        return None if self.size is None else self.size - self.pos
+
+    def _readinto(self, view: memoryview) -> int:
+        total = 0
+        try:
+            while total < len(view):
+                n = self._f.readinto(view[total:])  # type: ignore[attr-defined]
+                if not n:
+                    break
+                total += n
+        except _GZIP_ERRORS as exc:
+            raise self.error(
+                f"corrupt gzip stream ({exc}) — the compressed file is damaged or truncated",
+                self.pos + total,
+            ) from exc
+        except OSError as exc:
+            raise self.error(f"io: {exc}", self.pos + total) from exc
+        return total
+
+    def read_upto(self, n: int) -> bytes:
+        """Up to ``n`` bytes; fewer only at the end of the data."""
+        buf = bytearray(n)
+        got = self._readinto(memoryview(buf))
+        self.pos += got
+        return bytes(buf[:got])
+
+    def read_exact(self, n: int, what: str) -> bytes:
+        start = self.pos
+        data = self.read_upto(n)
+        if len(data) != n:
+            raise self.error(
+                f"truncated file: needed {n} bytes for {what}, only {len(data)} left "
+                "— the file was cut short (an interrupted copy or download?)",
+                start,
+            )
+        return data
+
+    def check_available(self, n: int, what: str) -> None:
+        left = self.remaining()
+        if left is not None and n > left:
+            raise self.error(
+                f"{what} declares {n} bytes but only {left} remain "
+                "— the file is truncated or corrupted"
+            )
+
+    def read_payload(self, n: int, what: str, hasher: Any) -> torch.Tensor:
+        """``n`` bytes as a uint8 tensor, never allocating more than the data that exists.
+
+        Each slice is fed to ``hasher.update`` right after it is read, while it is in cache.
+        """
+        self.check_available(n, what)
+        start = self.pos
+        if self.size is not None or n <= CHUNK_BYTES:
+            out = torch.empty(n, dtype=torch.uint8)
+            self._fill(memoryview(out.numpy()), hasher, n, what, start)
+            return out
+        chunks = []
+        while self.pos - start < n:
+            chunk = torch.empty(min(n - (self.pos - start), CHUNK_BYTES), dtype=torch.uint8)
+            self._fill(memoryview(chunk.numpy()), hasher, n, what, start)
+            chunks.append(chunk)
+        return torch.cat(chunks)
+
+    def _fill(self, view: memoryview, hasher: Any, n: int, what: str, start: int) -> None:
+        for offset in range(0, len(view), SLICE_BYTES):
+            part = view[offset : offset + SLICE_BYTES]
+            got = self._readinto(part)
+            self.pos += got
+            if got != len(part):
+                raise self._short(n, self.pos - start, what, start)
+            hasher.update(part)
+
+    def seek_past(self, n: int, what: str) -> None:
+        """Skip ``n`` bytes unread when the size is known (plain files); else read them."""
+        self.check_available(n, what)
+        if self.size is None:
+            self.skip_payload(n, what, _Discard())
+            return
+        try:
+            self._f.seek(n, io.SEEK_CUR)
+        except OSError as exc:
+            raise self.error(f"io: {exc}") from exc
+        self.pos += n
+
+    def skip_payload(self, n: int, what: str, hasher: Any) -> None:
+        """Consume ``n`` bytes without keeping them, feeding them to ``hasher.update``."""
+        self.check_available(n, what)
+        start = self.pos
+        if self._scratch is None:
+            self._scratch = torch.empty(min(max(n, 1), CHUNK_BYTES), dtype=torch.uint8)
+        view = memoryview(self._scratch.numpy())
+        left = n
+        while left:
+            part = view[: min(left, len(view))]
+            got = self._readinto(part)
+            self.pos += got
+            hasher.update(part[:got])
+            if got != len(part):
+                raise self._short(n, n - left + got, what, start)
+            left -= got
+
+    def _short(self, n: int, got: int, what: str, start: int) -> CheckpointError:
+        return self.error(
+            f"truncated file: {what} needs {n} bytes, only {got} left "
+            "— the file was cut short (an interrupted copy or download?)",
+            start,
+        )
+
+
+@contextlib.contextmanager
+def open_source(src: Source) -> Iterator[Reader]:
+    """A :class:`Reader` over ``src``; gzip is detected from the content (and implied by ``.gz``)."""
+    name = describe(src)
+    with contextlib.ExitStack() as stack:
+        if is_path(src):
+            try:
+                f: BinaryIO = stack.enter_context(open(src, "rb"))  # type: ignore[arg-type]
+            except OSError as exc:
+                raise CheckpointError(
+                    f"cannot open checkpoint: {exc.strerror or exc}", source=name
+                ) from exc
+            try:
+                size: int | None = os.fstat(f.fileno()).st_size
+            except OSError:
+                size = None
+            head = f.peek(2)[:2]  # type: ignore[attr-defined]
+        elif hasattr(src, "read"):
+            f = src  # type: ignore[assignment]
+            size = None
+            seekable = getattr(f, "seekable", lambda: False)()
+            if seekable:
+                start = f.tell()
+                size = f.seek(0, io.SEEK_END) - start
+                f.seek(start)
+                head = f.read(2)
+                f.seek(start)
+            else:
+                head = f.read(2)
+                f = io.BufferedReader(_Prefixed(head, f))  # type: ignore[assignment,arg-type]
+        else:
+            raise CheckpointError(
+                f"cannot read a checkpoint from {type(src).__name__} "
+                "— pass a path or a binary file object opened with 'rb'"
+            )
+        gzipped = head == GZIP_MAGIC
+        if gzipped:
+            f = stack.enter_context(gzip.GzipFile(fileobj=f, mode="rb"))  # type: ignore[assignment]
+            size = None
+        yield Reader(f, name=name, size=size, gzipped=gzipped)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # some platforms/filesystems cannot open directories; the rename is done
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def open_destination(
+    dest: Destination, *, compress: bool | None = None, fsync: bool = True
+) -> Iterator[BinaryIO]:
+    """A writable binary stream; for a path the final file appears atomically on success.
+
+    ``compress=None`` means gzip when the path ends in ``.gz`` (never for file objects).
+    """
+    if is_path(dest):
+        path = Path(dest)  # type: ignore[arg-type]
+        gz = path.name.endswith(".gz") if compress is None else compress
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            raw = open(tmp, "xb")  # noqa: SIM115 (closed by the with-block below)
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot write checkpoint: {exc.strerror or exc} "
+                "— check that the directory exists and is writable",
+                source=str(path),
+            ) from exc
+        try:
+            with raw:
+                if gz:
+                    with gzip.GzipFile(
+                        fileobj=raw, mode="wb", compresslevel=6, mtime=0, filename=""
+                    ) as z:
+                        yield z  # type: ignore[misc]
+                else:
+                    yield raw
+                raw.flush()
+                if fsync:
+                    os.fsync(raw.fileno())
+            tmp.replace(path)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if isinstance(exc, OSError):
+                raise CheckpointError(
+                    f"cannot write checkpoint: {exc.strerror or exc} "
+                    "(the previous file, if any, is untouched)",
+                    source=str(path),
+                ) from exc
+            raise
+        if fsync:
+            _fsync_dir(path.parent)
+    elif hasattr(dest, "write"):
+        if compress:
+            with gzip.GzipFile(fileobj=dest, mode="wb", compresslevel=6, mtime=0, filename="") as z:  # type: ignore[arg-type]
+                yield z  # type: ignore[misc]
+        else:
+            yield dest  # type: ignore[misc]
+        with contextlib.suppress(AttributeError, OSError):
+            dest.flush()  # type: ignore[union-attr]
+    else:
+        raise CheckpointError(
+            f"cannot write a checkpoint to {type(dest).__name__} "
+            "— pass a path or a binary file object opened with 'wb'"
+        )

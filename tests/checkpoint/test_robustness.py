@@ -1,0 +1,233 @@
+"""Truncated, corrupted and hostile files: always a clear CheckpointError, never a crash or a
+huge allocation, and a failed load never modifies the model."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import struct
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import flodl as fl
+from tests.checkpoint.layout import entry, header
+
+TB = 1 << 40  # a length no test machine could allocate
+
+
+def small_file(checksum: bool = True) -> bytes:
+    buf = io.BytesIO()
+    fl.save_checkpoint(
+        buf,
+        {"enc/weight": torch.arange(6.0).reshape(2, 3), "flag": torch.tensor([True, False])},
+        {"count": torch.tensor(3)},
+        checksum=checksum,
+    )
+    return buf.getvalue()
+
+
+def load_error(data: bytes) -> fl.CheckpointError:
+    with pytest.raises(fl.CheckpointError) as info:
+        fl.read_checkpoint(io.BytesIO(data))
+    return info.value
+
+
+def test_empty_input():
+    assert "empty file" in str(load_error(b""))
+
+
+def test_bad_magic_is_named_with_its_offset():
+    err = load_error(b"JUNK" + bytes(40))
+    assert "bad magic" in str(err) and err.offset == 0
+    with pytest.raises(fl.CheckpointError, match="bad magic"):
+        fl.checkpoint_version(io.BytesIO(b"JUNK" + bytes(40)))
+    with pytest.raises(fl.CheckpointError, match="bad magic"):
+        fl.checkpoint_keys(io.BytesIO(b"JUNK" + bytes(40)))
+
+
+@pytest.mark.parametrize("version", [0, 3, 99])
+def test_unsupported_versions(version):
+    err = load_error(header(0, version=version))
+    assert f"unsupported checkpoint version {version}" in str(err) and err.offset == 4
+
+
+def test_header_claiming_entries_with_no_data():
+    assert "declares 5 entries" in str(load_error(header(5)))
+
+
+@pytest.mark.parametrize("cut", range(0, 200, 3))
+def test_every_truncation_is_an_error(cut):
+    data = small_file()
+    assert cut < len(data)
+    load_error(data[:cut])
+
+
+def test_truncated_file_message_has_offset_and_advice():
+    data = small_file(checksum=False)
+    err = load_error(data[:60])
+    assert err.offset is not None and "truncated" in str(err)
+
+
+def test_unknown_dtype_tag():
+    err = load_error(header(1) + entry("w", (1,), 255, b"\0"))
+    assert "unknown dtype tag: 255" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (struct.pack("<I", 0xFFFFFFFF), "name length 4294967295 exceeds"),
+        (struct.pack("<I", 1000) + b"abc", "declares 1000 bytes but only 23 remain"),
+        (
+            entry("w", (), 3, b"")[:5] + struct.pack("<I", 0xFFFFFFFF),
+            "dimensions exceeds the limit",
+        ),
+        (entry("w", (TB, TB), 3, b""), "needs"),  # byte count disagrees with shape
+        (entry("w", (TB,), 3, b"", declared=4 * TB), "declares 4398046511104 bytes"),
+        (entry("w", (-1,), 3, b""), "negative dimension"),
+        (entry(b"\xff\xfe", (), 3, b"1234"), "not valid UTF-8"),
+    ],
+)
+def test_hostile_lengths_fail_before_allocating(body, message):
+    padding = bytes(20)  # enough bytes that the entry-count bound alone does not catch it
+    assert message in str(load_error(header(1) + body + padding))
+
+
+def test_hostile_length_in_a_gzip_stream_does_not_allocate_it():
+    # Size is unknown for gzip, so the payload is read in bounded chunks and the short data is found.
+    data = gzip.compress(header(1) + entry("w", (TB // 4,), 3, b"\0" * 64, declared=TB))
+    assert "truncated" in str(load_error(data))
+
+
+def test_duplicate_entry_names_are_refused():
+    data = header(2) + entry("w", (1,), 3, b"\0" * 4) + entry("w", (1,), 3, b"\0" * 4)
+    assert "duplicate entry name 'w'" in str(load_error(data))
+
+
+def test_bool_payload_must_be_zero_or_one():
+    assert "bool tensor" in str(load_error(header(1) + entry("b", (2,), 7, b"\x01\x02")))
+
+
+def test_data_after_the_last_entry_is_refused():
+    err = load_error(small_file(checksum=False) + b"garbage!")
+    assert "unexpected data after the last of 3 entries" in str(err)
+    assert "unexpected data after the integrity trailer" in str(load_error(small_file() + b"x"))
+
+
+def test_every_single_bit_flip_is_detected_in_a_checksummed_file():
+    data = small_file()
+    for i in range(len(data)):
+        for bit in (0, 7):
+            flipped = bytearray(data)
+            flipped[i] ^= 1 << bit
+            load_error(bytes(flipped))
+
+
+def test_payload_corruption_names_the_entry():
+    data = bytearray(small_file())
+    offset = data.index(struct.pack("<6f", *range(6)))
+    data[offset + 5] ^= 0x10
+    err = load_error(bytes(data))
+    assert "checksum mismatch in entry 'enc/weight'" in str(err) and err.offset == 44
+
+
+def test_corrupt_gzip():
+    data = bytearray(gzip.compress(small_file()))
+    data[len(data) // 2] ^= 0xFF
+    load_error(bytes(data))  # found by the gzip layer or by the parser, whichever sees it first
+    assert "corrupt gzip" in str(load_error(gzip.compress(small_file())[:-9]))
+    assert "corrupt gzip" in str(load_error(b"\x1f\x8b" + bytes(30)))
+
+
+def test_a_failed_load_leaves_the_model_untouched(tiny):
+    good = io.BytesIO()
+    fl.save_checkpoint(good, [(n, torch.full_like(p, 7.0)) for n, p in tiny.named_parameters()])
+    data = bytearray(good.getvalue())
+    trailer = 36 + 8 * len(list(tiny.parameters()))
+    data[-trailer - 2] ^= 1  # corrupt the last entry's payload: every earlier entry is valid
+    before = {n: p.clone() for n, p in tiny.named_parameters()}
+    with pytest.raises(fl.CheckpointError, match="checksum mismatch"):
+        fl.load_checkpoint(io.BytesIO(bytes(data)), tiny.named_parameters())
+    assert all(torch.equal(p, before[n]) for n, p in tiny.named_parameters())
+
+
+# -------------------------------------------------------------------------------- fuzzing
+
+SEED = small_file()
+SEED_PLAIN = small_file(checksum=False)
+
+
+def outcome(data: bytes) -> None:
+    """The only acceptable outcomes: a successful load or CheckpointError."""
+    with contextlib.suppress(fl.CheckpointError):
+        fl.read_checkpoint(io.BytesIO(data))
+
+
+@settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.sampled_from([SEED, SEED_PLAIN]),
+    edits=st.lists(st.tuples(st.integers(0, len(SEED) - 1), st.integers(0, 255)), max_size=6),
+    cut=st.one_of(st.none(), st.integers(0, len(SEED))),
+    insert=st.binary(max_size=12),
+)
+def test_fuzz_mutated_files(seed, edits, cut, insert):
+    data = bytearray(seed)
+    for pos, value in edits:
+        if pos < len(data):
+            data[pos] = value
+    if cut is not None:
+        data = data[:cut] + insert + data[cut:]
+    outcome(bytes(data))
+    outcome(gzip.compress(bytes(data)))
+
+
+@settings(max_examples=200, deadline=2000)
+@given(st.binary(max_size=200))
+def test_fuzz_arbitrary_bytes_after_a_valid_header(tail):
+    outcome(header(3) + tail)
+    outcome(header(1, version=1) + tail)
+
+
+def _state_files() -> list[bytes]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3)
+    files = []
+    for save in (
+        lambda b: fl.save_optimizer_state(opt, b, checksum=False),
+        lambda b: fl.save_training_state(b, model, opt, sched, epoch=1, checksum=False),
+    ):
+        buf = io.BytesIO()
+        save(buf)
+        files.append(buf.getvalue())
+    return files
+
+
+STATE_FILES = _state_files()
+
+
+@settings(max_examples=150, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    which=st.sampled_from([0, 1]),
+    edits=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 255)), min_size=1, max_size=4),
+)
+def test_fuzz_optimizer_and_training_state_files(which, edits):
+    """Unchecksummed state files with mutated JSON or tensors: a clean load or CheckpointError."""
+    data = bytearray(STATE_FILES[which])
+    for where, value in edits:
+        data[int(where * (len(data) - 1))] = value
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters())
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3)
+    with contextlib.suppress(fl.CheckpointError):
+        if which == 0:
+            fl.load_optimizer_state(opt, io.BytesIO(bytes(data)))
+        else:
+            fl.load_training_state(io.BytesIO(bytes(data)), model, opt, sched, restore_rng=False)
