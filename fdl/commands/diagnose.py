@@ -26,7 +26,9 @@ def render_text(report: dict[str, Any]) -> list[str]:
     unknown = report["unknown"]
     lines = ["[bold]System[/bold]"]
     cpu = s["cpu_model"] or "unknown CPU"
-    lines.append(f"  CPU:         {cpu} ({s['cpu_threads'] or '?'} threads, {_gb(s['ram_bytes'])} RAM)")
+    lines.append(
+        f"  CPU:         {cpu} ({s['cpu_threads'] or '?'} threads, {_gb(s['ram_bytes'])} RAM)"
+    )
     os_line = s["os_name"] or s["os_family"]
     if s["wsl"]:
         os_line += f" ({s['wsl'].upper()})"
@@ -34,15 +36,15 @@ def render_text(report: dict[str, Any]) -> list[str]:
     if s["container"]:
         lines.append(f"  Container:   yes ({s['container']})")
     if s["docker_client"]:
-        daemon = (
-            f"daemon {s['docker_daemon']}"
-            if s["docker_daemon"]
-            else "daemon not answering"
-        )
+        daemon = f"daemon {s['docker_daemon']}" if s["docker_daemon"] else "daemon not answering"
         lines.append(f"  Docker:      {s['docker_client']} ({daemon})")
     else:
         lines.append(f"  Docker:      not found ({unknown.get('docker_client', 'not on PATH')})")
-    lines += ["", "[bold]Python[/bold]", f"  Python:      {py['version']} ({py['kind']}: {py['prefix']})"]
+    lines += [
+        "",
+        "[bold]Python[/bold]",
+        f"  Python:      {py['version']} ({py['kind']}: {py['prefix']})",
+    ]
     if torch:
         cuda = f"CUDA {torch['cuda']}" if torch["cuda"] else "CPU build"
         lines.append(f"  torch:       {torch['version']} ({cuda})")
@@ -65,7 +67,11 @@ def render_text(report: dict[str, Any]) -> list[str]:
         lines.append("  No NVIDIA GPU found")
     for problem in nv["problems"]:
         lines.append(f"  [dim]note: {problem}[/dim]")
-    lines += ["", "[bold]libtorch[/bold]", f"  Home:        {report['context']['libtorch_home']} ({report['context']['mode']})"]
+    lines += [
+        "",
+        "[bold]libtorch[/bold]",
+        f"  Home:        {report['context']['libtorch_home']} ({report['context']['mode']})",
+    ]
     if lt["active"]:
         lines.append(f"  Active:      {lt['active']}")
     else:
@@ -94,7 +100,8 @@ def register(app: typer.Typer, make_group) -> None:
     @app.command("diagnose", help="System and GPU diagnostics, and the torch build that fits.")
     def diagnose(
         json_out: Annotated[
-            bool, typer.Option("--json", help="One JSON document on stdout (schema fdl.diagnose/1).")
+            bool,
+            typer.Option("--json", help="One JSON document on stdout (schema fdl.diagnose/1)."),
         ] = False,
     ) -> None:
         import json

@@ -46,7 +46,9 @@ def download_variant(
     else:  # the newest release that has this build
         release = next((r for r in table.releases if r.build(tag)), None)
         if release is None:
-            raise FdlUsageError(f"no torch release in the table has a '{tag}' build", "try --cuda 12.6 or --cpu")
+            raise FdlUsageError(
+                f"no torch release in the table has a '{tag}' build", "try --cuda 12.6 or --cpu"
+            )
     build = release.build(tag)
     if build is None:
         tags = ", ".join(b.tag for b in release.builds)
@@ -60,11 +62,20 @@ def download_variant(
         console.info("dry run: nothing downloaded")
         return None
     result = install_prebuilt(
-        home, table, release, build, platform,
-        force=force, activate=activate, verify=verify, mirror=mirror,
+        home,
+        table,
+        release,
+        build,
+        platform,
+        force=force,
+        activate=activate,
+        verify=verify,
+        mirror=mirror,
     )
     if result.skipped:
-        console.info(f"already installed: {result.variant} (torch {release.torch}); --force re-downloads")
+        console.info(
+            f"already installed: {result.variant} (torch {release.torch}); --force re-downloads"
+        )
     else:
         resumed = f", resumed at {result.resumed_from} bytes" if result.resumed_from else ""
         console.info(f"installed {result.variant} (sha256 {result.sha256}{resumed})")
@@ -87,7 +98,11 @@ def register(app: typer.Typer, make_group) -> None:
         ] = None,
         version: Annotated[
             str | None,
-            typer.Option("--torch", metavar="VERSION", help="torch release, e.g. 2.9.1 (default: newest with this build)."),
+            typer.Option(
+                "--torch",
+                metavar="VERSION",
+                help="torch release, e.g. 2.9.1 (default: newest with this build).",
+            ),
         ] = None,
         path: PathOption = None,
         no_activate: Annotated[
@@ -101,7 +116,11 @@ def register(app: typer.Typer, make_group) -> None:
         ] = False,
         mirror: Annotated[
             str | None,
-            typer.Option("--mirror", metavar="URL", help="Base URL instead of download.pytorch.org (also FDL_TORCH_MIRROR)."),
+            typer.Option(
+                "--mirror",
+                metavar="URL",
+                help="Base URL instead of download.pytorch.org (also FDL_TORCH_MIRROR).",
+            ),
         ] = None,
         no_verify: Annotated[
             bool, typer.Option("--no-verify", help="Skip the pinned sha256 check.")
@@ -131,8 +150,15 @@ def register(app: typer.Typer, make_group) -> None:
                 console.warn(warning)
             tag, platform, version = plan.tag, machine.system.platform_key, plan.torch
         download_variant(
-            version, tag, platform, path=path, activate=not no_activate, force=force,
-            verify=not no_verify, dry_run=dry_run, mirror=mirror,
+            version,
+            tag,
+            platform,
+            path=path,
+            activate=not no_activate,
+            force=force,
+            verify=not no_verify,
+            dry_run=dry_run,
+            mirror=mirror,
         )
 
     @group.command("list", help="Show installed variants.")
@@ -151,7 +177,9 @@ def register(app: typer.Typer, make_group) -> None:
             console.out(json.dumps([{"variant": v, "active": v == active} for v in variants]))
             return
         if not variants:
-            console.info(f"No libtorch variants installed in {home.path}. Run: fdl libtorch download")
+            console.info(
+                f"No libtorch variants installed in {home.path}. Run: fdl libtorch download"
+            )
             return
         for v in variants:
             console.out(f"  {v}" + (" (active)" if v == active else ""))
@@ -170,20 +198,34 @@ def register(app: typer.Typer, make_group) -> None:
         home = _home(path)
         active = home.active()
         if active is None:
-            raise FdlError(f"no active libtorch variant in {home.path}", "run 'fdl libtorch download'", ExitCode.UNAVAILABLE)
+            raise FdlError(
+                f"no active libtorch variant in {home.path}",
+                "run 'fdl libtorch download'",
+                ExitCode.UNAVAILABLE,
+            )
         arch = read_arch(home.variant_dir(active))
         if json_out:
-            console.out(json.dumps({"variant": active, "path": str(home.variant_dir(active)), **arch}))
+            console.out(
+                json.dumps({"variant": active, "path": str(home.variant_dir(active)), **arch})
+            )
             return
         console.out(f"Active:   {active}")
         console.out(f"Path:     {home.variant_dir(active)}")
-        for key, label in (("torch", "Version"), ("cuda", "CUDA"), ("archs", "Archs"), ("source", "Source"), ("sha256", "sha256")):
+        for key, label in (
+            ("torch", "Version"),
+            ("cuda", "CUDA"),
+            ("archs", "Archs"),
+            ("source", "Source"),
+            ("sha256", "sha256"),
+        ):
             if key in arch:
                 console.out(f"{label + ':':<9} {arch[key]}")
 
     @group.command("activate", help="Set the active variant.")
     def activate(
-        variant: Annotated[str, typer.Argument(help="Variant id, e.g. precompiled/cu128 (or cu128).")],
+        variant: Annotated[
+            str, typer.Argument(help="Variant id, e.g. precompiled/cu128 (or cu128).")
+        ],
         path: PathOption = None,
     ) -> None:
         from fdl import console
@@ -195,7 +237,9 @@ def register(app: typer.Typer, make_group) -> None:
 
     @group.command("remove", help="Remove a variant.")
     def remove(
-        variant: Annotated[str, typer.Argument(help="Variant id, e.g. precompiled/cu128 (or cu128).")],
+        variant: Annotated[
+            str, typer.Argument(help="Variant id, e.g. precompiled/cu128 (or cu128).")
+        ],
         path: PathOption = None,
     ) -> None:
         from fdl import console
@@ -205,7 +249,9 @@ def register(app: typer.Typer, make_group) -> None:
         was_active = home.remove(variant)
         console.info(f"removed {variant}")
         if was_active:
-            console.info("it was the active variant; run 'fdl libtorch activate <variant>' to set another")
+            console.info(
+                "it was the active variant; run 'fdl libtorch activate <variant>' to set another"
+            )
 
 
 def _platform() -> str:

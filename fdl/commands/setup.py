@@ -17,9 +17,17 @@ def _show_plan(machine, plan, python: str) -> None:
             console.info(f"  [{g.index}] {g.name} -- {g.sm or 'sm unknown'}")
     else:
         console.info("[bold]GPUs[/bold]: none (CPU-only)")
+        if nv.smi_path:  # a driver is installed but listed nothing: do not silently go CPU
+            console.warn(
+                "nvidia-smi is installed but reported no GPU ("
+                + "; ".join(nv.problems)
+                + "); after a driver upgrade, reboot — or force a build with --variant"
+            )
     console.info(f"[bold]Plan[/bold]: torch {plan.torch} + {plan.tag} ({plan.status})")
     for reason in plan.reasons:
-        console.info(f"  - {reason}", )
+        console.info(
+            f"  - {reason}",
+        )
     for warning in plan.warnings:
         console.warn(warning)
     for alt in plan.alternatives:
@@ -50,11 +58,15 @@ def register(app: typer.Typer, make_group) -> None:
         ] = False,
         python: Annotated[
             str | None,
-            typer.Option("--python", metavar="PATH", help="Install into this interpreter's environment."),
+            typer.Option(
+                "--python", metavar="PATH", help="Install into this interpreter's environment."
+            ),
         ] = None,
         installer: Annotated[
             str | None,
-            typer.Option("--installer", metavar="pip|uv", help="Force pip or uv (default: uv if on PATH)."),
+            typer.Option(
+                "--installer", metavar="pip|uv", help="Force pip or uv (default: uv if on PATH)."
+            ),
         ] = None,
         libtorch: Annotated[
             bool, typer.Option("--libtorch", help="Also download the matching libtorch (C++).")
@@ -84,12 +96,18 @@ def register(app: typer.Typer, make_group) -> None:
         )
         companions = sorted(installed.companions) if installed else []
         command = install_command(
-            target_python, plan.requirement, plan.index_url,
-            companions=companions, force=force, installer=installer,
+            target_python,
+            plan.requirement,
+            plan.index_url,
+            companions=companions,
+            force=force,
+            installer=installer,
         )
         ran: list[str] = []
         if same and not force:
-            console.info(f"torch {installed.version} is already installed here (--force reinstalls)")
+            console.info(
+                f"torch {installed.version} is already installed here (--force reinstalls)"
+            )
         else:
             if installed:
                 console.info(f"replacing torch {installed.version} with {plan.torch}+{plan.tag}")
@@ -100,7 +118,9 @@ def register(app: typer.Typer, make_group) -> None:
         if not (same and not force):
             if not yes:
                 if not sys.stdin.isatty():
-                    raise FdlUsageError("no terminal to confirm the install", "re-run with -y to accept the plan")
+                    raise FdlUsageError(
+                        "no terminal to confirm the install", "re-run with -y to accept the plan"
+                    )
                 from rich.prompt import Confirm
 
                 if not Confirm.ask("Install?", default=True, console=console.console(stderr=True)):

@@ -27,9 +27,13 @@ def _member_path(name: str) -> PurePosixPath:
     normalized = name.replace("\\", "/")
     path = PurePosixPath(normalized)
     if normalized.startswith("/") or (len(normalized) > 1 and normalized[1] == ":"):
-        raise UnsafeArchiveError(f"archive member {name!r} has an absolute path", "refusing to extract")
+        raise UnsafeArchiveError(
+            f"archive member {name!r} has an absolute path", "refusing to extract"
+        )
     if ".." in path.parts:
-        raise UnsafeArchiveError(f"archive member {name!r} escapes the target (..)", "refusing to extract")
+        raise UnsafeArchiveError(
+            f"archive member {name!r} escapes the target (..)", "refusing to extract"
+        )
     return path
 
 
@@ -39,7 +43,9 @@ def _is_symlink(info: zipfile.ZipInfo) -> bool:
 
 def _check_link(member: PurePosixPath, target: str, name: str) -> None:
     if target.startswith("/") or "\\" in target:
-        raise UnsafeArchiveError(f"symlink {name!r} points outside the archive ({target})", "refusing to extract")
+        raise UnsafeArchiveError(
+            f"symlink {name!r} points outside the archive ({target})", "refusing to extract"
+        )
     depth = len(member.parts) - 1
     for part in PurePosixPath(target).parts:
         depth += -1 if part == ".." else (0 if part == "." else 1)
@@ -58,14 +64,18 @@ def extract_zip(archive: Path | str, dest: Path | str, *, strip: str | None = No
     try:
         zf = zipfile.ZipFile(archive)
     except (zipfile.BadZipFile, OSError) as err:
-        raise FdlError(f"{archive} is not a valid zip archive ({err})", "delete it and download again") from err
+        raise FdlError(
+            f"{archive} is not a valid zip archive ({err})", "delete it and download again"
+        ) from err
     with zf:
         try:
             bad = zf.testzip()
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:
             bad = f"? ({err})"
         if bad is not None:
-            raise FdlError(f"{archive} is corrupt (CRC error in {bad})", "delete it and download again")
+            raise FdlError(
+                f"{archive} is corrupt (CRC error in {bad})", "delete it and download again"
+            )
         members = [(info, _member_path(info.filename)) for info in zf.infolist()]
         dest.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.extract-", dir=dest.parent))
@@ -79,13 +89,13 @@ def extract_zip(archive: Path | str, dest: Path | str, *, strip: str | None = No
                 if _is_symlink(info):
                     link = zf.read(info).decode("utf-8", "replace")
                     _check_link(rel, link, info.filename)
-                    os.symlink(link, target)
+                    target.symlink_to(link)
                     continue
                 with zf.open(info) as src, open(target, "wb") as out:
                     shutil.copyfileobj(src, out, 1 << 20)
                 mode = (info.external_attr >> 16) & 0o777
                 if mode:
-                    os.chmod(target, mode | 0o600)
+                    target.chmod(mode | 0o600)
             root = staging
             if strip:
                 inner = staging / strip
@@ -95,8 +105,8 @@ def extract_zip(archive: Path | str, dest: Path | str, *, strip: str | None = No
             old = None
             if dest.exists():
                 old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-                os.replace(dest, old)
-            os.replace(root, dest)
+                dest.replace(old)
+            root.replace(dest)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
         finally:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -80,7 +79,9 @@ def _check_space(directory: Path, needed: int, url: str) -> None:
 
 
 @contextlib.contextmanager
-def _progress(label: str, total: int | None, start: int, enabled: bool) -> Iterator[Callable[[int], None]]:
+def _progress(
+    label: str, total: int | None, start: int, enabled: bool
+) -> Iterator[Callable[[int], None]]:
     """A pip-style rich progress bar on stderr (nothing when disabled or not a terminal)."""
     from fdl import console
 
@@ -101,11 +102,22 @@ def _progress(label: str, total: int | None, start: int, enabled: bool) -> Itera
     )
 
     if total:
-        columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                   TransferSpeedColumn(), TextColumn("eta"), TimeRemainingColumn())
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+        )
     else:
-        columns = (SpinnerColumn(), TextColumn("{task.description}"), FileSizeColumn(),
-                   TransferSpeedColumn(), TimeElapsedColumn())
+        columns = (
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            FileSizeColumn(),
+            TransferSpeedColumn(),
+            TimeElapsedColumn(),
+        )
     with Progress(*columns, console=err, transient=False) as bar:
         task = bar.add_task(label, total=total, completed=start)
         yield lambda n: bar.advance(task, n)
@@ -139,8 +151,12 @@ def download(
         try:
             transferred += _fetch(http, url, part, timeout=timeout, progress=progress)
             break
-        except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
-                _Incomplete) as err:
+        except (
+            requests.ConnectionError,
+            requests.Timeout,
+            requests.exceptions.ChunkedEncodingError,
+            _Incomplete,
+        ) as err:
             attempt += 1
             if attempt > retries:
                 have = part.stat().st_size if part.exists() else 0
@@ -167,7 +183,7 @@ def download(
             "or pass --no-verify if you trust this mirror",
         )
     size = part.stat().st_size
-    os.replace(part, dest)
+    part.replace(dest)
     with contextlib.suppress(FileNotFoundError):
         _meta_path(part).unlink()
     return DownloadResult(dest, size, sha, start_size, transferred)

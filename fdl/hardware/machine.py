@@ -83,6 +83,8 @@ def _foreign_python(python: str) -> PythonEnv:
     except (OSError, ValueError, subprocess.TimeoutExpired) as err:
         from fdl.errors import FdlUsageError
 
-        raise FdlUsageError(f"{python} is not a working Python interpreter ({err})",
-                            "pass the path of an environment's python") from err
+        raise FdlUsageError(
+            f"{python} is not a working Python interpreter ({err})",
+            "pass the path of an environment's python",
+        ) from err
     return PythonEnv(version, exe, prefix, kind)

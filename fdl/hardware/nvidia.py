@@ -8,6 +8,7 @@ numeric: a broken driver prints its error on *stdout* ("Failed to initialize NVM
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -177,10 +178,8 @@ def _nvml() -> tuple[list[Gpu], str | None, str | None, str | None]:
     except Exception as err:
         return [], None, None, f"NVML query failed: {err}"
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def probe_nvidia() -> NvidiaReport:
@@ -194,7 +193,9 @@ def probe_nvidia() -> NvidiaReport:
             report.gpus, report.driver = parse_query(full.stdout, with_cc=True)
             report.source = "nvidia-smi"
             if not report.gpus and full.stdout.strip():
-                report.problems.append(f"nvidia-smi output not understood: {full.stdout.strip()[:120]}")
+                report.problems.append(
+                    f"nvidia-smi output not understood: {full.stdout.strip()[:120]}"
+                )
         elif "compute_cap" in (full.stdout + full.stderr):  # driver too old for compute_cap
             legacy = run_tool([smi, f"--query-gpu={LEGACY_QUERY}", "--format=csv,noheader,nounits"])
             if legacy.ok:
@@ -232,8 +233,6 @@ def probe_nvidia() -> NvidiaReport:
                     + (f"; {nvml_problem}" if nvml_problem else "")
                 )
     if report.driver is None:
-        try:
+        with contextlib.suppress(OSError):
             report.driver = parse_proc_version(PROC_VERSION.read_text())
-        except OSError:
-            pass
     return report

@@ -6,6 +6,7 @@ text; importing torch (seconds, gigabytes of libraries) is left to ``fdl setup``
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from dataclasses import asdict, dataclass, field
@@ -79,10 +80,8 @@ def probe_torch(python: str | None = None) -> tuple[TorchInstall | None, str | N
         tag = "cu" + cuda.replace(".", "")
     companions = {}
     for name in COMPANIONS:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             companions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
     location = str(dist.locate_file("torch"))
     return TorchInstall(version, tag, cuda, location, companions), None
 

@@ -77,7 +77,9 @@ def build_report(machine: Machine, home, plan) -> dict[str, Any]:
             if build is None:
                 entry["torch"] = "unknown" if machine.torch else "not-installed"
             else:
-                entry["torch"] = coverage(gpu.cc, build.sass, build.ptx)[0] if build.is_cuda else "none"
+                entry["torch"] = (
+                    coverage(gpu.cc, build.sass, build.ptx)[0] if build.is_cuda else "none"
+                )
             if active is None:
                 entry["libtorch"] = "no-active-variant"
             elif active_archs is None:

@@ -39,5 +39,7 @@ def run_tool(argv: list[str], timeout: float = 10.0) -> ToolResult:
     if proc.returncode != 0:
         first = (out.strip() or err.strip()).splitlines()[:1]
         detail = f": {first[0]}" if first else ""
-        return ToolResult(False, out, err, proc.returncode, f"{argv[0]} exited {proc.returncode}{detail}")
+        return ToolResult(
+            False, out, err, proc.returncode, f"{argv[0]} exited {proc.returncode}{detail}"
+        )
     return ToolResult(True, out, err, 0)

@@ -6,7 +6,7 @@ and a ``.arch`` file of ``key=value`` lines. ``<root>`` is the project (a direct
 (default ``~/.flodl``).
 """
 
-from fdl.libtorch_home.layout import LibtorchHome, find_home, read_arch
 from fdl.libtorch_home.install import install_prebuilt
+from fdl.libtorch_home.layout import LibtorchHome, find_home, read_arch
 
 __all__ = ["LibtorchHome", "find_home", "install_prebuilt", "read_arch"]

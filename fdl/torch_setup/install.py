@@ -35,14 +35,20 @@ def install_command(
     if installer == "uv" and uv is None:
         from fdl.errors import ExitCode, FdlError
 
-        raise FdlError("uv is not on PATH", "install uv or use --installer pip", ExitCode.UNAVAILABLE)
+        raise FdlError(
+            "uv is not on PATH", "install uv or use --installer pip", ExitCode.UNAVAILABLE
+        )
     packages = [requirement, *companions]
     if uv:
         argv = [uv, "pip", "install", "--python", python, *packages]
         if index_url:
             argv += ["--index-url", index_url]
         if force:
-            argv += ["--reinstall-package", "torch", *[f"--reinstall-package={c}" for c in companions]]
+            argv += [
+                "--reinstall-package",
+                "torch",
+                *[f"--reinstall-package={c}" for c in companions],
+            ]
         return InstallCommand(argv, "uv")
     argv = [python, "-m", "pip", "install", "--disable-pip-version-check", *packages]
     if index_url:

@@ -98,7 +98,9 @@ def verify_torch(python: str, expected_gpus: int = 0, timeout: float = 600) -> V
             result.problems.append(f"{label} is not in torch's arch list {data['arch_list']}")
         if not dev.get("kernel"):
             result.problems.append(f"{label}: kernel launch failed: {dev.get('error', '?')}")
-        result.lines.append(f"{label}: archs {kind}, kernel {'ok' if dev.get('kernel') else 'FAILED'}")
+        result.lines.append(
+            f"{label}: archs {kind}, kernel {'ok' if dev.get('kernel') else 'FAILED'}"
+        )
     if "nccl" in data:
         result.lines.append(f"NCCL: {'available' if data['nccl'] else 'MISSING'}")
         if not data["nccl"]:

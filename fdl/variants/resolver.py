@@ -83,9 +83,7 @@ class Candidate:
             "driver_floor": self.driver_floor,
             "driver_ok": self.driver_ok,
             "fits_all": self.fits_all,
-            "gpus": [
-                {"index": f.index, "coverage": f.coverage, "via": f.via} for f in self.fits
-            ],
+            "gpus": [{"index": f.index, "coverage": f.coverage, "via": f.via} for f in self.fits],
         }
 
 
@@ -238,7 +236,9 @@ def resolve(
 
             raise FdlUsageError(f"torch {newest.torch} has no '{tag}' build", f"choose: {tags}")
         cand = evaluate(build, target, table)
-        plan = plan_for("ok" if cand.fits_all or not build.is_cuda else "compromise", cand, newest, tag)
+        plan = plan_for(
+            "ok" if cand.fits_all or not build.is_cuda else "compromise", cand, newest, tag
+        )
         plan.reasons.append(f"{tag} was requested")
         plan.reasons.extend(_explain_choice(cand, target))
         if build.is_cuda and not cand.fits_all:
@@ -264,7 +264,9 @@ def resolve(
         plan.reasons.extend(_explain_choice(best, target))
         plan.considered = considered
         plan.alternatives = [
-            f"torch {c.build.torch} + {c.build.tag}" for c in considered if c.fits_all and c is not best
+            f"torch {c.build.torch} + {c.build.tag}"
+            for c in considered
+            if c.fits_all and c is not best
         ]
         _note_unknowns(plan, target)
         return plan
@@ -316,7 +318,9 @@ def resolve(
         return plan
 
     def compromise_rank(c: Candidate) -> tuple:
-        newest_gpu = max((g.cc or (0, 0)) for g, f in zip(target.gpus, c.fits, strict=True) if f.usable)
+        newest_gpu = max(
+            (g.cc or (0, 0)) for g, f in zip(target.gpus, c.fits, strict=True) if f.usable
+        )
         return (len(c.usable), newest_gpu, *c.rank()[2:])
 
     chosen = max(driver_ok, key=compromise_rank)
@@ -356,7 +360,9 @@ def _upgrade_paths(considered: list[Candidate], target: Target) -> list[str]:
     out = []
     for c in considered:
         arch_ok = all(f.coverage in ("sass", "ptx", "unknown", "driver-too-old") for f in c.fits)
-        if arch_ok and (c.driver_ok is False or any(f.coverage == "driver-too-old" for f in c.fits)):
+        if arch_ok and (
+            c.driver_ok is False or any(f.coverage == "driver-too-old" for f in c.fits)
+        ):
             out.append(
                 f"upgrade the NVIDIA driver to ≥ {c.driver_floor} for torch {c.build.torch} + "
                 f"{c.build.tag}"

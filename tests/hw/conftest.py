@@ -40,7 +40,9 @@ def make_bin(tmp: Path, machine: str | None) -> Path:
     bin_dir.mkdir(exist_ok=True)
     if machine:
         smi = bin_dir / "nvidia-smi"
-        smi.write_text(FAKE_SMI.format(dir=FIXTURES / machine, cat=shutil.which("cat"), sh=shutil.which("sh")))
+        smi.write_text(
+            FAKE_SMI.format(dir=FIXTURES / machine, cat=shutil.which("cat"), sh=shutil.which("sh"))
+        )
         smi.chmod(smi.stat().st_mode | stat.S_IEXEC | stat.S_IXGRP | stat.S_IXOTH)
     return bin_dir
 
@@ -66,8 +68,13 @@ def server():
         yield srv
 
 
-def libtorch_zip(*, lib: str = "libtorch.so", extra: dict[str, bytes] | None = None,
-                 symlinks: dict[str, str] | None = None, top: str = "libtorch") -> bytes:
+def libtorch_zip(
+    *,
+    lib: str = "libtorch.so",
+    extra: dict[str, bytes] | None = None,
+    symlinks: dict[str, str] | None = None,
+    top: str = "libtorch",
+) -> bytes:
     """A small archive shaped like libtorch's: ``libtorch/{lib,include,share}``."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:

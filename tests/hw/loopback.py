@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from dataclasses import dataclass, field
@@ -16,13 +17,15 @@ class Served:
     ranges: bool = True  # honour Range requests
     drop_after: int | None = None  # close the connection after this many bytes…
     drops_left: int = 0  # …this many times
-    short_length: bool = False  # lie: announce the full length, send less, then close
+    content_type: str = "application/octet-stream"
 
 
 @dataclass
 class State:
     files: dict[str, Served] = field(default_factory=dict)
-    log: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)  # method, path, headers
+    log: list[tuple[str, str, dict[str, str]]] = field(
+        default_factory=list
+    )  # method, path, headers
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -56,6 +59,7 @@ class _Handler(BaseHTTPRequestHandler):
         chunk = body[start:]
         self.send_response(status)
         self.send_header("Content-Length", str(len(chunk)))
+        self.send_header("Content-Type", served.content_type)
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         if served.ranges:
@@ -76,10 +80,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(view[i : i + (1 << 20)])
 
     def do_GET(self):
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._serve(head=False)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     def do_HEAD(self):
         self._serve(head=True)

@@ -62,7 +62,7 @@ def test_corrupt_zip_is_refused(tmp_path):
     name = b"libtorch/lib/libtorch.so"
     start = data.index(name) + len(name) + 4  # inside the first member's compressed bytes
     data[start : start + 8] = b"\x00" * 8
-    with pytest.raises(FdlError, match="corrupt|not a valid zip"):
+    with pytest.raises(FdlError, match=r"corrupt|not a valid zip"):
         extract_zip(write(tmp_path, bytes(data)), tmp_path / "out")
     with pytest.raises(FdlError, match="not a valid zip"):
         extract_zip(write(tmp_path, b"<html>404</html>"), tmp_path / "out")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -71,7 +72,7 @@ def test_complete_part_gets_416_and_is_accepted(server, tmp_path):
     dest = tmp_path / "f.bin"
     download(f"{server.url}/f.bin", dest, progress=False)
     dest.rename(tmp_path / "f.bin.part")
-    (tmp_path / "f.bin.part.json").write_text('{"total": %d, "validator": "\\"v1\\""}' % len(BODY))
+    (tmp_path / "f.bin.part.json").write_text(json.dumps({"total": len(BODY), "validator": '"v1"'}))
     result = download(f"{server.url}/f.bin", dest, progress=False)
     assert result.transferred == 0 and dest.read_bytes() == BODY
 
@@ -86,13 +87,17 @@ def test_404_is_a_clear_error_and_leaves_nothing(server, tmp_path):
 def test_sha256_mismatch_deletes_the_part(server, tmp_path):
     server.add("/f.bin", BODY)
     with pytest.raises(DownloadError, match="sha256 mismatch"):
-        download(f"{server.url}/f.bin", tmp_path / "f.bin", expected_sha256="0" * 64, progress=False)
+        download(
+            f"{server.url}/f.bin", tmp_path / "f.bin", expected_sha256="0" * 64, progress=False
+        )
     assert list(tmp_path.iterdir()) == []
 
 
 def test_pinned_sha256_that_matches(server, tmp_path):
     server.add("/f.bin", BODY)
-    result = download(f"{server.url}/f.bin", tmp_path / "f.bin", expected_sha256=sha256(BODY), progress=False)
+    result = download(
+        f"{server.url}/f.bin", tmp_path / "f.bin", expected_sha256=sha256(BODY), progress=False
+    )
     assert result.sha256 == sha256(BODY)
 
 

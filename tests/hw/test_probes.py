@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from fdl.hardware import detect, probe_nvidia
 from fdl.hardware.nvidia import cc_from_name, parse_proc_version, parse_query
-from fdl.hardware.python_env import probe_torch
 from fdl.hardware.system import detect_wsl
 
 
 def test_full_query_with_mixed_gpus(gpu_machine):
     gpu_machine("mixed_gtx1060_rtx5060ti")
     report = probe_nvidia()
-    assert [(g.index, g.sm, g.vram_mib) for g in report.gpus] == [(0, "sm_61", 6144), (1, "sm_120", 16311)]
+    assert [(g.index, g.sm, g.vram_mib) for g in report.gpus] == [
+        (0, "sm_61", 6144),
+        (1, "sm_120", 16311),
+    ]
     assert report.driver == "580.95.05" and report.cuda_driver_max == "13.0"
     assert report.gpus[1].short_name == "RTX 5060 Ti"
     assert {g.cc_source for g in report.gpus} == {"nvidia-smi"}
@@ -107,8 +109,9 @@ def test_installed_torch_is_read_from_metadata_without_importing_it():
         "import sys; from fdl.hardware.python_env import probe_torch; t, why = probe_torch(); "
         "print(t.version, t.tag, 'torch' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=clean_env(), check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), check=True
+    ).stdout.split()
     from importlib.metadata import version
 
     assert out[0] == version("torch")

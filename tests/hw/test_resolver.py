@@ -127,14 +127,18 @@ def test_mirror_changes_the_index_url(monkeypatch):
 def test_libtorch_names_follow_the_cxx11_abi_change():
     table = load_table()
     names = {
-        v: table.libtorch_file(table.release(v), "cu126", "linux-x86_64") for v in ("2.6", "2.7", "2.8")
+        v: table.libtorch_file(table.release(v), "cu126", "linux-x86_64")
+        for v in ("2.6", "2.7", "2.8")
     }
     assert names["2.6"] == "libtorch-cxx11-abi-shared-with-deps-2.6.0%2Bcu126.zip"
     assert names["2.7"] == "libtorch-cxx11-abi-shared-with-deps-2.7.1%2Bcu126.zip"
     assert names["2.8"] == "libtorch-shared-with-deps-2.8.0%2Bcu126.zip"  # cxx11, new name
     win = table.libtorch_file(table.release("2.9"), "cu128", "windows-x86_64")
     assert win == "libtorch-win-shared-with-deps-2.9.1%2Bcu128.zip"  # not the Linux name
-    assert table.libtorch_file(table.release("2.9"), "cpu", "macos-arm64") == "libtorch-macos-arm64-2.9.1.zip"
+    assert (
+        table.libtorch_file(table.release("2.9"), "cpu", "macos-arm64")
+        == "libtorch-macos-arm64-2.9.1.zip"
+    )
 
 
 def test_table_is_consistent():
