@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import queue
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -61,10 +63,49 @@ def _discard(part: Path) -> None:
             p.unlink()
 
 
-def _hash_file(path: Path, digest: Any) -> None:
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            digest.update(block)
+class _Hasher:
+    """sha256 of the part file, kept in step with what is written (no second pass)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def update(self, data: bytes) -> None:
+        self.digest.update(data)
+        self.size += len(data)
+
+    @contextlib.contextmanager
+    def streaming(self) -> Iterator[Callable[[bytes], None]]:
+        """Hash on a helper thread while the caller keeps reading the socket (hashlib releases
+        the GIL), so sha256 costs no extra wall time. Everything fed is hashed before exit."""
+        chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=64)
+
+        def work() -> None:
+            while (data := chunks.get()) is not None:
+                self.update(data)
+
+        thread = threading.Thread(target=work, name="fdl-sha256", daemon=True)
+        thread.start()
+        try:
+            yield chunks.put
+        finally:
+            chunks.put(None)
+            thread.join()
+
+    def catch_up(self, path: Path, size: int) -> None:
+        """Make the digest cover exactly the first ``size`` bytes of ``path``."""
+        if self.size == size:
+            return
+        self.reset()
+        with open(path, "rb") as f:
+            while self.size < size:
+                block = f.read(min(CHUNK * 4, size - self.size))
+                if not block:
+                    break
+                self.update(block)
 
 
 def _check_space(directory: Path, needed: int, url: str) -> None:
@@ -147,9 +188,10 @@ def download(
     start_size = part.stat().st_size if part.exists() else 0
     transferred = 0
     attempt = 0
+    hasher = _Hasher()
     while True:
         try:
-            transferred += _fetch(http, url, part, timeout=timeout, progress=progress)
+            transferred += _fetch(http, url, part, hasher, timeout=timeout, progress=progress)
             break
         except (
             requests.ConnectionError,
@@ -172,9 +214,9 @@ def download(
             console.warn(f"download interrupted; {part} kept, re-run to resume")
             raise
 
-    digest = hashlib.sha256()
-    _hash_file(part, digest)
-    sha = digest.hexdigest()
+    size = part.stat().st_size
+    hasher.catch_up(part, size)
+    sha = hasher.digest.hexdigest()
     if expected_sha256 and sha != expected_sha256.lower():
         _discard(part)
         raise DownloadError(
@@ -182,7 +224,6 @@ def download(
             "the file is corrupt or was replaced upstream; the partial file was deleted — retry, "
             "or pass --no-verify if you trust this mirror",
         )
-    size = part.stat().st_size
     part.replace(dest)
     with contextlib.suppress(FileNotFoundError):
         _meta_path(part).unlink()
@@ -198,7 +239,9 @@ def _short(err: BaseException) -> str:
     return text[:200]
 
 
-def _fetch(http: Any, url: str, part: Path, *, timeout: float, progress: bool) -> int:
+def _fetch(
+    http: Any, url: str, part: Path, hasher: _Hasher, *, timeout: float, progress: bool
+) -> int:
     """One attempt: resume or start ``part``; returns bytes received. Raises on short reads."""
     have = part.stat().st_size if part.exists() else 0
     meta = _read_meta(part) if have else {}
@@ -235,17 +278,24 @@ def _fetch(http: Any, url: str, part: Path, *, timeout: float, progress: bool) -
                 raise _Incomplete(f"server resumed at byte {offset}, expected {have}")
             total = have + length if length is not None else meta.get("total")
             mode = "ab"
+            hasher.catch_up(part, have)
         else:  # 200: the whole file (no Range support, or If-Range said it changed)
             have, total, mode = 0, length, "wb"
+            hasher.reset()
         validator = resp.headers.get("ETag") or resp.headers.get("Last-Modified")
         _write_meta(part, {"url": url, "total": total, "validator": validator})
         if total is not None:
             _check_space(part.parent, total - have, url)
         received = 0
         label = Path(url.split("?")[0]).name.replace("%2B", "+")[:60]
-        with open(part, mode) as out, _progress(label, total, have, progress) as advance:
+        with (
+            open(part, mode) as out,
+            _progress(label, total, have, progress) as advance,
+            hasher.streaming() as feed,
+        ):
             for chunk in resp.iter_content(CHUNK):
                 out.write(chunk)
+                feed(chunk)
                 received += len(chunk)
                 advance(len(chunk))
         if total is not None and have + received != total:
