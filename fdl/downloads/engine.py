@@ -285,7 +285,12 @@ def _fetch(
         validator = resp.headers.get("ETag") or resp.headers.get("Last-Modified")
         _write_meta(part, {"url": url, "total": total, "validator": validator})
         if total is not None:
-            _check_space(part.parent, total - have, url)
+            try:
+                _check_space(part.parent, total - have, url)
+            except DownloadError:
+                if not have:
+                    _discard(part)
+                raise
         received = 0
         label = Path(url.split("?")[0]).name.replace("%2B", "+")[:60]
         with (

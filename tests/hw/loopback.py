@@ -18,6 +18,8 @@ class Served:
     drop_after: int | None = None  # close the connection after this many bytes…
     drops_left: int = 0  # …this many times
     content_type: str = "application/octet-stream"
+    stall_after: int | None = None  # send this many bytes, then hang (until the server stops)
+    announce_length: int | None = None  # lie about Content-Length (e.g. a huge file)
 
 
 @dataclass
@@ -58,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = 206
         chunk = body[start:]
         self.send_response(status)
-        self.send_header("Content-Length", str(len(chunk)))
+        self.send_header("Content-Length", str(served.announce_length or len(chunk)))
         self.send_header("Content-Type", served.content_type)
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
@@ -73,6 +75,12 @@ class _Handler(BaseHTTPRequestHandler):
             served.drops_left -= 1
             self.wfile.write(chunk[: served.drop_after])
             self.wfile.flush()
+            self.close_connection = True
+            return
+        if served.stall_after is not None:
+            self.wfile.write(chunk[: served.stall_after])
+            self.wfile.flush()
+            self.server.stopping.wait(60)  # type: ignore[attr-defined]
             self.close_connection = True
             return
         view = memoryview(chunk)
@@ -93,6 +101,7 @@ class LoopbackServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.state = self.state  # type: ignore[attr-defined]
+        self.httpd.stopping = threading.Event()  # type: ignore[attr-defined]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
@@ -112,6 +121,7 @@ class LoopbackServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.httpd.stopping.set()  # type: ignore[attr-defined]
         self.httpd.shutdown()
         self.httpd.server_close()
 

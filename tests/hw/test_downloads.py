@@ -109,3 +109,49 @@ def test_unreachable_server_fails_after_retries(tmp_path):
         port = s.getsockname()[1]
     with pytest.raises(DownloadError, match="failed after 2 attempts"):
         download(f"http://127.0.0.1:{port}/x", tmp_path / "x", retries=1, backoff=0, progress=False)
+
+
+def test_not_enough_disk_space_is_refused_before_writing(server, tmp_path):
+    server.add("/huge.bin", b"x" * 1000, announce_length=1 << 60)  # an exabyte
+    with pytest.raises(DownloadError, match="not enough disk space") as err:
+        download(f"{server.url}/huge.bin", tmp_path / "huge.bin", retries=0, progress=False)
+    assert err.value.code == 3
+    assert list(tmp_path.iterdir()) == []  # nothing written, nothing left behind
+
+
+def test_ctrl_c_leaves_a_resumable_part(server, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import clean_env
+
+    served = server.add("/f.bin", BODY, stall_after=600_000)
+    dest = tmp_path / "f.bin"
+    code = (
+        "import sys\nfrom fdl.downloads import download\n"
+        "try:\n    download(sys.argv[1], sys.argv[2], progress=False)\n"
+        "except KeyboardInterrupt:\n    sys.exit(130)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, f"{server.url}/f.bin", str(dest)],
+        env=clean_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    part = tmp_path / "f.bin.part"
+    for _ in range(200):  # wait (bounded) until the transfer is under way
+        if part.exists() and part.stat().st_size > 0:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "kept, re-run to resume" in err
+    kept = part.stat().st_size
+    assert 0 < kept <= 600_000
+
+    served.stall_after = None
+    result = download(f"{server.url}/f.bin", dest, progress=False)
+    assert dest.read_bytes() == BODY and result.resumed_from == kept

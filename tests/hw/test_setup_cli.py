@@ -80,12 +80,17 @@ def installed_torch(python) -> str | None:
 def test_installs_from_the_local_index_into_a_throwaway_venv_and_verifies(
     run_fdl, tmp_path, server, venv
 ):
+    from tests.hw.conftest import libtorch_zip
+
     serve_index(server, "cpu", [build_wheel(NEWEST, "cpu")])
+    server.add(f"/libtorch/cpu/libtorch-shared-with-deps-{NEWEST}+cpu.zip", libtorch_zip())
     env = pip_isolated(tmp_path, server)
     args = ("setup", "-y", "--python", str(venv), "--installer", "pip")
-    result = run_fdl(*args, env=env, cwd=tmp_path, timeout=300)
+    result = run_fdl(*args, "--libtorch", env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     assert installed_torch(venv) == f"{NEWEST}+cpu"
+    home = tmp_path / "flodl-home" / "libtorch"  # --libtorch: the matching C++ build too
+    assert (home / ".active").read_text() == "precompiled/cpu\n"
     err = result.stderr
     assert f"Environment: {venv}" in err
     assert f"--index-url {server.url}/whl/cpu --trusted-host 127.0.0.1" in err
