@@ -16,6 +16,9 @@ PathOption = Annotated[
 ]
 
 
+JsonOption = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
+
+
 def _home(path: str | None):
     from fdl.libtorch_home import find_home
 
@@ -163,7 +166,7 @@ def register(app: typer.Typer, make_group) -> None:
 
     @group.command("list", help="Show installed variants.")
     def list_(
-        json_out: Annotated[bool, typer.Option("--json", help="A JSON array on stdout.")] = False,
+        json_out: JsonOption = False,
         path: PathOption = None,
     ) -> None:
         import json
@@ -186,7 +189,7 @@ def register(app: typer.Typer, make_group) -> None:
 
     @group.command("info", help="Show the active variant.")
     def info(
-        json_out: Annotated[bool, typer.Option("--json", help="A JSON object on stdout.")] = False,
+        json_out: JsonOption = False,
         path: PathOption = None,
     ) -> None:
         import json

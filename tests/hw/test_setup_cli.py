@@ -68,6 +68,12 @@ def pip_isolated(tmp_path, server) -> dict[str, str]:
     )
 
 
+def setup_into(run_fdl, venv, env, cwd, *extra: str):
+    """``fdl setup -y`` into the throwaway venv with pip (a real install, from the mirror)."""
+    args = ("setup", "-y", "--python", str(venv), "--installer", "pip", *extra)
+    return run_fdl(*args, env=env, cwd=cwd, timeout=300)
+
+
 def installed_torch(python) -> str | None:
     code = "import importlib.metadata as m\ntry: print(m.version('torch'))\nexcept Exception: print('-')"
     out = subprocess.run(
@@ -113,18 +119,7 @@ def test_installs_from_the_local_index_into_a_throwaway_venv_and_verifies(
 def test_a_build_that_does_not_import_fails_verification(run_fdl, tmp_path, server, venv):
     serve_index(server, "cpu", [build_wheel(NEWEST, "cpu", broken=True)])
     env = pip_isolated(tmp_path, server)
-    result = run_fdl(
-        "setup",
-        "-y",
-        "--force",
-        "--python",
-        str(venv),
-        "--installer",
-        "pip",
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    result = setup_into(run_fdl, venv, env, tmp_path, "--force")
     assert result.returncode == 1
     assert "torch is installed but does not work here" in result.stderr
     assert "libtorch_cuda.so" in result.stderr
@@ -134,19 +129,6 @@ def test_a_build_that_does_not_import_fails_verification(run_fdl, tmp_path, serv
 def test_failed_install_names_the_command(run_fdl, tmp_path, server, venv):
     serve_index(server, "cpu", [])  # the index has no torch at all
     env = pip_isolated(tmp_path, server)
-    result = run_fdl(
-        "setup",
-        "-y",
-        "--force",
-        "--torch",
-        "2.9",
-        "--python",
-        str(venv),
-        "--installer",
-        "pip",
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    result = setup_into(run_fdl, venv, env, tmp_path, "--force", "--torch", "2.9")
     assert result.returncode == 1
     assert "pip failed" in result.stderr and "torch==2.9.1" in result.stderr
