@@ -191,7 +191,11 @@ def _explain_choice(c: Candidate, target: Target) -> list[str]:
 
 
 def _consider(release: Release, target: Target, table: VariantTable) -> list[Candidate]:
-    return [evaluate(b, target, table) for b in release.builds if b.is_cuda]
+    return [
+        evaluate(b, target, table)
+        for b in release.builds
+        if b.is_cuda and b.available_on(target.platform)
+    ]
 
 
 def _source_build(target: Target) -> str:
@@ -262,6 +266,7 @@ def resolve(
         plan = plan_for("ok", best, newest, best.build.tag)
         plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
         plan.reasons.extend(_explain_choice(best, target))
+        _note_pypi_default(plan, newest, target)
         plan.considered = considered
         plan.alternatives = [
             f"torch {c.build.torch} + {c.build.tag}"
@@ -368,6 +373,16 @@ def _upgrade_paths(considered: list[Candidate], target: Target) -> list[str]:
                 f"{c.build.tag}"
             )
     return out
+
+
+def _note_pypi_default(plan: Plan, release: Release, target: Target) -> None:
+    """Say when a plain ``pip install torch`` would have installed something else."""
+    default = release.pypi_default
+    if target.platform == "linux-x86_64" and default and default != plan.tag:
+        plan.reasons.append(
+            f"a plain 'pip install torch' would install the {default} build from PyPI, "
+            "hence the explicit index"
+        )
 
 
 def _note_unknowns(plan: Plan, target: Target) -> None:

@@ -22,6 +22,7 @@ from fdl.errors import FdlError, FdlUsageError
 from fdl.variants.archs import ComputeCapability, format_cc, parse_cc
 
 MIRROR_ENV = "FDL_TORCH_MIRROR"
+DEFAULT_CUDA_PLATFORMS = ("linux-x86_64", "windows-x86_64")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class Build:
     cuda: str | None = None  # "12.8"; None for the CPU build
     sass: tuple[ComputeCapability, ...] = ()
     ptx: tuple[ComputeCapability, ...] = ()
+    platforms: tuple[str, ...] | None = None  # None: every platform (the CPU build)
+
+    def available_on(self, platform: str) -> bool:
+        return self.platforms is None or platform in self.platforms
 
     @property
     def is_cuda(self) -> bool:
@@ -158,6 +163,7 @@ def _release(raw: dict[str, Any], tags: dict[str, Any]) -> Release:
                 cuda=archs["cuda"],
                 sass=tuple(parse_cc(a) for a in archs["sass"]),
                 ptx=tuple(parse_cc(a) for a in archs["ptx"]),
+                platforms=tuple(archs.get("platforms", DEFAULT_CUDA_PLATFORMS)),
             )
         )
     builds.append(Build(torch=raw["torch"], tag="cpu"))

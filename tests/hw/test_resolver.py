@@ -165,3 +165,21 @@ def test_a_malformed_table_fails_loudly(tmp_path, monkeypatch):
         load_table.cache_clear()
     with pytest.raises(KeyError):
         parse_table({})
+
+
+def test_aarch64_only_considers_builds_published_for_it():
+    gh200 = (GpuTarget(0, "NVIDIA GH200 480GB", (9, 0)),)
+    new_driver = Target(platform="linux-aarch64", driver="580.82.07", gpus=gh200)
+    assert resolve(new_driver).tag == "cu132"
+    old_driver = Target(platform="linux-aarch64", driver="570.133.20", gpus=gh200)
+    plan = resolve(old_driver)  # cu126 has no aarch64 wheels; CUDA 13 needs 580
+    assert (plan.torch, plan.tag) == ("2.11.0", "cu128")
+    assert all(c.build.tag != "cu126" for c in plan.considered)
+
+
+def test_says_when_plain_pypi_would_be_wrong():
+    a100 = Target(driver="550.127.05", gpus=(GpuTarget(0, "NVIDIA A100-SXM4-80GB", (8, 0)),))
+    plan = resolve(a100)
+    assert any(
+        "a plain 'pip install torch' would install the cu132 build" in r for r in plan.reasons
+    )
