@@ -10,6 +10,7 @@ _VERDICT = {
     "sass": "OK",
     "ptx": "OK (PTX JIT, slow first launch)",
     "none": "MISSING",
+    "cpu-build": "MISSING (a CPU build)",
     "unknown": "unknown",
     "not-installed": "not installed",
     "no-active-variant": "no active variant",

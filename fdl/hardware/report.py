@@ -78,7 +78,7 @@ def build_report(machine: Machine, home, plan) -> dict[str, Any]:
                 entry["torch"] = "unknown" if machine.torch else "not-installed"
             else:
                 entry["torch"] = (
-                    coverage(gpu.cc, build.sass, build.ptx)[0] if build.is_cuda else "none"
+                    coverage(gpu.cc, build.sass, build.ptx)[0] if build.is_cuda else "cpu-build"
                 )
             if active is None:
                 entry["libtorch"] = "no-active-variant"

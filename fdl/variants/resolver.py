@@ -362,17 +362,17 @@ def resolve(
 
 def _upgrade_paths(considered: list[Candidate], target: Target) -> list[str]:
     """What a driver upgrade would unlock in the newest release."""
-    out = []
+    unlocked: dict[str, list[Build]] = {}
     for c in considered:
         arch_ok = all(f.coverage in ("sass", "ptx", "unknown", "driver-too-old") for f in c.fits)
-        if arch_ok and (
-            c.driver_ok is False or any(f.coverage == "driver-too-old" for f in c.fits)
-        ):
-            out.append(
-                f"upgrade the NVIDIA driver to ≥ {c.driver_floor} for torch {c.build.torch} + "
-                f"{c.build.tag}"
-            )
-    return out
+        too_old = c.driver_ok is False or any(f.coverage == "driver-too-old" for f in c.fits)
+        if arch_ok and too_old:
+            unlocked.setdefault(c.driver_floor or "?", []).append(c.build)
+    return [
+        f"upgrade the NVIDIA driver to ≥ {floor} for torch {builds[0].torch} + "
+        + " / ".join(b.tag for b in builds)
+        for floor, builds in unlocked.items()
+    ]
 
 
 def _note_pypi_default(plan: Plan, release: Release, target: Target) -> None:

@@ -37,7 +37,7 @@ def test_json_has_driver_gpus_compatibility_and_recommendation(run_fdl, tmp_path
     assert nv["driver"] == "580.95.05" and nv["cuda_driver_max"] == "13.0"
     assert [g["sm"] for g in nv["gpus"]] == ["sm_61", "sm_120"]
     # The installed torch here is a CPU build: no GPU is covered by it.
-    assert [c["torch"] for c in report["compatibility"]] == ["none", "none"]
+    assert [c["torch"] for c in report["compatibility"]] == ["cpu-build", "cpu-build"]
     assert [c["libtorch"] for c in report["compatibility"]] == ["no-active-variant"] * 2
     assert report["recommendation"]["status"] == "compromise"
     assert report["recommendation"]["visible_devices"] == "1"
