@@ -174,6 +174,7 @@ def download(
     progress: bool = True,
     timeout: float = 30.0,
     session: Any = None,
+    label: str | None = None,
 ) -> DownloadResult:
     """Download ``url`` to ``dest`` (resuming ``dest.part``); returns size and sha256.
 
@@ -191,7 +192,9 @@ def download(
     hasher = _Hasher()
     while True:
         try:
-            transferred += _fetch(http, url, part, hasher, timeout=timeout, progress=progress)
+            transferred += _fetch(
+                http, url, part, hasher, timeout=timeout, progress=progress, label=label
+            )
             break
         except (
             requests.ConnectionError,
@@ -202,9 +205,14 @@ def download(
             attempt += 1
             if attempt > retries:
                 have = part.stat().st_size if part.exists() else 0
+                hint = (
+                    f"re-run the command to resume ({have} bytes kept in {part})"
+                    if have
+                    else "check the network, or use a mirror (FDL_TORCH_MIRROR)"
+                )
                 raise DownloadError(
                     f"download of {url} failed after {retries + 1} attempts: {_short(err)}",
-                    f"re-run the command to resume ({have} bytes kept in {part})",
+                    hint,
                     ExitCode.UNAVAILABLE,
                 ) from err
             time.sleep(backoff * 2 ** (attempt - 1))
@@ -240,7 +248,14 @@ def _short(err: BaseException) -> str:
 
 
 def _fetch(
-    http: Any, url: str, part: Path, hasher: _Hasher, *, timeout: float, progress: bool
+    http: Any,
+    url: str,
+    part: Path,
+    hasher: _Hasher,
+    *,
+    timeout: float,
+    progress: bool,
+    label: str | None,
 ) -> int:
     """One attempt: resume or start ``part``; returns bytes received. Raises on short reads."""
     have = part.stat().st_size if part.exists() else 0
@@ -292,7 +307,7 @@ def _fetch(
                     _discard(part)
                 raise
         received = 0
-        label = Path(url.split("?")[0]).name.replace("%2B", "+")[:60]
+        label = label or Path(url.split("?")[0]).name.replace("%2B", "+")[-32:]
         with (
             open(part, mode) as out,
             _progress(label, total, have, progress) as advance,

@@ -55,7 +55,8 @@ def install_prebuilt(
         for stale in (archive, archive.with_name(archive.name + ".part")):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
-    result = download(url, archive, expected_sha256=pinned, progress=progress)
+    label = f"libtorch {release.torch}+{build.tag}"
+    result = download(url, archive, expected_sha256=pinned, progress=progress, label=label)
     extract_zip(archive, target, strip="libtorch")
     if not any((target / "lib" / lib).exists() for lib in LIBRARIES):
         raise FdlError(
