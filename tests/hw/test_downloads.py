@@ -107,7 +107,7 @@ def test_unreachable_server_fails_after_retries(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(DownloadError, match="failed after 2 attempts.*check the network"):
+    with pytest.raises(DownloadError, match=r"failed after 2 attempts.*check the network"):
         download(f"http://127.0.0.1:{port}/x", tmp_path / "x", retries=1, backoff=0, progress=False)
 
 
