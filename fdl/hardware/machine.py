@@ -38,7 +38,10 @@ class Machine:
 
 
 def detect(*, docker: bool = True, python: str | None = None) -> Machine:
-    """Probe everything; never raises. ``python``: whose torch to report (default: this one)."""
+    """Probe everything; never raises (except for a ``python`` that is not an interpreter).
+
+    ``python``: whose environment and torch to report (default: the one running fdl).
+    """
     system, problems = probe_system(docker=docker)
     nvidia = probe_nvidia()
     env = probe_python()

@@ -7,10 +7,12 @@ text; importing torch (seconds, gigabytes of libraries) is left to ``fdl setup``
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sys
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 COMPANIONS = ("torchvision", "torchaudio")
@@ -19,7 +21,7 @@ COMPANIONS = ("torchvision", "torchaudio")
 @dataclass
 class TorchInstall:
     version: str  # "2.8.0+cu128"
-    tag: str | None  # "cu128", "cpu", "rocm6.4"; None for a PyPI wheel without local tag
+    tag: str | None  # "cu128", "cpu", "rocm6.4" (a PyPI wheel without local tag: from its CUDA)
     cuda: str | None  # from torch/version.py
     location: str | None
     companions: dict[str, str] = field(default_factory=dict)
@@ -44,8 +46,6 @@ class PythonEnv:
 
 
 def probe_python() -> PythonEnv:
-    import os
-
     if os.environ.get("CONDA_PREFIX") and sys.prefix == os.environ["CONDA_PREFIX"]:
         kind = "conda"
     elif sys.prefix != sys.base_prefix:
@@ -76,8 +76,8 @@ def probe_torch(python: str | None = None) -> tuple[TorchInstall | None, str | N
     version = dist.version
     tag = version.split("+", 1)[1] if "+" in version else None
     cuda = _version_py_cuda(dist)
-    if tag is None and cuda:
-        tag = "cu" + cuda.replace(".", "")
+    if tag is None:  # a PyPI wheel: Linux ones are CUDA builds, macOS/Windows ones CPU builds
+        tag = "cu" + cuda.replace(".", "") if cuda else "cpu"
     companions = {}
     for name in COMPANIONS:
         with contextlib.suppress(metadata.PackageNotFoundError):
@@ -96,7 +96,7 @@ def _probe_torch_in(python: str) -> tuple[TorchInstall | None, str | None]:
         "from fdl.hardware.python_env import probe_torch; "
         "t, why = probe_torch(); print(json.dumps([t and t.to_dict(), why]))"
     )
-    root = str(__import__("pathlib").Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's fdl, importable there
     try:
         proc = subprocess.run(
             [python, "-c", script, root], capture_output=True, text=True, timeout=60

@@ -47,6 +47,10 @@ def test_bad_options(run_fdl, tmp_path):
     assert run_fdl("setup", "--installer", "conda", env=env, cwd=tmp_path).returncode == 2
     unknown = run_fdl("setup", "--torch", "1.0", "--dry-run", env=env, cwd=tmp_path)
     assert unknown.returncode == 2 and "not in fdl's release table" in unknown.stderr
+    not_python = run_fdl(
+        "setup", "--python", str(tmp_path / "nope"), "--dry-run", env=env, cwd=tmp_path
+    )
+    assert not_python.returncode == 2 and "is not a working Python interpreter" in not_python.stderr
 
 
 @pytest.fixture(scope="module")
