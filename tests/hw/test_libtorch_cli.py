@@ -147,3 +147,22 @@ def test_auto_detect_picks_from_the_gpus(mirror, run_fdl, tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"cu126/libtorch-shared-with-deps-{NEWEST}%2Bcu126.zip" in result.stderr
     assert "GTX 1060" in result.stderr
+
+
+def test_pinned_sha256_mismatch_installs_nothing_unless_no_verify(mirror, run_fdl, tmp_path):
+    _server, env, work, home = mirror
+    table = json.loads(
+        (Path(__file__).parents[2] / "fdl" / "variants" / "torch_releases.json").read_text()
+    )
+    newest = max(table["releases"], key=lambda r: tuple(map(int, r["torch"].split("."))))
+    newest["libtorch_sha256"] = {"linux-x86_64/cpu": "0" * 64}
+    pinned = tmp_path / "table.json"
+    pinned.write_text(json.dumps(table))
+    env = {**env, "FDL_TORCH_TABLE": str(pinned)}
+    result = run_fdl("libtorch", "download", "--cpu", env=env, cwd=work)
+    assert result.returncode == 1 and "sha256 mismatch" in result.stderr
+    assert not (home / "precompiled" / "cpu").exists() and not (home / ".active").exists()
+    assert not list((home / ".downloads").iterdir())  # the bad file is gone, not resumable
+    trusted = run_fdl("libtorch", "download", "--cpu", "--no-verify", env=env, cwd=work)
+    assert trusted.returncode == 0, trusted.stderr
+    assert "sha256_pinned=no" in (home / "precompiled" / "cpu" / ".arch").read_text()

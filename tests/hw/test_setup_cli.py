@@ -136,3 +136,29 @@ def test_failed_install_names_the_command(run_fdl, tmp_path, server, venv):
     result = setup_into(run_fdl, venv, env, tmp_path, "--force", "--torch", "2.9")
     assert result.returncode == 1
     assert "pip failed" in result.stderr and "torch==2.9.1" in result.stderr
+
+
+def test_interactive_no_installs_nothing(tmp_path):
+    import pty
+    import subprocess
+
+    from tests.conftest import clean_env
+
+    primary, secondary = pty.openpty()
+    env = clean_env(**fdl_env(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fdl", "setup", "--torch", "2.9", "--installer", "pip"],
+        stdin=secondary,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+        text=True,
+    )
+    os.close(secondary)
+    os.write(primary, b"n\n")
+    _, err = proc.communicate(timeout=120)
+    os.close(primary)
+    assert proc.returncode == 1, err
+    assert "Install?" in err and "setup cancelled; nothing was installed" in err
+    assert version("torch") == HERE_TORCH
