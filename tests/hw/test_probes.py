@@ -118,3 +118,41 @@ def test_installed_torch_is_read_from_metadata_without_importing_it():
     assert out[2] == "False"  # torch was never imported
     if "+" in out[0]:
         assert out[1] == out[0].split("+")[1]
+
+
+def _fake_docker(tmp_path, monkeypatch, daemon: bool) -> None:
+    import shutil
+    import stat
+
+    bin_dir = tmp_path / "docker-bin"
+    bin_dir.mkdir()
+    server = (
+        'echo "27.3.1"; exit 0'
+        if daemon
+        else 'echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. '
+        'Is the docker daemon running?" >&2; exit 1'
+    )
+    script = bin_dir / "docker"
+    script.write_text(
+        f"#!{shutil.which('sh')}\n"
+        'if [ "$1" = "--version" ]; then echo "Docker version 27.3.1, build ce12230"; exit 0; fi\n'
+        f"{server}\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+
+def test_docker_client_without_daemon(tmp_path, monkeypatch):
+    from fdl.hardware.system import probe_docker
+
+    _fake_docker(tmp_path, monkeypatch, daemon=False)
+    client, server, problems = probe_docker()
+    assert (client, server) == ("27.3.1", None)
+    assert any("daemon not answering" in p and "Cannot connect" in p for p in problems)
+
+
+def test_docker_client_and_daemon(tmp_path, monkeypatch):
+    from fdl.hardware.system import probe_docker
+
+    _fake_docker(tmp_path, monkeypatch, daemon=True)
+    assert probe_docker() == ("27.3.1", "27.3.1", [])
