@@ -21,11 +21,12 @@ def _gb(n: int | None) -> str:
     return f"{n / 1024**3:.0f} GB" if n else "unknown"
 
 
-def render_text(report: dict[str, Any]) -> list[str]:
-    """The human report, one line per list item (plain text; section titles are bold)."""
+def render_text(report: dict[str, Any]) -> list[str | tuple[str, str]]:
+    """The human report, one line per item: plain text, or ``(text, style)`` (never markup, so
+    GPU names, paths and error messages print verbatim)."""
     s, nv, py, torch, lt = (report[k] for k in ("system", "nvidia", "python", "torch", "libtorch"))
     unknown = report["unknown"]
-    lines = ["[bold]System[/bold]"]
+    lines: list[str | tuple[str, str]] = [("System", "bold")]
     cpu = s["cpu_model"] or "unknown CPU"
     lines.append(
         f"  CPU:         {cpu} ({s['cpu_threads'] or '?'} threads, {_gb(s['ram_bytes'])} RAM)"
@@ -43,7 +44,7 @@ def render_text(report: dict[str, Any]) -> list[str]:
         lines.append(f"  Docker:      not found ({unknown.get('docker_client', 'not on PATH')})")
     lines += [
         "",
-        "[bold]Python[/bold]",
+        ("Python", "bold"),
         f"  Python:      {py['version']} ({py['kind']}: {py['prefix']})",
     ]
     if torch:
@@ -54,7 +55,7 @@ def render_text(report: dict[str, Any]) -> list[str]:
             lines.append(f"  {name + ':':<12} {version}")
     else:
         lines.append(f"  torch:       not installed ({unknown.get('torch', '')})".rstrip(" ()"))
-    lines += ["", "[bold]CUDA[/bold]"]
+    lines += ["", ("CUDA", "bold")]
     if nv["gpus"]:
         driver = nv["driver"] or "unknown"
         max_cuda = f" (supports CUDA ≤ {nv['cuda_driver_max']})" if nv["cuda_driver_max"] else ""
@@ -67,10 +68,10 @@ def render_text(report: dict[str, Any]) -> list[str]:
     else:
         lines.append("  No NVIDIA GPU found")
     for problem in nv["problems"]:
-        lines.append(f"  [dim]note: {problem}[/dim]")
+        lines.append((f"  note: {problem}", "dim"))
     lines += [
         "",
-        "[bold]libtorch[/bold]",
+        ("libtorch", "bold"),
         f"  Home:        {report['context']['libtorch_home']} ({report['context']['mode']})",
     ]
     if lt["active"]:
@@ -80,7 +81,7 @@ def render_text(report: dict[str, Any]) -> list[str]:
     if lt["variants"]:
         lines.append("  Variants:    " + ", ".join(v["id"] for v in lt["variants"]))
     if report["compatibility"]:
-        lines += ["", "[bold]Compatibility[/bold]"]
+        lines += ["", ("Compatibility", "bold")]
         for c in report["compatibility"]:
             lines.append(
                 f"  GPU {c['gpu']} ({c['sm'] or 'sm ?'}):  torch {_VERDICT[c['torch']]}, "
@@ -88,10 +89,10 @@ def render_text(report: dict[str, Any]) -> list[str]:
             )
     rec = report["recommendation"]
     if rec:
-        lines += ["", "[bold]Recommendation[/bold]"]
+        lines += ["", ("Recommendation", "bold")]
         lines.append(f"  torch {rec['torch']} + {rec['tag']} ({rec['status']})")
         lines += [f"  - {r}" for r in rec["reasons"]]
-        lines += [f"  [yellow]! {w}[/yellow]" for w in rec["warnings"]]
+        lines += [(f"  ! {w}", "yellow") for w in rec["warnings"]]
         lines += [f"  alternative: {a}" for a in rec["alternatives"]]
         lines.append("  Install it: fdl setup")
     return lines
@@ -126,4 +127,5 @@ def register(app: typer.Typer, make_group) -> None:
             return
         out = console.console()
         for line in render_text(report):
-            out.print(line, highlight=False)
+            text, style = line if isinstance(line, tuple) else (line, None)
+            out.print(text, style=style, markup=False, highlight=False)

@@ -19,6 +19,15 @@ PathOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
 
 
+def _say(text: str) -> None:
+    """A status line on stderr, printed verbatim (paths and URLs are not rich markup)."""
+    from rich.markup import escape
+
+    from fdl import console
+
+    console.info(escape(text))
+
+
 def _home(path: str | None):
     from fdl.libtorch_home import find_home
 
@@ -38,7 +47,6 @@ def download_variant(
     mirror: str | None = None,
 ):
     """Resolve, download and install one pre-built variant (shared with ``fdl setup --libtorch``)."""
-    from fdl import console
     from fdl.errors import FdlUsageError
     from fdl.libtorch_home import install_prebuilt
     from fdl.variants import load_table
@@ -58,11 +66,11 @@ def download_variant(
         raise FdlUsageError(f"torch {release.torch} has no '{tag}' libtorch", f"available: {tags}")
     home = _home(path)
     url = table.libtorch_url(release, tag, platform, mirror)
-    console.info(f"libtorch {release.torch} ({tag}, {build.arch_list})")
-    console.info(f"  URL:  {url}")
-    console.info(f"  Path: {home.variant_dir('precompiled/' + tag)}")
+    _say(f"libtorch {release.torch} ({tag}, {build.arch_list})")
+    _say(f"  URL:  {url}")
+    _say(f"  Path: {home.variant_dir('precompiled/' + tag)}")
     if dry_run:
-        console.info("dry run: nothing downloaded")
+        _say("dry run: nothing downloaded")
         return None
     result = install_prebuilt(
         home,
@@ -76,16 +84,14 @@ def download_variant(
         mirror=mirror,
     )
     if result.skipped:
-        console.info(
-            f"already installed: {result.variant} (torch {release.torch}); --force re-downloads"
-        )
+        _say(f"already installed: {result.variant} (torch {release.torch}); --force re-downloads")
     else:
         resumed = f", resumed at {result.resumed_from} bytes" if result.resumed_from else ""
-        console.info(f"installed {result.variant} (sha256 {result.sha256}{resumed})")
+        _say(f"installed {result.variant} (sha256 {result.sha256}{resumed})")
     if result.activated:
-        console.info(f"active: {result.variant} ({home.active_file})")
+        _say(f"active: {result.variant} ({home.active_file})")
     lib = result.path / "lib"
-    console.info(f'  export LIBTORCH="{result.path}"  LD_LIBRARY_PATH="{lib}:$LD_LIBRARY_PATH"')
+    _say(f'  export LIBTORCH="{result.path}"  LD_LIBRARY_PATH="{lib}:$LD_LIBRARY_PATH"')
     return result
 
 
@@ -148,7 +154,7 @@ def register(app: typer.Typer, make_group) -> None:
             machine = detect(docker=False)
             plan = resolve(machine.target(), torch=version)
             for reason in plan.reasons:
-                console.info(f"  - {reason}")
+                _say(f"  - {reason}")
             for warning in plan.warnings:
                 console.warn(warning)
             tag, platform, version = plan.tag, machine.system.platform_key, plan.torch
@@ -180,9 +186,7 @@ def register(app: typer.Typer, make_group) -> None:
             console.out(json.dumps([{"variant": v, "active": v == active} for v in variants]))
             return
         if not variants:
-            console.info(
-                f"No libtorch variants installed in {home.path}. Run: fdl libtorch download"
-            )
+            _say(f"No libtorch variants installed in {home.path}. Run: fdl libtorch download")
             return
         for v in variants:
             console.out(f"  {v}" + (" (active)" if v == active else ""))
@@ -231,12 +235,11 @@ def register(app: typer.Typer, make_group) -> None:
         ],
         path: PathOption = None,
     ) -> None:
-        from fdl import console
 
         home = _home(path)
         variant = home.check_id(variant)
         home.activate(variant)
-        console.info(f"active variant: {variant} ({home.active_file})")
+        _say(f"active variant: {variant} ({home.active_file})")
 
     @group.command("remove", help="Remove a variant.")
     def remove(
@@ -245,16 +248,13 @@ def register(app: typer.Typer, make_group) -> None:
         ],
         path: PathOption = None,
     ) -> None:
-        from fdl import console
 
         home = _home(path)
         variant = home.check_id(variant)
         was_active = home.remove(variant)
-        console.info(f"removed {variant}")
+        _say(f"removed {variant}")
         if was_active:
-            console.info(
-                "it was the active variant; run 'fdl libtorch activate <variant>' to set another"
-            )
+            _say("it was the active variant; run 'fdl libtorch activate <variant>' to set another")
 
 
 def _platform() -> str:

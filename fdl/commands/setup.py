@@ -8,13 +8,15 @@ import typer
 
 
 def _show_plan(machine, plan, python: str) -> None:
+    from rich.markup import escape
+
     from fdl import console
 
     nv = machine.nvidia
     if nv.gpus:
         console.info(f"[bold]GPUs[/bold] (driver {nv.driver or 'unknown'}):")
         for g in nv.gpus:
-            console.info(f"  [{g.index}] {g.name} -- {g.sm or 'sm unknown'}")
+            console.info(escape(f"  [{g.index}] {g.name} -- {g.sm or 'sm unknown'}"))
     else:
         console.info("[bold]GPUs[/bold]: none (CPU-only)")
         if nv.smi_path:  # a driver is installed but listed nothing: do not silently go CPU
@@ -25,15 +27,13 @@ def _show_plan(machine, plan, python: str) -> None:
             )
     console.info(f"[bold]Plan[/bold]: torch {plan.torch} + {plan.tag} ({plan.status})")
     for reason in plan.reasons:
-        console.info(
-            f"  - {reason}",
-        )
+        console.info(escape(f"  - {reason}"))
     for warning in plan.warnings:
         console.warn(warning)
     for alt in plan.alternatives:
-        console.info(f"  alternative: {alt}")
+        console.info(escape(f"  alternative: {alt}"))
     env = machine.python
-    console.info(f"[bold]Environment[/bold]: {python} ({env.kind} at {env.prefix})")
+    console.info(f"[bold]Environment[/bold]: {escape(python)} ({env.kind} at {escape(env.prefix)})")
 
 
 def register(app: typer.Typer, make_group) -> None:
@@ -75,6 +75,8 @@ def register(app: typer.Typer, make_group) -> None:
         import subprocess
         import sys
 
+        from rich.markup import escape
+
         from fdl import console
         from fdl.errors import ExitCode, FdlError, FdlUsageError
         from fdl.hardware import detect
@@ -111,7 +113,7 @@ def register(app: typer.Typer, make_group) -> None:
         else:
             if installed:
                 console.info(f"replacing torch {installed.version} with {plan.torch}+{plan.tag}")
-            console.info(f"[bold]Command[/bold]: {command}")
+            console.info(f"[bold]Command[/bold]: {escape(str(command))}")
         if dry_run:
             console.info("dry run: nothing was installed")
             return
@@ -136,7 +138,7 @@ def register(app: typer.Typer, make_group) -> None:
         console.info("[bold]Verify[/bold] (in a fresh interpreter):")
         check = verify_torch(target_python, expected_gpus=len(machine.nvidia.gpus))
         for line in check.lines:
-            console.info(f"  {line}")
+            console.info(escape(f"  {line}"))
         if not check.ok:
             raise FdlError(
                 "torch is installed but does not work here: " + "; ".join(check.problems),
@@ -146,6 +148,8 @@ def register(app: typer.Typer, make_group) -> None:
             from fdl.commands.libtorch import download_variant
 
             download_variant(plan.torch, plan.tag, machine.system.platform_key, force=force)
-        console.info("[bold green]Done.[/bold green]" + (" Ran: " + "; ".join(ran) if ran else ""))
+        console.info(
+            "[bold green]Done.[/bold green]" + escape(" Ran: " + "; ".join(ran) if ran else "")
+        )
         if plan.visible_devices:
             console.info(f"Remember: CUDA_VISIBLE_DEVICES={plan.visible_devices}")
