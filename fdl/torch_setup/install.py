@@ -44,11 +44,8 @@ def install_command(
         if index_url:
             argv += ["--index-url", index_url]
         if force:
-            argv += [
-                "--reinstall-package",
-                "torch",
-                *[f"--reinstall-package={c}" for c in companions],
-            ]
+            for name in ("torch", *companions):
+                argv += ["--reinstall-package", name]
         return InstallCommand(argv, "uv")
     argv = [python, "-m", "pip", "install", "--disable-pip-version-check", *packages]
     if index_url:
