@@ -2,7 +2,7 @@
 
 ``<root>/libtorch/{.active, precompiled/<variant>/, builds/<sig>/}``; each variant has ``lib/``
 and a ``.arch`` file of ``key=value`` lines. ``<root>`` is the project (a directory with
-``libtorch/.active``, or a pyproject.toml / Cargo.toml that mentions flodl) or ``$FLODL_HOME``
+``libtorch/.active``, a pyproject.toml that depends on flodl, or a Cargo.toml that mentions it) or ``$FLODL_HOME``
 (default ``~/.flodl``).
 """
 

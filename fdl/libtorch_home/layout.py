@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,16 +104,35 @@ class LibtorchHome:
         return was_active
 
 
+def _uses_flodl(pyproject: Path) -> bool:
+    """A Python project that depends on flodl (flodl's own checkout is not one)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    project = data.get("project", {})
+    if project.get("name") == "flodl":
+        return False
+    deps = list(project.get("dependencies", []))
+    for extra in project.get("optional-dependencies", {}).values():
+        deps.extend(extra)
+    for group in data.get("dependency-groups", {}).values():
+        deps.extend(d for d in group if isinstance(d, str))
+    return any(re.match(r"flodl\b", d.strip(), re.IGNORECASE) for d in deps)
+
+
 def _is_project(directory: Path) -> bool:
+    """A flodl project: has ``libtorch/.active``, depends on flodl, or is a Rust flodl crate."""
     if (directory / "libtorch" / ".active").is_file():
         return True
-    for manifest in ("pyproject.toml", "Cargo.toml"):
-        try:
-            if "flodl" in (directory / manifest).read_text(encoding="utf-8", errors="replace"):
-                return True
-        except OSError:
-            continue
-    return False
+    if _uses_flodl(directory / "pyproject.toml"):
+        return True
+    try:  # the Rust fdl's rule, so both tools agree on a shared checkout
+        return "flodl" in (directory / "Cargo.toml").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
 
 
 def global_root() -> Path:

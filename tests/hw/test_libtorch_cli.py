@@ -166,3 +166,28 @@ def test_pinned_sha256_mismatch_installs_nothing_unless_no_verify(mirror, run_fd
     trusted = run_fdl("libtorch", "download", "--cpu", "--no-verify", env=env, cwd=work)
     assert trusted.returncode == 0, trusted.stderr
     assert "sha256_pinned=no" in (home / "precompiled" / "cpu" / ".arch").read_text()
+
+
+@pytest.mark.parametrize(
+    ("pyproject", "is_project"),
+    [
+        ('[project]\nname = "demo"\ndependencies = ["flodl>=0.1", "rich"]\n', True),
+        (
+            '[project]\nname = "demo"\n[project.optional-dependencies]\ntrain = ["flodl[gpu]"]\n',
+            True,
+        ),
+        ('[project]\nname = "demo"\n[dependency-groups]\ndev = ["flodl"]\n', True),
+        ('[project]\nname = "flodl"\ndependencies = ["torch"]\n', False),  # flodl's own checkout
+        ('# we tried flodl once\n[project]\nname = "demo"\n', False),
+        ("not toml [[[", False),
+    ],
+)
+def test_what_counts_as_a_project(tmp_path, monkeypatch, pyproject, is_project):
+    from fdl.libtorch_home import find_home
+
+    monkeypatch.setenv("FLODL_HOME", str(tmp_path / "global"))
+    (tmp_path / "p" / "src").mkdir(parents=True)
+    (tmp_path / "p" / "pyproject.toml").write_text(pyproject)
+    home = find_home(cwd=tmp_path / "p" / "src")
+    expected = tmp_path / "p" / "libtorch" if is_project else tmp_path / "global" / "libtorch"
+    assert (home.path, home.mode) == (expected, "project" if is_project else "global")
