@@ -36,6 +36,29 @@ def _show_plan(machine, plan, python: str) -> None:
     console.info(f"[bold]Environment[/bold]: {escape(python)} ({env.kind} at {escape(env.prefix)})")
 
 
+def _choose_build(machine, plan):
+    """No build fits every GPU: let the user pick which compromise to install."""
+    from rich.prompt import Prompt
+
+    from fdl import console
+    from fdl.variants import resolve
+
+    choices = [c.build.tag for c in plan.considered] + ["cpu"]
+    choice = Prompt.ask(
+        "No single build runs on every GPU. Build to install",
+        choices=choices,
+        default=plan.tag,
+        console=console.console(stderr=True),
+    )
+    if choice == plan.tag:
+        return plan
+    chosen = resolve(machine.target(), torch=plan.torch, tag=choice)
+    console.info(f"[bold]Plan[/bold]: torch {chosen.torch} + {chosen.tag} (your choice)")
+    for warning in chosen.warnings:
+        console.warn(warning)
+    return chosen
+
+
 def register(app: typer.Typer, make_group) -> None:
     @app.command("setup", help="Install the right torch build for this machine, and verify it.")
     def setup(
@@ -89,6 +112,9 @@ def register(app: typer.Typer, make_group) -> None:
         machine = detect(docker=False, python=target_python)
         plan = resolve(machine.target(), torch=torch_version, tag=variant)
         _show_plan(machine, plan, target_python)
+        interactive = not (yes or dry_run) and sys.stdin.isatty()
+        if plan.status == "compromise" and variant is None and interactive:
+            plan = _choose_build(machine, plan)
 
         installed = machine.torch
         same = (

@@ -138,16 +138,17 @@ def test_failed_install_names_the_command(run_fdl, tmp_path, server, venv):
     assert "pip failed" in result.stderr and "torch==2.9.1" in result.stderr
 
 
-def test_interactive_no_installs_nothing(tmp_path):
+def interactive_setup(tmp_path, answers: bytes, *args: str, machine: str | None = None):
+    """Run ``fdl setup`` on a pseudo-terminal, typing ``answers``; returns (code, stderr)."""
     import pty
     import subprocess
 
     from tests.conftest import clean_env
 
     primary, secondary = pty.openpty()
-    env = clean_env(**fdl_env(tmp_path))
+    env = clean_env(**fdl_env(tmp_path, PATH=str(make_bin(tmp_path, machine))))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fdl", "setup", "--torch", "2.9", "--installer", "pip"],
+        [sys.executable, "-m", "fdl", "setup", "--installer", "pip", *args],
         stdin=secondary,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -156,9 +157,24 @@ def test_interactive_no_installs_nothing(tmp_path):
         text=True,
     )
     os.close(secondary)
-    os.write(primary, b"n\n")
+    os.write(primary, answers)
     _, err = proc.communicate(timeout=120)
     os.close(primary)
-    assert proc.returncode == 1, err
+    return proc.returncode, err
+
+
+def test_interactive_no_installs_nothing(tmp_path):
+    code, err = interactive_setup(tmp_path, b"n\n", "--torch", "2.9")
+    assert code == 1, err
     assert "Install?" in err and "setup cancelled; nothing was installed" in err
     assert version("torch") == HERE_TORCH
+
+
+def test_mixed_gpus_let_the_user_pick_the_compromise(tmp_path):
+    code, err = interactive_setup(tmp_path, b"cu126\nn\n", machine="mixed_gtx1060_rtx5060ti")
+    assert code == 1, err
+    assert "Build to install" in err and "[cu126/cu130/cu132/cpu]" in err
+    assert f"Plan: torch {NEWEST} + cu126 (your choice)" in err
+    assert "cu126 will not run everywhere here" in err
+    assert "--index-url https://download.pytorch.org/whl/cu126" in err  # the command follows
+    assert "setup cancelled" in err
