@@ -23,6 +23,7 @@ QUERY = "index,name,compute_cap,memory.total,driver_version"
 LEGACY_QUERY = "index,name,memory.total,driver_version"
 WSL_SMI = "/usr/lib/wsl/lib/nvidia-smi"
 PROC_VERSION = Path("/proc/driver/nvidia/version")
+SYS_VERSION = Path("/sys/module/nvidia/version")
 NVML_ENV = "FDL_NVML"  # "0" skips NVML (used by tests that replay nvidia-smi outputs)
 
 _DRIVER = re.compile(r"^\d{2,4}(\.\d{1,3}){1,2}$")
@@ -233,6 +234,17 @@ def probe_nvidia() -> NvidiaReport:
                     + (f"; {nvml_problem}" if nvml_problem else "")
                 )
     if report.driver is None:
-        with contextlib.suppress(OSError):
-            report.driver = parse_proc_version(PROC_VERSION.read_text())
+        report.driver = driver_from_kernel_module()
     return report
+
+
+def driver_from_kernel_module() -> str | None:
+    """The loaded kernel module's version (``/sys/module/nvidia/version``, ``/proc``), if any."""
+    with contextlib.suppress(OSError):
+        text = SYS_VERSION.read_text().strip()
+        if _DRIVER.match(text):
+            return text
+    try:
+        return parse_proc_version(PROC_VERSION.read_text())
+    except OSError:
+        return None
