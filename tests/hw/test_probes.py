@@ -32,7 +32,7 @@ def test_old_driver_without_compute_cap_falls_back_to_the_name_table(gpu_machine
 def test_driver_library_mismatch_is_a_reason_not_a_gpu(gpu_machine):
     gpu_machine("driver_library_mismatch")
     report = probe_nvidia()
-    assert report.gpus == [] and report.driver is None
+    assert report.gpus == []  # (the driver may still be read from the kernel module)
     assert any("Driver/library version mismatch" in p for p in report.problems)
 
 
