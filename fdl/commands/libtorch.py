@@ -6,32 +6,258 @@ from typing import Annotated
 
 import typer
 
-from fdl.commands._pending import NOT_YET, pending
+PathOption = Annotated[
+    str | None,
+    typer.Option(
+        "--path",
+        metavar="DIR",
+        help="The libtorch directory to manage (default: ./libtorch in a project, else $FLODL_HOME/libtorch).",
+    ),
+]
+
+
+JsonOption = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
+
+
+def _say(text: str) -> None:
+    """A status line on stderr, printed verbatim (paths and URLs are not rich markup)."""
+    from rich.markup import escape
+
+    from fdl import console
+
+    console.info(escape(text))
+
+
+def _home(path: str | None):
+    from fdl.libtorch_home import find_home
+
+    return find_home(path)
+
+
+def download_variant(
+    version: str | None,
+    tag: str,
+    platform: str,
+    *,
+    path: str | None = None,
+    activate: bool = True,
+    force: bool = False,
+    verify: bool = True,
+    dry_run: bool = False,
+    mirror: str | None = None,
+):
+    """Resolve, download and install one pre-built variant (shared with ``fdl setup --libtorch``)."""
+    from fdl.errors import FdlUsageError
+    from fdl.libtorch_home import install_prebuilt
+    from fdl.variants import load_table
+
+    table = load_table()
+    if version:
+        release = table.release(version)
+    else:  # the newest release that has this build
+        release = next((r for r in table.releases if r.build(tag)), None)
+        if release is None:
+            raise FdlUsageError(
+                f"no torch release in the table has a '{tag}' build", "try --cuda 12.6 or --cpu"
+            )
+    build = release.build(tag)
+    if build is None:
+        tags = ", ".join(b.tag for b in release.builds)
+        raise FdlUsageError(f"torch {release.torch} has no '{tag}' libtorch", f"available: {tags}")
+    home = _home(path)
+    url = table.libtorch_url(release, tag, platform, mirror)
+    _say(f"libtorch {release.torch} ({tag}, {build.arch_list})")
+    _say(f"  URL:  {url}")
+    _say(f"  Path: {home.variant_dir('precompiled/' + tag)}")
+    if dry_run:
+        _say("dry run: nothing downloaded")
+        return None
+    result = install_prebuilt(
+        home,
+        table,
+        release,
+        build,
+        platform,
+        force=force,
+        activate=activate,
+        verify=verify,
+        mirror=mirror,
+    )
+    if result.skipped:
+        _say(f"already installed: {result.variant} (torch {release.torch}); --force re-downloads")
+    else:
+        resumed = f", resumed at {result.resumed_from} bytes" if result.resumed_from else ""
+        _say(f"installed {result.variant} (sha256 {result.sha256}{resumed})")
+    if result.activated:
+        _say(f"active: {result.variant} ({home.active_file})")
+    lib = result.path / "lib"
+    _say(f'  export LIBTORCH="{result.path}"  LD_LIBRARY_PATH="{lib}:$LD_LIBRARY_PATH"')
+    return result
 
 
 def register(app: typer.Typer, make_group) -> None:
-    group = make_group("libtorch", f"Manage libtorch installations {NOT_YET}.")
+    group = make_group("libtorch", "Manage pre-built libtorch (C++) installations.")
     app.add_typer(group)
 
-    @group.command("download", help="Download a pre-built libtorch.")
+    @group.command("download", help="Download a pre-built libtorch (resumable, verified).")
     def download(
         cpu: Annotated[bool, typer.Option("--cpu", help="The CPU build.")] = False,
-        cuda: Annotated[str | None, typer.Option("--cuda", help="A CUDA tag, e.g. 12.8.")] = None,
+        cuda: Annotated[
+            str | None, typer.Option("--cuda", metavar="X.Y", help="A CUDA build, e.g. 12.8.")
+        ] = None,
+        version: Annotated[
+            str | None,
+            typer.Option(
+                "--torch",
+                metavar="VERSION",
+                help="torch release, e.g. 2.9.1 (default: newest with this build).",
+            ),
+        ] = None,
+        path: PathOption = None,
+        no_activate: Annotated[
+            bool, typer.Option("--no-activate", help="Install without making it active.")
+        ] = False,
+        force: Annotated[
+            bool, typer.Option("--force", help="Download again even if installed.")
+        ] = False,
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="Show what would be downloaded, and where.")
+        ] = False,
+        mirror: Annotated[
+            str | None,
+            typer.Option(
+                "--mirror",
+                metavar="URL",
+                help="Base URL instead of download.pytorch.org (also FDL_TORCH_MIRROR).",
+            ),
+        ] = None,
+        no_verify: Annotated[
+            bool, typer.Option("--no-verify", help="Skip the pinned sha256 check.")
+        ] = False,
     ) -> None:
-        raise pending("libtorch download")
+        from fdl import console
+        from fdl.errors import FdlUsageError
+
+        if cpu and cuda:
+            raise FdlUsageError("--cpu and --cuda are mutually exclusive", "choose one")
+        if cpu:
+            tag, platform = "cpu", _platform()
+        elif cuda:
+            digits = cuda.replace(".", "")
+            if not digits.isdigit():
+                raise FdlUsageError(f"--cuda {cuda} is not a CUDA version", "e.g. --cuda 12.8")
+            tag, platform = f"cu{digits}", _platform()
+        else:
+            from fdl.hardware import detect
+            from fdl.variants import resolve
+
+            machine = detect(docker=False)
+            plan = resolve(machine.target(), torch=version)
+            for reason in plan.reasons:
+                _say(f"  - {reason}")
+            for warning in plan.warnings:
+                console.warn(warning)
+            tag, platform, version = plan.tag, machine.system.platform_key, plan.torch
+        download_variant(
+            version,
+            tag,
+            platform,
+            path=path,
+            activate=not no_activate,
+            force=force,
+            verify=not no_verify,
+            dry_run=dry_run,
+            mirror=mirror,
+        )
 
     @group.command("list", help="Show installed variants.")
-    def list_() -> None:
-        raise pending("libtorch list")
+    def list_(
+        json_out: JsonOption = False,
+        path: PathOption = None,
+    ) -> None:
+        import json
+
+        from fdl import console
+
+        home = _home(path)
+        active = home.active()
+        variants = home.variants()
+        if json_out:
+            console.out(json.dumps([{"variant": v, "active": v == active} for v in variants]))
+            return
+        if not variants:
+            _say(f"No libtorch variants installed in {home.path}. Run: fdl libtorch download")
+            return
+        for v in variants:
+            console.out(f"  {v}" + (" (active)" if v == active else ""))
 
     @group.command("info", help="Show the active variant.")
-    def info() -> None:
-        raise pending("libtorch info")
+    def info(
+        json_out: JsonOption = False,
+        path: PathOption = None,
+    ) -> None:
+        import json
+
+        from fdl import console
+        from fdl.errors import ExitCode, FdlError
+        from fdl.libtorch_home import read_arch
+
+        home = _home(path)
+        active = home.active()
+        if active is None:
+            raise FdlError(
+                f"no active libtorch variant in {home.path}",
+                "run 'fdl libtorch download'",
+                ExitCode.UNAVAILABLE,
+            )
+        arch = read_arch(home.variant_dir(active))
+        if json_out:
+            console.out(
+                json.dumps({"variant": active, "path": str(home.variant_dir(active)), **arch})
+            )
+            return
+        console.out(f"Active:   {active}")
+        console.out(f"Path:     {home.variant_dir(active)}")
+        for key, label in (
+            ("torch", "Version"),
+            ("cuda", "CUDA"),
+            ("archs", "Archs"),
+            ("source", "Source"),
+            ("sha256", "sha256"),
+        ):
+            if key in arch:
+                console.out(f"{label + ':':<9} {arch[key]}")
 
     @group.command("activate", help="Set the active variant.")
-    def activate(variant: Annotated[str, typer.Argument(help="Variant id.")]) -> None:
-        raise pending("libtorch activate")
+    def activate(
+        variant: Annotated[
+            str, typer.Argument(help="Variant id, e.g. precompiled/cu128 (or cu128).")
+        ],
+        path: PathOption = None,
+    ) -> None:
+
+        home = _home(path)
+        variant = home.check_id(variant)
+        home.activate(variant)
+        _say(f"active variant: {variant} ({home.active_file})")
 
     @group.command("remove", help="Remove a variant.")
-    def remove(variant: Annotated[str, typer.Argument(help="Variant id.")]) -> None:
-        raise pending("libtorch remove")
+    def remove(
+        variant: Annotated[
+            str, typer.Argument(help="Variant id, e.g. precompiled/cu128 (or cu128).")
+        ],
+        path: PathOption = None,
+    ) -> None:
+
+        home = _home(path)
+        variant = home.check_id(variant)
+        was_active = home.remove(variant)
+        _say(f"removed {variant}")
+        if was_active:
+            _say("it was the active variant; run 'fdl libtorch activate <variant>' to set another")
+
+
+def _platform() -> str:
+    from fdl.hardware.system import probe_system
+
+    return probe_system(docker=False)[0].platform_key

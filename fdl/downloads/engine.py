@@ -1,0 +1,331 @@
+"""Download a (large) file: stream to ``<dest>.part``, resume with ``Range``/``If-Range``, retry
+with backoff, check size and sha256, then rename into place.
+
+* A ``.part`` survives Ctrl-C and errors; the next call resumes it. Its validator (ETag or
+  Last-Modified) is kept in ``<dest>.part.json`` and sent as ``If-Range``, so a file that changed
+  on the server restarts from zero (the server answers 200) instead of being spliced.
+* 206 → append, 200 → start over, 416 → the part is already complete (then verified).
+* ``expected_sha256``: a mismatch deletes the part and fails. Without it the digest is computed
+  and returned, so the caller can record it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fdl.errors import ExitCode, FdlError
+
+CHUNK = 1 << 18  # a dropped connection loses at most this much
+SPARE_BYTES = 64 << 20  # keep this much disk free beyond the download
+
+
+@dataclass
+class DownloadResult:
+    path: Path
+    size: int
+    sha256: str
+    resumed_from: int  # bytes already on disk when this call started (0: fresh)
+    transferred: int  # bytes received over the network by this call
+
+
+class DownloadError(FdlError):
+    pass
+
+
+def _meta_path(part: Path) -> Path:
+    return part.with_name(part.name + ".json")
+
+
+def _read_meta(part: Path) -> dict[str, Any]:
+    try:
+        return json.loads(_meta_path(part).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_meta(part: Path, meta: dict[str, Any]) -> None:
+    _meta_path(part).write_text(json.dumps(meta))
+
+
+def _discard(part: Path) -> None:
+    for p in (part, _meta_path(part)):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
+class _Hasher:
+    """sha256 of the part file, kept in step with what is written (no second pass)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def update(self, data: bytes) -> None:
+        self.digest.update(data)
+        self.size += len(data)
+
+    @contextlib.contextmanager
+    def streaming(self) -> Iterator[Callable[[bytes], None]]:
+        """Hash on a helper thread while the caller keeps reading the socket (hashlib releases
+        the GIL), so sha256 costs no extra wall time. Everything fed is hashed before exit."""
+        chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=64)
+
+        def work() -> None:
+            while (data := chunks.get()) is not None:
+                self.update(data)
+
+        thread = threading.Thread(target=work, name="fdl-sha256", daemon=True)
+        thread.start()
+        try:
+            yield chunks.put
+        finally:
+            chunks.put(None)
+            thread.join()
+
+    def catch_up(self, path: Path, size: int) -> None:
+        """Make the digest cover exactly the first ``size`` bytes of ``path``."""
+        if self.size == size:
+            return
+        self.reset()
+        with open(path, "rb") as f:
+            while self.size < size:
+                block = f.read(min(CHUNK * 4, size - self.size))
+                if not block:
+                    break
+                self.update(block)
+
+
+def _check_space(directory: Path, needed: int, url: str) -> None:
+    free = shutil.disk_usage(directory).free
+    if needed + SPARE_BYTES > free:
+        raise DownloadError(
+            f"not enough disk space in {directory} for {url}: need {needed / 1e9:.2f} GB, "
+            f"{free / 1e9:.2f} GB free",
+            "free some space or choose another location",
+            ExitCode.UNAVAILABLE,
+        )
+
+
+@contextlib.contextmanager
+def _progress(
+    label: str, total: int | None, start: int, enabled: bool
+) -> Iterator[Callable[[int], None]]:
+    """A pip-style rich progress bar on stderr (nothing when disabled or not a terminal)."""
+    from fdl import console
+
+    err = console.console(stderr=True)
+    if not enabled or not err.is_terminal or console.settings.verbosity < console.NORMAL:
+        yield lambda n: None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        FileSizeColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    if total:
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+        )
+    else:
+        columns = (
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            FileSizeColumn(),
+            TransferSpeedColumn(),
+            TimeElapsedColumn(),
+        )
+    with Progress(*columns, console=err, transient=False) as bar:
+        task = bar.add_task(label, total=total, completed=start)
+        yield lambda n: bar.advance(task, n)
+
+
+def download(
+    url: str,
+    dest: Path | str,
+    *,
+    expected_sha256: str | None = None,
+    retries: int = 4,
+    backoff: float = 1.0,
+    progress: bool = True,
+    timeout: float = 30.0,
+    session: Any = None,
+    label: str | None = None,
+) -> DownloadResult:
+    """Download ``url`` to ``dest`` (resuming ``dest.part``); returns size and sha256.
+
+    >>> # download("https://…/libtorch-….zip", "/tmp/libtorch.zip")  # doctest: +SKIP
+    """
+    import requests
+
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    http = session or requests.Session()
+    start_size = part.stat().st_size if part.exists() else 0
+    transferred = 0
+    attempt = 0
+    hasher = _Hasher()
+    while True:
+        try:
+            transferred += _fetch(
+                http, url, part, hasher, timeout=timeout, progress=progress, label=label
+            )
+            break
+        except (
+            requests.ConnectionError,
+            requests.Timeout,
+            requests.exceptions.ChunkedEncodingError,
+            _Incomplete,
+        ) as err:
+            attempt += 1
+            if attempt > retries:
+                have = part.stat().st_size if part.exists() else 0
+                hint = (
+                    f"re-run the command to resume ({have} bytes kept in {part})"
+                    if have
+                    else "check the network, or use a mirror (FDL_TORCH_MIRROR)"
+                )
+                raise DownloadError(
+                    f"download of {url} failed after {retries + 1} attempts: {_short(err)}",
+                    hint,
+                    ExitCode.UNAVAILABLE,
+                ) from err
+            time.sleep(backoff * 2 ** (attempt - 1))
+        except KeyboardInterrupt:
+            from fdl import console
+
+            console.warn(f"download interrupted; {part} kept, re-run to resume")
+            raise
+
+    size = part.stat().st_size
+    hasher.catch_up(part, size)
+    sha = hasher.digest.hexdigest()
+    if expected_sha256 and sha != expected_sha256.lower():
+        _discard(part)
+        raise DownloadError(
+            f"sha256 mismatch for {url}: expected {expected_sha256}, got {sha}",
+            "the file is corrupt or was replaced upstream; the partial file was deleted — retry, "
+            "or pass --no-verify if you trust this mirror",
+        )
+    part.replace(dest)
+    with contextlib.suppress(FileNotFoundError):
+        _meta_path(part).unlink()
+    return DownloadResult(dest, size, sha, start_size, transferred)
+
+
+class _Incomplete(Exception):
+    """The server closed the stream before Content-Length bytes arrived (retry resumes)."""
+
+
+def _short(err: BaseException) -> str:
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return text[:200]
+
+
+def _fetch(
+    http: Any,
+    url: str,
+    part: Path,
+    hasher: _Hasher,
+    *,
+    timeout: float,
+    progress: bool,
+    label: str | None,
+) -> int:
+    """One attempt: resume or start ``part``; returns bytes received. Raises on short reads."""
+    have = part.stat().st_size if part.exists() else 0
+    meta = _read_meta(part) if have else {}
+    headers = {"Accept-Encoding": "identity"}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+        if meta.get("validator"):
+            headers["If-Range"] = meta["validator"]
+    with http.get(url, headers=headers, stream=True, timeout=timeout, allow_redirects=True) as resp:
+        if resp.status_code == 416 and have:
+            total = meta.get("total")
+            if total is not None and have == total:
+                return 0  # already complete
+            _discard(part)  # the part does not match the server's file: start over
+            raise _Incomplete("stale partial file discarded")
+        if resp.status_code == 404:
+            raise DownloadError(
+                f"{url} does not exist on the server (404)",
+                "check the version and variant, or the mirror (FDL_TORCH_MIRROR)",
+                ExitCode.UNAVAILABLE,
+            )
+        if resp.status_code >= 400:
+            raise DownloadError(
+                f"download of {url} failed: HTTP {resp.status_code} {resp.reason}",
+                "retry later, or use a mirror (FDL_TORCH_MIRROR)",
+                ExitCode.UNAVAILABLE,
+            )
+        length = resp.headers.get("Content-Length")
+        length = int(length) if length and length.isdigit() else None
+        if resp.status_code == 206:
+            offset = _content_range_start(resp.headers.get("Content-Range", ""))
+            if offset != have:
+                _discard(part)
+                raise _Incomplete(f"server resumed at byte {offset}, expected {have}")
+            total = have + length if length is not None else meta.get("total")
+            mode = "ab"
+            hasher.catch_up(part, have)
+        else:  # 200: the whole file (no Range support, or If-Range said it changed)
+            have, total, mode = 0, length, "wb"
+            hasher.reset()
+        validator = resp.headers.get("ETag") or resp.headers.get("Last-Modified")
+        _write_meta(part, {"url": url, "total": total, "validator": validator})
+        if total is not None:
+            try:
+                _check_space(part.parent, total - have, url)
+            except DownloadError:
+                if not have:
+                    _discard(part)
+                raise
+        received = 0
+        label = label or Path(url.split("?")[0]).name.replace("%2B", "+")[-32:]
+        with (
+            open(part, mode) as out,
+            _progress(label, total, have, progress) as advance,
+            hasher.streaming() as feed,
+        ):
+            for chunk in resp.iter_content(CHUNK):
+                out.write(chunk)
+                feed(chunk)
+                received += len(chunk)
+                advance(len(chunk))
+        if total is not None and have + received != total:
+            raise _Incomplete(f"got {have + received} of {total} bytes")
+        return received
+
+
+def _content_range_start(header: str) -> int | None:
+    # "bytes 100-199/200"
+    try:
+        return int(header.split()[1].split("-")[0])
+    except (IndexError, ValueError):
+        return None

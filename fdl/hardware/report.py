@@ -1,0 +1,92 @@
+"""The ``fdl diagnose`` report: machine facts, installed builds, compatibility, recommendation.
+
+Its JSON form follows ``diagnose.schema.json`` (shipped next to this module, documented in
+docs/cli.md). ``schema`` carries the version; fields are only ever added within a version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fdl.hardware.machine import Machine, machine_dict
+from fdl.variants.archs import coverage, parse_cc
+
+SCHEMA_ID = "fdl.diagnose/1"
+
+
+def _archs_from_arch_file(text: str) -> list[tuple[int, int]] | None:
+    if not text or text == "cpu":
+        return [] if text == "cpu" else None
+    out = []
+    for item in text.replace(";", " ").split():
+        try:
+            out.append(parse_cc(item))
+        except ValueError:
+            continue
+    return out
+
+
+def torch_build_archs(machine: Machine):
+    """The installed torch's compiled archs from the release table (``None``: not in the table)."""
+    from fdl.errors import FdlError
+    from fdl.variants import load_table
+
+    if machine.torch is None or machine.torch.tag is None:
+        return None
+    try:
+        release = load_table().release(machine.torch.public_version)
+    except FdlError:
+        return None
+    return release.build(machine.torch.tag)
+
+
+def build_report(machine: Machine, home, plan) -> dict[str, Any]:
+    """The whole report as plain data (see ``diagnose.schema.json``)."""
+    from fdl.libtorch_home import read_arch
+
+    data: dict[str, Any] = {"schema": SCHEMA_ID}
+    data["context"] = {"mode": home.mode, "libtorch_home": str(home.path)}
+    data.update(machine_dict(machine))
+    build = torch_build_archs(machine)
+    if data["torch"] is not None:
+        data["torch"]["archs"] = build.arch_list if build else None
+    active = home.active()
+    variants = []
+    for variant in home.variants():
+        arch = read_arch(home.variant_dir(variant))
+        variants.append(
+            {
+                "id": variant,
+                "active": variant == active,
+                "torch": arch.get("torch"),
+                "cuda": arch.get("cuda"),
+                "archs": arch.get("archs"),
+                "source": arch.get("source"),
+            }
+        )
+    data["libtorch"] = {"active": active, "variants": variants}
+    active_archs = None
+    if active:
+        active_archs = _archs_from_arch_file(read_arch(home.variant_dir(active)).get("archs", ""))
+    compat = []
+    for gpu in machine.nvidia.gpus:
+        entry: dict[str, Any] = {"gpu": gpu.index, "sm": gpu.sm}
+        if gpu.cc is None:
+            entry["torch"] = entry["libtorch"] = "unknown"
+        else:
+            if build is None:
+                entry["torch"] = "unknown" if machine.torch else "not-installed"
+            else:
+                entry["torch"] = (
+                    coverage(gpu.cc, build.sass, build.ptx)[0] if build.is_cuda else "cpu-build"
+                )
+            if active is None:
+                entry["libtorch"] = "no-active-variant"
+            elif active_archs is None:
+                entry["libtorch"] = "unknown"
+            else:
+                entry["libtorch"] = coverage(gpu.cc, active_archs, [])[0]
+        compat.append(entry)
+    data["compatibility"] = compat
+    data["recommendation"] = plan.to_dict() if plan is not None else None
+    return data

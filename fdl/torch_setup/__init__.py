@@ -1,0 +1,6 @@
+"""Install the chosen torch wheel into an environment and prove it works there."""
+
+from fdl.torch_setup.install import InstallCommand, install_command
+from fdl.torch_setup.verify import Verification, verify_torch
+
+__all__ = ["InstallCommand", "Verification", "install_command", "verify_torch"]

@@ -1,0 +1,109 @@
+"""Prove an installed torch works: in a fresh interpreter, import it, compare its compiled archs
+with every GPU, launch one tiny kernel per GPU, and check NCCL when there are two or more."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+from fdl.variants.archs import coverage, parse_cc
+
+SCRIPT = r"""
+import json, sys
+out = {"ok": False}
+try:
+    import torch
+    out["version"] = torch.__version__
+    out["cuda"] = getattr(torch.version, "cuda", None)
+    out["cpu_op"] = float(torch.ones(4).sum().item())
+    out["cuda_available"] = bool(torch.cuda.is_available())
+    out["arch_list"] = list(torch.cuda.get_arch_list()) if out["cuda_available"] else []
+    out["devices"] = []
+    if out["cuda_available"]:
+        for i in range(torch.cuda.device_count()):
+            dev = {"index": i, "name": torch.cuda.get_device_name(i),
+                   "capability": list(torch.cuda.get_device_capability(i))}
+            try:
+                x = torch.ones(16, device=f"cuda:{i}") * 2
+                torch.cuda.synchronize(i)
+                dev["kernel"] = float(x.sum().item()) == 32.0
+            except Exception as err:
+                dev["kernel"] = False
+                dev["error"] = str(err).splitlines()[0][:300]
+            out["devices"].append(dev)
+        if torch.cuda.device_count() >= 2:
+            import torch.distributed as dist
+            out["nccl"] = bool(dist.is_available() and dist.is_nccl_available())
+    out["ok"] = True
+except Exception as err:
+    out["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+print("@@FDL@@" + json.dumps(out))
+"""
+
+
+@dataclass
+class Verification:
+    ok: bool
+    version: str | None = None
+    cuda: str | None = None
+    problems: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def _arch_list(arch_list: list[str]) -> tuple[list, list]:
+    sass, ptx = [], []
+    for item in arch_list:
+        try:
+            (ptx if item.startswith("compute_") else sass).append(parse_cc(item))
+        except ValueError:
+            continue
+    return sass, ptx
+
+
+def verify_torch(python: str, expected_gpus: int = 0, timeout: float = 600) -> Verification:
+    """Run the checks in ``python`` (a subprocess: a broken install cannot take fdl down)."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", SCRIPT], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return Verification(False, problems=[f"could not run {python}: {err}"])
+    marker = proc.stdout.rfind("@@FDL@@")
+    if marker < 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return Verification(False, problems=[f"the verification crashed: {tail}"])
+    data = json.loads(proc.stdout[marker + 7 :].strip().splitlines()[0])
+    result = Verification(bool(data.get("ok")), data.get("version"), data.get("cuda"), raw=data)
+    if not data.get("ok"):
+        result.problems.append(f"import torch failed: {data.get('error')}")
+        return result
+    result.lines.append(f"import torch {result.version} (CUDA {result.cuda or 'none'}): ok")
+    result.lines.append(f"CPU tensor op: {'ok' if data.get('cpu_op') == 4.0 else 'WRONG'}")
+    if data.get("cpu_op") != 4.0:
+        result.problems.append("a CPU tensor op gave a wrong result")
+    if expected_gpus and not data.get("cuda_available"):
+        result.problems.append(
+            f"{expected_gpus} GPU(s) present but torch.cuda.is_available() is False "
+            f"(build CUDA: {result.cuda or 'none — a CPU build'})"
+        )
+    sass, ptx = _arch_list(data.get("arch_list", []))
+    for dev in data.get("devices", []):
+        cc = tuple(dev["capability"])
+        kind, _ = coverage(cc, sass, ptx)
+        label = f"GPU {dev['index']} {dev['name']} (sm_{cc[0]}{cc[1]})"
+        if kind == "none":
+            result.problems.append(f"{label} is not in torch's arch list {data['arch_list']}")
+        if not dev.get("kernel"):
+            result.problems.append(f"{label}: kernel launch failed: {dev.get('error', '?')}")
+        result.lines.append(
+            f"{label}: archs {kind}, kernel {'ok' if dev.get('kernel') else 'FAILED'}"
+        )
+    if "nccl" in data:
+        result.lines.append(f"NCCL: {'available' if data['nccl'] else 'MISSING'}")
+        if not data["nccl"]:
+            result.problems.append("NCCL is missing: multi-GPU training will not work")
+    result.ok = not result.problems
+    return result

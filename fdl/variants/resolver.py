@@ -1,0 +1,405 @@
+"""Choose the torch build for a machine: driver AND every GPU's compute capability AND the archs
+each build was compiled for — and say why.
+
+>>> gtx1060 = GpuTarget(0, "NVIDIA GeForce GTX 1060 6GB", (6, 1))
+>>> plan = resolve(Target(os_family="linux", platform="linux-x86_64", driver="535.183.01",
+...                       gpus=(gtx1060,)))
+>>> plan.status, plan.tag
+('ok', 'cu126')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fdl.variants.archs import ComputeCapability, coverage, format_cc, sm_name
+from fdl.variants.table import Build, Release, VariantTable, load_table, version_key
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    index: int
+    name: str
+    cc: ComputeCapability | None  # None: unknown (the resolver says it cannot check)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the resolver needs to know about a machine."""
+
+    os_family: str = "linux"  # linux | windows | macos — also picks the driver floors
+    platform: str = "linux-x86_64"
+    driver: str | None = None
+    gpus: tuple[GpuTarget, ...] = ()
+    python: str | None = None  # "3.12"; None: do not filter releases by Python
+
+
+@dataclass
+class GpuFit:
+    index: int
+    name: str
+    sm: str | None
+    coverage: str  # sass | ptx | none | unknown | driver-too-old
+    via: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.coverage in ("sass", "ptx", "unknown")
+
+
+@dataclass
+class Candidate:
+    build: Build
+    driver_floor: str | None
+    driver_ok: bool | None  # None: driver unknown
+    fits: list[GpuFit]
+
+    @property
+    def usable(self) -> list[GpuFit]:
+        return [f for f in self.fits if f.usable]
+
+    @property
+    def fits_all(self) -> bool:
+        return self.driver_ok is not False and len(self.usable) == len(self.fits)
+
+    def rank(self) -> tuple:
+        cuda = version_key(self.build.cuda or "0")
+        return (
+            self.fits_all,
+            len(self.usable),
+            sum(f.coverage == "sass" for f in self.fits),
+            self.build.stable,
+            cuda,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "torch": self.build.torch,
+            "tag": self.build.tag,
+            "cuda": self.build.cuda,
+            "stable": self.build.stable,
+            "archs": self.build.arch_list,
+            "driver_floor": self.driver_floor,
+            "driver_ok": self.driver_ok,
+            "fits_all": self.fits_all,
+            "gpus": [{"index": f.index, "coverage": f.coverage, "via": f.via} for f in self.fits],
+        }
+
+
+@dataclass
+class Plan:
+    """The chosen build, how sure we are, and the reasons in plain words."""
+
+    status: str  # ok | compromise | cpu | no-build
+    torch: str
+    tag: str
+    index_url: str | None  # None: the default PyPI index (macOS)
+    reasons: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    alternatives: list[str] = field(default_factory=list)
+    considered: list[Candidate] = field(default_factory=list)
+    visible_devices: str | None = None
+    source_build: str | None = None
+    chosen: Candidate | None = None
+
+    @property
+    def requirement(self) -> str:
+        return f"torch=={self.torch}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "torch": self.torch,
+            "tag": self.tag,
+            "index_url": self.index_url,
+            "reasons": self.reasons,
+            "warnings": self.warnings,
+            "alternatives": self.alternatives,
+            "visible_devices": self.visible_devices,
+            "source_build": self.source_build,
+            "considered": [c.to_dict() for c in self.considered],
+        }
+
+
+def _driver_at_least(driver: str | None, floor: str | None) -> bool | None:
+    if floor is None:
+        return True
+    if driver is None:
+        return None
+    return version_key(driver) >= version_key(floor)
+
+
+def evaluate(build: Build, target: Target, table: VariantTable) -> Candidate:
+    """How ``build`` fares on ``target``: driver floor and per-GPU coverage."""
+    if not build.is_cuda:
+        fits = [GpuFit(g.index, g.name, g.cc and sm_name(g.cc), "none") for g in target.gpus]
+        return Candidate(build, None, True, fits)
+    floor = table.cuda_driver_floor(build.cuda_major or 0, target.os_family)
+    fits = []
+    for gpu in target.gpus:
+        if gpu.cc is None:
+            fits.append(GpuFit(gpu.index, gpu.name, None, "unknown"))
+            continue
+        kind, via = coverage(gpu.cc, build.sass, build.ptx)
+        arch_floor = table.arch_driver_floor(gpu.cc[0], target.os_family)
+        if kind != "none" and _driver_at_least(target.driver, arch_floor) is False:
+            kind = "driver-too-old"
+        fits.append(GpuFit(gpu.index, gpu.name, sm_name(gpu.cc), kind, via and sm_name(via)))
+    return Candidate(build, floor, _driver_at_least(target.driver, floor), fits)
+
+
+def _describe_gpus(target: Target) -> str:
+    return ", ".join(
+        f"[{g.index}] {g.name} ({sm_name(g.cc) if g.cc else 'sm unknown'})" for g in target.gpus
+    )
+
+
+def _why_not(c: Candidate, target: Target) -> str:
+    if c.driver_ok is False:
+        return f"needs driver ≥ {c.driver_floor} (have {target.driver})"
+    missing = [f for f in c.fits if not f.usable]
+    parts = []
+    for f in missing:
+        if f.coverage == "driver-too-old":
+            parts.append(f"GPU {f.index} ({f.sm}) needs a newer driver for its architecture")
+        else:
+            parts.append(f"no kernels for GPU {f.index} ({f.sm}); compiled: {c.build.arch_list}")
+    return "; ".join(parts)
+
+
+def _explain_choice(c: Candidate, target: Target) -> list[str]:
+    lines = []
+    if c.driver_floor:
+        state = {True: "meets", None: "cannot check", False: "does NOT meet"}[c.driver_ok]
+        have = target.driver or "unknown"
+        lines.append(
+            f"driver {have} {state} the CUDA {c.build.cuda_major} floor (≥ {c.driver_floor})"
+        )
+    for f in c.fits:
+        if f.coverage == "sass":
+            exact = "exact" if f.via == f.sm else "binary-compatible"
+            lines.append(f"GPU {f.index} {f.name} ({f.sm}): native kernels {f.via} ({exact})")
+        elif f.coverage == "ptx":
+            lines.append(
+                f"GPU {f.index} {f.name} ({f.sm}): PTX {f.via} JIT-compiled by the driver "
+                "(works; slow first launch)"
+            )
+        elif f.coverage == "unknown":
+            lines.append(f"GPU {f.index} {f.name}: compute capability unknown, cannot check archs")
+    return lines
+
+
+def _consider(release: Release, target: Target, table: VariantTable) -> list[Candidate]:
+    return [
+        evaluate(b, target, table)
+        for b in release.builds
+        if b.is_cuda and b.available_on(target.platform)
+    ]
+
+
+def _source_build(target: Target) -> str:
+    archs = sorted({g.cc for g in target.gpus if g.cc})
+    arch_list = ";".join(format_cc(a) for a in archs)
+    return f'TORCH_CUDA_ARCH_LIST="{arch_list}" python setup.py bdist_wheel  (2–6 h)'
+
+
+def resolve(
+    target: Target,
+    *,
+    torch: str | None = None,
+    tag: str | None = None,
+    table: VariantTable | None = None,
+    mirror: str | None = None,
+) -> Plan:
+    """The build to install on ``target``.
+
+    ``torch`` pins a release ("2.9" or "2.9.1"; default: the newest that fits, preferring the
+    newest release); ``tag`` forces a build ("cpu", "cu128") and only checks it.
+    """
+    table = table or load_table()
+    pinned = table.release(torch) if torch else None
+    releases = [pinned] if pinned else list(table.releases)
+    if target.python:
+        fitting = [r for r in releases if r.supports_python(target.python)]
+        if not fitting:
+            r = releases[0]
+            raise _python_error(r, target.python)
+        releases = fitting
+    newest = releases[0]
+
+    def plan_for(status: str, cand: Candidate | None, release: Release, build_tag: str) -> Plan:
+        index = None if target.os_family == "macos" else table.wheel_index_url(build_tag, mirror)
+        return Plan(status, release.torch, build_tag, index, chosen=cand)
+
+    if tag:  # the user chose; check it and say what we see
+        build = newest.build(tag)
+        if build is None:
+            tags = ", ".join(b.tag for b in newest.builds)
+            from fdl.errors import FdlUsageError
+
+            raise FdlUsageError(f"torch {newest.torch} has no '{tag}' build", f"choose: {tags}")
+        cand = evaluate(build, target, table)
+        plan = plan_for(
+            "ok" if cand.fits_all or not build.is_cuda else "compromise", cand, newest, tag
+        )
+        plan.reasons.append(f"{tag} was requested")
+        plan.reasons.extend(_explain_choice(cand, target))
+        if build.is_cuda and not cand.fits_all:
+            plan.warnings.append(f"{tag} will not run everywhere here: {_why_not(cand, target)}")
+        plan.considered = [cand]
+        return plan
+
+    if target.os_family == "macos":
+        plan = plan_for("cpu", None, newest, "cpu")
+        plan.reasons.append("macOS: the default PyPI wheel (CPU, and MPS on Apple silicon)")
+        return plan
+
+    if not target.gpus:
+        plan = plan_for("cpu", None, newest, "cpu")
+        plan.reasons.append("no NVIDIA GPU detected: the CPU build (smaller, no CUDA libraries)")
+        return plan
+
+    considered = _consider(newest, target, table)
+    best = max(considered, key=Candidate.rank) if considered else None
+    if best and best.fits_all:
+        plan = plan_for("ok", best, newest, best.build.tag)
+        plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
+        plan.reasons.extend(_explain_choice(best, target))
+        _note_pypi_default(plan, newest, target)
+        plan.considered = considered
+        plan.alternatives = [
+            f"torch {c.build.torch} + {c.build.tag}"
+            for c in considered
+            if c.fits_all and c is not best
+        ]
+        _note_unknowns(plan, target)
+        return plan
+
+    # Nothing in the wanted release fits every GPU: an older release may.
+    why_newest = [f"{c.build.tag}: {_why_not(c, target)}" for c in considered]
+    if not pinned:
+        for release in releases[1:]:
+            older = _consider(release, target, table)
+            fit = [c for c in older if c.fits_all]
+            if fit:
+                chosen = max(fit, key=Candidate.rank)
+                plan = plan_for("ok", chosen, release, chosen.build.tag)
+                plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
+                plan.reasons.append(
+                    f"torch {newest.torch} has no build for this machine ("
+                    + "; ".join(why_newest)
+                    + f"); torch {release.torch} is the newest that fits"
+                )
+                plan.reasons.extend(_explain_choice(chosen, target))
+                plan.considered = older
+                plan.alternatives = _upgrade_paths(considered, target)
+                _note_unknowns(plan, target)
+                return plan
+    else:
+        for release in table.releases:
+            if release is pinned:
+                continue
+            if any(c.fits_all for c in _consider(release, target, table)):
+                fit = max(_consider(release, target, table), key=Candidate.rank)
+                pinned_alt = f"torch {release.torch} + {fit.build.tag} fits every GPU"
+                break
+        else:
+            pinned_alt = None
+
+    # No single pre-built wheel fits: best compromise (most GPUs, the newest GPU first).
+    driver_ok = [c for c in considered if c.driver_ok is not False and c.usable]
+    if not driver_ok:
+        plan = plan_for("no-build", None, newest, "cpu")
+        plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
+        plan.reasons.append(
+            f"no CUDA build of torch {newest.torch} can run here (" + "; ".join(why_newest) + ")"
+        )
+        plan.warnings.append("installing the CPU build; GPUs stay unused until this is fixed")
+        plan.alternatives = _upgrade_paths(considered, target)
+        if pinned and pinned_alt:
+            plan.alternatives.append(pinned_alt)
+        plan.considered = considered
+        return plan
+
+    def compromise_rank(c: Candidate) -> tuple:
+        newest_gpu = max(
+            (g.cc or (0, 0)) for g, f in zip(target.gpus, c.fits, strict=True) if f.usable
+        )
+        return (len(c.usable), newest_gpu, *c.rank()[2:])
+
+    chosen = max(driver_ok, key=compromise_rank)
+    plan = plan_for("compromise", chosen, newest, chosen.build.tag)
+    plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
+    plan.reasons.append(
+        f"no single pre-built torch {newest.torch} runs on every GPU here ("
+        + "; ".join(why_newest)
+        + ")"
+    )
+    plan.reasons.append(
+        f"best compromise: {chosen.build.tag}, usable on GPU "
+        + ", ".join(str(f.index) for f in chosen.usable)
+    )
+    plan.reasons.extend(_explain_choice(chosen, target))
+    plan.visible_devices = ",".join(str(f.index) for f in chosen.usable)
+    plan.warnings.append(
+        f"run with CUDA_VISIBLE_DEVICES={plan.visible_devices} so torch never touches the "
+        "other GPU(s)"
+    )
+    others = [c for c in driver_ok if c is not chosen]
+    plan.alternatives = [
+        f"{c.build.tag} instead: usable on GPU " + ", ".join(str(f.index) for f in c.usable)
+        for c in others
+    ]
+    plan.alternatives.append("one environment per GPU generation (e.g. .venvs/cu126, .venvs/cu130)")
+    plan.source_build = _source_build(target)
+    plan.alternatives.append(f"a source build for every GPU: {plan.source_build}")
+    if pinned and pinned_alt:
+        plan.alternatives.insert(0, pinned_alt)
+    plan.considered = considered
+    return plan
+
+
+def _upgrade_paths(considered: list[Candidate], target: Target) -> list[str]:
+    """What a driver upgrade would unlock in the newest release."""
+    unlocked: dict[str, list[Build]] = {}
+    for c in considered:
+        arch_ok = all(f.coverage in ("sass", "ptx", "unknown", "driver-too-old") for f in c.fits)
+        too_old = c.driver_ok is False or any(f.coverage == "driver-too-old" for f in c.fits)
+        if arch_ok and too_old:
+            unlocked.setdefault(c.driver_floor or "?", []).append(c.build)
+    return [
+        f"upgrade the NVIDIA driver to ≥ {floor} for torch {builds[0].torch} + "
+        + " / ".join(b.tag for b in builds)
+        for floor, builds in unlocked.items()
+    ]
+
+
+def _note_pypi_default(plan: Plan, release: Release, target: Target) -> None:
+    """Say when a plain ``pip install torch`` would have installed something else."""
+    default = release.pypi_default
+    if target.platform == "linux-x86_64" and default and default != plan.tag:
+        plan.reasons.append(
+            f"a plain 'pip install torch' would install the {default} build from PyPI, "
+            "hence the explicit index"
+        )
+
+
+def _note_unknowns(plan: Plan, target: Target) -> None:
+    if target.driver is None:
+        plan.warnings.append("driver version unknown: make sure it meets the floor above")
+    if any(g.cc is None for g in target.gpus):
+        plan.warnings.append(
+            "a GPU's compute capability is unknown: verify with 'fdl setup' after installing"
+        )
+
+
+def _python_error(release: Release, python: str):
+    from fdl.errors import FdlError
+
+    lo, hi = release.python
+    return FdlError(
+        f"torch {release.torch} has no wheels for Python {python} (supports {lo}–{hi})",
+        "use a supported Python, or pin another torch with --torch",
+        3,
+    )

@@ -1,0 +1,193 @@
+"""``fdl libtorch`` end to end against a loopback mirror (FDL_TORCH_MIRROR)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fdl.variants import load_table
+from tests.hw.conftest import fdl_env, libtorch_zip
+
+NEWEST = load_table().newest.torch
+CPU_PATH = f"/libtorch/cpu/libtorch-shared-with-deps-{NEWEST}+cpu.zip"
+
+
+@pytest.fixture
+def mirror(server, tmp_path):
+    server.add(CPU_PATH, libtorch_zip())
+    env = fdl_env(tmp_path, FDL_TORCH_MIRROR=server.url)
+    work = tmp_path / "work"
+    work.mkdir()
+    return server, env, work, tmp_path / "flodl-home" / "libtorch"
+
+
+def test_download_installs_records_and_activates(mirror, run_fdl):
+    _server, env, work, home = mirror
+    result = run_fdl("libtorch", "download", "--cpu", env=env, cwd=work)
+    assert result.returncode == 0, result.stderr
+    variant = home / "precompiled" / "cpu"
+    assert (variant / "lib" / "libtorch.so").is_file()
+    assert (home / ".active").read_text() == "precompiled/cpu\n"
+    arch = dict(line.split("=", 1) for line in (variant / ".arch").read_text().splitlines())
+    assert arch["torch"] == NEWEST and arch["cuda"] == "none" and arch["archs"] == "cpu"
+    assert len(arch["sha256"]) == 64 and arch["sha256_pinned"] == "no"  # recorded for later
+    assert not (home / ".downloads" / f"libtorch-shared-with-deps-{NEWEST}+cpu.zip").exists()
+
+
+def test_second_download_skips_but_still_activates_and_force_redownloads(mirror, run_fdl):
+    server, env, work, home = mirror
+    assert run_fdl("libtorch", "download", "--cpu", env=env, cwd=work).returncode == 0
+    (home / ".active").write_text("")
+    again = run_fdl("libtorch", "download", "--cpu", env=env, cwd=work)
+    assert "already installed" in again.stderr
+    assert len(server.gets(CPU_PATH)) == 1  # no second transfer
+    assert (home / ".active").read_text() == "precompiled/cpu\n"  # the original forgot this
+    forced = run_fdl("libtorch", "download", "--cpu", "--force", env=env, cwd=work)
+    assert forced.returncode == 0, forced.stderr
+    assert len(server.gets(CPU_PATH)) == 2  # --force really downloads again
+
+
+def test_path_writes_active_in_that_libtorch_dir(mirror, run_fdl, tmp_path):
+    _server, env, work, home = mirror
+    custom = tmp_path / "elsewhere" / "libtorch"
+    result = run_fdl("libtorch", "download", "--cpu", "--path", str(custom), env=env, cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert (custom / ".active").read_text() == "precompiled/cpu\n"
+    assert not (home / ".active").exists()  # the original wrote it into the context root
+    listed = run_fdl("libtorch", "list", "--json", "--path", str(custom), env=env, cwd=work)
+    assert json.loads(listed.stdout) == [{"variant": "precompiled/cpu", "active": True}]
+
+
+def test_project_mode_installs_into_the_project(mirror, run_fdl):
+    _server, env, work, home = mirror
+    (work / "pyproject.toml").write_text('[project]\nname = "demo"\ndependencies = ["flodl"]\n')
+    (work / "src").mkdir()
+    result = run_fdl("libtorch", "download", "--cpu", "--no-activate", env=env, cwd=work / "src")
+    assert result.returncode == 0, result.stderr
+    assert (work / "libtorch" / "precompiled" / "cpu" / "lib").is_dir()
+    assert not (work / "libtorch" / ".active").exists()  # --no-activate
+    assert not home.exists()
+
+
+def test_list_info_activate_remove(mirror, run_fdl):
+    _server, env, work, home = mirror
+    assert run_fdl("libtorch", "list", env=env, cwd=work).stderr.startswith("No libtorch variants")
+    info = run_fdl("libtorch", "info", env=env, cwd=work)
+    assert info.returncode == 3 and "no active libtorch variant" in info.stderr
+    assert run_fdl("libtorch", "download", "--cpu", env=env, cwd=work).returncode == 0
+    # a second, hand-made variant (e.g. built from source)
+    (home / "builds" / "sm61-sm120" / "lib").mkdir(parents=True)
+    listed = run_fdl("libtorch", "list", env=env, cwd=work).stdout.splitlines()
+    assert listed == ["  builds/sm61-sm120", "  precompiled/cpu (active)"]
+    info = run_fdl("libtorch", "info", "--json", env=env, cwd=work)
+    assert json.loads(info.stdout)["torch"] == NEWEST
+    assert run_fdl("libtorch", "activate", "builds/sm61-sm120", env=env, cwd=work).returncode == 0
+    assert (home / ".active").read_text() == "builds/sm61-sm120\n"
+    bad = run_fdl("libtorch", "activate", "cu999", env=env, cwd=work)
+    assert bad.returncode == 1 and "not an installed libtorch variant" in bad.stderr
+    assert (home / ".active").read_text() == "builds/sm61-sm120\n"  # unchanged
+    escape = run_fdl("libtorch", "remove", "../../etc", env=env, cwd=work)
+    assert escape.returncode == 2 and "not a libtorch variant id" in escape.stderr
+    removed = run_fdl("libtorch", "remove", "builds/sm61-sm120", env=env, cwd=work)
+    assert removed.returncode == 0 and "was the active variant" in removed.stderr
+    assert (home / ".active").read_text() == ""
+    assert (home / "precompiled" / "cpu" / "lib").is_dir()  # the other one is untouched
+
+
+def test_zip_slip_archive_installs_nothing(mirror, run_fdl, tmp_path):
+    server, env, work, home = mirror
+    server.add(CPU_PATH, libtorch_zip(extra={"../../../../evil.txt": b"pwned"}))
+    result = run_fdl("libtorch", "download", "--cpu", env=env, cwd=work)
+    assert result.returncode == 1 and "escapes the target" in result.stderr
+    assert not (home / "precompiled" / "cpu").exists() and not (home / ".active").exists()
+    assert not list(Path(tmp_path).rglob("evil.txt"))
+
+
+def test_archive_without_libtorch_library_is_refused(mirror, run_fdl):
+    server, env, work, home = mirror
+    server.add(CPU_PATH, libtorch_zip(lib="README.txt"))
+    result = run_fdl("libtorch", "download", "--cpu", env=env, cwd=work)
+    assert result.returncode == 1 and "no libtorch library" in result.stderr
+    assert not (home / ".active").exists()
+
+
+def test_missing_variant_is_404_with_exit_code_3(mirror, run_fdl):
+    _server, env, work, _home = mirror
+    result = run_fdl("libtorch", "download", "--cuda", "12.6", env=env, cwd=work)
+    assert result.returncode == 3 and "404" in result.stderr
+    assert "cu126/libtorch-shared-with-deps" in result.stderr
+
+
+def test_usage_errors(mirror, run_fdl):
+    _server, env, work, _home = mirror
+    both = run_fdl("libtorch", "download", "--cpu", "--cuda", "12.8", env=env, cwd=work)
+    assert both.returncode == 2 and "mutually exclusive" in both.stderr
+    unknown = run_fdl("libtorch", "download", "--cuda", "9.9", env=env, cwd=work)
+    assert unknown.returncode == 2 and "cu99" in unknown.stderr
+
+
+def test_dry_run_names_the_cxx11_abi_file_and_downloads_nothing(mirror, run_fdl):
+    server, env, work, home = mirror
+    result = run_fdl(
+        "libtorch", "download", "--cuda", "12.6", "--torch", "2.6", "--dry-run", env=env, cwd=work
+    )
+    assert result.returncode == 0, result.stderr
+    assert "cu126/libtorch-cxx11-abi-shared-with-deps-2.6.0%2Bcu126.zip" in result.stderr
+    assert server.state.log == [] and not home.exists()
+
+
+def test_auto_detect_picks_from_the_gpus(mirror, run_fdl, tmp_path):
+    from tests.hw.conftest import make_bin
+
+    _server, env, work, _home = mirror
+    env = {**env, "PATH": str(make_bin(tmp_path, "gtx1060"))}
+    result = run_fdl("libtorch", "download", "--dry-run", env=env, cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert f"cu126/libtorch-shared-with-deps-{NEWEST}%2Bcu126.zip" in result.stderr
+    assert "GTX 1060" in result.stderr
+
+
+def test_pinned_sha256_mismatch_installs_nothing_unless_no_verify(mirror, run_fdl, tmp_path):
+    _server, env, work, home = mirror
+    table = json.loads(
+        (Path(__file__).parents[2] / "fdl" / "variants" / "torch_releases.json").read_text()
+    )
+    newest = max(table["releases"], key=lambda r: tuple(map(int, r["torch"].split("."))))
+    newest["libtorch_sha256"] = {"linux-x86_64/cpu": "0" * 64}
+    pinned = tmp_path / "table.json"
+    pinned.write_text(json.dumps(table))
+    env = {**env, "FDL_TORCH_TABLE": str(pinned)}
+    result = run_fdl("libtorch", "download", "--cpu", env=env, cwd=work)
+    assert result.returncode == 1 and "sha256 mismatch" in result.stderr
+    assert not (home / "precompiled" / "cpu").exists() and not (home / ".active").exists()
+    assert not list((home / ".downloads").iterdir())  # the bad file is gone, not resumable
+    trusted = run_fdl("libtorch", "download", "--cpu", "--no-verify", env=env, cwd=work)
+    assert trusted.returncode == 0, trusted.stderr
+    assert "sha256_pinned=no" in (home / "precompiled" / "cpu" / ".arch").read_text()
+
+
+@pytest.mark.parametrize(
+    ("pyproject", "is_project"),
+    [
+        ('[project]\nname = "demo"\ndependencies = ["flodl>=0.1", "rich"]\n', True),
+        (
+            '[project]\nname = "demo"\n[project.optional-dependencies]\ntrain = ["flodl[gpu]"]\n',
+            True,
+        ),
+        ('[project]\nname = "demo"\n[dependency-groups]\ndev = ["flodl"]\n', True),
+        ('[project]\nname = "flodl"\ndependencies = ["torch"]\n', False),  # flodl's own checkout
+        ('# we tried flodl once\n[project]\nname = "demo"\n', False),
+        ("not toml [[[", False),
+    ],
+)
+def test_what_counts_as_a_project(tmp_path, monkeypatch, pyproject, is_project):
+    from fdl.libtorch_home import find_home
+
+    monkeypatch.setenv("FLODL_HOME", str(tmp_path / "global"))
+    (tmp_path / "p" / "src").mkdir(parents=True)
+    (tmp_path / "p" / "pyproject.toml").write_text(pyproject)
+    home = find_home(cwd=tmp_path / "p" / "src")
+    expected = tmp_path / "p" / "libtorch" if is_project else tmp_path / "global" / "libtorch"
+    assert (home.path, home.mode) == (expected, "project" if is_project else "global")

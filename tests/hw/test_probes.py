@@ -1,0 +1,158 @@
+"""Hardware probes degrade to "unknown" with a reason; every value they report is validated."""
+
+from __future__ import annotations
+
+from fdl.hardware import detect, probe_nvidia
+from fdl.hardware.nvidia import cc_from_name, parse_proc_version, parse_query
+from fdl.hardware.system import detect_wsl
+
+
+def test_full_query_with_mixed_gpus(gpu_machine):
+    gpu_machine("mixed_gtx1060_rtx5060ti")
+    report = probe_nvidia()
+    assert [(g.index, g.sm, g.vram_mib) for g in report.gpus] == [
+        (0, "sm_61", 6144),
+        (1, "sm_120", 16311),
+    ]
+    assert report.driver == "580.95.05" and report.cuda_driver_max == "13.0"
+    assert report.gpus[1].short_name == "RTX 5060 Ti"
+    assert {g.cc_source for g in report.gpus} == {"nvidia-smi"}
+
+
+def test_old_driver_without_compute_cap_falls_back_to_the_name_table(gpu_machine):
+    gpu_machine("driver470_gtx1080ti")
+    report = probe_nvidia()
+    assert report.source == "nvidia-smi (legacy query)"
+    (gpu,) = report.gpus
+    assert (gpu.name, gpu.cc, gpu.cc_source) == ("NVIDIA GeForce GTX 1080 Ti", (6, 1), "name-table")
+    assert report.driver == "470.256.02" and report.cuda_driver_max == "11.4"
+    assert any("cannot report compute capability" in p for p in report.problems)
+
+
+def test_driver_library_mismatch_is_a_reason_not_a_gpu(gpu_machine):
+    gpu_machine("driver_library_mismatch")
+    report = probe_nvidia()
+    assert report.gpus == []  # (the driver may still be read from the kernel module)
+    assert any("Driver/library version mismatch" in p for p in report.problems)
+
+
+def test_driver_not_loaded(gpu_machine):
+    gpu_machine("driver_not_loaded")
+    report = probe_nvidia()
+    assert report.gpus == []
+    assert any("exited 9" in p and "couldn't communicate" in p for p in report.problems)
+
+
+def test_no_nvidia_smi_at_all(gpu_machine):
+    gpu_machine(None)
+    report = probe_nvidia()
+    assert report.gpus == [] and report.smi_path is None
+    assert any("nvidia-smi not found" in p for p in report.problems)
+
+
+def test_query_parser_skips_garbage_and_keeps_commas_in_names():
+    text = (
+        "0, NVIDIA GeForce RTX 3090, 8.6, 24576, 550.54.15\n"
+        "garbage line\n"
+        "1, Weird, Name, With Commas, 7.5, 15360, 550.54.15\n"
+        "2, NVIDIA A100, 8.0, [N/A], 550.54.15\n"
+        "x, Bad Index, 8.0, 100, 550.54.15\n"
+        "3, Bad Driver, 8.0, 100, sm_Failed\n"
+    )
+    gpus, driver = parse_query(text, with_cc=True)
+    assert [(g.index, g.name, g.cc, g.vram_mib) for g in gpus] == [
+        (0, "NVIDIA GeForce RTX 3090", (8, 6), 24576),
+        (1, "Weird, Name, With Commas", (7, 5), 15360),
+        (2, "NVIDIA A100", (8, 0), None),
+    ]
+    assert driver == "550.54.15"
+
+
+def test_proc_driver_version_parser():
+    text = (
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.144.03  Mon Dec 30 17:44:08 UTC 2024\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+    )
+    assert parse_proc_version(text) == "550.144.03"
+    assert parse_proc_version("nothing here") is None
+
+
+def test_name_table():
+    assert cc_from_name("NVIDIA GeForce RTX 5090") == (12, 0)
+    assert cc_from_name("Tesla T4") == (7, 5)
+    assert cc_from_name("NVIDIA H200") == (9, 0)
+    assert cc_from_name("NVIDIA GeForce RTX 4070 Laptop GPU") == (8, 9)
+    assert cc_from_name("Matrox G200") is None
+
+
+def test_wsl_detection_is_case_insensitive():
+    assert detect_wsl("5.15.167.4-microsoft-standard-WSL2", {}) == "wsl2"
+    assert detect_wsl("4.4.0-19041-Microsoft", {}) == "wsl1"  # the original missed WSL1
+    assert detect_wsl("6.8.0-45-generic", {}) is None
+
+
+def test_detect_never_raises_and_explains_unknowns(gpu_machine):
+    gpu_machine(None)  # PATH without docker or nvidia-smi
+    machine = detect()
+    assert machine.system.cpu_threads and machine.python.version
+    assert "docker_client" in machine.unknown and "gpus" in machine.unknown
+    assert machine.system.docker_client is None
+
+
+def test_installed_torch_is_read_from_metadata_without_importing_it():
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_env
+
+    code = (
+        "import sys; from fdl.hardware.python_env import probe_torch; t, why = probe_torch(); "
+        "print(t.version, t.tag, 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), check=True
+    ).stdout.split()
+    from importlib.metadata import version
+
+    assert out[0] == version("torch")
+    assert out[2] == "False"  # torch was never imported
+    if "+" in out[0]:
+        assert out[1] == out[0].split("+")[1]
+
+
+def _fake_docker(tmp_path, monkeypatch, daemon: bool) -> None:
+    import shutil
+    import stat
+
+    bin_dir = tmp_path / "docker-bin"
+    bin_dir.mkdir()
+    server = (
+        'echo "27.3.1"; exit 0'
+        if daemon
+        else 'echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. '
+        'Is the docker daemon running?" >&2; exit 1'
+    )
+    script = bin_dir / "docker"
+    script.write_text(
+        f"#!{shutil.which('sh')}\n"
+        'if [ "$1" = "--version" ]; then echo "Docker version 27.3.1, build ce12230"; exit 0; fi\n'
+        f"{server}\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+
+def test_docker_client_without_daemon(tmp_path, monkeypatch):
+    from fdl.hardware.system import probe_docker
+
+    _fake_docker(tmp_path, monkeypatch, daemon=False)
+    client, server, problems = probe_docker()
+    assert (client, server) == ("27.3.1", None)
+    assert any("daemon not answering" in p and "Cannot connect" in p for p in problems)
+
+
+def test_docker_client_and_daemon(tmp_path, monkeypatch):
+    from fdl.hardware.system import probe_docker
+
+    _fake_docker(tmp_path, monkeypatch, daemon=True)
+    assert probe_docker() == ("27.3.1", "27.3.1", [])

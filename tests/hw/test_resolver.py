@@ -1,0 +1,185 @@
+"""The resolver on real machines, seen through their (replayed) nvidia-smi output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fdl.errors import FdlUsageError
+from fdl.hardware import probe_nvidia
+from fdl.variants import GpuTarget, Target, load_table, resolve
+from fdl.variants.table import parse_table
+from tests.hw.conftest import MACHINES
+
+NEWEST = load_table().newest.torch
+
+
+def target_for(machine: str | None, os_family: str = "linux") -> Target:
+    report = probe_nvidia()
+    return Target(
+        os_family=os_family,
+        platform="linux-x86_64",
+        driver=report.driver,
+        gpus=tuple(GpuTarget(g.index, g.name, g.cc) for g in report.gpus),
+        python="3.11",
+    )
+
+
+# machine -> (torch, tag, status)
+EXPECTED = {
+    None: (NEWEST, "cpu", "cpu"),
+    "gtx1060": (NEWEST, "cu126", "ok"),  # Pascal: only cu126 still carries sm_60
+    "rtx5060ti": (NEWEST, "cu132", "ok"),  # Blackwell on 580: the newest CUDA 13 build
+    "a100x4": (NEWEST, "cu126", "ok"),  # driver 550: CUDA 13 needs 580
+    "h200x8": (NEWEST, "cu126", "ok"),  # driver 570: same
+    "driver470_gtx1080ti": ("2.7.1", "cu118", "ok"),  # 470 < 525: only CUDA 11 wheels load
+    "blackwell_driver575": ("2.11.0", "cu128", "ok"),  # sm_120 needs cu128+; cu13x needs 580
+    "mixed_gtx1060_rtx5060ti": (NEWEST, "cu132", "compromise"),  # nothing covers sm_61 and sm_120
+    "driver_library_mismatch": (NEWEST, "cpu", "cpu"),
+    "driver_not_loaded": (NEWEST, "cpu", "cpu"),
+}
+
+
+@pytest.mark.parametrize("machine", [None, *MACHINES])
+def test_real_machines(machine, gpu_machine):
+    gpu_machine(machine)
+    os_family = "windows" if machine and machine.startswith("wsl") else "linux"
+    plan = resolve(target_for(machine, os_family))
+    expected = EXPECTED.get(machine, (NEWEST, "cu126", "ok"))
+    assert (plan.torch, plan.tag, plan.status) == expected, plan.reasons
+    assert plan.reasons  # every choice is explained
+    json.dumps(plan.to_dict())  # and serialisable
+
+
+def test_old_driver_explains_and_offers_the_upgrade(gpu_machine):
+    gpu_machine("driver470_gtx1080ti")
+    plan = resolve(target_for("driver470_gtx1080ti"))
+    text = " ".join(plan.reasons)
+    assert f"torch {NEWEST} has no build for this machine" in text
+    assert "needs driver ≥ 525.60.13 (have 470.256.02)" in text
+    assert any("upgrade the NVIDIA driver to ≥ 525.60.13" in a for a in plan.alternatives)
+
+
+def test_blackwell_on_575_says_cuda13_needs_580(gpu_machine):
+    gpu_machine("blackwell_driver575")
+    plan = resolve(target_for("blackwell_driver575"))
+    assert any("580.65.06" in a for a in plan.alternatives), plan.alternatives
+    assert any("native kernels sm_120 (exact)" in r for r in plan.reasons)
+
+
+def test_mixed_gpus_compromise_names_devices_and_source_build(gpu_machine):
+    gpu_machine("mixed_gtx1060_rtx5060ti")
+    plan = resolve(target_for("mixed_gtx1060_rtx5060ti"))
+    assert plan.visible_devices == "1"  # the RTX 5060 Ti
+    assert any("no single pre-built" in r for r in plan.reasons)
+    assert plan.source_build and 'TORCH_CUDA_ARCH_LIST="6.1;12.0"' in plan.source_build
+    assert any(a.startswith("cu126 instead: usable on GPU 0") for a in plan.alternatives)
+
+
+def test_pinned_release_is_respected(gpu_machine):
+    gpu_machine("blackwell_driver575")
+    plan = resolve(target_for("blackwell_driver575"), torch="2.14")
+    assert plan.torch == "2.14.0" and plan.status == "no-build" and plan.tag == "cpu"
+    assert any("2.11.0 + cu128 fits every GPU" in a for a in plan.alternatives)
+    plan = resolve(target_for("blackwell_driver575"), torch="2.9")
+    assert (plan.torch, plan.tag, plan.status) == ("2.9.1", "cu128", "ok")
+
+
+def test_forced_variant_is_checked_and_warned(gpu_machine):
+    gpu_machine("gtx1060")
+    plan = resolve(target_for("gtx1060"), tag="cu130")
+    assert plan.tag == "cu130" and plan.status == "compromise"
+    assert any("will not run everywhere" in w for w in plan.warnings)
+
+
+def test_unknown_release_and_tag_are_usage_errors():
+    with pytest.raises(FdlUsageError, match="not in fdl's release table"):
+        resolve(Target(), torch="1.0")
+    with pytest.raises(FdlUsageError, match="no 'cu999' build"):
+        resolve(Target(), tag="cu999")
+
+
+def test_volta_loses_cu128_in_2_11():
+    v100 = Target(driver="550.54.15", gpus=(GpuTarget(0, "Tesla V100-SXM2-32GB", (7, 0)),))
+    assert resolve(v100, torch="2.10").tag in ("cu126", "cu128")
+    considered = {c.build.tag: c.fits_all for c in resolve(v100, torch="2.11").considered}
+    assert considered["cu128"] is False and considered["cu126"] is True
+
+
+def test_unknown_driver_and_cc_are_warned_not_guessed():
+    plan = resolve(Target(driver=None, gpus=(GpuTarget(0, "Mystery GPU", None),)))
+    assert plan.status == "ok"
+    assert any("driver version unknown" in w for w in plan.warnings)
+    assert any("compute capability is unknown" in w for w in plan.warnings)
+
+
+def test_macos_gets_the_default_pypi_wheel():
+    plan = resolve(Target(os_family="macos", platform="macos-arm64"))
+    assert plan.index_url is None and plan.tag == "cpu"
+
+
+def test_mirror_changes_the_index_url(monkeypatch):
+    monkeypatch.setenv("FDL_TORCH_MIRROR", "http://mirror.local/pt/")
+    assert resolve(Target()).index_url == "http://mirror.local/pt/whl/cpu"
+
+
+def test_libtorch_names_follow_the_cxx11_abi_change():
+    table = load_table()
+    names = {
+        v: table.libtorch_file(table.release(v), "cu126", "linux-x86_64")
+        for v in ("2.6", "2.7", "2.8")
+    }
+    assert names["2.6"] == "libtorch-cxx11-abi-shared-with-deps-2.6.0%2Bcu126.zip"
+    assert names["2.7"] == "libtorch-cxx11-abi-shared-with-deps-2.7.1%2Bcu126.zip"
+    assert names["2.8"] == "libtorch-shared-with-deps-2.8.0%2Bcu126.zip"  # cxx11, new name
+    win = table.libtorch_file(table.release("2.9"), "cu128", "windows-x86_64")
+    assert win == "libtorch-win-shared-with-deps-2.9.1%2Bcu128.zip"  # not the Linux name
+    assert (
+        table.libtorch_file(table.release("2.9"), "cpu", "macos-arm64")
+        == "libtorch-macos-arm64-2.9.1.zip"
+    )
+
+
+def test_table_is_consistent():
+    table = load_table()
+    versions = [r.torch for r in table.releases]
+    assert versions == sorted(versions, key=lambda v: tuple(map(int, v.split("."))), reverse=True)
+    for release in table.releases:
+        assert release.builds[-1].tag == "cpu"
+        for build in release.builds[:-1]:
+            assert build.sass and table.cuda_driver_floor(build.cuda_major, "linux")
+            assert set(build.ptx) <= set(build.sass)
+
+
+def test_a_malformed_table_fails_loudly(tmp_path, monkeypatch):
+    bad = tmp_path / "t.json"
+    bad.write_text('{"releases": []}')
+    load_table.cache_clear()
+    try:
+        from fdl.errors import FdlError
+
+        with pytest.raises(FdlError, match="malformed"):
+            load_table(str(bad))
+    finally:
+        load_table.cache_clear()
+    with pytest.raises(KeyError):
+        parse_table({})
+
+
+def test_aarch64_only_considers_builds_published_for_it():
+    gh200 = (GpuTarget(0, "NVIDIA GH200 480GB", (9, 0)),)
+    new_driver = Target(platform="linux-aarch64", driver="580.82.07", gpus=gh200)
+    assert resolve(new_driver).tag == "cu132"
+    old_driver = Target(platform="linux-aarch64", driver="570.133.20", gpus=gh200)
+    plan = resolve(old_driver)  # cu126 has no aarch64 wheels; CUDA 13 needs 580
+    assert (plan.torch, plan.tag) == ("2.11.0", "cu128")
+    assert all(c.build.tag != "cu126" for c in plan.considered)
+
+
+def test_says_when_plain_pypi_would_be_wrong():
+    a100 = Target(driver="550.127.05", gpus=(GpuTarget(0, "NVIDIA A100-SXM4-80GB", (8, 0)),))
+    plan = resolve(a100)
+    assert any(
+        "a plain 'pip install torch' would install the cu132 build" in r for r in plan.reasons
+    )

@@ -1,0 +1,180 @@
+"""``fdl setup``: plan, confirm, install from the right index, verify in a fresh interpreter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib.metadata import version
+
+import pytest
+
+from fdl.variants import load_table
+from tests.hw.conftest import fdl_env, make_bin
+from tests.hw.fake_torch_wheel import build_wheel, serve_index
+
+NEWEST = load_table().newest.torch
+HERE_TORCH = version("torch")
+
+
+def test_dry_run_shows_plan_and_exact_command_and_changes_nothing(run_fdl, tmp_path):
+    env = fdl_env(tmp_path, PATH=str(make_bin(tmp_path, "mixed_gtx1060_rtx5060ti")))
+    result = run_fdl("setup", "--dry-run", "--installer", "pip", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    err = result.stderr
+    assert f"Plan: torch {NEWEST} + cu132 (compromise)" in err
+    assert "no single pre-built" in err and "CUDA_VISIBLE_DEVICES=1" in err
+    assert f"Environment: {sys.executable}" in err
+    assert (
+        f"-m pip install --disable-pip-version-check torch=={NEWEST} --index-url https://download.pytorch.org/whl/cu132"
+        in err
+    )
+    assert "dry run: nothing was installed" in err
+    assert version("torch") == HERE_TORCH
+
+
+def test_without_a_terminal_it_asks_for_yes(run_fdl, tmp_path):
+    env = fdl_env(tmp_path)
+    result = run_fdl(
+        "setup", "--torch", "2.9", "--installer", "pip", env=env, cwd=tmp_path, input=""
+    )
+    assert result.returncode == 2
+    assert "no terminal to confirm the install — re-run with -y" in result.stderr
+
+
+def test_bad_options(run_fdl, tmp_path):
+    env = fdl_env(tmp_path)
+    assert run_fdl("setup", "--installer", "conda", env=env, cwd=tmp_path).returncode == 2
+    unknown = run_fdl("setup", "--torch", "1.0", "--dry-run", env=env, cwd=tmp_path)
+    assert unknown.returncode == 2 and "not in fdl's release table" in unknown.stderr
+    not_python = run_fdl(
+        "setup", "--python", str(tmp_path / "nope"), "--dry-run", env=env, cwd=tmp_path
+    )
+    assert not_python.returncode == 2 and "is not a working Python interpreter" in not_python.stderr
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    """A throwaway venv with pip (no torch): the environment fdl setup installs into."""
+    path = tmp_path_factory.mktemp("venv") / "env"
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, capture_output=True)
+    return path / "bin" / "python"
+
+
+def pip_isolated(tmp_path, server) -> dict[str, str]:
+    """fdl's environment for a real pip run: our mirror only, no site pip config or find-links."""
+    (tmp_path / "no-links").mkdir(exist_ok=True)
+    return fdl_env(
+        tmp_path,
+        FDL_TORCH_MIRROR=server.url,
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_FIND_LINKS=str(tmp_path / "no-links"),
+    )
+
+
+def setup_into(run_fdl, venv, env, cwd, *extra: str):
+    """``fdl setup -y`` into the throwaway venv with pip (a real install, from the mirror)."""
+    args = ("setup", "-y", "--python", str(venv), "--installer", "pip", *extra)
+    return run_fdl(*args, env=env, cwd=cwd, timeout=300)
+
+
+def installed_torch(python) -> str | None:
+    code = "import importlib.metadata as m\ntry: print(m.version('torch'))\nexcept Exception: print('-')"
+    out = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return None if out == "-" else out
+
+
+@pytest.mark.slow
+def test_installs_from_the_local_index_into_a_throwaway_venv_and_verifies(
+    run_fdl, tmp_path, server, venv
+):
+    from tests.hw.conftest import libtorch_zip
+
+    serve_index(server, "cpu", [build_wheel(NEWEST, "cpu")])
+    server.add(f"/libtorch/cpu/libtorch-shared-with-deps-{NEWEST}+cpu.zip", libtorch_zip())
+    env = pip_isolated(tmp_path, server)
+    args = ("setup", "-y", "--python", str(venv), "--installer", "pip")
+    result = run_fdl(*args, "--libtorch", env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert installed_torch(venv) == f"{NEWEST}+cpu"
+    home = tmp_path / "flodl-home" / "libtorch"  # --libtorch: the matching C++ build too
+    assert (home / ".active").read_text() == "precompiled/cpu\n"
+    err = result.stderr
+    assert f"Environment: {venv}" in err
+    assert f"--index-url {server.url}/whl/cpu --trusted-host 127.0.0.1" in err
+    assert f"import torch {NEWEST}+cpu (CUDA none): ok" in err and "CPU tensor op: ok" in err
+    assert "Done. Ran:" in err
+
+    # Same build already there: nothing is installed, it is only verified.
+    before = len(server.gets(f"/files/torch-{NEWEST}+cpu-py3-none-any.whl"))
+    again = run_fdl(*args, env=env, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0 and "already installed" in again.stderr
+    assert len(server.gets(f"/files/torch-{NEWEST}+cpu-py3-none-any.whl")) == before
+
+    # --force really re-installs.
+    forced = run_fdl(*args, "--force", env=env, cwd=tmp_path, timeout=300)
+    assert forced.returncode == 0, forced.stderr
+    assert "--force-reinstall" in forced.stderr and "Done. Ran:" in forced.stderr
+
+
+@pytest.mark.slow
+def test_a_build_that_does_not_import_fails_verification(run_fdl, tmp_path, server, venv):
+    serve_index(server, "cpu", [build_wheel(NEWEST, "cpu", broken=True)])
+    env = pip_isolated(tmp_path, server)
+    result = setup_into(run_fdl, venv, env, tmp_path, "--force")
+    assert result.returncode == 1
+    assert "torch is installed but does not work here" in result.stderr
+    assert "libtorch_cuda.so" in result.stderr
+
+
+@pytest.mark.slow
+def test_failed_install_names_the_command(run_fdl, tmp_path, server, venv):
+    serve_index(server, "cpu", [])  # the index has no torch at all
+    env = pip_isolated(tmp_path, server)
+    result = setup_into(run_fdl, venv, env, tmp_path, "--force", "--torch", "2.9")
+    assert result.returncode == 1
+    assert "pip failed" in result.stderr and "torch==2.9.1" in result.stderr
+
+
+def interactive_setup(tmp_path, answers: bytes, *args: str, machine: str | None = None):
+    """Run ``fdl setup`` on a pseudo-terminal, typing ``answers``; returns (code, stderr)."""
+    import pty
+    import subprocess
+
+    from tests.conftest import clean_env
+
+    primary, secondary = pty.openpty()
+    env = clean_env(**fdl_env(tmp_path, PATH=str(make_bin(tmp_path, machine))))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fdl", "setup", "--installer", "pip", *args],
+        stdin=secondary,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+        text=True,
+    )
+    os.close(secondary)
+    os.write(primary, answers)
+    _, err = proc.communicate(timeout=120)
+    os.close(primary)
+    return proc.returncode, err
+
+
+def test_interactive_no_installs_nothing(tmp_path):
+    code, err = interactive_setup(tmp_path, b"n\n", "--torch", "2.9")
+    assert code == 1, err
+    assert "Install?" in err and "setup cancelled; nothing was installed" in err
+    assert version("torch") == HERE_TORCH
+
+
+def test_mixed_gpus_let_the_user_pick_the_compromise(tmp_path):
+    code, err = interactive_setup(tmp_path, b"cu126\nn\n", machine="mixed_gtx1060_rtx5060ti")
+    assert code == 1, err
+    assert "Build to install" in err and "[cu126/cu130/cu132/cpu]" in err
+    assert f"Plan: torch {NEWEST} + cu126 (your choice)" in err
+    assert "cu126 will not run everywhere here" in err
+    assert "--index-url https://download.pytorch.org/whl/cu126" in err  # the command follows
+    assert "setup cancelled" in err
