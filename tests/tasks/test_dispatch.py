@@ -146,7 +146,7 @@ def test_unknown_command_suggests(root):
 
 def test_missing_child_manifest(project):
     root = load_manifest(project({"fdl.yml": "commands:\n  ghost:\n"}) / "fdl.yml")
-    with pytest.raises(FdlError, match="points at .*ghost, which has no fdl.yml"):
+    with pytest.raises(FdlError, match=r"points at .*ghost, which has no fdl\.yml"):
         walk(root, ["ghost"])
 
 

@@ -64,7 +64,7 @@ def test_x_keys_at_the_top_hold_yaml_anchors(project):
 
 def test_commands_must_be_a_mapping(project):
     root = project({"fdl.yml": "commands: [a, b]\n"})
-    with pytest.raises(ManifestError, match="fdl.yml:1: commands: must be a mapping"):
+    with pytest.raises(ManifestError, match=r"fdl\.yml:1: commands: must be a mapping"):
         load_manifest(root / "fdl.yml")
 
 
