@@ -154,8 +154,8 @@ def _update(start: Path, mode: str | None, cuda: str | None, dry_run: bool) -> N
                 "skipped": "  (you deleted it; not recreated)",
             }.get(change.status, "")
             console.info(f"  {change.status:<9} {change.path}{note}")
-    if not any(c.status != "unchanged" for c in changes):
-        console.info("  everything is up to date")
+    if not any(c.status in ("create", "update", "conflict") for c in changes):
+        console.info("  nothing to update")
     if dry_run:
         console.info("Dry run: nothing written.")
         return

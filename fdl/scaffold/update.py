@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from importlib.abc import Traversable
 from pathlib import Path
 
 from fdl.scaffold import answers as answers_file
@@ -45,10 +46,12 @@ class Change:
         return "".join(difflib.unified_diff(old, new, before, f"b/{self.path}"))
 
 
-def plan(root: Path, answers: Answers, recorded: dict[str, str]) -> list[Change]:
+def plan(
+    root: Path, answers: Answers, recorded: dict[str, str], templates: Traversable | None = None
+) -> list[Change]:
     """What updating the project at ``root`` to this fdl's templates would do, file by file."""
     changes = []
-    for path, new in project_files(answers).items():
+    for path, new in project_files(answers, templates).items():
         if path == answers_file.ANSWERS_PATH:
             continue
         target = root / path

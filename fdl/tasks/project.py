@@ -24,10 +24,14 @@ from fdl.tasks.discover import find_manifest
 PANEL = "Project commands"
 
 
-@functools.cache
 def manifest_file() -> Path | None:
     """The nearest manifest (or example), without offering to copy anything."""
-    return find_manifest(offer_copy=False)
+    return _manifest_file_from(Path.cwd())
+
+
+@functools.cache
+def _manifest_file_from(cwd: Path) -> Path | None:
+    return find_manifest(cwd, offer_copy=False)
 
 
 def _help_env(file: Path) -> str | None:
@@ -37,16 +41,18 @@ def _help_env(file: Path) -> str | None:
     return env if env and overlay_path(file, env) else None
 
 
-@functools.cache
 def _manifest() -> Any:
     """The root manifest for help and completion, or ``None`` (a broken one warns once)."""
     file = manifest_file()
-    if file is None:
-        return None
+    return None if file is None else _load(file, _help_env(file))
+
+
+@functools.cache
+def _load(file: Path, env: str | None) -> Any:
     from fdl.tasks.manifest import load_manifest
 
     try:
-        return load_manifest(file, _help_env(file))
+        return load_manifest(file, env)
     except FdlError as err:
         console.warn(f"project commands unavailable: {err}")
         return None
