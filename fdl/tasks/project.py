@@ -25,13 +25,8 @@ PANEL = "Project commands"
 
 
 def manifest_file() -> Path | None:
-    """The nearest manifest (or example), without offering to copy anything."""
-    return _manifest_file_from(Path.cwd())
-
-
-@functools.cache
-def _manifest_file_from(cwd: Path) -> Path | None:
-    return find_manifest(cwd, offer_copy=False)
+    """The nearest manifest (or example), without offering to copy anything (a few stat calls)."""
+    return find_manifest(offer_copy=False)
 
 
 def _help_env(file: Path) -> str | None:
@@ -44,11 +39,19 @@ def _help_env(file: Path) -> str | None:
 def _manifest() -> Any:
     """The root manifest for help and completion, or ``None`` (a broken one warns once)."""
     file = manifest_file()
-    return None if file is None else _load(file, _help_env(file))
+    if file is None:
+        return None
+    env = _help_env(file)
+    from fdl.tasks.layers import overlay_path
+
+    overlay = overlay_path(file, env) if env else None
+    stamp = (file.stat().st_mtime_ns, overlay.stat().st_mtime_ns if overlay else 0)
+    return _load(file, env, stamp)
 
 
 @functools.cache
-def _load(file: Path, env: str | None) -> Any:
+def _load(file: Path, env: str | None, stamp: tuple[int, int]) -> Any:
+    """Cached per file, environment and modification times (help asks for it many times)."""
     from fdl.tasks.manifest import load_manifest
 
     try:
