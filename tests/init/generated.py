@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import flodl
-
 from tests.conftest import clean_env
 
 # What the generated model, training script and tests call (DESIGN.md §3).
