@@ -391,6 +391,7 @@ def _ensure_image(client: Any, service: Service) -> None:
         buildargs=service.build_args or None,
         tag=service.image,
         rm=True,
+        forcerm=True,  # also remove intermediate containers of a failed build
         decode=True,
     ):
         if "stream" in chunk:

@@ -223,7 +223,7 @@ def _busybox_rootfs(busybox: Path) -> bytes:
             info.type, info.mode = tarfile.DIRTYPE, 0o1777 if folder == "tmp" else 0o755
             tar.addfile(info)
         tar.add(busybox.resolve(), "bin/busybox")
-        for applet in ("sh", "echo", "cat", "touch", "pwd", "printf", "true", "ls", "env"):
+        for applet in ("sh", "echo", "cat", "touch", "pwd", "printf", "true", "ls", "env", "id"):
             link = tarfile.TarInfo(f"bin/{applet}")
             link.type, link.linkname = tarfile.SYMTYPE, "busybox"
             tar.addfile(link)
@@ -277,6 +277,33 @@ def test_missing_image_is_built_from_the_service_build_section(run_fdl, engine, 
         failed = run_fdl("t", cwd=root, env={"FDL_DOCKER_BACKEND": "sdk"})
         assert failed.returncode == 1
         assert f"building image '{tag}' failed" in failed.stderr
+        assert engine.containers.list(all=True, filters={"ancestor": IMAGE}) == []  # no debris
     finally:
         for image in engine.images.list(name=tag):
             engine.images.remove(image.id, force=True)
+
+
+@pytest.mark.docker
+def test_the_generated_compose_file_runs_under_the_sdk_backend(run_fdl, engine, tmp_path):
+    # `fdl init --docker`'s dev service, with the small test image standing in for the real one
+    # (building that needs a package registry): user mapping, mount, workdir, env, shm size.
+    assert run_fdl("init", "demo", "--docker", cwd=tmp_path).returncode == 0
+    root = tmp_path / "demo"
+    engine.images.get(IMAGE).tag("demo-dev", "latest")
+    try:
+        (root / "fdl.yml").write_text(
+            "commands:\n"
+            "  probe:\n"
+            "    run: id -u; echo $HOME $FDL_CONTAINER; pwd; ls pyproject.toml\n"
+            "    docker: dev\n"
+        )
+        result = run_fdl("probe", cwd=root / "src", env={"FDL_DOCKER_BACKEND": "sdk"})
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == [
+            str(os.getuid()),
+            "/tmp dev",
+            "/workspace",
+            "pyproject.toml",
+        ]
+    finally:
+        engine.images.remove("demo-dev:latest")
