@@ -96,7 +96,9 @@ def _create(name: str, mode: str | None, cuda: str | None) -> None:
     mode = mode or _ask_mode()
     tag, reason = _cuda_choice(cuda)
     files = create(target, Answers(name, package, mode, tag, reason))  # type: ignore[arg-type]
-    console.info(f"Created [bold]{name}[/] ({mode}, {len(files)} files) in {target}")
+    from rich.markup import escape
+
+    console.info(f"Created [bold]{name}[/] ({mode}, {len(files)} files) in {escape(str(target))}")
     steps = [f"cd {name}"]
     if mode == "docker":
         steps += [
@@ -123,6 +125,8 @@ def _create(name: str, mode: str | None, cuda: str | None) -> None:
 def _update(start: Path, mode: str | None, cuda: str | None, dry_run: bool) -> None:
     import dataclasses
 
+    from rich.markup import escape
+
     from fdl import __version__, console
     from fdl.errors import ExitCode, FdlError
     from fdl.scaffold import answers as answers_file
@@ -145,7 +149,7 @@ def _update(start: Path, mode: str | None, cuda: str | None, dry_run: bool) -> N
     for change in changes:
         if change.status in ("create", "update", "conflict"):
             console.out(change.diff())
-    console.info(f"Templates of fdl {old_version} -> {__version__} in {root}:")
+    console.info(escape(f"Templates of fdl {old_version} -> {__version__} in {root}:"))
     for change in changes:
         if change.status != "unchanged":
             note = {
@@ -153,7 +157,7 @@ def _update(start: Path, mode: str | None, cuda: str | None, dry_run: bool) -> N
                 "kept": "  (your edits; the template did not change)",
                 "skipped": "  (you deleted it; not recreated)",
             }.get(change.status, "")
-            console.info(f"  {change.status:<9} {change.path}{note}")
+            console.info(escape(f"  {change.status:<9} {change.path}{note}"))
     if not any(c.status in ("create", "update", "conflict") for c in changes):
         console.info("  nothing to update")
     if dry_run:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from rich.markup import escape
+
 from fdl import console
 from fdl.errors import ExitCode, FdlError
 
@@ -251,7 +253,9 @@ def run_in_service(service_name: str, script: str, cwd: Path, extra_env: dict[st
     service = load_service(compose_file, service_name)
     workdir = service.container_path(cwd) or service.working_dir
     backend = choose_backend()
-    console.detail(f"fdl: [{service_name}] {script}  (backend: {backend}, workdir: {workdir})")
+    console.detail(
+        escape(f"fdl: [{service_name}] {script}  (backend: {backend}, workdir: {workdir})")
+    )
     if backend == "compose":
         return _run_compose(service, script, workdir, extra_env)
     return _run_sdk(service, script, workdir, extra_env)
@@ -324,6 +328,11 @@ def _run_sdk(service: Service, script: str, workdir: str | None, extra_env: dict
     import docker
 
     client = docker_client()
+    if sys.stdin.isatty():
+        console.warn(
+            "fdl's built-in Docker runner does not forward keyboard input; for an interactive "
+            "session install the Docker Compose plugin, which fdl then uses"
+        )
     _ensure_image(client, service)
     volumes = {
         str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
@@ -361,7 +370,7 @@ def _run_sdk(service: Service, script: str, workdir: str | None, extra_env: dict
         try:
             container.remove(force=True)
         except docker.errors.DockerException as err:
-            console.warn(f"could not remove container {container.short_id}: {_short(err)}")
+            console.warn(escape(f"could not remove container {container.short_id}: {_short(err)}"))
 
 
 def _ensure_image(client: Any, service: Service) -> None:
@@ -374,7 +383,7 @@ def _ensure_image(client: Any, service: Service) -> None:
         pass
     if service.build_context is None:
         try:
-            console.info(f"fdl: pulling {service.image}")
+            console.info(escape(f"fdl: pulling {service.image}"))
             client.images.pull(service.image)
             return
         except docker.errors.DockerException as err:
@@ -383,7 +392,7 @@ def _ensure_image(client: Any, service: Service) -> None:
                 "build or pull it first, or give the service a 'build:' section",
                 ExitCode.UNAVAILABLE,
             ) from err
-    console.info(f"fdl: building {service.image} from {service.build_context}")
+    console.info(escape(f"fdl: building {service.image} from {service.build_context}"))
     failed = None
     for chunk in client.api.build(
         path=str(service.build_context),
@@ -395,7 +404,7 @@ def _ensure_image(client: Any, service: Service) -> None:
         decode=True,
     ):
         if "stream" in chunk:
-            console.detail(chunk["stream"].rstrip())
+            console.detail(escape(chunk["stream"].rstrip()))
         if "error" in chunk:
             failed = chunk["error"].strip()
     if failed:

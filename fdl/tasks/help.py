@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from fdl.errors import FdlError
 from fdl.tasks.compose import split_append
 from fdl.tasks.dispatch import ShowHelp, load_child
 from fdl.tasks.layers import list_envs
@@ -21,7 +22,7 @@ def describe(command: Command, env: str | None = None) -> str:
     if command.kind == "path":
         try:
             return load_child(command, env).description or "(sub-commands)"
-        except Exception:
+        except FdlError:  # a broken child is reported when it runs, not in a listing
             return "(sub-commands)"
     return "preset: " + " ".join(f"{k}={v}" for k, v in command.options.items())
 

@@ -57,7 +57,9 @@ def _load(file: Path, env: str | None, stamp: tuple[int, int]) -> Any:
     try:
         return load_manifest(file, env)
     except FdlError as err:
-        console.warn(f"project commands unavailable: {err}")
+        from rich.markup import escape
+
+        console.warn(escape(f"project commands unavailable: {err}"))
         return None
 
 

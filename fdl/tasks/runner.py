@@ -14,6 +14,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.markup import escape
+
 from fdl import console
 from fdl.errors import ExitCode, FdlError, FdlUsageError
 from fdl.tasks.discover import find_manifest
@@ -122,7 +124,7 @@ def execute(outcome: object, project_root: Path) -> int:
         script = compose_run(command.run, command.append, outcome.args, no_append=outcome.no_append)
         if command.docker and not in_container():
             return run_in_service(command.docker, script, command.declared_in, env)
-        console.detail(f"fdl: {script}")
+        console.detail(escape(f"fdl: {script}"))
         child = subprocess.Popen(
             ["sh", "-c", script], cwd=command.declared_in, env=os.environ | env
         )
@@ -131,9 +133,9 @@ def execute(outcome: object, project_root: Path) -> int:
     manifest = outcome.manifest
     argv = dispatch.entry_argv(manifest, outcome.preset, outcome.args)
     if manifest.docker and not in_container():
-        console.info(f"fdl: [{manifest.docker}] {shlex.join(argv)}")
+        console.info(escape(f"fdl: [{manifest.docker}] {shlex.join(argv)}"))
         return run_in_service(manifest.docker, shlex.join(argv), manifest.root, env)
-    console.info(f"fdl: {shlex.join(argv)}")
+    console.info(escape(f"fdl: {shlex.join(argv)}"))
     try:
         child = subprocess.Popen(argv, cwd=manifest.root, env=os.environ | env)
     except OSError as err:

@@ -253,6 +253,7 @@ def test_arguments_and_entries_in_a_real_container(run_fdl, engine, docker_proje
     entry = run_fdl("sub", "--x", cwd=docker_project, env={"FDL_DOCKER_BACKEND": "sdk"})
     assert entry.returncode == 0, entry.stderr
     assert entry.stdout == "entry in /workspace/sub --x\n"
+    assert "fdl: [dev] sh -c" in entry.stderr
 
 
 @pytest.mark.docker

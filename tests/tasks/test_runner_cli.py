@@ -132,10 +132,10 @@ def test_a_word_that_is_both_command_and_overlay_is_ambiguous(run_fdl, proj):
 
 
 def test_path_and_preset_commands(run_fdl, proj):
-    result = run_fdl("bench", "quick", "--epochs", "3", cwd=proj)
+    result = run_fdl("bench", "quick", "--epochs", "3", "[/x]", cwd=proj)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "ENTRY --epochs 1 --fast --epochs 3\n"
-    assert "fdl: python3 -c" in result.stderr  # what runs is echoed
+    assert result.stdout == "ENTRY --epochs 1 --fast --epochs 3 [/x]\n"
+    assert "fdl: python3 -c" in result.stderr and "[/x]" in result.stderr  # echoed verbatim
 
 
 def test_help_lists_project_commands_and_environments(run_fdl, proj):
