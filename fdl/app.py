@@ -13,6 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from fdl.errors import FdlUsageError
+from fdl.tasks import project
 
 
 class FdlGroup(TyperGroup):
@@ -25,12 +26,30 @@ class FdlGroup(TyperGroup):
             return name, command, args[1:]
         if name.startswith("-"):
             return super().resolve_command(ctx, args)  # an unknown option: click says so
+        if ctx.parent is None and project.routes_to_runner(name):
+            return name, project.TaskCommand(name, set(self.commands)), args[1:]  # `fdl ci test`
         path = ctx.command_path
         close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
         hint = (
             f"did you mean '{path} {close[0]}'?" if close else f"run '{path} --help' to list them"
         )
         raise FdlUsageError(f"unknown command '{name}'", hint)
+
+
+class FdlRootGroup(FdlGroup):
+    """The top-level group: built-ins, then the commands of the nearest fdl.yml (task runner)."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        builtin = super().get_command(ctx, cmd_name)
+        return builtin or project.task_command(cmd_name, set(self.commands))
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        builtins = super().list_commands(ctx)
+        return builtins + project.command_names(set(builtins))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self.epilog = project.epilog()
+        super().format_help(ctx, formatter)
 
 
 def _group(name: str, help_text: str) -> typer.Typer:
@@ -58,7 +77,7 @@ app = typer.Typer(
     name="fdl",
     help="The flodl toolchain: the right torch for this machine, project scaffolding, "
     "an fdl.yml task runner, and API references and a porting skill for AI assistants.",
-    cls=FdlGroup,
+    cls=FdlRootGroup,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},

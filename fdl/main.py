@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from fdl import __version__, console
@@ -28,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.OK
 
     import typer  # not needed for --version: keep that path minimal
+
+    if os.environ.get("_FDL_COMPLETE"):  # shell completion: register typer's shells first
+        from typer.completion import completion_init
+
+        completion_init()
 
     from fdl.app import app
 

@@ -1,20 +1,47 @@
-"""``fdl config show``: the resolved ``fdl.yml`` manifest with its overlays."""
+"""``fdl config show``: the resolved ``fdl.yml`` manifest with its overlays and their provenance."""
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
 
-from fdl.commands._pending import NOT_YET, pending
-
 
 def register(app: typer.Typer, make_group) -> None:
-    group = make_group("config", f"Inspect the resolved project configuration {NOT_YET}.")
+    group = make_group("config", "Inspect the resolved project configuration (fdl.yml).")
     app.add_typer(group)
 
-    @group.command("show", help="Print the merged fdl.yml manifest.")
+    @group.command(
+        "show",
+        help="Print the merged fdl.yml (with an environment overlay), each value tagged with the "
+        "file and line that set it.",
+    )
     def show(
-        env: Annotated[str | None, typer.Argument(help="Overlay to apply.")] = None,
+        env: Annotated[
+            str | None,
+            typer.Argument(
+                help="Overlay to apply (default: --env, then FDL_ENV).", show_default=False
+            ),
+        ] = None,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="One JSON document: files, merged config, sources.")
+        ] = False,
     ) -> None:
-        raise pending("config show")
+        import json
+
+        from fdl import console
+        from fdl.tasks import show as show_mod
+        from fdl.tasks.discover import find_manifest
+        from fdl.tasks.layers import load_layers, merge
+        from fdl.tasks.runner import no_manifest
+
+        file = find_manifest(offer_copy=False)
+        if file is None:
+            raise no_manifest()
+        chosen = env or console.settings.env or os.environ.get("FDL_ENV") or None
+        merged = merge(load_layers(file, chosen))
+        if as_json:
+            console.out(json.dumps({"env": chosen, **show_mod.as_json(merged)}, indent=2))
+        else:
+            console.out(show_mod.render(merged))

@@ -1,19 +1,168 @@
-"""``fdl init``: scaffold a project that trains on CPU out of the box."""
+"""``fdl init``: scaffold a project that trains on CPU out of the box; ``--update`` refreshes one."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from fdl.commands._pending import NOT_YET, pending
+from fdl.errors import FdlUsageError
 
 
 def register(app: typer.Typer, make_group) -> None:
-    @app.command("init", help=f"Scaffold a new flodl project {NOT_YET}.")
+    @app.command(
+        "init",
+        help="Scaffold a new flodl project (model, training script, tests, fdl.yml tasks; "
+        "Docker images with --docker), or bring newer templates into one with --update.",
+    )
     def init(
-        name: Annotated[str, typer.Argument(help="Project directory and name.")],
-        docker: Annotated[bool, typer.Option("--docker", help="Train inside Docker.")] = False,
-        native: Annotated[bool, typer.Option("--native", help="No Docker.")] = False,
+        name: Annotated[
+            str | None,
+            typer.Argument(
+                help="Project directory and name (letters, digits, '-', '_').", show_default=False
+            ),
+        ] = None,
+        docker: Annotated[
+            bool, typer.Option("--docker", help="Add CPU and CUDA images and compose services.")
+        ] = False,
+        native: Annotated[bool, typer.Option("--native", help="No Docker (the default).")] = False,
+        cuda: Annotated[
+            str | None,
+            typer.Option(
+                "--cuda", metavar="TAG", help="CUDA build of torch for the GPU image, e.g. 12.8."
+            ),
+        ] = None,
+        update: Annotated[
+            bool,
+            typer.Option(
+                "--update",
+                help="Re-render this project with the current templates (keeps your edits).",
+            ),
+        ] = False,
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="With --update: show the diff, change nothing.")
+        ] = False,
     ) -> None:
-        raise pending("init")
+        if docker and native:
+            raise FdlUsageError("--docker and --native are mutually exclusive", "pick one")
+        if dry_run and not update:
+            raise FdlUsageError("--dry-run only applies to --update", "add --update")
+        mode = "docker" if docker else "native" if native else None
+        if update:
+            _update(Path(name or "."), mode, cuda, dry_run)
+        else:
+            if name is None:
+                raise FdlUsageError("missing the project name", "e.g. fdl init my-model")
+            _create(name, mode, cuda)
+
+
+def _ask_mode() -> str:
+    """Docker or not: asked on a terminal, native otherwise."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return "native"
+    from rich.prompt import Confirm
+
+    from fdl import console
+
+    docker = Confirm.ask(
+        "Add Docker images (CPU + CUDA) and run the project's tasks in containers?",
+        default=False,
+        console=console.console(stderr=True),
+    )
+    return "docker" if docker else "native"
+
+
+def _cuda_choice(cuda: str | None) -> tuple[str, str]:
+    from fdl.scaffold.render import DEFAULT_CUDA, normalize_cuda
+
+    if cuda is not None:
+        return normalize_cuda(cuda), "chosen with --cuda"
+    return DEFAULT_CUDA, "the default; pick another with fdl init --update --cuda TAG"
+
+
+def _create(name: str, mode: str | None, cuda: str | None) -> None:
+    from fdl import console
+    from fdl.scaffold.create import create
+    from fdl.scaffold.names import validate
+    from fdl.scaffold.render import Answers
+
+    package = validate(name)
+    target = Path(name).resolve()
+    from fdl.scaffold.create import check_target
+
+    check_target(target)  # before asking anything
+    mode = mode or _ask_mode()
+    tag, reason = _cuda_choice(cuda)
+    files = create(target, Answers(name, package, mode, tag, reason))  # type: ignore[arg-type]
+    from rich.markup import escape
+
+    console.info(f"Created [bold]{name}[/] ({mode}, {len(files)} files) in {escape(str(target))}")
+    steps = [f"cd {name}"]
+    if mode == "docker":
+        steps += [
+            "fdl train -- --epochs 1     # builds the CPU image on first use, trains in it",
+            "fdl test",
+            "fdl shell                   # a shell in the container",
+        ]
+    else:
+        steps += [
+            "fdl train -- --epochs 1     # trains (on the GPU when there is one)",
+            "fdl train -- --epochs 3 --resume",
+            "fdl test",
+        ]
+    steps += ["fdl --help                  # every task in fdl.yml.example"]
+    console.info("\nNext:\n" + "\n".join(f"  {step}" for step in steps))
+    if mode != "docker":
+        console.info(
+            "\nTasks run with the 'python' on your PATH: use the environment flodl is installed in"
+            " (or, in a new one: pip install -e . pytest ruff)."
+        )
+    console.info(f"Then edit src/{package}/model.py (the model) and src/{package}/train.py (data).")
+
+
+def _update(start: Path, mode: str | None, cuda: str | None, dry_run: bool) -> None:
+    import dataclasses
+
+    from rich.markup import escape
+
+    from fdl import __version__, console
+    from fdl.errors import ExitCode, FdlError
+    from fdl.scaffold import answers as answers_file
+    from fdl.scaffold import update
+
+    root = answers_file.find_project(start)
+    if root is None:
+        raise FdlError(
+            f"no {answers_file.ANSWERS_PATH} found at or above {start.resolve()}",
+            "run 'fdl init --update' inside a project created by 'fdl init'",
+            ExitCode.UNAVAILABLE,
+        )
+    answers, old_version, recorded = answers_file.load(root)
+    if mode:
+        answers = dataclasses.replace(answers, mode=mode)  # type: ignore[arg-type]
+    if cuda:
+        tag, reason = _cuda_choice(cuda)
+        answers = dataclasses.replace(answers, cuda=tag, cuda_reason=reason)
+    changes = update.plan(root, answers, recorded)
+    for change in changes:
+        if change.status in ("create", "update", "conflict"):
+            console.out(change.diff())
+    console.info(escape(f"Templates of fdl {old_version} -> {__version__} in {root}:"))
+    for change in changes:
+        if change.status != "unchanged":
+            note = {
+                "conflict": f"  (yours kept; new version in {change.path}{update.CONFLICT_SUFFIX})",
+                "kept": "  (your edits; the template did not change)",
+                "skipped": "  (you deleted it; not recreated)",
+            }.get(change.status, "")
+            console.info(escape(f"  {change.status:<9} {change.path}{note}"))
+    if not any(c.status in ("create", "update", "conflict") for c in changes):
+        console.info("  nothing to update")
+    if dry_run:
+        console.info("Dry run: nothing written.")
+        return
+    update.apply(root, answers, changes)
+    if any(c.status == "conflict" for c in changes):
+        console.warn(f"merge each *{update.CONFLICT_SUFFIX} file into its original, then delete it")

@@ -1,0 +1,114 @@
+"""Render the project templates into memory: ``{relative path: bytes}``.
+
+Template tree conventions (``scaffold_templates/project``): ``*.jinja`` files are rendered with
+jinja2 (undefined variables are errors), other files are copied; a ``__package__`` path part
+becomes the package name and a ``dot-`` prefix a leading dot (``dot-gitignore`` ->
+``.gitignore``); Docker files are left out of native projects.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from importlib.abc import Traversable
+from typing import Any, Literal
+
+from fdl import __version__
+from fdl.errors import FdlUsageError
+from fdl.resources import bundled_dir
+
+Mode = Literal["native", "docker"]
+DOCKER_ONLY = frozenset({"Dockerfile", "Dockerfile.cuda", "docker-compose.yml", ".dockerignore"})
+DEFAULT_CUDA = "cu128"
+
+
+@dataclass(frozen=True)
+class Answers:
+    """Everything a project is rendered from (stored in ``.fdl/project.toml``)."""
+
+    name: str
+    package: str
+    mode: Mode = "native"
+    cuda: str = DEFAULT_CUDA
+    cuda_reason: str = ""
+
+    @property
+    def docker(self) -> bool:
+        return self.mode == "docker"
+
+    def context(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "docker": self.docker,
+            "flodl_requirement": flodl_requirement(__version__),
+            "fdl_version": __version__,
+        }
+
+
+def flodl_requirement(version: str) -> str:
+    """A requirement compatible with ``version`` (semver: 0.x minors are breaking).
+
+    >>> flodl_requirement("0.1.3"), flodl_requirement("1.4.0")
+    ('flodl>=0.1.3,<0.2', 'flodl>=1.4.0,<2')
+    """
+    parts = [int(p) for p in re.findall(r"\d+", version)[:3]] + [0, 0]
+    major, minor = parts[0], parts[1]
+    release = ".".join(str(p) for p in parts[:3])
+    upper = f"0.{minor + 1}" if major == 0 else str(major + 1)
+    return f"flodl>={release},<{upper}"
+
+
+def normalize_cuda(tag: str) -> str:
+    """``12.8``, ``cu128`` or ``128`` -> ``cu128`` (the PyTorch wheel-index name).
+
+    >>> normalize_cuda("12.6"), normalize_cuda("cu130")
+    ('cu126', 'cu130')
+    """
+    text = tag.strip().lower().removeprefix("cu")
+    match = re.fullmatch(r"(\d{2})\.?(\d)", text)
+    if not match:
+        raise FdlUsageError(
+            f"--cuda {tag!r} is not a CUDA version", "write it as 12.8 or cu128 (see fdl diagnose)"
+        )
+    return f"cu{match.group(1)}{match.group(2)}"
+
+
+def render(answers: Answers, templates: Traversable | None = None) -> dict[str, bytes]:
+    """Every file of the project for ``answers``, rendered (paths use ``/``)."""
+    import jinja2
+
+    root = templates if templates is not None else bundled_dir("scaffold_templates") / "project"
+    environment = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+    )
+    context = answers.context()
+    files: dict[str, bytes] = {}
+    for parts, entry in _walk(root, ()):
+        target = [_target_name(part, answers.package) for part in parts]
+        if target[-1].endswith(".jinja"):
+            target[-1] = target[-1].removesuffix(".jinja")
+            text = entry.read_text(encoding="utf-8")
+            content = environment.from_string(text).render(context).encode("utf-8")
+        else:
+            content = entry.read_bytes()
+        if not answers.docker and target[-1] in DOCKER_ONLY:
+            continue
+        files["/".join(target)] = content
+    return dict(sorted(files.items()))
+
+
+def _walk(folder: Traversable, parts: tuple[str, ...]) -> list[tuple[tuple[str, ...], Traversable]]:
+    found = []
+    for entry in folder.iterdir():
+        if entry.name == "__pycache__":
+            continue
+        if entry.is_dir():
+            found += _walk(entry, (*parts, entry.name))
+        else:
+            found.append(((*parts, entry.name), entry))
+    return found
+
+
+def _target_name(part: str, package: str) -> str:
+    part = part.replace("__package__", package)
+    return "." + part.removeprefix("dot-") if part.startswith("dot-") else part

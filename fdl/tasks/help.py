@@ -1,0 +1,113 @@
+"""Help screens of the task runner (stdout, so they can be piped and grepped).
+
+``fdl --help`` inside a project adds the manifest's commands and environments to fdl's own help
+(see ``fdl.app``); ``fdl <cmd> -h`` explains one command: what it runs, where, with what.
+"""
+
+from __future__ import annotations
+
+from fdl.errors import FdlError
+from fdl.tasks.compose import split_append
+from fdl.tasks.dispatch import ShowHelp, load_child
+from fdl.tasks.layers import list_envs
+from fdl.tasks.manifest import Command, Manifest
+
+
+def describe(command: Command, env: str | None = None) -> str:
+    """One line for a command list: its description, else what it runs."""
+    if command.description:
+        return command.description
+    if command.kind == "run":
+        return command.run.strip().splitlines()[0] if command.run else ""
+    if command.kind == "path":
+        try:
+            return load_child(command, env).description or "(sub-commands)"
+        except FdlError:  # a broken child is reported when it runs, not in a listing
+            return "(sub-commands)"
+    return "preset: " + " ".join(f"{k}={v}" for k, v in command.options.items())
+
+
+def command_rows(manifest: Manifest) -> list[tuple[str, str]]:
+    """(name, description) of every command of ``manifest``, in file order."""
+    return [(name, describe(c, manifest.env)) for name, c in manifest.commands.items()]
+
+
+def env_rows(manifest: Manifest) -> list[tuple[str, str]]:
+    """(env, note) for the overlays next to the manifest; the active one is marked."""
+    return [
+        (env, f"fdl.{env}.yml" + ("  (active)" if env == manifest.env else ""))
+        for env in list_envs(manifest.file)
+    ]
+
+
+def _table(title: str, rows: list[tuple[str, str]]) -> list[str]:
+    if not rows:
+        return []
+    width = max(len(name) for name, _ in rows) + 2
+    return ["", f"{title}:", *(f"  {name.ljust(width)}{text}".rstrip() for name, text in rows)]
+
+
+def render(outcome: ShowHelp) -> str:
+    """The help text for a :class:`ShowHelp` outcome."""
+    command, manifest = outcome.command, outcome.manifest
+    if command is None:
+        return _manifest_help(manifest, outcome.qualified)
+    if command.kind == "run":
+        return _run_help(command, outcome.qualified)
+    return _preset_help(manifest, command, outcome.qualified)
+
+
+def _run_help(command: Command, qualified: str) -> str:
+    pre, post, separator = split_append(command.append)
+    runs = " ".join(filter(None, [command.run.strip() if command.run else "", pre, "[ARGS...]"]))
+    if separator or post:
+        runs += " -- " + " ".join(filter(None, [post, "[MORE...]"]))
+    lines = [f"fdl {qualified}" + (f" — {command.description}" if command.description else "")]
+    lines += ["", f"Usage: fdl {qualified} [--no-append] [-- ARGS... [-- MORE...]]", "", "Runs:"]
+    where = f"in service '{command.docker}' (docker)" if command.docker else "on this machine"
+    lines += [f"  {runs}", f"  {where}, from {command.declared_in}"]
+    lines += [
+        "",
+        "Arguments after '--' are passed to the script, after its 'append:' defaults so yours",
+        "win; a second '--' sends the rest after the script's own '--'. --no-append drops",
+        "the 'append:' defaults for this run.",
+    ]
+    return "\n".join(lines)
+
+
+def _manifest_help(manifest: Manifest, qualified: str) -> str:
+    prog = " ".join(filter(None, ["fdl", qualified]))
+    title = prog + (f" — {manifest.description}" if manifest.description else "")
+    presets = [(n, describe(c)) for n, c in manifest.commands.items() if c.kind == "preset"]
+    others = [
+        (n, describe(c, manifest.env)) for n, c in manifest.commands.items() if c.kind != "preset"
+    ]
+    slot = f" [{manifest.arg_name}]" if presets else ""
+    slot += " [COMMAND]" if others else ""
+    lines = [title, "", f"Usage: {prog}{slot} [ARGS...]"]
+    lines += _table("Presets", presets)
+    lines += _table("Commands", others)
+    if manifest.entry:
+        docker = f"  (in service '{manifest.docker}')" if manifest.docker else ""
+        lines += [
+            "",
+            "Entry:",
+            f"  {manifest.entry}{docker}",
+            "  Other arguments are passed to it.",
+        ]
+    lines += ["", f"Defined in {manifest.file}"]
+    return "\n".join(lines)
+
+
+def _preset_help(manifest: Manifest, command: Command, qualified: str) -> str:
+    from fdl.tasks.dispatch import entry_argv
+
+    title = f"fdl {qualified}" + (f" — {command.description}" if command.description else "")
+    lines = [title, "", f"Usage: fdl {qualified} [ARGS...]", "", "Options:"]
+    lines += [f"  {key}: {value}" for key, value in command.options.items()]
+    if manifest.entry:
+        import shlex
+
+        lines += ["", "Runs:", f"  {shlex.join(entry_argv(manifest, command, []))} [ARGS...]"]
+    lines += ["", "Arguments are appended after the preset's options, so they override them."]
+    return "\n".join(lines)

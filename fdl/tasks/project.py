@@ -1,0 +1,147 @@
+"""The task runner as seen from fdl's command tree: manifest commands next to the built-ins.
+
+``fdl --help`` inside a project lists the manifest's commands in their own panel (and its
+environments below), shell completion offers them, and ``fdl <name>`` runs them. This module is
+imported when the command tree is built, so it stays cheap: it only looks for the file; PyYAML is
+imported when a manifest is actually read.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from typer import _click
+from typer.core import TyperCommand
+
+from fdl import console
+from fdl.errors import FdlError
+from fdl.tasks.discover import find_manifest
+
+PANEL = "Project commands"
+
+
+def manifest_file() -> Path | None:
+    """The nearest manifest (or example), without offering to copy anything (a few stat calls)."""
+    return find_manifest(offer_copy=False)
+
+
+def _help_env(file: Path) -> str | None:
+    from fdl.tasks.layers import overlay_path
+
+    env = console.settings.env or os.environ.get("FDL_ENV") or None
+    return env if env and overlay_path(file, env) else None
+
+
+def _manifest() -> Any:
+    """The root manifest for help and completion, or ``None`` (a broken one warns once)."""
+    file = manifest_file()
+    if file is None:
+        return None
+    env = _help_env(file)
+    from fdl.tasks.layers import overlay_path
+
+    overlay = overlay_path(file, env) if env else None
+    stamp = (file.stat().st_mtime_ns, overlay.stat().st_mtime_ns if overlay else 0)
+    return _load(file, env, stamp)
+
+
+@functools.cache
+def _load(file: Path, env: str | None, stamp: tuple[int, int]) -> Any:
+    """Cached per file, environment and modification times (help asks for it many times)."""
+    from fdl.tasks.manifest import load_manifest
+
+    try:
+        return load_manifest(file, env)
+    except FdlError as err:
+        from rich.markup import escape
+
+        console.warn(escape(f"project commands unavailable: {err}"))
+        return None
+
+
+def command_names(builtins: Collection[str]) -> list[str]:
+    """Names of the project's commands (empty outside a project)."""
+    manifest = _manifest()
+    return [n for n in manifest.commands if n not in builtins] if manifest else []
+
+
+def task_command(name: str, builtins: Collection[str]) -> _click.Command | None:
+    """A command object for manifest command ``name``, or ``None`` if there is no such command.
+
+    A manifest that fails to load still yields a command, so that running it reports the error.
+    """
+    if name in builtins or manifest_file() is None:
+        return None
+    manifest = _manifest()
+    if manifest is None:
+        return TaskCommand(name, builtins)
+    if name not in manifest.commands:
+        return None
+    from fdl.tasks.help import describe
+
+    return TaskCommand(name, builtins, describe(manifest.commands[name], manifest.env))
+
+
+def routes_to_runner(name: str) -> bool:
+    """True when ``name`` is an environment overlay of the project (``fdl ci test``)."""
+    file = manifest_file()
+    if file is None:
+        return False
+    from fdl.tasks.layers import overlay_path
+
+    return overlay_path(file, name) is not None
+
+
+def epilog() -> str | None:
+    """Project and environment lines for the bottom of ``fdl --help``."""
+    manifest = _manifest()
+    if manifest is None:
+        return None
+    from fdl.tasks.layers import list_envs
+
+    lines = [
+        f"Project: {manifest.file}" + (f" — {manifest.description}" if manifest.description else "")
+    ]
+    envs = list_envs(manifest.file)
+    if envs:
+        marked = ", ".join(f"{e} (active)" if e == manifest.env else e for e in envs)
+        lines.append(
+            f"Environments: {marked}. Select one with --env NAME, FDL_ENV=NAME or 'fdl NAME COMMAND'."
+        )
+    lines.append("'fdl COMMAND -h' explains a project command.")
+    return "\n\n".join(lines)
+
+
+class TaskCommand(TyperCommand):
+    """A manifest command: its arguments are not parsed by click but handed to the runner."""
+
+    def __init__(self, name: str, builtins: Collection[str], help: str | None = None):
+        super().__init__(
+            name,
+            help=help,
+            add_help_option=False,
+            context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        )
+        self.builtins = set(builtins)
+        file = manifest_file()
+        self.rich_help_panel = f"{PANEL} ({_relative(file)})" if file else PANEL
+
+    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+        ctx.args = list(args)
+        return ctx.args
+
+    def invoke(self, ctx: _click.Context) -> int:
+        from fdl.tasks.runner import run_tokens
+
+        return run_tokens([ctx.info_name or self.name or "", *ctx.args], self.builtins)
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,35 @@
+"""docs/getting-started.md runs as written: every ```bash block, in order, in one shell."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.init.generated import missing_apis, shell, skip_reason
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
+BLOCK = re.compile(r"^```bash\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+
+
+def bash_blocks() -> list[str]:
+    return [match.group("body") for match in BLOCK.finditer(PAGE.read_text(encoding="utf-8"))]
+
+
+def test_the_page_walks_through_init_train_resume_and_ci():
+    script = "".join(bash_blocks())
+    for step in ("fdl init my-model", "--resume", "fdl --env ci test", "fdl config show ci"):
+        assert step in script
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(missing_apis()), reason=skip_reason())
+def test_getting_started_runs(tmp_path):
+    result = shell("".join(bash_blocks()), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    checkpoints = tmp_path / "my-model" / "checkpoints"
+    assert json.loads((checkpoints / "state.json").read_text()) == {"epoch": 2}
+    assert "resumed from checkpoints" in result.stdout
+    assert "# fdl.ci.yml:" in result.stdout  # config show ci: provenance of the overlay

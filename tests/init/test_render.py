@@ -1,0 +1,121 @@
+"""Rendering the templates: the right files per mode, valid Python, YAML, TOML and compose."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+
+import pytest
+
+from fdl import __version__
+from fdl.errors import FdlUsageError
+from fdl.scaffold.render import Answers, flodl_requirement, normalize_cuda, render
+from fdl.tasks.docker import load_service
+from fdl.tasks.manifest import load_manifest
+
+COMMON = {
+    ".gitignore", "README.md", "fdl.ci.yml", "fdl.yml.example", "pyproject.toml",
+    "src/my_model/__init__.py", "src/my_model/model.py", "src/my_model/train.py",
+    "tests/test_model.py", "tests/test_train.py",
+}  # fmt: skip
+DOCKER = {"Dockerfile", "Dockerfile.cuda", "docker-compose.yml", ".dockerignore"}
+
+
+def rendered(mode: str, cuda: str = "cu128") -> dict[str, bytes]:
+    return render(Answers("my-model", "my_model", mode, cuda))  # type: ignore[arg-type]
+
+
+def test_native_and_docker_file_sets():
+    assert set(rendered("native")) == COMMON
+    assert set(rendered("docker")) == COMMON | DOCKER
+
+
+@pytest.mark.parametrize("mode", ["native", "docker"])
+def test_python_files_are_valid_and_use_the_package(mode):
+    files = rendered(mode)
+    for path, content in files.items():
+        if path.endswith(".py"):
+            ast.parse(content.decode(), path)  # raises on a template mistake
+    train = files["src/my_model/train.py"].decode()
+    assert "from my_model.model import" in train
+    for needle in (
+        "fl.manual_seed",
+        "fl.Monitor",
+        "CosineScheduler",
+        "save_checkpoint",
+        "--resume",
+        "--device",
+        "--epochs",
+        "REPLACE",
+    ):
+        assert needle in train, needle
+    model = files["src/my_model/model.py"].decode()
+    assert ".also(" in model and '.tag("features")' in model and "fl.FlowBuilder" in model
+
+
+def test_pyproject_depends_on_a_compatible_flodl():
+    data = tomllib.loads(rendered("native")["pyproject.toml"].decode())
+    assert data["project"]["name"] == "my-model"
+    assert data["project"]["dependencies"] == [flodl_requirement(__version__)]
+    assert data["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == ["src/my_model"]
+
+
+@pytest.mark.parametrize("mode", ["native", "docker"])
+def test_manifest_and_ci_overlay_load_with_described_commands(tmp_path, mode):
+    files = rendered(mode)
+    for name in ("fdl.yml.example", "fdl.ci.yml", "docker-compose.yml"):
+        if name in files:
+            (tmp_path / name).write_bytes(files[name])
+    manifest = load_manifest(tmp_path / "fdl.yml.example")
+    expected = {"train", "test", "lint"}
+    if mode == "docker":
+        expected |= {"shell", "cuda-train", "cuda-test", "cuda-shell"}
+    assert set(manifest.commands) == expected
+    assert all(c.description for c in manifest.commands.values())
+    services = {c.docker for c in manifest.commands.values()}
+    assert services == ({"dev", "cuda"} if mode == "docker" else {None})
+    ci = load_manifest(tmp_path / "fdl.yml.example", "ci")
+    assert "--epochs 1" in ci.commands["train"].append
+    assert ci.commands["train"].docker is None  # CI trains on the host in both modes
+
+
+def test_compose_services(tmp_path):
+    files = rendered("docker", "cu126")
+    (tmp_path / "docker-compose.yml").write_bytes(files["docker-compose.yml"])
+    dev = load_service(tmp_path / "docker-compose.yml", "dev")
+    cuda = load_service(tmp_path / "docker-compose.yml", "cuda")
+    assert dev.container_path(tmp_path) == cuda.container_path(tmp_path) == "/workspace"
+    assert not dev.gpus and cuda.gpus
+    assert dev.environment["FDL_CONTAINER"] == "dev"  # fdl inside runs commands directly
+    assert cuda.build_args == {"TORCH_INDEX": "https://download.pytorch.org/whl/cu126"}
+    assert cuda.image == "my_model-cuda:cu126" and dev.image == "my_model-dev"
+    assert dev.unknown_keys == cuda.unknown_keys == []  # the SDK backend can run both
+    assert "whl/cu126" in files["Dockerfile.cuda"].decode()
+    assert "whl/cpu" in files["Dockerfile"].decode()
+
+
+def test_gitignore_keeps_outputs_and_local_config_out():
+    lines = rendered("native")[".gitignore"].decode().splitlines()
+    for entry in ("checkpoints/", ".venv/", "fdl.yml", "*.fdl"):
+        assert entry in lines
+    assert "fdl.yml.example" not in lines and ".fdl/" not in lines
+
+
+@pytest.mark.parametrize(
+    ("tag", "expected"),
+    [("12.8", "cu128"), ("cu126", "cu126"), ("130", "cu130"), (" CU12.9 ", "cu129")],
+)
+def test_cuda_tags(tag, expected):
+    assert normalize_cuda(tag) == expected
+
+
+@pytest.mark.parametrize("tag", ["cpu", "12", "cu12.8.1", "twelve"])
+def test_bad_cuda_tags(tag):
+    with pytest.raises(FdlUsageError, match="is not a CUDA version"):
+        normalize_cuda(tag)
+
+
+def test_flodl_requirement():
+    assert flodl_requirement("0.1.0") == "flodl>=0.1.0,<0.2"
+    assert flodl_requirement("2.3") == "flodl>=2.3.0,<3"
+    assert flodl_requirement("0.4.0rc1") == "flodl>=0.4.0,<0.5"
