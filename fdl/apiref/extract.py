@@ -48,11 +48,13 @@ class _Extractor:
     def run(self) -> ApiReference:
         queue: deque[tuple[Any, str, bool]] = deque([(self.root, self.package, True)])
         seen: set[str] = set()
+        imports: dict[str, set[str]] = {}
         while queue:
             module, public_path, exported = queue.popleft()
             if public_path in seen:
                 continue
             seen.add(public_path)
+            imports[public_path] = {str(target) for target in module.imports.values()}
             public = self._public_members(module)
             names = [name for name, _ in public]
             listed = set(names)
@@ -75,6 +77,7 @@ class _Extractor:
                 names=sorted(names),
                 exported=exported,
             )
+        self._mark_loaded(imports)
         self._add_returned_helpers()
         entries = sorted(
             self.entries.values(), key=lambda e: (not e.exported, e.category, e.path.lower())
@@ -86,6 +89,25 @@ class _Extractor:
             entries=entries,
             modules=sorted(self.modules.values(), key=lambda m: m.path),
         )
+
+    def _mark_loaded(self, imports: dict[str, set[str]]) -> None:
+        """Which modules ``import <package>`` loads: the closure of imports from the root.
+
+        Importing ``a.b.c`` loads ``a.b`` and ``a.b.c``, so ``fl.nn.functional`` works only when
+        something on that path imports ``flodl.nn.functional``.
+        """
+        loaded = {self.package}
+        pending = [self.package]
+        while pending:
+            for target in imports.get(pending.pop(), ()):
+                parts = target.split(".")
+                for i in range(2, len(parts) + 1):
+                    prefix = ".".join(parts[:i])
+                    if prefix in self.modules and prefix not in loaded:
+                        loaded.add(prefix)
+                        pending.append(prefix)
+        for path, info in self.modules.items():
+            info.loaded = path in loaded
 
     def _public_members(self, module: Any) -> list[tuple[str, Any]]:
         """(name, resolved object or None when it lives outside the package) per public name."""

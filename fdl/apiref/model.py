@@ -87,27 +87,6 @@ class ApiEntry:
                     found.setdefault(member.name, member)
         return found
 
-    @property
-    def has_external_bases(self) -> bool:
-        """Whether attributes may come from a base class outside the package (e.g. nn.Module)."""
-        return bool(self.bases) and any(
-            not b.startswith(self.defined_at.split(".")[0] + ".") and b not in _PLAIN_BASES
-            for b in self.bases
-        )
-
-
-_PLAIN_BASES = {
-    "object",
-    "Exception",
-    "enum.Enum",
-    "enum.IntEnum",
-    "enum.StrEnum",
-    "typing.Generic",
-    "typing.Protocol",
-    "abc.ABC",
-    "typing.NamedTuple",
-}
-
 
 @dataclass
 class ModuleInfo:
@@ -118,6 +97,7 @@ class ModuleInfo:
     doc: str
     names: list[str]
     exported: bool  # part of the public surface (reached through __all__ from the root)
+    loaded: bool = True  # ``import <package>`` imports it, so attribute access works
 
 
 @dataclass

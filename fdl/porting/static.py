@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fdl.apiref.model import ApiEntry, ApiReference, Member
+from fdl.porting.foreign import foreign_class
 
 
 @dataclass
@@ -67,6 +68,20 @@ class _Value:
     """A flodl value whose type is not tracked further (checking stops here, silently)."""
 
 
+@dataclass(frozen=True)
+class _Inherited:
+    names: frozenset[str]
+    bases: list[str]
+    uncertain: bool  # a base is unreadable or has __getattr__: a missing name is a warning
+
+
+_EXCEPTION_NAMES = frozenset({"args", "with_traceback", "add_note", "__notes__"})
+_BUILTIN_BASES = {
+    "Exception": _EXCEPTION_NAMES,
+    "BaseException": _EXCEPTION_NAMES,
+    "object": frozenset(),
+}
+
 _Sym = _Module | _Class | _Instance | _Callable | _Value
 
 
@@ -76,6 +91,7 @@ class ApiIndex:
     def __init__(self, ref: ApiReference) -> None:
         self.package = ref.package
         self.modules = {m.path: set(m.names) for m in ref.modules}
+        self.loaded = {m.path for m in ref.modules if m.loaded}
         self.entries: dict[str, ApiEntry] = {}
         self.public_by_name: dict[str, list[str]] = {}
         for entry in ref.entries:
@@ -102,6 +118,32 @@ class ApiIndex:
         if entry.kind == "function":
             return _Callable(entry.returns_type)
         return _Value()
+
+    def foreign_members(self, entry: ApiEntry) -> _Inherited:
+        """Names ``entry`` inherits from bases outside the package (read from their source)."""
+        names: set[str] = set()
+        bases: list[str] = []
+        uncertain = False
+        pending, seen = list(entry.bases), set()
+        while pending:
+            base = pending.pop()
+            if base in seen:
+                continue
+            seen.add(base)
+            own = self.entries.get(base)
+            if own is not None:
+                pending.extend(own.bases)
+                continue
+            bases.append(base)
+            if base in _BUILTIN_BASES:
+                names |= _BUILTIN_BASES[base]
+                continue
+            found = foreign_class(base)
+            if found is None or found.dynamic:
+                uncertain = True
+            if found is not None:
+                names |= found.names
+        return _Inherited(frozenset(names), bases, uncertain)
 
     def instance_of(self, type_path: str | None) -> _Sym:
         entry = self.entries.get(type_path) if type_path else None
@@ -141,6 +183,7 @@ class _Checker(ast.NodeVisitor):
         self.memo: dict[int, _Sym | None] = {}
         self.findings: dict[tuple[int, int, str], Finding] = {}
         self.used: set[str] = set()
+        self.imported: set[str] = set()  # modules the script imports itself
 
     # -- scopes ---------------------------------------------------------------------------
     def bind(self, name: str, sym: _Sym | None) -> None:
@@ -198,6 +241,7 @@ class _Checker(ast.NodeVisitor):
                 self._unknown_module(node, alias.name)
                 continue
             self.used.add(alias.name)
+            self._mark_imported(alias.name)
             if alias.asname:
                 self.bind(alias.asname, _Module(alias.name))
             else:
@@ -211,6 +255,7 @@ class _Checker(ast.NodeVisitor):
             self._unknown_module(node, module)
             return
         self.used.add(module)
+        self._mark_imported(module)
         for alias in node.names:
             if alias.name == "*":
                 for name in self.index.modules[module]:
@@ -222,6 +267,10 @@ class _Checker(ast.NodeVisitor):
             else:
                 self.used.add(f"{module}.{alias.name}")
             self.bind(alias.asname or alias.name, sym)
+
+    def _mark_imported(self, module: str) -> None:
+        parts = module.split(".")
+        self.imported.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
 
     # -- statements that bind names ---------------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:
@@ -296,8 +345,20 @@ class _Checker(ast.NodeVisitor):
             sym = self.index.member_of(base.path, name)
             if sym is None:
                 self._unknown_name(node, base.path, name, ast.unparse(node))
-            else:
-                self.used.add(f"{base.path}.{name}")
+                return None
+            self.used.add(f"{base.path}.{name}")
+            if isinstance(sym, _Module) and not self._is_loaded(sym.path):
+                self._add(
+                    node,
+                    {
+                        "severity": "error",
+                        "code": "not-imported",
+                        "message": f"`{ast.unparse(node)}` is a module that `import "
+                        f"{self.index.package}` does not load (AttributeError at run time)",
+                        "suggestions": [f"import {sym.path}"],
+                        "target": sym.path,
+                    },
+                )
             return sym
         if isinstance(base, _Class | _Instance):
             return self._member(node, base.entry, name, on_class=isinstance(base, _Class))
@@ -308,7 +369,9 @@ class _Checker(ast.NodeVisitor):
             return _Value()
         member = entry.members().get(name)
         if member is None:
-            self._unknown_attribute(node, entry, name)
+            inherited = self.index.foreign_members(entry)
+            if name not in inherited.names:
+                self._unknown_attribute(node, entry, name, inherited)
             return _Value()
         self.used.add(f"{entry.path}.{name}")
         return _member_symbol(member, self.index)
@@ -363,10 +426,12 @@ class _Checker(ast.NodeVisitor):
             },
         )
 
-    def _unknown_attribute(self, node: ast.Attribute, entry: ApiEntry, name: str) -> None:
+    def _unknown_attribute(
+        self, node: ast.Attribute, entry: ApiEntry, name: str, inherited: _Inherited
+    ) -> None:
         members = entry.members()
         close = difflib.get_close_matches(name, sorted(members), n=3)
-        foreign = entry.has_external_bases
+        foreign = inherited.uncertain and not close  # a near-miss of a flodl name is a typo
         written = ast.unparse(node)
         if len(written) > 48:
             written = (
@@ -375,8 +440,8 @@ class _Checker(ast.NodeVisitor):
         message = f"`{written}` does not exist: {entry.name} has no attribute '{name}'"
         if foreign:
             message += (
-                f" in flodl (it may come from {', '.join(entry.bases)}; "
-                "check it if it is not a PyTorch method)"
+                f" in flodl or {', '.join(inherited.bases)} "
+                "(allowed only if it is set at run time, e.g. a child module)"
             )
         elif entry.builder_methods and not close:
             chain = ", ".join(f".{m.name}()" for m in entry.builder_methods)
@@ -393,6 +458,9 @@ class _Checker(ast.NodeVisitor):
                 "target": f"{entry.path}.{name}",
             },
         )
+
+    def _is_loaded(self, module: str) -> bool:
+        return module in self.index.loaded or module in self.imported
 
     def spell(self, path: str) -> str:
         """``path`` as this script would write it (``flodl.nn.X`` -> ``fl.nn.X``)."""

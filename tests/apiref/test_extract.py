@@ -72,7 +72,7 @@ def test_docstrings_examples_enums_properties_and_dataclasses(mini):
         ("MEAN", " = 'mean'"),
     ]
     graph = entry(mini, "flodl.Graph")
-    assert graph.bases == ["torch.nn.Module"] and graph.has_external_bases
+    assert graph.bases == ["torch.nn.Module"]
     assert [(a.name, a.kind) for a in graph.attributes] == [("label", "property")]
     step = entry(mini, "flodl.optim.StepDecay")
     assert step.signature == "(base_lr: float, step_size: int, gamma: float = 0.1)"
