@@ -172,6 +172,29 @@ def check_source(source: str, filename: str, ref: ApiReference) -> tuple[list[Fi
     return findings, checker.used
 
 
+# PyTorch names people reach for on flodl, and where they went (layers stay PyTorch).
+_LAYER = "torch.nn.{name} (layers stay PyTorch)"
+PYTORCH_HINTS = {
+    **{
+        name: _LAYER.format(name=name)
+        for name in (
+            "Linear Conv1d Conv2d Conv3d BatchNorm1d BatchNorm2d LayerNorm GroupNorm Dropout "
+            "ReLU GELU SiLU Tanh Sigmoid Softmax Embedding LSTM GRU MultiheadAttention "
+            "MaxPool2d AvgPool2d AdaptiveAvgPool2d Flatten Identity ModuleList ModuleDict"
+        ).split()
+    },
+    "Sequential": "fl.FlowBuilder(first).through(...).build() (or keep torch.nn.Sequential)",
+    "Module": "torch.nn.Module (a built fl.Graph is one)",
+    "DataParallel": "fl.Trainer (one process per device)",
+    "DistributedDataParallel": "fl.Trainer (it joins torchrun's group)",
+    "DistributedSampler": "fl.Trainer / fl.data.DataLoader (they partition across ranks)",
+    "SummaryWriter": "fl.Monitor",
+    "save": "graph.save_checkpoint(path) / fl.save_checkpoint",
+    "load": "graph.load_checkpoint(path) / fl.load_checkpoint",
+    "no_grad": "torch.no_grad (unchanged)",
+    "autocast": "torch.autocast (unchanged)",
+}
+
 _DUNDER_OK = {"__name__", "__doc__", "__class__", "__dict__", "__module__", "__qualname__"}
 
 
@@ -415,6 +438,8 @@ class _Checker(ast.NodeVisitor):
             for p in paths
         ]
         suggestions = list(dict.fromkeys([*elsewhere, *lowered, *close]))[:4]
+        if name in PYTORCH_HINTS and not elsewhere:
+            suggestions.append(PYTORCH_HINTS[name])
         self._add(
             node,
             {

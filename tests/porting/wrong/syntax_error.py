@@ -1,0 +1,6 @@
+"""A port with a syntax error."""
+
+import flodl as fl
+
+model = fl.FlowBuilder(
+    .through(None)
