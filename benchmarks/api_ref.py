@@ -27,7 +27,11 @@ def main(rounds: int = 9) -> list[dict[str, object]]:
     source = find_source(src)
     home = tempfile.mkdtemp(prefix="fdl-bench-home-")
     repo = str(Path(__file__).resolve().parent.parent)  # this checkout's fdl
-    env = {**os.environ, "FLODL_HOME": home, "PYTHONPATH": os.pathsep.join([str(source.root), repo])}
+    env = {
+        **os.environ,
+        "FLODL_HOME": home,
+        "PYTHONPATH": os.pathsep.join([str(source.root), repo]),
+    }
     os.environ["FLODL_HOME"] = home
     load_reference(src)  # warm the cache for the cached cases
     path_args = ["--path", str(source.root)]

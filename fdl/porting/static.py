@@ -178,10 +178,33 @@ PYTORCH_HINTS = {
     **{
         name: _LAYER.format(name=name)
         for name in (
-            "Linear Conv1d Conv2d Conv3d BatchNorm1d BatchNorm2d LayerNorm GroupNorm Dropout "
-            "ReLU GELU SiLU Tanh Sigmoid Softmax Embedding LSTM GRU MultiheadAttention "
-            "MaxPool2d AvgPool2d AdaptiveAvgPool2d Flatten Identity ModuleList ModuleDict"
-        ).split()
+            "Linear",
+            "Conv1d",
+            "Conv2d",
+            "Conv3d",
+            "BatchNorm1d",
+            "BatchNorm2d",
+            "LayerNorm",
+            "GroupNorm",
+            "Dropout",
+            "ReLU",
+            "GELU",
+            "SiLU",
+            "Tanh",
+            "Sigmoid",
+            "Softmax",
+            "Embedding",
+            "LSTM",
+            "GRU",
+            "MultiheadAttention",
+            "MaxPool2d",
+            "AvgPool2d",
+            "AdaptiveAvgPool2d",
+            "Flatten",
+            "Identity",
+            "ModuleList",
+            "ModuleDict",
+        )
     },
     "Sequential": "fl.FlowBuilder(first).through(...).build() (or keep torch.nn.Sequential)",
     "Module": "torch.nn.Module (a built fl.Graph is one)",

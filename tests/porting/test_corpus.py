@@ -104,8 +104,12 @@ def test_wrong_builder_method_fails_and_lists_the_real_ones(run_fdl):
     ) in result.stdout
 
 
-def test_syntax_error_is_located(run_fdl):
-    result = check_wrong(run_fdl, "syntax_error.py")
+def test_syntax_error_is_located(run_fdl, tmp_path):
+    port = tmp_path / "syntax_error.py"  # generated: a file that does not parse can't be linted
+    port.write_text(
+        '"""A port with a syntax error."""\n\nimport flodl as fl\n\nmodel = fl.FlowBuilder(\n    .through(None)\n'
+    )
+    result = run_fdl("check", "--path", str(MINI), str(port))
     assert result.returncode == 1
     assert "syntax_error.py:5:23: error[syntax-error]: '(' was never closed" in result.stdout
     assert "smoke run: skipped (fix the errors above first)" in result.stdout

@@ -27,7 +27,7 @@ torch.manual_seed(0)
 images, labels = torch.randn(64, 1, 16, 16), torch.randint(0, 10, (64,))
 model = ConvNet()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-for epoch in range(2):
+for _ in range(2):
     for i in range(0, 64, 16):
         optimizer.zero_grad()
         loss = nn.functional.cross_entropy(model(images[i : i + 16]), labels[i : i + 16])

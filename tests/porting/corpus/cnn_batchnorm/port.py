@@ -21,7 +21,7 @@ model = (
     .build()
 )
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-for epoch in range(2):
+for _ in range(2):
     for i in range(0, 64, 16):
         optimizer.zero_grad()
         loss = nn.functional.cross_entropy(model(images[i : i + 16]), labels[i : i + 16])
