@@ -51,6 +51,12 @@ def findings_for(source: str, name: str, ref: ApiReference) -> list[Finding]:
     return check_source(source, name, ref)[0]
 
 
+def pending_used_by(path: Path) -> list[str]:
+    """The pending names ``path`` uses (a test of it waits for them)."""
+    used = {f.target for f in findings_for(path.read_text(), str(path), live_api())}
+    return sorted(used & set(pending_names()))
+
+
 def api_has(ref: ApiReference, path: str) -> bool:
     """Whether ``path`` (a module, a public name, or Class.member) exists in ``ref``."""
     index = ApiIndex(ref)

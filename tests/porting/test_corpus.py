@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import clean_env
-from tests.porting.support import CORPUS, findings_for, live_api, pending_names
+from tests.porting.support import CORPUS, pending_used_by
 
 CASES = sorted(p.name for p in CORPUS.iterdir() if p.is_dir())
 WRONG = Path(__file__).resolve().parent / "wrong"
@@ -53,10 +53,7 @@ def test_original_runs(case, tmp_path):
 @pytest.mark.parametrize("case", CASES)
 def test_port_passes_fdl_check(case, run_fdl, tmp_path):
     port = CORPUS / case / "port.py"
-    waiting = sorted(
-        {f.target for f in findings_for(port.read_text(), str(port), live_api())}
-        & set(pending_names())
-    )
+    waiting = pending_used_by(port)
     if waiting:
         pytest.skip(f"uses pending API: {', '.join(waiting)}")
     result = run_fdl("check", "--json", str(port), cwd=tmp_path, timeout=400)
@@ -118,10 +115,7 @@ def test_syntax_error_is_located(run_fdl, tmp_path):
 @pytest.mark.slow
 def test_runtime_shape_error_is_reported_with_its_line(run_fdl, tmp_path):
     port = WRONG / "shape_error.py"
-    waiting = sorted(
-        {f.target for f in findings_for(port.read_text(), str(port), live_api())}
-        & set(pending_names())
-    )
+    waiting = pending_used_by(port)
     if waiting:
         pytest.skip(f"uses pending API: {', '.join(waiting)}")
     result = run_fdl("check", str(port), cwd=tmp_path, timeout=400)
