@@ -60,7 +60,9 @@ def pending_used_by(path: Path) -> list[str]:
 def api_has(ref: ApiReference, path: str) -> bool:
     """Whether ``path`` (a module, a public name, or Class.member) exists in ``ref``."""
     index = ApiIndex(ref)
-    if path in index.modules or path in index.entries:
+    if path in index.modules:  # a module counts once `import flodl` makes it reachable
+        return path in index.loaded
+    if path in index.entries:
         return True
     parent, _, name = path.rpartition(".")
     if parent in index.modules:
