@@ -170,6 +170,7 @@ class _Extractor:
     def _fill_class(self, entry: ApiEntry, cls: Any) -> None:
         entry.bases = [self._base_path(b) for b in cls.bases]
         members = _class_members(cls)
+        entry.dynamic_attributes = "__getattr__" in members
         init = members.pop("__init__", None)
         if init is not None and init.is_function:
             entry.signature = _signature(init).removesuffix(" -> None")

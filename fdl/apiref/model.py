@@ -77,6 +77,7 @@ class ApiEntry:
     examples: list[str] = field(default_factory=list)
     returns_type: str | None = None
     exported: bool = True  # False: not exported itself, but returned by an exported API
+    dynamic_attributes: bool = False  # defines __getattr__: attributes beyond the listed ones
 
     def members(self) -> dict[str, Member]:
         """Every member reachable by attribute access, by name."""

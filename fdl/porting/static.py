@@ -123,7 +123,7 @@ class ApiIndex:
         """Names ``entry`` inherits from bases outside the package (read from their source)."""
         names: set[str] = set()
         bases: list[str] = []
-        uncertain = False
+        uncertain = entry.dynamic_attributes
         pending, seen = list(entry.bases), set()
         while pending:
             base = pending.pop()
@@ -132,6 +132,7 @@ class ApiIndex:
             seen.add(base)
             own = self.entries.get(base)
             if own is not None:
+                uncertain = uncertain or own.dynamic_attributes
                 pending.extend(own.bases)
                 continue
             bases.append(base)

@@ -91,6 +91,13 @@ def test_unknown_attribute_on_a_torch_module_subclass_is_only_a_warning(ref):
     ]
 
 
+def test_a_flodl_class_with_getattr_makes_unknown_attributes_warnings(ref):
+    assert codes("import flodl as fl\nt = fl.Tree()\nt.encoder\nt.pahts\n", ref) == [
+        (3, "warning", "flodl.Tree.encoder"),
+        (4, "error", "flodl.Tree.pahts"),  # a near-miss of a real method is still an error
+    ]
+
+
 def test_torch_methods_inherited_by_flodl_classes_are_known(ref):
     source = "import flodl as fl\ng = fl.Graph()\ng.parameters(); g.to('cpu'); g.eval(); g.load_state_dict({})\n"
     assert codes(source, ref) == []
