@@ -1,0 +1,2 @@
+"""The ``/port`` workflow: the static name check and smoke run behind ``fdl check``, and the
+skill files ``fdl skill install`` writes for AI coding assistants."""

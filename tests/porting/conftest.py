@@ -1,0 +1,3 @@
+"""Porting tests share the api-ref tests' private FLODL_HOME."""
+
+from tests.apiref.conftest import private_flodl_home  # noqa: F401  (an autouse fixture)

@@ -1,0 +1,62 @@
+"""`fdl check` as a command: exit codes, JSON report, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+MINI = Path(__file__).resolve().parents[1] / "apiref" / "fixtures" / "mini"
+
+
+def test_a_clean_script_passes_static_and_smoke(run_fdl, tmp_path):
+    port = tmp_path / "port.py"
+    port.write_text(
+        "import flodl as fl\nimport torch\nassert issubclass(fl.FlodlError, Exception)\nprint(torch.ones(2).sum().item())\n"
+    )
+    result = run_fdl("check", str(port), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "smoke run (FLODL_SMOKE=1): passed in" in result.stdout
+    assert "check ok: 0 error(s), 0 warning(s) (flodl " in result.stdout
+
+
+def test_json_report(run_fdl, tmp_path):
+    port = tmp_path / "port.py"
+    port.write_text("import flodl as fl\nfl.NoSuchThing\n")
+    result = run_fdl("check", "--json", "--path", str(MINI), str(port))
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["ok"] is False and report["errors"] == 1 and report["flodl_version"] == "9.8.7"
+    [finding] = report["findings"]
+    assert finding == {
+        "file": str(port),
+        "line": 2,
+        "col": 4,
+        "severity": "error",
+        "code": "unknown-name",
+        "message": "`fl.NoSuchThing` does not exist: fl has no name 'NoSuchThing'",
+        "suggestions": [],
+        "target": "flodl.NoSuchThing",
+    }
+    assert report["smoke"] is None and report["smoke_skipped"] == "fix the errors above first"
+
+
+def test_runtime_failure_in_json(run_fdl, tmp_path):
+    port = tmp_path / "port.py"
+    port.write_text("import torch\n\ntorch.nn.Linear(32, 2)(torch.zeros(4, 16))\n")
+    report = json.loads(run_fdl("check", "--json", str(port)).stdout)
+    smoke = report["smoke"]
+    assert smoke["status"] == "failed" and smoke["exception"]["type"] == "RuntimeError"
+    assert smoke["location"]["line"] == 3
+
+
+def test_timeout_option(run_fdl, tmp_path):
+    port = tmp_path / "port.py"
+    port.write_text("import time\ntime.sleep(60)\n")
+    result = run_fdl("check", "--timeout", "1", str(port))
+    assert result.returncode == 1
+    assert "error[smoke-timeout]: the smoke run did not finish in 1s" in result.stdout
+
+
+def test_missing_script_is_a_usage_error(run_fdl, tmp_path):
+    result = run_fdl("check", str(tmp_path / "missing.py"))
+    assert result.returncode == 2 and "no such file" in result.stderr and result.stdout == ""

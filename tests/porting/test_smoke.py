@@ -1,0 +1,81 @@
+"""The smoke run of `fdl check`: real subprocesses, FLODL_SMOKE, timeouts, exception reports."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from fdl.porting.smoke import run_smoke
+
+
+def script(tmp_path: Path, body: str, name: str = "s.py") -> Path:
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+def test_a_passing_script_sees_flodl_smoke_and_its_own_directory(tmp_path):
+    (tmp_path / "helper.py").write_text("VALUE = 7\n")
+    path = script(
+        tmp_path,
+        "import os, sys\nimport helper\nprint(os.environ['FLODL_SMOKE'], helper.VALUE, sys.argv[1:])\n"
+        "assert 'FDL_CHECK_REPORT' not in os.environ\n",
+    )
+    result = run_smoke(path, timeout=60, args=["--epochs", "3"])
+    assert result.status == "passed", result.output_tail
+    assert result.output_tail == ["1 7 ['--epochs', '3']"]
+
+
+def test_an_exception_is_reported_with_notes_and_the_scripts_line(tmp_path):
+    path = script(
+        tmp_path,
+        "def layer(x):\n"
+        "    err = RuntimeError('mat1 and mat2 shapes cannot be multiplied (4x16 and 32x2)')\n"
+        "    err.add_note('flodl: raised in graph node linear_2 (Linear; tags: head)')\n"
+        "    raise err\n"
+        "\n"
+        "layer(1)\n",
+    )
+    result = run_smoke(path, timeout=60)
+    assert result.status == "failed" and result.returncode == 1
+    assert result.exception["type"] == "RuntimeError"
+    assert result.exception["notes"] == [
+        "flodl: raised in graph node linear_2 (Linear; tags: head)"
+    ]
+    assert result.location == {
+        "file": str(path),
+        "line": 4,
+        "function": "layer",
+        "code": "raise err",
+    }
+    assert any("Traceback" in line for line in result.output_tail)  # the real traceback too
+
+
+def test_sys_exit_with_an_error_code_is_a_failure(tmp_path):
+    result = run_smoke(script(tmp_path, "import sys\nsys.exit(3)\n"), timeout=60)
+    assert result.status == "failed" and result.returncode == 3
+
+
+def test_a_hanging_script_times_out_and_its_children_are_killed(tmp_path):
+    marker = tmp_path / "child.pid"
+    path = script(
+        tmp_path,
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(marker)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(120)\n",
+    )
+    start = time.monotonic()
+    result = run_smoke(path, timeout=3)
+    assert result.status == "timeout" and result.returncode is None
+    assert time.monotonic() - start < 60
+    child = int(marker.read_text())
+    for _ in range(50):  # the whole process group was killed; give the kernel a moment
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the script's child process survived the timeout")
