@@ -1,7 +1,24 @@
-"""Graph building blocks PyTorch does not have (StateAdd, routers, halting modules, Reshape, ...) and ``flodl.nn.functional``.
+"""Graph building blocks PyTorch does not have: ``StateAdd``, routers, selectors, halting
+conditions, ``Reshape`` and ``Fn`` (a callable as a module).
 
-Contract: DESIGN.md §3.1. Names listed in ``__all__`` are re-exported as ``flodl.<name>``
-when they belong at the top level (see flodl/__init__.py).
+Everything PyTorch already has stays PyTorch (``torch.nn.Linear`` is still ``nn.Linear``).
+Contract: DESIGN.md §3.1.
 """
 
-__all__: list[str] = []
+from flodl.nn.fn import Fn
+from flodl.nn.halting import LearnedHalt, ThresholdHalt
+from flodl.nn.routing import ArgmaxSelector, FixedSelector, SigmoidRouter, SoftmaxRouter
+from flodl.nn.shape import Reshape
+from flodl.nn.state import StateAdd
+
+__all__: list[str] = [
+    "ArgmaxSelector",
+    "FixedSelector",
+    "Fn",
+    "LearnedHalt",
+    "Reshape",
+    "SigmoidRouter",
+    "SoftmaxRouter",
+    "StateAdd",
+    "ThresholdHalt",
+]
