@@ -48,7 +48,8 @@ def generate(
     inputs: list[str],
 ) -> Generated:
     """Source of ``def forward(self, input, <aux inputs>)`` for the described graph."""
-    var: dict[str, str] = {}
+    # Inputs exist from the start of the pass, so refs may read them before their node.
+    var: dict[str, str] = {n.id: n.options["name"] for n in nodes if n.kind == "input"}
     state_slots: dict[str, str] = {}  # forward-referenced tag -> local holding last call's value
     for node in nodes:
         for ref in node.refs:

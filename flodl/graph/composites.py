@@ -7,6 +7,7 @@ its own through ``forward``.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -28,10 +29,9 @@ def call_with_refs(module: Any, x: Any, args: tuple[Any, ...], kwargs: dict[str,
 
 def _note(exc: BaseException, text: str) -> None:
     """Record composite-level detail (iteration, branch, element) for the node's error note."""
-    try:
+    # Exceptions without a __dict__ get no detail; the node note still comes.
+    with contextlib.suppress(AttributeError):
         exc.__dict__.setdefault("_flodl_detail", text)
-    except AttributeError:  # exceptions with __slots__: no detail, the node note still comes
-        pass
 
 
 class Loop(nn.Module):
@@ -177,12 +177,11 @@ class Switch(nn.Module):
 
     def _check(self, index: torch.Tensor) -> torch.Tensor:
         n = len(self.branches)
-        if index.is_floating_point():
-            if not bool(torch.isfinite(index).all()) or not bool((index == index.floor()).all()):
-                raise ValueError(
-                    f"switch selector returned non-integer index values {index.tolist()[:8]}; "
-                    "return branch indices (e.g. logits.argmax(-1))"
-                )
+        if index.is_floating_point() and not bool((index == index.floor()).all()):
+            raise ValueError(
+                f"switch selector returned non-integer index values {index.tolist()[:8]}; "
+                "return branch indices (e.g. logits.argmax(-1))"
+            )
         index = index.long()
         bad = (index < 0) | (index >= n)
         if bool(bad.any()):

@@ -8,6 +8,7 @@ the same for identical builds. ``forward`` is straight-line Python generated at 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import itertools
 import linecache
@@ -52,6 +53,12 @@ def _unexpected_inputs(graph: Graph, extra: dict[str, Any]) -> None:
 
 def _annotate(graph: Graph, exc: BaseException) -> None:
     """Add a note naming the node that raised: id, path, tags and the builder call site."""
+    # A failure here must never hide the user's exception.
+    with contextlib.suppress(Exception):
+        _add_node_note(graph, exc)
+
+
+def _add_node_note(graph: Graph, exc: BaseException) -> None:
     tb = exc.__traceback__
     where = graph._line_nodes.get(tb.tb_lineno) if tb is not None else None
     if where is None:
@@ -85,7 +92,7 @@ def _segment(graph: Graph, node: Node) -> str:
 
 def _render_note(trail: list[tuple[Graph, Node, str]]) -> str:
     outer_first = list(reversed(trail))
-    path = ".".join(_segment(g, n) for g, n in outer_first)
+    path = ".".join(_segment(g, n) for g, n, _ in outer_first)
     g, n, detail = trail[0]
     module = g.module_of(n.id)
     kind = type(module).__name__ if module is not None else n.kind

@@ -42,7 +42,7 @@ class MergeOp:
             return f"({' + '.join(operands)}) / {len(operands)}"
         if self.kind == "mul":
             return " * ".join(operands)
-        return f"torch.cat(({', '.join(operands)},), {self.dim})"
+        return f"_torch.cat(({', '.join(operands)},), {self.dim})"
 
 
 MergeOp.ADD = MergeOp("add")
