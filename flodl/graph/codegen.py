@@ -64,6 +64,9 @@ def generate(
     for name in inputs:
         w.emit(f"if {name} is _MISSING:", 1)
         w.emit(f"_missing_input(self, {name!r})", 2)
+    # Modules are looked up in the _modules dict directly: nn.Module.__getattr__ costs about a
+    # microsecond per call, which is all the overhead a graph would otherwise add.
+    w.emit("_m = self._modules", 1)
     w.emit("try:", 1)
     if state_slots:
         w.emit("_st = self._state", 2)
@@ -99,7 +102,7 @@ def generate(
         v = f"v_{node.id}"
         primary = var[node.inputs[0]] if node.inputs else "input"
         module = modules.get(node.id)
-        own = f"self.{node.attr}" if node.attr else None
+        own = f"_m[{node.attr!r}]" if node.attr else None
         if node.kind == "identity":
             var[node.id] = "input"
             continue

@@ -143,7 +143,7 @@ class Graph(nn.Module):
     >>> sorted(g.state_dict())
     ['hidden.bias', 'hidden.weight']
     >>> print(g.code.splitlines()[5].strip())
-    v_linear_1 = self.hidden(input)
+    v_linear_1 = _m['hidden'](input)
     """
 
     _nodes: tuple[Node, ...]

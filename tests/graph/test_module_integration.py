@@ -151,7 +151,7 @@ def test_graph_code_is_inspectable_straight_line_python():
     code = model().code
     assert code.startswith("def forward(self, input, **_unexpected):")
     assert "for _i_loop_8 in range(2):" in code
-    assert "self.encoder(input)" in code
+    assert "_m['encoder'](input)" in code
 
 
 def test_graph_cannot_be_constructed_directly():
