@@ -84,6 +84,7 @@ class FlowBuilder:
         self._label_site: CallSite | None = None
         self._internal: dict[str, CallSite | None] = {}
         self._built = False
+        self._failed_split = False  # so that the merge closing a broken split adds no noise
         if entry is None:
             node = self._add_node("identity", "identity", "FlowBuilder", site, [])
         else:
@@ -229,11 +230,13 @@ class FlowBuilder:
         site = callsite.capture()
         branches = _flatten(steps)
         prev = self._single("split", site)
+        self._failed_split = True
         if prev is None or not self._check_count("split", len(branches), "branches", site):
             return self
         modules = [self._coerce(b, "split", site) for b in branches]
         if any(m is None for m in modules):
             return self
+        self._failed_split = False
         ids = [
             self._add_module_node(m, "split", site, [prev], branch=i).id
             for i, m in enumerate(modules)
@@ -255,6 +258,9 @@ class FlowBuilder:
                 "use fl.MergeOp.ADD, MEAN, MUL or CAT(dim)",
             )
         if len(self._streams) < 2:
+            if self._failed_split:  # the broken split was reported already
+                self._failed_split = False
+                return self
             return self._fail(
                 "merge requires several open streams (after split), but there is 1",
                 site,

@@ -37,9 +37,12 @@ class UnknownTagError(FlodlError, KeyError):
 
 
 def _missing_input(graph: Graph, name: str) -> None:
+    declared = next(
+        (n.where for n in graph.nodes if n.kind == "input" and n.options["name"] == name), ""
+    )
     raise GraphInputError(
-        f"missing graph input '{name}': this graph takes {graph._signature()}; "
-        f"pass it as graph(x, {name}=...)"
+        f"missing graph input '{name}' (declared by {declared}): "
+        f"call it as {graph._signature()}"
     )
 
 

@@ -213,3 +213,14 @@ def test_forward_ref_zero_fill_shape_mismatch_explains_the_zeros():
     with pytest.raises(RuntimeError) as info:
         g(torch.ones(1, 2))
     assert "read the previous call's value" in info.value.__notes__[0]
+
+
+def test_the_merge_closing_a_broken_split_adds_no_second_error():
+    err = build_error(fl.FlowBuilder().split(nn.ReLU()).merge(fl.MergeOp.ADD))
+    assert len(err.issues) == 1 and err.issues[0].method == "split"
+
+
+def test_missing_input_names_where_it_was_declared():
+    g = fl.FlowBuilder().input("ctx").through(lambda x, ctx: x + ctx).using("ctx").build()  # DECL
+    with pytest.raises(fl.GraphInputError, match=f"input.*at {HERE}:{line_of('DECL')}"):
+        g(torch.ones(1))
