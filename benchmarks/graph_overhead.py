@@ -10,8 +10,9 @@ takes seconds on one CPU thread). Two measurements per model, interleaved A/B ro
   where per-node overhead would show.
 
 The ratio is flodl / plain (1.00 = identical; < 1 = flodl faster). ``torch.set_num_threads(1)``
-keeps numbers stable; other processes may share the machine's cores, which adds noise to
-both sides equally (interleaving spreads it).
+and timing with the process's CPU clock (``time.process_time``) keep numbers stable when other
+processes share the machine's cores: time the scheduler gives them is not counted, though
+cache and memory-bandwidth contention still add noise (interleaving spreads it over both sides).
 
 Usage: ``python benchmarks/graph_overhead.py [--quick] [--rounds N] [--models a,b]``.
 """
@@ -22,6 +23,7 @@ import argparse
 import copy
 import itertools
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -174,8 +176,12 @@ def forward_only(model: nn.Module, x) -> Callable[[], None]:
 def measure(name: str, rounds: int, inner: int) -> list[dict[str, object]]:
     make, describe, width, batch = MODELS[name]
     torch.manual_seed(0)
-    plain, small = make(width), make(SMALL_WIDTH)
-    graph, small_graph = describe(copy.deepcopy(plain)), describe(copy.deepcopy(small))
+    # Both sides are fresh copies of one initialisation, so their tensors are allocated alike.
+    original, small_original = make(width), make(SMALL_WIDTH)
+    plain, small = copy.deepcopy(original), copy.deepcopy(small_original)
+    graph = describe(copy.deepcopy(original))
+    small_graph = describe(copy.deepcopy(small_original))
+    del original, small_original
     x1, xs = torch.randn(1, width), torch.randn(1, SMALL_WIDTH)
     with torch.no_grad():  # same weights, same function
         torch.testing.assert_close(graph(x1), plain(x1))
@@ -195,7 +201,7 @@ def measure(name: str, rounds: int, inner: int) -> list[dict[str, object]]:
             {"plain": forward_only(small, xs), "flodl": forward_only(small_graph, xs)},
         ),
     ):
-        results = interleaved(cases, rounds=rounds, inner=inner, warmup=2)
+        results = interleaved(cases, rounds=rounds, inner=inner, warmup=2, clock=time.process_time)
         rows.append(
             {
                 "model": name,
@@ -229,8 +235,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
         rows += measure(name, args.rounds, args.inner)
     notes = (
         f"flodl / plain nn.Module, same weights, median of per-round medians over {args.rounds} "
-        f"interleaved rounds x {args.inner}; torch {torch.__version__}, CPU, 1 thread "
-        "(other processes may share the cores). Batches are CPU-sized (8-16, the original suite "
+        f"interleaved rounds x {args.inner}; torch {torch.__version__}, CPU, 1 thread, "
+        "timed with the process CPU clock (other processes may share the cores). Batches are CPU-sized (8-16, the original suite "
         "uses 128-256 on GPU); forward_b1 = forward only, batch 1, no_grad; "
         f"forward_b1_w{SMALL_WIDTH} = the same topology {SMALL_WIDTH} wide (pure per-node overhead)."
     )

@@ -175,50 +175,50 @@ class FlowBuilder:
         self._fail(f"{method} requires at least 2 {what} (got {count})", site, method)
         return False
 
+    def _on_stream(
+        self, method: str, *steps: Step
+    ) -> tuple[CallSite | None, str, list[nn.Module]] | None:
+        """(call site, current stream, step modules), or None after recording what is wrong."""
+        site = callsite.capture()
+        prev = self._single(method, site)
+        modules = [self._coerce(step, method, site) for step in steps]
+        if prev is None or any(m is None for m in modules):
+            return None
+        return site, prev, modules  # type: ignore[return-value]
+
     # ------------------------------------------------------------------ sequential and residual
     def through(self, step: Step) -> FlowBuilder:
         """Send the stream through ``step``: ``x -> step(x)``."""
-        site = callsite.capture()
-        prev = self._single("through", site)
-        module = self._coerce(step, "through", site)
-        if prev is None or module is None:
-            return self
-        self._advance(self._add_module_node(module, "through", site, [prev]))
+        if (ready := self._on_stream("through", step)) is not None:
+            site, prev, (module,) = ready
+            self._advance(self._add_module_node(module, "through", site, [prev]))
         return self
 
     def also(self, step: Step) -> FlowBuilder:
         """Residual connection: ``x -> x + step(x)``. A following ``using`` wires into ``step``."""
-        site = callsite.capture()
-        prev = self._single("also", site)
-        module = self._coerce(step, "also", site)
-        if prev is None or module is None:
-            return self
-        inner = self._add_module_node(module, "also", site, [prev])
-        add = self._add_node("add", "add", "also", site, [prev, inner.id])
-        self._advance(add, inner)
+        if (ready := self._on_stream("also", step)) is not None:
+            site, prev, (module,) = ready
+            inner = self._add_module_node(module, "also", site, [prev])
+            add = self._add_node("add", "add", "also", site, [prev, inner.id])
+            self._advance(add, inner)
         return self
 
     def also_with(self, skip: Step, main: Step) -> FlowBuilder:
         """Residual with a transformed skip path: ``x -> skip(x) + main(x)``."""
-        site = callsite.capture()
-        prev = self._single("also_with", site)
-        skip_m = self._coerce(skip, "also_with", site)
-        main_m = self._coerce(main, "also_with", site)
-        if prev is None or skip_m is None or main_m is None:
-            return self
-        s = self._add_module_node(skip_m, "also_with", site, [prev], branch=0)
-        m = self._add_module_node(main_m, "also_with", site, [prev], branch=1)
-        add = self._add_node("add", "add", "also_with", site, [s.id, m.id])
-        self._advance(add, m)
+        if (ready := self._on_stream("also_with", skip, main)) is not None:
+            site, prev, (skip_m, main_m) = ready
+            s = self._add_module_node(skip_m, "also_with", site, [prev], branch=0)
+            m = self._add_module_node(main_m, "also_with", site, [prev], branch=1)
+            add = self._add_node("add", "add", "also_with", site, [s.id, m.id])
+            self._advance(add, m)
         return self
 
     def fork(self, step: Step) -> FlowBuilder:
         """Side branch: run ``step(x)`` but keep the main stream; a following ``tag`` names the branch."""
-        site = callsite.capture()
-        prev = self._single("fork", site)
-        module = self._coerce(step, "fork", site)
-        if prev is None or module is None:
+        ready = self._on_stream("fork", step)
+        if ready is None:
             return self
+        site, prev, (module,) = ready
         node = self._add_module_node(module, "fork", site, [prev])
         self._on_target = node.id
         self._fork_target = node.id

@@ -106,27 +106,43 @@ class Loop(nn.Module):
         done: torch.Tensor | None = None
         for i in range(self.n):
             if self.kind == "while":
-                verdict = self._halts(state, i)
-                if verdict is True:
+                stop, done = self._check_halt(state, i, done)
+                if stop:
                     break
-                if verdict is not False:
-                    done = verdict if done is None else done | verdict
-                    if bool(done.all()):
-                        break
             new = self._step(state, args, kwargs, i)
             state = new if done is None else self._keep(done, state, new)
             if self.kind == "until" and i < self.n - 1:
-                verdict = self._halts(state, i)
-                if verdict is True:
+                stop, done = self._check_halt(state, i, done)
+                if stop:
                     break
-                if verdict is not False:
-                    done = verdict if done is None else done | verdict
-                    if bool(done.all()):
-                        break
         return state
 
+    def _check_halt(
+        self, state: Any, i: int, done: torch.Tensor | None
+    ) -> tuple[bool, torch.Tensor | None]:
+        """(stop the loop?, samples halted so far) after asking the condition."""
+        verdict = self._halts(state, i)
+        if isinstance(verdict, bool):
+            return verdict, done
+        done = verdict if done is None else done | verdict
+        return bool(done.all()), done
 
-class Gate(nn.Module):
+
+class _Routed(nn.Module):
+    """A chooser module plus a list of modules to choose from, named after their ``roles``."""
+
+    roles: tuple[str, str]
+
+    def __init__(self, chooser: nn.Module, choices: list[nn.Module]) -> None:
+        super().__init__()
+        setattr(self, self.roles[0], chooser)
+        setattr(self, self.roles[1], nn.ModuleList(choices))
+
+    def extra_repr(self) -> str:
+        return f"{self.roles[1]}={len(getattr(self, self.roles[1]))}"
+
+
+class Gate(_Routed):
     """Soft routing: ``Σ_i router(x)[..., i] * expert_i(x)`` (every expert runs on ``x``).
 
     The router's weights have shape ``S[:-1] + [n]`` where ``S`` is an expert output's shape
@@ -134,14 +150,10 @@ class Gate(nn.Module):
     """
 
     node_name = "gate"
+    roles = ("router", "experts")
 
     def __init__(self, router: nn.Module, experts: list[nn.Module]) -> None:
-        super().__init__()
-        self.router = router
-        self.experts = nn.ModuleList(experts)
-
-    def extra_repr(self) -> str:
-        return f"experts={len(self.experts)}"
+        super().__init__(router, experts)
 
     def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         weights = call_with_refs(self.router, x, args, kwargs)
@@ -154,7 +166,7 @@ def combine_gate(outs: list[torch.Tensor] | tuple[torch.Tensor, ...], weights: t
     return (torch.stack(tuple(outs), dim=-1) * weights.unsqueeze(-2)).sum(dim=-1)
 
 
-class Switch(nn.Module):
+class Switch(_Routed):
     """Hard routing: ``selector(x)`` picks a branch, only the picked branch runs.
 
     The selector returns one index (the whole batch takes that branch) or one index per sample
@@ -163,14 +175,10 @@ class Switch(nn.Module):
     """
 
     node_name = "switch"
+    roles = ("selector", "branches")
 
     def __init__(self, selector: nn.Module, branches: list[nn.Module]) -> None:
-        super().__init__()
-        self.selector = selector
-        self.branches = nn.ModuleList(branches)
-
-    def extra_repr(self) -> str:
-        return f"branches={len(self.branches)}"
+        super().__init__(selector, branches)
 
     def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         return self.run(x, args, kwargs)

@@ -41,8 +41,7 @@ def _missing_input(graph: Graph, name: str) -> None:
         (n.where for n in graph.nodes if n.kind == "input" and n.options["name"] == name), ""
     )
     raise GraphInputError(
-        f"missing graph input '{name}' (declared by {declared}): "
-        f"call it as {graph._signature()}"
+        f"missing graph input '{name}' (declared by {declared}): call it as {graph._signature()}"
     )
 
 

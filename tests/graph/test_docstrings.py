@@ -22,5 +22,7 @@ MODULES = [
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(
+        importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE
+    )
     assert result.failed == 0

@@ -206,14 +206,7 @@ def test_map_each_on_an_empty_batch_still_runs_the_body():
 
 
 def test_map_over_a_tag_and_a_tagged_list():
-    g = (
-        fl.FlowBuilder()
-        .tag("items")
-        .through(Scale(0.0))
-        .map(Scale(3.0))
-        .over("items")
-        .build()
-    )
+    g = fl.FlowBuilder().tag("items").through(Scale(0.0)).map(Scale(3.0)).over("items").build()
     torch.testing.assert_close(g(torch.ones(2, 2)), torch.full((2, 2), 3.0))
     split = fl.FlowBuilder().through(lambda t: list(t.unbind(0))).tag("parts")
     lst = split.map(Scale(2.0)).over("parts").build()

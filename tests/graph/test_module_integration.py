@@ -171,6 +171,27 @@ def test_torch_compile_has_no_graph_breaks_and_matches_eager():
     assert g.encoder.weight.grad is not None
 
 
+@pytest.mark.slow
+def test_torch_compile_carries_forward_ref_state_like_eager():
+    g = (
+        fl.FlowBuilder(nn.Linear(4, 4))
+        .input("ctx")
+        .through(fl.nn.StateAdd())
+        .using("h", "ctx")
+        .through(nn.Tanh())
+        .tag("h")
+        .build()
+    )
+    x, c = torch.randn(2, 4), torch.randn(2, 4)
+    assert torch._dynamo.explain(g)(x, ctx=c).graph_break_count == 0
+    g.reset_state()
+    compiled = torch.compile(g, backend="eager")
+    got = [compiled(x, ctx=c) for _ in range(3)]
+    g.reset_state()
+    for a, b in zip(got, [g(x, ctx=c) for _ in range(3)], strict=True):
+        torch.testing.assert_close(a, b)
+
+
 DDP_SCRIPT = """
 import socket, torch, torch.distributed as dist, flodl as fl
 from torch import nn

@@ -43,12 +43,13 @@ def test_gradients_flow_through_a_backward_ref():
     assert x.grad is not None and all(p.grad is not None for p in g.parameters())
 
 
-def memory_graph():
+def memory_graph(step: nn.Module | None = None):
+    """memory_t = step(x_t + memory_{t-1})."""
     return (
         fl.FlowBuilder()
         .through(fl.nn.StateAdd())
         .using("memory")
-        .through(nn.Identity())
+        .through(step or nn.Identity())
         .tag("memory")
         .build()
     )
@@ -76,14 +77,7 @@ def test_detach_state_keeps_values_but_cuts_the_autograd_chain():
 
 
 def test_without_end_step_the_second_backward_reaches_the_freed_graph():
-    g = (
-        fl.FlowBuilder()
-        .through(fl.nn.StateAdd())
-        .using("memory")
-        .through(nn.Linear(2, 2))
-        .tag("memory")
-        .build()
-    )
+    g = memory_graph(nn.Linear(2, 2))
     x = torch.ones(1, 2, requires_grad=True)
     g(x).sum().backward()
     with pytest.raises(RuntimeError, match="second time"):
@@ -105,14 +99,7 @@ def test_first_call_backward_with_zero_filled_forward_ref():
 
 
 def test_backward_and_forward_refs_together():
-    g = (
-        fl.FlowBuilder()
-        .tag("ctx")
-        .through(AddRef())
-        .using("ctx", "memory")
-        .tag("memory")
-        .build()
-    )
+    g = fl.FlowBuilder().tag("ctx").through(AddRef()).using("ctx", "memory").tag("memory").build()
     x = torch.ones(1, 2)
     assert g(x).tolist() == [[2.0, 2.0]]  # x + ctx + 0
     assert g(x).tolist() == [[4.0, 4.0]]  # x + ctx + previous 2
@@ -148,9 +135,11 @@ def test_auxiliary_inputs_by_keyword_and_position():
 
 def test_missing_and_unexpected_inputs_raise_clear_errors():
     g = fl.FlowBuilder().input("ctx").through(TakesCtx()).using("ctx").build()
-    with pytest.raises(fl.GraphInputError, match=r"missing graph input 'ctx'.*graph\(x, ctx=\.\.\.\)"):
+    with pytest.raises(
+        fl.GraphInputError, match=r"missing graph input 'ctx'.*graph\(x, ctx=\.\.\.\)"
+    ):
         g(torch.ones(2))
-    with pytest.raises(TypeError, match="unexpected graph input.*'cxt'"):
+    with pytest.raises(TypeError, match=r"unexpected graph input.*'cxt'"):
         g(torch.ones(2), ctx=torch.ones(2), cxt=torch.ones(2))
 
 
