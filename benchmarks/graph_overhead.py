@@ -9,7 +9,8 @@ takes seconds on one CPU thread). Two measurements per model, interleaved A/B ro
 * ``forward_b1_w32``: the same, with every layer 32 wide: the math is negligible, so this is
   where per-node overhead would show.
 
-The ratio is flodl / plain (1.00 = identical; < 1 = flodl faster). ``torch.set_num_threads(1)``
+The ratio is flodl / plain (1.00 = identical; < 1 = flodl faster); ``a_a_ratio`` times a second
+copy of the plain model against the first in the same rounds, so the noise floor is on every row. ``torch.set_num_threads(1)``
 and timing with the process's CPU clock (``time.process_time``) keep numbers stable when other
 processes share the machine's cores: time the scheduler gives them is not counted, though
 cache and memory-bandwidth contention still add noise (interleaving spreads it over both sides).
@@ -176,31 +177,29 @@ def forward_only(model: nn.Module, x) -> Callable[[], None]:
 def measure(name: str, rounds: int, inner: int) -> list[dict[str, object]]:
     make, describe, width, batch = MODELS[name]
     torch.manual_seed(0)
-    # Both sides are fresh copies of one initialisation, so their tensors are allocated alike.
-    original, small_original = make(width), make(SMALL_WIDTH)
-    plain, small = copy.deepcopy(original), copy.deepcopy(small_original)
-    graph = describe(copy.deepcopy(original))
-    small_graph = describe(copy.deepcopy(small_original))
-    del original, small_original
-    x1, xs = torch.randn(1, width), torch.randn(1, SMALL_WIDTH)
-    with torch.no_grad():  # same weights, same function
-        torch.testing.assert_close(graph(x1), plain(x1))
-        torch.testing.assert_close(small_graph(xs), small(xs))
-    x, y = torch.randn(batch, width), torch.randn(batch, width)
-    opt_p = torch.optim.Adam(plain.parameters(), lr=1e-3)
-    opt_g = torch.optim.Adam(graph.parameters(), lr=1e-3)
     rows = []
-    for mode, cases in (
-        (
-            "train",
-            {"plain": train_step(plain, opt_p, x, y), "flodl": train_step(graph, opt_g, x, y)},
-        ),
-        ("forward_b1", {"plain": forward_only(plain, x1), "flodl": forward_only(graph, x1)}),
-        (
-            f"forward_b1_w{SMALL_WIDTH}",
-            {"plain": forward_only(small, xs), "flodl": forward_only(small_graph, xs)},
-        ),
-    ):
+    for mode in ("train", "forward_b1", f"forward_b1_w{SMALL_WIDTH}"):
+        dim = SMALL_WIDTH if mode.endswith(f"w{SMALL_WIDTH}") else width
+        # Three fresh copies of one initialisation: plain, plain again (the A/A control that shows
+        # the noise floor) and the graph, so every side's tensors are allocated alike.
+        original = make(dim)
+        plain, again = copy.deepcopy(original), copy.deepcopy(original)
+        graph = describe(copy.deepcopy(original))
+        del original
+        x1 = torch.randn(1, dim)
+        with torch.no_grad():  # same weights, same function
+            torch.testing.assert_close(graph(x1), plain(x1))
+        if mode == "train":
+            x, y = torch.randn(batch, dim), torch.randn(batch, dim)
+            cases = {
+                key: train_step(m, torch.optim.Adam(m.parameters(), lr=1e-3), x, y)
+                for key, m in (("plain", plain), ("plain_again", again), ("flodl", graph))
+            }
+        else:
+            cases = {
+                key: forward_only(m, x1)
+                for key, m in (("plain", plain), ("plain_again", again), ("flodl", graph))
+            }
         results = interleaved(cases, rounds=rounds, inner=inner, warmup=2, clock=time.process_time)
         rows.append(
             {
@@ -210,11 +209,13 @@ def measure(name: str, rounds: int, inner: int) -> list[dict[str, object]]:
                 "plain_ms": results["plain"].median_s * 1e3,
                 "flodl_ms": results["flodl"].median_s * 1e3,
                 "ratio": ratio(results, "flodl", "plain"),
+                "a_a_ratio": ratio(results, "plain_again", "plain"),
             }
         )
         print(
-            f"{name:17s} {mode:10s} plain {rows[-1]['plain_ms']:8.3f} ms  "
-            f"flodl {rows[-1]['flodl_ms']:8.3f} ms  ratio {rows[-1]['ratio']:.3f}",
+            f"{name:17s} {mode:15s} plain {rows[-1]['plain_ms']:8.3f} ms  "
+            f"flodl {rows[-1]['flodl_ms']:8.3f} ms  ratio {rows[-1]['ratio']:.3f}  "
+            f"(A/A {rows[-1]['a_a_ratio']:.3f})",
             flush=True,
         )
     return rows
@@ -238,7 +239,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
         f"interleaved rounds x {args.inner}; torch {torch.__version__}, CPU, 1 thread, "
         "timed with the process CPU clock (other processes may share the cores). Batches are CPU-sized (8-16, the original suite "
         "uses 128-256 on GPU); forward_b1 = forward only, batch 1, no_grad; "
-        f"forward_b1_w{SMALL_WIDTH} = the same topology {SMALL_WIDTH} wide (pure per-node overhead)."
+        f"forward_b1_w{SMALL_WIDTH} = the same topology {SMALL_WIDTH} wide (pure per-node overhead). "
+        "a_a_ratio = a second copy of the plain model against the first: the noise floor."
     )
     path = write_report(
         "FlowBuilder graph overhead vs plain PyTorch", rows, "graph_overhead", notes

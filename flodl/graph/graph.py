@@ -12,7 +12,7 @@ import contextlib
 import difflib
 import itertools
 import linecache
-import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -227,6 +227,7 @@ class Graph(nn.Module):
         filename = f"<flodl graph {self._label or 'forward'} #{next(_SOURCE_IDS)}>"
         source = generated.source
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        weakref.finalize(self, linecache.cache.pop, filename, None)  # no leak across rebuilds
         namespace: dict[str, Any] = {
             "_torch": torch,
             "_MISSING": _MISSING,
@@ -239,14 +240,17 @@ class Graph(nn.Module):
         fn.__qualname__ = f"{type(self).__name__}.forward"
         self._code = source
         self._line_nodes = generated.lines
-        self.__dict__["forward"] = types.MethodType(fn, self)
+        # A plain function, not a method bound to self: a bound method stored on the instance
+        # would make a reference cycle, and the weights would outlive `del model` until gc runs.
+        self._forward_fn = fn
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:  # replaced per instance by _install
-        return self.__dict__["forward"](*args, **kwargs)
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the generated forward (see :attr:`code`): ``graph(x)`` or ``graph(x, ctx=...)``."""
+        return self._forward_fn(self, *args, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.pop("forward", None)
+        state.pop("_forward_fn", None)
         state["_tagged"] = {}
         state["_state"] = {
             k: (v.detach().clone() if isinstance(v, torch.Tensor) else v)

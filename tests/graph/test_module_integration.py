@@ -231,3 +231,21 @@ def test_ddp_wrap_trains_on_gloo_loopback():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("ok linear_1.weight")
+
+
+def test_generated_source_shows_in_tracebacks_and_is_released_with_the_graph():
+    import linecache
+    import traceback
+
+    g = fl.FlowBuilder(nn.Linear(2, 2)).through(nn.Linear(3, 2)).build()
+    try:
+        g(torch.ones(1, 2))
+    except RuntimeError as exc:
+        text = "".join(traceback.format_exception(exc))
+    assert "v_linear_2 = _m['linear_2'](v_linear_1)" in text
+    filename = g._forward_fn.__code__.co_filename
+    assert filename in linecache.cache
+    ref = __import__("weakref").ref(g)
+    del g
+    assert ref() is None  # freed by reference counting alone: no cycle keeps the weights alive
+    assert filename not in linecache.cache
