@@ -660,7 +660,15 @@ class FlowBuilder:
 
 def _ref_call_problem(module: nn.Module, refs: list[Ref]) -> str | None:
     """Why ``module`` cannot be called with ``refs`` (None when it can, or when unknowable)."""
+    from flodl.graph.graph import Graph
+
     if callable(getattr(module, "forward_named", None)):
+        return None
+    if isinstance(module, Graph):  # refs feed a nested graph's auxiliary inputs
+        n_pos = sum(r.keyword is None for r in refs)
+        unknown = [r.keyword for r in refs if r.keyword and r.keyword not in module.inputs[1:]]
+        if n_pos > len(module.inputs) - 1 or unknown:
+            return f"takes the auxiliary inputs {list(module.inputs[1:])}"
         return None
     fn = module.fn if isinstance(module, Fn) else module.forward
     try:

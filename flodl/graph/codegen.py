@@ -103,14 +103,13 @@ def generate(
         primary = var[node.inputs[0]] if node.inputs else "input"
         module = modules.get(node.id)
         own = f"_m[{node.attr!r}]" if node.attr else None
-        if node.kind == "identity":
-            var[node.id] = "input"
-            continue
-        if node.kind == "input":
-            var[node.id] = node.options["name"]
-            continue
-        var[node.id] = v
-        if node.kind == "module":
+        if node.kind in ("identity", "input"):  # the value is an argument of forward
+            var[node.id] = "input" if node.kind == "identity" else node.options["name"]
+        else:
+            var[node.id] = v
+        if node.kind in ("identity", "input"):
+            pass
+        elif node.kind == "module":
             if isinstance(module, Fn) and not node.refs:
                 w.emit(f"{v} = {own}.fn({primary})", 2, node.id)
             else:
@@ -162,7 +161,7 @@ def generate(
         else:  # pragma: no cover - the builder creates no other kinds
             raise AssertionError(f"unknown node kind {node.kind}")
         for tag in node.options.get("writes_state", ()):
-            w.emit(f"_st[{tag!r}] = {v}", 2, node.id)
+            w.emit(f"_st[{tag!r}] = {var[node.id]}", 2, node.id)
     if tags:
         items = ", ".join(f"{tag!r}: {var[node_id]}" for tag, node_id in tags.items())
         w.emit(f"self._tagged = {{{items}}}", 2)

@@ -170,3 +170,18 @@ def test_fork_then_using_wires_into_the_fork():
     g = fl.FlowBuilder().tag("x").fork(AddRef()).using("x").tag("side").build()
     g(torch.ones(1))
     torch.testing.assert_close(g.tagged("side"), torch.full((1,), 2.0))
+
+
+def test_a_tag_on_the_identity_entry_can_be_a_forward_ref():
+    # The fork reads the graph's previous input (zeros on the first call).
+    g = fl.FlowBuilder().fork(AddRef()).using("x").tag("side").tag("x").build()
+    g(torch.ones(1))
+    torch.testing.assert_close(g.tagged("side"), torch.ones(1))
+    g(torch.full((1,), 5.0))
+    torch.testing.assert_close(g.tagged("side"), torch.full((1,), 6.0))
+
+
+def test_refs_into_a_nested_graph_must_match_its_inputs():
+    inner = fl.FlowBuilder().input("ctx").through(TakesCtx()).using("ctx").build()
+    with pytest.raises(fl.GraphBuildError, match=r"takes the auxiliary inputs \['ctx'\]"):
+        fl.FlowBuilder().tag("a").tag("b").through(inner).using("a", "b").build()
