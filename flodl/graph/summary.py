@@ -38,6 +38,8 @@ def _params(module: nn.Module, indent: str, out: list[str]) -> None:
 
 
 def summarize(graph: Graph, indent: str = "") -> str:
+    from flodl.graph.graph import Graph
+
     params = list(graph.parameters())
     total = sum(p.numel() for p in params)
     trainable = sum(p.numel() for p in params if p.requires_grad)
@@ -61,9 +63,8 @@ def summarize(graph: Graph, indent: str = "") -> str:
         name = f" as '{node.attr}'" if node.attr and node.attr != node.id else ""
         site = f"  ({node.site})" if node.site else ""
         out.append(f"{pad}{node.id}{name}: {what}{tags}{refs}{site}")
-        if module is not None:
-            if module.__class__.__name__ == "Graph":
-                out.append(f"{pad}  {summarize(module, pad + '  ')}")  # type: ignore[arg-type]
-            else:
-                _params(module, pad + "  ", out)
+        if isinstance(module, Graph):
+            out.append(f"{pad}  {summarize(module, pad + '  ')}")
+        elif module is not None:
+            _params(module, pad + "  ", out)
     return "\n".join(out)
