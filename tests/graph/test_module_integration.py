@@ -249,3 +249,18 @@ def test_generated_source_shows_in_tracebacks_and_is_released_with_the_graph():
     del g
     assert ref() is None  # freed by reference counting alone: no cycle keeps the weights alive
     assert filename not in linecache.cache
+
+
+def test_functional_call_swaps_parameters():
+    g = fl.FlowBuilder(nn.Linear(2, 2)).also(nn.Linear(2, 2)).build()
+    zeros = {k: torch.zeros_like(v) for k, v in g.named_parameters()}
+    out = torch.func.functional_call(g, zeros, (torch.randn(3, 2),))
+    assert out.abs().sum().item() == 0.0
+
+
+@pytest.mark.slow
+def test_torch_export():
+    g = fl.FlowBuilder(nn.Linear(2, 2)).also(nn.Linear(2, 2)).build()
+    x = torch.randn(3, 2)
+    exported = torch.export.export(g, (x,))
+    torch.testing.assert_close(exported.module()(x), g(x))
