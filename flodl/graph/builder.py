@@ -349,9 +349,9 @@ class FlowBuilder:
     def label(self, name: str) -> FlowBuilder:
         """A human-readable name for the graph; a labelled graph nested in another is its child."""
         site = callsite.capture()
-        if not isinstance(name, str) or not name.isidentifier():
+        if not isinstance(name, str) or not name or "." in name:
             return self._fail(
-                f"label({name!r}): a label is an identifier (letters, digits, underscores)",
+                f"label({name!r}): a label is a non-empty string without dots",
                 site,
                 "label",
                 "labels are segments of dotted paths like 'encoder.hidden'",

@@ -199,3 +199,38 @@ def test_same_module_used_twice_is_registered_once():
     assert g.node("linear_3").attr == "linear_1"
     x = torch.randn(2, 3)
     torch.testing.assert_close(g(x), shared(torch.relu(shared(x))))
+
+
+def test_two_auxiliary_inputs_in_declaration_order():
+    class Sum3(nn.Module):
+        def forward(self, x, a, b):
+            return x + a + b
+
+    g = fl.FlowBuilder().input("a", "b").through(Sum3()).using("a", "b").build()
+    one = torch.ones(1)
+    assert g(one, 10 * one, 100 * one).item() == 111.0
+    assert g(one, b=100 * one, a=10 * one).item() == 111.0
+
+
+def test_labels_children_and_composition():
+    child = fl.FlowBuilder(nn.Linear(2, 2)).through(nn.Linear(2, 2)).label("my-model").build()
+    assert child.label == "my-model" and not child.is_composed
+    assert fl.FlowBuilder(nn.Linear(2, 2)).build().label is None
+    parent = fl.FlowBuilder().through(child).tag("my-model").build()  # same node: allowed
+    assert parent.children_graphs() == {"my-model": child}
+    assert child.is_composed and not parent.is_composed
+    assert len(list(parent.parameters())) == 4
+    unlabelled = fl.FlowBuilder().through(fl.FlowBuilder(nn.Linear(2, 2)).build()).build()
+    assert unlabelled.children_graphs() == {}
+
+
+def test_short_hash_prefixes_the_hash_and_until_loop_counts_parameters():
+    g = fl.FlowBuilder().loop_body(nn.Linear(2, 2)).until_cond(fl.nn.LearnedHalt(2), 3).build()
+    assert len(list(g.parameters())) == 4
+    assert g.structural_hash().startswith(g.short_hash()) and len(g.short_hash()) == 8
+
+
+def test_map_over_reads_the_tagged_value_not_the_stream():
+    g = fl.FlowBuilder().tag("features").through(Scale(2.0)).map(Scale(2.0)).over("features")
+    x = torch.tensor([[1.0, 2.0]])
+    torch.testing.assert_close(g.build()(x), 2 * x)
