@@ -146,8 +146,8 @@ def generate(
             for i in range(n):
                 w.emit(f"{outs[i]} = {experts[i]}({primary})", 2, node.id, f"expert {i} of {n}")
             w.emit(
-                f"{v} = (_torch.stack(({', '.join(outs)},), dim=-1) * "
-                f"{weights}.unsqueeze(-2)).sum(dim=-1)",
+                f"{v} = (_torch.stack(({', '.join(outs)},), dim=-2) * "
+                f"{weights}.unsqueeze(-1)).sum(dim=-2)",
                 2,
                 node.id,
                 "weighted sum of the experts (weights [..., n] must match outputs [..., D])",

@@ -163,7 +163,7 @@ class Gate(_Routed):
 
 def combine_gate(outs: list[torch.Tensor] | tuple[torch.Tensor, ...], weights: torch.Tensor):
     """``Σ_i weights[..., i] * outs[i]``."""
-    return (torch.stack(tuple(outs), dim=-1) * weights.unsqueeze(-2)).sum(dim=-1)
+    return (torch.stack(tuple(outs), dim=-2) * weights.unsqueeze(-1)).sum(dim=-2)
 
 
 class Switch(_Routed):
