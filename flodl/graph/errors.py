@@ -50,6 +50,9 @@ class GraphBuildError(FlodlError):
             message = f"the graph description has {len(self.issues)} problems:\n{body}"
         super().__init__(message)
 
+    def __reduce__(self) -> tuple[type[GraphBuildError], tuple[list[BuildIssue]]]:
+        return type(self), (self.issues,)  # survives pickling (e.g. from a worker process)
+
 
 class GraphInputError(FlodlError, TypeError):
     """A graph was called with a missing or unexpected input (also a ``TypeError``)."""

@@ -224,3 +224,11 @@ def test_missing_input_names_where_it_was_declared():
     g = fl.FlowBuilder().input("ctx").through(lambda x, ctx: x + ctx).using("ctx").build()  # DECL
     with pytest.raises(fl.GraphInputError, match=f"input.*at {HERE}:{line_of('DECL')}"):
         g(torch.ones(1))
+
+
+def test_build_errors_survive_pickling():
+    import pickle
+
+    err = build_error(fl.FlowBuilder().split(nn.ReLU()))
+    again = pickle.loads(pickle.dumps(err))
+    assert str(again) == str(err) and again.issues == err.issues
