@@ -172,6 +172,14 @@ def test_torch_compile_has_no_graph_breaks_and_matches_eager():
 
 
 @pytest.mark.slow
+def test_nested_graphs_compile_without_graph_breaks():
+    block = fl.FlowBuilder(nn.Linear(8, 8)).through(nn.GELU()).label("block").build()
+    refine = fl.FlowBuilder().also(block).build()
+    g = fl.FlowBuilder(nn.Linear(4, 8)).loop_body(refine).for_n(3).build()
+    assert torch._dynamo.explain(g)(torch.randn(2, 4)).graph_break_count == 0
+
+
+@pytest.mark.slow
 def test_torch_compile_carries_forward_ref_state_like_eager():
     g = (
         fl.FlowBuilder(nn.Linear(4, 4))
