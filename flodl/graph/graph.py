@@ -103,7 +103,9 @@ def _render_note(trail: list[tuple[Graph, Node, str]]) -> str:
         bits.append("tags: " + ", ".join(n.tags))
     if detail:
         bits.append(detail)
-    if n.branch is not None:
+    if n.branch is not None and n.method == "also_with":
+        bits.append(f"the {('skip', 'main')[n.branch]} path of also_with")
+    elif n.branch is not None:
         bits.append(f"branch {n.branch} of the {n.method}")
     lines = [f"flodl: raised in graph node {path} ({'; '.join(bits)})"]
     for graph, node, _ in trail:

@@ -232,3 +232,10 @@ def test_build_errors_survive_pickling():
     err = build_error(fl.FlowBuilder().split(nn.ReLU()))
     again = pickle.loads(pickle.dumps(err))
     assert str(again) == str(err) and again.issues == err.issues
+
+
+def test_runtime_note_names_the_also_with_path():
+    g = fl.FlowBuilder().also_with(nn.Linear(2, 3), nn.Linear(4, 3)).build()
+    with pytest.raises(RuntimeError) as info:
+        g(torch.ones(1, 2))
+    assert "linear_3 (Linear; the main path of also_with)" in info.value.__notes__[0]
