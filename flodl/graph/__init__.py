@@ -1,7 +1,21 @@
-"""Declarative graphs: FlowBuilder, Graph, graph trees, observation, profiling, visualization.
+"""Declarative graphs: FlowBuilder, Graph, merge ops and the errors of the graph layer.
 
-Contract: DESIGN.md §3.1. Names listed in ``__all__`` are re-exported as ``flodl.<name>``
-when they belong at the top level (see flodl/__init__.py).
+Contract: DESIGN.md §3.1. Everything in ``__all__`` is re-exported as ``flodl.<name>``.
 """
 
-__all__: list[str] = []
+from flodl.graph.builder import FlowBuilder, LoopBuilder, MapBuilder
+from flodl.graph.errors import BuildIssue, GraphBuildError, GraphInputError
+from flodl.graph.graph import Graph, UnknownTagError
+from flodl.graph.merge import MergeOp
+
+__all__: list[str] = [
+    "BuildIssue",
+    "FlowBuilder",
+    "Graph",
+    "GraphBuildError",
+    "GraphInputError",
+    "LoopBuilder",
+    "MapBuilder",
+    "MergeOp",
+    "UnknownTagError",
+]

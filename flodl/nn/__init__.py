@@ -1,9 +1,30 @@
-"""Graph building blocks PyTorch does not have, and ``flodl.nn.functional`` / ``flodl.nn.init``.
+"""Graph building blocks PyTorch does not have: ``StateAdd``, routers, selectors, halting
+conditions, ``Reshape``, ``GaussianBlur`` and ``Fn`` (a callable as a module), plus
+``flodl.nn.functional`` (``focal_loss``, ...) and ``flodl.nn.init``.
 
-Everything PyTorch already has (layers, losses) stays PyTorch: ``nn.Linear`` is ``nn.Linear``.
+Everything PyTorch already has stays PyTorch (``torch.nn.Linear`` is still ``nn.Linear``).
+Contract: DESIGN.md §3.1.
 """
 
 from flodl.nn import functional, init
 from flodl.nn.blur import GaussianBlur
+from flodl.nn.fn import Fn
+from flodl.nn.halting import LearnedHalt, ThresholdHalt
+from flodl.nn.routing import ArgmaxSelector, FixedSelector, SigmoidRouter, SoftmaxRouter
+from flodl.nn.shape import Reshape
+from flodl.nn.state import StateAdd
 
-__all__ = ["GaussianBlur", "functional", "init"]
+__all__: list[str] = [
+    "ArgmaxSelector",
+    "FixedSelector",
+    "Fn",
+    "GaussianBlur",
+    "LearnedHalt",
+    "Reshape",
+    "SigmoidRouter",
+    "SoftmaxRouter",
+    "StateAdd",
+    "ThresholdHalt",
+    "functional",
+    "init",
+]

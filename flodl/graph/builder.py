@@ -1,0 +1,733 @@
+"""FlowBuilder: describe a network as a fluent chain; ``build()`` turns it into a :class:`Graph`.
+
+Builder methods never raise: a broken rule is recorded with the call site that broke it, and
+``build()`` raises one :class:`GraphBuildError` listing every problem.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import keyword
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from flodl.graph import callsite
+from flodl.graph.callsite import CallSite
+from flodl.graph.composites import Gate, Loop, Map, Switch
+from flodl.graph.errors import BuildIssue, GraphBuildError
+from flodl.graph.merge import MergeOp
+from flodl.graph.nodes import Node, Ref
+from flodl.nn.fn import Fn
+
+if TYPE_CHECKING:
+    from flodl.graph.graph import Graph
+
+Step = nn.Module | type[nn.Module] | Callable[..., Any]
+
+_STEP_HINT = (
+    "a step is an nn.Module instance, an nn.Module class with a no-argument constructor, "
+    "or a callable such as torch.relu"
+)
+
+
+def node_prefix(module: nn.Module) -> str:
+    """The node-id prefix of a module: ``node_name`` if it defines one, else its lower-cased type."""
+    name = getattr(module, "node_name", None)
+    if isinstance(name, str) and name.isidentifier():
+        return name
+    return type(module).__name__.lower()
+
+
+def _flatten(items: tuple[Any, ...]) -> list[Any]:
+    """``split(a, b)`` and ``split([a, b])`` both mean two branches."""
+    if len(items) == 1 and isinstance(items[0], list | tuple):
+        return list(items[0])
+    return list(items)
+
+
+class FlowBuilder:
+    """Describe a graph as a data flow; ``build()`` returns a :class:`flodl.Graph` (an nn.Module).
+
+    >>> import torch
+    >>> import flodl as fl
+    >>> from torch import nn
+    >>> model = (fl.FlowBuilder(nn.Linear(2, 16))
+    ...          .through(nn.GELU())
+    ...          .also(nn.Linear(16, 16))       # residual: x + m(x)
+    ...          .through(nn.Linear(16, 2))
+    ...          .build())
+    >>> model(torch.randn(4, 2)).shape
+    torch.Size([4, 2])
+
+    ``FlowBuilder()`` with no entry starts from the identity (useful before ``tag``/``fork``).
+    """
+
+    def __init__(self, entry: Step | None = None) -> None:
+        site = callsite.capture()
+        self._nodes: list[Node] = []
+        self._modules: dict[str, nn.Module] = {}
+        self._counter = 0
+        self._issues: list[BuildIssue] = []
+        self._streams: list[str] = []
+        self._split_site: CallSite | None = None
+        self._on_target: str | None = None
+        self._fork_target: str | None = None
+        self._tags: dict[str, str] = {}
+        self._tag_sites: dict[str, CallSite | None] = {}
+        self._pending: dict[str, list[Ref]] = {}
+        self._inputs: list[str] = []
+        self._tag_groups: dict[str, list[str]] = {}
+        self._label: str | None = None
+        self._label_site: CallSite | None = None
+        self._internal: dict[str, CallSite | None] = {}
+        self._built = False
+        self._failed_split = False  # so that the merge closing a broken split adds no noise
+        if entry is None:
+            node = self._add_node("identity", "identity", "FlowBuilder", site, [])
+        else:
+            module = self._coerce(entry, "FlowBuilder", site)
+            if module is None:
+                module = nn.Identity()
+            node = self._add_module_node(module, "FlowBuilder", site, [])
+        self._streams = [node.id]
+        self._on_target = node.id
+
+    # ------------------------------------------------------------------ internals
+    def _fail(self, rule: str, site: CallSite | None, method: str, hint: str = "") -> FlowBuilder:
+        self._issues.append(BuildIssue(rule, site, method, hint))
+        return self
+
+    def _new_id(self, prefix: str) -> str:
+        self._counter += 1
+        return f"{prefix}_{self._counter}"
+
+    def _add_node(
+        self, prefix: str, kind: str, method: str, site: CallSite | None, inputs: list[str], **kw
+    ) -> Node:
+        node = Node(self._new_id(prefix), kind, method, site, list(inputs), **kw)
+        self._nodes.append(node)
+        return node
+
+    def _add_module_node(
+        self, module: nn.Module, method: str, site: CallSite | None, inputs: list[str], **kw
+    ) -> Node:
+        node = self._add_node(node_prefix(module), "module", method, site, inputs, **kw)
+        self._modules[node.id] = module
+        return node
+
+    def _coerce(self, step: Any, method: str, site: CallSite | None) -> nn.Module | None:
+        """A module for ``step``, or None after recording why it is not a valid step."""
+        if isinstance(step, nn.Module):
+            return step
+        if isinstance(step, FlowBuilder):
+            self._fail(
+                f"{method} got a FlowBuilder, not a module",
+                site,
+                method,
+                "call .build() on the inner builder first: .through(inner.build())",
+            )
+            return None
+        if isinstance(step, type):
+            if not issubclass(step, nn.Module):
+                self._fail(f"{method} got the class {step.__name__}", site, method, _STEP_HINT)
+                return None
+            try:
+                return step()
+            except Exception as exc:
+                self._fail(
+                    f"{method}({step.__name__}) could not construct {step.__name__} with no "
+                    f"arguments: {type(exc).__name__}: {exc}",
+                    site,
+                    method,
+                    f"pass an instance instead, e.g. .{method}({step.__name__}(...))",
+                )
+                return None
+        if callable(step):
+            return Fn(step)
+        self._fail(f"{method} got {type(step).__name__} {step!r:.40}", site, method, _STEP_HINT)
+        return None
+
+    def _single(self, method: str, site: CallSite | None) -> str | None:
+        """The current stream, or None after recording that several streams are open."""
+        if len(self._streams) == 1:
+            return self._streams[0]
+        where = f" (opened by the split at {self._split_site})" if self._split_site else ""
+        self._fail(
+            f"{method} needs a single stream, but {len(self._streams)} are open{where}",
+            site,
+            method,
+            "call .merge(fl.MergeOp.ADD) (or MEAN/CAT/MUL) first; .tag_group(name) and .using(...) "
+            "are the only other calls allowed on open streams",
+        )
+        return None
+
+    def _advance(self, node: Node, target: Node | None = None) -> None:
+        self._streams = [node.id]
+        self._on_target = (target or node).id
+        self._fork_target = None
+
+    def _check_count(self, method: str, count: int, what: str, site: CallSite | None) -> bool:
+        if count >= 2:
+            return True
+        self._fail(f"{method} requires at least 2 {what} (got {count})", site, method)
+        return False
+
+    def _on_stream(
+        self, method: str, *steps: Step
+    ) -> tuple[CallSite | None, str, list[nn.Module]] | None:
+        """(call site, current stream, step modules), or None after recording what is wrong."""
+        site = callsite.capture()
+        prev = self._single(method, site)
+        modules = [self._coerce(step, method, site) for step in steps]
+        if prev is None or any(m is None for m in modules):
+            return None
+        return site, prev, modules  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ sequential and residual
+    def through(self, step: Step) -> FlowBuilder:
+        """Send the stream through ``step``: ``x -> step(x)``."""
+        if (ready := self._on_stream("through", step)) is not None:
+            site, prev, (module,) = ready
+            self._advance(self._add_module_node(module, "through", site, [prev]))
+        return self
+
+    def also(self, step: Step) -> FlowBuilder:
+        """Residual connection: ``x -> x + step(x)``. A following ``using`` wires into ``step``."""
+        if (ready := self._on_stream("also", step)) is not None:
+            site, prev, (module,) = ready
+            inner = self._add_module_node(module, "also", site, [prev])
+            add = self._add_node("add", "add", "also", site, [prev, inner.id])
+            self._advance(add, inner)
+        return self
+
+    def also_with(self, skip: Step, main: Step) -> FlowBuilder:
+        """Residual with a transformed skip path: ``x -> skip(x) + main(x)``."""
+        if (ready := self._on_stream("also_with", skip, main)) is not None:
+            site, prev, (skip_m, main_m) = ready
+            s = self._add_module_node(skip_m, "also_with", site, [prev], branch=0)
+            m = self._add_module_node(main_m, "also_with", site, [prev], branch=1)
+            add = self._add_node("add", "add", "also_with", site, [s.id, m.id])
+            self._advance(add, m)
+        return self
+
+    def fork(self, step: Step) -> FlowBuilder:
+        """Side branch: run ``step(x)`` but keep the main stream; a following ``tag`` names the branch."""
+        ready = self._on_stream("fork", step)
+        if ready is None:
+            return self
+        site, prev, (module,) = ready
+        node = self._add_module_node(module, "fork", site, [prev])
+        self._on_target = node.id
+        self._fork_target = node.id
+        return self
+
+    # ------------------------------------------------------------------ parallel branches
+    def split(self, *steps: Step) -> FlowBuilder:
+        """Open one stream per branch, each fed the current stream; close them with ``merge``."""
+        site = callsite.capture()
+        branches = _flatten(steps)
+        prev = self._single("split", site)
+        self._failed_split = True
+        if prev is None or not self._check_count("split", len(branches), "branches", site):
+            return self
+        modules = [self._coerce(b, "split", site) for b in branches]
+        if any(m is None for m in modules):
+            return self
+        self._failed_split = False
+        ids = [
+            self._add_module_node(m, "split", site, [prev], branch=i).id
+            for i, m in enumerate(modules)
+        ]
+        self._streams = ids
+        self._split_site = site
+        self._on_target = None
+        self._fork_target = None
+        return self
+
+    def merge(self, op: MergeOp = MergeOp.ADD) -> FlowBuilder:
+        """Combine the open streams: ``MergeOp.ADD`` (default), ``MEAN``, ``MUL`` or ``CAT(dim)``."""
+        site = callsite.capture()
+        if not isinstance(op, MergeOp):
+            return self._fail(
+                f"merge expects a MergeOp, got {op!r:.40}",
+                site,
+                "merge",
+                "use fl.MergeOp.ADD, MEAN, MUL or CAT(dim)",
+            )
+        if len(self._streams) < 2:
+            if self._failed_split:  # the broken split was reported already
+                self._failed_split = False
+                return self
+            return self._fail(
+                "merge requires several open streams (after split), but there is 1",
+                site,
+                "merge",
+                "open streams with .split(a, b, ...) before merging",
+            )
+        node = self._add_node("merge", "merge", "merge", site, self._streams, options={"op": op})
+        self._advance(node)
+        return self
+
+    # ------------------------------------------------------------------ naming
+    def _check_tag_name(self, name: Any, method: str, site: CallSite | None) -> bool:
+        if not isinstance(name, str) or not name or "." in name:
+            self._fail(
+                f"{method}({name!r}): a tag is a non-empty string without dots",
+                site,
+                method,
+                "dots separate the segments of label paths",
+            )
+            return False
+        return True
+
+    def _duplicate(self, name: str, method: str, site: CallSite | None) -> bool:
+        if name not in self._tags and name not in self._tag_groups:
+            return False
+        first = self._tag_sites.get(name)
+        where = f" (first tagged at {first})" if first else ""
+        self._fail(f"duplicate tag '{name}'{where}", site, method, "every tag names one value")
+        return True
+
+    def _set_tag(self, name: str, node_id: str, site: CallSite | None) -> None:
+        self._tags[name] = node_id
+        self._tag_sites[name] = site
+        node = self._node(node_id)
+        node.tags.append(name)
+        for ref in self._pending.pop(name, []):
+            if node.kind == "input":  # inputs exist from the start of the pass: a same-pass wire
+                ref.source = node_id
+            else:
+                node.options.setdefault("writes_state", []).append(name)
+                node.options["writes_state"] = sorted(set(node.options["writes_state"]))
+
+    def _node(self, node_id: str) -> Node:
+        for node in self._nodes:
+            if node.id == node_id:
+                return node
+        raise KeyError(node_id)
+
+    def tag(self, name: str) -> FlowBuilder:
+        """Name the current value (or the preceding ``fork``'s branch) for ``using``/``tagged``."""
+        site = callsite.capture()
+        if not self._check_tag_name(name, "tag", site):
+            return self
+        current = self._single("tag", site)
+        if current is None or self._duplicate(name, "tag", site):
+            return self
+        target = self._fork_target or current
+        self._fork_target = None
+        self._set_tag(name, target, site)
+        return self
+
+    def tag_group(self, name: str) -> FlowBuilder:
+        """Tag each open stream ``name_0 .. name_{n-1}`` (after ``split``)."""
+        site = callsite.capture()
+        if not self._check_tag_name(name, "tag_group", site):
+            return self
+        if len(self._streams) < 2:
+            return self._fail(
+                f"tag_group('{name}') requires several open streams (got 1)",
+                site,
+                "tag_group",
+                "use .tag(name) for a single stream",
+            )
+        if self._duplicate(name, "tag_group", site):
+            return self
+        members = [f"{name}_{i}" for i in range(len(self._streams))]
+        for member in members:
+            if self._duplicate(member, "tag_group", site):
+                return self
+        for member, stream in zip(members, self._streams, strict=True):
+            self._set_tag(member, stream, site)
+        self._tag_groups[name] = members
+        self._tag_sites[name] = site
+        return self
+
+    def label(self, name: str) -> FlowBuilder:
+        """A human-readable name for the graph; a labelled graph nested in another is its child."""
+        site = callsite.capture()
+        if not isinstance(name, str) or not name or "." in name:
+            return self._fail(
+                f"label({name!r}): a label is a non-empty string without dots",
+                site,
+                "label",
+                "labels are segments of dotted paths like 'encoder.hidden'",
+            )
+        self._label = name
+        self._label_site = site
+        return self
+
+    def internal(self, *tags: str) -> FlowBuilder:
+        """Hide tags from parent graphs (tags starting with ``_`` are internal already)."""
+        site = callsite.capture()
+        for tag in tags:
+            self._internal[tag] = site
+        return self
+
+    # ------------------------------------------------------------------ cross-connections
+    def input(self, *names: str) -> FlowBuilder:
+        """Declare auxiliary inputs: ``graph(x, ctx=...)``; read them with ``using("ctx")``."""
+        site = callsite.capture()
+        for name in _flatten(names):
+            if (
+                not isinstance(name, str)
+                or not name.isidentifier()
+                or keyword.iskeyword(name)
+                or name.startswith("_")
+                or name in ("self", "input")
+            ):
+                self._fail(
+                    f"input({name!r}): an input name is a Python identifier, not a keyword, "
+                    "'self' or 'input', and does not start with '_'",
+                    site,
+                    "input",
+                    "graph inputs become keyword arguments: graph(x, ctx=...)",
+                )
+                continue
+            if name in self._tags:
+                first = self._tag_sites.get(name)
+                where = f" (tagged at {first})" if first else ""
+                self._fail(f"input '{name}' conflicts with the existing tag '{name}'{where}",
+                           site, "input")  # fmt: skip
+                continue
+            node = self._add_node(f"input_{name}", "input", "input", site, [])
+            node.options["name"] = name
+            self._inputs.append(name)
+            self._set_tag(name, node.id, site)
+        return self
+
+    def using(self, *tags: str, **kw_tags: str) -> FlowBuilder:
+        """Wire tagged values into the last step: ``m(stream, a, b)`` / ``m(stream, memory=a)``.
+
+        A tag defined earlier gives this pass's value (backward ref); a tag defined later gives
+        the previous call's value, zeros on the first call (forward ref: state across calls).
+        A module with ``forward_named(x, refs)`` receives a dict instead.
+        """
+        site = callsite.capture()
+        wanted = [(tag, None) for tag in tags] + [(tag, kw) for kw, tag in kw_tags.items()]
+        if not wanted:
+            return self
+        for tag, _ in wanted:
+            if not isinstance(tag, str) or not tag:
+                return self._fail(f"using({tag!r}): refs name tags (strings)", site, "using")
+        if self._on_target is not None:
+            targets = [self._on_target]
+        elif len(self._streams) > 1:
+            targets = list(self._streams)
+        else:
+            return self._fail("using has no step to wire into", site, "using")
+        for target_id in targets:
+            node = self._node(target_id)
+            if node.kind not in ("module", "loop", "gate", "switch"):
+                what = {"identity": "the identity entry", "input": "an input"}.get(
+                    node.kind, f"the {node.kind} node '{node.id}'"
+                )
+                self._fail(
+                    f"using cannot wire into {what}: it has no module to receive refs",
+                    site,
+                    "using",
+                    "add a step that takes them, e.g. .through(fl.nn.StateAdd()).using(...)",
+                )
+                continue
+            for tag, kw in wanted:
+                key = kw or tag
+                if any(r.key == key for r in node.refs):
+                    self._fail(
+                        f"duplicate ref '{key}' on node '{node.id}'",
+                        site,
+                        "using",
+                        "each ref reaches a node once; use keywords to pass one tag twice",
+                    )
+                    continue
+                ref = Ref(tag, kw, site)
+                if tag in self._tags:
+                    ref.source = self._tags[tag]
+                else:
+                    self._pending.setdefault(tag, []).append(ref)
+                node.refs.append(ref)
+        return self
+
+    # ------------------------------------------------------------------ composites
+    def loop_body(self, body: Step) -> LoopBuilder:
+        """Repeat ``body``: finish with ``.for_n(n)``, ``.while_cond(cond, max_iter)`` or ``.until_cond(...)``."""
+        return LoopBuilder(self, body, callsite.capture())
+
+    def _add_loop(
+        self, body: Step, kind: str, n: int, cond: Step | None, site: CallSite | None
+    ) -> FlowBuilder:
+        method = {"for_n": "for_n", "while": "while_cond", "until": "until_cond"}[kind]
+        prev = self._single(method, site)
+        body_m = self._coerce(body, method, site)
+        cond_m = self._coerce(cond, method, site) if cond is not None else None
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            what = "n" if kind == "for_n" else "max_iter"
+            return self._fail(f"{method}: {what} must be an integer >= 1 (got {n!r})", site, method)
+        if prev is None or body_m is None or (cond is not None and cond_m is None):
+            return self
+        node = self._add_node("loop", "loop", method, site, [prev], options={"kind": kind, "n": n})
+        self._modules[node.id] = Loop(body_m, kind, n, cond_m)
+        self._advance(node)
+        return self
+
+    def gate(self, router: Step, *experts: Step) -> FlowBuilder:
+        """Soft routing: ``Σ_i router(x)[..., i] * expert_i(x)``; ``using`` refs go to the router."""
+        return self._routing("gate", router, _flatten(experts), callsite.capture())
+
+    def switch(self, selector: Step, *branches: Step) -> FlowBuilder:
+        """Hard routing: only the branch the selector picks runs (per sample or per batch)."""
+        return self._routing("switch", selector, _flatten(branches), callsite.capture())
+
+    def _routing(
+        self, method: str, router: Step, steps: list[Step], site: CallSite | None
+    ) -> FlowBuilder:
+        prev = self._single(method, site)
+        what = "experts" if method == "gate" else "branches"
+        if prev is None or not self._check_count(method, len(steps), what, site):
+            return self
+        router_m = self._coerce(router, method, site)
+        modules = [self._coerce(s, method, site) for s in steps]
+        if router_m is None or any(m is None for m in modules):
+            return self
+        node = self._add_node(method, method, method, site, [prev], options={"n": len(modules)})
+        composite = Gate(router_m, modules) if method == "gate" else Switch(router_m, modules)
+        self._modules[node.id] = composite
+        self._advance(node)
+        return self
+
+    def map(self, body: Step) -> MapBuilder:
+        """Apply ``body`` element-wise: finish with ``.each()``, ``.over(tag)`` or ``.slices(n)``."""
+        return MapBuilder(self, body, callsite.capture())
+
+    def _add_map(
+        self, body: Step, mode: str, batched: bool, site: CallSite | None, tag: str = "", n: int = 0
+    ) -> FlowBuilder:
+        method = mode
+        prev = self._single(method, site)
+        body_m = self._coerce(body, method, site)
+        if mode == "slices" and (not isinstance(n, int) or n < 1):
+            return self._fail(f"slices: n must be an integer >= 1 (got {n!r})", site, method)
+        source = prev
+        if mode == "over":
+            if tag not in self._tags:
+                close = difflib.get_close_matches(str(tag), list(self._tags), n=1)
+                return self._fail(
+                    f"over('{tag}'): no tag '{tag}' is defined before this map",
+                    site,
+                    method,
+                    f"did you mean '{close[0]}'?"
+                    if close
+                    else "map.over reads a tag defined earlier in the chain (a backward ref)",
+                )
+            source = self._tags[tag]
+        if prev is None or body_m is None:
+            return self
+        opts = {"mode": mode, "batched": batched, "n": n, "over": tag or None}
+        node = self._add_node("map", "map", method, site, [source], options=opts)
+        self._modules[node.id] = Map(body_m, mode, n, batched)
+        self._advance(node)
+        return self
+
+    # ------------------------------------------------------------------ build
+    def build(self) -> Graph:
+        """Check the description and return the :class:`Graph`; raises :class:`GraphBuildError`."""
+        from flodl.graph.graph import Graph
+
+        site = callsite.capture()
+        if self._built:
+            raise GraphBuildError(
+                [
+                    BuildIssue(
+                        "this FlowBuilder was already built",
+                        site,
+                        "build",
+                        "a builder builds one graph (its modules belong to it); make a new builder",
+                    )
+                ]
+            )
+        issues = list(self._issues)
+        issues += self._unresolved()
+        if len(self._streams) > 1:
+            issues.append(
+                BuildIssue(
+                    f"open streams: call merge before build (the split at {self._split_site} "
+                    f"left {len(self._streams)} streams open)",
+                    site,
+                    "build",
+                    "add .merge(fl.MergeOp.ADD) (or MEAN/CAT/MUL) after the branches",
+                )
+            )
+        for tag, tag_site in self._internal.items():
+            if tag not in self._tags:
+                issues.append(BuildIssue(f"internal('{tag}'): no tag '{tag}' in this graph",
+                                         tag_site, "internal"))  # fmt: skip
+        node_vars = {f"v_{node.id}" for node in self._nodes}
+        for name in self._inputs:
+            if name in node_vars:
+                issues.append(BuildIssue(f"input name '{name}' collides with a generated "
+                                         "variable name; choose another name", None, "input"))  # fmt: skip
+        issues += self._check_children()
+        issues += self._check_ref_calls()
+        if issues:
+            raise GraphBuildError(issues)
+        self._built = True
+        return Graph._from_description(
+            nodes=self._nodes,
+            modules=self._modules,
+            output=self._streams[0],
+            tags=dict(self._tags),
+            inputs=list(self._inputs),
+            tag_groups={k: list(v) for k, v in self._tag_groups.items()},
+            label=self._label,
+            internal={t for t in self._tags if t.startswith("_")} | set(self._internal),
+        )
+
+    def _unresolved(self) -> list[BuildIssue]:
+        issues = []
+        known = list(self._tags) + list(self._tag_groups)
+        for tag, refs in self._pending.items():
+            close = difflib.get_close_matches(tag, known, n=1)
+            hint = (
+                f"did you mean '{close[0]}'?"
+                if close
+                else f"tag a value with .tag('{tag}') (later in the chain for a forward ref "
+                "across calls) or declare .input('{tag}')"
+            )
+            for ref in refs:
+                issues.append(
+                    BuildIssue(
+                        f"unresolved ref '{tag}': no .tag('{tag}') or .input('{tag}') in this builder",
+                        ref.site,
+                        "using",
+                        hint,
+                    )
+                )
+        return issues
+
+    def _check_children(self) -> list[BuildIssue]:
+        from flodl.graph.graph import Graph
+
+        issues: list[BuildIssue] = []
+        seen: dict[str, Node] = {}
+        for node in self._nodes:
+            module = self._modules.get(node.id)
+            if not isinstance(module, Graph) or module.label is None:
+                continue
+            label = module.label
+            if label in seen and self._modules[seen[label].id] is not module:
+                issues.append(BuildIssue(
+                    f"duplicate child graph label '{label}' at the same tree level "
+                    f"(also on node '{seen[label].id}')", node.site, node.method))  # fmt: skip
+            elif label in self._tags and self._tags[label] != node.id:
+                issues.append(BuildIssue(
+                    f"child graph label '{label}' collides with the tag '{label}' on node "
+                    f"'{self._tags[label]}'", node.site, node.method))  # fmt: skip
+            seen.setdefault(label, node)
+        return issues
+
+    def _check_ref_calls(self) -> list[BuildIssue]:
+        """Refs must fit the receiving module's signature (checked once, at build)."""
+        issues = []
+        for node in self._nodes:
+            if not node.refs:
+                continue
+            module = self._modules[node.id]
+            receiver = {
+                "loop": lambda m: m.body,
+                "gate": lambda m: m.router,
+                "switch": lambda m: m.selector,
+            }.get(node.kind, lambda m: m)(module)
+            problem = _ref_call_problem(receiver, node.refs)
+            if problem:
+                tags = ", ".join(repr(r.tag) for r in node.refs)
+                what = {"loop": "loop body", "gate": "router", "switch": "selector"}.get(
+                    node.kind, "module"
+                )
+                issues.append(
+                    BuildIssue(
+                        f"node '{node.id}' cannot receive refs {tags}: its {what} "
+                        f"{type(receiver).__name__} {problem}",
+                        node.refs[0].site,
+                        "using",
+                        "give forward() a parameter per ref, e.g. forward(self, x, ctx), "
+                        "or define forward_named(self, x, refs: dict)",
+                    )
+                )
+        return issues
+
+
+def _ref_call_problem(module: nn.Module, refs: list[Ref]) -> str | None:
+    """Why ``module`` cannot be called with ``refs`` (None when it can, or when unknowable)."""
+    from flodl.graph.graph import Graph
+
+    if callable(getattr(module, "forward_named", None)):
+        return None
+    if isinstance(module, Graph):  # refs feed a nested graph's auxiliary inputs
+        n_pos = sum(r.keyword is None for r in refs)
+        unknown = [r.keyword for r in refs if r.keyword and r.keyword not in module.inputs[1:]]
+        if n_pos > len(module.inputs) - 1 or unknown:
+            return f"takes the auxiliary inputs {list(module.inputs[1:])}"
+        return None
+    fn = module.fn if isinstance(module, Fn) else module.forward
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    positional = [object() for r in refs if r.keyword is None]
+    keywords = {r.keyword: object() for r in refs if r.keyword is not None}
+    try:
+        signature.bind(object(), *positional, **keywords)
+    except TypeError as exc:
+        return f"does not accept them ({exc}; forward{signature})"
+    return None
+
+
+class LoopBuilder:
+    """Returned by :meth:`FlowBuilder.loop_body`; finish it to get the FlowBuilder back."""
+
+    def __init__(self, builder: FlowBuilder, body: Step, site: CallSite | None) -> None:
+        self._builder = builder
+        self._body = body
+        self._site = site
+
+    def for_n(self, n: int) -> FlowBuilder:
+        """Run the body exactly ``n`` times (gradients flow through every iteration)."""
+        return self._builder._add_loop(self._body, "for_n", n, None, callsite.capture())
+
+    def while_cond(self, cond: Step, max_iter: int) -> FlowBuilder:
+        """Check ``cond`` before each iteration (``> 0`` halts): the body runs 0..max_iter times."""
+        return self._builder._add_loop(self._body, "while", max_iter, cond, callsite.capture())
+
+    def until_cond(self, cond: Step, max_iter: int) -> FlowBuilder:
+        """Check ``cond`` after each iteration (``> 0`` halts): the body runs 1..max_iter times."""
+        return self._builder._add_loop(self._body, "until", max_iter, cond, callsite.capture())
+
+
+class MapBuilder:
+    """Returned by :meth:`FlowBuilder.map`; finish with ``each``, ``over`` or ``slices``."""
+
+    def __init__(self, builder: FlowBuilder, body: Step, site: CallSite | None) -> None:
+        self._builder = builder
+        self._body = body
+        self._site = site
+        self._batched = False
+
+    def batched(self) -> MapBuilder:
+        """Call the body once on the whole tensor (the fast path for stateless bodies)."""
+        self._batched = True
+        return self
+
+    def each(self) -> FlowBuilder:
+        """Apply the body to each element along dim 0 of the stream; outputs are concatenated."""
+        return self._builder._add_map(self._body, "each", self._batched, callsite.capture())
+
+    def over(self, tag: str) -> FlowBuilder:
+        """Apply the body to each element of a tagged value (a tensor along dim 0, or a list)."""
+        return self._builder._add_map(self._body, "over", self._batched, callsite.capture(), tag)
+
+    def slices(self, n: int) -> FlowBuilder:
+        """Split the last dim into ``n`` slices, apply the body to each, concatenate the results."""
+        site = callsite.capture()
+        return self._builder._add_map(self._body, "slices", self._batched, site, n=n)

@@ -1,0 +1,279 @@
+"""Composite nodes: loops, gates, switches and maps, as ordinary torch modules.
+
+The generated forward inlines the static parts (``for_n`` loops, gates); the data-dependent ones
+(halting loops, per-sample switches, maps) call :meth:`run` here. Each composite also works on
+its own through ``forward``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def call_with_refs(module: Any, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call ``module`` with the primary stream and its refs, as the builder wired them.
+
+    A module with ``forward_named`` receives every ref in one dict (the generated code passes
+    them all as ``kwargs`` then); otherwise ``module(x, *args, **kwargs)``.
+    """
+    if not args and not kwargs:
+        return module(x)
+    if not args and hasattr(module, "forward_named"):
+        return module.forward_named(x, kwargs)
+    return module(x, *args, **kwargs)
+
+
+def _note(exc: BaseException, text: str) -> None:
+    """Record composite-level detail (iteration, branch, element) for the node's error note."""
+    # Exceptions without a __dict__ get no detail; the node note still comes.
+    with contextlib.suppress(AttributeError):
+        exc.__dict__.setdefault("_flodl_detail", text)
+
+
+class Loop(nn.Module):
+    """Run ``body`` repeatedly: ``for_n``, ``while_cond`` or ``until_cond``.
+
+    Halting rule (``while``/``until``): the condition returns one value (the whole batch halts
+    together) or one value per sample (``[B]`` or ``[B, 1]``). A value ``> 0`` halts. Halted
+    samples keep the state they had when they halted while the others go on, so a sample's result
+    does not depend on the rest of its batch. The loop stops when every sample has halted or
+    after ``max_iter`` iterations. Every iteration is on the autograd tape (BPTT).
+    """
+
+    node_name = "loop"
+
+    def __init__(
+        self,
+        body: nn.Module,
+        kind: str,
+        n: int,
+        cond: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        self.body = body
+        if cond is not None:
+            self.cond = cond
+        self.kind = kind
+        self.n = n
+
+    def extra_repr(self) -> str:
+        return f"kind={self.kind}, {'n' if self.kind == 'for_n' else 'max_iter'}={self.n}"
+
+    def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.run(x, args, kwargs)
+
+    def _step(self, state: Any, args: tuple[Any, ...], kwargs: dict[str, Any], i: int) -> Any:
+        try:
+            return call_with_refs(self.body, state, args, kwargs)
+        except Exception as exc:
+            _note(exc, f"iteration {i + 1} of at most {self.n}")
+            raise
+
+    def _halts(self, state: torch.Tensor, i: int) -> torch.Tensor | bool:
+        """The condition's verdict: a bool (whole batch) or a [B] bool mask (per sample)."""
+        try:
+            verdict = self.cond(state)
+        except Exception as exc:
+            _note(exc, f"halting condition at iteration {i + 1}")
+            raise
+        verdict = torch.as_tensor(verdict)
+        if verdict.numel() == 1:
+            return bool(verdict.reshape(()) > 0)
+        batch = state.shape[0] if isinstance(state, torch.Tensor) and state.dim() else None
+        if batch is None or verdict.numel() != batch:
+            shape = list(verdict.shape)
+            raise ValueError(
+                f"halting condition returned shape {shape}; it must return one value for the "
+                f"whole batch or one per sample ([{batch}] or [{batch}, 1])"
+            )
+        return verdict.reshape(batch) > 0
+
+    @staticmethod
+    def _keep(done: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        return torch.where(done.reshape(-1, *([1] * (new.dim() - 1))), old, new)
+
+    def run(self, x: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        state = x
+        if self.kind == "for_n":
+            for i in range(self.n):
+                state = self._step(state, args, kwargs, i)
+            return state
+        done: torch.Tensor | None = None
+        for i in range(self.n):
+            if self.kind == "while":
+                stop, done = self._check_halt(state, i, done)
+                if stop:
+                    break
+            new = self._step(state, args, kwargs, i)
+            state = new if done is None else self._keep(done, state, new)
+            if self.kind == "until" and i < self.n - 1:
+                stop, done = self._check_halt(state, i, done)
+                if stop:
+                    break
+        return state
+
+    def _check_halt(
+        self, state: Any, i: int, done: torch.Tensor | None
+    ) -> tuple[bool, torch.Tensor | None]:
+        """(stop the loop?, samples halted so far) after asking the condition."""
+        verdict = self._halts(state, i)
+        if isinstance(verdict, bool):
+            return verdict, done
+        done = verdict if done is None else done | verdict
+        return bool(done.all()), done
+
+
+class _Routed(nn.Module):
+    """A chooser module plus a list of modules to choose from, named after their ``roles``."""
+
+    roles: tuple[str, str]
+
+    def __init__(self, chooser: nn.Module, choices: list[nn.Module]) -> None:
+        super().__init__()
+        setattr(self, self.roles[0], chooser)
+        setattr(self, self.roles[1], nn.ModuleList(choices))
+
+    def extra_repr(self) -> str:
+        return f"{self.roles[1]}={len(getattr(self, self.roles[1]))}"
+
+
+class Gate(_Routed):
+    """Soft routing: ``Σ_i router(x)[..., i] * expert_i(x)`` (every expert runs on ``x``).
+
+    The router's weights have shape ``S[:-1] + [n]`` where ``S`` is an expert output's shape
+    (``[B, D]`` outputs take ``[B, n]`` weights). Normalising them is the router's job.
+    """
+
+    node_name = "gate"
+    roles = ("router", "experts")
+
+    def __init__(self, router: nn.Module, experts: list[nn.Module]) -> None:
+        super().__init__(router, experts)
+
+    def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        weights = call_with_refs(self.router, x, args, kwargs)
+        outs = [expert(x) for expert in self.experts]
+        return combine_gate(outs, weights)
+
+
+def combine_gate(outs: list[torch.Tensor] | tuple[torch.Tensor, ...], weights: torch.Tensor):
+    """``Σ_i weights[..., i] * outs[i]``."""
+    return (torch.stack(tuple(outs), dim=-2) * weights.unsqueeze(-1)).sum(dim=-2)
+
+
+class Switch(_Routed):
+    """Hard routing: ``selector(x)`` picks a branch, only the picked branch runs.
+
+    The selector returns one index (the whole batch takes that branch) or one index per sample
+    (``[B]``: each sample runs through its own branch, the outputs are put back in batch order).
+    Gradients reach the branches that ran; the choice itself is not differentiable.
+    """
+
+    node_name = "switch"
+    roles = ("selector", "branches")
+
+    def __init__(self, selector: nn.Module, branches: list[nn.Module]) -> None:
+        super().__init__(selector, branches)
+
+    def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.run(x, args, kwargs)
+
+    def _check(self, index: torch.Tensor) -> torch.Tensor:
+        n = len(self.branches)
+        if index.is_floating_point() and not bool((index == index.floor()).all()):
+            raise ValueError(
+                f"switch selector returned non-integer index values {index.tolist()[:8]}; "
+                "return branch indices (e.g. logits.argmax(-1))"
+            )
+        index = index.long()
+        bad = (index < 0) | (index >= n)
+        if bool(bad.any()):
+            chosen = int(index[bad].reshape(-1)[0])
+            raise IndexError(
+                f"switch selector chose branch {chosen}, but there are only {n} branches "
+                f"(valid indices 0..{n - 1})"
+            )
+        return index
+
+    def _branch(self, k: int, x: Any) -> Any:
+        try:
+            return self.branches[k](x)
+        except Exception as exc:
+            _note(exc, f"branch {k} of {len(self.branches)}")
+            raise
+
+    def run(self, x: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        choice = call_with_refs(self.selector, x, args, kwargs or {})
+        index = self._check(torch.as_tensor(choice).detach())
+        if index.numel() == 1:
+            return self._branch(int(index.reshape(())), x)
+        batch = x.shape[0]
+        if index.numel() != batch:
+            raise ValueError(
+                f"switch selector returned {index.numel()} indices for a batch of {batch}; "
+                "return one index for the whole batch or one per sample"
+            )
+        index = index.reshape(batch)
+        positions, outs = [], []
+        for k in range(len(self.branches)):
+            pos = (index == k).nonzero().squeeze(1)
+            if pos.numel() == batch:
+                return self._branch(k, x)
+            if pos.numel():
+                positions.append(pos)
+                outs.append(self._branch(k, x.index_select(0, pos)))
+        order = torch.cat(positions).argsort()
+        return torch.cat(outs).index_select(0, order)
+
+
+class Map(nn.Module):
+    """Apply ``body`` to each element along dim 0 (``each``/``over``) or to ``n`` slices of the
+    last dimension (``slices``); ``batched`` calls the body once on the whole tensor.
+    """
+
+    node_name = "map"
+
+    def __init__(self, body: nn.Module, mode: str, n: int = 0, batched: bool = False) -> None:
+        super().__init__()
+        self.body = body
+        self.mode = mode
+        self.n = n
+        self.batched = batched
+
+    def extra_repr(self) -> str:
+        extra = f", n={self.n}" if self.mode == "slices" else ""
+        return f"mode={self.mode}{extra}, batched={self.batched}"
+
+    def forward(self, x: Any) -> Any:
+        return self.run(x)
+
+    def _each(self, x: torch.Tensor) -> torch.Tensor:
+        if self.batched or x.shape[0] == 0:  # an empty batch still goes through the body once
+            return self.body(x)
+        outs = []
+        for i in range(x.shape[0]):
+            try:
+                outs.append(self.body(x[i : i + 1]))
+            except Exception as exc:
+                _note(exc, f"element {i} of {x.shape[0]}")
+                raise
+        return torch.cat(outs, dim=0)
+
+    def run(self, x: Any) -> Any:
+        if isinstance(x, list | tuple):
+            return [self.body(item) for item in x]
+        if self.mode != "slices":
+            return self._each(x)
+        if x.dim() < 2:
+            raise ValueError(f"map slices({self.n}): input must be at least 2-d (got {x.dim()}-d)")
+        width = x.shape[-1]
+        if width % self.n:
+            raise ValueError(f"map slices({self.n}): last dim {width} is not divisible by {self.n}")
+        lead = x.shape[:-1]
+        out = self._each(x.reshape(-1, width // self.n))
+        return out.reshape(*lead, -1)

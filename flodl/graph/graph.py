@@ -1,0 +1,419 @@
+"""``Graph``: the torch module a FlowBuilder builds.
+
+A Graph is an ordinary ``nn.Module``: its steps are registered submodules with stable, readable
+names (a label or the first tag where present, else the node id), so ``state_dict()`` keys are
+the same for identical builds. ``forward`` is straight-line Python generated at build time
+(``graph.code``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import itertools
+import linecache
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from flodl.errors import FlodlError
+from flodl.graph.codegen import generate
+from flodl.graph.errors import GraphInputError
+from flodl.graph.hashing import structural_hash
+from flodl.graph.nodes import Node
+
+_MISSING = object()
+_SOURCE_IDS = itertools.count(1)
+
+
+class UnknownTagError(FlodlError, KeyError):
+    """A tag name that the graph does not have."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _missing_input(graph: Graph, name: str) -> None:
+    declared = next(
+        (n.where for n in graph.nodes if n.kind == "input" and n.options["name"] == name), ""
+    )
+    raise GraphInputError(
+        f"missing graph input '{name}' (declared by {declared}): call it as {graph._signature()}"
+    )
+
+
+def _unexpected_inputs(graph: Graph, extra: dict[str, Any]) -> None:
+    names = ", ".join(repr(k) for k in extra)
+    raise GraphInputError(
+        f"unexpected graph input(s) {names}: this graph takes {graph._signature()}; "
+        "declare auxiliary inputs with FlowBuilder.input(name)"
+    )
+
+
+def _annotate(graph: Graph, exc: BaseException) -> None:
+    """Add a note naming the node that raised: id, path, tags and the builder call site."""
+    # A failure here must never hide the user's exception.
+    with contextlib.suppress(Exception):
+        _add_node_note(graph, exc)
+
+
+def _add_node_note(graph: Graph, exc: BaseException) -> None:
+    tb = exc.__traceback__
+    where = graph._line_nodes.get(tb.tb_lineno) if tb is not None else None
+    if where is None:
+        return
+    node_id, detail = where
+    node = graph.node(node_id)
+    if detail == "loop" and tb is not None:
+        i = tb.tb_frame.f_locals.get(f"_i_{node_id}")
+        detail = f"iteration {i + 1} of {node.options['n']}" if i is not None else ""
+    try:
+        inner = exc.__dict__.pop("_flodl_detail", None)
+        trail: list[tuple[Graph, Node, str]] = exc.__dict__.setdefault("_flodl_trail", [])
+    except AttributeError:
+        return
+    trail.append((graph, node, inner or detail))
+    note = _render_note(trail)
+    notes = getattr(exc, "__notes__", None)
+    old = exc.__dict__.get("_flodl_note")
+    if notes is not None and old in notes:
+        notes.remove(old)
+    exc.__dict__["_flodl_note"] = note
+    exc.add_note(note)
+
+
+def _segment(graph: Graph, node: Node) -> str:
+    module = graph.module_of(node.id)
+    if isinstance(module, Graph) and module.label:
+        return module.label
+    return node.id
+
+
+def _render_note(trail: list[tuple[Graph, Node, str]]) -> str:
+    outer_first = list(reversed(trail))
+    path = ".".join(_segment(g, n) for g, n, _ in outer_first)
+    g, n, detail = trail[0]
+    module = g.module_of(n.id)
+    kind = type(module).__name__ if module is not None else n.kind
+    bits = [kind]
+    if n.tags:
+        bits.append("tags: " + ", ".join(n.tags))
+    if detail:
+        bits.append(detail)
+    if n.branch is not None and n.method == "also_with":
+        bits.append(f"the {('skip', 'main')[n.branch]} path of also_with")
+    elif n.branch is not None:
+        bits.append(f"branch {n.branch} of the {n.method}")
+    lines = [f"flodl: raised in graph node {path} ({'; '.join(bits)})"]
+    for graph, node, _ in trail:
+        owner = f" of graph '{graph.label}'" if graph.label else ""
+        lines.append(f"  node '{node.id}'{owner} was added by {node.where}")
+    forward = [r for r in trail[0][1].refs if r.forward]
+    if forward:
+        names = ", ".join(repr(r.tag) for r in forward)
+        lines.append(
+            f"  ref(s) {names} read the previous call's value; on the first call (and after "
+            "reset_state) they are zeros shaped like this node's input"
+        )
+    return "\n".join(lines)
+
+
+_INSTANCE_NAMES = frozenset(nn.Module().__dict__) | {"training", "forward"}
+
+
+def _is_free(name: str) -> bool:
+    """Can ``name`` be a submodule attribute without shadowing anything of the Graph?"""
+    return (
+        name.isidentifier()
+        and not name.startswith("_")
+        and name not in _INSTANCE_NAMES
+        and not hasattr(Graph, name)
+    )
+
+
+class Graph(nn.Module):
+    """A network described with :class:`flodl.FlowBuilder` — a regular ``torch.nn.Module``.
+
+    Build one with ``FlowBuilder(...)...build()``; call it like any module: ``graph(x)``, or
+    ``graph(x, ctx=...)`` when it declares auxiliary inputs with ``.input("ctx")``.
+
+    >>> import torch
+    >>> import flodl as fl
+    >>> from torch import nn
+    >>> g = fl.FlowBuilder(nn.Linear(3, 4)).tag("hidden").through(nn.ReLU()).build()
+    >>> sorted(g.state_dict())
+    ['hidden.bias', 'hidden.weight']
+    >>> print(g.code.splitlines()[5].strip())
+    v_linear_1 = _m['hidden'](input)
+    """
+
+    _nodes: tuple[Node, ...]
+
+    def __init__(self) -> None:
+        raise TypeError("build a Graph with flodl.FlowBuilder(...)...build()")
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def _from_description(
+        cls,
+        *,
+        nodes: list[Node],
+        modules: dict[str, nn.Module],
+        output: str,
+        tags: dict[str, str],
+        inputs: list[str],
+        tag_groups: dict[str, list[str]],
+        label: str | None,
+        internal: set[str],
+    ) -> Graph:
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self._label = label
+        self._nodes = tuple(nodes)
+        self._output = output
+        self._tags = tags
+        self._inputs = tuple(inputs)
+        self._tag_groups = tag_groups
+        self._internal = frozenset(internal)
+        self._composed = False
+        self._step_count = 0
+        self._epoch_count = 0
+        self._tagged: dict[str, Any] = {}
+        self._state: dict[str, torch.Tensor | None] = {
+            ref.tag: None for node in nodes for ref in node.refs if ref.forward
+        }
+        self._register(modules)
+        for child in self.children_graphs().values():
+            child._composed = True
+        self._install()
+        self._hash = structural_hash(self)
+        return self
+
+    def _register(self, modules: dict[str, nn.Module]) -> None:
+        """Register each node's module under its readable name (label, first tag, else node id)."""
+        ids = {node.id for node in self._nodes}
+        taken: dict[int, str] = {}
+        used: set[str] = set()
+        for node in self._nodes:
+            module = modules.get(node.id)
+            if module is None:
+                continue
+            if id(module) in taken:  # a module shared by several nodes is registered once
+                node.attr = taken[id(module)]
+                continue
+            wanted = []
+            if isinstance(module, Graph) and module.label:
+                wanted.append(module.label)
+            wanted += node.tags
+            name = next(
+                (n for n in wanted if _is_free(n) and n not in used and n not in ids), node.id
+            )
+            if name in used or not _is_free(name):
+                name = next(
+                    f"{node.id}_{k}" for k in itertools.count(1) if f"{node.id}_{k}" not in used
+                )
+            node.attr = name
+            used.add(name)
+            taken[id(module)] = name
+            self.add_module(name, module)
+
+    def _install(self) -> None:
+        """Generate, compile and bind ``forward`` (also after unpickling or deepcopy)."""
+        modules = {node.id: self.module_of(node.id) for node in self._nodes}
+        generated = generate(
+            list(self._nodes), modules, self._output, self._tags, list(self._inputs)
+        )
+        filename = f"<flodl graph {self._label or 'forward'} #{next(_SOURCE_IDS)}>"
+        source = generated.source
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        weakref.finalize(self, linecache.cache.pop, filename, None)  # no leak across rebuilds
+        namespace: dict[str, Any] = {
+            "_torch": torch,
+            "_MISSING": _MISSING,
+            "_annotate": _annotate,
+            "_missing_input": _missing_input,
+            "_unexpected_inputs": _unexpected_inputs,
+        }
+        exec(compile(source, filename, "exec"), namespace)
+        fn = namespace["forward"]
+        fn.__qualname__ = f"{type(self).__name__}.forward"
+        self._code = source
+        self._line_nodes = generated.lines
+        # A plain function, not a method bound to self: a bound method stored on the instance
+        # would make a reference cycle, and the weights would outlive `del model` until gc runs.
+        self._forward_fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the generated forward (see :attr:`code`): ``graph(x)`` or ``graph(x, ctx=...)``."""
+        return self._forward_fn(self, *args, **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_forward_fn", None)
+        state["_tagged"] = {}
+        state["_state"] = {
+            k: (v.detach().clone() if isinstance(v, torch.Tensor) else v)
+            for k, v in self._state.items()
+        }
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._install()
+
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> Graph:
+        super()._apply(fn, recurse)
+        # State follows the module (``.to(device)``, ``.double()``...) as detached values.
+        for tag, value in self._state.items():
+            if isinstance(value, torch.Tensor):
+                self._state[tag] = fn(value.detach())
+        self._tagged = {}
+        return self
+
+    # ------------------------------------------------------------------ description
+    @property
+    def code(self) -> str:
+        """The generated source of ``forward``."""
+        return self._code
+
+    @property
+    def label(self) -> str | None:
+        """The label given with ``FlowBuilder.label`` (None if unlabelled)."""
+        return self._label
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Input names in call order: ``("input", *auxiliary)``."""
+        return ("input", *self._inputs)
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """Every node, in execution order."""
+        return self._nodes
+
+    @property
+    def output_node(self) -> str:
+        return self._output
+
+    @property
+    def tag_map(self) -> dict[str, str]:
+        """Tag name -> id of the node carrying it."""
+        return dict(self._tags)
+
+    @property
+    def tag_groups(self) -> dict[str, list[str]]:
+        return {k: list(v) for k, v in self._tag_groups.items()}
+
+    @property
+    def internal_tags(self) -> frozenset[str]:
+        return self._internal
+
+    @property
+    def is_composed(self) -> bool:
+        """True once this graph is a labelled child of another graph."""
+        return self._composed
+
+    def node(self, node_id: str) -> Node:
+        """The node with id ``node_id`` (e.g. ``"linear_1"``)."""
+        for node in self._nodes:
+            if node.id == node_id:
+                return node
+        close = difflib.get_close_matches(node_id, [n.id for n in self._nodes], n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise UnknownTagError(f"no node '{node_id}' in this graph{hint}")
+
+    def module_of(self, node_id: str) -> nn.Module | None:
+        """The module a node runs (a composite for loops/gates/switches/maps), or None."""
+        attr = self.node(node_id).attr
+        return getattr(self, attr) if attr else None
+
+    def children_graphs(self) -> dict[str, Graph]:
+        """Labelled graphs nested directly as steps: label -> Graph."""
+        out: dict[str, Graph] = {}
+        for node in self._nodes:
+            module = self.module_of(node.id) if node.attr else None
+            if isinstance(module, Graph) and module.label:
+                out[module.label] = module
+        return out
+
+    def tag_names(self) -> list[str]:
+        """Every tag, in definition order."""
+        return list(self._tags)
+
+    def tagged(self, tag: str) -> Any:
+        """The value tag ``tag`` had in the last forward pass (None before the first)."""
+        if tag not in self._tags:
+            close = difflib.get_close_matches(tag, list(self._tags), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise UnknownTagError(f"no tag '{tag}' in this graph{hint}")
+        return self._tagged.get(tag)
+
+    def _signature(self) -> str:
+        aux = ", ".join(f"{name}=..." for name in self._inputs)
+        return f"graph(x{', ' + aux if aux else ''})"
+
+    # ------------------------------------------------------------------ state across calls
+    def has_state(self) -> bool:
+        """True when the graph has forward references (state carried across calls)."""
+        return bool(self._state)
+
+    def _graphs(self) -> list[Graph]:
+        return [m for m in self.modules() if isinstance(m, Graph)]
+
+    def reset_state(self) -> None:
+        """Forget forward-reference state (the next call sees zeros), in nested graphs too."""
+        for graph in self._graphs():
+            graph._state = dict.fromkeys(graph._state)
+        for module in self.modules():
+            if not isinstance(module, Graph) and callable(getattr(module, "reset_state", None)):
+                module.reset_state()
+
+    def detach_state(self) -> None:
+        """Cut the autograd history of state and tagged values, keeping their values (all levels)."""
+        for graph in self._graphs():
+            graph._state = {
+                k: (v.detach() if isinstance(v, torch.Tensor) else v)
+                for k, v in graph._state.items()
+            }
+            graph._tagged = {
+                k: (v.detach() if isinstance(v, torch.Tensor) else v)
+                for k, v in graph._tagged.items()
+            }
+        for module in self.modules():
+            if not isinstance(module, Graph) and callable(getattr(module, "detach_state", None)):
+                module.detach_state()
+
+    def end_step(self) -> None:
+        """Close a training step: ``detach_state()`` (the truncated-BPTT boundary) and count it."""
+        self.detach_state()
+        self._step_count += 1
+
+    def end_epoch(self) -> None:
+        """Close an epoch (counts it)."""
+        self._epoch_count += 1
+
+    @property
+    def step_count(self) -> int:
+        return self._step_count
+
+    @property
+    def epoch_count(self) -> int:
+        return self._epoch_count
+
+    # ------------------------------------------------------------------ identity
+    def structural_hash(self) -> str:
+        """SHA-256 hex of the architecture (see :mod:`flodl.graph.hashing`)."""
+        return self._hash
+
+    def short_hash(self) -> str:
+        """The first 8 characters of :meth:`structural_hash`."""
+        return self._hash[:8]
+
+    def summary(self) -> str:
+        """A readable tree of the nodes, their tags, call sites and parameter shapes."""
+        from flodl.graph.summary import summarize
+
+        return summarize(self)

@@ -1,0 +1,70 @@
+"""``Graph.summary()``: a readable tree of nodes, tags, call sites and parameter shapes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import nn
+
+if TYPE_CHECKING:
+    from flodl.graph.graph import Graph
+
+
+def _count(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1e6:.1f}M"
+    if n >= 1_000:
+        return f"{n / 1e3:.1f}K"
+    return str(n)
+
+
+def _describe(module: nn.Module) -> str:
+    extra = module.extra_repr()
+    return f"{type(module).__name__}({extra})" if extra else type(module).__name__
+
+
+def _params(module: nn.Module, indent: str, out: list[str]) -> None:
+    from flodl.graph.graph import Graph
+
+    for name, p in module.named_parameters(recurse=False):
+        frozen = "" if p.requires_grad else "  [frozen]"
+        out.append(f"{indent}{name} {list(p.shape)}{frozen}")
+    for name, child in module.named_children():
+        if isinstance(child, Graph):
+            out.append(f"{indent}{name}: {summarize(child, indent)}")
+            continue
+        out.append(f"{indent}{name}: {_describe(child)}")
+        _params(child, indent + "  ", out)
+
+
+def summarize(graph: Graph, indent: str = "") -> str:
+    from flodl.graph.graph import Graph
+
+    params = list(graph.parameters())
+    total = sum(p.numel() for p in params)
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    title = f"Graph '{graph.label}'" if graph.label else "Graph"
+    out = [
+        f"{title} [hash {graph.short_hash()}] — {len(graph.nodes)} nodes, "
+        f"{_count(total)} parameters ({_count(trainable)} trainable)"
+    ]
+    pad = indent + "  "
+    for node in graph.nodes:
+        module = graph.module_of(node.id) if node.attr else None
+        what = _describe(module) if module is not None else node.kind
+        if node.kind == "merge":
+            what = f"merge {node.options['op']!r}"
+        tags = f"  #{' #'.join(node.tags)}" if node.tags else ""
+        refs = ""
+        if node.refs:
+            refs = "  using " + ", ".join(
+                f"{r.tag}{' (previous call)' if r.forward else ''}" for r in node.refs
+            )
+        name = f" as '{node.attr}'" if node.attr and node.attr != node.id else ""
+        site = f"  ({node.site})" if node.site else ""
+        out.append(f"{pad}{node.id}{name}: {what}{tags}{refs}{site}")
+        if isinstance(module, Graph):
+            out.append(f"{pad}  {summarize(module, pad + '  ')}")
+        elif module is not None:
+            _params(module, pad + "  ", out)
+    return "\n".join(out)

@@ -1,0 +1,28 @@
+"""The examples in the graph layer's docstrings run and print what they show."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "flodl.graph.builder",
+    "flodl.graph.errors",
+    "flodl.graph.graph",
+    "flodl.graph.merge",
+    "flodl.nn.fn",
+    "flodl.nn.halting",
+    "flodl.nn.routing",
+    "flodl.nn.shape",
+    "flodl.nn.state",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(
+        importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE
+    )
+    assert result.failed == 0

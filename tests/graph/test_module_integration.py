@@ -1,0 +1,274 @@
+"""A Graph is a real torch module: names, copies, pickling, devices, compile, DDP, hashing."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+import flodl as fl
+
+from .helpers import Scale
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def model() -> fl.Graph:
+    return (
+        fl.FlowBuilder(nn.Linear(4, 8))
+        .tag("encoder")
+        .through(nn.GELU())
+        .also(nn.Linear(8, 8))
+        .split(nn.Linear(8, 8), nn.Linear(8, 8))
+        .merge(fl.MergeOp.MEAN)
+        .loop_body(nn.Sequential(nn.Linear(8, 8), nn.Tanh()))
+        .for_n(2)
+        .tag("refine")
+        .gate(fl.nn.SoftmaxRouter(8, 2), nn.Linear(8, 8), nn.Linear(8, 8))
+        .through(nn.Linear(8, 2))
+        .build()
+    )
+
+
+def test_state_dict_keys_are_readable_and_stable_across_builds():
+    keys = list(model().state_dict())
+    assert keys == list(model().state_dict())
+    assert keys[:2] == ["encoder.weight", "encoder.bias"]
+    assert "refine.body.0.weight" in keys
+    assert "gate_9.router.proj.weight" in keys and "gate_9.experts.1.bias" in keys
+
+
+def test_state_dict_round_trip_gives_identical_outputs():
+    a, b = model(), model()
+    x = torch.randn(3, 4)
+    assert not torch.allclose(a(x), b(x))
+    b.load_state_dict(a.state_dict())
+    torch.testing.assert_close(a(x), b(x))
+
+
+def test_tags_that_would_shadow_graph_attributes_fall_back_to_node_ids():
+    g = fl.FlowBuilder(nn.Linear(2, 2)).tag("forward").through(nn.Linear(2, 2)).tag("code").build()
+    assert list(dict(g.named_children())) == ["linear_1", "linear_2"]
+    assert g.tagged("forward") is None  # the tags still work
+
+
+def test_deepcopy_is_independent_and_runs():
+    g = model()
+    x = torch.randn(2, 4)
+    g(x)
+    clone = copy.deepcopy(g)
+    torch.testing.assert_close(clone(x), g(x))
+    with torch.no_grad():
+        clone.encoder.weight.zero_()
+    assert not torch.allclose(clone(x), g(x))
+    assert clone.code == g.code
+
+
+def test_pickle_round_trip_keeps_weights_and_state():
+    g = fl.FlowBuilder().through(fl.nn.StateAdd()).using("m").through(Scale(1.0)).tag("m").build()
+    g(torch.ones(1, 2, requires_grad=True))
+    restored = pickle.loads(pickle.dumps(g))
+    assert restored(torch.ones(1, 2)).tolist() == [[2.0, 2.0]]
+    m = model()
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(pickle.loads(pickle.dumps(m))(x), m(x))
+
+
+def test_train_eval_and_parameters():
+    g = fl.FlowBuilder(nn.Linear(2, 2)).through(nn.Dropout(0.5)).build()
+    g.eval()
+    assert not g.dropout_2.training
+    x = torch.ones(4, 2)
+    torch.testing.assert_close(g(x), g(x))
+    g.train()
+    assert g.dropout_2.training
+    assert sum(p.numel() for p in g.parameters()) == 6
+
+
+def test_structural_hash_is_stable_and_sensitive():
+    h = model().structural_hash()
+    assert h == model().structural_hash() and len(h) == 64
+
+    def variant(width=8, op=fl.MergeOp.ADD, n=3, label=None):
+        b = fl.FlowBuilder(nn.Linear(4, width)).split(Scale(1), Scale(2)).merge(op)
+        b = b.loop_body(nn.Identity()).for_n(n)
+        if label:
+            b = b.label(label)
+        return b.build().structural_hash()
+
+    base = variant()
+    assert variant(width=16) != base
+    assert variant(op=fl.MergeOp.MEAN) != base
+    assert variant(n=4) != base
+    assert variant(label="named") == base
+    d1 = fl.FlowBuilder(nn.Dropout(0.1)).build().structural_hash()
+    assert d1 != fl.FlowBuilder(nn.Dropout(0.2)).build().structural_hash()
+
+
+def test_structural_hash_is_stable_across_processes():
+    script = textwrap.dedent(
+        """
+        import torch, flodl as fl
+        from torch import nn
+        g = (fl.FlowBuilder(nn.Linear(4, 8)).tag("a").split(nn.ReLU(), nn.Tanh())
+             .merge(fl.MergeOp.CAT(1)).loop_body(nn.Linear(16, 16)).while_cond(
+             fl.nn.ThresholdHalt(3.0), 4).build())
+        print(g.structural_hash())
+        """
+    )
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+            check=True,
+            env={"PYTHONPATH": str(REPO), "PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"},
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
+    assert len(runs) == 1 and len(next(iter(runs))) == 64
+
+
+def test_summary_lists_nodes_tags_and_parameter_shapes():
+    text = model().summary()
+    assert "Graph [hash" in text
+    assert "linear_1 as 'encoder': Linear(in_features=4, out_features=8" in text
+    assert "weight [8, 4]" in text
+    assert "merge MergeOp.MEAN" in text
+    assert "#refine" in text
+    assert "test_module_integration.py" in text
+
+
+def test_graph_code_is_inspectable_straight_line_python():
+    code = model().code
+    assert code.startswith("def forward(self, input, **_unexpected):")
+    assert "for _i_loop_8 in range(2):" in code
+    assert "_m['encoder'](input)" in code
+
+
+def test_graph_cannot_be_constructed_directly():
+    with pytest.raises(TypeError, match="FlowBuilder"):
+        fl.Graph()
+
+
+@pytest.mark.slow
+def test_torch_compile_has_no_graph_breaks_and_matches_eager():
+    g = model()
+    x = torch.randn(3, 4)
+    explanation = torch._dynamo.explain(g)(x)
+    assert explanation.graph_break_count == 0
+    compiled = torch.compile(g, fullgraph=True)
+    torch.testing.assert_close(compiled(x), g(x))
+    compiled(x).sum().backward()
+    assert g.encoder.weight.grad is not None
+
+
+@pytest.mark.slow
+def test_nested_graphs_compile_without_graph_breaks():
+    block = fl.FlowBuilder(nn.Linear(8, 8)).through(nn.GELU()).label("block").build()
+    refine = fl.FlowBuilder().also(block).build()
+    g = fl.FlowBuilder(nn.Linear(4, 8)).loop_body(refine).for_n(3).build()
+    assert torch._dynamo.explain(g)(torch.randn(2, 4)).graph_break_count == 0
+
+
+@pytest.mark.slow
+def test_torch_compile_carries_forward_ref_state_like_eager():
+    g = (
+        fl.FlowBuilder(nn.Linear(4, 4))
+        .input("ctx")
+        .through(fl.nn.StateAdd())
+        .using("h", "ctx")
+        .through(nn.Tanh())
+        .tag("h")
+        .build()
+    )
+    x, c = torch.randn(2, 4), torch.randn(2, 4)
+    assert torch._dynamo.explain(g)(x, ctx=c).graph_break_count == 0
+    g.reset_state()
+    compiled = torch.compile(g, backend="eager")
+    got = [compiled(x, ctx=c) for _ in range(3)]
+    g.reset_state()
+    for a, b in zip(got, [g(x, ctx=c) for _ in range(3)], strict=True):
+        torch.testing.assert_close(a, b)
+
+
+DDP_SCRIPT = """
+import socket, torch, torch.distributed as dist, flodl as fl
+from torch import nn
+torch.set_num_threads(1)
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+try:
+    g = (fl.FlowBuilder(nn.Linear(4, 8)).through(nn.ReLU()).also(nn.Linear(8, 8))
+         .through(nn.Linear(8, 2)).build())
+    ddp = nn.parallel.DistributedDataParallel(g)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4), torch.randn(16, 2)
+    losses = []
+    for _ in range(5):
+        loss = nn.functional.mse_loss(ddp(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0], losses
+    print("ok", list(ddp.module.state_dict())[0])
+finally:
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_ddp_wrap_trains_on_gloo_loopback():
+    done = subprocess.run(
+        [sys.executable, "-c", DDP_SCRIPT],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=180,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("ok linear_1.weight")
+
+
+def test_generated_source_shows_in_tracebacks_and_is_released_with_the_graph():
+    import linecache
+    import traceback
+
+    g = fl.FlowBuilder(nn.Linear(2, 2)).through(nn.Linear(3, 2)).build()
+    try:
+        g(torch.ones(1, 2))
+    except RuntimeError as exc:
+        text = "".join(traceback.format_exception(exc))
+    assert "v_linear_2 = _m['linear_2'](v_linear_1)" in text
+    filename = g._forward_fn.__code__.co_filename
+    assert filename in linecache.cache
+    ref = __import__("weakref").ref(g)
+    del g
+    assert ref() is None  # freed by reference counting alone: no cycle keeps the weights alive
+    assert filename not in linecache.cache
+
+
+def test_functional_call_swaps_parameters():
+    g = fl.FlowBuilder(nn.Linear(2, 2)).also(nn.Linear(2, 2)).build()
+    zeros = {k: torch.zeros_like(v) for k, v in g.named_parameters()}
+    out = torch.func.functional_call(g, zeros, (torch.randn(3, 2),))
+    assert out.abs().sum().item() == 0.0
+
+
+@pytest.mark.slow
+def test_torch_export():
+    g = fl.FlowBuilder(nn.Linear(2, 2)).also(nn.Linear(2, 2)).build()
+    x = torch.randn(3, 2)
+    exported = torch.export.export(g, (x,))
+    torch.testing.assert_close(exported.module()(x), g(x))

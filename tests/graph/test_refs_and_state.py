@@ -1,0 +1,187 @@
+"""``using``, auxiliary inputs and forward references (state across calls)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import flodl as fl
+
+from .helpers import AddRef, Scale, TakesCtx, identity_linear
+
+
+def test_backward_ref_reaches_forward_named_keyed_by_tag():
+    add = AddRef()
+    g = fl.FlowBuilder(identity_linear(2)).tag("ctx").through(add).using("ctx").build()
+    out = g(torch.tensor([[3.0, 5.0]]))
+    torch.testing.assert_close(out, torch.tensor([[6.0, 10.0]]))
+    assert list(add.seen[-1]) == ["ctx"]
+
+
+def test_positional_and_keyword_refs_call_the_module_with_arguments():
+    g = (
+        fl.FlowBuilder()
+        .tag("a")
+        .through(Scale(2.0))
+        .tag("b")
+        .through(TakesCtx())
+        .using("a", bonus="b")
+        .build()
+    )
+    x = torch.tensor([1.0])
+    # stream = 2x; ctx = x; bonus = 2x  ->  2x + x + 10 * 2x = 23x
+    torch.testing.assert_close(g(x), torch.tensor([23.0]))
+    assert "_m['takesctx_3'](v_scale_2, input, bonus=v_scale_2)" in g.code
+
+
+def test_gradients_flow_through_a_backward_ref():
+    g = fl.FlowBuilder(nn.Linear(2, 2)).tag("ctx").through(nn.Linear(2, 2)).through(AddRef())
+    g = g.using("ctx").build()
+    x = torch.randn(3, 2, requires_grad=True)
+    g(x).sum().backward()
+    assert x.grad is not None and all(p.grad is not None for p in g.parameters())
+
+
+def memory_graph(step: nn.Module | None = None):
+    """memory_t = step(x_t + memory_{t-1})."""
+    return (
+        fl.FlowBuilder()
+        .through(fl.nn.StateAdd())
+        .using("memory")
+        .through(step or nn.Identity())
+        .tag("memory")
+        .build()
+    )
+
+
+def test_forward_ref_accumulates_across_calls_and_resets():
+    g = memory_graph()
+    x = torch.tensor([[1.0, 2.0]])
+    outs = [g(x).tolist() for _ in range(3)]
+    assert outs == [[[1.0, 2.0]], [[2.0, 4.0]], [[3.0, 6.0]]]
+    assert g.has_state()
+    g.reset_state()
+    assert g(x).tolist() == [[1.0, 2.0]]
+
+
+def test_detach_state_keeps_values_but_cuts_the_autograd_chain():
+    g = memory_graph()
+    x = torch.ones(1, 2, requires_grad=True)
+    g(x).sum().backward()
+    g.end_step()
+    out = g(x)
+    assert out.tolist() == [[2.0, 2.0]]  # the value carried over
+    out.sum().backward()  # no "backward through the graph a second time": the chain was cut
+    assert g.step_count == 1
+
+
+def test_without_end_step_the_second_backward_reaches_the_freed_graph():
+    g = memory_graph(nn.Linear(2, 2))
+    x = torch.ones(1, 2, requires_grad=True)
+    g(x).sum().backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        g(x).sum().backward()
+
+
+def test_first_call_backward_with_zero_filled_forward_ref():
+    g = (
+        fl.FlowBuilder(nn.Linear(2, 2))
+        .through(AddRef())
+        .using("memory")
+        .through(nn.Linear(2, 2))
+        .tag("memory")
+        .build()
+    )
+    x = torch.randn(1, 2, requires_grad=True)
+    g(x).sum().backward()
+    assert x.grad is not None and all(p.grad is not None for p in g.parameters())
+
+
+def test_backward_and_forward_refs_together():
+    g = fl.FlowBuilder().tag("ctx").through(AddRef()).using("ctx", "memory").tag("memory").build()
+    x = torch.ones(1, 2)
+    assert g(x).tolist() == [[2.0, 2.0]]  # x + ctx + 0
+    assert g(x).tolist() == [[4.0, 4.0]]  # x + ctx + previous 2
+
+
+def test_state_follows_to_and_dtype_changes():
+    g = memory_graph()
+    g(torch.ones(1, 2))
+    g.double()
+    assert g._state["memory"].dtype == torch.float64
+    out = g(torch.ones(1, 2, dtype=torch.float64))
+    assert out.dtype == torch.float64 and out.tolist() == [[2.0, 2.0]]
+
+
+def test_nested_graph_state_is_reset_and_detached_by_the_parent():
+    inner = memory_graph()
+    outer = fl.FlowBuilder().through(inner).build()
+    x = torch.ones(1, 2, requires_grad=True)
+    outer(x).sum().backward()
+    outer.end_step()
+    outer(x).sum().backward()  # the child's state was detached too
+    outer.reset_state()
+    assert outer(x).tolist() == [[1.0, 1.0]]
+
+
+def test_auxiliary_inputs_by_keyword_and_position():
+    g = fl.FlowBuilder().input("ctx").through(TakesCtx()).using("ctx").build()
+    x, c = torch.ones(2), torch.full((2,), 5.0)
+    torch.testing.assert_close(g(x, ctx=c), torch.full((2,), 6.0))
+    torch.testing.assert_close(g(x, c), torch.full((2,), 6.0))
+    assert g.inputs == ("input", "ctx")
+
+
+def test_missing_and_unexpected_inputs_raise_clear_errors():
+    g = fl.FlowBuilder().input("ctx").through(TakesCtx()).using("ctx").build()
+    with pytest.raises(
+        fl.GraphInputError, match=r"missing graph input 'ctx'.*graph\(x, ctx=\.\.\.\)"
+    ):
+        g(torch.ones(2))
+    with pytest.raises(TypeError, match=r"unexpected graph input.*'cxt'"):
+        g(torch.ones(2), ctx=torch.ones(2), cxt=torch.ones(2))
+
+
+def test_using_before_input_is_a_same_pass_wire_not_state():
+    g = fl.FlowBuilder().through(TakesCtx()).using("ctx").input("ctx").build()
+    assert not g.has_state()
+    torch.testing.assert_close(g(torch.ones(1), ctx=torch.ones(1)), torch.full((1,), 2.0))
+
+
+def test_nested_graph_with_auxiliary_input_receives_it_through_using():
+    inner = fl.FlowBuilder().input("ctx").through(TakesCtx()).using("ctx").build()
+    outer = fl.FlowBuilder().input("c").through(inner).using("c").build()
+    torch.testing.assert_close(outer(torch.ones(1), c=torch.ones(1)), torch.full((1,), 2.0))
+
+
+def test_using_on_split_wires_every_branch():
+    a, b = AddRef(), AddRef()
+    g = fl.FlowBuilder().tag("x").split(a, b).using("x").merge(fl.MergeOp.ADD).build()
+    torch.testing.assert_close(g(torch.ones(1)), torch.full((1,), 4.0))
+
+
+def test_using_after_also_targets_the_inner_module():
+    g = fl.FlowBuilder().tag("x").also(AddRef()).using("x").build()
+    torch.testing.assert_close(g(torch.ones(1)), torch.full((1,), 3.0))  # x + (x + x)
+
+
+def test_fork_then_using_wires_into_the_fork():
+    g = fl.FlowBuilder().tag("x").fork(AddRef()).using("x").tag("side").build()
+    g(torch.ones(1))
+    torch.testing.assert_close(g.tagged("side"), torch.full((1,), 2.0))
+
+
+def test_a_tag_on_the_identity_entry_can_be_a_forward_ref():
+    # The fork reads the graph's previous input (zeros on the first call).
+    g = fl.FlowBuilder().fork(AddRef()).using("x").tag("side").tag("x").build()
+    g(torch.ones(1))
+    torch.testing.assert_close(g.tagged("side"), torch.ones(1))
+    g(torch.full((1,), 5.0))
+    torch.testing.assert_close(g.tagged("side"), torch.full((1,), 6.0))
+
+
+def test_refs_into_a_nested_graph_must_match_its_inputs():
+    inner = fl.FlowBuilder().input("ctx").through(TakesCtx()).using("ctx").build()
+    with pytest.raises(fl.GraphBuildError, match=r"takes the auxiliary inputs \['ctx'\]"):
+        fl.FlowBuilder().tag("a").tag("b").through(inner).using("a", "b").build()
