@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from flodl.checkpoint.methods import CheckpointMethods
 from flodl.errors import FlodlError
 from flodl.graph.codegen import generate
 from flodl.graph.errors import GraphInputError
@@ -134,7 +135,7 @@ def _is_free(name: str) -> bool:
     )
 
 
-class Graph(nn.Module):
+class Graph(CheckpointMethods, nn.Module):
     """A network described with :class:`flodl.FlowBuilder` — a regular ``torch.nn.Module``.
 
     Build one with ``FlowBuilder(...)...build()``; call it like any module: ``graph(x)``, or
