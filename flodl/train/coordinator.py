@@ -141,6 +141,7 @@ class Coordinator:
         self.sync_ms = [0.0] * w
         self.last_sync_ms = 0.0
         self.active = [True] * w
+        self.outstanding = [0] * w  # plans sent and not yet reported
         self.throttled = [False] * w
         self.cpu_round: _CpuRound | None = None
         self.abort_count = 0
@@ -206,6 +207,7 @@ class Coordinator:
     def on_metrics(self, msg: MetricsMsg, now: float) -> Outbox:
         """A rank finished a plan (or chunk): credit it, give it more work, aggregate what is done."""
         r = msg.rank
+        self.outstanding[r] = max(self.outstanding[r] - 1, 0)
         self._messages.setdefault(msg.epoch, []).append(msg)
         out: Outbox = []
         if self.cfg.is_progressive:
@@ -254,6 +256,22 @@ class Coordinator:
                 return reached
             case ApplyPolicy.ASYNC:
                 return reached
+
+    def waiting_on(self, rank: int) -> bool:
+        """True when progress depends on ``rank``: it holds a plan, owes an ack or a snapshot.
+
+        A rank that is idle because there is no work for it is not waited on (and not stalled).
+        """
+        cpu = self.cpu_round
+        return (
+            self.outstanding[rank] > 0
+            or self.ack_pending[rank]
+            or (cpu is not None and rank not in cpu.snapshots)
+        )
+
+    def _start(self, rank: int, plan: EpochPlan) -> tuple[int, ControlMsg]:
+        self.outstanding[rank] += 1
+        return (rank, StartEpoch(plan))
 
     def take_epochs(self) -> list[EpochMetrics]:
         ready, self.epochs_ready = self.epochs_ready, []
@@ -383,14 +401,14 @@ class Coordinator:
 
     def _send_plans(self, epoch: int) -> Outbox:
         return [
-            (r, StartEpoch(plan)) for r, plan in enumerate(self._plans_for(epoch)) if self.active[r]
+            self._start(r, plan) for r, plan in enumerate(self._plans_for(epoch)) if self.active[r]
         ]
 
     def _async_lookahead(self, rank: int, epoch: int) -> Outbox:
         if epoch >= self.cfg.num_epochs:
             return []
         if epoch <= self.aggregated + 2:  # at most one epoch ahead of the last aggregated + 1
-            return [(rank, StartEpoch(self._plans_for(epoch)[rank]))]
+            return [self._start(rank, self._plans_for(epoch)[rank])]
         self._waiting.add(rank)
         return []
 
@@ -442,7 +460,7 @@ class Coordinator:
             return []
         self._rank_pool[rank] = epoch
         self._in_flight[rank] = chunk[1]
-        return [(rank, StartEpoch(EpochPlan(epoch, chunk[0], chunk[1])))]
+        return [self._start(rank, EpochPlan(epoch, chunk[0], chunk[1]))]
 
     def _overshoot_blocked(self, rank: int) -> bool:
         """CPU backend only: a rank running into the next epoch must not race too far ahead."""

@@ -237,17 +237,17 @@ class CoordinatorThread(threading.Thread):
                     self._dispatch(msg, now, finals, errors, exited, last_seen)
                 for metrics in coord.take_epochs():
                     self._publish(metrics)
-                stalled = [
-                    r
+                stalled = sorted(
+                    (last_seen[r], r)
                     for r in range(self.world)
-                    if r not in exited and now - last_seen[r] > self.spec.timeout
-                ]
-                if stalled:
+                    if r not in exited
+                    and coord.waiting_on(r)
+                    and now - last_seen[r] > self.spec.timeout
+                )
+                if stalled:  # the rank silent the longest is the culprit; the others wait on it
+                    rank = stalled[0][1]
                     errors.append(
-                        (
-                            stalled[0],
-                            f"rank {stalled[0]} made no progress for {self.spec.timeout:.0f} s",
-                        )
+                        (rank, f"rank {rank} made no progress for {self.spec.timeout:.0f} s")
                     )
                     break
                 self._send(coord.tick(now))

@@ -411,3 +411,18 @@ def test_collective_sync_cost_feeds_el_che():
     batches(c, 1, 1, ms=100.0)
     c.tick(0.0)
     assert c.el_che.anchor == 50  # 50 % overhead (the pure communication) against a 10 % target
+
+
+def test_waiting_on_tracks_outstanding_plans_acks_and_snapshots():
+    c = make(SYNC, CPU, epochs=2)
+    plans = plans_of(c.start(0.0))
+    assert c.waiting_on(0) and c.waiting_on(1)
+    finish(c, 0, plans[0])
+    assert not c.waiting_on(0)  # idle: nothing dispatched to it, nothing owed
+    assert c.waiting_on(1)
+    batches(c, 0, 1)
+    batches(c, 1, 1)
+    c.tick(0.0)  # a CPU round: every rank owes a snapshot
+    assert c.waiting_on(0)
+    c.on_snapshot(snapshot(0, c.cpu_round.round, 1.0, 1))
+    assert not c.waiting_on(0)
