@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ["cli_startup", "data_loader"]
+SUITES = ["cli_startup", "data_loader", "ddp_cadence"]
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or SUITES:
