@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from flodl.data.sampling import partition_sizes
 from flodl.train.averaging import average_snapshots, relative_divergence
 from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
@@ -43,7 +44,7 @@ from flodl.train.messages import (
     Update,
 )
 from flodl.train.metrics import EpochMetrics, MetricsMsg, aggregate_epoch_metrics
-from flodl.train.partition import ChunkPool, equal_sizes, ratio_sizes, throughput_sizes
+from flodl.train.partition import ChunkPool, throughput_sizes
 
 Outbox = list[tuple[int, ControlMsg]]
 
@@ -85,6 +86,10 @@ class CoordinatorConfig:
             if len(self.partition_ratios) != self.world:
                 raise TrainerConfigError(
                     f"partition_ratios has {len(self.partition_ratios)} entries for {self.world} ranks"
+                )
+            if any(not 0 <= r < math.inf for r in self.partition_ratios):
+                raise TrainerConfigError(
+                    f"partition_ratios must be finite and >= 0, got {self.partition_ratios}"
                 )
             if self.is_progressive:
                 raise TrainerConfigError(
@@ -361,15 +366,15 @@ class Coordinator:
     def _plan_sizes(self) -> list[int]:
         n, w = self.cfg.dataset_size, self.cfg.world
         if self.cfg.partition_ratios is not None:
-            return ratio_sizes(n, self.cfg.partition_ratios)
+            return partition_sizes(n, w, self.cfg.partition_ratios)
         el = self.el_che
         if self.cfg.policy is ApplyPolicy.SYNC or el is None:
-            return equal_sizes(n, w)
+            return partition_sizes(n, w)
         if el.calibrated:
             return throughput_sizes(n, el.ms_per_batch)
         if el.has_speed_hint:
-            return ratio_sizes(n, el.batch_counts)
-        return equal_sizes(n, w)
+            return partition_sizes(n, w, el.batch_counts)
+        return partition_sizes(n, w)
 
     def _plans_for(self, epoch: int) -> list[EpochPlan]:
         if epoch not in self._plans:

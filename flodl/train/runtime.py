@@ -16,8 +16,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from flodl.train.averaging import average_snapshots
-from flodl.train.batches import dataset_len
+from flodl.data.sources import as_source, require_samples
+from flodl.train.averaging import final_state
 from flodl.train.coordinator import Coordinator, CoordinatorConfig
 from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
@@ -65,7 +65,6 @@ def _build(
         optimizer=optimizer,
         train_step=spec.train_step,
         dataset=dataset,
-        dataset_size=dataset_len(dataset),
         batch_size=spec.batch_size or 1,
         seed=spec.seed,
         policy=spec.policy,
@@ -181,7 +180,7 @@ class CoordinatorThread(threading.Thread):
         cfg = CoordinatorConfig(
             world=world,
             num_epochs=spec.epochs(),
-            dataset_size=dataset_len(dataset),
+            dataset_size=require_samples(as_source(dataset)),
             batch_size=spec.batch_size or 1,
             policy=spec.policy,
             backend=spec.backend,
@@ -254,15 +253,7 @@ class CoordinatorThread(threading.Thread):
             if errors:
                 self._send([(r, Shutdown()) for r in range(self.world) if r not in exited])
             self._collect_finals(finals, errors, exited)
-            state = None
-            if finals:
-                snaps = [finals[r] for r in sorted(finals)]
-                params, buffers = average_snapshots(
-                    [s.params for s in snaps],
-                    [s.buffers for s in snaps],
-                    [s.batch_count for s in snaps],
-                )
-                state = TrainedState(params, buffers)
+            state = final_state(finals)
         except BaseException:
             errors.append((0, "coordinator failed:\n" + traceback.format_exc()))
             state = None
