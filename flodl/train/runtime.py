@@ -236,17 +236,20 @@ class CoordinatorThread(threading.Thread):
                     self._dispatch(msg, now, finals, errors, exited, last_seen)
                 for metrics in coord.take_epochs():
                     self._publish(metrics)
+                # Silence counts only while a rank owes something (metrics, an ack, a snapshot):
+                # a rank idly waiting for the others' work is not stuck.
+                for r in range(self.world):
+                    if not coord.owes(r):
+                        last_seen[r] = now
                 stalled = [
                     r
                     for r in range(self.world)
                     if r not in exited and now - last_seen[r] > self.spec.timeout
                 ]
                 if stalled:
+                    culprit = min(stalled, key=lambda r: last_seen[r])  # silent the longest
                     errors.append(
-                        (
-                            stalled[0],
-                            f"rank {stalled[0]} made no progress for {self.spec.timeout:.0f} s",
-                        )
+                        (culprit, f"rank {culprit} made no progress for {self.spec.timeout:.0f} s")
                     )
                     break
                 self._send(coord.tick(now))

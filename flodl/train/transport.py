@@ -50,10 +50,10 @@ class KeyStream:
             key = f"{self._prefix}/{self._next}"
             try:
                 raw = self._store.get(key)  # blocks until the key exists
+                if raw == _STOP:  # left in place: later writes see it and are dropped
+                    return
                 self._store.delete_key(key)
             except RuntimeError:  # the store went away: the job is over
-                return
-            if raw == _STOP:
                 return
             self._next += 1
             value = pickle.loads(raw)
