@@ -201,6 +201,10 @@ class TrainerBuilder:
         self._monitor = monitor
         return self
 
+    def threads_per_rank(self, n: int) -> TrainerBuilder:
+        """Intra-op threads of each CPU rank (default: the machine's cores split between ranks)."""
+        return self._set(threads_per_rank=_positive("threads_per_rank", n))
+
     def timeout(self, seconds: float) -> TrainerBuilder:
         """How long a collective or a silent rank may stall before the run fails (default 60 s)."""
         return self._set(timeout=float(seconds))

@@ -16,7 +16,13 @@ DATA = toy.regression_data()
 
 
 def builder(step=toy.mse_step, model=toy.make_model):
-    return fl.Trainer.builder(model, toy.make_sgd, step).dataset(DATA).batch_size(16)
+    # One intra-op thread per rank: spawned ranks must not oversubscribe the test machine.
+    return (
+        fl.Trainer.builder(model, toy.make_sgd, step)
+        .dataset(DATA)
+        .batch_size(16)
+        .threads_per_rank(1)
+    )
 
 
 def final_loss(state: fl.TrainedState) -> float:
@@ -54,6 +60,8 @@ def test_required_settings_are_named(missing):
 def test_bad_values_are_rejected_at_the_setter():
     with pytest.raises(TrainerConfigError, match="batch_size must be >= 1"):
         builder().batch_size(0)
+    with pytest.raises(TrainerConfigError, match="threads_per_rank must be >= 1"):
+        builder().threads_per_rank(0)
 
 
 def test_lambdas_cannot_go_to_spawned_ranks():
@@ -116,9 +124,10 @@ def test_two_cpu_ranks_every_policy_and_backend(policy, backend, tmp_path, monke
     assert len(seen[0].per_rank_batch_share) == 2
     assert final_loss(state) < 0.5  # the averaged model learned the regression
     calls = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
-    assert all(epoch == current for _, epoch, current in calls)  # worker.current_epoch agrees
+    assert all(epoch == current for _, epoch, current, _ in calls)  # worker.current_epoch agrees
+    assert {threads for *_, threads in calls} == {1}  # .threads_per_rank(1) reached the ranks
     if policy is fl.ApplyPolicy.SYNC:  # every rank enters every epoch exactly once
-        assert sorted(calls) == [(r, e, e) for r in range(2) for e in range(2)]
+        assert sorted(calls) == [(r, e, e, 1) for r in range(2) for e in range(2)]
 
 
 def two_ranks(step, **kw):
@@ -203,6 +212,7 @@ def test_buffers_are_averaged_in_the_final_state():
         .batch_size(16)
         .num_epochs(1)
         .devices(["cpu", "cpu"])
+        .threads_per_rank(1)
         .backend(fl.AverageBackend.CPU)
         .run()
         .join()

@@ -30,7 +30,7 @@ from flodl.train.messages import (
     Update,
 )
 from flodl.train.metrics import MetricsMsg
-from flodl.train.worker import FINAL_ROUND, Worker
+from flodl.train.worker import FINAL_ROUND, Worker, set_lr
 from tests.train import toy
 
 X, Y = toy.regression_data(128)
@@ -407,3 +407,22 @@ def test_final_state_of_a_lone_survivor_is_its_state_verbatim_and_none_without_a
     lone = final_state({1: snap(1, 1.2345678)})
     assert torch.equal(lone.params[0], torch.tensor([1.2345678]))
     assert final_state({}) is None
+
+
+# -- item 91 (the in-process part): epoch_fn ------------------------------------------------------
+
+
+def test_epoch_fn_runs_once_per_epoch_before_its_first_batch_and_may_set_the_lr():
+    calls = []
+
+    def epoch_fn(epoch, worker):
+        calls.append((epoch, worker.current_epoch, worker.local_step))
+        set_lr(worker.optimizer, 0.01 * (epoch + 1))
+
+    w = make_worker(epoch_fn=epoch_fn)
+    w.run_plan(EpochPlan(0, 0, 32))
+    w.run_plan(EpochPlan(0, 32, 32))  # a second chunk of the same epoch: no new call
+    assert w.optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
+    w.run_plan(EpochPlan(1, 0, 32))
+    assert calls == [(0, 0, 0), (1, 1, 4)]
+    assert w.optimizer.param_groups[0]["lr"] == pytest.approx(0.02)

@@ -94,11 +94,9 @@ EPOCH_LOG = "FLODL_TEST_EPOCH_LOG"
 
 
 def logging_epoch_fn(epoch: int, worker) -> None:
-    """Appends ``rank epoch current_epoch`` to the file named by $FLODL_TEST_EPOCH_LOG."""
+    """Appends ``rank epoch current_epoch intra-op-threads`` to the file named by $FLODL_TEST_EPOCH_LOG."""
     with open(os.environ[EPOCH_LOG], "a") as f:
-        f.write(f"{worker.rank} {epoch} {worker.current_epoch}\n")
-    for group in worker.optimizer.param_groups:  # changing the LR from epoch_fn works
-        group["lr"] = 0.05 / (1 + epoch)
+        f.write(f"{worker.rank} {epoch} {worker.current_epoch} {torch.get_num_threads()}\n")
 
 
 class RecordingMonitor:
