@@ -2,48 +2,28 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import interleaved, ratio, write_report
-
-
-def command(*args: str):
-    def run() -> None:
-        subprocess.run([sys.executable, *args], check=True, capture_output=True)
-
-    return run
+from harness import command_report, interleaved, subprocess_case
 
 
 def main(rounds: int = 11) -> list[dict[str, object]]:
+    py = sys.executable
     results = interleaved(
         {
-            "python -c pass": command("-c", "pass"),
-            "fdl --version": command("-m", "fdl", "--version"),
-            "fdl --help": command("-m", "fdl", "--help"),
+            "python -c pass": subprocess_case([py, "-c", "pass"]),
+            "fdl --version": subprocess_case([py, "-m", "fdl", "--version"]),
+            "fdl --help": subprocess_case([py, "-m", "fdl", "--help"]),
         },
         rounds=rounds,
         inner=3,
         warmup=1,
     )
-    rows = [
-        {
-            "command": name,
-            "median_ms": m.median_s * 1e3,
-            "ratio_vs_python": ratio(results, name, "python -c pass"),
-        }
-        for name, m in results.items()
-    ]
-    path = write_report(
-        "fdl start-up",
-        rows,
-        "cli_startup",
-        f"median of per-round medians over {rounds} interleaved rounds; baseline `python -c pass`",
+    return command_report(
+        "fdl start-up", "cli_startup", results, {"ratio_vs_python": "python -c pass"}, rounds
     )
-    print(path.read_text())
-    return rows
 
 
 if __name__ == "__main__":

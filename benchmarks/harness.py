@@ -88,3 +88,38 @@ def write_report(title: str, rows: list[dict[str, object]], stem: str, notes: st
 
 def dump(results: dict[str, Measurement]) -> list[dict[str, object]]:
     return [asdict(m) for m in results.values()]
+
+
+def subprocess_case(
+    argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None
+) -> Callable[[], None]:
+    """A case that runs a command to completion (output captured, failure raises)."""
+    import subprocess
+
+    def run() -> None:
+        subprocess.run(argv, check=True, capture_output=True, cwd=cwd, env=env)
+
+    return run
+
+
+def command_report(
+    title: str, stem: str, results: dict[str, Measurement], baselines: dict[str, str], rounds: int
+) -> list[dict[str, object]]:
+    """One row per command (median ms plus a ratio column per baseline); writes and prints it."""
+    rows = [
+        {
+            "command": name,
+            "median_ms": m.median_s * 1e3,
+            **{column: ratio(results, name, base) for column, base in baselines.items()},
+        }
+        for name, m in results.items()
+    ]
+    first = next(iter(baselines.values()))
+    path = write_report(
+        title,
+        rows,
+        stem,
+        f"median of per-round medians over {rounds} interleaved rounds; baseline `{first}`",
+    )
+    print(path.read_text())
+    return rows
