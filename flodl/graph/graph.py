@@ -222,7 +222,8 @@ class Graph(
             wanted = []
             if isinstance(module, Graph) and module.label:
                 wanted.append(module.label)
-            wanted += node.tags
+            # internal tags name nothing from a parent: names stay valid paths from the root
+            wanted += [t for t in node.tags if t not in self._internal]
             name = next(
                 (n for n in wanted if _is_free(n) and n not in used and n not in ids), node.id
             )

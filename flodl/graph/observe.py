@@ -75,7 +75,7 @@ def _check_name(method: str, name: Any) -> str:
         raise PathError(f"{method}: a metric name is a non-empty string, got {name!r}", str(name))
     if "." in name:
         raise PathError(
-            f"{method}({name!r}): dots make a label path; use {method.split('(')[0]}_at for a "
+            f"{method}({name!r}): dots make a label path — use record_at / trend_at for a "
             "metric of a child graph",
             name,
         )

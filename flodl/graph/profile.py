@@ -36,7 +36,8 @@ def format_duration(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class NodeTiming:
-    """One node's share of the forward: ``id``, first tag ("" if none), kind, seconds, level."""
+    """One node's share of the forward: ``id``, first tag ("" if none), kind (``"graph"`` for a
+    nested graph, whose own nodes are in ``Profile.children``), seconds, level."""
 
     id: str
     tag: str
@@ -119,7 +120,8 @@ def record(graph: Graph, raw: list[tuple[str, float]], total: float) -> None:
     for node_id, seconds in raw:
         node = graph.node(node_id)
         tag = node.tags[0] if node.tags else ""
-        nodes.append(NodeTiming(node_id, tag, node.kind, seconds, level_of[node_id]))
+        kind = "graph" if isinstance(graph.module_of(node_id), Graph) else node.kind
+        nodes.append(NodeTiming(node_id, tag, kind, seconds, level_of[node_id]))
     per_level: dict[int, list[float]] = {}
     for n in nodes:
         per_level.setdefault(n.level, []).append(n.seconds)

@@ -118,7 +118,7 @@ class TreeMethods:
         >>> enc = fl.FlowBuilder(nn.Linear(2, 4)).tag("hidden").label("encoder").build()
         >>> model = fl.FlowBuilder(enc).through(nn.Linear(4, 1)).build()
         >>> print(model.tree_summary().splitlines()[2])
-        +-- params: 15 in 4 tensors
+        +-- params: 17 in 4 tensors
         """
         graph = self._self()
         lines = ["=== Graph Tree ===", f"{graph.label or '(root)'} [hash: {graph.short_hash()}]"]

@@ -83,6 +83,9 @@ def _describe(graph: Graph, node: Node, module: nn.Module | None) -> str:
         return f"merge {node.options['op'].name.lower()}"
     if module is None:
         return node.kind
+    fn = getattr(module, "fn", None)
+    if callable(fn) and type(module).__name__ == "Fn":  # a wrapped callable: show its name
+        return f"fn {getattr(fn, '__name__', type(fn).__name__)}"
     extra = module.extra_repr().replace("\n", " ")
     if len(extra) > 48:
         extra = extra[:45] + "..."
@@ -195,7 +198,7 @@ def _out(graph: Graph, prefix: str) -> str:
 
 
 def _all_times(profile: Profile) -> list[float]:
-    out = [n.seconds for n in profile.nodes]
+    out = [n.seconds for n in profile.nodes if n.kind != "graph"]  # graphs are clusters
     for child in profile.children.values():
         out += _all_times(child)
     return out
