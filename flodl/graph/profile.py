@@ -111,17 +111,26 @@ def levels(graph: Graph) -> dict[str, int]:
     return out
 
 
+def _describe_nodes(graph: Graph) -> dict[str, tuple[str, str, int]]:
+    """node id -> (first tag, kind, level), computed once per graph."""
+    from flodl.graph.graph import Graph
+
+    level_of = levels(graph)
+    out = {}
+    for node in graph.nodes:
+        kind = "graph" if node.attr and isinstance(graph.module_of(node.id), Graph) else node.kind
+        out[node.id] = (node.tags[0] if node.tags else "", kind, level_of[node.id])
+    return out
+
+
 def record(graph: Graph, raw: list[tuple[str, float]], total: float) -> None:
     """Called by the profiling forward at the end of a pass."""
     from flodl.graph.graph import Graph
 
-    level_of = levels(graph)
-    nodes = []
-    for node_id, seconds in raw:
-        node = graph.node(node_id)
-        tag = node.tags[0] if node.tags else ""
-        kind = "graph" if isinstance(graph.module_of(node_id), Graph) else node.kind
-        nodes.append(NodeTiming(node_id, tag, kind, seconds, level_of[node_id]))
+    meta = graph.__dict__.get("_profile_meta")
+    if meta is None:
+        meta = graph.__dict__["_profile_meta"] = _describe_nodes(graph)
+    nodes = [NodeTiming(node_id, *meta[node_id][:2], s, meta[node_id][2]) for node_id, s in raw]
     per_level: dict[int, list[float]] = {}
     for n in nodes:
         per_level.setdefault(n.level, []).append(n.seconds)

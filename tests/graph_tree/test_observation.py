@@ -91,10 +91,16 @@ def test_record_at_then_child_flush():
         model.record_at("head.loss", 1.0)
 
 
-def test_root_flush_flushes_the_whole_tree():
+def recorded() -> fl.Graph:
+    """A composed model with one value buffered at the root and one in the child."""
     model = composed()
     model.record_scalar("total_loss", 1.0)
     model.record_at("encoder.ce", 0.5)
+    return model
+
+
+def test_root_flush_flushes_the_whole_tree():
+    model = recorded()
     model.flush()
     child = model.subgraph("encoder")
     assert model.flush_count == 1 and child.flush_count == 1
@@ -114,9 +120,7 @@ def test_double_flush_is_safe():
 
 
 def test_flush_local_does_not_recurse():
-    model = composed()
-    model.record_scalar("loss", 1.0)
-    model.record_at("encoder.ce", 0.5)
+    model = recorded()
     model.flush_local()
     child = model.subgraph("encoder")
     assert child.flush_count == 0 and child.collected("ce") == [0.5]
