@@ -8,7 +8,7 @@ before changing anything: a typo never "froze 0 parameters" silently.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -124,6 +124,40 @@ class TreeMethods:
         lines = ["=== Graph Tree ===", f"{graph.label or '(root)'} [hash: {graph.short_hash()}]"]
         _tree_lines(graph, "", lines)
         return "\n".join(lines) + "\n\n" + self.param_summary()
+
+    def rich_tree(self) -> Any:
+        """The tree of labelled graphs as a :class:`rich.tree.Tree` (``rich.print(model.rich_tree())``).
+
+        >>> import flodl as fl, rich
+        >>> from torch import nn
+        >>> enc = fl.FlowBuilder(nn.Linear(2, 4)).tag("hidden").label("encoder").build()
+        >>> model = fl.FlowBuilder(enc).through(nn.Linear(4, 1)).build()
+        >>> rich.print(model.rich_tree())  # doctest: +ELLIPSIS
+        (root) [...]  17 params, trainable
+        └── encoder [...]  12 params, trainable  #hidden
+        """
+        from rich.markup import escape
+        from rich.tree import Tree
+
+        def label(graph: Graph, name: str) -> str:
+            params = list(graph.parameters())
+            tags = " ".join(f"#{t}" for t in graph.tag_map if t not in graph.internal_tags)
+            state = _frozen_state(params)
+            colour = "green" if state == "trainable" else "cyan"
+            text = (
+                f"[bold]{escape(name)}[/] [dim]\\[{graph.short_hash()}][/]  "
+                f"{_count(params):,} params, [{colour}]{state}[/]"
+            )
+            return text + (f"  [blue]{escape(tags)}[/]" if tags else "")
+
+        def grow(node: Tree, graph: Graph) -> None:
+            for name, child in graph.children_graphs().items():
+                grow(node.add(label(child, name)), child)
+
+        root = self._self()
+        tree = Tree(label(root, root.label or "(root)"))
+        grow(tree, root)
+        return tree
 
     def param_summary(self) -> str:
         """Parameter counts (elements) per child graph, with what is frozen."""

@@ -188,3 +188,17 @@ def test_summary_shows_paths():
 def test_forward_of_a_graph_with_a_lambda_still_works():
     g = fl.FlowBuilder(nn.Linear(2, 2)).through(lambda t: t * 2).build()
     assert g(torch.ones(1, 2)).shape == (1, 2)
+
+
+def test_rich_tree_escapes_markup_in_labels():
+    import io
+
+    from rich.console import Console
+
+    child = fl.FlowBuilder(nn.Linear(2, 2)).tag("[red]t").label("[bold]enc").build()
+    model = fl.FlowBuilder(child).build()
+    model.freeze("[bold]enc")
+    out = io.StringIO()
+    Console(file=out, width=120, color_system=None).print(model.rich_tree())
+    text = out.getvalue()
+    assert "[bold]enc" in text and "#[red]t" in text and "frozen" in text
