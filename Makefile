@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 demo: $(VENV)/.installed
-	$(PY) examples/demo.py
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) examples/demo.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
@@ -35,4 +35,4 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache demo-output

@@ -33,7 +33,7 @@ def make_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=1e-2)
 
 
-def train_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+def train_step(model: nn.Module, batch: fl.data.Batch) -> torch.Tensor:
     x, y = batch
     return nn.functional.mse_loss(model(x), y)
 

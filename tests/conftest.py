@@ -13,7 +13,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # Variables that change how fdl prints or behaves; tests start from none of them.
-_ENV_NOISE = ("NO_COLOR", "FORCE_COLOR", "FDL_ENV", "FLODL_VERBOSITY", "TERM", "COLUMNS")
+_ENV_NOISE = ("NO_COLOR", "FORCE_COLOR", "FDL_ENV", "FLODL_VERBOSITY", "TERM", "COLUMNS", "CI")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from flodl.train.errors import TrainerConfigError
+from flodl.train.state import TrainedState
+
+if TYPE_CHECKING:
+    from flodl.train.messages import Snapshot
 
 
 def weighted_average(
@@ -64,3 +69,22 @@ def relative_divergence(
         diff += float((a.double() - b.double()).pow(2).sum())
         norm += float(b.double().pow(2).sum())
     return 0.0 if norm < 1e-20 else (diff / norm) ** 0.5
+
+
+def final_state(finals: Mapping[int, Snapshot]) -> TrainedState | None:
+    """The run's result from the ranks' final snapshots (rank -> snapshot): the batch-weighted
+    average of whichever ranks delivered one (a lone survivor's state verbatim); None if none did.
+
+    >>> from flodl.train.messages import Snapshot
+    >>> s = final_state({0: Snapshot(0, -1, [torch.tensor([2.0])], []),
+    ...                  1: Snapshot(1, -1, [torch.tensor([4.0])], [])})
+    >>> s.params
+    [tensor([3.])]
+    """
+    if not finals:
+        return None
+    snaps = [finals[r] for r in sorted(finals)]
+    params, buffers = average_snapshots(
+        [s.params for s in snaps], [s.buffers for s in snaps], [s.batch_count for s in snaps]
+    )
+    return TrainedState(params, buffers)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from flodl.data.sampling import partition_sizes
 from flodl.train.averaging import average_snapshots, relative_divergence
 from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
@@ -43,7 +44,7 @@ from flodl.train.messages import (
     Update,
 )
 from flodl.train.metrics import EpochMetrics, MetricsMsg, aggregate_epoch_metrics
-from flodl.train.partition import ChunkPool, equal_sizes, ratio_sizes, throughput_sizes
+from flodl.train.partition import ChunkPool, throughput_sizes
 
 Outbox = list[tuple[int, ControlMsg]]
 
@@ -85,6 +86,10 @@ class CoordinatorConfig:
             if len(self.partition_ratios) != self.world:
                 raise TrainerConfigError(
                     f"partition_ratios has {len(self.partition_ratios)} entries for {self.world} ranks"
+                )
+            if any(not 0 <= r < math.inf for r in self.partition_ratios):
+                raise TrainerConfigError(
+                    f"partition_ratios must be finite and >= 0, got {self.partition_ratios}"
                 )
             if self.is_progressive:
                 raise TrainerConfigError(
@@ -158,6 +163,7 @@ class Coordinator:
         self._pool_started: dict[int, float] = {}
         self._rank_pool = [0] * w  # epoch each rank currently draws from
         self._in_flight = [0] * w  # samples dispatched, not yet reported
+        self._owed = [0] * w  # plans sent, not yet reported (both dispatch modes)
         nb = config.batches_per_epoch
         self._overshoot_auto = config.max_overshoot is None
         self.max_overshoot = (
@@ -206,6 +212,7 @@ class Coordinator:
     def on_metrics(self, msg: MetricsMsg, now: float) -> Outbox:
         """A rank finished a plan (or chunk): credit it, give it more work, aggregate what is done."""
         r = msg.rank
+        self._owed[r] = max(self._owed[r] - 1, 0)
         self._messages.setdefault(msg.epoch, []).append(msg)
         out: Outbox = []
         if self.cfg.is_progressive:
@@ -254,6 +261,16 @@ class Coordinator:
                 return reached
             case ApplyPolicy.ASYNC:
                 return reached
+
+    def owes(self, rank: int) -> bool:
+        """Whether ``rank`` has something to deliver: a plan's metrics, an acknowledgement, or a
+        snapshot. A silent rank that owes nothing is waiting for others, not stuck."""
+        cpu = self.cpu_round
+        return (
+            self._owed[rank] > 0
+            or self.ack_pending[rank]
+            or (cpu is not None and rank not in cpu.snapshots)
+        )
 
     def take_epochs(self) -> list[EpochMetrics]:
         ready, self.epochs_ready = self.epochs_ready, []
@@ -362,15 +379,15 @@ class Coordinator:
     def _plan_sizes(self) -> list[int]:
         n, w = self.cfg.dataset_size, self.cfg.world
         if self.cfg.partition_ratios is not None:
-            return ratio_sizes(n, self.cfg.partition_ratios)
+            return partition_sizes(n, w, self.cfg.partition_ratios)
         el = self.el_che
         if self.cfg.policy is ApplyPolicy.SYNC or el is None:
-            return equal_sizes(n, w)
+            return partition_sizes(n, w)
         if el.calibrated:
             return throughput_sizes(n, el.ms_per_batch)
         if el.has_speed_hint:
-            return ratio_sizes(n, el.batch_counts)
-        return equal_sizes(n, w)
+            return partition_sizes(n, w, el.batch_counts)
+        return partition_sizes(n, w)
 
     def _plans_for(self, epoch: int) -> list[EpochPlan]:
         if epoch not in self._plans:
@@ -383,14 +400,18 @@ class Coordinator:
 
     def _send_plans(self, epoch: int) -> Outbox:
         return [
-            (r, StartEpoch(plan)) for r, plan in enumerate(self._plans_for(epoch)) if self.active[r]
+            self._start(r, plan) for r, plan in enumerate(self._plans_for(epoch)) if self.active[r]
         ]
+
+    def _start(self, rank: int, plan: EpochPlan) -> tuple[int, ControlMsg]:
+        self._owed[rank] += 1
+        return (rank, StartEpoch(plan))
 
     def _async_lookahead(self, rank: int, epoch: int) -> Outbox:
         if epoch >= self.cfg.num_epochs:
             return []
         if epoch <= self.aggregated + 2:  # at most one epoch ahead of the last aggregated + 1
-            return [(rank, StartEpoch(self._plans_for(epoch)[rank]))]
+            return [self._start(rank, self._plans_for(epoch)[rank])]
         self._waiting.add(rank)
         return []
 
@@ -442,7 +463,7 @@ class Coordinator:
             return []
         self._rank_pool[rank] = epoch
         self._in_flight[rank] = chunk[1]
-        return [(rank, StartEpoch(EpochPlan(epoch, chunk[0], chunk[1])))]
+        return [self._start(rank, EpochPlan(epoch, chunk[0], chunk[1]))]
 
     def _overshoot_blocked(self, rank: int) -> bool:
         """CPU backend only: a rank running into the next epoch must not race too far ahead."""

@@ -36,8 +36,28 @@ class EpochMetrics:
     anchor: int = 0
 
     def as_dict(self) -> dict[str, float]:
-        """Flat metrics for a monitor: ``loss`` plus every scalar."""
+        """``loss`` plus every recorded scalar."""
         return {"loss": self.avg_loss, **self.scalars}
+
+    def monitor_metrics(self) -> dict[str, float]:
+        """What a monitor logs: :meth:`as_dict`, each rank's samples/s and share of the epoch, and
+        (several ranks) El Che's batch counts and anchor, so the cadence is visible per epoch.
+
+        >>> m = EpochMetrics(3, 0.5, 100.0, {}, [{}, {}], [2.0, 1.0], [0.6, 0.4], [0, 1], [20, 10], 10)
+        >>> m.monitor_metrics()["rank0_samples_per_s"], m.monitor_metrics()["el_che_anchor"]
+        (2000.0, 10.0)
+        """
+        out = self.as_dict()
+        for r, (speed, share) in enumerate(
+            zip(self.per_rank_throughput, self.per_rank_batch_share, strict=True)
+        ):
+            out[f"rank{r}_samples_per_s"] = speed * 1e3
+            out[f"rank{r}_share"] = share
+        for r, count in enumerate(self.batch_counts):
+            out[f"el_che_rank{r}_batches"] = float(count)
+        if self.batch_counts:
+            out["el_che_anchor"] = float(self.anchor)
+        return out
 
 
 def aggregate_epoch_metrics(

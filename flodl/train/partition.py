@@ -1,64 +1,28 @@
-"""Which samples each rank trains on: one seeded global permutation, contiguous slices of it.
+"""How an epoch's samples are shared between ranks, on top of :mod:`flodl.data.sampling`.
 
-Every rank rebuilds the same permutation of ``0..n`` from ``seed + epoch`` and takes its own
-``(offset, size)`` slice, so within an epoch no sample is seen twice and no index lists travel
-between processes.
-
->>> a = make_partition(10, epoch=0, offset=0, size=5, seed=7)
->>> b = make_partition(10, epoch=0, offset=5, size=5, seed=7)
->>> sorted(a + b) == list(range(10))
-True
+Every rank rebuilds the same permutation of the epoch (``fl.data.epoch_order``: ``seed + epoch``)
+and trains on its own contiguous ``(offset, size)`` slice of it (``fl.data.make_partition``), so
+within an epoch no sample is seen twice and no index lists travel between processes. This module
+adds what only the trainer needs: sizes from measured speed, shards of one batch, and the chunk
+pools of progressive dispatch.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
-
+from flodl.data.sampling import partition_sizes
 from flodl.train.errors import TrainerConfigError
 
 
-def epoch_permutation(n: int, epoch: int, seed: int) -> torch.Tensor:
-    """The global order of ``n`` samples for ``epoch``: identical on every rank and process."""
-    generator = torch.Generator().manual_seed(seed + epoch)
-    return torch.randperm(n, generator=generator)
-
-
-def make_partition(n: int, *, epoch: int, offset: int, size: int, seed: int) -> list[int]:
-    """Indices ``perm[offset : offset + size]`` of the epoch's permutation."""
-    if offset < 0 or size < 0 or offset + size > n:
-        raise TrainerConfigError(
-            f"partition [{offset}, {offset + size}) is outside the dataset of {n} samples"
-        )
-    return epoch_permutation(n, epoch, seed)[offset : offset + size].tolist()
-
-
-def equal_sizes(n: int, world: int) -> list[int]:
-    """Equal shares, the remainder to the first ranks (100 over 3 -> [34, 33, 33])."""
-    base, extra = divmod(n, world)
-    return [base + (1 if r < extra else 0) for r in range(world)]
-
-
-def ratio_sizes(n: int, ratios: Sequence[float]) -> list[int]:
-    """Shares proportional to ``ratios`` (normalised; all-zero -> equal), remainder to the largest."""
-    if any(r < 0 for r in ratios):
-        raise TrainerConfigError(f"partition ratios must be >= 0, got {list(ratios)}")
-    total = sum(ratios)
-    if total <= 0:
-        return equal_sizes(n, len(ratios))
-    sizes = [math.floor(n * r / total) for r in ratios]
-    by_size = sorted(range(len(ratios)), key=lambda r: (-ratios[r], r))
-    for i in range(n - sum(sizes)):
-        sizes[by_size[i % len(by_size)]] += 1
-    return sizes
-
-
 def throughput_sizes(n: int, ms_per_batch: Sequence[float]) -> list[int]:
-    """Shares proportional to measured speed (1 / ms per batch): faster ranks get more."""
-    return ratio_sizes(n, [1.0 / max(ms, 0.001) for ms in ms_per_batch])
+    """Shares proportional to measured speed (1 / ms per batch): faster ranks get more.
+
+    >>> throughput_sizes(90, [5.0, 10.0])
+    [60, 30]
+    """
+    return partition_sizes(n, len(ms_per_batch), [1.0 / max(ms, 0.001) for ms in ms_per_batch])
 
 
 def shard_sizes(batch: int, ratios: Sequence[float]) -> list[int]:

@@ -16,8 +16,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from flodl.train.averaging import average_snapshots
-from flodl.train.batches import dataset_len
+from flodl.data.sources import as_source, require_samples
+from flodl.train.averaging import final_state
 from flodl.train.coordinator import Coordinator, CoordinatorConfig
 from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
@@ -65,7 +65,6 @@ def _build(
         optimizer=optimizer,
         train_step=spec.train_step,
         dataset=dataset,
-        dataset_size=dataset_len(dataset),
         batch_size=spec.batch_size or 1,
         seed=spec.seed,
         policy=spec.policy,
@@ -181,7 +180,7 @@ class CoordinatorThread(threading.Thread):
         cfg = CoordinatorConfig(
             world=world,
             num_epochs=spec.epochs(),
-            dataset_size=dataset_len(dataset),
+            dataset_size=require_samples(as_source(dataset)),
             batch_size=spec.batch_size or 1,
             policy=spec.policy,
             backend=spec.backend,
@@ -237,32 +236,27 @@ class CoordinatorThread(threading.Thread):
                     self._dispatch(msg, now, finals, errors, exited, last_seen)
                 for metrics in coord.take_epochs():
                     self._publish(metrics)
+                # Silence counts only while a rank owes something (metrics, an ack, a snapshot):
+                # a rank idly waiting for the others' work is not stuck.
+                for r in range(self.world):
+                    if not coord.owes(r):
+                        last_seen[r] = now
                 stalled = [
                     r
                     for r in range(self.world)
                     if r not in exited and now - last_seen[r] > self.spec.timeout
                 ]
                 if stalled:
+                    culprit = min(stalled, key=lambda r: last_seen[r])  # silent the longest
                     errors.append(
-                        (
-                            stalled[0],
-                            f"rank {stalled[0]} made no progress for {self.spec.timeout:.0f} s",
-                        )
+                        (culprit, f"rank {culprit} made no progress for {self.spec.timeout:.0f} s")
                     )
                     break
                 self._send(coord.tick(now))
             if errors:
                 self._send([(r, Shutdown()) for r in range(self.world) if r not in exited])
             self._collect_finals(finals, errors, exited)
-            state = None
-            if finals:
-                snaps = [finals[r] for r in sorted(finals)]
-                params, buffers = average_snapshots(
-                    [s.params for s in snaps],
-                    [s.buffers for s in snaps],
-                    [s.batch_count for s in snaps],
-                )
-                state = TrainedState(params, buffers)
+            state = final_state(finals)
         except BaseException:
             errors.append((0, "coordinator failed:\n" + traceback.format_exc()))
             state = None

@@ -14,7 +14,7 @@ from flodl.train.messages import ApplyPolicy, AverageBackend
 class TrainSpec:
     model_factory: Callable[[Any], Any]
     optim_factory: Callable[[Any], Any]
-    train_step: Callable[[Any, list], Any]
+    train_step: Callable[[Any, Any], Any]  # (model, fl.data.Batch) -> loss
     dataset: Any = None
     batch_size: int | None = None
     num_epochs: int | None = None

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -106,8 +105,10 @@ class TrainerBuilder:
 
     # data and schedule
     def dataset(self, data: Any) -> TrainerBuilder:
-        """Tensors, a tuple of tensors, a torch Dataset, an object with ``get_batch(indices)``, or a
-        zero-argument factory returning one (built in each process)."""
+        """Anything ``fl.data`` accepts — a tensor, a tuple or dict of tensors, a torch or flodl
+        Dataset (``fl.data.MNIST(...)``), an object with ``get_batch(indices)`` — or a zero-argument
+        factory returning one (built in each process). ``train_step`` receives an
+        :class:`fl.data.Batch`: unpack it (``x, y = batch``) or index fields by name."""
         return self._set(dataset=data)
 
     def batch_size(self, n: int) -> TrainerBuilder:
@@ -200,6 +201,10 @@ class TrainerBuilder:
         self._monitor = monitor
         return self
 
+    def threads_per_rank(self, n: int) -> TrainerBuilder:
+        """Intra-op threads of each CPU rank (default: the machine's cores split between ranks)."""
+        return self._set(threads_per_rank=_positive("threads_per_rank", n))
+
     def timeout(self, seconds: float) -> TrainerBuilder:
         """How long a collective or a silent rank may stall before the run fails (default 60 s)."""
         return self._set(timeout=float(seconds))
@@ -216,57 +221,65 @@ class TrainerBuilder:
 
     def run(self) -> TrainingHandle:
         """Start training. One device: trains now and returns a finished handle. Several: returns at
-        once; ``handle.join()`` waits."""
+        once; ``handle.join()`` waits. A monitor is finished when training ends, failed or not."""
         spec = self._validate()
-        started = time.monotonic()
+        metrics_fn, monitor = self._metrics_fn, self._monitor
 
         def on_epoch(metrics: EpochMetrics) -> None:
             handle._on_epoch(metrics)
-            for hook in (self._metrics_fn, self._log_to_monitor):
-                if hook is None:
-                    continue
-                try:
-                    hook(metrics) if hook is self._metrics_fn else hook(metrics, started)
-                except Exception as err:  # a failing callback must not stop training
-                    import traceback
+            if metrics_fn is not None:
+                _guarded(metrics_fn, metrics)
+            if monitor is not None:
+                _guarded(
+                    monitor.log, metrics.epoch, metrics.epoch_ms / 1e3, metrics.monitor_metrics()
+                )
 
-                    traceback.print_exception(err)
+        def finish() -> None:
+            if monitor is not None and hasattr(monitor, "finish"):
+                _guarded(monitor.finish)
 
         if under_launcher():
             import os
 
-            world = int(os.environ["WORLD_SIZE"])
-            handle = TrainingHandle(world, [])
-            state = run_under_launcher(spec, on_epoch)
+            handle = TrainingHandle(int(os.environ["WORLD_SIZE"]), [])
+            state = _finishing(finish, run_under_launcher, spec, on_epoch)
             handle._join = lambda: state
-            self._finish_monitor()
             return handle
         devices = resolve_devices(spec.devices)
         handle = TrainingHandle(len(devices), devices)
         if len(devices) == 1:
-            state = run_local(spec, devices[0], on_epoch)
+            state = _finishing(finish, run_local, spec, devices[0], on_epoch)
             handle._join = lambda: state
-            self._finish_monitor()
             return handle
-        spawned = SpawnedRun(spec, devices, on_epoch)
+        spawned = _finishing_on_error(finish, SpawnedRun, spec, devices, on_epoch)
         handle.pids = spawned.pids
-
-        def join() -> TrainedState:
-            try:
-                return spawned.join()
-            finally:
-                self._finish_monitor()
-
-        handle._join = join
+        handle._join = lambda: _finishing(finish, spawned.join)
         return handle
 
-    def _log_to_monitor(self, metrics: EpochMetrics, started: float) -> None:
-        if self._monitor is not None:
-            self._monitor.log(metrics.epoch, metrics.epoch_ms / 1e3, metrics.as_dict())
 
-    def _finish_monitor(self) -> None:
-        if self._monitor is not None and hasattr(self._monitor, "finish"):
-            self._monitor.finish()
+def _guarded(fn: Callable, *args: Any) -> None:
+    """Run a user callback; a failing one is reported and training goes on."""
+    try:
+        fn(*args)
+    except Exception as err:
+        import traceback
+
+        traceback.print_exception(err)
+
+
+def _finishing(finish: Callable[[], None], fn: Callable, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    finally:
+        finish()
+
+
+def _finishing_on_error(finish: Callable[[], None], fn: Callable, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except BaseException:
+        finish()
+        raise
 
 
 class Trainer:

@@ -5,6 +5,10 @@ Each direction is a sequence of keys: the coordinator writes ``ctl/<rank>/<n>``,
 they notice when to stop) and pushing into a ``queue.Queue`` the training loop drains without
 blocking. Every thread uses its own store client (c10d stores are not shared across threads).
 Values are pickled: both ends are processes of the same training job.
+
+A rank never waits on the store from its training thread: :class:`RankChannel` hands messages to a
+sender thread, which writes whatever has queued up since its last write as one key (a
+:class:`Bundle`), so a burst of per-batch timings costs one round trip instead of one each.
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ from typing import Any
 import torch.distributed as dist
 
 _STOP = b"\x00flodl-stop"
+
+
+class Bundle(tuple):
+    """Several messages written under one key; readers unpack them in order."""
 
 
 def client(host: str, port: int, timeout: float = 60.0) -> dist.TCPStore:
@@ -42,13 +50,15 @@ class KeyStream:
             key = f"{self._prefix}/{self._next}"
             try:
                 raw = self._store.get(key)  # blocks until the key exists
+                if raw == _STOP:  # left in place: later writes see it and are dropped
+                    return
                 self._store.delete_key(key)
             except RuntimeError:  # the store went away: the job is over
                 return
-            if raw == _STOP:
-                return
             self._next += 1
-            self._sink.put(pickle.loads(raw))
+            value = pickle.loads(raw)
+            for msg in value if isinstance(value, Bundle) else (value,):
+                self._sink.put(msg)
 
     def stop(self) -> None:
         """End the reader: a stop marker in the next slot (never over a real message)."""
@@ -79,16 +89,56 @@ class KeyWriter:
         return True
 
 
+class Sender:
+    """Writes queued messages from a background thread, in order, batching what has piled up."""
+
+    _CLOSE = object()
+
+    def __init__(self, writer: KeyWriter, name: str) -> None:
+        self._writer = writer
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, msg: Any) -> None:
+        self._queue.put(msg)
+
+    def _run(self) -> None:
+        while True:
+            pending = [self._queue.get()]
+            while True:
+                try:
+                    pending.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            closing = pending[-1] is self._CLOSE
+            if closing:
+                pending.pop()
+            if pending:
+                try:
+                    self._writer.put(pending[0] if len(pending) == 1 else Bundle(pending))
+                except RuntimeError:  # the store went away: the job is over
+                    return
+            if closing:
+                return
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Flush everything sent so far, then stop."""
+        if self._thread.is_alive():
+            self._queue.put(self._CLOSE)
+            self._thread.join(timeout)
+
+
 class RankChannel:
-    """A rank's end: send to the coordinator, receive control messages."""
+    """A rank's end: send to the coordinator (never blocking), receive control messages."""
 
     def __init__(self, host: str, port: int, rank: int) -> None:
         self._inbox: queue.Queue = queue.Queue()
         self._reader = KeyStream(host, port, f"ctl/{rank}", self._inbox)
-        self._writer = KeyWriter(client(host, port), f"up/{rank}")
+        self._sender = Sender(KeyWriter(client(host, port), f"up/{rank}"), f"flodl-send-{rank}")
 
     def send(self, msg: Any) -> None:
-        self._writer.put(msg)
+        self._sender.put(msg)
 
     def poll(self) -> list[Any]:
         out = []
@@ -105,6 +155,7 @@ class RankChannel:
             return None
 
     def close(self) -> None:
+        self._sender.close()
         self._reader.stop()
 
 
@@ -114,14 +165,22 @@ class CoordinatorChannel:
     def __init__(self, host: str, port: int, world: int) -> None:
         self.inbox: queue.Queue = queue.Queue()
         self._readers = [KeyStream(host, port, f"up/{r}", self.inbox) for r in range(world)]
-        store = client(host, port)
-        self._writers = [KeyWriter(store, f"ctl/{r}") for r in range(world)]
-        self.store = store
+        self._senders = [
+            Sender(KeyWriter(client(host, port), f"ctl/{r}"), f"flodl-ctl-{r}")
+            for r in range(world)
+        ]
+        self.store = client(host, port)  # the coordinator thread's own client
 
     def send(self, rank: int, msg: Any) -> None:
-        self._writers[rank].put(msg)
+        self._senders[rank].put(msg)
+
+    def flush(self) -> None:
+        """Deliver everything sent so far (the senders stop)."""
+        for sender in self._senders:
+            sender.close()
 
     def close(self) -> None:
+        self.flush()
         for reader in self._readers:
             reader.stop()
 

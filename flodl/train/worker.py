@@ -16,8 +16,10 @@ from typing import Any, Protocol
 
 import torch
 
+from flodl.data.batch import Batch
+from flodl.data.sampling import make_partition
+from flodl.data.sources import as_source, require_samples
 from flodl.train import context
-from flodl.train.batches import fetch_batch
 from flodl.train.messages import (
     ApplyPolicy,
     BatchTiming,
@@ -36,7 +38,6 @@ from flodl.train.messages import (
     Update,
 )
 from flodl.train.metrics import MetricsMsg
-from flodl.train.partition import make_partition
 
 FINAL_ROUND = -1
 
@@ -73,9 +74,8 @@ class Worker:
         device: torch.device,
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer,
-        train_step: Callable[[torch.nn.Module, list[torch.Tensor]], torch.Tensor],
+        train_step: Callable[[torch.nn.Module, Batch], torch.Tensor],
         dataset: Any,
-        dataset_size: int,
         batch_size: int,
         seed: int,
         policy: ApplyPolicy = ApplyPolicy.SYNC,
@@ -90,12 +90,11 @@ class Worker:
     ) -> None:
         self.rank, self.world, self.device = rank, world, device
         self.model, self.optimizer, self.train_step = model, optimizer, train_step
-        self.dataset, self.dataset_size, self.batch_size, self.seed = (
-            dataset,
-            dataset_size,
-            batch_size,
-            seed,
-        )
+        # Any dataset flodl.data accepts: tensors, a dict of tensors, a torch / flodl Dataset, an
+        # object with get_batch(indices).
+        self.source = as_source(dataset)
+        self.dataset_size = require_samples(self.source)
+        self.batch_size, self.seed = batch_size, seed
         self.policy = policy
         self.scheduler, self.lr_scale, self.max_grad_norm = scheduler, lr_scale, max_grad_norm
         self.epoch_fn, self.checkpoint_fn = epoch_fn, checkpoint_fn
@@ -115,7 +114,7 @@ class Worker:
 
     # -- one batch -------------------------------------------------------------------------------
 
-    def train_batch(self, batch: list[torch.Tensor]) -> tuple[float, float]:
+    def train_batch(self, batch: Batch) -> tuple[float, float]:
         """Forward + loss (the user's step), backward, clip, LR, optimizer step. Returns (loss, ms)."""
         start = time.perf_counter()
         if self.scheduler is not None:
@@ -141,6 +140,11 @@ class Worker:
         self.ctx.local_step = self.local_step
         return value, (time.perf_counter() - start) * 1e3
 
+    def fetch(self, indices: torch.Tensor) -> Batch:
+        """The samples at ``indices`` on this rank's device, addressable by position and name."""
+        fields = self.source.fetch(indices)
+        return Batch([t.to(self.device, non_blocking=True) for t in fields], self.source.names)
+
     # -- plans -----------------------------------------------------------------------------------
 
     def run_plan(self, plan: EpochPlan) -> MetricsMsg | None:
@@ -151,7 +155,7 @@ class Worker:
             if self.epoch_fn is not None:
                 self.epoch_fn(plan.epoch, self)
         indices = make_partition(
-            self.dataset_size, epoch=plan.epoch, offset=plan.offset, size=plan.size, seed=self.seed
+            plan.offset, plan.size, self.dataset_size, plan.epoch, seed=self.seed
         )
         n_batches = len(indices) // self.batch_size
         if self.max_batches is not None:
@@ -159,9 +163,7 @@ class Worker:
         start = time.perf_counter()
         loss_sum = 0.0
         for b in range(n_batches):
-            batch = fetch_batch(
-                self.dataset, indices[b * self.batch_size : (b + 1) * self.batch_size], self.device
-            )
+            batch = self.fetch(indices[b * self.batch_size : (b + 1) * self.batch_size])
             loss, ms = self.train_batch(batch)
             loss_sum += loss
             if self.channel is not None:

@@ -410,4 +410,37 @@ def test_collective_sync_cost_feeds_el_che():
     batches(c, 0, 1, ms=100.0)
     batches(c, 1, 1, ms=100.0)
     c.tick(0.0)
-    assert c.el_che.anchor == 50  # 50 % overhead (the pure communication) against a 10 % target
+    assert c.el_che.anchor == 50  # 50 % overhead against a 10 % target
+
+
+def test_a_rank_owes_only_what_it_was_asked_for():
+    """The no-progress watchdog blames a silent rank only if it owes something."""
+    c = make(SYNC, epochs=2)
+    first = plans_of(c.start(0.0))
+    assert c.owes(0) and c.owes(1)  # both have a plan to finish
+    finish(c, 0, first[0])
+    assert not c.owes(0) and c.owes(1)  # rank 0 waits for rank 1: idle, not stuck
+    batches(c, 1, 1)
+    batches(c, 0, 1)
+    assert of(c.tick(0.0), SyncNow)
+    assert c.owes(0)  # an acknowledgement is owed again
+
+
+def test_owing_under_progressive_dispatch_and_cpu_rounds():
+    c = make(CADENCE, backend=CPU, epochs=1, n=80, bs=10)
+    first = plans_of(c.start(0.0))
+    finish(c, 0, first[0])  # the epoch is handed out: nothing more for rank 0
+    assert not c.owes(0) and c.owes(1)
+    finish(c, 1, first[1])
+    assert not c.owes(1)
+
+    c = make(SYNC, backend=CPU, progressive=True, epochs=1, n=80)
+    first = plans_of(c.start(0.0))
+    batches(c, 0, 4)
+    finish(c, 0, first[0])
+    batches(c, 1, 1)
+    assert not c.owes(0)
+    assert of(c.tick(0.0), RequestParams)
+    assert c.owes(0)  # its snapshot for the round is owed
+    c.on_snapshot(Snapshot(0, c.cpu_round.round, [torch.ones(1)], [], 4))
+    assert not c.owes(0) and c.owes(1)

@@ -40,8 +40,9 @@ def mse_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
 
 
 def slow_rank1_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
-    """Rank 1 is ~2x slower per batch: heterogeneous devices on one CPU."""
-    time.sleep(0.004 if context.current().rank == 1 else 0.002)
+    """Rank 1 is ~4x slower per batch: heterogeneous devices on one CPU. The sleeps dominate the
+    compute, so the ratio holds even when other processes load the machine."""
+    time.sleep(0.016 if context.current().rank == 1 else 0.004)
     return mse_step(model, batch)
 
 
@@ -70,3 +71,45 @@ def scalar_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     loss = mse_step(model, batch)
     context.record_scalar("rank", float(context.current().rank))
     return loss
+
+
+def named_step(model: nn.Module, batch) -> torch.Tensor:
+    """For datasets with named fields (a dict of tensors, a flodl dataset)."""
+    return nn.functional.mse_loss(model(batch["x"]), batch["y"])
+
+
+class SquaresBatches:
+    """A ``get_batch`` dataset (fl.data.BatchDataset) of the regression task."""
+
+    def __init__(self, n: int = 256) -> None:
+        self.x, self.y = regression_data(n)
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def get_batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"x": self.x[indices], "y": self.y[indices]}
+
+
+EPOCH_LOG = "FLODL_TEST_EPOCH_LOG"
+
+
+def logging_epoch_fn(epoch: int, worker) -> None:
+    """Appends ``rank epoch current_epoch intra-op-threads`` to the file named by $FLODL_TEST_EPOCH_LOG."""
+    with open(os.environ[EPOCH_LOG], "a") as f:
+        f.write(f"{worker.rank} {epoch} {worker.current_epoch} {torch.get_num_threads()}\n")
+
+
+class RecordingMonitor:
+    """Stands in for fl.Monitor: keeps every call (same ``log``/``finish`` signatures)."""
+
+    def __init__(self) -> None:
+        self.logs: list[tuple[int, float, dict]] = []
+        self.finished = 0
+
+    def log(self, epoch: int, elapsed: float, metrics: dict) -> None:
+        assert self.finished == 0, "log after finish"
+        self.logs.append((epoch, elapsed, metrics))
+
+    def finish(self) -> None:
+        self.finished += 1
