@@ -80,7 +80,8 @@ def _describe(graph: Graph, node: Node, module: nn.Module | None) -> str:
     if node.kind == "add":
         return "+"
     if node.kind == "merge":
-        return f"merge {node.options['op'].name.lower()}"
+        op = node.options["op"]
+        return f"merge {op.kind}" + (f"(dim={op.dim})" if op.dim is not None else "")
     if module is None:
         return node.kind
     fn = getattr(module, "fn", None)

@@ -202,3 +202,25 @@ def test_rich_tree_escapes_markup_in_labels():
     Console(file=out, width=120, color_system=None).print(model.rich_tree())
     text = out.getvalue()
     assert "[bold]enc" in text and "#[red]t" in text and "frozen" in text
+
+
+@needs_dot
+def test_every_node_kind_renders_with_its_shape():
+    model = (
+        fl.FlowBuilder(nn.Linear(4, 4))
+        .split(nn.Linear(4, 4), nn.Linear(4, 4)).merge(fl.MergeOp.CAT(-1))
+        .through(nn.Linear(8, 4))
+        .also(nn.Linear(4, 4))
+        .loop_body(nn.Linear(4, 4)).for_n(2)
+        .gate(fl.nn.SoftmaxRouter(4, 2), nn.Linear(4, 4), nn.Linear(4, 4))
+        .map(nn.Linear(4, 4)).each()
+        .through(nn.LayerNorm(4))
+        .build()
+    )  # fmt: skip
+    d = parsed(model.dot())
+    shapes = {name.split("_")[0]: node["shape"] for name, node in d["nodes"].items()}
+    assert shapes["merge"] == "circle" and shapes["add"] == "circle"
+    assert shapes["loop"] == "box3d" and shapes["gate"] == "diamond"
+    assert shapes["map"] == "parallelogram" and shapes["layernorm"] == "box"
+    assert "merge cat(dim=-1)" in d["nodes"]["merge_4"]["label"]
+    assert all(a in d["nodes"] and b in d["nodes"] for a, b in d["edges"])
