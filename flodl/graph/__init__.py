@@ -7,6 +7,10 @@ from flodl.graph.builder import FlowBuilder, LoopBuilder, MapBuilder
 from flodl.graph.errors import BuildIssue, GraphBuildError, GraphInputError
 from flodl.graph.graph import Graph, UnknownTagError
 from flodl.graph.merge import MergeOp
+from flodl.graph.paths import PathError, PathKind, PathTarget
+from flodl.graph.profile import LevelTiming, NodeTiming, Profile
+from flodl.graph.trend import Trend, TrendGroup
+from flodl.graph.visual import GraphvizError
 
 __all__: list[str] = [
     "BuildIssue",
@@ -14,8 +18,17 @@ __all__: list[str] = [
     "Graph",
     "GraphBuildError",
     "GraphInputError",
+    "GraphvizError",
+    "LevelTiming",
     "LoopBuilder",
     "MapBuilder",
     "MergeOp",
+    "NodeTiming",
+    "PathError",
+    "PathKind",
+    "PathTarget",
+    "Profile",
+    "Trend",
+    "TrendGroup",
     "UnknownTagError",
 ]

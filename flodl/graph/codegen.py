@@ -46,8 +46,13 @@ def generate(
     output: str,
     tags: dict[str, str],
     inputs: list[str],
+    profile: bool = False,
 ) -> Generated:
-    """Source of ``def forward(self, input, <aux inputs>)`` for the described graph."""
+    """Source of ``def forward(self, input, <aux inputs>)`` for the described graph.
+
+    ``profile=True`` generates the profiling variant: each node's statements are bracketed by
+    clock reads (``_now`` synchronises CUDA). The plain variant has no timing code at all.
+    """
     # Inputs exist from the start of the pass, so refs may read them before their node.
     var: dict[str, str] = {n.id: n.options["name"] for n in nodes if n.kind == "input"}
     state_slots: dict[str, str] = {}  # forward-referenced tag -> local holding last call's value
@@ -68,6 +73,9 @@ def generate(
     # microsecond per call, which is all the overhead a graph would otherwise add.
     w.emit("_m = self._modules", 1)
     w.emit("try:", 1)
+    if profile:
+        w.emit("_prof = []", 2)
+        w.emit("_t_start = _now()", 2)
     if state_slots:
         w.emit("_st = self._state", 2)
         for tag, slot in state_slots.items():
@@ -100,6 +108,9 @@ def generate(
 
     for node in nodes:
         v = f"v_{node.id}"
+        timed = profile and node.kind not in ("identity", "input")
+        if timed:
+            w.emit("_t = _now()", 2)
         primary = var[node.inputs[0]] if node.inputs else "input"
         module = modules.get(node.id)
         own = f"_m[{node.attr!r}]" if node.attr else None
@@ -162,9 +173,13 @@ def generate(
             raise AssertionError(f"unknown node kind {node.kind}")
         for tag in node.options.get("writes_state", ()):
             w.emit(f"_st[{tag!r}] = {var[node.id]}", 2, node.id)
+        if timed:
+            w.emit(f"_prof.append(({node.id!r}, _now() - _t))", 2)
     if tags:
         items = ", ".join(f"{tag!r}: {var[node_id]}" for tag, node_id in tags.items())
         w.emit(f"self._tagged = {{{items}}}", 2)
+    if profile:
+        w.emit("_prof_done(self, _prof, _now() - _t_start)", 2)
     w.emit(f"return {var[output]}", 2)
     w.emit("except Exception as _e:", 1)
     w.emit("_annotate(self, _e)", 2)

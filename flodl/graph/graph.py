@@ -25,6 +25,10 @@ from flodl.graph.codegen import generate
 from flodl.graph.errors import GraphInputError
 from flodl.graph.hashing import structural_hash
 from flodl.graph.nodes import Node
+from flodl.graph.observe import Metrics, ObservationMethods
+from flodl.graph.profile import ProfilingMethods, now, record
+from flodl.graph.tree import TreeMethods
+from flodl.graph.visual import VisualMethods
 
 _MISSING = object()
 _SOURCE_IDS = itertools.count(1)
@@ -135,7 +139,14 @@ def _is_free(name: str) -> bool:
     )
 
 
-class Graph(CheckpointMethods, nn.Module):
+class Graph(
+    TreeMethods,
+    ObservationMethods,
+    ProfilingMethods,
+    VisualMethods,
+    CheckpointMethods,
+    nn.Module,
+):
     """A network described with :class:`flodl.FlowBuilder` — a regular ``torch.nn.Module``.
 
     Build one with ``FlowBuilder(...)...build()``; call it like any module: ``graph(x)``, or
@@ -183,6 +194,9 @@ class Graph(CheckpointMethods, nn.Module):
         self._step_count = 0
         self._epoch_count = 0
         self._tagged: dict[str, Any] = {}
+        self._metrics = Metrics()
+        self._profiling = False
+        self._last_profile = None
         self._state: dict[str, torch.Tensor | None] = {
             ref.tag: None for node in nodes for ref in node.refs if ref.forward
         }
@@ -208,7 +222,8 @@ class Graph(CheckpointMethods, nn.Module):
             wanted = []
             if isinstance(module, Graph) and module.label:
                 wanted.append(module.label)
-            wanted += node.tags
+            # internal tags name nothing from a parent: names stay valid paths from the root
+            wanted += [t for t in node.tags if t not in self._internal]
             name = next(
                 (n for n in wanted if _is_free(n) and n not in used and n not in ids), node.id
             )
@@ -225,7 +240,12 @@ class Graph(CheckpointMethods, nn.Module):
         """Generate, compile and bind ``forward`` (also after unpickling or deepcopy)."""
         modules = {node.id: self.module_of(node.id) for node in self._nodes}
         generated = generate(
-            list(self._nodes), modules, self._output, self._tags, list(self._inputs)
+            list(self._nodes),
+            modules,
+            self._output,
+            self._tags,
+            list(self._inputs),
+            profile=self._profiling,
         )
         filename = f"<flodl graph {self._label or 'forward'} #{next(_SOURCE_IDS)}>"
         source = generated.source
@@ -237,6 +257,8 @@ class Graph(CheckpointMethods, nn.Module):
             "_annotate": _annotate,
             "_missing_input": _missing_input,
             "_unexpected_inputs": _unexpected_inputs,
+            "_now": now,
+            "_prof_done": record,
         }
         exec(compile(source, filename, "exec"), namespace)
         fn = namespace["forward"]
@@ -393,7 +415,8 @@ class Graph(CheckpointMethods, nn.Module):
         self._step_count += 1
 
     def end_epoch(self) -> None:
-        """Close an epoch (counts it)."""
+        """Close an epoch: ``flush()`` every metric of the whole tree, and count the epoch."""
+        self.flush()
         self._epoch_count += 1
 
     @property

@@ -37,7 +37,18 @@ def _params(module: nn.Module, indent: str, out: list[str]) -> None:
         _params(child, indent + "  ", out)
 
 
-def summarize(graph: Graph, indent: str = "") -> str:
+def _segment(graph: Graph, node: object, module: nn.Module | None) -> str:
+    """The path segment naming ``node``: a child label, its first public tag, else its id."""
+    from flodl.graph.graph import Graph
+
+    if isinstance(module, Graph) and module.label:
+        return module.label
+    public = [t for t in node.tags if t not in graph.internal_tags]  # type: ignore[attr-defined]
+    return public[0] if public else node.id  # type: ignore[attr-defined]
+
+
+def summarize(graph: Graph, indent: str = "", prefix: str = "") -> str:
+    """The summary text; ``prefix`` is the label path of ``graph`` in its tree (``"enc."``)."""
     from flodl.graph.graph import Graph
 
     params = list(graph.parameters())
@@ -62,9 +73,12 @@ def summarize(graph: Graph, indent: str = "") -> str:
             )
         name = f" as '{node.attr}'" if node.attr and node.attr != node.id else ""
         site = f"  ({node.site})" if node.site else ""
-        out.append(f"{pad}{node.id}{name}: {what}{tags}{refs}{site}")
+        segment = _segment(graph, node, module)
+        path = f"  [path: {prefix}{segment}]" if prefix or segment != node.id else ""
+        out.append(f"{pad}{node.id}{name}: {what}{tags}{refs}{path}{site}")
         if isinstance(module, Graph):
-            out.append(f"{pad}  {summarize(module, pad + '  ')}")
+            inner = f"{prefix}{module.label}." if module.label else prefix
+            out.append(f"{pad}  {summarize(module, pad + '  ', inner)}")
         elif module is not None:
             _params(module, pad + "  ", out)
     return "\n".join(out)

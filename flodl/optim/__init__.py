@@ -9,6 +9,7 @@ from flodl.optim.clip import clip_grad_norm, clip_grad_value
 from flodl.optim.errors import OptimError
 from flodl.optim.factories import SGD, Adam, AdamW, kernel_choice
 from flodl.optim.lr import ScheduledLR, apply, get_lr, set_group_lr, set_lr
+from flodl.optim.param_groups import param_groups
 from flodl.optim.schedulers import (
     CosineScheduler,
     CyclicLR,
@@ -41,6 +42,7 @@ __all__ = [
     "clip_grad_value",
     "get_lr",
     "kernel_choice",
+    "param_groups",
     "set_group_lr",
     "set_lr",
 ]

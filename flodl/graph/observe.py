@@ -1,0 +1,317 @@
+"""Observation: per-batch scalars -> per-epoch history -> trends, across a whole graph tree.
+
+Each graph keeps its own metrics. ``collect`` / ``record_scalar`` append a number per batch to a
+buffer; ``flush`` turns each buffer into its mean and appends it to the epoch history (with no
+arguments: every buffer of the whole tree); ``trend`` asks questions of a history. Names with dots
+are label paths: ``record_at("encoder.loss", v)`` records into the child ``encoder``. A name that
+matches nothing raises :class:`~flodl.graph.paths.PathError` before anything changes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from flodl.graph.paths import PathError, PathKind
+from flodl.graph.trend import Trend, TrendGroup
+
+if TYPE_CHECKING:
+    from flodl.graph.graph import Graph
+
+
+@dataclass
+class Metrics:
+    """One graph's observation state (plain floats: pickles and deep-copies with the graph)."""
+
+    buffers: dict[str, list[float]] = field(default_factory=dict)
+    history: dict[str, list[float]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # first-seen order, for latest_metrics
+    flush_count: int = 0
+    flush_times: list[float] = field(default_factory=list)  # seconds since `started`
+    started: float = field(default_factory=time.monotonic)
+
+    def add(self, name: str, values: list[float]) -> None:
+        if name not in self.order:
+            self.order.append(name)
+        self.buffers.setdefault(name, []).extend(values)
+
+    def flush(self, names: list[str]) -> bool:
+        flushed = False
+        for name in names:
+            values = self.buffers.pop(name, None)
+            if values:
+                self.history.setdefault(name, []).append(math.fsum(values) / len(values))
+                flushed = True
+        if flushed:
+            self.flush_count += 1
+            self.flush_times.append(time.monotonic() - self.started)
+        return flushed
+
+    def known(self, name: str) -> bool:
+        return name in self.order or name in self.history
+
+
+def to_float(what: str, value: Any) -> float:
+    """A recorded value as a float: a number or a one-element tensor."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(
+                f"{what}: expected a number or a one-element tensor, got a tensor of shape "
+                f"{list(value.shape)} — reduce it first (e.g. .mean()), or use collect() on a tag"
+            )
+        return float(value.detach().item())
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what}: expected a number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _check_name(method: str, name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise PathError(f"{method}: a metric name is a non-empty string, got {name!r}", str(name))
+    if "." in name:
+        raise PathError(
+            f"{method}({name!r}): dots make a label path — use record_at / trend_at for a "
+            "metric of a child graph",
+            name,
+        )
+    return name
+
+
+class ObservationMethods:
+    """Tagged values, per-batch metrics, epoch history and trends (mixed into ``fl.Graph``)."""
+
+    _metrics: Metrics
+
+    # ------------------------------------------------------------------ values of the last pass
+    def tagged_at(self, path: str) -> Any:
+        """The last-pass value of the tag at ``path`` (None before the first forward).
+
+        >>> import torch, flodl as fl
+        >>> from torch import nn
+        >>> enc = fl.FlowBuilder(nn.Linear(2, 4)).tag("hidden").label("encoder").build()
+        >>> model = fl.FlowBuilder(enc).through(nn.Linear(4, 1)).build()
+        >>> model.tagged_at("encoder.hidden") is None
+        True
+        >>> _ = model(torch.zeros(3, 2))
+        >>> model.tagged_at("encoder.hidden").shape
+        torch.Size([3, 4])
+        """
+        target = self._tree().validate_path(path)
+        if target.kind is not PathKind.TAG:
+            raise PathError(f'path "{path}" resolves to a {target.kind.value}, not a tag', path)
+        return target.graph.tagged(target.name)
+
+    # ------------------------------------------------------------------ per-batch buffers
+    def _expand(self, names: tuple[str, ...]) -> list[str]:
+        groups = self._tree().tag_groups
+        out: list[str] = []
+        for name in names:
+            out += groups.get(name, [name])
+        return out
+
+    def collect(self, *tags: str) -> dict[str, float]:
+        """Append the mean of each tagged value of the last forward to its per-batch buffer.
+
+        Tags may be tag groups (expanded) or paths into children (``"encoder.hidden"``: the value
+        lands in the child's buffer under ``hidden``). Every name is checked before anything is
+        appended. Returns what was collected.
+
+        >>> import torch, flodl as fl
+        >>> from torch import nn
+        >>> g = fl.FlowBuilder(nn.Linear(2, 2)).tag("out").build()
+        >>> _ = g(torch.ones(4, 2))
+        >>> list(g.collect("out"))
+        ['out']
+        """
+        root = self._tree()
+        if not tags:
+            raise PathError("collect() needs at least one tag (or tag group) name", "")
+        pending: list[tuple[Graph, str, float]] = []
+        collected: dict[str, float] = {}
+        for name in self._expand(tags):
+            target = root.validate_path(name)
+            if target.kind is not PathKind.TAG:
+                raise PathError(
+                    f'collect: "{name}" resolves to a {target.kind.value}, not a tag', name
+                )
+            value = target.graph.tagged(target.name)
+            if value is None:
+                raise ValueError(
+                    f"collect: tag '{name}' has no value yet — run a forward pass before collecting"
+                )
+            if isinstance(value, torch.Tensor):
+                if value.numel() == 0:
+                    raise ValueError(f"collect: tag '{name}' holds an empty tensor (no mean)")
+                number = float(value.detach().float().mean().item())
+            else:
+                number = to_float(f"collect('{name}')", value)
+            pending.append((target.graph, target.name, number))
+            collected[name] = number
+        for graph, local, number in pending:
+            graph._metrics.add(local, [number])
+        return collected
+
+    def record_scalar(self, name: str, value: float | torch.Tensor) -> None:
+        """Append one number (or one-element tensor) to metric ``name``'s per-batch buffer."""
+        _check_name("record_scalar", name)
+        number = to_float(f"record_scalar('{name}')", value)
+        self._metrics.add(name, [number])
+
+    def record(self, name: str, values: list[float]) -> None:
+        """Append several numbers to metric ``name``'s per-batch buffer."""
+        _check_name("record", name)
+        numbers = [to_float(f"record('{name}')", v) for v in values]
+        self._metrics.add(name, numbers)
+
+    def record_at(self, path: str, value: float | torch.Tensor) -> None:
+        """``record_scalar`` into the graph named by the path's prefix: ``"encoder.loss"``."""
+        graph, name = self._split(path)
+        graph.record_scalar(name, value)
+
+    def collected(self, name: str) -> list[float]:
+        """The values buffered for ``name`` since the last flush."""
+        return list(self._metrics.buffers.get(name, ()))
+
+    # ------------------------------------------------------------------ epochs
+    def flush(self, *names: str) -> None:
+        """Close the per-batch buffers: each one's mean is appended to its epoch history.
+
+        No arguments: every buffer of this graph and of every child graph, recursively. With
+        names (metric names, tag groups or paths like ``"encoder.loss"``): exactly those; a name
+        never recorded raises, and nothing is flushed.
+        """
+        if not names:
+            for graph in self._tree()._tree_graphs():
+                graph._metrics.flush(list(graph._metrics.buffers))
+            return
+        plan: dict[int, tuple[Graph, list[str]]] = {}
+        for name in self._expand(names):
+            graph, local = self._split(name)
+            graph._require_known(local, name)
+            plan.setdefault(id(graph), (graph, []))[1].append(local)
+        for graph, locals_ in plan.values():
+            graph._metrics.flush(locals_)
+
+    def flush_local(self, *names: str) -> None:
+        """Like ``flush`` but for this graph only (no recursion into children)."""
+        keys = self._expand(names) if names else list(self._metrics.buffers)
+        for key in keys:
+            self._require_known(_check_name("flush_local", key), key)
+        self._metrics.flush(keys)
+
+    @property
+    def flush_count(self) -> int:
+        """How many flushes of this graph produced data (an epoch count for its metrics)."""
+        return self._metrics.flush_count
+
+    @property
+    def flush_times(self) -> list[float]:
+        """Seconds (monotonic) from the graph's creation to each flush that produced data."""
+        return list(self._metrics.flush_times)
+
+    def latest_metrics(self) -> dict[str, float]:
+        """Dotted label path -> the value of the last flush, for this graph and its children.
+
+        This is what ``fl.Monitor.log(epoch, elapsed, graph)`` records.
+
+        >>> import flodl as fl
+        >>> from torch import nn
+        >>> enc = fl.FlowBuilder(nn.Linear(2, 4)).label("encoder").build()
+        >>> model = fl.FlowBuilder(enc).through(nn.Linear(4, 1)).build()
+        >>> model.record_scalar("loss", 0.5); model.record_at("encoder.aux", 0.25); model.flush()
+        >>> model.latest_metrics()
+        {'loss': 0.5, 'encoder.aux': 0.25}
+        """
+        out = self.latest_metrics_local()
+        for label, child in self._tree().children_graphs().items():
+            out.update({f"{label}.{k}": v for k, v in child.latest_metrics().items()})
+        return out
+
+    def latest_metrics_local(self) -> dict[str, float]:
+        """This graph's own metrics only, in first-recorded order."""
+        history = self._metrics.history
+        return {name: history[name][-1] for name in self._metrics.order if history.get(name)}
+
+    def reset_trend(self, *names: str) -> None:
+        """Forget epoch history: of ``names`` (groups expand), or all of it with no arguments."""
+        if not names:
+            self._metrics.history.clear()
+            return
+        keys = self._expand(names)
+        for key in keys:
+            self._require_known(key, key)
+        for key in keys:
+            self._metrics.history.pop(key, None)
+
+    # ------------------------------------------------------------------ trends
+    def trend(self, name: str) -> Trend:
+        """The epoch history of metric ``name`` as a :class:`Trend` (a path delegates to a child).
+
+        A tag that has not been flushed yet gives an empty trend; a name that is neither a tag
+        nor a recorded metric raises (a typo must not read as "not improving" forever).
+
+        >>> import flodl as fl
+        >>> from torch import nn
+        >>> g = fl.FlowBuilder(nn.Linear(2, 2)).build()
+        >>> for v in (1.0, 0.5, 0.25):
+        ...     g.record_scalar("loss", v); g.flush()
+        >>> g.trend("loss").improving()
+        True
+        """
+        if isinstance(name, str) and "." in name:
+            return self.trend_at(name)
+        self._require_known(name, name)
+        return Trend(name, tuple(self._metrics.history.get(name, ())))
+
+    def trends(self, *names: str) -> TrendGroup:
+        """A :class:`TrendGroup` over ``names`` (tag groups expand)."""
+        return TrendGroup(self.trend(n) for n in self._expand(names))
+
+    def trend_at(self, path: str) -> Trend:
+        """``trend`` of the metric at ``path`` (``"encoder.loss"``)."""
+        graph, name = self._split(path)
+        return graph.trend(name)
+
+    def eta(self, total_epochs: int) -> float:
+        """Seconds left for ``total_epochs`` at the mean flush pace so far (0.0 before a flush)."""
+        m = self._metrics
+        if not m.flush_count:
+            return 0.0
+        return m.flush_times[-1] / m.flush_count * max(total_epochs - m.flush_count, 0)
+
+    # ------------------------------------------------------------------ helpers
+    def _tree(self) -> Graph:
+        return self  # type: ignore[return-value]
+
+    def _tree_graphs(self) -> list[Graph]:
+        """This graph and its labelled descendants, parents first, in registration order."""
+        out = [self._tree()]
+        for child in self._tree().children_graphs().values():
+            out += child._tree_graphs()
+        return out
+
+    def _split(self, path: str) -> tuple[Graph, str]:
+        if not isinstance(path, str) or not path:
+            raise PathError(f"expected a metric name or path, got {path!r}", str(path))
+        prefix, _, last = path.rpartition(".")
+        graph = self._tree().subgraph(prefix) if prefix else self._tree()
+        return graph, _check_name("record_at" if prefix else "metric", last)
+
+    def _require_known(self, name: str, shown: str) -> None:
+        graph = self._tree()
+        if self._metrics.known(name) or name in graph.tag_map or name in graph.tag_groups:
+            return
+        candidates = list(self._metrics.order) + list(graph.tag_map)
+        close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
+        known = ", ".join(repr(c) for c in self._metrics.order) or "none yet"
+        raise PathError(
+            f"no metric or tag '{shown}' in this graph (recorded metrics: {known}) — record it "
+            "with record_scalar/collect first",
+            shown,
+            close,
+        )

@@ -1,0 +1,221 @@
+"""Observation across the tree: collect, record, flush (tree-wide), trends, latest_metrics."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from torch import nn
+
+import flodl as fl
+
+from .trees import composed, letter, x
+
+
+def test_tagged_at_three_states():
+    model = composed()
+    assert model.tagged_at("encoder.hidden") is None  # not computed yet
+    model(x())
+    assert model.tagged_at("encoder.hidden").shape == (1, 4)
+    assert model.tagged_at("head") is model.tagged("head")
+    with pytest.raises(fl.PathError):
+        model.tagged_at("encoder.hiden")  # wiring bug: an error
+    with pytest.raises(fl.PathError, match="resolves to a subgraph, not a tag"):
+        model.tagged_at("encoder")
+
+
+def test_collect_takes_means_and_flush_averages_batches():
+    g = fl.FlowBuilder(nn.Identity()).tag("v").build()
+    for batch in ([1.0, 3.0], [4.0, 8.0]):
+        g(torch.tensor(batch))
+        assert g.collect("v") == {"v": sum(batch) / 2}
+    assert g.collected("v") == [2.0, 6.0]
+    g.flush()
+    assert g.trend("v").values == (4.0,)
+    assert g.collected("v") == [] and g.flush_count == 1
+
+
+def test_collect_paths_land_in_the_child_and_groups_expand():
+    model = composed()
+    model(x(3))
+    model.collect("encoder.hidden")
+    assert model.subgraph("encoder").collected("hidden") != []
+    branches = (
+        fl.FlowBuilder(nn.Identity()).split(nn.Identity(), nn.Identity()).tag_group("b")
+        .merge(fl.MergeOp.ADD).build()
+    )  # fmt: skip
+    branches(torch.ones(2))
+    assert set(branches.collect("b")) == {"b_0", "b_1"}
+
+
+def test_collect_bad_input_changes_nothing():
+    model = composed()
+    with pytest.raises(ValueError, match="run a forward pass"):
+        model.collect("head")
+    model(x())
+    with pytest.raises(fl.PathError):
+        model.collect("head", "nope")  # 'head' is valid but must not be appended
+    assert model.collected("head") == []
+    with pytest.raises(fl.PathError, match="not a tag"):
+        model.collect("encoder")
+    with pytest.raises(fl.PathError):
+        model.collect()
+
+
+def test_record_scalar_accepts_numbers_and_one_element_tensors_only():
+    g = composed()
+    g.record_scalar("loss", torch.tensor(0.5))
+    g.record_scalar("loss", 1)
+    g.record("loss", [0.25, 0.25])
+    assert g.collected("loss") == [0.5, 1.0, 0.25, 0.25]
+    with pytest.raises(ValueError, match=r"shape \[2\]"):
+        g.record_scalar("loss", torch.ones(2))
+    with pytest.raises(TypeError):
+        g.record_scalar("loss", "0.1")  # type: ignore[arg-type]
+    with pytest.raises(fl.PathError, match="use record_at"):
+        g.record_scalar("encoder.loss", 0.1)
+    assert g.collected("loss") == [0.5, 1.0, 0.25, 0.25]
+
+
+def test_record_at_then_child_flush():
+    model = composed()
+    model.record_at("encoder.loss", 1.0)
+    model.record_at("encoder.loss", 2.0)
+    model.subgraph("encoder").flush()
+    assert model.trend_at("encoder.loss").values == (1.5,)
+    assert model.trend("encoder.loss").values == (1.5,)
+    with pytest.raises(fl.PathError):
+        model.record_at("encodr.loss", 1.0)
+    with pytest.raises(fl.PathError, match="not a subgraph"):
+        model.record_at("head.loss", 1.0)
+
+
+def recorded() -> fl.Graph:
+    """A composed model with one value buffered at the root and one in the child."""
+    model = composed()
+    model.record_scalar("total_loss", 1.0)
+    model.record_at("encoder.ce", 0.5)
+    return model
+
+
+def test_root_flush_flushes_the_whole_tree():
+    model = recorded()
+    model.flush()
+    child = model.subgraph("encoder")
+    assert model.flush_count == 1 and child.flush_count == 1
+    assert len(model.trend("total_loss")) == 1 and len(child.trend("ce")) == 1
+    assert model.latest_metrics() == {"total_loss": 1.0, "encoder.ce": 0.5}
+    assert model.latest_metrics_local() == {"total_loss": 1.0}
+
+
+def test_double_flush_is_safe():
+    model = composed()
+    model.record_at("encoder.ce", 0.5)
+    model.subgraph("encoder").flush()
+    model.flush()
+    child = model.subgraph("encoder")
+    assert child.flush_count == 1 and len(child.trend("ce")) == 1
+    assert model.flush_count == 0  # nothing of its own to flush
+
+
+def test_flush_local_does_not_recurse():
+    model = recorded()
+    model.flush_local()
+    child = model.subgraph("encoder")
+    assert child.flush_count == 0 and child.collected("ce") == [0.5]
+
+
+def test_named_flush_flushes_exactly_those_and_rejects_unknown_names():
+    model = composed()
+    model.record_scalar("a", 1.0)
+    model.record_scalar("b", 2.0)
+    model.record_at("encoder.c", 3.0)
+    with pytest.raises(fl.PathError, match="'z'"):
+        model.flush("a", "z")
+    assert model.collected("a") == [1.0]  # nothing flushed
+    model.flush("a", "encoder.c")
+    assert model.latest_metrics() == {"a": 1.0, "encoder.c": 3.0}
+    assert model.collected("b") == [2.0]
+
+
+def test_multi_level_metrics_have_dotted_names():
+    model = letter()
+    model.record_at("letter.read.hidden_loss", 0.1)
+    model.record_at("letter.mid_loss", 0.2)
+    model.record_scalar("loss", 0.5)
+    model.record_scalar("loss", 0.3)
+    model.end_epoch()
+    assert model.latest_metrics() == pytest.approx(
+        {"loss": 0.4, "letter.mid_loss": 0.2, "letter.read.hidden_loss": 0.1}
+    )
+    assert list(model.latest_metrics()) == ["loss", "letter.mid_loss", "letter.read.hidden_loss"]
+    assert model.epoch_count == 1
+
+
+def test_trend_of_an_unknown_name_raises_but_an_unflushed_tag_is_empty():
+    model = composed()
+    assert model.trend("head").is_empty()
+    model.record_scalar("loss", 1.0)
+    assert model.trend("loss").is_empty()  # recorded, not flushed yet
+    with pytest.raises(fl.PathError) as err:
+        model.trend("los")
+    assert "loss" in err.value.suggestions
+
+
+def test_trends_expand_groups_and_reset_trend():
+    g = (
+        fl.FlowBuilder(nn.Identity()).split(nn.Identity(), nn.Identity()).tag_group("b")
+        .merge(fl.MergeOp.ADD).build()
+    )  # fmt: skip
+    for v in (3.0, 2.0, 1.0):
+        g(torch.full((2,), v))
+        g.collect("b")
+        g.flush()
+    group = g.trends("b")
+    assert group.names == ["b_0", "b_1"] and group.all_improving()
+    g.reset_trend("b_0")
+    assert g.trend("b_0").is_empty() and len(g.trend("b_1")) == 3
+    with pytest.raises(fl.PathError):
+        g.reset_trend("nope")
+    g.reset_trend()
+    assert g.trend("b_1").is_empty()
+
+
+def test_eta_from_flush_pace():
+    g = composed()
+    assert g.eta(10) == 0.0
+    g.record_scalar("loss", 1.0)
+    g.flush()
+    assert g.eta(10) == pytest.approx(g.flush_times[-1] * 9)
+    assert g.eta(1) == 0.0
+
+
+def test_metrics_survive_deepcopy_and_pickle():
+    import copy
+    import pickle
+
+    g = composed()
+    g.record_scalar("loss", 1.0)
+    g.flush()
+    for clone in (copy.deepcopy(g), pickle.loads(pickle.dumps(g))):
+        assert clone.latest_metrics() == {"loss": 1.0}
+
+
+def test_monitor_logs_latest_metrics_of_the_tree():
+    model = composed()
+    mon = fl.Monitor(2, stream=io.StringIO(), gpu=False)
+    try:
+        for epoch in range(2):
+            for _ in range(3):
+                loss = model(x(4)).pow(2).mean()
+                model.record_scalar("loss", loss)
+                model.record_at("encoder.aux", 0.5 * epoch)
+            model.end_epoch()
+            mon.log(epoch, 0.01, model)
+        history = mon.history
+        assert list(history[0].metrics) == ["loss", "encoder.aux"]
+        assert history[1].metrics["encoder.aux"] == 0.5
+        assert history[1].metrics["loss"] == model.trend("loss").last()
+    finally:
+        mon.close()

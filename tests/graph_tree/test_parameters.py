@@ -1,0 +1,154 @@
+"""Parameters by path: parameters_at, freeze/thaw (checked by real gradients), set_training_at,
+path-shaped named_parameters, subgraph checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import flodl as fl
+
+from .trees import composed, encoder, letter
+
+
+def test_parameters_at_subgraph_tag_and_parameter_free_nodes():
+    model = composed()
+    assert len(model.parameters_at("encoder")) == 4
+    assert len(list(model.parameters())) == 6
+    head = model.parameters_at("head")
+    assert [tuple(p.shape) for p in head] == [(2, 4), (2,)]
+    residual = fl.FlowBuilder(nn.Linear(2, 2)).also(nn.Linear(2, 2)).tag("sum").build()
+    assert residual.parameters_at("sum") == []  # a tag on the add node
+
+
+def test_named_parameters_at_uses_the_childs_namespace():
+    model = composed()
+    names = [n for n, _ in model.named_parameters_at("encoder")]
+    assert names == [n for n, _ in model.subgraph("encoder").named_parameters()]
+    assert names[:2] == ["hidden.weight", "hidden.bias"]
+
+
+def test_named_parameters_are_path_shaped_and_stable():
+    model = letter()
+    names = [n for n, _ in model.named_parameters()]
+    assert names == [n for n, _ in letter().named_parameters()]  # same build, same names
+    assert names == [
+        "letter.pre.weight", "letter.pre.bias",
+        "letter.read.hidden.weight", "letter.read.hidden.bias",
+        "out.weight", "out.bias",
+    ]  # fmt: skip
+    params = dict(model.named_parameters())
+    for name, p in params.items():
+        owner = name.rsplit(".", 1)[0]  # every prefix is a valid path holding that parameter
+        assert any(q is p for q in model.parameters_at(owner))
+
+
+def gradients(model: fl.Graph) -> dict[str, bool]:
+    model.zero_grad(set_to_none=True)
+    model(torch.randn(3, 2)).sum().backward()
+    return {n: p.grad is not None for n, p in model.named_parameters()}
+
+
+def test_freeze_and_thaw_by_path_change_which_gradients_flow():
+    model = composed()
+    assert gradients(model) == dict.fromkeys(gradients(model), True)
+    assert model.freeze("encoder") == 4
+    assert model.is_frozen("encoder")
+    grads = gradients(model)
+    assert [n for n, g in grads.items() if g] == ["head.weight", "head.bias"]
+    assert not model.is_frozen("head")
+    assert model.thaw("encoder") == 4
+    assert not model.is_frozen("encoder")
+    assert all(gradients(model).values())
+
+
+def test_freezing_the_innermost_graph_leaves_the_middle_one_trainable():
+    model = letter()
+    model.freeze("letter.read")
+    assert model.is_frozen("letter.read")
+    assert not model.is_frozen("letter")  # letter has its own 'pre' Linear
+    model.zero_grad(set_to_none=True)
+    model(torch.randn(2, 3)).sum().backward()
+    assert model.subgraph("letter.read").hidden.weight.grad is None
+    assert model.subgraph("letter").pre.weight.grad is not None
+
+
+def test_frozen_parameters_are_skipped_by_a_real_optimizer():
+    model = composed()
+    model.freeze("encoder.hidden")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    model(torch.randn(4, 2)).pow(2).sum().backward()
+    opt.step()
+    after = dict(model.named_parameters())
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    assert "encoder.hidden.weight" not in changed and "encoder.hidden.bias" not in changed
+    assert {"head.weight", "encoder.linear_3.weight"} <= changed
+    for name in before:  # every name is a path from the root
+        assert model.validate_path(name.rsplit(".", 1)[0])
+
+
+@pytest.mark.parametrize("method", ["freeze", "thaw", "is_frozen", "parameters_at"])
+def test_bad_paths_raise_and_change_nothing(method):
+    model = composed()
+    with pytest.raises(fl.PathError):
+        getattr(model, method)("encoder.hiddn")
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_freezing_a_path_without_parameters_is_an_error_not_a_silent_no_op():
+    model = fl.FlowBuilder(nn.Linear(2, 2)).through(nn.ReLU()).tag("act").build()
+    with pytest.raises(fl.PathError, match="has no parameters"):
+        model.freeze("act")
+    assert not model.is_frozen("act")
+
+
+def test_set_training_at_switches_only_that_part():
+    model = fl.FlowBuilder(encoder()).through(nn.Dropout(0.5)).tag("drop").build()
+    model.train()
+    model.set_training_at("encoder", False)
+    assert not model.subgraph("encoder").training
+    assert all(not m.training for m in model.subgraph("encoder").modules())
+    assert model.training and model.drop.training
+    model.set_training_at("encoder")
+    assert model.subgraph("encoder").training
+    model.set_training_at("drop", False)
+    assert not model.drop.training
+    with pytest.raises(fl.PathError):
+        model.set_training_at("encodr", False)
+    residual = fl.FlowBuilder(nn.Linear(2, 2)).also(nn.Linear(2, 2)).tag("sum").build()
+    with pytest.raises(fl.PathError, match="runs no module"):
+        residual.set_training_at("sum", False)
+
+
+def test_a_childs_own_checkpoint_loads_into_a_composed_model(tmp_path):
+    trained = encoder()
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.normal_()
+    trained.save_checkpoint(tmp_path / "enc.fdl")
+
+    model = composed()
+    own_before = {
+        n: p.detach().clone() for n, p in model.named_parameters() if n.startswith("head")
+    }
+    report = model.load_subgraph_checkpoint("encoder", tmp_path / "enc.fdl")
+    assert len(report.loaded) >= 4 and report.missing == []
+    assert all(name.startswith("encoder.") for name in report.loaded)
+    for (_, a), (_, b) in zip(
+        trained.named_parameters(), model.subgraph("encoder").named_parameters(), strict=True
+    ):
+        assert torch.equal(a, b)
+    for n, p in model.named_parameters():
+        if n.startswith("head"):
+            assert torch.equal(p, own_before[n])  # the parent's own weights are untouched
+
+
+def test_loading_a_subgraph_checkpoint_by_a_nested_path(tmp_path):
+    read = fl.FlowBuilder(nn.Linear(3, 3)).tag("hidden").label("read").build()
+    read.save_checkpoint(tmp_path / "read.fdl")
+    model = letter()
+    report = model.load_subgraph_checkpoint("letter.read", tmp_path / "read.fdl")
+    assert report.missing == [] and len(report.loaded) == 2
+    torch.testing.assert_close(model.subgraph("letter.read").hidden.weight, read.hidden.weight)
