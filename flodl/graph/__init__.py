@@ -7,6 +7,7 @@ from flodl.graph.builder import FlowBuilder, LoopBuilder, MapBuilder
 from flodl.graph.errors import BuildIssue, GraphBuildError, GraphInputError
 from flodl.graph.graph import Graph, UnknownTagError
 from flodl.graph.merge import MergeOp
+from flodl.graph.training import TrainingNotSetUpError
 
 __all__: list[str] = [
     "BuildIssue",
@@ -17,5 +18,6 @@ __all__: list[str] = [
     "LoopBuilder",
     "MapBuilder",
     "MergeOp",
+    "TrainingNotSetUpError",
     "UnknownTagError",
 ]

@@ -25,6 +25,7 @@ from flodl.graph.codegen import generate
 from flodl.graph.errors import GraphInputError
 from flodl.graph.hashing import structural_hash
 from flodl.graph.nodes import Node
+from flodl.graph.training import TrainingMethods
 
 _MISSING = object()
 _SOURCE_IDS = itertools.count(1)
@@ -135,7 +136,7 @@ def _is_free(name: str) -> bool:
     )
 
 
-class Graph(CheckpointMethods, nn.Module):
+class Graph(CheckpointMethods, TrainingMethods, nn.Module):
     """A network described with :class:`flodl.FlowBuilder` — a regular ``torch.nn.Module``.
 
     Build one with ``FlowBuilder(...)...build()``; call it like any module: ``graph(x)``, or
