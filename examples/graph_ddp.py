@@ -89,7 +89,8 @@ def main() -> None:
     x, y = make_data()
     if args.verify:
         print(
-            f"rank {rank}: gradient check max abs diff {verify_gradient_averaging(model, x, y):.3e}"
+            f"rank {rank}: gradient check max abs diff {verify_gradient_averaging(model, x, y):.3e}",
+            flush=True,
         )
 
     model.set_data_loader(fl.data.DataLoader.from_tensors(x, y).batch_size(32))  # this rank's shard
@@ -102,7 +103,8 @@ def main() -> None:
     end = full_loss(model, x, y)
     print(
         f"rank {rank}: world {model.world_size} steps {model.training_step} "
-        f"loss {start:.4f} -> {end:.4f} digest {digest(model)}"
+        f"loss {start:.4f} -> {end:.4f} digest {digest(model)}",
+        flush=True,
     )
 
 

@@ -84,13 +84,16 @@ def _join_group(timeout: float) -> tuple[int, int, torch.device, Any] | None:
         device = _launcher_device()
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+        # A gloo group left to interpreter teardown aborts the rank now and then ("terminate
+        # called without an active exception"): destroy it at exit, and hold no reference to it
+        # (group=None means the default group) so nothing keeps it alive past that.
         atexit.register(_destroy_group)
         world = dist.get_world_size()
     else:
         return None
     if world < 2:
         return None
-    return dist.get_rank(), world, _launcher_device(), dist.group.WORLD
+    return dist.get_rank(), world, _launcher_device(), None
 
 
 def _launcher_device() -> torch.device:
@@ -232,11 +235,24 @@ def _flat_collective(tensors: Sequence[torch.Tensor], op: Callable[[torch.Tensor
 
 
 def _broadcast(tensors: list[torch.Tensor], group: Any) -> None:
-    """Overwrite every rank's tensors with rank 0's (parameters at setup, buffers every step)."""
+    """Overwrite every rank's tensors with rank 0's (parameters at setup, buffers every step).
+
+    Done as an all_reduce SUM of rank 0's values and zeros from the others (exact: x + 0 = x):
+    a symmetric collective, because ranks whose last collective was gloo's one-sided broadcast
+    aborted now and then at exit ("terminate called without an active exception").
+    """
+    first = dist.get_rank(group) == 0
+
+    def from_rank_zero(flat: torch.Tensor) -> None:
+        wire = flat.to(torch.uint8) if flat.dtype == torch.bool else flat  # gloo sums no bools
+        if not first:
+            wire.zero_()
+        dist.all_reduce(wire, group=group)
+        if wire is not flat:
+            flat.copy_(wire.bool())
+
     with torch.no_grad():
-        _flat_collective(
-            [t.data for t in tensors], lambda flat: dist.broadcast(flat, src=0, group=group)
-        )
+        _flat_collective([t.data for t in tensors], from_rank_zero)
 
 
 def average_gradients(params: Sequence[nn.Parameter], world: int, group: Any) -> None:
