@@ -72,6 +72,10 @@ class TrainingMethods:
             )
         return session
 
+    def _attached(self, name: str, default: Any) -> Any:
+        session = _SESSIONS.get(self)
+        return default if session is None else getattr(session, name)
+
     def step(self) -> None:
         """After ``loss.backward()``: average gradients across ranks (when distributed), sync
         buffers from rank 0, set the scheduler's LR, ``optimizer.step()``, ``zero_grad()``, and
@@ -96,31 +100,26 @@ class TrainingMethods:
 
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:
-        session = _SESSIONS.get(self)
-        return None if session is None else session.optimizer
+        return self._attached("optimizer", None)
 
     @property
     def training_step(self) -> int:
         """Calls of :meth:`step` so far (0 before setup)."""
-        session = _SESSIONS.get(self)
-        return 0 if session is None else session.training_step
+        return self._attached("training_step", 0)
 
     @property
     def rank(self) -> int:
         """This process's rank (0 when not distributed)."""
-        session = _SESSIONS.get(self)
-        return 0 if session is None else session.rank
+        return self._attached("rank", 0)
 
     @property
     def world_size(self) -> int:
         """Ranks training this model (1 when not distributed)."""
-        session = _SESSIONS.get(self)
-        return 1 if session is None else session.world_size
+        return self._attached("world_size", 1)
 
     @property
     def is_distributed(self) -> bool:
-        session = _SESSIONS.get(self)
-        return False if session is None else session.is_distributed
+        return self._attached("is_distributed", False)
 
     @property
     def device(self) -> torch.device:

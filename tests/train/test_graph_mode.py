@@ -253,22 +253,17 @@ def test_two_ranks_share_weights_partition_data_and_agree_on_missing_gradients()
         assert re.search(r"ranks would run \d to \d batches", out["uneven_error"])
 
 
-@pytest.mark.slow
-def test_torchrun_example_trains_identical_ranks_and_averages_gradients_exactly(repo_root):
+def run_example(repo_root, *args: str, ranks: int = 1) -> str:
+    """examples/graph_ddp.py alone or under torchrun (one thread per rank); its stdout."""
     from tests.conftest import clean_env
 
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
     result = subprocess.run(
         [
             sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
+            *(launcher if ranks > 1 else []),
             str(repo_root / "examples" / "graph_ddp.py"),
-            "--epochs",
-            "2",
-            "--verify",
+            *args,
         ],
         capture_output=True,
         text=True,
@@ -277,12 +272,17 @@ def test_torchrun_example_trains_identical_ranks_and_averages_gradients_exactly(
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    checks = re.findall(r"rank (\d): gradient check max abs diff ([\d.e+-]+)", result.stdout)
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_torchrun_example_trains_identical_ranks_and_averages_gradients_exactly(repo_root):
+    out = run_example(repo_root, "--epochs", "2", "--verify", ranks=2)
+    checks = re.findall(r"rank (\d): gradient check max abs diff ([\d.e+-]+)", out)
     assert sorted(r for r, _ in checks) == ["0", "1"]
     assert all(float(d) < 1e-5 for _, d in checks)  # averaged half batches == full batch
     runs = re.findall(
-        r"rank (\d): world (\d) steps (\d+) loss ([\d.]+) -> ([\d.]+) digest ([0-9a-f]{16})",
-        result.stdout,
+        r"rank (\d): world (\d) steps (\d+) loss ([\d.]+) -> ([\d.]+) digest ([0-9a-f]{16})", out
     )
     assert sorted(r for r, *_ in runs) == ["0", "1"]
     assert {(w, s) for _, w, s, *_ in runs} == {("2", "32")}  # 1024 / 2 ranks / 32 × 2 epochs
@@ -292,16 +292,6 @@ def test_torchrun_example_trains_identical_ranks_and_averages_gradients_exactly(
 
 
 def test_example_runs_on_one_device(repo_root):
-    from tests.conftest import clean_env
-
-    result = subprocess.run(
-        [sys.executable, str(repo_root / "examples" / "graph_ddp.py"), "--epochs", "1", "--verify"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=clean_env(OMP_NUM_THREADS="1"),
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "rank 0: gradient check max abs diff 0.000e+00" in result.stdout
-    assert re.search(r"rank 0: world 1 steps 32 loss", result.stdout)
+    out = run_example(repo_root, "--epochs", "1", "--verify")
+    assert "rank 0: gradient check max abs diff 0.000e+00" in out
+    assert re.search(r"rank 0: world 1 steps 32 loss", out)
