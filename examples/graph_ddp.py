@@ -101,6 +101,7 @@ def main() -> None:
             loss.backward()
             model.step()  # average gradients, sync buffers, scheduled LR, optimizer step
     end = full_loss(model, x, y)
+    model.finish()  # wait for every rank, release the process group
     print(
         f"rank {rank}: world {model.world_size} steps {model.training_step} "
         f"loss {start:.4f} -> {end:.4f} digest {digest(model)}",

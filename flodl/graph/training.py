@@ -41,6 +41,7 @@ class TrainingSession(Protocol):
     def set_lr(self, lr: float) -> None: ...
     def set_data_loader(self, graph: nn.Module, loader: Any) -> None: ...
     def epoch(self, epoch: int) -> Any: ...
+    def finish(self) -> None: ...
 
 
 def attach(graph: nn.Module, session: TrainingSession) -> None:
@@ -97,6 +98,11 @@ class TrainingMethods:
     def epoch(self, epoch: int) -> Any:
         """The batches of ``epoch`` for this rank: its shard of the attached loader."""
         return self._session("epoch()").epoch(epoch)
+
+    def finish(self) -> None:
+        """After the loop: wait for every rank and release the process group setup joined
+        (nothing to do on one device). Training methods that talk to other ranks stop working."""
+        self._session("finish()").finish()
 
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:

@@ -70,6 +70,8 @@ def scenario(rank: int, world: int, port: int, results) -> None:
             model.set_data_loader(uneven)
         except fl.TrainerConfigError as err:
             out["uneven_error"] = str(err)
+        model.finish()
+        out["finished"] = not torch.distributed.is_initialized()
     except BaseException:
         out["error"] = traceback.format_exc()
     results.put(out)

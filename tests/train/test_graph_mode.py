@@ -47,6 +47,10 @@ def test_setup_on_one_device_trains_with_step():
     assert model.training_step == 30
     assert all(p.grad is None or not p.grad.any() for p in model.parameters())  # zero_grad ran
     assert nn.functional.mse_loss(model(x), y).item() < before / 4
+    model.finish()  # nothing to release on one device; the model still trains
+    model(x).sum().backward()
+    model.step()
+    assert model.training_step == 31
 
 
 def test_setup_leaves_the_single_device_model_where_it_is():
@@ -79,8 +83,9 @@ def test_setup_rejects_bad_factories():
         lambda m: m.set_scheduler(fl.optim.StepDecay(0.1, 2, 0.5)),
         lambda m: m.epoch(0),
         lambda m: m.set_data_loader(None),
+        lambda m: m.finish(),
     ],
-    ids=["step", "set_lr", "set_scheduler", "epoch", "set_data_loader"],
+    ids=["step", "set_lr", "set_scheduler", "epoch", "set_data_loader", "finish"],
 )
 def test_training_methods_before_setup_say_to_call_setup(call):
     model = make_graph()
@@ -250,6 +255,7 @@ def test_two_ranks_share_weights_partition_data_and_agree_on_missing_gradients()
     assert zero["after_step"] == one["after_step"] != zero["after_setup"]
     assert zero["training_step"] == one["training_step"] == 1
     for out in outs:
+        assert out["finished"]  # model.finish() released the group
         assert re.search(r"ranks would run \d to \d batches", out["uneven_error"])
 
 
@@ -295,3 +301,12 @@ def test_example_runs_on_one_device(repo_root):
     out = run_example(repo_root, "--epochs", "1", "--verify")
     assert "rank 0: gradient check max abs diff 0.000e+00" in out
     assert re.search(r"rank 0: world 1 steps 32 loss", out)
+
+
+@pytest.mark.parametrize("name", ["flodl.graph.training", "flodl.train.trainer"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.attempted > 0 and result.failed == 0
