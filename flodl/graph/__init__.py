@@ -9,6 +9,7 @@ from flodl.graph.graph import Graph, UnknownTagError
 from flodl.graph.merge import MergeOp
 from flodl.graph.paths import PathError, PathKind, PathTarget
 from flodl.graph.profile import LevelTiming, NodeTiming, Profile
+from flodl.graph.training import TrainingNotSetUpError
 from flodl.graph.trend import Trend, TrendGroup
 from flodl.graph.visual import GraphvizError
 
@@ -28,6 +29,7 @@ __all__: list[str] = [
     "PathKind",
     "PathTarget",
     "Profile",
+    "TrainingNotSetUpError",
     "Trend",
     "TrendGroup",
     "UnknownTagError",

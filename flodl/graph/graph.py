@@ -27,6 +27,7 @@ from flodl.graph.hashing import structural_hash
 from flodl.graph.nodes import Node
 from flodl.graph.observe import Metrics, ObservationMethods
 from flodl.graph.profile import ProfilingMethods, now, record
+from flodl.graph.training import TrainingMethods
 from flodl.graph.tree import TreeMethods
 from flodl.graph.visual import VisualMethods
 
@@ -145,6 +146,7 @@ class Graph(
     ProfilingMethods,
     VisualMethods,
     CheckpointMethods,
+    TrainingMethods,
     nn.Module,
 ):
     """A network described with :class:`flodl.FlowBuilder` — a regular ``torch.nn.Module``.

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 
 from flodl.train.errors import TrainerConfigError
+from flodl.train.graph_mode import GraphSession
+from flodl.train.graph_mode import setup as setup_graph
 from flodl.train.launch import (
     SpawnedRun,
     resolve_devices,
@@ -283,7 +285,46 @@ def _finishing_on_error(finish: Callable[[], None], fn: Callable, *args: Any) ->
 
 
 class Trainer:
-    """Entry points: :meth:`builder` (the framework runs the loop)."""
+    """Entry points: :meth:`builder` (the framework runs the loop) and :meth:`setup` (you do)."""
+
+    @staticmethod
+    def setup(
+        model: torch.nn.Module,
+        replica_factory: Callable[[torch.device], torch.nn.Module] | None,
+        optim_factory: Callable[[Any], torch.optim.Optimizer] | None,
+        *,
+        scheduler: Any = None,
+        lr_scale: float = 1.0,
+        timeout: float = 60.0,
+    ) -> GraphSession:
+        """Graph mode: prepare ``model`` (an ``fl.Graph``) for your own loop ending in ``model.step()``.
+
+        Under ``torchrun`` (or any c10d launcher) every rank runs your script: setup joins the
+        group (NCCL on GPUs, gloo on CPU), moves the model to the rank's device and copies rank 0's
+        parameters and buffers to every rank; ``model.step()`` then averages gradients and syncs
+        buffers before the optimizer step. Alone, it is single-device training and the model stays
+        where it is. ``replica_factory(device)`` is accepted for the original's signature but not
+        called: in one process per rank, each rank's script builds its own model (it may be None).
+        ``optim_factory(params)`` builds the optimizer (None: ``step()`` only syncs gradients).
+        ``scheduler`` (``.lr(step)`` or ``step -> lr``) sets the LR at every step, × ``lr_scale``.
+        ``timeout`` bounds every collective. Returns the session (also reachable through the model).
+
+        >>> import torch, flodl as fl
+        >>> from torch import nn
+        >>> model = fl.FlowBuilder(nn.Linear(4, 1)).build()
+        >>> _ = fl.Trainer.setup(model, None, lambda p: torch.optim.SGD(p, lr=0.1))
+        >>> model(torch.ones(2, 4)).pow(2).mean().backward()
+        >>> model.step(); model.training_step, model.world_size
+        (1, 1)
+        """
+        return setup_graph(
+            model,
+            replica_factory,
+            optim_factory,
+            scheduler=scheduler,
+            lr_scale=lr_scale,
+            timeout=timeout,
+        )
 
     @staticmethod
     def builder(

@@ -1,0 +1,137 @@
+"""Graph mode training methods: ``model.step()``, ``model.epoch(e)`` and friends.
+
+``fl.Trainer.setup(model, ...)`` attaches a training session to a :class:`~flodl.graph.Graph`;
+these methods delegate to it. The graph layer does not import ``flodl.train``: a session is any
+object with the :class:`TrainingSession` methods, kept in a weak side table (not in the module's
+``__dict__``), so a ``deepcopy``, a pickle or a checkpoint of the graph never carries optimizer or
+process-group state, and a copy starts out not set up.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from flodl.errors import FlodlError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+_SESSIONS: weakref.WeakKeyDictionary[Any, TrainingSession] = weakref.WeakKeyDictionary()
+
+
+class TrainingNotSetUpError(FlodlError, RuntimeError):
+    """A Graph-mode training method was called on a graph that ``fl.Trainer.setup`` has not seen."""
+
+
+class TrainingSession(Protocol):
+    """What ``fl.Trainer.setup`` attaches to a graph (implemented in ``flodl.train.graph_mode``)."""
+
+    training_step: int
+    rank: int
+    world_size: int
+    is_distributed: bool
+    device: torch.device
+    optimizer: torch.optim.Optimizer | None
+
+    def step(self, graph: nn.Module) -> None: ...
+    def set_scheduler(self, scheduler: Any, lr_scale: float | None) -> None: ...
+    def set_lr(self, lr: float) -> None: ...
+    def set_data_loader(self, graph: nn.Module, loader: Any) -> None: ...
+    def epoch(self, epoch: int) -> Any: ...
+    def finish(self) -> None: ...
+
+
+def attach(graph: nn.Module, session: TrainingSession) -> None:
+    """Make ``session`` the one behind ``graph.step()`` etc. (replaces a previous one)."""
+    _SESSIONS[graph] = session
+
+
+def session_of(graph: nn.Module) -> TrainingSession | None:
+    return _SESSIONS.get(graph)
+
+
+class TrainingMethods:
+    """Mixed into :class:`~flodl.graph.Graph`: "your loop, then ``model.step()``".
+
+    >>> import torch, flodl as fl
+    >>> from torch import nn
+    >>> model = fl.FlowBuilder(nn.Linear(2, 1)).build()
+    >>> model.is_distributed, model.world_size, model.training_step
+    (False, 1, 0)
+    """
+
+    def _session(self, what: str) -> TrainingSession:
+        session = _SESSIONS.get(self)
+        if session is None:
+            raise TrainingNotSetUpError(
+                f"Graph.{what}: this graph has no training session — call "
+                "fl.Trainer.setup(model, replica_factory, optim_factory) first (it creates the "
+                "optimizer and, under torchrun, joins the process group)"
+            )
+        return session
+
+    def _attached(self, name: str, default: Any) -> Any:
+        session = _SESSIONS.get(self)
+        return default if session is None else getattr(session, name)
+
+    def step(self) -> None:
+        """After ``loss.backward()``: average gradients across ranks (when distributed), sync
+        buffers from rank 0, set the scheduler's LR, ``optimizer.step()``, ``zero_grad()``, and
+        count the step in :attr:`training_step`."""
+        self._session("step()").step(self)  # type: ignore[arg-type]
+
+    def set_scheduler(self, scheduler: Any, lr_scale: float | None = None) -> None:
+        """Drive the LR from ``scheduler.lr(training_step)`` (× ``lr_scale``) at every step."""
+        self._session("set_scheduler()").set_scheduler(scheduler, lr_scale)
+
+    def set_lr(self, lr: float) -> None:
+        """Set every param group's LR now (an attached scheduler overrides it at the next step)."""
+        self._session("set_lr()").set_lr(lr)
+
+    def set_data_loader(self, loader: Any) -> None:
+        """Attach an ``fl.data`` DataLoader (or its builder) for :meth:`epoch`; partitioned per rank."""
+        self._session("set_data_loader()").set_data_loader(self, loader)  # type: ignore[arg-type]
+
+    def epoch(self, epoch: int) -> Any:
+        """The batches of ``epoch`` for this rank: its shard of the attached loader."""
+        return self._session("epoch()").epoch(epoch)
+
+    def finish(self) -> None:
+        """After the loop: wait for every rank and release the process group setup joined
+        (nothing to do on one device). Training methods that talk to other ranks stop working."""
+        self._session("finish()").finish()
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        return self._attached("optimizer", None)
+
+    @property
+    def training_step(self) -> int:
+        """Calls of :meth:`step` so far (0 before setup)."""
+        return self._attached("training_step", 0)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (0 when not distributed)."""
+        return self._attached("rank", 0)
+
+    @property
+    def world_size(self) -> int:
+        """Ranks training this model (1 when not distributed)."""
+        return self._attached("world_size", 1)
+
+    @property
+    def is_distributed(self) -> bool:
+        return self._attached("is_distributed", False)
+
+    @property
+    def device(self) -> torch.device:
+        """The training device (after setup), else where the first parameter lives (CPU if none)."""
+        session = _SESSIONS.get(self)
+        if session is not None:
+            return session.device
+        first = next(self.parameters(), None)  # type: ignore[attr-defined]
+        return first.device if first is not None else torch.device("cpu")

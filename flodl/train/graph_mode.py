@@ -1,0 +1,315 @@
+"""Graph mode: ``fl.Trainer.setup(model, ...)`` then your loop with ``model.step()``.
+
+Every rank runs the user's script (SPMD). Under ``torchrun`` (or any c10d launcher) setup joins
+the group, moves the model to the rank's device and broadcasts rank 0's parameters and buffers;
+``model.step()`` then averages gradients (all_reduce SUM / world, flattened in buckets), broadcasts
+buffers from rank 0 and steps the optimizer. Without a launcher it is plain single-device training.
+Decisions and the differences from the original are in docs/ddp.md ("Graph mode").
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from flodl.train.errors import TrainerConfigError
+from flodl.train.launch import under_launcher
+
+BUCKET_BYTES = 25 * 1024 * 1024  # like DistributedDataParallel's default bucket cap
+
+
+def setup(
+    model: nn.Module,
+    replica_factory: Callable[[torch.device], nn.Module] | None,
+    optim_factory: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None,
+    *,
+    scheduler: Any = None,
+    lr_scale: float = 1.0,
+    timeout: float = 60.0,
+) -> GraphSession:
+    """See :meth:`flodl.Trainer.setup`."""
+    from flodl.graph import Graph
+    from flodl.graph.training import attach
+
+    if not isinstance(model, Graph):
+        raise TrainerConfigError(
+            f"Trainer.setup needs a flodl Graph (built with fl.FlowBuilder), got "
+            f"{type(model).__name__}: Graph mode adds model.step() / model.epoch() to the graph "
+            "itself. For any other nn.Module use fl.Trainer.builder(model_factory, optim_factory, "
+            "train_step), where the framework runs the loop"
+        )
+    if replica_factory is not None and not callable(replica_factory):
+        raise TrainerConfigError(
+            f"Trainer.setup: replica_factory must be callable (device -> model) or None, got "
+            f"{type(replica_factory).__name__}"
+        )
+    if optim_factory is not None and not callable(optim_factory):
+        raise TrainerConfigError(
+            "Trainer.setup: optim_factory must be callable (params -> optimizer) or None, got "
+            f"{type(optim_factory).__name__}"
+        )
+    if timeout <= 0:
+        raise TrainerConfigError(f"Trainer.setup: timeout must be > 0 seconds, got {timeout}")
+    session = GraphSession(_join_group(timeout))
+    if session.is_distributed:
+        model.to(session.device)
+        _broadcast(list(model.parameters()) + list(model.buffers()), session.group)
+    else:
+        session.device = model.device  # single device: the model stays where the user put it
+    if optim_factory is not None:
+        session.optimizer = optim_factory(model.parameters())
+        if not isinstance(session.optimizer, torch.optim.Optimizer):
+            raise TrainerConfigError(
+                "Trainer.setup: optim_factory must return a torch.optim.Optimizer, got "
+                f"{type(session.optimizer).__name__}"
+            )
+    session.set_scheduler(scheduler, lr_scale)
+    model.train()
+    attach(model, session)
+    return session
+
+
+def _join_group(timeout: float) -> tuple[int, int, torch.device, Any] | None:
+    """(rank, world, device, group) when launched as several ranks, else None."""
+    if dist.is_available() and dist.is_initialized():
+        world = dist.get_world_size()
+    elif under_launcher():
+        device = _launcher_device()
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+        # A gloo group left to interpreter teardown aborts the rank now and then ("terminate
+        # called without an active exception"): destroy it at exit, and hold no reference to it
+        # (group=None means the default group) so nothing keeps it alive past that.
+        atexit.register(_destroy_group)
+        sys.excepthook = _note_crash(sys.excepthook)
+        world = dist.get_world_size()
+    else:
+        return None
+    if world < 2:
+        return None
+    return dist.get_rank(), world, _launcher_device(), None
+
+
+def _launcher_device() -> torch.device:
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+_exit_state = {"crashed": False}
+
+
+def _destroy_group() -> None:
+    """Wait for every rank to be done, then destroy the group (``model.finish()``, and at exit).
+
+    A gloo group torn down while a peer still talks to it, or left to interpreter teardown, aborts
+    the rank now and then ("terminate called without an active exception"); at exit it still did
+    in about one run in ten, so call ``model.finish()`` after the loop. After an uncaught
+    exception the barrier is skipped: peers may be blocked in a collective, and the launcher
+    should see this rank fail at once.
+    """
+    if not dist.is_initialized():
+        return
+    if not _exit_state["crashed"] and dist.get_backend() == "gloo":
+        try:
+            dist.barrier()
+        except Exception:
+            return  # a peer is gone: leave the group to the process exit
+    dist.destroy_process_group()
+
+
+def _note_crash(hook: Callable[..., Any]) -> Callable[..., Any]:
+    def excepthook(*args: Any) -> Any:
+        _exit_state["crashed"] = True
+        return hook(*args)
+
+    return excepthook
+
+
+class GraphSession:
+    """The training state behind a Graph's ``step()`` (see ``flodl.graph.training``)."""
+
+    def __init__(self, topology: tuple[int, int, torch.device, Any] | None) -> None:
+        self.training_step = 0
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scheduler: Any = None
+        self.lr_scale = 1.0
+        self.loader: Any = None
+        if topology is None:
+            self.rank, self.world_size, self.group = 0, 1, None
+            self.device = torch.device("cpu")
+        else:
+            self.rank, self.world_size, self.device, self.group = topology
+        self.is_distributed = self.world_size > 1
+
+    # -------------------------------------------------------------- optimisation
+    def step(self, graph: nn.Module) -> None:
+        if self.is_distributed:
+            params = [p for p in graph.parameters() if p.requires_grad]
+            average_gradients(params, self.world_size, self.group)
+            _broadcast(list(graph.buffers()), self.group)
+        if self.optimizer is None:
+            return
+        if self.scheduler is not None:  # LR from the pre-increment step
+            self._write_lr(_scheduled_lr(self.scheduler, self.training_step) * self.lr_scale)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        self.training_step += 1
+
+    def finish(self) -> None:
+        """Wait for every rank, then release the group setup created (no-op on one device)."""
+        if self.is_distributed:
+            _destroy_group()
+
+    def set_scheduler(self, scheduler: Any, lr_scale: float | None) -> None:
+        if scheduler is not None and not (
+            callable(getattr(scheduler, "lr", None)) or callable(scheduler)
+        ):
+            raise TrainerConfigError(
+                f"set_scheduler: expected an object with .lr(step) (e.g. fl.optim.MultiStepLR) or "
+                f"a function step -> lr, got {type(scheduler).__name__}"
+            )
+        self.scheduler = scheduler
+        if lr_scale is not None:
+            if not float(lr_scale) > 0:
+                raise TrainerConfigError(f"lr_scale must be > 0, got {lr_scale}")
+            self.lr_scale = float(lr_scale)
+
+    def set_lr(self, lr: float) -> None:
+        if self.optimizer is not None:
+            self._write_lr(lr)
+
+    def _write_lr(self, lr: float) -> None:
+        from flodl.optim.lr import set_group_lr
+
+        assert self.optimizer is not None
+        for i, group in enumerate(self.optimizer.param_groups):
+            set_group_lr(self.optimizer, i, lr * group.get("lr_scale", 1.0))
+
+    # -------------------------------------------------------------- data
+    def set_data_loader(self, graph: nn.Module, loader: Any) -> None:
+        from flodl.data import DataLoader, DataLoaderBuilder
+
+        if isinstance(loader, DataLoaderBuilder):
+            loader = loader.partition(self.rank, self.world_size).device(self.device).build()
+        if not isinstance(loader, DataLoader):
+            raise TrainerConfigError(
+                f"set_data_loader: expected an fl.data.DataLoader or its builder "
+                f"(fl.data.DataLoader.from_tensors(...).batch_size(n)), got {type(loader).__name__}"
+            )
+        if (loader.rank, loader.world_size) != (self.rank, self.world_size):
+            raise TrainerConfigError(
+                f"set_data_loader: the loader is partitioned as rank {loader.rank} of "
+                f"{loader.world_size} but this process is rank {self.rank} of {self.world_size} — "
+                "build it with .partition() (or pass the builder, unbuilt, and setup partitions it)"
+            )
+        if self.is_distributed:
+            counts = torch.tensor(
+                [len(loader), -len(loader)], dtype=torch.int64, device=self.device
+            )
+            dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=self.group)
+            most, fewest = int(counts[0]), -int(counts[1])
+            if most != fewest:
+                raise TrainerConfigError(
+                    f"set_data_loader: ranks would run {fewest} to {most} batches per epoch; every "
+                    "model.step() is a collective, so all ranks need the same count — keep "
+                    "drop_last(True) (the default) and no partition ratios"
+                )
+        self.loader = loader
+
+    def epoch(self, epoch: int) -> Any:
+        if self.loader is None:
+            raise TrainerConfigError(
+                "model.epoch(): no data loader — call model.set_data_loader(loader) first"
+            )
+        return self.loader.epoch(epoch)
+
+
+def _scheduled_lr(scheduler: Any, step: int) -> float:
+    lr = getattr(scheduler, "lr", None)
+    return float(lr(step) if callable(lr) else scheduler(step))
+
+
+# ------------------------------------------------------------------ collectives
+def _buckets(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
+    """Indices of ``tensors`` grouped by (dtype, device), each group cut at BUCKET_BYTES."""
+    groups: dict[tuple[torch.dtype, torch.device], list[list[int]]] = {}
+    sizes: dict[tuple[torch.dtype, torch.device], int] = {}
+    for i, t in enumerate(tensors):
+        key = (t.dtype, t.device)
+        nbytes = t.numel() * t.element_size()
+        if key not in groups or sizes[key] + nbytes > BUCKET_BYTES:
+            groups.setdefault(key, []).append([])
+            sizes[key] = 0
+        groups[key][-1].append(i)
+        sizes[key] += nbytes
+    return [b for bs in groups.values() for b in bs if b]
+
+
+def _flat_collective(tensors: Sequence[torch.Tensor], op: Callable[[torch.Tensor], Any]) -> None:
+    """Run ``op`` on each bucket flattened into one tensor, then copy the result back in place."""
+    for bucket in _buckets(tensors):
+        parts = [tensors[i] for i in bucket]
+        flat = torch.cat([t.reshape(-1) for t in parts])
+        op(flat)
+        for t, chunk in zip(parts, flat.split([t.numel() for t in parts]), strict=True):
+            t.copy_(chunk.view_as(t))
+
+
+def _broadcast(tensors: list[torch.Tensor], group: Any) -> None:
+    """Overwrite every rank's tensors with rank 0's (parameters at setup, buffers every step).
+
+    Done as an all_reduce SUM of rank 0's values and zeros from the others (exact: x + 0 = x):
+    a symmetric collective, because ranks whose last collective was gloo's one-sided broadcast
+    aborted now and then at exit ("terminate called without an active exception").
+    """
+    first = dist.get_rank(group) == 0
+
+    def from_rank_zero(flat: torch.Tensor) -> None:
+        wire = flat.to(torch.uint8) if flat.dtype == torch.bool else flat  # gloo sums no bools
+        if not first:
+            wire.zero_()
+        dist.all_reduce(wire, group=group)
+        if wire is not flat:
+            flat.copy_(wire.bool())
+
+    with torch.no_grad():
+        _flat_collective([t.data for t in tensors], from_rank_zero)
+
+
+def average_gradients(params: Sequence[nn.Parameter], world: int, group: Any) -> None:
+    """Mean of every parameter's gradient across ranks, in place.
+
+    Ranks agree first on which parameters have a gradient anywhere (one small all_reduce): those
+    with none on every rank (frozen, or unused by every rank's forward) are skipped; a rank
+    without a gradient for a parameter another rank has contributes zeros.
+    """
+    device = params[0].device if params else torch.device("cpu")
+    has = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=device)
+    dist.all_reduce(has, group=group)
+    live = [p for p, n in zip(params, has.tolist(), strict=True) if n > 0]
+    for p in live:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        elif p.grad.is_sparse:
+            raise TrainerConfigError(
+                "model.step(): sparse gradients are not averaged by Graph mode — use dense "
+                "embeddings (sparse=False) or torch DistributedDataParallel"
+            )
+    with torch.no_grad():
+
+        def reduce(flat: torch.Tensor) -> None:
+            dist.all_reduce(flat, group=group)
+            flat.div_(world)
+
+        _flat_collective([p.grad for p in live], reduce)  # type: ignore[misc]

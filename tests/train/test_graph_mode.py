@@ -1,0 +1,312 @@
+"""Graph mode: fl.Trainer.setup(model, ...) then the user's loop with model.step()."""
+
+from __future__ import annotations
+
+import copy
+import queue
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import flodl as fl
+from flodl.train.errors import TrainerConfigError
+from tests.train import graph_ranks
+
+
+def make_graph(seed: int = 0) -> fl.Graph:
+    torch.manual_seed(seed)
+    return fl.FlowBuilder(nn.Linear(4, 8)).through(nn.Tanh()).through(nn.Linear(8, 1)).build()
+
+
+def regression(n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 4, generator=g)
+    return x, x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.05)
+
+
+# ------------------------------------------------------------------ single device
+def test_setup_on_one_device_trains_with_step():
+    model = make_graph()
+    x, y = regression()
+    fl.Trainer.setup(model, make_graph, sgd)
+    assert (model.is_distributed, model.world_size, model.rank) == (False, 1, 0)
+    assert model.training
+    before = nn.functional.mse_loss(model(x), y).item()
+    for _ in range(30):
+        nn.functional.mse_loss(model(x), y).backward()
+        model.step()
+    assert model.training_step == 30
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())  # zero_grad ran
+    assert nn.functional.mse_loss(model(x), y).item() < before / 4
+    model.finish()  # nothing to release on one device; the model still trains
+    model(x).sum().backward()
+    model.step()
+    assert model.training_step == 31
+
+
+def test_setup_leaves_the_single_device_model_where_it_is():
+    model = make_graph().double()
+    fl.Trainer.setup(model, None, sgd)
+    assert model.device == torch.device("cpu")
+    assert next(model.parameters()).dtype == torch.float64
+
+
+def test_setup_refuses_a_plain_module_and_points_at_the_builder():
+    with pytest.raises(TrainerConfigError, match=r"Trainer\.builder") as err:
+        fl.Trainer.setup(nn.Linear(2, 1), None, sgd)
+    assert "Sequential" not in str(err.value) and "Linear" in str(err.value)
+
+
+def test_setup_rejects_bad_factories():
+    with pytest.raises(TrainerConfigError, match="optim_factory must be callable"):
+        fl.Trainer.setup(make_graph(), None, torch.optim.SGD([torch.zeros(1)], lr=0.1))
+    with pytest.raises(TrainerConfigError, match=r"must return a torch\.optim\.Optimizer"):
+        fl.Trainer.setup(make_graph(), None, lambda params: list(params))
+    with pytest.raises(TrainerConfigError, match="replica_factory must be callable"):
+        fl.Trainer.setup(make_graph(), "cpu", sgd)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.step(),
+        lambda m: m.set_lr(0.1),
+        lambda m: m.set_scheduler(fl.optim.StepDecay(0.1, 2, 0.5)),
+        lambda m: m.epoch(0),
+        lambda m: m.set_data_loader(None),
+        lambda m: m.finish(),
+    ],
+    ids=["step", "set_lr", "set_scheduler", "epoch", "set_data_loader", "finish"],
+)
+def test_training_methods_before_setup_say_to_call_setup(call):
+    model = make_graph()
+    with pytest.raises(fl.TrainingNotSetUpError, match=r"fl\.Trainer\.setup\(model"):
+        call(model)
+    assert (model.training_step, model.world_size, model.optimizer) == (0, 1, None)
+
+
+def test_a_copy_of_a_set_up_graph_is_not_set_up():
+    model = make_graph()
+    fl.Trainer.setup(model, None, sgd)
+    clone = copy.deepcopy(model)
+    assert model.optimizer is not None and clone.optimizer is None
+    with pytest.raises(fl.TrainingNotSetUpError):
+        clone.step()
+
+
+def test_step_without_an_optimizer_is_a_no_op_and_set_lr_is_safe():
+    model = make_graph()
+    fl.Trainer.setup(model, None, None)
+    before = [p.detach().clone() for p in model.parameters()]
+    model(torch.ones(2, 4)).sum().backward()
+    model.set_lr(0.5)
+    model.step()
+    assert model.training_step == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert all(p.grad is not None for p in model.parameters())  # left for the user's optimizer
+
+
+def test_set_lr_sets_every_group_and_keeps_group_scales():
+    model = make_graph()
+    first, *_, second = model.children()
+    fl.Trainer.setup(
+        model,
+        None,
+        lambda _: torch.optim.SGD(
+            [{"params": first.parameters(), "lr_scale": 0.1}, {"params": second.parameters()}],
+            lr=1.0,
+        ),
+    )
+    model.set_lr(0.5)
+    assert [g["lr"] for g in model.optimizer.param_groups] == pytest.approx([0.05, 0.5])
+
+
+def test_scheduler_must_give_a_learning_rate():
+    model = make_graph()
+    with pytest.raises(TrainerConfigError, match=r"\.lr\(step\)"):
+        fl.Trainer.setup(model, None, sgd, scheduler=0.1)
+    with pytest.raises(TrainerConfigError, match="lr_scale must be > 0"):
+        fl.Trainer.setup(model, None, sgd, lr_scale=0)
+
+
+# ------------------------------------------------------------------ LR (checklist 34-38)
+def test_scheduler_lr_comes_from_the_pre_increment_step_times_lr_scale():
+    model = make_graph()
+    fl.Trainer.setup(model, None, sgd, scheduler=lambda step: 0.1 * (step + 1), lr_scale=2.0)
+    seen = []
+    for _ in range(3):
+        model(torch.ones(1, 4)).sum().backward()
+        model.step()
+        seen.append(fl.optim.get_lr(model.optimizer))
+    assert seen == pytest.approx([0.2, 0.4, 0.6])  # steps 0, 1, 2 — each × 2
+
+
+def test_without_a_scheduler_the_lr_is_untouched():
+    model = make_graph()
+    fl.Trainer.setup(model, None, sgd, lr_scale=3.0)
+    model.set_lr(0.02)
+    model(torch.ones(1, 4)).sum().backward()
+    model.step()
+    assert fl.optim.get_lr(model.optimizer) == 0.02
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.5])
+def test_manual_loop_and_graph_step_follow_the_same_multistep_trajectory(scale):
+    schedule = fl.optim.MultiStepLR(0.01, [4, 8], 0.5)
+    x, y = regression(16)
+
+    manual = make_graph()
+    opt = sgd(manual.parameters())
+    manual_lrs = []
+    for step in range(12):
+        fl.optim.set_lr(opt, schedule.lr(step) * scale)
+        manual_lrs.append(fl.optim.get_lr(opt))
+        nn.functional.mse_loss(manual(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+    graph = make_graph()
+    fl.Trainer.setup(graph, None, sgd)
+    graph.set_scheduler(schedule, lr_scale=scale)
+    graph_lrs = []
+    for _ in range(12):
+        nn.functional.mse_loss(graph(x), y).backward()
+        graph.step()
+        graph_lrs.append(fl.optim.get_lr(graph.optimizer))
+
+    assert graph_lrs == manual_lrs
+    assert len(set(graph_lrs)) == 3  # exactly two drops, at steps 4 and 8
+    assert graph_lrs[3] > graph_lrs[4] > graph_lrs[8] == graph_lrs[11]
+    for a, b in zip(manual.parameters(), graph.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+# ------------------------------------------------------------------ data
+def test_epoch_iterates_the_attached_loader_deterministically():
+    model = make_graph()
+    fl.Trainer.setup(model, None, sgd)
+    ids = torch.arange(40, dtype=torch.float32).unsqueeze(1)
+    model.set_data_loader(fl.data.DataLoader.from_tensors(ids).batch_size(8).seed(3))
+
+    def order(e):
+        return [int(i) for (batch,) in model.epoch(e) for i in batch.flatten().tolist()]
+
+    assert sorted(order(0)) == list(range(40))
+    assert order(0) == order(0) and order(0) != order(1)
+
+
+def test_epoch_without_a_loader_and_wrong_loaders_are_clear_errors():
+    model = make_graph()
+    fl.Trainer.setup(model, None, sgd)
+    with pytest.raises(TrainerConfigError, match=r"set_data_loader\(loader\) first"):
+        model.epoch(0)
+    with pytest.raises(TrainerConfigError, match=r"expected an fl\.data\.DataLoader"):
+        model.set_data_loader(torch.utils.data.DataLoader(range(4)))
+    shard = fl.data.DataLoader.from_tensors(torch.zeros(8, 1)).batch_size(2).partition(1, 2).build()
+    with pytest.raises(TrainerConfigError, match="rank 1 of 2 but this process is rank 0 of 1"):
+        model.set_data_loader(shard)
+
+
+# ------------------------------------------------------------------ several ranks
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_ranks_share_weights_partition_data_and_agree_on_missing_gradients():
+    ctx = torch.multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [
+        ctx.Process(target=graph_ranks.scenario, args=(r, 2, port, results), daemon=True)
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        outs = sorted((results.get(timeout=90) for _ in procs), key=lambda o: o["rank"])
+    except queue.Empty:
+        pytest.fail("a Graph-mode rank did not report within 90 s")
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    for out in outs:
+        assert "error" not in out, out["error"]
+    zero, one = outs
+    assert zero["world"] == one["world"] == 2 and zero["distributed"]
+    assert zero["after_setup"] == one["after_setup"]  # rank 0's initial weights everywhere
+    for epoch in range(2):  # every sample once across ranks, same batch count per rank
+        assert sorted(zero["epochs"][epoch] + one["epochs"][epoch]) == list(range(64))
+        assert len(zero["epochs"][epoch]) == len(one["epochs"][epoch]) == 32
+    assert zero["epochs"][0] != zero["epochs"][1]
+    assert zero["after_step"] == one["after_step"] != zero["after_setup"]
+    assert zero["training_step"] == one["training_step"] == 1
+    for out in outs:
+        assert out["finished"]  # model.finish() released the group
+        assert re.search(r"ranks would run \d to \d batches", out["uneven_error"])
+
+
+def run_example(repo_root, *args: str, ranks: int = 1) -> str:
+    """examples/graph_ddp.py alone or under torchrun (one thread per rank); its stdout."""
+    from tests.conftest import clean_env
+
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
+    result = subprocess.run(
+        [
+            sys.executable,
+            *(launcher if ranks > 1 else []),
+            str(repo_root / "examples" / "graph_ddp.py"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=clean_env(OMP_NUM_THREADS="1"),
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_torchrun_example_trains_identical_ranks_and_averages_gradients_exactly(repo_root):
+    out = run_example(repo_root, "--epochs", "2", "--verify", ranks=2)
+    checks = re.findall(r"rank (\d): gradient check max abs diff ([\d.e+-]+)", out)
+    assert sorted(r for r, _ in checks) == ["0", "1"]
+    assert all(float(d) < 1e-5 for _, d in checks)  # averaged half batches == full batch
+    runs = re.findall(
+        r"rank (\d): world (\d) steps (\d+) loss ([\d.]+) -> ([\d.]+) digest ([0-9a-f]{16})", out
+    )
+    assert sorted(r for r, *_ in runs) == ["0", "1"]
+    assert {(w, s) for _, w, s, *_ in runs} == {("2", "32")}  # 1024 / 2 ranks / 32 × 2 epochs
+    assert len({d for *_, d in runs}) == 1  # identical parameters and buffers on both ranks
+    for _, _, _, start, end, _ in runs:
+        assert float(end) < float(start) / 4
+
+
+def test_example_runs_on_one_device(repo_root):
+    out = run_example(repo_root, "--epochs", "1", "--verify")
+    assert "rank 0: gradient check max abs diff 0.000e+00" in out
+    assert re.search(r"rank 0: world 1 steps 32 loss", out)
+
+
+@pytest.mark.parametrize("name", ["flodl.graph.training", "flodl.train.trainer"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.attempted > 0 and result.failed == 0
