@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from flodl.train.checkpointing import SaveFdl
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_mode import GraphSession
 from flodl.train.graph_mode import setup as setup_graph
@@ -184,11 +185,19 @@ class TrainerBuilder:
         return self._set(epoch_fn=fn)
 
     def checkpoint_every(
-        self, n: int, fn: Callable[[int, torch.nn.Module], None] | None = None
+        self,
+        n: int,
+        fn: Callable[[int, torch.nn.Module], None] | None = None,
+        *,
+        directory: str = "checkpoints",
     ) -> TrainerBuilder:
-        """Every ``n`` global epochs call ``fn(version, model)`` on rank 0 (errors are logged)."""
+        """Every ``n`` global epochs checkpoint rank 0's model (version = epochs done).
+
+        By default writes ``<directory>/checkpoint-<version>.fdl`` atomically; pass
+        ``fn(version, model)`` to do something else. Errors are logged; training continues.
+        """
         self._set(checkpoint_every=_positive("checkpoint_every", n))
-        return self._set(checkpoint_fn=fn) if fn is not None else self
+        return self._set(checkpoint_fn=fn if fn is not None else SaveFdl(str(directory)))
 
     def checkpoint_fn(self, fn: Callable[[int, torch.nn.Module], None]) -> TrainerBuilder:
         return self._set(checkpoint_fn=fn)

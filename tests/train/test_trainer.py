@@ -90,6 +90,22 @@ def test_checkpoint_every_single_device():
     assert versions == [2, 4]
 
 
+def test_checkpoint_every_writes_fdl_files_by_default(tmp_path):
+    directory = tmp_path / "ckpt"
+    builder().num_epochs(4).checkpoint_every(2, directory=str(directory)).run().join()
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "checkpoint-0002.fdl",
+        "checkpoint-0004.fdl",
+    ]
+    model = toy.make_model("cpu")
+    report = fl.load_checkpoint(
+        directory / "checkpoint-0004.fdl",
+        list(model.named_parameters()),
+        list(model.named_buffers()),
+    )
+    assert sorted(report.loaded) == ["bias", "weight"] and not report.missing
+
+
 def test_state_and_handle_pickle():
     state = builder().num_epochs(1).run().join()
     assert pickle.loads(pickle.dumps(state)).params[0].shape == state.params[0].shape
