@@ -13,6 +13,7 @@ supported kind of dataset is adapted to that question here, once, at build time:
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -49,17 +50,17 @@ class BatchDataset(Protocol):
     def get_batch(self, indices: torch.Tensor) -> Any: ...
 
 
-class Source:
+class Source(abc.ABC):
     """A dataset adapted to ``fetch(indices) -> tuple of tensors``; ``names`` when it has them."""
 
     names: tuple[str, ...] | None = None
     description: str = "dataset"
 
-    def __len__(self) -> int:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
 
-    def fetch(self, indices: torch.Tensor) -> Fields:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def fetch(self, indices: torch.Tensor) -> Fields: ...
 
     def field_name(self, position: int) -> str:
         return self.names[position] if self.names else str(position)
