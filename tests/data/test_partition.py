@@ -105,7 +105,7 @@ RANK_SCRIPT = textwrap.dedent(
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1))
+    model = torch.nn.Linear(1, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = fl.data.DataLoader.from_tensors(torch.arange(101)).batch_size(6).seed(3).partition().build()
     seen = []
@@ -114,11 +114,18 @@ RANK_SCRIPT = textwrap.dedent(
             seen.append(batch[0].tolist())
             loss = model(batch[0].float().unsqueeze(1)).square().mean()
             opt.zero_grad()
-            loss.backward()          # an all_reduce per batch: unequal counts would hang here
+            loss.backward()
+            # Gradients averaged after backward, as model.step() does: an all_reduce per batch,
+            # so unequal batch counts would hang here. (Not torch DDP: its backward-time gloo
+            # work holds a Python object that a gloo thread may free during interpreter
+            # teardown, which aborts the process now and then — a torch bug.)
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= dist.get_world_size()
             opt.step()
     dist.barrier()
     print(json.dumps({"rank": dist.get_rank(), "batches": seen,
-                      "weight": model.module.weight.item()}))
+                      "weight": model.weight.item()}))
     dist.destroy_process_group()
     """
 )
