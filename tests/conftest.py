@@ -25,6 +25,33 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def require(component: str, problem: str | None) -> None:
+    """Skip when a real component the test needs is missing (``problem`` says why) — or fail, when
+    ``FDL_REQUIRE`` names it (``FDL_REQUIRE=all`` in CI), so a broken install cannot pass as a skip.
+
+    Components: docker, graphviz, browser, nvml, tensorboard.
+    """
+    if problem is None:
+        return
+    wanted = {w.strip() for w in os.environ.get("FDL_REQUIRE", "").split(",") if w.strip()}
+    if "all" in wanted or component in wanted:
+        pytest.fail(f"FDL_REQUIRE names {component!r} but it is unavailable: {problem}")
+    pytest.skip(f"{component}: {problem} (CI runs this)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_flodl_home(tmp_path_factory):
+    """The suite never reads or writes the user's ~/.flodl: the whole session, subprocesses included,
+    gets its own FLODL_HOME (tests that need a fresh one set their own)."""
+    saved = os.environ.get("FLODL_HOME")
+    os.environ["FLODL_HOME"] = str(tmp_path_factory.mktemp("flodl-home"))
+    yield
+    if saved is None:
+        os.environ.pop("FLODL_HOME", None)
+    else:
+        os.environ["FLODL_HOME"] = saved
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT

@@ -14,10 +14,19 @@ from torch import nn
 
 import flodl as fl
 from flodl.nn.state import StateAdd
+from tests.conftest import require
 
 from .trees import composed, x
 
-needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz not installed")
+
+@pytest.fixture
+def _graphviz():
+    require(
+        "graphviz", None if shutil.which("dot") else "no `dot` on PATH (apt-get install graphviz)"
+    )
+
+
+needs_dot = pytest.mark.usefixtures("_graphviz")
 
 
 def parsed(dot_text: str) -> dict:

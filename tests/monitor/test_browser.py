@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import flodl as fl
+from tests.conftest import require
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -32,9 +33,12 @@ WAIT_MS = 15_000
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
+    try:
+        from playwright import sync_api
+    except ImportError as err:
+        require("browser", f"the playwright package is not installed ({err})")
     if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+        require("browser", "chromium is not installed (apt-get install chromium)")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         yield b

@@ -1,7 +1,7 @@
 """``docker: <service>`` commands: the compose service model, both backends, a real engine.
 
 Tests marked ``docker`` need a running engine. They skip when none is reachable, unless
-``FDL_REQUIRE_DOCKER=1`` (set by CI), which turns the skip into a failure.
+``FDL_REQUIRE=all`` (set by CI), which turns the skip into a failure.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 
 from fdl.errors import FdlError
 from fdl.tasks.docker import interpolate, load_service
+from tests.conftest import require
 
 IMAGE = "fdl-test/busybox:1"
 COMPOSE = """
@@ -190,24 +191,19 @@ def test_compose_backend_command_line(run_fdl, docker_project, tmp_path):
 @pytest.fixture(scope="module")
 def engine():
     """A reachable Docker engine with the small test image, or a skip (a failure in CI)."""
-    required = os.environ.get("FDL_REQUIRE_DOCKER") == "1"
     try:
         import docker
 
         client = docker.from_env()
         client.ping()
     except Exception as err:
-        if required:
-            pytest.fail(f"FDL_REQUIRE_DOCKER=1 but no Docker engine is reachable: {err}")
-        pytest.skip(f"no Docker engine reachable ({type(err).__name__}); CI runs these")
+        require("docker", f"no Docker engine is reachable ({type(err).__name__}: {err})")
     try:
         client.images.get(IMAGE)
     except docker.errors.ImageNotFound:
         busybox = shutil.which("busybox")
         if busybox is None:
-            if required:
-                pytest.fail("FDL_REQUIRE_DOCKER=1 but busybox (busybox-static) is not installed")
-            pytest.skip("busybox is needed to build the test image (apt install busybox-static)")
+            require("docker", "busybox (busybox-static) is needed to build the test image")
         client.api.import_image_from_data(
             _busybox_rootfs(Path(busybox)), repository=IMAGE.split(":")[0], tag="1"
         )
