@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require
+
 pytestmark = pytest.mark.slow  # a subprocess importing torch
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fake_nvml.c"
@@ -31,10 +33,13 @@ print(json.dumps({"line": out.getvalue(), "resources": record.to_json()["resourc
 
 @pytest.fixture(scope="module")
 def fake_driver(tmp_path_factory) -> Path:
-    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
+    try:
+        import pynvml  # noqa: F401  (the real package; only the driver below is fake)
+    except ImportError as err:
+        require("nvml", f"nvidia-ml-py is not installed ({err}); it is in the dev extra")
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        pytest.skip("no C compiler to build the fake NVML library")
+        require("nvml", "no C compiler (cc/gcc) to build the fake NVML driver library")
     lib_dir = tmp_path_factory.mktemp("nvml")
     subprocess.run(
         [
