@@ -142,7 +142,7 @@ class DataLoaderBuilder:
 
         ``rank``/``world_size`` default to ``torch.distributed``'s when a process group is
         initialised. ``ratios`` split samples unevenly (heterogeneous devices). The drop/pad rule
-        is documented in docs/data.md ("Distributed partitioning").
+        is documented in docs/data-loading.md ("Distributed partitioning").
         """
         self._partition = (rank, world_size, tuple(ratios) if ratios is not None else None)
         return self
