@@ -266,8 +266,9 @@ class _Handler(BaseHTTPRequestHandler):
         """Whether the client closed its end (an SSE client never sends after its request, so a
         readable socket means end-of-file or an error)."""
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            return (
+                _readable_now(self.connection) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            )
         except (OSError, ValueError):
             return True
 
@@ -390,6 +391,16 @@ class DashboardServer:
                     sock.shutdown(socket.SHUT_RDWR)
         for thread in handlers:
             thread.join(timeout)
+
+
+def _readable_now(sock: socket.socket) -> bool:
+    """Whether ``sock`` has data, end-of-file or an error pending (without waiting). poll(), not
+    select(): select() fails on descriptors past 1024, which a busy training process can reach."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])  # Windows: no poll(), and no such limit
 
 
 def _is_loopback(host: str) -> bool:

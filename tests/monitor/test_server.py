@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import random
 import re
 import shutil
@@ -188,6 +189,34 @@ def test_a_closed_tab_frees_its_stream_slot_without_waiting_for_a_keepalive(sse,
         again.close()
     finally:
         mon.close()
+
+
+@pytest.mark.slow  # waits through a few hang-up checks
+def test_a_quiet_stream_survives_the_hang_up_check_past_descriptor_1024(served, sse):
+    """select() cannot watch descriptors past 1024; a busy process has them, and a quiet
+    client must not be taken for gone because of it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the descriptor limit ({hard}) is too low to reach descriptor 1024")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    fillers = []
+    try:
+        with open(os.devnull) as devnull:
+            while len(fillers) < 1100:
+                fillers.append(os.dup(devnull.fileno()))
+        log_epochs(served, 0, 1)
+        client = sse(served.url, timeout=60)  # the server's end of it gets a descriptor > 1024
+        assert client.take(1)[0].json["epoch"] == 1
+        time.sleep(3 * server_module.PEER_CHECK_SECS)  # several hang-up checks on a quiet stream
+        log_epochs(served, 1, 2)
+        assert client.take(1)[0].json["epoch"] == 2  # still connected
+        client.close()
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_foreign_host_header_is_refused_on_loopback(served):
