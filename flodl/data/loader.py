@@ -18,12 +18,15 @@ from flodl.data.errors import (
     ResidentMemoryError,
 )
 from flodl.data.memory import (
+    HOST_RESIDENT_FRACTION,
     RESIDENT_FRACTION,
     MemoryProbe,
+    describe_bytes,
     device_memory,
     fits_resident,
     is_out_of_memory,
     prefetch_depth,
+    resident_budget,
 )
 from flodl.data.sampling import DEFAULT_SEED, epoch_order, shard_bounds
 from flodl.data.sources import Source, TensorSource, as_source, require_samples
@@ -115,7 +118,8 @@ class DataLoaderBuilder:
         return self
 
     def memory_probe(self, probe: MemoryProbe) -> DataLoaderBuilder:
-        """Replace how free device memory is read (``probe(device) -> MemoryInfo | None``)."""
+        """Replace how free memory is read (``probe(device) -> MemoryInfo | None``): a GPU's,
+        or host RAM (``MemoryInfo(..., host=True)``) for the CPU."""
         if not callable(probe):
             raise LoaderConfigError("DataLoader: memory_probe needs a callable(device)")
         self._probe = probe
@@ -138,7 +142,7 @@ class DataLoaderBuilder:
 
         ``rank``/``world_size`` default to ``torch.distributed``'s when a process group is
         initialised. ``ratios`` split samples unevenly (heterogeneous devices). The drop/pad rule
-        is documented in docs/data.md ("Distributed partitioning").
+        is documented in docs/data-loading.md ("Distributed partitioning").
         """
         self._partition = (rank, world_size, tuple(ratios) if ratios is not None else None)
         return self
@@ -264,6 +268,7 @@ class DataLoader:
         self._next_epoch = 0
         self._resident: tuple[torch.Tensor, ...] | None = None
         self._depth = prefetch or 0
+        self._mode_reason = ""
         self._place(mode)
 
     # -- construction -------------------------------------------------------------------------
@@ -284,13 +289,17 @@ class DataLoader:
             return DataLoaderBuilder(dict(named))
         return DataLoaderBuilder(list(tensors))
 
-    def _place(self, mode: Mode) -> str:
+    def _place(self, mode: Mode) -> None:
         if mode == "streaming":
-            return self._start_streaming()
-        info = self._probe(self._device)
+            self._start_streaming("mode('streaming') was asked for")
+            return
         nbytes = self._sample_bytes * self._n
-        if mode == "auto" and not fits_resident(nbytes, info):
-            return self._start_streaming()
+        reason = "mode('resident') was asked for"
+        if mode == "auto":
+            fits, reason = self._fits(nbytes)
+            if not fits:
+                self._start_streaming(reason)
+                return
         try:
             self._resident = self._load_resident()
         except Exception as exc:
@@ -301,17 +310,51 @@ class DataLoader:
                 torch.cuda.empty_cache()
             if mode == "resident":
                 raise ResidentMemoryError(
-                    f"DataLoader: the dataset ({nbytes / 2**20:.1f} MiB) does not fit on"
+                    f"DataLoader: the dataset ({describe_bytes(nbytes)}) does not fit on"
                     f" {self._device} — use mode('streaming') or mode('auto')"
                 ) from exc
             warnings.warn(
-                f"DataLoader: ran out of memory keeping the dataset ({nbytes / 2**20:.1f} MiB)"
+                f"DataLoader: ran out of memory keeping the dataset ({describe_bytes(nbytes)})"
                 f" resident on {self._device}; streaming it instead",
                 ResidentFallbackWarning,
                 stacklevel=4,
             )
-            return self._start_streaming()
-        return "resident"
+            self._start_streaming(
+                f"ran out of memory keeping the dataset ({describe_bytes(nbytes)}) resident"
+            )
+            return
+        self._mode_reason = reason
+
+    def _fits(self, nbytes: int) -> tuple[bool, str]:
+        """Whether auto mode keeps the dataset resident, and why. ``nbytes`` is an estimate made
+        before anything is read: sample 0's size times the number of samples."""
+        info = self._probe(self._device)
+        size = f"{describe_bytes(nbytes)} (sample 0 × {self._n})"
+        if info is None:
+            return True, f"{self._device} has no memory budget to check"
+        if info.host and self._already_on_target():
+            return True, "the tensors are already in host memory (nothing to copy)"
+        budget = resident_budget(info)
+        if info.host:
+            where = (
+                f"{HOST_RESIDENT_FRACTION:.0%} of the {describe_bytes(info.free)} of available"
+                " host RAM"
+            )
+        else:
+            where = (
+                f"the {describe_bytes(max(budget, 0))} budget on {self._device}"
+                f" ({RESIDENT_FRACTION:.2f} × {describe_bytes(info.total)} total −"
+                f" {describe_bytes(info.used)} used)"
+            )
+        if fits_resident(nbytes, info):
+            return True, f"the dataset, {size}, fits in {where}"
+        return False, f"the dataset, {size}, exceeds {where}"
+
+    def _already_on_target(self) -> bool:
+        source = self._source
+        return isinstance(source, TensorSource) and all(
+            t.device == self._device for t in source.tensors
+        )
 
     def _load_resident(self) -> tuple[torch.Tensor, ...]:
         source = self._source
@@ -327,10 +370,10 @@ class DataLoader:
             raise
         return tuple(t.to(self._device) for t in tensors)
 
-    def _start_streaming(self) -> str:
+    def _start_streaming(self, reason: str) -> None:
+        self._mode_reason = reason
         if self._user_depth is None:
             self._depth = self._auto_depth()
-        return "streaming"
 
     def _auto_depth(self) -> int:
         batch_bytes = self._sample_bytes * self._batch_size
@@ -380,6 +423,16 @@ class DataLoader:
     def mode(self) -> str:
         """``"resident"`` or ``"streaming"`` — what ``mode("auto")`` chose, after any fallback."""
         return "resident" if self._resident is not None else "streaming"
+
+    @property
+    def mode_reason(self) -> str:
+        """Why :attr:`mode` is what it is, in words (also in the loader's ``repr``).
+
+        >>> import torch, flodl as fl
+        >>> fl.data.DataLoader.from_tensors(torch.zeros(8, 2)).batch_size(4).build().mode_reason
+        'the tensors are already in host memory (nothing to copy)'
+        """
+        return self._mode_reason
 
     @property
     def num_batches(self) -> int:
@@ -434,5 +487,5 @@ class DataLoader:
         return (
             f"DataLoader(mode={self.mode!r}, samples={self._shard}, batch_size={self._batch_size},"
             f" batches={self.num_batches}, device={str(self._device)!r}, names={list(self.names)}"
-            f"{part})"
+            f"{part}, reason={self._mode_reason!r})"
         )

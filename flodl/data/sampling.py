@@ -99,7 +99,7 @@ def make_partition(
 def shard_bounds(
     n: int, rank: int, world_size: int, ratios: Sequence[float] | None, drop_last: bool
 ) -> tuple[int, int]:
-    """(offset, size) of ``rank``'s shard, by the loader's drop/pad rule (see docs/data.md).
+    """(offset, size) of ``rank``'s shard, by the loader's drop/pad rule (see docs/data-loading.md).
 
     ``drop_last`` without ratios gives every rank ``n // world_size`` samples (the last
     ``n % world_size`` of each epoch's order are skipped) so that ranks run equal batch counts, as

@@ -15,6 +15,7 @@ from typing import IO, Any, Protocol, runtime_checkable
 from flodl.monitor.errors import MonitorError
 from flodl.monitor.eta import EtaEstimator
 from flodl.monitor.format import digit_count, epoch_line, finish_line, format_eta, format_metric
+from flodl.monitor.graph_view import render_graph_view
 from flodl.monitor.page import render_page, svg_data_uri
 from flodl.monitor.record import EpochRecord
 from flodl.monitor.resources import ResourceSample, ResourceSampler, hardware_summary
@@ -90,6 +91,7 @@ class Monitor:
         self._user_meta: dict[str, Any] = {}
         self._param_info: dict[str, int] | None = None
         self._svg: str | None = None
+        self._graph_html: str | None = None  # the HTML tree view, shown only without an SVG
         self._svg_version = 0
         self._archive_path: Path | None = None
         self._finished_at: float | None = None
@@ -138,7 +140,7 @@ class Monitor:
         self._server = self._owned["server"] = server
         for record in self._records:  # a dashboard started mid-run still shows the whole run
             server.log.publish("epoch", record.to_json())
-        server.svg = self._svg
+        server.svg, server.graph_html = self._svg, self._graph_html
         if self._finished_at is not None:
             server.log.publish("complete", self._complete_json())
         self._say(f"  dashboard: {server.url}")
@@ -173,7 +175,7 @@ class Monitor:
 
     def _live_page(self) -> tuple[str, str]:
         boot = self._boot("live")
-        boot["graph"] = self._svg_version if self._svg else None
+        boot["graph"] = self._graph_ref()
         return render_page(boot, title=self._title("Training Dashboard"))
 
     def _title(self, kind: str) -> str:
@@ -182,16 +184,23 @@ class Monitor:
 
     def _publish_meta(self) -> None:
         if self._server is not None:
-            self._server.svg = self._svg
+            self._server.svg, self._server.graph_html = self._svg, self._graph_html
             meta = self._boot("live")
-            meta["graph"] = self._svg_version if self._svg else None
+            meta["graph"] = self._graph_ref()
             self._server.log.publish("meta", meta)
+
+    def _graph_ref(self) -> dict[str, Any] | None:
+        """Which graph view the page should load (``/graph.svg`` or ``/graph.html``), and a
+        version that changes with it so the browser never shows a cached one."""
+        kind = "svg" if self._svg else "html" if self._graph_html else None
+        return {"kind": kind, "version": self._svg_version} if kind else None
 
     # -- identity and graph -------------------------------------------------------------------
 
     def watch(self, graph: Any) -> None:
-        """Show ``graph`` on the dashboard: its ``svg()`` when it has one, its ``label`` and
-        ``structural_hash`` when present, and parameter counts when it has ``parameters()``."""
+        """Show ``graph`` on the dashboard: its ``svg()`` when it has one (else its
+        ``html_view()``, e.g. without Graphviz), its ``label`` and ``structural_hash`` when
+        present, and parameter counts when it has ``parameters()``."""
         label = getattr(graph, "label", None)
         if isinstance(label, str) and label:
             self.label = label
@@ -213,23 +222,20 @@ class Monitor:
         self._publish_meta()
 
     def _take_svg(self, graph: Any, *, warn: bool) -> None:
-        render = getattr(graph, "svg", None)
-        if not callable(render):
-            return
-        try:
-            svg = render()
-        except Exception as err:
-            if warn:
-                self._say(f"  warning: could not render the graph SVG: {err}", err=True)
-            return
-        if isinstance(svg, bytes):
-            svg = svg.decode("utf-8", "replace")
-        if isinstance(svg, str) and svg.strip():
-            self.set_svg(svg, publish=False)
+        view, error = render_graph_view(graph)
+        fallback = view is not None and view.kind == "html" and self._svg is None
+        if error is not None and warn:
+            instead = "; the dashboard shows its HTML view instead" if fallback else ""
+            self._say(f"  warning: could not render the graph SVG: {error}{instead}", err=True)
+        if view is not None and view.kind == "svg":
+            self.set_svg(view.text, publish=False)
+        elif view is not None and fallback:  # an SVG taken earlier is the better picture
+            self._graph_html = view.text
+            self._svg_version += 1
 
     def set_svg(self, svg: str, *, publish: bool = True) -> None:
         """Show this SVG as the model graph (dashboard ``/graph.svg`` and archives)."""
-        self._svg = svg
+        self._svg, self._graph_html = svg, None
         self._svg_version += 1
         if publish:
             self._publish_meta()
@@ -362,6 +368,7 @@ class Monitor:
         boot = self._boot("archive")
         boot["history"] = [r.to_json() for r in self._records]
         boot["svg"] = svg_data_uri(self._svg)
+        boot["graph_html"] = self._graph_html
         boot["complete"] = self._complete_json() if self._finished_at is not None else None
         page, _ = render_page(boot, title=self._title("Training Report"))
         _atomic_write(path, page)

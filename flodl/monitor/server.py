@@ -19,9 +19,11 @@ import contextlib
 import errno
 import ipaddress
 import secrets
+import select
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +36,13 @@ from flodl.monitor.page import content_security_policy, strict_json
 __all__ = ["DashboardServer", "EventLog"]
 
 KEEPALIVE_SECS = 15.0
+# How often an idle stream checks whether its client hung up: a closed tab frees its slot (the
+# number of streams is bounded) within this, not at the next keepalive write.
+PEER_CHECK_SECS = 1.0
+# Graph views are documents made from user strings: no script, no plugin, an opaque origin.
+_INERT_DOCUMENT = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox"
+}
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
@@ -98,6 +107,10 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type, dashboard: DashboardServer):
         self.dashboard = dashboard
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        # the listen() backlog (socketserver's default is 5): a page load opens several
+        # connections at once, and past the backlog the kernel drops SYNs, so clients stall a
+        # second or more before retrying. As many as we would serve at once.
+        self.request_queue_size = dashboard.max_connections
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -171,15 +184,11 @@ class _Handler(BaseHTTPRequestHandler):
             body = ("[" + ",".join(dash.log.history("epoch")) + "]").encode()
             self._send(HTTPStatus.OK, body, "application/json", head)
         elif path == "/graph.svg" and (svg := dash.svg) is not None:
+            # opened directly, an SVG is a document: keep any script in it inert
+            self._send(HTTPStatus.OK, svg.encode(), "image/svg+xml", head, _INERT_DOCUMENT)
+        elif path == "/graph.html" and (view := dash.graph_html) is not None:
             self._send(
-                HTTPStatus.OK,
-                svg.encode(),
-                "image/svg+xml",
-                head,
-                # opened directly, an SVG is a document: keep any script in it inert
-                {
-                    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox"
-                },
+                HTTPStatus.OK, view.encode(), "text/html; charset=utf-8", head, _INERT_DOCUMENT
             )
         else:
             self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8", head)
@@ -230,24 +239,42 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"retry: 2000\n\n")
             self.wfile.flush()
             cursor = dash.log.resume_point(self.headers.get("Last-Event-ID"))
+            idle_since = time.monotonic()
             while True:
-                batch, complete, closed = dash.log.wait_past(cursor, KEEPALIVE_SECS)
+                batch, complete, closed = dash.log.wait_past(cursor, PEER_CHECK_SECS)
                 if batch:
                     self.wfile.write(b"".join(dash.log.frame(*event) for event in batch))
                     cursor = batch[-1][0]
-                elif not (complete or closed):
-                    self.wfile.write(b": keepalive\n\n")  # also how a vanished client is noticed
-                self.wfile.flush()
-                if (complete or closed) and not batch:
+                    idle_since = time.monotonic()
+                elif complete or closed:
+                    self.wfile.flush()
                     return
+                elif self._peer_hung_up():
+                    return
+                elif time.monotonic() - idle_since >= KEEPALIVE_SECS:
+                    # keeps proxies from timing out, and notices a client that vanished
+                    # without a FIN (a reset or a dead network)
+                    self.wfile.write(b": keepalive\n\n")
+                    idle_since = time.monotonic()
+                self.wfile.flush()
         except (OSError, ValueError):
             return  # the client went away (reset, broken pipe, timeout, closed file)
         finally:
             dash._leave_stream()
 
+    def _peer_hung_up(self) -> bool:
+        """Whether the client closed its end (an SSE client never sends after its request, so a
+        readable socket means end-of-file or an error)."""
+        try:
+            return (
+                _readable_now(self.connection) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            )
+        except (OSError, ValueError):
+            return True
+
 
 class DashboardServer:
-    """Serves the dashboard page, ``/events``, ``/api/history`` and ``/graph.svg``.
+    """Serves the dashboard page, ``/events``, ``/api/history``, ``/graph.svg`` and ``/graph.html``.
 
     ``render`` builds the page (live mode) on each request; the monitor publishes into ``log``.
     """
@@ -265,6 +292,7 @@ class DashboardServer:
         self.render = render
         self.log = log or EventLog()
         self.svg: str | None = None
+        self.graph_html: str | None = None  # the graph's HTML view, when there is no SVG
         self.max_clients = max_clients
         self.max_connections = max_connections
         self._counts_lock = threading.Lock()
@@ -363,6 +391,16 @@ class DashboardServer:
                     sock.shutdown(socket.SHUT_RDWR)
         for thread in handlers:
             thread.join(timeout)
+
+
+def _readable_now(sock: socket.socket) -> bool:
+    """Whether ``sock`` has data, end-of-file or an error pending (without waiting). poll(), not
+    select(): select() fails on descriptors past 1024, which a busy training process can reach."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])  # Windows: no poll(), and no such limit
 
 
 def _is_loopback(host: str) -> bool:

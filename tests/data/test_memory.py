@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import warnings
+from typing import ClassVar
 
 import pytest
 import torch
 
 import flodl as fl
+
+from .conftest import MapDataset
 
 MiB = 1 << 20
 
@@ -21,6 +24,30 @@ class SimulatedGpu:
     def __call__(self, device: torch.device) -> fl.data.MemoryInfo:
         self.calls += 1
         return fl.data.MemoryInfo(free=self.total - self.used, total=self.total)
+
+
+class SimulatedHost:
+    """A memory probe reporting host RAM with ``available`` bytes free (the CPU target)."""
+
+    def __init__(self, available: int, total: int = 64 << 30):
+        self.available, self.total = available, total
+
+    def __call__(self, device: torch.device) -> fl.data.MemoryInfo:
+        return fl.data.MemoryInfo(free=self.available, total=self.total, host=True)
+
+
+class GatherSpy(torch.Tensor):
+    """A tensor type that notes, for every row gather, where the data and the indices live."""
+
+    gathers: ClassVar[list[tuple[str, str]]] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.Tensor.index_select, torch.index_select):
+            index = args[2] if len(args) > 2 else kwargs["index"]
+            cls.gathers.append((args[0].device.type, index.device.type))
+        return super().__torch_function__(func, types, args, kwargs)
 
 
 class DeviceWithCapacity:
@@ -52,8 +79,45 @@ def dataset(n=1000):  # 1000 samples × (64 floats + 1 int64) = 264 000 bytes
     return {"x": torch.zeros(n, 64), "y": torch.arange(n)}
 
 
-def test_auto_on_cpu_is_resident_without_a_memory_budget():
-    assert build(dataset()).mode == "resident"
+def test_auto_on_cpu_keeps_tensors_resident_they_are_already_in_host_memory():
+    dl = build(dataset(), SimulatedHost(available=1000))  # even with almost no RAM left
+    assert dl.mode == "resident"
+    assert dl.mode_reason == "the tensors are already in host memory (nothing to copy)"
+    assert build(dataset()).mode == "resident"  # the default probe, this machine's RAM
+
+
+def test_auto_on_cpu_streams_a_map_dataset_too_big_for_the_available_host_ram():
+    # 1000 samples of x float32[3] + label int64 = 20 bytes each: 20 000 bytes in all
+    ds = MapDataset(n=1000)
+    dl = build(ds, SimulatedHost(available=30_000))  # half of 30 000 is under 20 000
+    assert dl.mode == "streaming"
+    assert ds.calls == 1  # decided from sample 0 alone: nothing was read in full
+    reason = dl.mode_reason
+    assert reason == (
+        "the dataset, 19.5 KiB (sample 0 × 1000), exceeds 50% of the 29.3 KiB of available host RAM"
+    )
+    assert f"reason={reason!r}" in repr(dl)
+    assert dl.prefetch_depth == 2  # streaming from host RAM: double buffering
+    seen = [i for b in dl.epoch(0) for i in b["label"].tolist()]
+    assert len(seen) == len(set(seen)) == 992
+
+    roomy = MapDataset(n=1000)
+    dl = build(roomy, SimulatedHost(available=50_000))  # 20 000 < half of 50 000
+    assert dl.mode == "resident" and roomy.calls == 1 + 1000  # probe, then all read once
+    assert dl.mode_reason.startswith("the dataset, 19.5 KiB (sample 0 × 1000), fits in 50% of")
+
+
+def test_resident_permutation_lives_on_the_target_device():
+    GatherSpy.gathers.clear()
+    x = torch.arange(40.0).reshape(20, 2).as_subclass(GatherSpy)
+    dl = fl.data.DataLoader.from_tensors(x=x, y=torch.arange(20)).batch_size(5).device("meta")
+    dl = dl.build()
+    assert dl.mode == "resident" and dl.mode_reason == "meta has no memory budget to check"
+    batches = list(dl.epoch(0))
+    assert len(batches) == 4
+    assert {(b["x"].device.type, b["y"].device.type) for b in batches} == {("meta", "meta")}
+    on_meta = [g for g in GatherSpy.gathers if g[0] == "meta"]
+    assert on_meta == [("meta", "meta")] * 4  # every batch gathered with indices on the device
 
 
 def test_auto_picks_by_size_against_the_probe():
@@ -62,14 +126,22 @@ def test_auto_picks_by_size_against_the_probe():
     cramped = SimulatedGpu(total=1 * MiB, used=800_000)  # budget 0.9 MiB − 0.8 MB ≈ 143 kB
     dl = build(dataset(), cramped)
     assert dl.mode == "streaming"
+    assert dl.mode_reason == (
+        "the dataset, 257.8 KiB (sample 0 × 1000), exceeds the 140.4 KiB budget on cpu"
+        " (0.90 × 1.0 MiB total − 781.2 KiB used)"
+    )
     seen = [i for b in dl.epoch(0) for i in b["y"].tolist()]
     assert len(seen) == len(set(seen)) == 992  # 1000 // 16 full batches, no repeats
 
 
 def test_forced_modes_ignore_the_probe():
     cramped = SimulatedGpu(total=1 * MiB, used=1 * MiB)
-    assert build(dataset(), cramped, mode="streaming").mode == "streaming"
-    assert build(dataset(), cramped, mode="resident").mode == "resident"  # CPU holds it
+    streaming = build(dataset(), cramped, mode="streaming")
+    assert streaming.mode == "streaming"
+    assert streaming.mode_reason == "mode('streaming') was asked for"
+    resident = build(dataset(), cramped, mode="resident")
+    assert resident.mode == "resident"  # CPU holds it
+    assert resident.mode_reason == "mode('resident') was asked for"
 
 
 def test_prefetch_depth_follows_free_memory_and_is_re_probed_each_epoch():
@@ -115,6 +187,7 @@ def test_out_of_memory_while_going_resident_falls_back_to_streaming_with_a_warni
     with pytest.warns(fl.data.ResidentFallbackWarning, match="streaming it instead"):
         dl = build(ds, SimulatedGpu(total=1 << 30))
     assert dl.mode == "streaming" and dl.prefetch_depth >= 1
+    assert dl.mode_reason == "ran out of memory keeping the dataset (100.8 KiB) resident"
     seen = [i for b in dl.epoch(0) for i in b[1].tolist()]
     assert len(seen) == len(set(seen)) == 96
 
@@ -143,7 +216,12 @@ def test_probe_formulas():
     assert fl.data.fits_resident(5 << 30, info) and not fl.data.fits_resident(6 << 30, info)
     assert fl.data.fits_resident(1 << 50, None)
     assert fl.data.prefetch_depth(0, info) == 2
-    assert fl.data.device_memory(torch.device("cpu")) is None
+    ram = fl.data.device_memory(torch.device("cpu"))
+    assert ram.host and 0 < ram.free <= ram.total  # host RAM, from the operating system
+    assert fl.data.device_memory(torch.device("meta")) is None
+    host = fl.data.MemoryInfo(free=8 << 30, total=16 << 30, host=True)
+    assert fl.data.fits_resident(3 << 30, host) and not fl.data.fits_resident(4 << 30, host)
+    assert fl.data.prefetch_depth(1024, host) == 2
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

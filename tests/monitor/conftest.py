@@ -85,6 +85,8 @@ class SSEClient:
         return out
 
     def close(self) -> None:
+        # the response holds its own reference to the socket: both must go for the FIN to be sent
+        self.response.close()
         self.conn.close()
 
 

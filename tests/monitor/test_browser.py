@@ -6,14 +6,16 @@ own browser download is never used. Screenshots go to $FLODL_ARTIFACTS (or the t
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import flodl as fl
+from flodl.monitor import GpuSnapshot, ResourceSample
 from tests.conftest import require
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -27,8 +29,48 @@ ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
-HOSTILE = '<img src=x onerror="window.__pwned=1">'
-WAIT_MS = 15_000
+# a metric name and a graph label that would run script if the page ever parsed them as HTML
+HOSTILE = "<img src=x onerror=alert(1)>"
+WAIT_MS = 30_000  # a hang guard: the page normally updates within milliseconds
+GiB = 1024**3
+
+
+class TinyRun:
+    """A real (small) training run: a FlowBuilder regressor, MSE, Adam with a decaying lr.
+
+    Each epoch logs the graph itself, so the monitor reads the metrics the graph recorded and
+    flushed: ``loss`` (mean over batches), ``lr``, and a hit rate under a hostile name.
+    """
+
+    def __init__(self, label: str = HOSTILE) -> None:
+        torch.manual_seed(0)
+        self.model = (
+            fl.FlowBuilder(torch.nn.Linear(4, 16))
+            .through(torch.nn.Tanh())
+            .through(torch.nn.Linear(16, 1))
+            .label(label)
+            .build()
+        )
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=0.05)
+        self.schedule = torch.optim.lr_scheduler.ExponentialLR(self.opt, gamma=0.8)
+        self.x = torch.randn(256, 4)
+        self.y = (self.x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])).sin()
+
+    def epoch(self, mon: fl.Monitor, epoch: int) -> None:
+        started = time.perf_counter()
+        for xb, yb in zip(self.x.split(32), self.y.split(32), strict=True):
+            loss = torch.nn.functional.mse_loss(self.model(xb), yb)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            self.model.record_scalar("loss", loss)
+        self.model.record_scalar("lr", self.opt.param_groups[0]["lr"])
+        with torch.no_grad():
+            hits = (self.model(self.x) - self.y).abs().lt(0.25).float().mean()
+        self.model.record_scalar(HOSTILE, hits)
+        self.model.flush()
+        self.schedule.step()
+        mon.log(epoch, time.perf_counter() - started, self.model)
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +106,6 @@ def open_page(browser, url: str):
     return page, problems
 
 
-def log(mon: fl.Monitor, epoch: int) -> None:
-    mon.log(
-        epoch,
-        0.02,
-        {"loss": 2 * math.exp(-epoch / 4), "val.acc": 1 - math.exp(-epoch / 3), HOSTILE: 1.0},
-    )
-
-
 def inked_pixels(page, selector: str) -> int:
     """How many pixels of a canvas are drawn on (0 for a blank chart)."""
     return page.eval_on_selector(
@@ -81,46 +115,79 @@ def inked_pixels(page, selector: str) -> int:
     )
 
 
-def test_live_dashboard_updates_and_late_join_backfills(browser, artifacts, graph_cls):
+def chart(page, selector: str) -> tuple[int, str]:
+    """(points drawn, the picture) of a chart canvas."""
+    return (
+        int(page.get_attribute(selector, "data-points")),
+        page.eval_on_selector(selector, "c => c.toDataURL()"),
+    )
+
+
+def rows(n: int) -> str:
+    return f"() => document.querySelectorAll('#epoch-table tbody tr').length === {n}"
+
+
+def screenshot(page, path: Path) -> None:
+    page.screenshot(path=str(path), full_page=True)
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    assert path.stat().st_size > 10_000  # a page, not an empty canvas
+
+
+def test_live_dashboard_follows_a_real_training_run(browser, artifacts):
+    run = TinyRun()
     mon = fl.Monitor(8, stream=None)
     mon.serve(port=0)
-    mon.watch(graph_cls(label=HOSTILE))
-    mon.set_metadata({"lr": 0.01, "note": HOSTILE})
+    mon.watch(run.model)
+    mon.set_metadata({"optimizer": "Adam", "note": HOSTILE})
+    loss_chart = "canvas[data-metric='loss']"
     try:
         for epoch in range(3):
-            log(mon, epoch)
+            run.epoch(mon, epoch)
         page, problems = open_page(browser, mon.url)
-        page.wait_for_function(
-            "() => document.querySelectorAll('#epoch-table tbody tr').length === 3", timeout=WAIT_MS
-        )
+        page.wait_for_function(rows(3), timeout=WAIT_MS)
         assert page.text_content("#epoch-counter") == "Epoch 3/8"
         assert page.text_content("#status-text") == "Training"
+        assert page.text_content("#run-label") == HOSTILE  # the label shown as text
         titles = page.eval_on_selector_all(
             "#metric-charts h3", "els => els.map(e => e.textContent)"
         )
-        assert titles == ["loss", "val.acc", HOSTILE]  # the hostile name shown as text
-        before = inked_pixels(page, "canvas[data-metric='loss']")
-        assert before > 0
+        assert titles == ["loss", "lr", HOSTILE]  # the hostile name shown as text
+        shown_loss = page.text_content(f"{loss_chart} >> xpath=.. >> .last")
+        assert shown_loss == f"{mon.history[-1].metrics['loss']:.4f}"  # the real, flushed loss
+        points, picture = chart(page, loss_chart)
+        assert points == 3 and inked_pixels(page, loss_chart) > 0
 
-        log(mon, 3)  # a new epoch reaches the open page
+        run.epoch(mon, 3)  # a new epoch reaches the open page...
         page.wait_for_function(
-            "() => document.querySelectorAll('#epoch-table tbody tr').length === 4", timeout=WAIT_MS
+            f"() => document.querySelector(\"{loss_chart}\").dataset.points === '4'",
+            timeout=WAIT_MS,
         )
+        page.wait_for_function(rows(4), timeout=WAIT_MS)
         assert page.text_content("#epoch-counter") == "Epoch 4/8"
         assert page.text_content("#epoch-table tbody tr td") == "4/8"  # newest first
+        assert chart(page, loss_chart)[1] != picture  # ...and the chart is redrawn with it
 
         for epoch in range(4, 6):
-            log(mon, epoch)
+            run.epoch(mon, epoch)
         late, late_problems = open_page(browser, mon.url)  # joins mid-run: the whole history
-        late.wait_for_function(
-            "() => document.querySelectorAll('#epoch-table tbody tr').length === 6", timeout=WAIT_MS
-        )
+        late.wait_for_function(rows(6), timeout=WAIT_MS)
+        assert chart(late, loss_chart)[0] == 6
         assert inked_pixels(late, "#chart-resources") > 0
-        assert late.is_visible("#graph-img")
-        late.screenshot(path=str(artifacts / "monitor-live.png"), full_page=True)
+        if shutil.which("dot"):
+            graph = "#graph-img"
+            late.wait_for_function(
+                "() => { const i = document.getElementById('graph-img');"
+                " return i.complete && i.naturalWidth > 0; }",
+                timeout=WAIT_MS,
+            )
+        else:  # no Graphviz here: the HTML tree view stands in
+            graph = "#graph-frame"
+        assert late.is_visible(graph)
+        screenshot(late, artifacts / "monitor-live.png")
 
         for epoch in range(6, 8):
-            log(mon, epoch)
+            run.epoch(mon, epoch)
         mon.finish()
         for p in (page, late):
             p.wait_for_function(
@@ -128,34 +195,93 @@ def test_live_dashboard_updates_and_late_join_backfills(browser, artifacts, grap
                 timeout=WAIT_MS,
             )
             # the table is drawn on the next animation frame, after the status changes
-            p.wait_for_function(
-                "() => document.querySelectorAll('#epoch-table tbody tr').length === 8",
-                timeout=WAIT_MS,
-            )
+            p.wait_for_function(rows(8), timeout=WAIT_MS)
             assert p.text_content("#epoch-counter") == "Epoch 8/8"
-            assert p.evaluate("() => window.__pwned === undefined")
-        graph_ok = late.eval_on_selector(
-            "#graph-img", "img => img.complete && img.naturalWidth > 0"
-        )
-        assert graph_ok
+            assert p.evaluate("() => document.querySelector('img[src=x]') === null")
+        losses = [r.metrics["loss"] for r in mon.history]
+        assert losses[-1] < losses[0]  # it really trained
         assert problems == [] and late_problems == []
     finally:
         mon.close()
 
 
+def test_per_rank_resources_show_one_bar_per_rank(browser):
+    run = TinyRun(label="ranked")
+    mon = fl.Monitor(2, stream=None)
+    mon.serve(port=0)
+    try:
+        mon.add_rank_resources(0, mon.sample_resources())  # this process: no GPU here
+        for rank in (1, 2, 3):  # the others, as they arrive over the wire (to_json dicts)
+            gpu = GpuSnapshot(
+                0,
+                "NVIDIA L4",
+                util_percent=20.0 * rank,
+                vram_reserved=rank * GiB,
+                vram_total=8 * GiB,
+            )
+            sample = ResourceSample(cpu_percent=10.0 * rank, rss=rank << 28, gpus=(gpu,))
+            mon.add_rank_resources(rank, sample.to_json())
+        run.epoch(mon, 0)
+        page, problems = open_page(browser, mon.url)
+        page.wait_for_function(
+            "() => document.querySelectorAll('#resource-bars [data-rank]').length > 0",
+            timeout=WAIT_MS,
+        )
+        bars = page.eval_on_selector_all(
+            "#resource-bars [data-rank]",
+            """els => els.map(e => [e.dataset.rank, e.querySelector('.name').textContent,
+                                    e.querySelector('.val').textContent,
+                                    e.querySelector('.track div').style.width])""",
+        )
+        assert [b[:2] for b in bars] == [[str(r), f"rank {r}"] for r in range(4)]
+        assert bars[0][2].startswith("CPU ")  # the real sample of this process
+        assert [b[2] for b in bars[1:]] == [
+            "CPU 10%  GPU 20%  VRAM 1.0 GB",
+            "CPU 20%  GPU 40%  VRAM 2.0 GB",
+            "CPU 30%  GPU 60%  VRAM 3.0 GB",
+        ]
+        assert [b[3] for b in bars[1:]] == ["12.5%", "25%", "37.5%"]  # VRAM share of the device
+        assert problems == []
+    finally:
+        mon.close()
+
+
+def test_without_graphviz_the_graph_card_shows_the_html_view(browser, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `dot`: Graphviz is not installed
+    run = TinyRun(label="no-graphviz")
+    mon = fl.Monitor(1, stream=None)
+    mon.serve(port=0)
+    try:
+        mon.watch(run.model)
+        run.epoch(mon, 0)
+        page, problems = open_page(browser, mon.url)
+        page.wait_for_function(rows(1), timeout=WAIT_MS)
+        view = page.frame_locator("#graph-frame").locator("body")
+        view.locator("text=linear_1").wait_for(timeout=WAIT_MS)
+        assert "no-graphviz" in view.locator("h1").text_content()
+        assert page.is_visible("#graph-frame") and not page.is_visible("#graph-img")
+        mon.finish()
+        report = mon.save_html(tmp_path / "report.html")
+        offline, offline_problems = open_page(browser, report.as_uri())
+        offline.frame_locator("#graph-frame").locator("text=linear_1").wait_for(timeout=WAIT_MS)
+        assert problems == [] and offline_problems == []
+    finally:
+        mon.close()
+
+
 def test_archive_opens_offline_with_the_same_charts(browser, artifacts, tmp_path):
+    run = TinyRun()
     mon = fl.Monitor(5, stream=None)
     for epoch in range(5):
-        log(mon, epoch)
+        run.epoch(mon, epoch)
     mon.save_html(tmp_path / "report.html")
     mon.finish()
     page, problems = open_page(browser, (tmp_path / "report.html").as_uri())
-    page.wait_for_function(
-        "() => document.querySelectorAll('#epoch-table tbody tr').length === 5", timeout=WAIT_MS
-    )
+    page.wait_for_function(rows(5), timeout=WAIT_MS)
     assert page.text_content("#status-text").startswith("Complete (")
     assert page.text_content("#mode") == "archived report"
-    assert inked_pixels(page, "canvas[data-metric='val.acc']") > 0
-    assert page.evaluate("() => window.__pwned === undefined")
-    page.screenshot(path=str(artifacts / "monitor-archive.png"), full_page=True)
+    assert chart(page, "canvas[data-metric='lr']")[0] == 5
+    assert inked_pixels(page, f"canvas[data-metric='{HOSTILE}']") > 0
+    assert page.evaluate("() => document.querySelector('img[src=x]') === null")
+    screenshot(page, artifacts / "monitor-archive.png")
     assert problems == []

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["format", "eta", "resources", "monitor", "tensorboard"]
+MODULES = ["format", "eta", "resources", "monitor", "tensorboard", "graph_view"]
 
 
 @pytest.mark.parametrize("name", MODULES)

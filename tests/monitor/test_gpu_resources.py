@@ -1,9 +1,13 @@
-"""The GPU path with NVML, on a machine without a GPU: a fake libnvidia-ml.so.1 (replaying an L4
-machine's readings) is put on LD_LIBRARY_PATH of a subprocess, so nvidia-ml-py and the monitor run
-unchanged and only the driver is simulated."""
+"""The GPU paths on a machine without a GPU.
+
+With NVML: a fake libnvidia-ml.so.1 (replaying an L4 machine's readings) is put on LD_LIBRARY_PATH
+of a subprocess, so nvidia-ml-py and the monitor run unchanged and only the driver is simulated.
+Without NVML: torch.cuda (the boundary with torch) reports devices, and the allocator's counters
+must still give the VRAM figures."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -11,8 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-pytestmark = pytest.mark.slow  # a subprocess importing torch
+import flodl as fl
+from tests.conftest import require
+
+GiB = 1024**3
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fake_nvml.c"
 
@@ -31,10 +39,13 @@ print(json.dumps({"line": out.getvalue(), "resources": record.to_json()["resourc
 
 @pytest.fixture(scope="module")
 def fake_driver(tmp_path_factory) -> Path:
-    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
+    try:
+        import pynvml  # noqa: F401  (the real package; only the driver below is fake)
+    except ImportError as err:
+        require("nvml", f"nvidia-ml-py is not installed ({err}); it is in the dev extra")
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        pytest.skip("no C compiler to build the fake NVML library")
+        require("nvml", "no C compiler (cc/gcc) to build the fake NVML driver library")
     lib_dir = tmp_path_factory.mktemp("nvml")
     subprocess.run(
         [
@@ -51,6 +62,7 @@ def fake_driver(tmp_path_factory) -> Path:
     return lib_dir
 
 
+@pytest.mark.slow  # a subprocess importing torch
 def test_gpu_utilisation_and_vram_per_device(fake_driver, repo_root):
     env = {
         "LD_LIBRARY_PATH": str(fake_driver),
@@ -77,3 +89,37 @@ def test_gpu_utilisation_and_vram_per_device(fake_driver, repo_root):
     assert report["resources"]["vram_total"] == 24152899584
     assert "  VRAM: 3.0 GB / 22.5 GB (76%)  CPU: " in report["line"]
     assert report["hardware"].endswith(" | NVIDIA L4 (22GB) | NVIDIA L4 (22GB)")
+
+
+@pytest.fixture
+def cuda_without_nvml(monkeypatch):
+    """Two CUDA devices as torch.cuda reports them, and no nvidia-ml-py (its import fails)."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    reserved = {0: 3 * GiB, 1: 512 * 1024**2}
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(cuda, "memory_reserved", lambda device=None: reserved[device])
+    monkeypatch.setattr(cuda, "mem_get_info", lambda device=None: (10 * GiB, 16 * GiB))
+    monkeypatch.setattr(cuda, "get_device_name", lambda device=None: f"Fake GPU {device}")
+    return reserved
+
+
+def test_without_nvml_the_allocator_counters_give_vram(cuda_without_nvml):
+    out = io.StringIO()
+    mon = fl.Monitor(2, stream=out, color=False)
+    try:
+        record = mon.log(0, 1.5, {"loss": 0.5})
+    finally:
+        mon.close()
+    line = out.getvalue()
+    # device 0's reservation over its total; no utilisation without NVML, so no "(x%)"
+    assert "  VRAM: 3.0 GB / 16.0 GB  CPU: " in line, line
+    resources = record.to_json()["resources"]
+    assert (resources["vram_alloc"], resources["vram_total"]) == (3 * GiB, 16 * GiB)
+    assert "gpu" not in resources  # unknown utilisation is left out, not shown as 0
+    assert [(g["dev"], g["name"], g["vram_alloc"]) for g in resources["gpus"]] == [
+        (0, "Fake GPU 0", 3 * GiB),
+        (1, "Fake GPU 1", 512 * 1024**2),
+    ]

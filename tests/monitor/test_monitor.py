@@ -257,6 +257,23 @@ def test_finish_with_warns_when_the_graph_cannot_render(capsys):
     mon.close()
 
 
+def test_finish_with_says_when_the_html_view_stands_in_for_the_svg(capsys, tmp_path):
+    class NoGraphviz:
+        def svg(self):
+            raise RuntimeError("dot not found")
+
+        def html_view(self):
+            return "<!DOCTYPE html><p>tree</p>"
+
+    mon = fl.Monitor(1)
+    mon.finish_with(NoGraphviz())
+    err = capsys.readouterr().err
+    assert "could not render the graph SVG: dot not found; the dashboard shows its HTML view" in err
+    boot = boot_of(mon.save_html(tmp_path / "report.html").read_text())
+    assert boot["svg"] is None and boot["graph_html"] == "<!DOCTYPE html><p>tree</p>"
+    mon.close()
+
+
 def test_other_ranks_are_silent_and_do_not_serve(capsys, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     mon = fl.Monitor(2)

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import random
+import re
+import shutil
 import socket
+import subprocess
+import sys
 import threading
+import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import pytest
+import torch
 
 import flodl as fl
+from flodl.monitor import server as server_module
 from flodl.monitor.server import DashboardServer
+from tests.conftest import clean_env, require
 
 
 def request(url: str, path: str, method: str = "GET", headers: dict[str, str] | None = None):
@@ -28,6 +39,31 @@ def request(url: str, path: str, method: str = "GET", headers: dict[str, str] | 
 def log_epochs(mon: fl.Monitor, start: int, stop: int) -> None:
     for epoch in range(start, stop):
         mon.log(epoch, 0.01, {"loss": 1.0 / (epoch + 1)})
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll ``condition`` until it holds or ``timeout`` passes (a hang guard, not a timing test)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def boot_in(page: bytes) -> dict:
+    """The JSON a dashboard page (live or archived) boots from."""
+    match = re.search(
+        rb'<script type="application/json" id="flodl-boot">(.*?)</script>', page, re.S
+    )
+    assert match is not None
+    return json.loads(match[1].decode())
+
+
+def page_boot(url: str) -> dict:
+    status, _, body = request(url, "/")
+    assert status == 200
+    return boot_in(body)
 
 
 def test_serve_binds_loopback_by_default_and_reports_the_url(served):
@@ -138,6 +174,51 @@ def test_number_of_stream_clients_is_bounded(sse):
         mon.close()
 
 
+def test_a_closed_tab_frees_its_stream_slot_without_waiting_for_a_keepalive(sse, monkeypatch):
+    monkeypatch.setattr(server_module, "KEEPALIVE_SECS", 3600.0)  # only the hang-up check helps
+    mon = fl.Monitor(2, stream=None)
+    try:
+        mon.serve(port=0, max_clients=1)
+        tab = sse(mon.url)
+        assert tab.response.status == 200
+        assert request(mon.url, "/events")[0] == 503  # the one slot is taken
+        tab.close()  # the browser closes the tab: a FIN, no further event is ever written
+        assert wait_for(lambda: mon._server.active_streams == 0)
+        again = sse(mon.url)
+        assert again.response.status == 200
+        again.close()
+    finally:
+        mon.close()
+
+
+@pytest.mark.slow  # waits through a few hang-up checks
+def test_a_quiet_stream_survives_the_hang_up_check_past_descriptor_1024(served, sse):
+    """select() cannot watch descriptors past 1024; a busy process has them, and a quiet
+    client must not be taken for gone because of it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the descriptor limit ({hard}) is too low to reach descriptor 1024")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    fillers = []
+    try:
+        with open(os.devnull) as devnull:
+            while len(fillers) < 1100:
+                fillers.append(os.dup(devnull.fileno()))
+        log_epochs(served, 0, 1)
+        client = sse(served.url, timeout=60)  # the server's end of it gets a descriptor > 1024
+        assert client.take(1)[0].json["epoch"] == 1
+        time.sleep(3 * server_module.PEER_CHECK_SECS)  # several hang-up checks on a quiet stream
+        log_epochs(served, 1, 2)
+        assert client.take(1)[0].json["epoch"] == 2  # still connected
+        client.close()
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_foreign_host_header_is_refused_on_loopback(served):
     """A DNS-rebinding page reaches 127.0.0.1 under its own name: refuse it."""
     assert request(served.url, "/api/history", headers={"Host": "evil.example:80"})[0] == 403
@@ -202,7 +283,8 @@ def test_graph_and_metadata_updates_are_pushed_as_meta_events(served, sse, graph
     served.set_metadata({"lr": 0.1})
     events = client.take(2)
     assert [e.event for e in events] == ["meta", "meta"]
-    assert events[0].json["label"] == "net" and events[0].json["graph"] == 1
+    assert events[0].json["label"] == "net"
+    assert events[0].json["graph"] == {"kind": "svg", "version": 1}
     assert events[1].json["meta"]["lr"] == 0.1
     served.finish_with(graph)  # takes a fresh SVG at the end
     assert request(served.url, "/graph.svg")[2].endswith(b"net v2</text></svg>")
@@ -233,3 +315,176 @@ def test_finishing_twice_sends_one_complete_event(served, sse):
     served.finish()
     events = list(sse(served.url).events())
     assert [e.event for e in events] == ["epoch", "complete"]
+
+
+def test_connections_past_the_limit_get_503_with_retry_after(sse):
+    """64 connections are served at once; the next one is refused at once, not parked."""
+    mon = fl.Monitor(2, stream=None)
+    try:
+        mon.serve(port=0, max_clients=64)  # so the connection limit, not the stream one, binds
+        server = mon._server
+        assert server.max_connections == 64
+        if shutil.which("ss"):  # the kernel's view of the listen() backlog (Send-Q)
+            listing = subprocess.run(
+                ["ss", "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True
+            ).stdout.split()
+            assert listing[:3] == ["LISTEN", "0", "64"], listing
+        held = [sse(mon.url, timeout=30) for _ in range(64)]  # streams hold their connections
+        assert {c.response.status for c in held} == {200}
+        status, headers, body = request(mon.url, "/api/history")
+        assert (status, headers["Retry-After"], body) == (503, "5", b"")
+        held.pop().close()
+        # the freed slot is usable again (the server notices the close asynchronously)
+        assert wait_for(lambda: request(mon.url, "/api/history")[0] == 200)
+        for c in held:
+            c.close()
+    finally:
+        mon.close()
+
+
+SERVE_AND_LEAVE = """
+import sys
+import flodl as fl
+mon = fl.Monitor(3, stream=None)
+print(mon.serve(port=0), flush=True)
+mon.log(0, 0.1, {"loss": 1.0})
+sys.stdin.readline()  # the test connects an SSE client, then lets the script end
+print("leaving without close()", flush=True)
+"""
+
+
+@pytest.mark.slow  # a subprocess importing torch
+def test_a_script_that_never_closes_the_monitor_still_exits_with_a_client_connected(sse):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE_AND_LEAVE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    guard = threading.Timer(120, proc.kill)  # a hang fails the test below instead of the suite
+    guard.start()
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://localhost:"), proc.stderr.read()
+        client = sse(url, timeout=60)
+        assert [e.json["epoch"] for e in client.take(1)] == [1]
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert out == "leaving without close()\n"
+        assert "Traceback" not in err and "Exception" not in err  # no thread dying at exit
+        assert list(client.events()) == []  # the stream ended; the client is not left hanging
+        client.close()
+    finally:
+        guard.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow  # a few thousand SSE reconnects
+def test_clients_joining_resetting_and_resuming_while_epochs_publish(sse):
+    """Every client, however often its connection drops, sees each epoch exactly once."""
+    epochs, clients = 150, 8
+    before = set(threading.enumerate())
+    mon = fl.Monitor(epochs, stream=None)
+    mon.serve(port=0)
+    seen: dict[int, list[int]] = {}
+    failures: list[BaseException] = []
+
+    def follow(k: int) -> None:
+        rng = random.Random(k)
+        epochs_seen: list[int] = []
+        last_id = None  # None: a new tab (full replay); else a browser resuming
+        deadline = time.monotonic() + 120
+        try:
+            while time.monotonic() < deadline:
+                client = sse(mon.url, last_event_id=last_id, timeout=30)
+                if client.response.status == 503:  # dead streams not noticed yet: retry
+                    client.close()
+                    time.sleep(0.01)
+                    continue
+                budget, complete = rng.randint(1, 12), False
+                for event in client.events():
+                    last_id = event.id
+                    if event.event == "epoch":
+                        epochs_seen.append(event.json["epoch"])
+                    complete = event.event == "complete"
+                    budget -= 1
+                    if complete or budget == 0:
+                        break
+                if rng.random() < 0.5:  # vanish abruptly: the TCP connection is reset
+                    client.response.fp.raw._sock.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0"
+                    )
+                client.close()
+                if complete:
+                    break
+        except BaseException as err:
+            failures.append(err)
+        seen[k] = epochs_seen
+
+    threads = [threading.Thread(target=follow, args=(k,)) for k in range(clients)]
+    try:
+        for k, thread in enumerate(threads):
+            thread.start()
+            if k == clients // 2:
+                log_epochs(mon, 0, epochs // 2)  # the other half joins mid-run
+        for epoch in range(epochs // 2, epochs):
+            log_epochs(mon, epoch, epoch + 1)
+            time.sleep(0.001)  # let readers interleave with the publisher
+        mon.finish()
+        for thread in threads:
+            thread.join(150)
+        assert not any(t.is_alive() for t in threads), "a client never saw the end"
+        assert failures == []
+        expected = list(range(1, epochs + 1))
+        for k in range(clients):
+            assert seen[k] == expected, f"client {k}: gaps or duplicates"
+        assert wait_for(lambda: mon._server.active_streams == 0)
+    finally:
+        mon.close()
+    assert [t for t in threading.enumerate() if t not in before and t.is_alive()] == []
+
+
+def test_watching_a_real_graph_serves_its_svg(served):
+    if shutil.which("dot") is None:
+        require("graphviz", "Graphviz's dot is not on PATH (apt-get install graphviz)")
+    graph = (
+        fl.FlowBuilder(torch.nn.Linear(4, 8))
+        .through(torch.nn.ReLU())
+        .through(torch.nn.Linear(8, 1))
+        .label("regressor")
+        .build()
+    )
+    served.watch(graph)
+    status, headers, body = request(served.url, "/graph.svg")
+    assert status == 200 and headers["Content-Type"] == "image/svg+xml"
+    svg = body.decode()
+    assert "<svg" in svg and "linear_1" in svg and "relu_2" in svg
+    assert request(served.url, "/graph.html")[0] == 404  # the SVG is there: no fallback
+    boot = page_boot(served.url)
+    assert (boot["label"], boot["hash"]) == ("regressor", graph.structural_hash())
+    assert boot["graph"] == {"kind": "svg", "version": 1}
+    assert boot["meta"]["parameters"] == {"total": 49, "trainable": 49, "frozen": 0}
+
+
+def test_without_graphviz_the_dashboard_shows_the_html_view(served, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `dot` anywhere: Graphviz is not installed
+    graph = fl.FlowBuilder(torch.nn.Linear(2, 3)).through(torch.nn.ReLU()).label("mlp").build()
+    served.watch(graph)
+    assert request(served.url, "/graph.svg")[0] == 404
+    status, headers, body = request(served.url, "/graph.html")
+    assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+    assert "sandbox" in headers["Content-Security-Policy"]  # opened directly, still inert
+    assert body.decode() == graph.html_view()
+    assert page_boot(served.url)["graph"] == {"kind": "html", "version": 1}
+    archive = boot_in(served.save_html(tmp_path / "report.html").read_bytes())
+    assert archive["svg"] is None and archive["graph_html"] == graph.html_view()
+
+    served.set_svg("<svg xmlns='http://www.w3.org/2000/svg'/>")  # an SVG, once there, wins
+    assert request(served.url, "/graph.html")[0] == 404
+    assert page_boot(served.url)["graph"] == {"kind": "svg", "version": 2}

@@ -9,6 +9,7 @@ import pytest
 
 import flodl as fl
 from flodl.monitor.tensorboard import crc32c
+from tests.conftest import require
 
 
 def masked(crc: int) -> int:
@@ -90,13 +91,18 @@ def test_event_file_holds_every_metric_per_epoch(tmp_path):
 
 
 def test_tensorboard_reads_it(tmp_path):
-    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    try:
+        from tensorboard.backend.event_processing import event_accumulator as accumulator
+    except ImportError as err:
+        require("tensorboard", f"the tensorboard package is not installed ({err}); dev extra")
     mon = fl.Monitor(3, stream=None)
     for epoch in range(3):
         mon.log(epoch, 0.1, {"loss": 1.0 / (epoch + 1)})
     mon.export_tensorboard(tmp_path)
     acc = accumulator.EventAccumulator(str(tmp_path))
     acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert {"loss", "epoch_time_s", "resources/cpu_pct", "resources/rss_bytes"} <= set(tags)
     assert [(e.step, round(e.value, 4)) for e in acc.Scalars("loss")] == [
         (1, 1.0),
         (2, 0.5),

@@ -83,14 +83,28 @@
       $("meta").textContent = JSON.stringify(meta.meta, null, 2);
       $("meta-card").hidden = false;
     }
-    const img = $("graph-img");
-    if (boot.mode === "archive" && meta.svg) {
-      img.src = meta.svg;
-      $("graph-card").hidden = false;
-    } else if (boot.mode === "live" && meta.graph) {
-      img.src = "/graph.svg?v=" + encodeURIComponent(meta.graph);
-      $("graph-card").hidden = false;
+    if (boot.mode === "archive") {
+      if (meta.svg) showGraph("svg", meta.svg);
+      else if (meta.graph_html) showGraph("html", meta.graph_html);
+    } else if (meta.graph && meta.graph.kind + meta.graph.version !== shownGraph) {
+      shownGraph = meta.graph.kind + meta.graph.version;  // meta events repeat it: load it once
+      const url = "/graph." + (meta.graph.kind === "svg" ? "svg" : "html") + "?v=" + encodeURIComponent(meta.graph.version);
+      if (meta.graph.kind === "svg") showGraph("svg", url);
+      else fetch(url).then((r) => (r.ok ? r.text() : Promise.reject(new Error(url + ": " + r.status))))
+        .then((text) => showGraph("html", text))
+        .catch((err) => console.warn("graph view unavailable:", err.message));
     }
+  }
+
+  // The SVG goes through <img> (its scripts never run); the HTML tree view (drawn when Graphviz
+  // is missing) into a sandboxed iframe: no scripts, an opaque origin, nothing reaches this page.
+  let shownGraph = null;
+  function showGraph(kind, source) {
+    const img = $("graph-img"), frame = $("graph-frame");
+    if (kind === "svg") img.src = source; else frame.srcdoc = source;
+    img.hidden = kind !== "svg";
+    frame.hidden = kind === "svg";
+    $("graph-card").hidden = false;
   }
 
   function setStatus(cls, text) {
@@ -168,8 +182,9 @@
     const last = recs.at(-1);
     if (!last) return;
     const r = last.resources;
-    const bar = (name, text, fraction) => {
+    const bar = (name, text, fraction, rank) => {
       const box = el("div", "res");
+      if (rank !== undefined) box.dataset.rank = rank;
       box.append(el("div", "name", name), el("div", "val", text));
       const track = el("div", "track"), fill = el("div");
       const f = Math.max(0, Math.min(1, fraction || 0));
@@ -195,7 +210,7 @@
       if (s.cpu !== undefined) parts.push("CPU " + fmtPct(s.cpu));
       if (s.gpu !== undefined) parts.push("GPU " + fmtPct(s.gpu));
       if (s.vram_alloc !== undefined) parts.push("VRAM " + fmtBytes(s.vram_alloc));
-      bar("rank " + rank, parts.join("  ") || "–", s.vram_total ? s.vram_alloc / s.vram_total : (s.gpu ?? s.cpu ?? 0) / 100);
+      bar("rank " + rank, parts.join("  ") || "–", s.vram_total ? s.vram_alloc / s.vram_total : (s.gpu ?? s.cpu ?? 0) / 100, rank);
     }
   }
 
@@ -232,6 +247,8 @@
 
   function drawChart(canvas, series, opts) {
     canvas._chart = { series, opts };
+    // how many points are drawn: lets a test (or a curious user) see the chart follow the data
+    canvas.dataset.points = series.reduce((n, s) => n + s.points.filter((p) => p[1] !== null && isFinite(p[1])).length, 0);
     paint(canvas, null);
     if (!canvas._hooked) {
       canvas._hooked = true;
