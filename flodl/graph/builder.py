@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import keyword
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,11 +35,20 @@ _STEP_HINT = (
 
 
 def node_prefix(module: nn.Module) -> str:
-    """The node-id prefix of a module: ``node_name`` if it defines one, else its lower-cased type."""
+    """The node-id prefix of a module: ``node_name`` if it defines one, else its lower-cased type.
+
+    Reduced to ``[a-z0-9_]``: node ids are path segments and names in the generated forward, so
+    a class named ``"My Layer"`` (``type()`` accepts any string) gives ``my_layer``.
+    """
     name = getattr(module, "node_name", None)
-    if isinstance(name, str) and name.isidentifier():
-        return name
-    return type(module).__name__.lower()
+    if not isinstance(name, str) or not name:
+        name = type(module).__name__
+    return re.sub(r"[^a-z0-9_]+", "_", str.lower(name)).strip("_") or "module"
+
+
+def _text(value: Any) -> Any:
+    """A name as an exact ``str`` (a str subclass's overridden methods are dropped); else as is."""
+    return str.__str__(value) if isinstance(value, str) else value
 
 
 def _flatten(items: tuple[Any, ...]) -> list[Any]:
@@ -312,6 +322,7 @@ class FlowBuilder:
     def tag(self, name: str) -> FlowBuilder:
         """Name the current value (or the preceding ``fork``'s branch) for ``using``/``tagged``."""
         site = callsite.capture()
+        name = _text(name)
         if not self._check_tag_name(name, "tag", site):
             return self
         current = self._single("tag", site)
@@ -325,6 +336,7 @@ class FlowBuilder:
     def tag_group(self, name: str) -> FlowBuilder:
         """Tag each open stream ``name_0 .. name_{n-1}`` (after ``split``)."""
         site = callsite.capture()
+        name = _text(name)
         if not self._check_tag_name(name, "tag_group", site):
             return self
         if len(self._streams) < 2:
@@ -349,6 +361,7 @@ class FlowBuilder:
     def label(self, name: str) -> FlowBuilder:
         """A human-readable name for the graph; a labelled graph nested in another is its child."""
         site = callsite.capture()
+        name = _text(name)
         if not isinstance(name, str) or not name or "." in name:
             return self._fail(
                 f"label({name!r}): a label is a non-empty string without dots",
@@ -364,7 +377,7 @@ class FlowBuilder:
         """Hide tags from parent graphs (tags starting with ``_`` are internal already)."""
         site = callsite.capture()
         for tag in tags:
-            self._internal[tag] = site
+            self._internal[_text(tag)] = site
         return self
 
     # ------------------------------------------------------------------ cross-connections
@@ -373,15 +386,16 @@ class FlowBuilder:
         site = callsite.capture()
         for name in _flatten(names):
             if (
-                not isinstance(name, str)
+                type(name) is not str
+                or not name.isascii()
                 or not name.isidentifier()
                 or keyword.iskeyword(name)
                 or name.startswith("_")
                 or name in ("self", "input")
             ):
                 self._fail(
-                    f"input({name!r}): an input name is a Python identifier, not a keyword, "
-                    "'self' or 'input', and does not start with '_'",
+                    f"input({name!r}): an input name is an ASCII Python identifier, not a "
+                    "keyword, 'self' or 'input', and does not start with '_'",
                     site,
                     "input",
                     "graph inputs become keyword arguments: graph(x, ctx=...)",
@@ -407,7 +421,8 @@ class FlowBuilder:
         A module with ``forward_named(x, refs)`` receives a dict instead.
         """
         site = callsite.capture()
-        wanted = [(tag, None) for tag in tags] + [(tag, kw) for kw, tag in kw_tags.items()]
+        wanted = [(_text(tag), None) for tag in tags]
+        wanted += [(_text(tag), kw) for kw, tag in kw_tags.items()]
         if not wanted:
             return self
         for tag, _ in wanted:
@@ -725,7 +740,8 @@ class MapBuilder:
 
     def over(self, tag: str) -> FlowBuilder:
         """Apply the body to each element of a tagged value (a tensor along dim 0, or a list)."""
-        return self._builder._add_map(self._body, "over", self._batched, callsite.capture(), tag)
+        site = callsite.capture()
+        return self._builder._add_map(self._body, "over", self._batched, site, _text(tag))
 
     def slices(self, n: int) -> FlowBuilder:
         """Split the last dim into ``n`` slices, apply the body to each, concatenate the results."""
