@@ -304,14 +304,17 @@ class FlowBuilder:
     def _set_tag(self, name: str, node_id: str, site: CallSite | None) -> None:
         self._tags[name] = node_id
         self._tag_sites[name] = site
-        node = self._node(node_id)
-        node.tags.append(name)
+        self._node(node_id).tags.append(name)
         for ref in self._pending.pop(name, []):
-            if node.kind == "input":  # inputs exist from the start of the pass: a same-pass wire
-                ref.source = node_id
-            else:
-                node.options.setdefault("writes_state", []).append(name)
-                node.options["writes_state"] = sorted(set(node.options["writes_state"]))
+            self._resolve_later(ref)
+
+    def _resolve_later(self, ref: Ref) -> None:
+        """Wire a ref whose tag was defined after the ``using`` that names it."""
+        node = self._node(self._tags[ref.tag])
+        if node.kind == "input":  # inputs exist from the start of the pass: a same-pass wire
+            ref.source = node.id
+        else:  # a forward ref: the node stores its value for the next call
+            node.options["writes_state"] = sorted({*node.options.get("writes_state", ()), ref.tag})
 
     def _node(self, node_id: str) -> Node:
         for node in self._nodes:
@@ -356,6 +359,10 @@ class FlowBuilder:
             self._set_tag(member, stream, site)
         self._tag_groups[name] = members
         self._tag_sites[name] = site
+        for ref in self._pending.pop(name, []):  # using(name) came first: forward refs
+            ref.members = [Ref(member, None, ref.site) for member in members]
+            for leaf in ref.members:
+                self._resolve_later(leaf)
         return self
 
     def label(self, name: str) -> FlowBuilder:
@@ -418,7 +425,9 @@ class FlowBuilder:
 
         A tag defined earlier gives this pass's value (backward ref); a tag defined later gives
         the previous call's value, zeros on the first call (forward ref: state across calls).
-        A module with ``forward_named(x, refs)`` receives a dict instead.
+        A tag group gives one argument, the list of its members' values in order
+        (``using("heads")`` calls ``m(stream, [heads_0, heads_1, ...])``). A module with
+        ``forward_named(x, refs)`` receives a dict instead.
         """
         site = callsite.capture()
         wanted = [(_text(tag), None) for tag in tags]
@@ -460,6 +469,9 @@ class FlowBuilder:
                 ref = Ref(tag, kw, site)
                 if tag in self._tags:
                     ref.source = self._tags[tag]
+                elif tag in self._tag_groups:  # one list of the members' values, in order
+                    members = self._tag_groups[tag]
+                    ref.members = [Ref(m, None, site, source=self._tags[m]) for m in members]
                 else:
                     self._pending.setdefault(tag, []).append(ref)
                 node.refs.append(ref)
@@ -603,7 +615,7 @@ class FlowBuilder:
         issues = []
         known = list(self._tags) + list(self._tag_groups)
         for tag, refs in self._pending.items():
-            close = difflib.get_close_matches(tag, known, n=1)
+            close = [c for c in difflib.get_close_matches(tag, known, n=2) if c != tag][:1]
             hint = (
                 f"did you mean '{close[0]}'?"
                 if close

@@ -99,9 +99,9 @@ def generate(
     var: dict[str, str] = {n.id: n.options["name"] for n in nodes if n.kind == "input"}
     state_slots: dict[str, str] = {}  # forward-referenced tag -> local holding last call's value
     for node in nodes:
-        for ref in node.refs:
-            if ref.forward and ref.tag not in state_slots:
-                state_slots[ref.tag] = f"_s{len(state_slots)}"
+        for leaf in (leaf for ref in node.refs for leaf in ref.leaves()):
+            if leaf.forward and leaf.tag not in state_slots:
+                state_slots[leaf.tag] = f"_s{len(state_slots)}"
 
     w = _Writer()
     params = ["self", "input", *(f"{name}=_MISSING" for name in inputs), "**_unexpected"]
@@ -124,6 +124,8 @@ def generate(
             w.emit(f"{slot} = _st[{literal(tag)}]", 2)
 
     def ref_value(ref: Ref, primary: str) -> str:
+        if ref.members is not None:  # a tag group: the list of its members' values
+            return "[" + ", ".join(ref_value(m, primary) for m in ref.members) + "]"
         if ref.source is not None:
             return var[ref.source]
         slot = state_slots[ref.tag]

@@ -117,7 +117,7 @@ def _render_note(trail: list[tuple[Graph, Node, str]]) -> str:
     for graph, node, _ in trail:
         owner = f" of graph '{graph.label}'" if graph.label else ""
         lines.append(f"  node '{node.id}'{owner} was added by {node.where}")
-    forward = [r for r in trail[0][1].refs if r.forward]
+    forward = [leaf for r in trail[0][1].refs for leaf in r.leaves() if leaf.forward]
     if forward:
         names = ", ".join(repr(r.tag) for r in forward)
         lines.append(
@@ -200,7 +200,11 @@ class Graph(
         self._profiling = False
         self._last_profile = None
         self._state: dict[str, torch.Tensor | None] = {
-            ref.tag: None for node in nodes for ref in node.refs if ref.forward
+            leaf.tag: None
+            for node in nodes
+            for ref in node.refs
+            for leaf in ref.leaves()
+            if leaf.forward
         }
         self._register(modules)
         for child in self.children_graphs().values():

@@ -40,6 +40,8 @@ def structural_hash(graph: Graph) -> str:
         parts.append(f"N{node.id}|{node.kind}|{options}|{node.inputs}")
         for ref in node.refs:
             parts.append(f"r{ref.tag}|{ref.keyword}|{ref.source}")
+            for member in ref.members or ():
+                parts.append(f"m{member.tag}|{member.source}")
         module = graph.module_of(node.id)
         if module is not None:
             _module_fingerprint(module, parts)

@@ -106,7 +106,8 @@ def levels(graph: Graph) -> dict[str, int]:
         if node.kind in ("identity", "input"):
             out[node.id] = -1
             continue
-        deps = list(node.inputs) + [r.source for r in node.refs if r.source is not None]
+        sources = [leaf.source for r in node.refs for leaf in r.leaves()]
+        deps = list(node.inputs) + [s for s in sources if s is not None]
         out[node.id] = 1 + max((out.get(d, -1) for d in deps), default=-1)
     return out
 
