@@ -21,6 +21,7 @@ from typing import Any
 from torch import nn
 
 from flodl.graph.nodes import Node, Ref
+from flodl.graph.profile import UNTIMED_KINDS
 from flodl.nn.fn import Fn
 
 INDENT = "    "
@@ -152,7 +153,7 @@ def generate(
 
     for node in nodes:
         v = f"v_{node.id}"
-        timed = profile and node.kind not in ("identity", "input")
+        timed = profile and node.kind not in UNTIMED_KINDS
         if timed:
             w.emit("_t = _now()", 2)
         primary = var[node.inputs[0]] if node.inputs else "input"
