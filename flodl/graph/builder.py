@@ -597,6 +597,7 @@ class FlowBuilder:
                                          "variable name; choose another name", None, "input"))  # fmt: skip
         issues += self._check_children()
         issues += self._check_ref_calls()
+        issues += self._check_nested_inputs()
         if issues:
             raise GraphBuildError(issues)
         self._built = True
@@ -684,6 +685,71 @@ class FlowBuilder:
                 )
         return issues
 
+    def _check_nested_inputs(self) -> list[BuildIssue]:
+        """A nested graph's auxiliary inputs must all be wired (else it fails at forward)."""
+        from flodl.graph.graph import Graph
+
+        issues = []
+        for node in self._nodes:
+            module = self._modules.get(node.id)
+            if module is None:
+                continue
+            for role, inner, refs in _receivers(node, module):
+                if not isinstance(inner, Graph) or len(inner.inputs) < 2:
+                    continue
+                if refs and _ref_call_problem(inner, refs):
+                    continue  # already reported by _check_ref_calls
+                missing = _missing_inputs(inner, refs)
+                if not missing:
+                    continue
+                name = f"'{inner.label}'" if inner.label else "(unlabelled)"
+                where = f"the {role} of node '{node.id}'" if role else f"node '{node.id}'"
+                hint = (
+                    f"wire them right after this step, e.g. .{node.method}(...).using("
+                    f"{', '.join(f'{m}=<tag>' for m in missing)}) (positional refs fill "
+                    f"{list(inner.inputs[1:])} in order)"
+                    if not role or refs is node.refs
+                    else f"only the stream reaches the {role}; build the nested graph "
+                    "without .input(...), or make it the router/loop body, which receive refs"
+                )
+                issues.append(
+                    BuildIssue(
+                        f"nested graph {name} at {where} needs its auxiliary input(s) "
+                        f"{', '.join(repr(m) for m in missing)}, but nothing passes them",
+                        node.site,
+                        node.method,
+                        hint,
+                    )
+                )
+        return issues
+
+
+def _missing_inputs(graph: Graph, refs: list[Ref]) -> list[str]:
+    """The auxiliary inputs of a nested ``graph`` that ``refs`` leave without a value."""
+    aux = list(graph.inputs[1:])
+    n_pos = sum(r.keyword is None for r in refs)
+    given = set(aux[:n_pos]) | {r.keyword for r in refs if r.keyword}
+    return [name for name in aux if name not in given]
+
+
+def _receivers(node: Node, module: nn.Module) -> list[tuple[str, nn.Module, list[Ref]]]:
+    """(role, module, refs it receives) for each module a node calls directly."""
+    refs = node.refs
+    if node.kind == "loop":
+        cond = getattr(module, "cond", None)
+        return [("loop body", module.body, refs)] + (
+            [("halting condition", cond, [])] if cond else []
+        )
+    if node.kind == "gate":
+        experts = [(f"expert {i}", e, []) for i, e in enumerate(module.experts)]
+        return [("router", module.router, refs), *experts]
+    if node.kind == "switch":
+        branches = [(f"branch {i}", b, []) for i, b in enumerate(module.branches)]
+        return [("selector", module.selector, refs), *branches]
+    if node.kind == "map":
+        return [("map body", module.body, [])]
+    return [("", module, refs)]
+
 
 def _ref_call_problem(module: nn.Module, refs: list[Ref]) -> str | None:
     """Why ``module`` cannot be called with ``refs`` (None when it can, or when unknowable)."""
@@ -692,10 +758,13 @@ def _ref_call_problem(module: nn.Module, refs: list[Ref]) -> str | None:
     if callable(getattr(module, "forward_named", None)):
         return None
     if isinstance(module, Graph):  # refs feed a nested graph's auxiliary inputs
+        aux = list(module.inputs[1:])
         n_pos = sum(r.keyword is None for r in refs)
-        unknown = [r.keyword for r in refs if r.keyword and r.keyword not in module.inputs[1:]]
-        if n_pos > len(module.inputs) - 1 or unknown:
-            return f"takes the auxiliary inputs {list(module.inputs[1:])}"
+        keywords = [r.keyword for r in refs if r.keyword]
+        unknown = [k for k in keywords if k not in aux]
+        twice = [k for k in keywords if k in aux[:n_pos]]
+        if n_pos > len(aux) or unknown or twice:
+            return f"takes the auxiliary inputs {aux}"
         return None
     fn = module.fn if isinstance(module, Fn) else module.forward
     try:

@@ -258,3 +258,39 @@ def test_a_misspelt_group_ref_suggests_the_group_never_itself():
     message = str(info.value)
     assert "unresolved ref 'hh'" in message and "did you mean 'h'?" in message
     assert "did you mean 'hh'" not in message
+
+
+def ctx_child(label: str | None = "cond") -> fl.Graph:
+    b = fl.FlowBuilder().input("ctx").through(TakesCtx()).using("ctx")
+    return (b.label(label) if label else b).build()
+
+
+def test_a_nested_graph_whose_inputs_are_not_wired_fails_at_build_not_forward():
+    b = fl.FlowBuilder(nn.Linear(2, 2)).through(ctx_child())
+    line = __import__("inspect").currentframe().f_lineno - 1
+    with pytest.raises(fl.GraphBuildError) as info:
+        b.build()
+    message = str(info.value)
+    assert "nested graph 'cond' at node 'graph_2' needs its auxiliary input(s) 'ctx'" in message
+    assert f"test_refs_and_state.py:{line} in .through(...)" in message
+    assert ".using(ctx=<tag>)" in message
+
+
+def test_nested_graph_inputs_are_checked_wherever_the_graph_is_called():
+    for make, role in [
+        (lambda b: b.gate(EqualRouterOf2(), Scale(1.0), ctx_child(None)), "expert 1 of node"),
+        (lambda b: b.switch(fl.nn.FixedSelector(0), ctx_child(), Scale(1.0)), "branch 0"),
+        (lambda b: b.map(ctx_child()).each(), "map body"),
+        (lambda b: b.loop_body(ctx_child()).for_n(2), "loop body"),
+        (lambda b: b.loop_body(Scale(1.0)).while_cond(ctx_child(), 2), "halting condition"),
+    ]:
+        with pytest.raises(fl.GraphBuildError, match=f"the {role}.*'ctx'"):
+            make(fl.FlowBuilder()).build()
+    # wired, it runs: the loop body gets the ref on every iteration
+    g = fl.FlowBuilder().tag("c").loop_body(ctx_child()).for_n(2).using(ctx="c").build()
+    torch.testing.assert_close(g(torch.tensor([1.0])), torch.tensor([3.0]))
+
+
+class EqualRouterOf2(nn.Module):
+    def forward(self, x):
+        return torch.full((*x.shape[:-1], 2), 0.5)
