@@ -435,7 +435,8 @@ class Graph(
 
     # ------------------------------------------------------------------ identity
     def structural_hash(self) -> str:
-        """SHA-256 hex of the architecture (see :mod:`flodl.graph.hashing`)."""
+        """SHA-256 hex of the architecture: modules, hyper-parameters, shapes, wiring, and plain
+        callables by their code (see :mod:`flodl.graph.hashing` for exactly what it covers)."""
         return self._hash
 
     def short_hash(self) -> str:
