@@ -91,16 +91,28 @@ def _add_node_note(graph: Graph, exc: BaseException) -> None:
     exc.add_note(note)
 
 
-def _segment(graph: Graph, node: Node) -> str:
+def _hop(graph: Graph, node: Node, inner: Graph) -> str:
+    """The path from ``graph`` to ``inner``, which runs inside ``node``: a child's label, else
+    the node id plus where ``inner`` sits in the node's module (``loop_2.body``,
+    ``gate_3.experts.1``) — a path ``validate_path`` resolves."""
     module = graph.module_of(node.id)
-    if isinstance(module, Graph) and module.label:
-        return module.label
+    if module is inner and inner.label:
+        return inner.label
+    for name, sub in module.named_modules() if module is not None else ():
+        if sub is inner:
+            return f"{node.id}.{name}" if name else node.id
     return node.id
 
 
+def note_path(trail: list[tuple[Graph, Node, str]]) -> str:
+    """The label path of the innermost node of an error trail (innermost hop first)."""
+    hops = list(reversed(trail))
+    segments = [_hop(g, n, hops[k + 1][0]) for k, (g, n, _) in enumerate(hops[:-1])]
+    return ".".join([*segments, hops[-1][1].id])
+
+
 def _render_note(trail: list[tuple[Graph, Node, str]]) -> str:
-    outer_first = list(reversed(trail))
-    path = ".".join(_segment(g, n) for g, n, _ in outer_first)
+    path = note_path(trail)
     g, n, detail = trail[0]
     module = g.module_of(n.id)
     kind = type(module).__name__ if module is not None else n.kind
@@ -113,6 +125,9 @@ def _render_note(trail: list[tuple[Graph, Node, str]]) -> str:
         bits.append(f"the {('skip', 'main')[n.branch]} path of also_with")
     elif n.branch is not None:
         bits.append(f"branch {n.branch} of the {n.method}")
+    if g.label and len(trail) > 1 and _hop(trail[1][0], trail[1][1], g) != g.label:
+        bits.append(f"in graph '{g.label}'")  # a labelled graph inside a loop, gate, ...
+    bits += [f"{outer.id} {what}" for _, outer, what in trail[1:] if what]  # iteration, expert
     lines = [f"flodl: raised in graph node {path} ({'; '.join(bits)})"]
     for graph, node, _ in trail:
         owner = f" of graph '{graph.label}'" if graph.label else ""
