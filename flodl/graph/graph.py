@@ -390,6 +390,9 @@ class Graph(
     def tagged(self, tag: str) -> Any:
         """The value tag ``tag`` had in the last forward pass (None before the first)."""
         if tag not in self._tags:
+            if tag in self._tag_groups:
+                members = ", ".join(repr(m) for m in self._tag_groups[tag])
+                raise UnknownTagError(f"'{tag}' is a tag group: tagged() its members {members}")
             close = difflib.get_close_matches(tag, list(self._tags), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise UnknownTagError(f"no tag '{tag}' in this graph{hint}")

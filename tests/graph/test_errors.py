@@ -110,6 +110,21 @@ def test_duplicate_refs_are_rejected():
         (lambda b: b.map(Scale(2)).over("nope"), "over('nope'): no tag 'nope'"),
         (lambda b: b.merge(), "merge requires several open streams"),
         (lambda b: b.tag_group("g"), "tag_group('g') requires several open streams"),
+        (
+            lambda b: (
+                b.split(Scale(1), Scale(2))
+                .tag_group("g")
+                .merge()
+                .split(Scale(1), Scale(2))
+                .tag_group("g")
+                .merge()
+            ),
+            "duplicate tag 'g' (first tagged at",
+        ),
+        (
+            lambda b: b.tag("g_1").split(Scale(1), Scale(2)).tag_group("g").merge(),
+            "duplicate tag 'g_1' (first tagged at",
+        ),
         (lambda b: b.tag("a.b"), "without dots"),
         (lambda b: b.through(42), "a step is an nn.Module"),
         (lambda b: b.through(nn.Linear), "could not construct Linear with no arguments"),
