@@ -17,6 +17,7 @@ from torch import nn
 
 from flodl.graph import callsite
 from flodl.graph.callsite import CallSite
+from flodl.graph.codegen import RESERVED_NAMES
 from flodl.graph.composites import Gate, Loop, Map, Switch
 from flodl.graph.errors import BuildIssue, GraphBuildError
 from flodl.graph.merge import MergeOp
@@ -398,11 +399,12 @@ class FlowBuilder:
                 or not name.isidentifier()
                 or keyword.iskeyword(name)
                 or name.startswith("_")
-                or name in ("self", "input")
+                or name in RESERVED_NAMES
             ):
+                reserved = ", ".join(repr(n) for n in sorted(RESERVED_NAMES))
                 self._fail(
                     f"input({name!r}): an input name is an ASCII Python identifier, not a "
-                    "keyword, 'self' or 'input', and does not start with '_'",
+                    f"keyword, not one of {reserved}, and does not start with '_'",
                     site,
                     "input",
                     "graph inputs become keyword arguments: graph(x, ctx=...)",

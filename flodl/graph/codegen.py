@@ -25,6 +25,9 @@ from flodl.graph.profile import UNTIMED_KINDS
 from flodl.nn.fn import Fn
 
 INDENT = "    "
+# Names the generated forward uses besides its own ``_``/``v_`` locals: an input named like one
+# of them would shadow it (``input("range")`` would break every loop).
+RESERVED_NAMES = frozenset({"self", "input", "range", "Exception"})
 
 
 @dataclass

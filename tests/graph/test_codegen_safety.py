@@ -143,7 +143,8 @@ def test_hostile_labels_and_nested_graphs_still_build():
 
 
 @pytest.mark.parametrize(
-    "name", ["my-input", "class", "ctx; import os", "ünïcode", "x\n", EvilStr("ctx"), 3]
+    "name",
+    ["my-input", "class", "ctx; import os", "ünïcode", "x\n", EvilStr("ctx"), 3, "range", "self"],
 )
 def test_input_names_that_are_not_plain_identifiers_are_build_errors(name):
     with pytest.raises(fl.GraphBuildError, match="an input name is an ASCII Python identifier"):
