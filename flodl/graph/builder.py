@@ -540,6 +540,14 @@ class FlowBuilder:
             return self._fail(f"slices: n must be an integer >= 1 (got {n!r})", site, method)
         source = prev
         if mode == "over":
+            if tag in self._tag_groups:
+                members = ", ".join(repr(m) for m in self._tag_groups[tag])
+                return self._fail(
+                    f"over('{tag}'): '{tag}' is a tag group ({members}), not one value",
+                    site,
+                    method,
+                    "map over one member, or merge the branches first and map over the result",
+                )
             if tag not in self._tags:
                 close = difflib.get_close_matches(str(tag), list(self._tags), n=1)
                 return self._fail(

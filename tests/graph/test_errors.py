@@ -108,6 +108,10 @@ def test_duplicate_refs_are_rejected():
         (lambda b: b.switch(Scale(1), Scale(2)), "switch requires at least 2 branches"),
         (lambda b: b.map(Scale(2)).slices(0), "slices: n must be an integer >= 1"),
         (lambda b: b.map(Scale(2)).over("nope"), "over('nope'): no tag 'nope'"),
+        (
+            lambda b: b.split(Scale(1), Scale(2)).tag_group("g").merge().map(Scale(2)).over("g"),
+            "over('g'): 'g' is a tag group ('g_0', 'g_1'), not one value",
+        ),
         (lambda b: b.merge(), "merge requires several open streams"),
         (lambda b: b.tag_group("g"), "tag_group('g') requires several open streams"),
         (
