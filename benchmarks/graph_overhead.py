@@ -15,7 +15,11 @@ and timing with the process's CPU clock (``time.process_time``) keep numbers sta
 processes share the machine's cores: time the scheduler gives them is not counted, though
 cache and memory-bandwidth contention still add noise (interleaving spreads it over both sides).
 
-Usage: ``python benchmarks/graph_overhead.py [--quick] [--rounds N] [--models a,b]``.
+Usage: ``python benchmarks/graph_overhead.py [--quick | --smoke] [--rounds N] [--models a,b]
+[--out DIR]``. ``--quick`` is a short real run (3 rounds x 2); ``--smoke`` runs every model and
+mode at 8 wide, batch 2, one round, and writes its report to ``results/smoke/`` (or ``--out``):
+it checks that the script, the models and the report still work (the test suite runs it) and
+measures nothing worth reading.
 """
 
 from __future__ import annotations
@@ -174,12 +178,18 @@ def forward_only(model: nn.Module, x) -> Callable[[], None]:
     return run
 
 
-def measure(name: str, rounds: int, inner: int) -> list[dict[str, object]]:
+SMOKE_WIDTH, SMOKE_BATCH = 8, 2
+
+
+def measure(name: str, rounds: int, inner: int, smoke: bool = False) -> list[dict[str, object]]:
     make, describe, width, batch = MODELS[name]
+    if smoke:
+        width, batch = SMOKE_WIDTH, SMOKE_BATCH
     torch.manual_seed(0)
     rows = []
     for mode in ("train", "forward_b1", f"forward_b1_w{SMALL_WIDTH}"):
-        dim = SMALL_WIDTH if mode.endswith(f"w{SMALL_WIDTH}") else width
+        small = SMOKE_WIDTH if smoke else SMALL_WIDTH
+        dim = small if mode.endswith(f"w{SMALL_WIDTH}") else width
         # Three fresh copies of one initialisation: plain, plain again (the A/A control that shows
         # the noise floor) and the graph, so every side's tensors are allocated alike.
         original = make(dim)
@@ -200,7 +210,9 @@ def measure(name: str, rounds: int, inner: int) -> list[dict[str, object]]:
                 key: forward_only(m, x1)
                 for key, m in (("plain", plain), ("plain_again", again), ("flodl", graph))
             }
-        results = interleaved(cases, rounds=rounds, inner=inner, warmup=2, clock=time.process_time)
+        results = interleaved(
+            cases, rounds=rounds, inner=inner, warmup=1 if smoke else 2, clock=time.process_time
+        )
         rows.append(
             {
                 "model": name,
@@ -225,15 +237,26 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--inner", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="3 rounds x 2 (a smoke run)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="3 rounds x 2 (a short real run)")
+    mode.add_argument(
+        "--smoke", action="store_true", help="tiny models, 1 round: checks the script works"
+    )
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--out", type=Path, help="report directory (default: results/)")
     args = parser.parse_args(argv if argv is not None else [])
     if args.quick:
         args.rounds, args.inner = 3, 2
+    if args.smoke:
+        args.rounds, args.inner = 1, 1
+        args.out = args.out or Path(__file__).resolve().parent / "results" / "smoke"
+    unknown = [m for m in args.models.split(",") if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
     torch.set_num_threads(1)
     rows: list[dict[str, object]] = []
     for name in args.models.split(","):
-        rows += measure(name, args.rounds, args.inner)
+        rows += measure(name, args.rounds, args.inner, smoke=args.smoke)
     notes = (
         f"flodl / plain nn.Module, same weights, median of per-round medians over {args.rounds} "
         f"interleaved rounds x {args.inner}; torch {torch.__version__}, CPU, 1 thread, "
@@ -242,8 +265,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
         f"forward_b1_w{SMALL_WIDTH} = the same topology {SMALL_WIDTH} wide (pure per-node overhead). "
         "a_a_ratio = a second copy of the plain model against the first: the noise floor."
     )
+    if args.smoke:
+        notes = f"SMOKE RUN ({SMOKE_WIDTH} wide, batch {SMOKE_BATCH}, 1 round): not a measurement."
     path = write_report(
-        "FlowBuilder graph overhead vs plain PyTorch", rows, "graph_overhead", notes
+        "FlowBuilder graph overhead vs plain PyTorch", rows, "graph_overhead", notes, args.out
     )
     print(path.read_text())
     return rows

@@ -12,7 +12,9 @@ interleaved in the same rounds:
 * ``graph_observed``: forward + ``record_scalar`` of a one-element tensor every batch (as a
   training loop would log its loss).
 
-Usage: ``python benchmarks/graph_tree_overhead.py [--quick] [--rounds N]``.
+Usage: ``python benchmarks/graph_tree_overhead.py [--quick | --smoke] [--rounds N] [--out DIR]``.
+``--smoke`` runs every case once at 8 wide and writes its report to ``results/smoke/`` (or
+``--out``): it checks that the script still works (the test suite runs it), nothing more.
 """
 
 from __future__ import annotations
@@ -33,15 +35,16 @@ from harness import interleaved, ratio, write_report
 import flodl as fl
 
 WIDTH = 32
+SMOKE_WIDTH = 8
 
 
 class Plain(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, width: int = WIDTH) -> None:
         super().__init__()
         self.encoder = nn.Sequential(
-            nn.Linear(WIDTH, WIDTH), nn.GELU(), nn.Linear(WIDTH, WIDTH), nn.LayerNorm(WIDTH)
+            nn.Linear(width, width), nn.GELU(), nn.Linear(width, width), nn.LayerNorm(width)
         )
-        self.head = nn.Linear(WIDTH, WIDTH)
+        self.head = nn.Linear(width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.encoder(x))
@@ -60,13 +63,22 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--inner", type=int, default=200)
-    parser.add_argument("--quick", action="store_true", help="3 rounds x 50 (a smoke run)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="3 rounds x 50 (a short real run)")
+    mode.add_argument(
+        "--smoke", action="store_true", help="tiny model, 1 round: checks the script works"
+    )
+    parser.add_argument("--out", type=Path, help="report directory (default: results/)")
     args = parser.parse_args(argv if argv is not None else [])
     if args.quick:
         args.rounds, args.inner = 3, 50
+    width = WIDTH
+    if args.smoke:
+        args.rounds, args.inner, width = 1, 1, SMOKE_WIDTH
+        args.out = args.out or Path(__file__).resolve().parent / "results" / "smoke"
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    plain = Plain()
+    plain = Plain(width)
     again = copy.deepcopy(plain)
     graph = as_graph(copy.deepcopy(plain))
     restored = as_graph(copy.deepcopy(plain))
@@ -75,7 +87,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     profiled = as_graph(copy.deepcopy(plain))
     profiled.enable_profiling()
     observed = as_graph(copy.deepcopy(plain))
-    x = torch.randn(1, WIDTH)
+    x = torch.randn(1, width)
     with torch.no_grad():
         for m in (graph, restored, profiled, observed):
             torch.testing.assert_close(m(x), plain(x))
@@ -100,7 +112,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
         "graph_observed": observe,
     }
     results = interleaved(
-        cases, rounds=args.rounds, inner=args.inner, warmup=2, clock=time.process_time
+        cases,
+        rounds=args.rounds,
+        inner=args.inner,
+        warmup=1 if args.smoke else 2,
+        clock=time.process_time,
     )
     rows = []
     for case in cases:
@@ -118,12 +134,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
             flush=True,
         )
     notes = (
-        f"forward, batch 1, {WIDTH} wide, no_grad; median of per-round medians over "
+        f"forward, batch 1, {width} wide, no_grad; median of per-round medians over "
         f"{args.rounds} interleaved rounds x {args.inner}; torch {torch.__version__}, CPU, "
         "1 thread, process CPU clock. graph_after_profiling = enable_profiling() then "
         "disable_profiling(): it runs the plain generated forward again."
     )
-    path = write_report("Graph tree: profiling and observation overhead", rows, "graph_tree", notes)
+    if args.smoke:
+        notes = f"SMOKE RUN ({width} wide, 1 round): not a measurement."
+    title = "Graph tree: profiling and observation overhead"
+    path = write_report(title, rows, "graph_tree", notes, args.out)
     print(path.read_text())
     return rows
 

@@ -63,16 +63,24 @@ def ratio(results: dict[str, Measurement], case: str, baseline: str) -> float:
     return results[case].median_s / results[baseline].median_s
 
 
-def write_report(title: str, rows: list[dict[str, object]], stem: str, notes: str = "") -> Path:
-    """Write ``results/<stem>.json`` and ``results/<stem>.md``; returns the Markdown path."""
-    RESULTS_DIR.mkdir(exist_ok=True)
+def write_report(
+    title: str,
+    rows: list[dict[str, object]],
+    stem: str,
+    notes: str = "",
+    results_dir: Path | None = None,
+) -> Path:
+    """Write ``<stem>.json`` and ``<stem>.md`` into ``results_dir`` (default ``results/``);
+    returns the Markdown path."""
+    out = RESULTS_DIR if results_dir is None else Path(results_dir)
+    out.mkdir(parents=True, exist_ok=True)
     meta = {
         "python": platform.python_version(),
         "machine": platform.machine(),
         "processor": platform.processor(),
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    (RESULTS_DIR / f"{stem}.json").write_text(
+    (out / f"{stem}.json").write_text(
         json.dumps({"title": title, "meta": meta, "rows": rows, "notes": notes}, indent=2)
     )
     columns = list(rows[0]) if rows else []
@@ -81,7 +89,7 @@ def write_report(title: str, rows: list[dict[str, object]], stem: str, notes: st
     for row in rows:
         cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row.values()]
         lines.append("| " + " | ".join(cells) + " |")
-    md = RESULTS_DIR / f"{stem}.md"
+    md = out / f"{stem}.md"
     md.write_text("\n".join(lines) + "\n")
     return md
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import keyword
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from torch import nn
 
 from flodl.graph import callsite
 from flodl.graph.callsite import CallSite
+from flodl.graph.codegen import RESERVED_NAMES
 from flodl.graph.composites import Gate, Loop, Map, Switch
 from flodl.graph.errors import BuildIssue, GraphBuildError
 from flodl.graph.merge import MergeOp
@@ -34,11 +36,20 @@ _STEP_HINT = (
 
 
 def node_prefix(module: nn.Module) -> str:
-    """The node-id prefix of a module: ``node_name`` if it defines one, else its lower-cased type."""
+    """The node-id prefix of a module: ``node_name`` if it defines one, else its lower-cased type.
+
+    Reduced to ``[a-z0-9_]``: node ids are path segments and names in the generated forward, so
+    a class named ``"My Layer"`` (``type()`` accepts any string) gives ``my_layer``.
+    """
     name = getattr(module, "node_name", None)
-    if isinstance(name, str) and name.isidentifier():
-        return name
-    return type(module).__name__.lower()
+    if not isinstance(name, str) or not name:
+        name = type(module).__name__
+    return re.sub(r"[^a-z0-9_]+", "_", str.lower(name)).strip("_") or "module"
+
+
+def _text(value: Any) -> Any:
+    """A name as an exact ``str`` (a str subclass's overridden methods are dropped); else as is."""
+    return str.__str__(value) if isinstance(value, str) else value
 
 
 def _flatten(items: tuple[Any, ...]) -> list[Any]:
@@ -294,14 +305,17 @@ class FlowBuilder:
     def _set_tag(self, name: str, node_id: str, site: CallSite | None) -> None:
         self._tags[name] = node_id
         self._tag_sites[name] = site
-        node = self._node(node_id)
-        node.tags.append(name)
+        self._node(node_id).tags.append(name)
         for ref in self._pending.pop(name, []):
-            if node.kind == "input":  # inputs exist from the start of the pass: a same-pass wire
-                ref.source = node_id
-            else:
-                node.options.setdefault("writes_state", []).append(name)
-                node.options["writes_state"] = sorted(set(node.options["writes_state"]))
+            self._resolve_later(ref)
+
+    def _resolve_later(self, ref: Ref) -> None:
+        """Wire a ref whose tag was defined after the ``using`` that names it."""
+        node = self._node(self._tags[ref.tag])
+        if node.kind == "input":  # inputs exist from the start of the pass: a same-pass wire
+            ref.source = node.id
+        else:  # a forward ref: the node stores its value for the next call
+            node.options["writes_state"] = sorted({*node.options.get("writes_state", ()), ref.tag})
 
     def _node(self, node_id: str) -> Node:
         for node in self._nodes:
@@ -312,6 +326,7 @@ class FlowBuilder:
     def tag(self, name: str) -> FlowBuilder:
         """Name the current value (or the preceding ``fork``'s branch) for ``using``/``tagged``."""
         site = callsite.capture()
+        name = _text(name)
         if not self._check_tag_name(name, "tag", site):
             return self
         current = self._single("tag", site)
@@ -325,6 +340,7 @@ class FlowBuilder:
     def tag_group(self, name: str) -> FlowBuilder:
         """Tag each open stream ``name_0 .. name_{n-1}`` (after ``split``)."""
         site = callsite.capture()
+        name = _text(name)
         if not self._check_tag_name(name, "tag_group", site):
             return self
         if len(self._streams) < 2:
@@ -344,11 +360,16 @@ class FlowBuilder:
             self._set_tag(member, stream, site)
         self._tag_groups[name] = members
         self._tag_sites[name] = site
+        for ref in self._pending.pop(name, []):  # using(name) came first: forward refs
+            ref.members = [Ref(member, None, ref.site) for member in members]
+            for leaf in ref.members:
+                self._resolve_later(leaf)
         return self
 
     def label(self, name: str) -> FlowBuilder:
         """A human-readable name for the graph; a labelled graph nested in another is its child."""
         site = callsite.capture()
+        name = _text(name)
         if not isinstance(name, str) or not name or "." in name:
             return self._fail(
                 f"label({name!r}): a label is a non-empty string without dots",
@@ -364,7 +385,7 @@ class FlowBuilder:
         """Hide tags from parent graphs (tags starting with ``_`` are internal already)."""
         site = callsite.capture()
         for tag in tags:
-            self._internal[tag] = site
+            self._internal[_text(tag)] = site
         return self
 
     # ------------------------------------------------------------------ cross-connections
@@ -373,15 +394,17 @@ class FlowBuilder:
         site = callsite.capture()
         for name in _flatten(names):
             if (
-                not isinstance(name, str)
+                type(name) is not str
+                or not name.isascii()
                 or not name.isidentifier()
                 or keyword.iskeyword(name)
                 or name.startswith("_")
-                or name in ("self", "input")
+                or name in RESERVED_NAMES
             ):
+                reserved = ", ".join(repr(n) for n in sorted(RESERVED_NAMES))
                 self._fail(
-                    f"input({name!r}): an input name is a Python identifier, not a keyword, "
-                    "'self' or 'input', and does not start with '_'",
+                    f"input({name!r}): an input name is an ASCII Python identifier, not a "
+                    f"keyword, not one of {reserved}, and does not start with '_'",
                     site,
                     "input",
                     "graph inputs become keyword arguments: graph(x, ctx=...)",
@@ -404,10 +427,13 @@ class FlowBuilder:
 
         A tag defined earlier gives this pass's value (backward ref); a tag defined later gives
         the previous call's value, zeros on the first call (forward ref: state across calls).
-        A module with ``forward_named(x, refs)`` receives a dict instead.
+        A tag group gives one argument, the list of its members' values in order
+        (``using("heads")`` calls ``m(stream, [heads_0, heads_1, ...])``). A module with
+        ``forward_named(x, refs)`` receives a dict instead.
         """
         site = callsite.capture()
-        wanted = [(tag, None) for tag in tags] + [(tag, kw) for kw, tag in kw_tags.items()]
+        wanted = [(_text(tag), None) for tag in tags]
+        wanted += [(_text(tag), kw) for kw, tag in kw_tags.items()]
         if not wanted:
             return self
         for tag, _ in wanted:
@@ -445,6 +471,9 @@ class FlowBuilder:
                 ref = Ref(tag, kw, site)
                 if tag in self._tags:
                     ref.source = self._tags[tag]
+                elif tag in self._tag_groups:  # one list of the members' values, in order
+                    members = self._tag_groups[tag]
+                    ref.members = [Ref(m, None, site, source=self._tags[m]) for m in members]
                 else:
                     self._pending.setdefault(tag, []).append(ref)
                 node.refs.append(ref)
@@ -511,6 +540,14 @@ class FlowBuilder:
             return self._fail(f"slices: n must be an integer >= 1 (got {n!r})", site, method)
         source = prev
         if mode == "over":
+            if tag in self._tag_groups:
+                members = ", ".join(repr(m) for m in self._tag_groups[tag])
+                return self._fail(
+                    f"over('{tag}'): '{tag}' is a tag group ({members}), not one value",
+                    site,
+                    method,
+                    "map over one member, or merge the branches first and map over the result",
+                )
             if tag not in self._tags:
                 close = difflib.get_close_matches(str(tag), list(self._tags), n=1)
                 return self._fail(
@@ -570,6 +607,7 @@ class FlowBuilder:
                                          "variable name; choose another name", None, "input"))  # fmt: skip
         issues += self._check_children()
         issues += self._check_ref_calls()
+        issues += self._check_nested_inputs()
         if issues:
             raise GraphBuildError(issues)
         self._built = True
@@ -588,7 +626,7 @@ class FlowBuilder:
         issues = []
         known = list(self._tags) + list(self._tag_groups)
         for tag, refs in self._pending.items():
-            close = difflib.get_close_matches(tag, known, n=1)
+            close = [c for c in difflib.get_close_matches(tag, known, n=2) if c != tag][:1]
             hint = (
                 f"did you mean '{close[0]}'?"
                 if close
@@ -657,6 +695,71 @@ class FlowBuilder:
                 )
         return issues
 
+    def _check_nested_inputs(self) -> list[BuildIssue]:
+        """A nested graph's auxiliary inputs must all be wired (else it fails at forward)."""
+        from flodl.graph.graph import Graph
+
+        issues = []
+        for node in self._nodes:
+            module = self._modules.get(node.id)
+            if module is None:
+                continue
+            for role, inner, refs in _receivers(node, module):
+                if not isinstance(inner, Graph) or len(inner.inputs) < 2:
+                    continue
+                if refs and _ref_call_problem(inner, refs):
+                    continue  # already reported by _check_ref_calls
+                missing = _missing_inputs(inner, refs)
+                if not missing:
+                    continue
+                name = f"'{inner.label}'" if inner.label else "(unlabelled)"
+                where = f"the {role} of node '{node.id}'" if role else f"node '{node.id}'"
+                hint = (
+                    f"wire them right after this step, e.g. .{node.method}(...).using("
+                    f"{', '.join(f'{m}=<tag>' for m in missing)}) (positional refs fill "
+                    f"{list(inner.inputs[1:])} in order)"
+                    if not role or refs is node.refs
+                    else f"only the stream reaches the {role}; build the nested graph "
+                    "without .input(...), or make it the router/loop body, which receive refs"
+                )
+                issues.append(
+                    BuildIssue(
+                        f"nested graph {name} at {where} needs its auxiliary input(s) "
+                        f"{', '.join(repr(m) for m in missing)}, but nothing passes them",
+                        node.site,
+                        node.method,
+                        hint,
+                    )
+                )
+        return issues
+
+
+def _missing_inputs(graph: Graph, refs: list[Ref]) -> list[str]:
+    """The auxiliary inputs of a nested ``graph`` that ``refs`` leave without a value."""
+    aux = list(graph.inputs[1:])
+    n_pos = sum(r.keyword is None for r in refs)
+    given = set(aux[:n_pos]) | {r.keyword for r in refs if r.keyword}
+    return [name for name in aux if name not in given]
+
+
+def _receivers(node: Node, module: nn.Module) -> list[tuple[str, nn.Module, list[Ref]]]:
+    """(role, module, refs it receives) for each module a node calls directly."""
+    refs = node.refs
+    if node.kind == "loop":
+        cond = getattr(module, "cond", None)
+        return [("loop body", module.body, refs)] + (
+            [("halting condition", cond, [])] if cond else []
+        )
+    if node.kind == "gate":
+        experts = [(f"expert {i}", e, []) for i, e in enumerate(module.experts)]
+        return [("router", module.router, refs), *experts]
+    if node.kind == "switch":
+        branches = [(f"branch {i}", b, []) for i, b in enumerate(module.branches)]
+        return [("selector", module.selector, refs), *branches]
+    if node.kind == "map":
+        return [("map body", module.body, [])]
+    return [("", module, refs)]
+
 
 def _ref_call_problem(module: nn.Module, refs: list[Ref]) -> str | None:
     """Why ``module`` cannot be called with ``refs`` (None when it can, or when unknowable)."""
@@ -665,10 +768,13 @@ def _ref_call_problem(module: nn.Module, refs: list[Ref]) -> str | None:
     if callable(getattr(module, "forward_named", None)):
         return None
     if isinstance(module, Graph):  # refs feed a nested graph's auxiliary inputs
+        aux = list(module.inputs[1:])
         n_pos = sum(r.keyword is None for r in refs)
-        unknown = [r.keyword for r in refs if r.keyword and r.keyword not in module.inputs[1:]]
-        if n_pos > len(module.inputs) - 1 or unknown:
-            return f"takes the auxiliary inputs {list(module.inputs[1:])}"
+        keywords = [r.keyword for r in refs if r.keyword]
+        unknown = [k for k in keywords if k not in aux]
+        twice = [k for k in keywords if k in aux[:n_pos]]
+        if n_pos > len(aux) or unknown or twice:
+            return f"takes the auxiliary inputs {aux}"
         return None
     fn = module.fn if isinstance(module, Fn) else module.forward
     try:
@@ -725,7 +831,8 @@ class MapBuilder:
 
     def over(self, tag: str) -> FlowBuilder:
         """Apply the body to each element of a tagged value (a tensor along dim 0, or a list)."""
-        return self._builder._add_map(self._body, "over", self._batched, callsite.capture(), tag)
+        site = callsite.capture()
+        return self._builder._add_map(self._body, "over", self._batched, site, _text(tag))
 
     def slices(self, n: int) -> FlowBuilder:
         """Split the last dim into ``n`` slices, apply the body to each, concatenate the results."""

@@ -3,19 +3,31 @@
 The source is generated once at build time and exec'd; a forward pass then costs what the
 same model written by hand costs: one call per module, no dict-walking interpreter. The text is
 kept (``graph.code``) and registered with :mod:`linecache`, so tracebacks show it.
+
+No user string is pasted into the source as code. Tags, keywords and attribute names appear only
+as string literals (:func:`literal`); the identifiers the source uses are node ids (made by the
+builder from ``[a-z0-9_]``) and input names (validated by ``FlowBuilder.input``), and
+:func:`identifier` re-checks each one, so a hostile name fails loudly instead of becoming code.
+A keyword ref whose name is not an identifier (``using(**{"my-ref": "t"})``) is passed as
+``**{'my-ref': value}``.
 """
 
 from __future__ import annotations
 
+import keyword
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
 from flodl.graph.nodes import Node, Ref
+from flodl.graph.profile import UNTIMED_KINDS
 from flodl.nn.fn import Fn
 
 INDENT = "    "
+# Names the generated forward uses besides its own ``_``/``v_`` locals: an input named like one
+# of them would shadow it (``input("range")`` would break every loop).
+RESERVED_NAMES = frozenset({"self", "input", "range", "Exception"})
 
 
 @dataclass
@@ -36,6 +48,36 @@ class _Writer:
             self.where[len(self.lines)] = (node, detail)
 
 
+def literal(text: str) -> str:
+    """``text`` as a Python string literal.
+
+    ``str.__repr__`` is called on the value itself, so a ``str`` subclass cannot substitute its
+    own ``__repr__`` and smuggle code in.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"expected a string, got {type(text).__name__}")
+    return str.__repr__(text)
+
+
+def is_identifier(text: object) -> bool:
+    """A plain ASCII Python identifier that is not a keyword (safe to paste as a name)."""
+    return (
+        type(text) is str and text.isascii() and text.isidentifier() and not keyword.iskeyword(text)
+    )
+
+
+def identifier(text: str) -> str:
+    """``text`` unchanged, after checking it can appear in the source as a name."""
+    if not is_identifier(text):
+        raise ValueError(f"refusing to generate code with the name {text!r}: not an identifier")
+    return text
+
+
+def keyword_arg(name: str, value: str) -> str:
+    """``name=value`` for an identifier, else ``**{'name': value}`` (a ``**kwargs`` receiver)."""
+    return f"{name}={value}" if is_identifier(name) else f"**{{{literal(name)}: {value}}}"
+
+
 def has_named(module: Any) -> bool:
     return callable(getattr(module, "forward_named", None))
 
@@ -54,12 +96,16 @@ def generate(
     clock reads (``_now`` synchronises CUDA). The plain variant has no timing code at all.
     """
     # Inputs exist from the start of the pass, so refs may read them before their node.
+    for node in nodes:
+        identifier(node.id)
+    for name in inputs:
+        identifier(name)
     var: dict[str, str] = {n.id: n.options["name"] for n in nodes if n.kind == "input"}
     state_slots: dict[str, str] = {}  # forward-referenced tag -> local holding last call's value
     for node in nodes:
-        for ref in node.refs:
-            if ref.forward and ref.tag not in state_slots:
-                state_slots[ref.tag] = f"_s{len(state_slots)}"
+        for leaf in (leaf for ref in node.refs for leaf in ref.leaves()):
+            if leaf.forward and leaf.tag not in state_slots:
+                state_slots[leaf.tag] = f"_s{len(state_slots)}"
 
     w = _Writer()
     params = ["self", "input", *(f"{name}=_MISSING" for name in inputs), "**_unexpected"]
@@ -68,7 +114,7 @@ def generate(
     w.emit("_unexpected_inputs(self, _unexpected)", 2)
     for name in inputs:
         w.emit(f"if {name} is _MISSING:", 1)
-        w.emit(f"_missing_input(self, {name!r})", 2)
+        w.emit(f"_missing_input(self, {literal(name)})", 2)
     # Modules are looked up in the _modules dict directly: nn.Module.__getattr__ costs about a
     # microsecond per call, which is all the overhead a graph would otherwise add.
     w.emit("_m = self._modules", 1)
@@ -79,9 +125,11 @@ def generate(
     if state_slots:
         w.emit("_st = self._state", 2)
         for tag, slot in state_slots.items():
-            w.emit(f"{slot} = _st[{tag!r}]", 2)
+            w.emit(f"{slot} = _st[{literal(tag)}]", 2)
 
     def ref_value(ref: Ref, primary: str) -> str:
+        if ref.members is not None:  # a tag group: the list of its members' values
+            return "[" + ", ".join(ref_value(m, primary) for m in ref.members) + "]"
         if ref.source is not None:
             return var[ref.source]
         slot = state_slots[ref.tag]
@@ -91,29 +139,29 @@ def generate(
         if not refs:
             return f"{callee}({primary})"
         if has_named(module):
-            items = ", ".join(f"{r.key!r}: {ref_value(r, primary)}" for r in refs)
+            items = ", ".join(f"{literal(r.key)}: {ref_value(r, primary)}" for r in refs)
             return f"{callee}.forward_named({primary}, {{{items}}})"
-        args = [ref_value(r, primary) if r.keyword is None else "" for r in refs]
-        parts = [primary] + [a for a in args if a]
-        parts += [f"{r.keyword}={ref_value(r, primary)}" for r in refs if r.keyword is not None]
+        parts = [primary] + [ref_value(r, primary) for r in refs if r.keyword is None]
+        parts += [keyword_arg(r.keyword, ref_value(r, primary)) for r in refs if r.keyword]
         return f"{callee}({', '.join(parts)})"
 
     def split_refs(module: Any, refs: list[Ref], primary: str) -> tuple[str, str]:
         """(args tuple, kwargs dict) source for a composite's ``run``."""
         if has_named(module):
-            return "()", "{" + ", ".join(f"{r.key!r}: {ref_value(r, primary)}" for r in refs) + "}"
+            items = [f"{literal(r.key)}: {ref_value(r, primary)}" for r in refs]
+            return "()", "{" + ", ".join(items) + "}"
         pos = [ref_value(r, primary) for r in refs if r.keyword is None]
-        kw = [f"{r.keyword!r}: {ref_value(r, primary)}" for r in refs if r.keyword is not None]
+        kw = [f"{literal(r.keyword)}: {ref_value(r, primary)}" for r in refs if r.keyword]
         return f"({', '.join(pos)}{',' if len(pos) == 1 else ''})", "{" + ", ".join(kw) + "}"
 
     for node in nodes:
         v = f"v_{node.id}"
-        timed = profile and node.kind not in ("identity", "input")
+        timed = profile and node.kind not in UNTIMED_KINDS
         if timed:
             w.emit("_t = _now()", 2)
         primary = var[node.inputs[0]] if node.inputs else "input"
         module = modules.get(node.id)
-        own = f"_m[{node.attr!r}]" if node.attr else None
+        own = f"_m[{literal(node.attr)}]" if node.attr else None
         if node.kind in ("identity", "input"):  # the value is an argument of forward
             var[node.id] = "input" if node.kind == "identity" else node.options["name"]
         else:
@@ -140,7 +188,7 @@ def generate(
                 refs.append(Ref(ref.tag, ref.keyword, ref.site, source=f"@{tmp}"))
                 var[f"@{tmp}"] = tmp
             w.emit(f"{v} = {primary}", 2, node.id)
-            w.emit(f"for _i_{node.id} in range({node.options['n']}):", 2, node.id)
+            w.emit(f"for _i_{node.id} in range({int(node.options['n'])}):", 2, node.id)
             w.emit(f"{v} = {call(body, module.body, v, refs)}", 3, node.id, "loop")
         elif node.kind == "gate":
             weights = f"_w_{node.id}"
@@ -150,7 +198,7 @@ def generate(
                 node.id,
                 "router",
             )
-            n = node.options["n"]
+            n = int(node.options["n"])
             experts = [f"_g{i}_{node.id}" for i in range(n)]
             outs = [f"_o{i}_{node.id}" for i in range(n)]
             w.emit(f"{', '.join(experts)}, = {own}.experts", 2, node.id)
@@ -172,11 +220,11 @@ def generate(
         else:  # pragma: no cover - the builder creates no other kinds
             raise AssertionError(f"unknown node kind {node.kind}")
         for tag in node.options.get("writes_state", ()):
-            w.emit(f"_st[{tag!r}] = {var[node.id]}", 2, node.id)
+            w.emit(f"_st[{literal(tag)}] = {var[node.id]}", 2, node.id)
         if timed:
-            w.emit(f"_prof.append(({node.id!r}, _now() - _t))", 2)
+            w.emit(f"_prof.append(({literal(node.id)}, _now() - _t))", 2)
     if tags:
-        items = ", ".join(f"{tag!r}: {var[node_id]}" for tag, node_id in tags.items())
+        items = ", ".join(f"{literal(tag)}: {var[node_id]}" for tag, node_id in tags.items())
         w.emit(f"self._tagged = {{{items}}}", 2)
     if profile:
         w.emit("_prof_done(self, _prof, _now() - _t_start)", 2)

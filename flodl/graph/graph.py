@@ -91,16 +91,28 @@ def _add_node_note(graph: Graph, exc: BaseException) -> None:
     exc.add_note(note)
 
 
-def _segment(graph: Graph, node: Node) -> str:
+def _hop(graph: Graph, node: Node, inner: Graph) -> str:
+    """The path from ``graph`` to ``inner``, which runs inside ``node``: a child's label, else
+    the node id plus where ``inner`` sits in the node's module (``loop_2.body``,
+    ``gate_3.experts.1``) — a path ``validate_path`` resolves."""
     module = graph.module_of(node.id)
-    if isinstance(module, Graph) and module.label:
-        return module.label
+    if module is inner and inner.label:
+        return inner.label
+    for name, sub in module.named_modules() if module is not None else ():
+        if sub is inner:
+            return f"{node.id}.{name}" if name else node.id
     return node.id
 
 
+def note_path(trail: list[tuple[Graph, Node, str]]) -> str:
+    """The label path of the innermost node of an error trail (innermost hop first)."""
+    hops = list(reversed(trail))
+    segments = [_hop(g, n, hops[k + 1][0]) for k, (g, n, _) in enumerate(hops[:-1])]
+    return ".".join([*segments, hops[-1][1].id])
+
+
 def _render_note(trail: list[tuple[Graph, Node, str]]) -> str:
-    outer_first = list(reversed(trail))
-    path = ".".join(_segment(g, n) for g, n, _ in outer_first)
+    path = note_path(trail)
     g, n, detail = trail[0]
     module = g.module_of(n.id)
     kind = type(module).__name__ if module is not None else n.kind
@@ -113,11 +125,14 @@ def _render_note(trail: list[tuple[Graph, Node, str]]) -> str:
         bits.append(f"the {('skip', 'main')[n.branch]} path of also_with")
     elif n.branch is not None:
         bits.append(f"branch {n.branch} of the {n.method}")
+    if g.label and len(trail) > 1 and _hop(trail[1][0], trail[1][1], g) != g.label:
+        bits.append(f"in graph '{g.label}'")  # a labelled graph inside a loop, gate, ...
+    bits += [f"{outer.id} {what}" for _, outer, what in trail[1:] if what]  # iteration, expert
     lines = [f"flodl: raised in graph node {path} ({'; '.join(bits)})"]
     for graph, node, _ in trail:
         owner = f" of graph '{graph.label}'" if graph.label else ""
         lines.append(f"  node '{node.id}'{owner} was added by {node.where}")
-    forward = [r for r in trail[0][1].refs if r.forward]
+    forward = [leaf for r in trail[0][1].refs for leaf in r.leaves() if leaf.forward]
     if forward:
         names = ", ".join(repr(r.tag) for r in forward)
         lines.append(
@@ -200,7 +215,11 @@ class Graph(
         self._profiling = False
         self._last_profile = None
         self._state: dict[str, torch.Tensor | None] = {
-            ref.tag: None for node in nodes for ref in node.refs if ref.forward
+            leaf.tag: None
+            for node in nodes
+            for ref in node.refs
+            for leaf in ref.leaves()
+            if leaf.forward
         }
         self._register(modules)
         for child in self.children_graphs().values():
@@ -371,6 +390,9 @@ class Graph(
     def tagged(self, tag: str) -> Any:
         """The value tag ``tag`` had in the last forward pass (None before the first)."""
         if tag not in self._tags:
+            if tag in self._tag_groups:
+                members = ", ".join(repr(m) for m in self._tag_groups[tag])
+                raise UnknownTagError(f"'{tag}' is a tag group: tagged() its members {members}")
             close = difflib.get_close_matches(tag, list(self._tags), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise UnknownTagError(f"no tag '{tag}' in this graph{hint}")
@@ -431,7 +453,8 @@ class Graph(
 
     # ------------------------------------------------------------------ identity
     def structural_hash(self) -> str:
-        """SHA-256 hex of the architecture (see :mod:`flodl.graph.hashing`)."""
+        """SHA-256 hex of the architecture: modules, hyper-parameters, shapes, wiring, and plain
+        callables by their code (see :mod:`flodl.graph.hashing` for exactly what it covers)."""
         return self._hash
 
     def short_hash(self) -> str:

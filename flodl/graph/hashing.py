@@ -2,18 +2,104 @@
 
 It covers node ids and kinds, every module's type, hyper-parameters (``extra_repr``) and
 parameter/buffer shapes (recursively), merge ops, loop kinds and counts, map modes, edges, refs,
-tags, inputs and the output. It leaves out parameter values, dtype, device, labels and state.
+tags, inputs and the output. Plain callables held by a module (a ``.through(lambda t: t * 2)``
+step, a function stored as a public attribute) count by what they compute: qualified name plus
+their code object's bytecode, constants (recursively, nested functions included), names,
+default values and simple closure values, so ``lambda t: t * 2`` and ``lambda t: t * 3`` differ.
+Bytecode is the same in every process of one Python minor version (hash seeds do not matter),
+but changes between versions: a graph holding plain Python functions hashes differently under
+another Python (builtins such as ``torch.relu`` and modules are unaffected). It leaves out
+parameter values, dtype, device, labels and state.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from typing import TYPE_CHECKING
+import inspect
+import types
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
+
+_SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))
+
+
+def _value(value: Any, seen: frozenset[int] = frozenset()) -> str:
+    """A process-independent text for a constant: no memory addresses, no set ordering."""
+    if isinstance(value, _SCALARS):
+        return repr(value)
+    if id(value) in seen:  # a closure that holds itself, a list that contains itself
+        return "<recursive>"
+    seen = seen | {id(value)}
+    if isinstance(value, types.CodeType):
+        return _code(value, seen)
+    if isinstance(value, tuple | list):
+        return "(" + ",".join(_value(v, seen) for v in value) + ")"
+    if isinstance(value, frozenset | set):  # iteration order varies with the hash seed
+        return "{" + ",".join(sorted(_value(v, seen) for v in value)) + "}"
+    if isinstance(value, dict):
+        items = (f"{_value(k, seen)}:{_value(v, seen)}" for k, v in value.items())
+        return "{" + ",".join(sorted(items)) + "}"
+    if is_plain_callable(value):
+        return callable_identity(value, seen)
+    kind = type(value)
+    return f"<{kind.__module__}.{kind.__qualname__}>"  # other objects: their type only
+
+
+def _code(code: types.CodeType, seen: frozenset[int]) -> str:
+    consts = ",".join(_value(c, seen) for c in code.co_consts)
+    return f"code[{code.co_code.hex()}|{consts}|{','.join(code.co_names)}]"
+
+
+def is_plain_callable(value: Any) -> bool:
+    """A function, lambda, method, builtin or ``functools.partial`` (not a module or a class)."""
+    return isinstance(
+        value,
+        types.FunctionType
+        | types.MethodType
+        | types.BuiltinFunctionType
+        | types.BuiltinMethodType
+        | functools.partial,
+    )
+
+
+def callable_identity(fn: Any, seen: frozenset[int] = frozenset()) -> str:
+    """What a plain callable computes, as text stable across processes (same Python version).
+
+    >>> from flodl.graph.hashing import callable_identity
+    >>> callable_identity(lambda t: t * 2) != callable_identity(lambda t: t * 3)
+    True
+    """
+    seen = seen | {id(fn)}
+    if isinstance(fn, functools.partial):
+        parts = (callable_identity(fn.func, seen), _value(fn.args, seen), _value(fn.keywords, seen))
+        return "partial(" + "|".join(parts) + ")"
+    owner = ""
+    if inspect.ismethod(fn):
+        owner = f"bound to {type(fn.__self__).__qualname__}|"
+        fn = fn.__func__
+    name = f"{getattr(fn, '__module__', None) or ''}.{getattr(fn, '__qualname__', '')}"
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return owner + name  # a builtin: its name says what it is
+    seen = seen | {id(fn)}
+    closure = [cell.cell_contents for cell in fn.__closure__ or () if _filled(cell)]
+    return (
+        f"{owner}{name}|{_code(code, seen)}|defaults={_value(fn.__defaults__, seen)}"
+        f"|kwdefaults={_value(fn.__kwdefaults__, seen)}|closure={_value(closure, seen)}"
+    )
+
+
+def _filled(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
 
 
 def _module_fingerprint(module: nn.Module, out: list[str], prefix: str = "") -> None:
@@ -25,6 +111,9 @@ def _module_fingerprint(module: nn.Module, out: list[str], prefix: str = "") -> 
         out.append(f"G{module.structural_hash()}")
         return
     out.append(f"R{module.extra_repr()}")
+    for name, value in sorted(vars(module).items()):
+        if not name.startswith("_") and is_plain_callable(value):
+            out.append(f"F{name}|{callable_identity(value)}")
     for name, p in sorted(module.named_parameters(recurse=False)):
         out.append(f"P{name}|{tuple(p.shape)}")
     for name, b in sorted(module.named_buffers(recurse=False)):
@@ -40,6 +129,8 @@ def structural_hash(graph: Graph) -> str:
         parts.append(f"N{node.id}|{node.kind}|{options}|{node.inputs}")
         for ref in node.refs:
             parts.append(f"r{ref.tag}|{ref.keyword}|{ref.source}")
+            for member in ref.members or ():
+                parts.append(f"m{member.tag}|{member.source}")
         module = graph.module_of(node.id)
         if module is not None:
             _module_fingerprint(module, parts)

@@ -18,15 +18,29 @@ class MergeOp:
     kind: str
     dim: int | None = None
 
+    KINDS: ClassVar[tuple[str, ...]] = ("add", "mean", "mul", "cat")
     ADD: ClassVar[MergeOp]
     MEAN: ClassVar[MergeOp]
     MUL: ClassVar[MergeOp]
 
+    def __post_init__(self) -> None:
+        # The op becomes generated source (``expression``): only known kinds and a plain int.
+        if self.kind not in self.KINDS:
+            raise ValueError(
+                f"unknown merge op {self.kind!r}; use MergeOp.ADD, MEAN, MUL or CAT(dim)"
+            )
+        if self.kind == "cat":
+            if not isinstance(self.dim, int) or isinstance(self.dim, bool):
+                raise TypeError(
+                    f"MergeOp.CAT(dim): dim must be an int, got {type(self.dim).__name__}"
+                )
+            object.__setattr__(self, "dim", int(self.dim))
+        elif self.dim is not None:
+            raise ValueError(f"MergeOp.{self.kind.upper()} takes no dim")
+
     @staticmethod
     def CAT(dim: int = -1) -> MergeOp:
         """Concatenate the branches along ``dim``."""
-        if not isinstance(dim, int):
-            raise TypeError(f"MergeOp.CAT(dim): dim must be an int, got {type(dim).__name__}")
         return MergeOp("cat", dim)
 
     def __repr__(self) -> str:

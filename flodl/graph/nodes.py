@@ -14,12 +14,16 @@ class Ref:
 
     ``source`` is the node whose output (same pass) is delivered; ``None`` means a forward ref,
     read from the value the tag had at the end of the previous call.
+
+    A ref to a tag group has ``members``: one ref per member tag, in member order, and delivers
+    their values as one list.
     """
 
     tag: str
     keyword: str | None
     site: CallSite | None
     source: str | None = None
+    members: list[Ref] | None = None
 
     @property
     def key(self) -> str:
@@ -27,7 +31,12 @@ class Ref:
 
     @property
     def forward(self) -> bool:
-        return self.source is None
+        """Reads the previous call's value (for a group: at least one member does)."""
+        return any(leaf.source is None for leaf in self.leaves())
+
+    def leaves(self) -> list[Ref]:
+        """The single-tag refs this ref reads: its members for a group, else itself."""
+        return list(self.members) if self.members is not None else [self]
 
 
 @dataclass

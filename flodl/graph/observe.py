@@ -108,10 +108,20 @@ class ObservationMethods:
 
     # ------------------------------------------------------------------ per-batch buffers
     def _expand(self, names: tuple[str, ...]) -> list[str]:
-        groups = self._tree().tag_groups
+        """Tag groups replaced by their members, also through a path: ``enc.grp`` ->
+        ``enc.grp_0, enc.grp_1``. Other names are returned unchanged (checked later)."""
         out: list[str] = []
         for name in names:
-            out += groups.get(name, [name])
+            prefix, dot, last = name.rpartition(".") if isinstance(name, str) else ("", "", name)
+            graph = self._tree()
+            if prefix:
+                try:
+                    graph = graph.subgraph(prefix)
+                except PathError:  # not a group then; the caller's lookup explains the path
+                    out.append(name)
+                    continue
+            members = graph.tag_groups.get(last)
+            out += [prefix + dot + m for m in members] if members else [name]
         return out
 
     def collect(self, *tags: str) -> dict[str, float]:
@@ -275,7 +285,7 @@ class ObservationMethods:
     def trend_at(self, path: str) -> Trend:
         """``trend`` of the metric at ``path`` (``"encoder.loss"``)."""
         graph, name = self._split(path)
-        return graph.trend(name)
+        return Trend(path, graph.trend(name).values)  # named as asked: "encoder.loss"
 
     def eta(self, total_epochs: int) -> float:
         """Seconds left for ``total_epochs`` at the mean flush pace so far (0.0 before a flush)."""

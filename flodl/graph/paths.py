@@ -1,8 +1,13 @@
-"""Label paths: ``"encoder.scan.hidden"`` names a subgraph, a tag or a node in a graph tree.
+"""Label paths: ``"encoder.scan.hidden"`` names a subgraph, a tag, a node or a module in a tree.
 
-Resolution is strict and one-directional (no walking up, no fuzzy matching): every segment but
-the last must be the label of a child graph (a labelled Graph nested directly as a step); the
-last one is, in priority order, a child label, a tag, or a node id of the graph reached so far.
+Resolution is strict and one-directional (no walking up, no fuzzy matching). In a graph, a
+segment is, in priority order, the label of a child graph (a labelled Graph nested directly as a
+step; resolution continues inside it), a tag, or a node id (or the name the node's module is
+registered under). Segments after a tag or node name that node's torch submodules, by the names
+``named_parameters()`` uses (``gate_2.router.proj``, ``switch_5.branches.0``, ``loop_4.body``);
+a nested Graph met there (an unlabelled one, a loop body) resolves the rest with these graph
+rules. So every ``named_parameters()``/``state_dict()`` prefix is a valid path.
+
 Tags declared ``internal()`` (and every tag starting with ``_``) belong to their own graph: they
 resolve from that graph, never from a parent. A path that names nothing raises
 :class:`PathError` listing the closest valid paths.
@@ -65,6 +70,7 @@ class PathKind(enum.Enum):
     SUBGRAPH = "subgraph"
     TAG = "tag"
     NODE = "node"
+    MODULE = "module"  # a torch submodule below a node: "gate_2.router.proj"
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,7 @@ class PathTarget:
 
     For a subgraph, ``module`` is the child Graph itself and ``node`` the parent's node running it.
     For a tag or a node id, ``module`` is that node's module (None for add/merge/input nodes).
+    For a module path, ``module`` is that submodule and ``node`` the node whose module holds it.
     """
 
     path: str
@@ -114,8 +121,9 @@ def all_paths(graph: Graph, prefix: str = "") -> list[str]:
     return out
 
 
-def _fail(root: Graph, path: str, message: str) -> PathError:
-    close = difflib.get_close_matches(path, all_paths(root), n=3, cutoff=0.5)
+def _fail(root: Graph, path: str, message: str, candidates: list[str] | None = None) -> PathError:
+    pool = all_paths(root) if candidates is None else candidates
+    close = difflib.get_close_matches(path, pool, n=3, cutoff=0.5)
     return PathError(f'{message} (path: "{path}")', path, close)
 
 
@@ -125,36 +133,76 @@ def resolve(root: Graph, path: str) -> PathTarget:
         raise PathError(f"a label path is a string like 'encoder.hidden', got {path!r}", str(path))
     if not path:
         raise _fail(root, path, "empty label path")
-    segments = path.split(".")
-    graph = root
-    for depth, seg in enumerate(segments[:-1]):
-        children = _children(graph)
-        if seg not in children:
-            where = "this graph" if depth == 0 else f"'{'.'.join(segments[:depth])}'"
-            raise _fail(root, path, f'"{seg}" is not a child graph label of {where}')
-        graph = children[seg][1]
-    last = segments[-1]
-    crossed = len(segments) > 1
+    return _in_graph(root, path, root, path.split("."), 0, crossed=False)
+
+
+def _in_graph(
+    root: Graph, path: str, graph: Graph, segments: list[str], i: int, crossed: bool
+) -> PathTarget:
+    """Resolve ``segments[i:]`` inside ``graph``: child labels, then a tag, node id or the
+    name the node's module is registered under; below a node, its torch submodules."""
+    seg, last = segments[i], i == len(segments) - 1
+    where = f"'{'.'.join(segments[:i])}'" if i else "this graph"
     children = _children(graph)
-    if last in children:
-        node, child = children[last]
-        return PathTarget(path, PathKind.SUBGRAPH, child, last, node, child)
-    if last in graph.tag_map:
-        if crossed and last in graph.internal_tags:
+    if seg in children:
+        node, child = children[seg]
+        if last:
+            return PathTarget(path, PathKind.SUBGRAPH, child, seg, node, child)
+        return _in_graph(root, path, child, segments, i + 1, crossed=True)
+    if seg in graph.tag_map:
+        if crossed and seg in graph.internal_tags:
             raise _fail(
                 root,
                 path,
-                f"tag \"{last}\" is internal to graph '{graph.label}' and cannot be reached "
-                "from a parent graph (tags starting with '_' and those passed to .internal() are "
-                "private)",
+                f"tag \"{seg}\" is internal to graph '{graph.label or where}' and cannot be "
+                "reached from a parent graph (tags starting with '_' and those passed to "
+                ".internal() are private)",
             )
-        node = graph.node(graph.tag_map[last])
-        return PathTarget(path, PathKind.TAG, graph, last, node, _module(graph, node))
-    for node in graph.nodes:
-        if node.id == last:
-            return PathTarget(path, PathKind.NODE, graph, last, node, _module(graph, node))
-    where = f"'{'.'.join(segments[:-1])}'" if crossed else "this graph"
-    raise _fail(root, path, f'"{last}" is not a child graph, tag or node of {where}')
+        node, kind = graph.node(graph.tag_map[seg]), PathKind.TAG
+    else:
+        found = [n for n in graph.nodes if seg in (n.id, n.attr)]
+        if not found:
+            what = "a child graph label" if not last else "a child graph, tag or node"
+            raise _fail(root, path, f'"{seg}" is not {what} of {where}')
+        node, kind = found[0], PathKind.NODE
+    module = _module(graph, node)
+    if last:
+        return PathTarget(path, kind, graph, seg, node, module)
+    if module is None:
+        raise _fail(
+            root,
+            path,
+            f"\"{seg}\" names node '{node.id}' ({node.kind}), which runs no module: nothing "
+            "lies below it",
+        )
+    return _in_module(root, path, graph, node, module, segments, i + 1)
+
+
+def _in_module(
+    root: Graph, path: str, graph: Graph, node: Node, module: nn.Module, segments: list[str], i: int
+) -> PathTarget:
+    """Resolve ``segments[i:]`` below a node's module, by the attribute names torch registers
+    submodules under (those of ``named_parameters()``: ``router.proj``, ``experts.0``). A
+    nested Graph met on the way resolves the rest with graph rules (tags, node ids, labels)."""
+    from flodl.graph.graph import Graph as _Graph
+
+    if isinstance(module, _Graph):
+        return _in_graph(root, path, module, segments, i, crossed=True)
+    seg, last = segments[i], i == len(segments) - 1
+    sub = module._modules.get(seg)
+    if sub is None:
+        above = ".".join(segments[:i])
+        params = dict(module.named_parameters(recurse=False))
+        names = [f"{above}.{name}" for name in module._modules]
+        if seg in params:
+            why = f"it is a parameter of '{above}': paths name modules, '{above}' holds it"
+        else:
+            inside = ", ".join(module._modules) or "none"
+            why = f"submodules of '{above}' ({type(module).__name__}): {inside}"
+        raise _fail(root, path, f'"{seg}" is not a submodule; {why}', names)
+    if last:
+        return PathTarget(path, PathKind.MODULE, graph, seg, node, sub)
+    return _in_module(root, path, graph, node, sub, segments, i + 1)
 
 
 def _module(graph: Graph, node: Node) -> nn.Module | None:

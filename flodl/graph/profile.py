@@ -8,6 +8,7 @@ profiling off, the forward contains no timing code at all.
 
 from __future__ import annotations
 
+import difflib
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -16,6 +17,10 @@ import torch
 
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
+
+
+# Node kinds the profiling forward does not time: they run no code (the value is an argument).
+UNTIMED_KINDS = ("identity", "input")
 
 
 def now() -> float:
@@ -37,13 +42,15 @@ def format_duration(seconds: float) -> str:
 @dataclass(frozen=True)
 class NodeTiming:
     """One node's share of the forward: ``id``, first tag ("" if none), kind (``"graph"`` for a
-    nested graph, whose own nodes are in ``Profile.children``), seconds, level."""
+    nested graph, whose own nodes are in ``Profile.children``), seconds, level, and every tag
+    of the node in definition order (``tags``)."""
 
     id: str
     tag: str
     kind: str
     seconds: float
     level: int
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,13 +79,41 @@ class Profile:
     nodes: tuple[NodeTiming, ...]
     levels: tuple[LevelTiming, ...]
     children: dict[str, Profile] = field(default_factory=dict)
+    # Names of nodes that are never timed (the identity entry, auxiliary inputs): they cost 0.
+    untimed: frozenset[str] = frozenset()
 
     def timing(self, name: str) -> float:
-        """Seconds of the node with tag or id ``name`` (0.0 if not timed)."""
+        """Seconds of the node with id or tag ``name`` (any of a node's tags).
+
+        A dotted path reads a nested graph's profile: ``timing("encoder.hidden")``. The identity
+        entry and auxiliary inputs run no code and give 0.0. A name that matches no node raises
+        :class:`~flodl.graph.paths.PathError` (a typo must not read as "costs nothing").
+        """
+        head, dot, rest = name.partition(".") if isinstance(name, str) else ("", "", "")
+        if dot and head in self.children:
+            return self.children[head].timing(rest)
         for n in self.nodes:
-            if n.id == name or n.tag == name:
+            if name == n.id or name in n.tags:
                 return n.seconds
-        return 0.0
+        if name in self.untimed:
+            return 0.0
+        from flodl.graph.paths import PathError
+
+        known = self.names()
+        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
+        raise PathError(
+            f"timing({name!r}): no node or tag of that name in this profile (names are node "
+            "ids, tags, and 'label.name' for nested graphs)",
+            str(name),
+            close,
+        )
+
+    def names(self) -> list[str]:
+        """Every name ``timing`` accepts: node ids, tags, then nested graphs' names as paths."""
+        out = [x for n in self.nodes for x in (n.id, *n.tags)] + sorted(self.untimed)
+        for label, child in self.children.items():
+            out += [f"{label}.{x}" for x in child.names()]
+        return out
 
     def by_node(self) -> dict[str, float]:
         return {n.id: n.seconds for n in self.nodes}
@@ -89,9 +124,11 @@ class Profile:
             f"({len(self.levels)} levels, {len(self.nodes)} nodes)"
         ]
         for level in self.levels:
-            lines.append(f"  Level {level.index}  {format_duration(level.seconds)}")
+            count = f"  {level.num_nodes} nodes" if level.num_nodes > 1 else ""
+            lines.append(f"  Level {level.index}  {format_duration(level.seconds)}{count}")
             for n in (n for n in self.nodes if n.level == level.index):
-                name = f'{n.id} "{n.tag}"' if n.tag else n.id
+                tags = " ".join(f'"{t}"' for t in n.tags or ((n.tag,) if n.tag else ()))
+                name = f"{n.id} {tags}" if tags else n.id
                 lines.append(f"    {name:<40} {format_duration(n.seconds)}")
         for label, child in self.children.items():
             inner = str(child).replace("\n", "\n    ")
@@ -106,31 +143,47 @@ def levels(graph: Graph) -> dict[str, int]:
         if node.kind in ("identity", "input"):
             out[node.id] = -1
             continue
-        deps = list(node.inputs) + [r.source for r in node.refs if r.source is not None]
+        sources = [leaf.source for r in node.refs for leaf in r.leaves()]
+        deps = list(node.inputs) + [s for s in sources if s is not None]
         out[node.id] = 1 + max((out.get(d, -1) for d in deps), default=-1)
     return out
 
 
-def _describe_nodes(graph: Graph) -> dict[str, tuple[str, str, int]]:
-    """node id -> (first tag, kind, level), computed once per graph."""
+@dataclass(frozen=True)
+class _NodeMeta:
+    tags: tuple[str, ...]
+    kind: str
+    level: int
+
+
+def _describe_nodes(graph: Graph) -> tuple[dict[str, _NodeMeta], frozenset[str]]:
+    """(node id -> tags, kind, level; names of the nodes never timed), once per graph."""
     from flodl.graph.graph import Graph
 
     level_of = levels(graph)
-    out = {}
+    meta = {}
     for node in graph.nodes:
         kind = "graph" if node.attr and isinstance(graph.module_of(node.id), Graph) else node.kind
-        out[node.id] = (node.tags[0] if node.tags else "", kind, level_of[node.id])
-    return out
+        meta[node.id] = _NodeMeta(tuple(node.tags), kind, level_of[node.id])
+    untimed = frozenset(
+        name for node in graph.nodes if node.kind in UNTIMED_KINDS for name in (node.id, *node.tags)
+    )
+    return meta, untimed
 
 
 def record(graph: Graph, raw: list[tuple[str, float]], total: float) -> None:
     """Called by the profiling forward at the end of a pass."""
     from flodl.graph.graph import Graph
 
-    meta = graph.__dict__.get("_profile_meta")
-    if meta is None:
-        meta = graph.__dict__["_profile_meta"] = _describe_nodes(graph)
-    nodes = [NodeTiming(node_id, *meta[node_id][:2], s, meta[node_id][2]) for node_id, s in raw]
+    described = graph.__dict__.get("_profile_meta")
+    if described is None:
+        described = graph.__dict__["_profile_meta"] = _describe_nodes(graph)
+    meta, untimed = described
+    nodes = []
+    for node_id, seconds in raw:
+        m = meta[node_id]
+        first = m.tags[0] if m.tags else ""
+        nodes.append(NodeTiming(node_id, first, m.kind, seconds, m.level, m.tags))
     per_level: dict[int, list[float]] = {}
     for n in nodes:
         per_level.setdefault(n.level, []).append(n.seconds)
@@ -140,7 +193,7 @@ def record(graph: Graph, raw: list[tuple[str, float]], total: float) -> None:
         module = graph.module_of(node.id) if node.attr else None
         if isinstance(module, Graph) and module._last_profile is not None:
             children[module.label or node.id] = module._last_profile
-    graph._last_profile = Profile(total, tuple(nodes), level_rows, children)
+    graph._last_profile = Profile(total, tuple(nodes), level_rows, children, untimed)
 
 
 class ProfilingMethods:

@@ -8,6 +8,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
+    from flodl.graph.nodes import Ref
 
 
 def _count(n: int) -> str:
@@ -68,9 +69,7 @@ def summarize(graph: Graph, indent: str = "", prefix: str = "") -> str:
         tags = f"  #{' #'.join(node.tags)}" if node.tags else ""
         refs = ""
         if node.refs:
-            refs = "  using " + ", ".join(
-                f"{r.tag}{' (previous call)' if r.forward else ''}" for r in node.refs
-            )
+            refs = "  using " + ", ".join(_ref_text(r) for r in node.refs)
         name = f" as '{node.attr}'" if node.attr and node.attr != node.id else ""
         site = f"  ({node.site})" if node.site else ""
         segment = _segment(graph, node, module)
@@ -82,3 +81,11 @@ def summarize(graph: Graph, indent: str = "", prefix: str = "") -> str:
         elif module is not None:
             _params(module, pad + "  ", out)
     return "\n".join(out)
+
+
+def _ref_text(ref: Ref) -> str:
+    """``ctx``, ``memory (previous call)``, ``heads [heads_0, heads_1]``."""
+    text = ref.tag if ref.keyword is None else f"{ref.keyword}={ref.tag}"
+    if ref.members is not None:
+        text += " [" + ", ".join(m.tag for m in ref.members) + "]"
+    return text + (" (previous call)" if ref.forward else "")

@@ -46,7 +46,9 @@ class TreeMethods:
         return resolve(self._self(), path)
 
     def paths(self) -> list[str]:
-        """Every valid path from this graph: child labels, public tags and node ids, recursively."""
+        """The graph-level paths from this graph: child labels, public tags and node ids, at
+        every depth. Paths below a node (``gate_2.router.proj``) are valid too but not listed:
+        they are the prefixes of ``named_parameters()``."""
         return all_paths(self._self())
 
     def subgraph(self, path: str) -> Graph:

@@ -172,18 +172,21 @@ class _Dot:
             for src in node.inputs:
                 self.lines.append(f'  "{exit_(src)}" -> "{entry(node.id)}";')
             for ref in node.refs:
-                if ref.source is not None:
-                    self.lines.append(
-                        f'  "{exit_(ref.source)}" -> "{entry(node.id)}" [style=dashed '
-                        f'color="#2980b9" fontcolor="#2980b9" label=<{esc(ref.key)}>];'
-                    )
-                else:
-                    writer = graph.tag_map[ref.tag]
-                    self.lines.append(
-                        f'  "{exit_(writer)}" -> "{entry(node.id)}" [style=dotted '
-                        f'color="#e67e22" fontcolor="#e67e22" constraint=false '
-                        f"label=<{esc(ref.tag)} (previous call)>];"
-                    )
+                for leaf in ref.leaves():
+                    # a group member's edge says both: "heads: heads_1"
+                    text = f"{ref.key}: {leaf.tag}" if ref.members is not None else ref.key
+                    if leaf.source is not None:
+                        self.lines.append(
+                            f'  "{exit_(leaf.source)}" -> "{entry(node.id)}" [style=dashed '
+                            f'color="#2980b9" fontcolor="#2980b9" label=<{esc(text)}>];'
+                        )
+                    else:
+                        writer = graph.tag_map[leaf.tag]
+                        self.lines.append(
+                            f'  "{exit_(writer)}" -> "{entry(node.id)}" [style=dotted '
+                            f'color="#e67e22" fontcolor="#e67e22" constraint=false '
+                            f"label=<{esc(text if ref.members else leaf.tag)} (previous call)>];"
+                        )
             if isinstance(module, _Graph):
                 self.edges(module, f"{prefix}{node.id}/")
 

@@ -11,9 +11,11 @@ import torch
 from torch import nn
 
 
-def _sum_refs(x: torch.Tensor, refs: dict[str, torch.Tensor]) -> torch.Tensor:
+def _sum_refs(x: torch.Tensor, refs: dict[str, torch.Tensor | list[torch.Tensor]]) -> torch.Tensor:
+    """``x + Σ refs``; a tag group's list of values counts each member."""
     for ref in refs.values():
-        x = x + ref
+        for value in ref if isinstance(ref, list | tuple) else (ref,):
+            x = x + value
     return x
 
 

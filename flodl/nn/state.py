@@ -7,7 +7,8 @@ from torch import nn
 
 
 class StateAdd(nn.Module):
-    """``x`` alone, or ``x + Σ refs`` when wired with ``.using(...)``.
+    """``x`` alone, or ``x + Σ refs`` when wired with ``.using(...)`` (a tag group's list of
+    values counts each member).
 
     The typical pattern ``.through(fl.nn.StateAdd()).using("memory").tag("memory")`` keeps a
     running memory across calls: ``memory_t = x_t + memory_{t-1}`` (zeros on the first call).
@@ -20,9 +21,10 @@ class StateAdd(nn.Module):
 
     node_name = "state_add"
 
-    def forward(self, x: torch.Tensor, *refs: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *refs: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
         for ref in refs:
-            x = x + ref
+            for value in ref if isinstance(ref, list | tuple) else (ref,):
+                x = x + value
         return x
 
     def forward_named(self, x: torch.Tensor, refs: dict[str, torch.Tensor]) -> torch.Tensor:

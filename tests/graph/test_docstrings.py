@@ -11,6 +11,7 @@ MODULES = [
     "flodl.graph.builder",
     "flodl.graph.errors",
     "flodl.graph.graph",
+    "flodl.graph.hashing",
     "flodl.graph.merge",
     "flodl.nn.fn",
     "flodl.nn.halting",

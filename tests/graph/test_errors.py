@@ -10,7 +10,7 @@ from torch import nn
 
 import flodl as fl
 
-from .helpers import AddRef, Scale
+from .helpers import AddRef, EqualRouter, Scale
 
 HERE = "tests/graph/test_errors.py"
 
@@ -108,8 +108,27 @@ def test_duplicate_refs_are_rejected():
         (lambda b: b.switch(Scale(1), Scale(2)), "switch requires at least 2 branches"),
         (lambda b: b.map(Scale(2)).slices(0), "slices: n must be an integer >= 1"),
         (lambda b: b.map(Scale(2)).over("nope"), "over('nope'): no tag 'nope'"),
+        (
+            lambda b: b.split(Scale(1), Scale(2)).tag_group("g").merge().map(Scale(2)).over("g"),
+            "over('g'): 'g' is a tag group ('g_0', 'g_1'), not one value",
+        ),
         (lambda b: b.merge(), "merge requires several open streams"),
         (lambda b: b.tag_group("g"), "tag_group('g') requires several open streams"),
+        (
+            lambda b: (
+                b.split(Scale(1), Scale(2))
+                .tag_group("g")
+                .merge()
+                .split(Scale(1), Scale(2))
+                .tag_group("g")
+                .merge()
+            ),
+            "duplicate tag 'g' (first tagged at",
+        ),
+        (
+            lambda b: b.tag("g_1").split(Scale(1), Scale(2)).tag_group("g").merge(),
+            "duplicate tag 'g_1' (first tagged at",
+        ),
         (lambda b: b.tag("a.b"), "without dots"),
         (lambda b: b.through(42), "a step is an nn.Module"),
         (lambda b: b.through(nn.Linear), "could not construct Linear with no arguments"),
@@ -239,3 +258,40 @@ def test_runtime_note_names_the_also_with_path():
     with pytest.raises(RuntimeError) as info:
         g(torch.ones(1, 2))
     assert "linear_3 (Linear; the main path of also_with)" in info.value.__notes__[0]
+
+
+def test_runtime_note_through_a_loop_body_graph_is_a_valid_path_with_the_iteration():
+    class FailsAtSecond(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            if self.calls == 2:
+                raise ValueError("boom")
+            return x
+
+    for finish in (lambda b: b.for_n(3), lambda b: b.until_cond(fl.nn.ThresholdHalt(99.0), 3)):
+        body = fl.FlowBuilder(Scale(1.0)).through(FailsAtSecond()).tag("step").label("refine")
+        g = finish(fl.FlowBuilder(nn.Linear(2, 2)).loop_body(body.build())).build()
+        with pytest.raises(ValueError, match="boom") as info:
+            g(torch.ones(1, 2))
+        (note,) = info.value.__notes__
+        head = note.splitlines()[0]
+        path = head.split("raised in graph node ")[1].split(" ")[0]
+        assert path == "loop_2.body.failsatsecond_2"
+        assert isinstance(g.validate_path(path).module, FailsAtSecond)  # a real path
+        assert "in graph 'refine'" in head and "loop_2 iteration 2 of" in head
+        assert "node 'failsatsecond_2' of graph 'refine'" in note
+
+
+def test_runtime_note_through_an_unlabelled_nested_graph_and_a_gate_expert():
+    inner = fl.FlowBuilder(Scale(1.0)).through(nn.Linear(3, 2)).build()
+    g = fl.FlowBuilder().gate(EqualRouter(2), Scale(1.0), inner).build()
+    with pytest.raises(RuntimeError) as info:
+        g(torch.ones(1, 2))
+    head = info.value.__notes__[0].splitlines()[0]
+    path = head.split("raised in graph node ")[1].split(" ")[0]
+    assert path == "gate_2.experts.1.linear_2" and "gate_2 expert 1 of 2" in head
+    assert isinstance(g.validate_path(path).module, nn.Linear)

@@ -136,6 +136,48 @@ def test_gate_router_receives_refs():
     assert g(torch.ones(3, 2)).shape == (3, 2)
 
 
+def test_softmax_router_gate_has_exactly_the_routers_two_parameters():
+    g = fl.FlowBuilder().gate(fl.nn.SoftmaxRouter(2, 2), Scale(2.0), Scale(3.0)).build()
+    x = torch.randn(1, 2, requires_grad=True)
+    out = g(x)
+    assert out.shape == (1, 2)
+    assert [tuple(p.shape) for p in g.parameters()] == [(2, 2), (2,)]
+    out.sum().backward()
+    assert x.grad is not None and all(p.grad is not None for p in g.parameters())
+
+
+def test_sigmoid_router_gates_each_expert_independently():
+    router = fl.nn.SigmoidRouter(3, 2)
+    g = fl.FlowBuilder().gate(router, Scale(2.0), Scale(3.0)).build()
+    x = torch.randn(4, 3)
+    w = torch.sigmoid(router.proj(x))
+    assert not torch.allclose(w.sum(-1), torch.ones(4))  # not a softmax
+    torch.testing.assert_close(g(x), w[:, :1] * 2 * x + w[:, 1:] * 3 * x)
+
+
+def test_argmax_selector_switch_at_batch_one():
+    g = fl.FlowBuilder().switch(fl.nn.ArgmaxSelector(2, 2), Scale(2.0), Scale(3.0)).build()
+    x = torch.tensor([[1.0, -1.0]])
+    out = g(x)
+    assert out.shape == (1, 2) and len(list(g.parameters())) == 2
+    pick = int(g.switch_2.selector(x)[0])
+    torch.testing.assert_close(out, x * (2.0, 3.0)[pick])
+
+
+def test_switch_selector_receives_refs():
+    sel = fl.nn.ArgmaxSelector(2, 2)
+    with torch.no_grad():
+        sel.proj.weight.copy_(torch.eye(2))
+        sel.proj.bias.zero_()
+    plain = fl.FlowBuilder().switch(sel, Scale(2.0), Scale(3.0)).build()
+    x = torch.tensor([[1.0, 0.0]])
+    torch.testing.assert_close(plain(x), x * 2.0)  # argmax 0 without the ref
+    aux = fl.FlowBuilder().input("hint").switch(sel, Scale(2.0), Scale(3.0)).using("hint").build()
+    # x + hint = [1, 5]: the ref moves the choice to branch 1 (the branch still sees x)
+    torch.testing.assert_close(aux(x, hint=torch.tensor([[0.0, 5.0]])), x * 3.0)
+    torch.testing.assert_close(aux(x, hint=torch.zeros(1, 2)), x * 2.0)
+
+
 def test_switch_fixed_selector_runs_only_the_chosen_branch():
     g1 = fl.FlowBuilder().switch(fl.nn.FixedSelector(1), Scale(2.0), Scale(3.0)).build()
     torch.testing.assert_close(g1(torch.tensor([[1.0, 2.0]])), torch.tensor([[3.0, 6.0]]))
@@ -193,6 +235,7 @@ def test_map_each_applies_the_body_per_row():
     torch.testing.assert_close(out, x + 1)
     out.sum().backward()
     torch.testing.assert_close(body.bias.grad, torch.full((2,), 3.0))
+    torch.testing.assert_close(x.grad, torch.ones(3, 2))  # every row's gradient comes back
 
 
 def test_map_batched_passes_the_whole_tensor():
@@ -225,6 +268,16 @@ def test_map_slices_applies_the_body_to_each_slice():
     assert x.grad is not None and body.weight.grad is not None
     g3 = fl.FlowBuilder().map(nn.Linear(2, 3)).slices(2).build()
     assert g3(torch.randn(2, 5, 4)).shape == (2, 5, 6)
+
+
+def test_batched_slices_match_element_wise_slices():
+    body = nn.Linear(2, 3)
+    x = torch.randn(4, 6)
+    each = fl.FlowBuilder().map(body).slices(3).build()
+    batched = fl.FlowBuilder().map(body).batched().slices(3).build()
+    torch.testing.assert_close(batched(x), each(x))
+    doubled = fl.FlowBuilder().map(Scale(2.0)).batched().slices(2).build()
+    torch.testing.assert_close(doubled(torch.ones(2, 4)), torch.full((2, 4), 2.0))
 
 
 def test_map_slices_rejects_indivisible_width():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import pickle
 import subprocess
 import sys
@@ -116,10 +117,16 @@ def test_structural_hash_is_stable_across_processes():
         """
         import torch, flodl as fl
         from torch import nn
-        g = (fl.FlowBuilder(nn.Linear(4, 8)).tag("a").split(nn.ReLU(), nn.Tanh())
+        import functools
+        scale = lambda k: (lambda t: t * k)
+        g = (fl.FlowBuilder(nn.Linear(4, 8)).tag("z").tag("a").tag("m")
+             .split(nn.ReLU(), nn.Tanh())
              .merge(fl.MergeOp.CAT(1)).loop_body(nn.Linear(16, 16)).while_cond(
-             fl.nn.ThresholdHalt(3.0), 4).build())
-        print(g.structural_hash())
+             fl.nn.ThresholdHalt(3.0), 4)
+             .through(lambda t: t * 2 if t.dtype in {torch.float32, torch.float64} else t)
+             .through(scale(0.5)).through(functools.partial(torch.clamp, min=-1.0))
+             .build())
+        print(g.structural_hash(), list(g.state_dict()), g.dot().count("#z #a #m"))
         """
     )
     runs = {
@@ -134,7 +141,51 @@ def test_structural_hash_is_stable_across_processes():
         ).stdout.strip()
         for seed in ("1", "2")
     }
-    assert len(runs) == 1 and len(next(iter(runs))) == 64
+    assert len(runs) == 1  # hash and names (several tags on one node) do not vary
+    digest, keys = next(iter(runs)).split(" ", 1)
+    assert len(digest) == 64 and keys.startswith("['z.weight', 'z.bias'") and keys.endswith(" 1")
+
+
+def test_structural_hash_tells_plain_callables_apart_by_what_they_compute():
+    def build(step) -> str:
+        return fl.FlowBuilder(nn.Linear(2, 2)).through(step).build().structural_hash()
+
+    def scaled(k):
+        return lambda t: t * k
+
+    assert build(lambda t: t * 2) != build(lambda t: t * 3)
+    assert build(lambda t: t * 2) == build(lambda t: t * 2)  # same code, same hash
+    assert build(lambda t: t * 2) != build(lambda t: t + 2)
+    assert build(scaled(2.0)) == build(scaled(2.0)) != build(scaled(3.0))  # closure values
+    assert build(torch.relu) != build(torch.tanh)
+    assert build(functools.partial(torch.clamp, min=0.0)) != build(
+        functools.partial(torch.clamp, min=1.0)
+    )
+
+    def nested(t):
+        def inner(u):
+            return u - 1  # a change inside a nested function changes the hash too
+
+        return inner(t)
+
+    def nested_other(t):
+        def inner(u):
+            return u - 2
+
+        return inner(t)
+
+    nested_other.__qualname__ = nested.__qualname__
+    assert build(nested) != build(nested_other)
+
+    class Act(nn.Module):  # a plain function held by a module counts too
+        def __init__(self, fn) -> None:
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            return self.fn(x)
+
+    assert build(Act(torch.relu)) != build(Act(torch.sigmoid))
 
 
 def test_summary_lists_nodes_tags_and_parameter_shapes():

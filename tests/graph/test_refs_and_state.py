@@ -185,3 +185,112 @@ def test_refs_into_a_nested_graph_must_match_its_inputs():
     inner = fl.FlowBuilder().input("ctx").through(TakesCtx()).using("ctx").build()
     with pytest.raises(fl.GraphBuildError, match=r"takes the auxiliary inputs \['ctx'\]"):
         fl.FlowBuilder().tag("a").tag("b").through(inner).using("a", "b").build()
+
+
+class Heads(nn.Module):
+    """x + Σ heads, where heads is the list a tag-group ref delivers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.received: list = []
+
+    def forward(self, x, heads):
+        self.received = heads
+        return x + torch.stack(heads).sum(0)
+
+
+class RefsSeen(nn.Module):
+    def forward_named(self, x, refs):
+        self.seen = refs
+        return x
+
+
+def heads_graph(receiver: nn.Module, **kw) -> fl.FlowBuilder:
+    b = fl.FlowBuilder().split(Scale(1.0), Scale(2.0), Scale(3.0)).tag_group("h").merge()
+    return b.through(receiver).using(**kw) if kw else b.through(receiver).using("h")
+
+
+def test_a_tag_group_ref_delivers_the_members_values_as_one_list_in_order():
+    receiver = Heads()
+    g = heads_graph(receiver).build()
+    x = torch.tensor([1.0])
+    # merge = 6x; the list is [x, 2x, 3x]
+    torch.testing.assert_close(g(x), torch.tensor([12.0]))
+    assert [t.item() for t in receiver.received] == [1.0, 2.0, 3.0]
+    assert "[v_scale_2, v_scale_3, v_scale_4]" in g.code
+
+
+def test_a_tag_group_ref_by_keyword_and_into_forward_named():
+    keyword = Heads()
+    g = heads_graph(keyword, heads="h").build()
+    torch.testing.assert_close(g(torch.tensor([1.0])), torch.tensor([12.0]))
+    named = RefsSeen()
+    g = heads_graph(named).build()
+    g(torch.tensor([1.0]))
+    assert list(named.seen) == ["h"] and [t.item() for t in named.seen["h"]] == [1.0, 2.0, 3.0]
+    # the built-in consumers sum every member
+    g = heads_graph(fl.nn.StateAdd()).build()
+    torch.testing.assert_close(g(torch.tensor([1.0])), torch.tensor([12.0]))
+
+
+def test_a_tag_group_defined_later_is_a_forward_ref_to_every_member():
+    g = (
+        fl.FlowBuilder()
+        .through(fl.nn.StateAdd())
+        .using("h")
+        .split(Scale(1.0), Scale(2.0))
+        .tag_group("h")
+        .merge()
+        .build()
+    )
+    x = torch.tensor([1.0])
+    # s_t = x + h0_{t-1} + h1_{t-1} = x + 3 s_{t-1}; output 3 s_t
+    assert [g(x).item() for _ in range(3)] == [3.0, 12.0, 39.0]
+    g.reset_state()
+    assert g(x).item() == 3.0
+    assert "h [h_0, h_1] (previous call)" in g.summary()
+
+
+def test_a_misspelt_group_ref_suggests_the_group_never_itself():
+    b = heads_graph(Heads()).through(Heads()).using("hh")
+    with pytest.raises(fl.GraphBuildError) as info:
+        b.build()
+    message = str(info.value)
+    assert "unresolved ref 'hh'" in message and "did you mean 'h'?" in message
+    assert "did you mean 'hh'" not in message
+
+
+def ctx_child(label: str | None = "cond") -> fl.Graph:
+    b = fl.FlowBuilder().input("ctx").through(TakesCtx()).using("ctx")
+    return (b.label(label) if label else b).build()
+
+
+def test_a_nested_graph_whose_inputs_are_not_wired_fails_at_build_not_forward():
+    b = fl.FlowBuilder(nn.Linear(2, 2)).through(ctx_child())
+    line = __import__("inspect").currentframe().f_lineno - 1
+    with pytest.raises(fl.GraphBuildError) as info:
+        b.build()
+    message = str(info.value)
+    assert "nested graph 'cond' at node 'graph_2' needs its auxiliary input(s) 'ctx'" in message
+    assert f"test_refs_and_state.py:{line} in .through(...)" in message
+    assert ".using(ctx=<tag>)" in message
+
+
+def test_nested_graph_inputs_are_checked_wherever_the_graph_is_called():
+    for make, role in [
+        (lambda b: b.gate(EqualRouterOf2(), Scale(1.0), ctx_child(None)), "expert 1 of node"),
+        (lambda b: b.switch(fl.nn.FixedSelector(0), ctx_child(), Scale(1.0)), "branch 0"),
+        (lambda b: b.map(ctx_child()).each(), "map body"),
+        (lambda b: b.loop_body(ctx_child()).for_n(2), "loop body"),
+        (lambda b: b.loop_body(Scale(1.0)).while_cond(ctx_child(), 2), "halting condition"),
+    ]:
+        with pytest.raises(fl.GraphBuildError, match=f"the {role}.*'ctx'"):
+            make(fl.FlowBuilder()).build()
+    # wired, it runs: the loop body gets the ref on every iteration
+    g = fl.FlowBuilder().tag("c").loop_body(ctx_child()).for_n(2).using(ctx="c").build()
+    torch.testing.assert_close(g(torch.tensor([1.0])), torch.tensor([3.0]))
+
+
+class EqualRouterOf2(nn.Module):
+    def forward(self, x):
+        return torch.full((*x.shape[:-1], 2), 0.5)

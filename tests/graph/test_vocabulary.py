@@ -93,11 +93,15 @@ def test_fork_target_does_not_leak_past_the_next_step():
 
 
 def test_backward_through_fork_tag_reaches_parameters():
-    side = nn.Linear(2, 3)
-    g = fl.FlowBuilder(nn.Linear(2, 2)).fork(side).tag("side").build()
+    entry, side = nn.Linear(2, 2), nn.Linear(2, 3)
+    g = fl.FlowBuilder(entry).fork(side).tag("side").build()
     x = torch.randn(2, 2, requires_grad=True)
     (g(x).sum() + g.tagged("side").sum()).backward()
     assert x.grad is not None and side.weight.grad is not None
+    # the entry feeds both the main stream and the fork: both contributions reach it
+    d_hidden = 1 + side.weight.sum(0)  # d(loss)/d(entry output), per feature
+    torch.testing.assert_close(entry.weight.grad, torch.outer(d_hidden, x.sum(0)))
+    assert all(p.grad is not None for p in g.parameters())
 
 
 @pytest.mark.parametrize(
@@ -234,3 +238,37 @@ def test_map_over_reads_the_tagged_value_not_the_stream():
     g = fl.FlowBuilder().tag("features").through(Scale(2.0)).map(Scale(2.0)).over("features")
     x = torch.tensor([[1.0, 2.0]])
     torch.testing.assert_close(g.build()(x), 2 * x)
+
+
+def test_several_tags_on_one_node_name_it_by_the_first_tag_deterministically():
+    def build() -> fl.Graph:
+        return (
+            fl.FlowBuilder(nn.Linear(2, 2)).tag("zeta").tag("alpha").tag("mid")
+            .through(nn.ReLU()).build()
+        )  # fmt: skip
+
+    g = build()
+    assert g.nodes[0].tags == ["zeta", "alpha", "mid"]  # definition order, not sorted
+    assert list(g.state_dict()) == ["zeta.weight", "zeta.bias"] == list(build().state_dict())
+    assert [n for n, _ in g.named_parameters()] == ["zeta.weight", "zeta.bias"]
+    for tag in ("zeta", "alpha", "mid"):  # every tag still names the node
+        assert g.validate_path(tag).node.id == "linear_1"
+    assert "#zeta #alpha #mid" in g.dot()
+    g.enable_profiling()
+    g(torch.ones(1, 2))
+    assert g.profile().nodes[0].tag == "zeta"
+
+
+def test_tag_group_lookups_of_unknown_names():
+    g = (
+        fl.FlowBuilder().split(Scale(1.0), Scale(2.0)).tag_group("heads")
+        .merge(fl.MergeOp.ADD).build()
+    )  # fmt: skip
+    g(torch.ones(1, 2))
+    assert g.tag_groups.get("nope") is None and "heads" in g.tag_groups
+    with pytest.raises(fl.PathError):
+        g.collect("nope")
+    with pytest.raises(fl.PathError):
+        g.trends("nope")
+    with pytest.raises(fl.FlodlError, match=r"'heads' is a tag group: tagged\(\) its members"):
+        g.tagged("heads")  # a group is not a tag: its members are

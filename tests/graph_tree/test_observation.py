@@ -49,6 +49,25 @@ def test_collect_paths_land_in_the_child_and_groups_expand():
     assert set(branches.collect("b")) == {"b_0", "b_1"}
 
 
+def test_a_group_reached_through_a_child_path_expands():
+    child = (
+        fl.FlowBuilder(nn.Identity()).split(nn.Identity(), nn.Identity()).tag_group("grp")
+        .merge(fl.MergeOp.ADD).label("enc").build()
+    )  # fmt: skip
+    model = fl.FlowBuilder(child).build()
+    for v in (2.0, 1.0):
+        model(torch.full((3,), v))
+        assert model.collect("enc.grp") == {"enc.grp_0": v, "enc.grp_1": v}
+        model.flush("enc.grp")
+    assert child.trend("grp_0").values == (2.0, 1.0)
+    assert model.trends("enc.grp").names == ["enc.grp_0", "enc.grp_1"]
+    assert model.trends("enc.grp").all_improving()
+    with pytest.raises(fl.PathError, match=r"enc\.nope"):
+        model.collect("enc.nope")
+    with pytest.raises(fl.PathError):
+        model.collect("nope.grp")
+
+
 def test_collect_bad_input_changes_nothing():
     model = composed()
     with pytest.raises(ValueError, match="run a forward pass"):

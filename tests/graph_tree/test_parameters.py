@@ -152,3 +152,72 @@ def test_loading_a_subgraph_checkpoint_by_a_nested_path(tmp_path):
     report = model.load_subgraph_checkpoint("letter.read", tmp_path / "read.fdl")
     assert report.missing == [] and len(report.loaded) == 2
     torch.testing.assert_close(model.subgraph("letter.read").hidden.weight, read.hidden.weight)
+
+
+def composite_model() -> fl.Graph:
+    """Every kind of place a parameter can live: gate, switch, loop (with a labelled graph as
+    its body), map, an unlabelled nested graph, a tagged node and a labelled child."""
+    unlabelled = fl.FlowBuilder(nn.Linear(4, 4)).tag("inner").through(nn.Linear(4, 4)).build()
+    body = fl.FlowBuilder(nn.Linear(4, 4)).tag("update").label("refine").build()
+    return (
+        fl.FlowBuilder(nn.Linear(4, 4))
+        .gate(fl.nn.SoftmaxRouter(4, 2), nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4)))
+        .through(unlabelled)
+        .loop_body(body)
+        .for_n(2)
+        .switch(fl.nn.ArgmaxSelector(4, 2), nn.Linear(4, 4), nn.Linear(4, 4))
+        .map(nn.Linear(4, 4))
+        .each()
+        .through(fl.FlowBuilder(nn.Linear(4, 4)).label("child").build())
+        .through(nn.Linear(4, 2))
+        .tag("head")
+        .build()
+    )
+
+
+def test_every_named_parameter_prefix_is_a_path_holding_that_parameter():
+    model = composite_model()
+    names = [n for n, _ in model.named_parameters()]
+    assert {
+        "gate_2.router.proj.weight", "gate_2.experts.0.weight", "gate_2.experts.1.0.bias",
+        "graph_3.inner.weight", "graph_3.linear_2.weight", "loop_4.body.update.weight",
+        "switch_5.selector.proj.weight", "switch_5.branches.1.bias", "map_6.body.weight",
+        "child.linear_1.weight", "head.weight",
+    } <= set(names)  # fmt: skip
+    for name, param in model.named_parameters():
+        prefix = name.rsplit(".", 1)[0]
+        target = model.validate_path(prefix)
+        assert any(p is param for p in target.parameters()), name
+        assert any(p is param for p in model.parameters_at(prefix)), name
+    assert model.validate_path("gate_2.router.proj").kind is fl.PathKind.MODULE
+    assert model.validate_path("graph_3.inner").kind is fl.PathKind.TAG  # graph rules inside
+    assert model.validate_path("loop_4.body.update").kind is fl.PathKind.TAG
+
+
+def test_freeze_by_a_module_path_stops_exactly_those_gradients():
+    model = composite_model()
+    assert model.freeze("gate_2.experts.1") == 2
+    assert model.freeze("graph_3.linear_2") == 2
+    model(torch.randn(3, 4)).sum().backward()
+    grads = {n: p.grad is not None for n, p in model.named_parameters()}
+    frozen = {"gate_2.experts.1.0.weight", "gate_2.experts.1.0.bias"}
+    frozen |= {"graph_3.linear_2.weight", "graph_3.linear_2.bias"}
+    assert {n for n, g in grads.items() if not g} >= frozen
+    assert grads["gate_2.experts.0.weight"] and grads["graph_3.inner.weight"]
+    assert model.is_frozen("gate_2.experts.1") and not model.is_frozen("gate_2")
+    model.set_training_at("gate_2.router", False)
+    assert not model.gate_2.router.training and model.gate_2.experts[0].training
+
+
+def test_module_paths_that_name_nothing_say_what_is_there():
+    model = composite_model()
+    with pytest.raises(fl.PathError) as err:
+        model.validate_path("gate_2.router.proj2")
+    assert "submodules of 'gate_2.router' (SoftmaxRouter): proj" in str(err.value)
+    assert err.value.suggestions == ["gate_2.router.proj"]
+    with pytest.raises(fl.PathError, match=r"it is a parameter of 'gate_2\.router\.proj'"):
+        model.freeze("gate_2.router.proj.weight")
+    with pytest.raises(fl.PathError, match="runs no module"):
+        fl.FlowBuilder(nn.Linear(2, 2)).also(nn.Linear(2, 2)).tag("sum").build().validate_path(
+            "sum.x"
+        )

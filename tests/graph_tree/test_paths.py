@@ -49,7 +49,9 @@ def test_multi_level_paths():
         ("nonexistent.foo", '"nonexistent" is not a child graph label of this graph'),
         ("", "empty label path"),
         ("encoder..hidden", '"" is not a child graph label'),
-        ("head.weight", '"head" is not a child graph label'),  # tags do not open a namespace
+        ("head.weight", "it is a parameter of 'head': paths name modules"),
+        ("head.nope", "submodules of 'head' (Linear): none"),
+        ("encoder.hidden.x", "submodules of 'encoder.hidden' (Linear): none"),
     ],
 )
 def test_invalid_paths_raise_path_error(path, says):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import pickle
+import re
 
+import pytest
 import torch
 from torch import nn
 
@@ -97,3 +99,68 @@ def test_errors_still_name_the_node_when_profiling():
         assert any("linear_2" in note for note in err.__notes__)
     else:  # pragma: no cover
         raise AssertionError("shape mismatch not raised")
+
+
+def test_timing_finds_every_tag_of_a_node_and_nested_paths():
+    model = fl.FlowBuilder(nn.Linear(2, 2)).tag("a").tag("b").through(nn.ReLU()).build()
+    model.enable_profiling()
+    model(torch.randn(3, 2))
+    p = model.profile()
+    assert p.timing("b") == p.timing("a") == p.timing("linear_1") > 0
+    assert p.nodes[0].tags == ("a", "b") and p.nodes[0].tag == "a"
+    tree = composed()
+    tree.enable_profiling()
+    tree(x())
+    tp = tree.profile()
+    assert tp.timing("encoder.hidden") == tp.children["encoder"].timing("linear_1") > 0
+    assert "encoder.hidden" in tp.names() and "head" in tp.names()
+
+
+def test_timing_of_an_unknown_name_is_an_error_not_zero():
+    model = fl.FlowBuilder().tag("entry").input("ctx").through(nn.Linear(2, 2)).tag("hidden")
+    model = model.build()
+    model.enable_profiling()
+    model(torch.randn(1, 2), ctx=torch.zeros(1))
+    p = model.profile()
+    # the identity entry and inputs run no code: known names, zero time
+    assert p.timing("entry") == p.timing("ctx") == p.timing("identity_1") == 0.0
+    with pytest.raises(fl.PathError) as err:
+        p.timing("hiddn")
+    assert "hidden" in err.value.suggestions and "timing('hiddn')" in str(err.value)
+    with pytest.raises(fl.PathError):
+        p.timing("encoder.hidden")  # no such child
+
+
+def test_profile_text_shows_levels_node_counts_and_all_tags():
+    model = (
+        fl.FlowBuilder(nn.Linear(4, 4)).tag("a").tag("b")
+        .split(nn.Linear(4, 4), nn.Linear(4, 4)).merge(fl.MergeOp.ADD)
+        .build()
+    )  # fmt: skip
+    model.enable_profiling()
+    model(torch.randn(2, 4))
+    lines = str(model.profile()).splitlines()
+    assert re.fullmatch(r"Forward: \S+ \(3 levels, 4 nodes\)", lines[0])
+    assert re.fullmatch(r"  Level 0  \S+", lines[1])
+    assert re.fullmatch(r'    linear_1 "a" "b" +\S+', lines[2])
+    assert re.fullmatch(r"  Level 1  \S+  2 nodes", lines[3])
+    assert [line.split()[0] for line in lines[4:6]] == ["linear_2", "linear_3"]
+    assert re.fullmatch(r"  Level 2  \S+", lines[6]) and lines[7].split()[0] == "merge_4"
+
+
+def test_the_profiling_clock_waits_for_cuda_when_cuda_is_in_use(monkeypatch):
+    model = fl.FlowBuilder(nn.Linear(2, 2)).through(nn.ReLU()).build()
+    model.enable_profiling()
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: syncs.append(1))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    model(torch.randn(1, 2))
+    assert syncs == []  # CUDA never used: no synchronisation
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    model(torch.randn(1, 2))
+    # one clock read at the start, then one before and one after each of the 2 nodes, and
+    # one at the end: every read waits for queued kernels
+    assert len(syncs) == 6
+    model.disable_profiling()
+    model(torch.randn(1, 2))
+    assert len(syncs) == 6  # the plain forward never synchronises

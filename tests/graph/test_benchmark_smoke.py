@@ -1,0 +1,51 @@
+"""The graph benchmark scripts still run end to end (tiny sizes, one round): they cannot rot
+silently between the quiet-machine runs that produce real numbers. Nothing here is timed."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT, clean_env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "stem", "rows", "ratios"),
+    [
+        ("graph_overhead.py", "graph_overhead", 15, ("ratio", "a_a_ratio")),
+        ("graph_tree_overhead.py", "graph_tree", 6, ("vs_plain", "vs_graph")),
+    ],
+)
+def test_benchmark_smoke_run_writes_a_complete_report(tmp_path, script, stem, rows, ratios):
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / script), "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(),
+        timeout=900,  # a hang guard only: the run takes seconds
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / f"{stem}.json").read_text())
+    assert len(report["rows"]) == rows  # every model x mode (every case) ran
+    for row in report["rows"]:
+        for key in ratios:
+            assert math.isfinite(row[key]) and row[key] > 0, row
+    assert "SMOKE RUN" in (tmp_path / f"{stem}.md").read_text()
+
+
+def test_benchmark_rejects_unknown_models(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "graph_overhead.py"), "--models", "nope"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(),
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "unknown model(s) ['nope']" in proc.stderr
