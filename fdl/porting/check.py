@@ -74,7 +74,8 @@ def render_report(report: CheckReport, *, timeout: float) -> str:
     if smoke is None:
         lines.append(f"smoke run: skipped ({report.smoke_skipped})")
     elif smoke.status == "passed":
-        lines.append(f"smoke run (FLODL_SMOKE=1): passed in {smoke.seconds:.1f}s")
+        stopped = f" ({smoke.budget_stop['message']})" if smoke.budget_stop else ""
+        lines.append(f"smoke run (FLODL_SMOKE=1): passed in {smoke.seconds:.1f}s{stopped}")
     elif smoke.status == "timeout":
         lines.append(
             f"{report.script}: error[smoke-timeout]: the smoke run did not finish in {timeout:g}s "
@@ -84,11 +85,15 @@ def render_report(report: CheckReport, *, timeout: float) -> str:
         lines += [f"  | {line}" for line in smoke.output_tail[-5:]]
     else:
         lines += _render_failure(report, smoke)
-    verdict = "ok" if report.ok else "failed"
-    lines.append(
-        f"check {verdict}: {report.errors} error(s), {report.warnings} warning(s) "
-        f"(flodl {report.package_version}, api {report.api_hash})"
-    )
+    counts = f"{report.errors} error(s), {report.warnings} warning(s)"
+    if report.ok:
+        verdict = f"check ok: {counts}"
+    elif report.errors:
+        verdict = f"check failed: {counts}"
+    else:  # the names are right; the script itself did not run through
+        outcome = "timed out" if smoke is not None and smoke.status == "timeout" else "failed"
+        verdict = f"check failed: the smoke run {outcome} ({counts})"
+    lines.append(f"{verdict} (flodl {report.package_version}, api {report.api_hash})")
     return "\n".join(lines)
 
 

@@ -47,6 +47,35 @@ def test_runtime_failure_in_json(run_fdl, tmp_path):
     smoke = report["smoke"]
     assert smoke["status"] == "failed" and smoke["exception"]["type"] == "RuntimeError"
     assert smoke["location"]["line"] == 3
+    assert report["ok"] is False and report["errors"] == 0
+
+
+def test_a_failed_smoke_run_is_the_verdict_not_zero_errors(run_fdl, tmp_path):
+    port = tmp_path / "port.py"
+    port.write_text("raise SystemExit(4)\n")
+    result = run_fdl("check", str(port))
+    assert result.returncode == 1
+    assert "check failed: the smoke run failed (0 error(s), 0 warning(s)) (flodl " in result.stdout
+
+
+def test_the_smoke_budget_stop_passes_in_text_and_json(run_fdl, tmp_path):
+    port = tmp_path / "port.py"
+    port.write_text(
+        "import flodl as fl\n"
+        "mon = fl.Monitor(50, stream=None, gpu=False)\n"
+        "for epoch in range(50):\n"
+        "    mon.log(epoch, 0.0, {'loss': 1.0})\n"
+    )
+    text = run_fdl("check", str(port), cwd=tmp_path)
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert "(stopped by the smoke budget after 2 epochs)" in text.stdout
+    assert "check ok: 0 error(s)" in text.stdout
+    report = json.loads(run_fdl("check", "--json", str(port), cwd=tmp_path).stdout)
+    assert report["ok"] is True and report["smoke"]["status"] == "passed"
+    assert report["smoke"]["budget_stop"] == {
+        "epochs": 2,
+        "message": "stopped by the smoke budget after 2 epochs",
+    }
 
 
 def test_timeout_option(run_fdl, tmp_path):
@@ -55,6 +84,7 @@ def test_timeout_option(run_fdl, tmp_path):
     result = run_fdl("check", "--timeout", "1", str(port))
     assert result.returncode == 1
     assert "error[smoke-timeout]: the smoke run did not finish in 1s" in result.stdout
+    assert "check failed: the smoke run timed out (0 error(s), 0 warning(s))" in result.stdout
 
 
 def test_missing_script_is_a_usage_error(run_fdl, tmp_path):
