@@ -110,6 +110,36 @@ def test_cache_is_keyed_by_content_and_used(run_fdl, home, tmp_path):
     assert json.loads(first.stdout)["source_hash"] != json.loads(third.stdout)["source_hash"]
 
 
+def test_a_changed_extractor_never_serves_a_stale_reference(monkeypatch, tmp_path):
+    import shutil
+
+    from fdl.apiref import load_reference
+
+    monkeypatch.setenv("FLODL_HOME", str(tmp_path / "home"))
+    extractor = tmp_path / "apiref"  # a copy of fdl/apiref standing in for the installed fdl
+    shutil.copytree(cache.EXTRACTOR_DIR, extractor, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(cache, "EXTRACTOR_DIR", extractor)
+    load_reference(MINI)
+    [cached] = _cached_files({"FLODL_HOME": str(tmp_path / "home")})
+    document = json.loads(cached.read_text())
+    document["types"][0]["doc"] = "MADE BY THE OLD EXTRACTOR"
+    cached.write_text(json.dumps(document))
+    assert load_reference(MINI).entries[0].doc == "MADE BY THE OLD EXTRACTOR"  # same fdl: a hit
+    # the same flodl source, a new extractor (an fdl upgrade, or an edit in a checkout): a miss
+    extract_py = extractor / "extract.py"
+    extract_py.write_text(extract_py.read_text() + "\n# a changed extractor\n")
+    cache.extractor_fingerprint.cache_clear()
+    fresh = load_reference(MINI)
+    assert fresh.entries[0].doc != "MADE BY THE OLD EXTRACTOR"
+    assert len(_cached_files({"FLODL_HOME": str(tmp_path / "home")})) == 2
+
+
+def test_the_cache_key_names_the_extractor():
+    key = cache.cache_path("flodl", "1.0", "ab" * 32)
+    assert key.name.startswith("flodl-1.0-s1-" + "ab" * 12 + "-x")
+    assert key.name.endswith(cache.extractor_fingerprint(cache.EXTRACTOR_DIR)[:12] + ".json")
+
+
 def test_a_corrupt_cache_file_is_replaced_not_trusted(run_fdl, home):
     run_fdl("api-ref", "--path", str(MINI), env=home)
     [cached] = _cached_files(home)
