@@ -61,6 +61,7 @@ class _Instance:
 @dataclass(frozen=True)
 class _Callable:
     returns_type: str | None
+    function: str | None = None  # a flodl function's path (not a method): it has no API members
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,15 @@ class ApiIndex:
                 self.public_by_name.setdefault(entry.name, []).append(entry.path)
 
     def member_of(self, module: str, name: str) -> _Sym | None:
-        """What ``module.name`` is, or None if it does not exist."""
+        """What ``module.name`` is, or None if it does not exist.
+
+        A name the package binds itself wins over a same-named submodule, as at run time
+        (``fl.optim.param_groups`` is the function that ``flodl/optim/__init__.py`` imports).
+        """
         path = f"{module}.{name}"
+        entry = self.entries.get(path)
+        if entry is not None and path in self.modules and name in self.modules.get(module, ()):
+            return self.symbol_for_entry(entry, path)
         if path in self.modules:
             return _Module(path)
         if name not in self.modules.get(module, ()):
@@ -112,11 +120,11 @@ class ApiIndex:
             return _Value()
         return self.symbol_for_entry(entry)
 
-    def symbol_for_entry(self, entry: ApiEntry) -> _Sym:
+    def symbol_for_entry(self, entry: ApiEntry, path: str | None = None) -> _Sym:
         if entry.kind == "class":
             return _Class(entry)
         if entry.kind == "function":
-            return _Callable(entry.returns_type)
+            return _Callable(entry.returns_type, function=path or entry.path)
         return _Value()
 
     def foreign_members(self, entry: ApiEntry) -> _Inherited:
@@ -409,10 +417,23 @@ class _Checker(ast.NodeVisitor):
             return sym
         if isinstance(base, _Class | _Instance):
             return self._member(node, base.entry, name, on_class=isinstance(base, _Class))
+        if isinstance(base, _Callable) and base.function and not _is_dunder(name):
+            self._add(
+                node,
+                {
+                    "severity": "error",
+                    "code": "unknown-attribute",
+                    "message": f"`{ast.unparse(node)}` does not exist: "
+                    f"{self.spell(base.function)} is a function, not a module",
+                    "suggestions": [self.spell(base.function)],
+                    "target": f"{base.function}.{name}",
+                },
+            )
+            return None
         return _Value()
 
     def _member(self, node: ast.Attribute, entry: ApiEntry, name: str, *, on_class: bool) -> _Sym:
-        if name in _DUNDER_OK or (name.startswith("__") and name.endswith("__")):
+        if _is_dunder(name):
             return _Value()
         member = entry.members().get(name)
         if member is None:
@@ -523,6 +544,10 @@ class _Checker(ast.NodeVisitor):
                 ):
                     best = (len(sym.path), alias + path[len(sym.path) :])
         return best[1] if best else path
+
+
+def _is_dunder(name: str) -> bool:
+    return name in _DUNDER_OK or (name.startswith("__") and name.endswith("__"))
 
 
 def _member_symbol(member: Member, index: ApiIndex) -> _Sym:

@@ -68,6 +68,34 @@ def test_unknown_names_are_found_wherever_they_are_reached(ref, source, expected
     assert codes(source, ref) == expected
 
 
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import flodl as fl\nfl.optim.param_groups(1)\n", []),
+        ("from flodl.optim.param_groups import param_groups\nparam_groups(1)\n", []),
+        ("from flodl.optim import param_groups\nparam_groups(1)\n", []),
+        (
+            "import flodl as fl\nfl.optim.param_groups.param_groups(1)\n",
+            [(2, "error", "flodl.optim.param_groups.param_groups")],
+        ),
+    ],
+)
+def test_a_function_re_bound_over_its_submodule_is_the_function(ref, source, expected):
+    # flodl/optim/__init__.py: `from flodl.optim.param_groups import param_groups`
+    assert codes(source, ref) == expected
+
+
+def test_attribute_of_a_flodl_function_says_it_is_a_function(ref):
+    findings, _ = check_source(
+        "import flodl as fl\nfl.optim.param_groups.param_groups\n", "s.py", ref
+    )
+    assert [f.render() for f in findings] == [
+        "s.py:2:23: error[unknown-attribute]: `fl.optim.param_groups.param_groups` does not "
+        "exist: fl.optim.param_groups is a function, not a module — did you mean "
+        "`fl.optim.param_groups`?"
+    ]
+
+
 def test_chains_follow_declared_return_types_through_helper_builders(ref):
     source = "import flodl as fl\nfl.FlowBuilder().loop_body(1).for_n(2).through(3).oops()\n"
     assert codes(source, ref) == [(2, "error", "flodl.FlowBuilder.oops")]
