@@ -1,7 +1,9 @@
 """Read a package's public API from its source with griffe: no import, no torch.
 
-What is public: starting from the root package, the names in each module's ``__all__`` (or,
-without ``__all__``, its non-underscore names that are defined in the package). Star
+What is public: starting from the root package, the names in each module's ``__all__`` plus the
+names it re-exports explicitly with ``from x import name as name`` (the PEP 484 convention: a
+subpackage's own helper, ``fl.train.current``, that the root's star import leaves out); without
+``__all__``, its non-underscore names that are defined in the package. Star
 re-exports are followed, so ``flodl.FlowBuilder`` and ``flodl.graph.FlowBuilder`` are one entry
 (path ``flodl.FlowBuilder``, alias ``flodl.graph.FlowBuilder``). Classes that exported methods
 return (a loop builder, a trainer builder) are included with ``exported: false`` so a chain
@@ -121,6 +123,7 @@ class _Extractor:
         exports = module.exports
         if exports is not None:
             names = [str(getattr(n, "name", n)) for n in exports]
+            names += [n for n in _explicit_reexports(module) if n not in names]
         else:
             names = [n for n in module.members if not n.startswith("_")]
         found = []
@@ -302,6 +305,23 @@ class _Extractor:
             return obj.filepath.relative_to(self.source.root).as_posix()
         except (ValueError, AttributeError):
             return str(getattr(obj, "filepath", ""))
+
+
+def _explicit_reexports(module: Any) -> list[str]:
+    """Names ``module`` re-exports as ``from x import name as name`` at its top level."""
+    import ast
+
+    try:
+        tree = ast.parse(module.source)
+    except (SyntaxError, ValueError, OSError):
+        return []
+    return [
+        alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.asname == alias.name
+    ]
 
 
 def _shadowing_import(module: Any, name: str) -> str | None:

@@ -119,6 +119,25 @@ def test_the_real_flodl_optim_param_groups_is_the_function():
     _shadowed_submodule(extract(find_source(Path(__file__).resolve().parents[2])))
 
 
+def test_an_explicit_reexport_is_public_in_its_package_but_not_star_exported(mini):
+    # checkpoint/__init__.py: `from flodl.checkpoint.io import checkpoint_version as checkpoint_version`
+    modules = {m.path: m for m in mini.modules}
+    assert "checkpoint_version" in modules["flodl.checkpoint"].names
+    assert "checkpoint_version" not in modules["flodl"].names  # the root's star import skips it
+    found = entry(mini, "flodl.checkpoint.checkpoint_version")
+    assert found.exported and found.kind == "function"
+
+
+def test_the_real_flodl_train_current_is_public():
+    ref = extract(find_source(Path(__file__).resolve().parents[2]))
+    modules = {m.path: m for m in ref.modules}
+    assert {"current", "record_scalar"} <= set(modules["flodl.train"].names)
+    assert (
+        "current" not in modules["flodl"].names
+    )  # fl.train.current(), deliberately not fl.current
+    assert entry(ref, "flodl.train.current").exported
+
+
 def test_modules_list_what_imports_may_use(mini):
     modules = {m.path: m for m in mini.modules}
     assert "StateAdd" in modules["flodl.nn"].names

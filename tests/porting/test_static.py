@@ -85,6 +85,13 @@ def test_a_function_re_bound_over_its_submodule_is_the_function(ref, source, exp
     assert codes(source, ref) == expected
 
 
+def test_explicit_reexports_are_known_where_they_are_exported(ref):
+    ok = "import flodl as fl\nfl.checkpoint.checkpoint_version('a.fdl')\n"
+    assert codes(ok, ref) == []
+    top = "import flodl as fl\nfl.checkpoint_version('a.fdl')\n"
+    assert codes(top, ref) == [(2, "error", "flodl.checkpoint_version")]
+
+
 def test_attribute_of_a_flodl_function_says_it_is_a_function(ref):
     findings, _ = check_source(
         "import flodl as fl\nfl.optim.param_groups.param_groups\n", "s.py", ref
