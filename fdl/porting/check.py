@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fdl.apiref.model import ApiReference
+from fdl.errors import FdlError
 from fdl.porting.smoke import SmokeResult, run_smoke
 from fdl.porting.static import Finding, check_source
 
@@ -56,7 +57,12 @@ class CheckReport:
 def check_script(
     script: Path, ref: ApiReference, *, run: bool = True, timeout: float = 120.0
 ) -> CheckReport:
-    source = script.read_text(encoding="utf-8", errors="replace")
+    try:
+        source = script.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise FdlError(
+            f"cannot read {script}: {err.strerror or err}", "check the file's permissions"
+        ) from err
     findings, used = check_source(source, str(script), ref)
     report = CheckReport(str(script), ref.version, ref.api_hash, findings, sorted(used))
     if not run:

@@ -80,6 +80,48 @@ def test_missing_path_is_a_clear_error(run_fdl, home, tmp_path):
     assert "no such directory" in result.stderr and result.stdout == ""
 
 
+def test_path_that_is_a_file_is_a_clear_error(run_fdl, home, tmp_path):
+    (tmp_path / "afile").write_text("")
+    result = run_fdl("api-ref", "--path", str(tmp_path / "afile"), env=home)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"error: --path {tmp_path / 'afile'}: not a directory — pass the flodl" in result.stderr
+
+
+def test_llms_into_an_existing_file_is_a_usage_error_and_the_file_is_kept(run_fdl, home, tmp_path):
+    target = tmp_path / "llms.txt"
+    target.write_text("mine\n")
+    result = run_fdl("api-ref", "--llms", str(target), "--path", str(MINI), env=home)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert result.stderr.startswith(f"error: --llms {target}: not a directory — pass the directory")
+    assert target.read_text() == "mine\n"
+
+
+def test_llms_under_a_file_is_an_error_not_a_traceback(run_fdl, home, tmp_path):
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "site"
+    result = run_fdl("api-ref", "--llms", str(out), "--path", str(MINI), env=home)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: cannot write ") and "— check that" in result.stderr
+
+
+def test_llms_into_an_unwritable_directory_is_an_error(monkeypatch, tmp_path, capsys):
+    # Simulated: the suite may run as root, for whom no directory is unwritable.
+    from fdl.apiref import atomic
+    from fdl.main import main
+
+    def refuse(*args, dir=None, **kwargs):
+        raise PermissionError(13, "Permission denied", str(dir))
+
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", refuse)
+    out = tmp_path / "site"
+    code = main(["api-ref", "--llms", str(out), "--path", str(MINI)])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert f"error: cannot write {out}: Permission denied — check that {out} is a directory" in err
+    assert list(out.iterdir()) == []  # nothing half-written
+
+
 def _cached_files(home: dict[str, str]) -> list[Path]:
     return sorted((Path(home["FLODL_HOME"]) / "api-ref-cache").glob("flodl-*.json"))
 

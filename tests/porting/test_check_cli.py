@@ -90,3 +90,38 @@ def test_timeout_option(run_fdl, tmp_path):
 def test_missing_script_is_a_usage_error(run_fdl, tmp_path):
     result = run_fdl("check", str(tmp_path / "missing.py"))
     assert result.returncode == 2 and "no such file" in result.stderr and result.stdout == ""
+
+
+def test_a_directory_is_a_usage_error(run_fdl, tmp_path):
+    result = run_fdl("check", str(tmp_path))
+    assert result.returncode == 2 and result.stdout == ""
+    assert (
+        result.stderr == f"error: {tmp_path}: is a directory — pass the path of a Python script\n"
+    )
+
+
+def test_an_unreadable_script_is_an_error_not_a_traceback(monkeypatch, tmp_path, capsys):
+    from fdl.main import main
+
+    port = tmp_path / "port.py"
+    port.write_text("print(1)\n")
+    real = Path.read_text
+
+    def refuse(self, *args, **kwargs):
+        if self == port:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    code = main(["check", "--no-run", "--path", str(MINI), str(port)])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert f"error: cannot read {port}: Permission denied — check the file's permissions" in err
+
+
+def test_path_that_is_a_file_is_a_clear_error(run_fdl, tmp_path):
+    port = tmp_path / "port.py"
+    port.write_text("print(1)\n")
+    result = run_fdl("check", "--path", str(port), str(port))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"error: --path {port}: not a directory" in result.stderr
