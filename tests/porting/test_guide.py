@@ -3,9 +3,14 @@ snippet runs against this build."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import pytest
 
 from fdl.porting.static import check_source
+from tests.conftest import clean_env
 from tests.porting.support import (
     CORPUS,
     GUIDE,
@@ -39,13 +44,46 @@ def test_an_invented_name_is_reported():
 
 
 def test_guide_snippets_run_in_order(tmp_path, monkeypatch):
-    """Every block not marked ``no-run`` executes, in page order, in one namespace."""
+    """Every block executes, in page order, in one namespace (``torchrun`` blocks are whole
+    scripts: the test below launches them)."""
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": "__guide__"}
     executed = 0
     for first, info, body in python_blocks(GUIDE):
-        if "no-run" in info:
+        assert "no-run" not in info, f"guide.md:{first}: every block runs; say why if one cannot"
+        if "torchrun" in info:
             continue
         exec(compile(body, f"guide.md:{first}", "exec"), namespace)
         executed += 1
     assert executed >= 10
+
+
+def torchrun_blocks() -> list[tuple[int, str]]:
+    return [(first, body) for first, info, body in python_blocks(GUIDE) if "torchrun" in info]
+
+
+def test_the_guide_has_a_torchrun_script():
+    assert len(torchrun_blocks()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+@pytest.mark.parametrize(
+    ("first", "body"), torchrun_blocks(), ids=[f"line{first}" for first, _ in torchrun_blocks()]
+)
+def test_torchrun_script_trains_on_two_cpu_ranks(tmp_path, first, body):
+    script = tmp_path / "train_ddp.py"
+    script.write_text(body)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    result = subprocess.run(
+        [*launcher, "--nproc-per-node", "2", str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(OMP_NUM_THREADS="1"),  # one thread per rank: 2 ranks on 2 shared cores
+        timeout=400,  # a hang guard, not a speed requirement
+        check=False,
+    )
+    assert result.returncode == 0, f"guide.md:{first}\n{result.stderr[-3000:]}"
+    ranks = re.findall(r"rank (\d) of (\d): trained", result.stdout)
+    assert sorted(ranks) == [("0", "2"), ("1", "2")], result.stdout
