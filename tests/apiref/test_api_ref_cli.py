@@ -45,6 +45,23 @@ def test_json_is_one_valid_document(run_fdl, home):
     assert {t["path"] for t in document["types"]} >= {"flodl.FlowBuilder", "flodl.nn.StateAdd"}
 
 
+def test_the_real_packages_json_matches_the_schema(run_fdl, home):
+    # the flodl of this checkout (PYTHONPATH puts it first), not the miniature
+    result = run_fdl("api-ref", "--json", env=home)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, SCHEMA)
+    assert document["package"] == "flodl"
+    paths = {t["path"] for t in document["types"]}
+    assert {
+        "flodl.FlowBuilder",
+        "flodl.Trainer",
+        "flodl.Monitor",
+        "flodl.optim.param_groups",
+    } <= paths
+    assert set(document["categories"]) >= {"graph", "nn", "optim", "checkpoint", "monitor", "train"}
+
+
 def test_markdown(run_fdl, home):
     result = run_fdl("api-ref", "--markdown", "--path", str(MINI), env=home)
     assert result.returncode == 0, result.stderr
