@@ -11,8 +11,8 @@ instance is an error, with two exceptions, which are warnings:
 
 - on an *instance* whose class or any base defines ``__getattr__`` (every Graph is a
   ``torch.nn.Module``, whose ``__getattr__`` returns child modules, parameters and buffers:
-  ``model.encoder`` is real when the graph has a child labelled ``encoder``). Near-misses of
-  flodl names are still suggested; the smoke run turns a real typo into an AttributeError.
+  ``model.encoder`` is real when the graph has a child labelled ``encoder``). Only very near
+  misses of flodl names are suggested; the smoke run turns a real typo into an AttributeError.
 - when a base outside flodl cannot be read, so its members are unknown.
 
 Names torch's base classes define (``graph.state_dict``) are read from their source and known.
@@ -116,17 +116,14 @@ class ApiIndex:
         (``fl.optim.param_groups`` is the function that ``flodl/optim/__init__.py`` imports).
         """
         path = f"{module}.{name}"
-        entry = self.entries.get(path)
-        if entry is not None and path in self.modules and name in self.modules.get(module, ()):
-            return self.symbol_for_entry(entry, path)
-        if path in self.modules:
+        if path in self.modules and path not in self.entries:
             return _Module(path)
         if name not in self.modules.get(module, ()):
             return None
         entry = self.entries.get(path)
         if entry is None:
             return _Value()
-        return self.symbol_for_entry(entry)
+        return self.symbol_for_entry(entry, path)
 
     def symbol_for_entry(self, entry: ApiEntry, path: str | None = None) -> _Sym:
         if entry.kind == "class":
