@@ -1,7 +1,9 @@
 """The ``fdl`` command tree: one Typer app, every built-in command registered here.
 
 Command modules keep their heavy imports (torch, requests, docker, jinja2, griffe) inside the
-command body, so building this tree — and so ``fdl --help`` — stays cheap.
+command body, so building this tree — and so ``fdl --help`` — stays cheap. Help is click's plain
+layout (``rich_markup_mode=None``): typer's rich help would import rich's markdown, syntax and
+traceback renderers (pygments, markdown-it) on every ``--help``, which tripled its start-up time.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class FdlGroup(TyperGroup):
         raise FdlUsageError(f"unknown command '{name}'", hint)
 
 
+_PLAIN = None  # rich_markup_mode: click's own help layout (see the module docstring)
+
+
 class FdlRootGroup(FdlGroup):
     """The top-level group: built-ins, then the commands of the nearest fdl.yml (task runner)."""
 
@@ -51,6 +56,20 @@ class FdlRootGroup(FdlGroup):
         self.epilog = project.epilog()
         super().format_help(ctx, formatter)
 
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """One section per help panel: the built-ins, then the project's fdl.yml commands."""
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None or command.hidden:
+                continue
+            panel = getattr(command, "rich_help_panel", None) or "Commands"
+            # the whole first sentence, wrapped, rather than click's one truncated line
+            sections.setdefault(panel, []).append((name, command.get_short_help_str(200)))
+        for panel, rows in sections.items():
+            with formatter.section(panel):
+                formatter.write_dl(rows)
+
 
 def _group(name: str, help_text: str) -> typer.Typer:
     """A command group; run without a sub-command it prints its help and exits 0."""
@@ -58,6 +77,7 @@ def _group(name: str, help_text: str) -> typer.Typer:
         name=name,
         help=help_text,
         cls=FdlGroup,
+        rich_markup_mode=_PLAIN,
         invoke_without_command=True,
         add_completion=False,
         pretty_exceptions_enable=False,
@@ -78,6 +98,7 @@ app = typer.Typer(
     help="The flodl toolchain: the right torch for this machine, project scaffolding, "
     "an fdl.yml task runner, and API references and a porting skill for AI assistants.",
     cls=FdlRootGroup,
+    rich_markup_mode=_PLAIN,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},

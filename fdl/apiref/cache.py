@@ -1,21 +1,28 @@
-"""The extracted reference, cached on disk by package, version and source content hash.
+"""The extracted reference, cached on disk by what it was made from and what made it.
 
-``$FLODL_HOME/api-ref-cache/<package>-<version>-<hash>.json`` (FLODL_HOME defaults to
-``~/.flodl``). A hit costs one pass hashing the source files and one JSON load; a changed file,
-a new version or a new schema is a miss. Writes are atomic (temp file + rename), and an
-unreadable cache file is ignored and replaced, never trusted.
+``$FLODL_HOME/api-ref-cache/<package>-<version>-s<schema>-<source hash>-x<extractor>.json``
+(FLODL_HOME defaults to ``~/.flodl``). The extractor part fingerprints the code that turns
+source into a reference (this directory's modules and griffe's version), so an upgraded or
+edited fdl never serves a reference an older extractor made. A hit costs one pass hashing the
+source files and one JSON load; a changed file, a new version, a new schema or a new extractor
+is a miss. Writes are atomic (temp file + rename), and an unreadable cache file is ignored and
+replaced, never trusted.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 
 from fdl.apiref.atomic import atomic_write
 from fdl.apiref.model import SCHEMA_ID, ApiReference
 
 KEEP = 8  # cached references kept per package; older ones are pruned
+EXTRACTOR_DIR = Path(__file__).resolve().parent  # fdl/apiref: the code that makes a reference
 
 
 def cache_dir() -> Path:
@@ -25,7 +32,22 @@ def cache_dir() -> Path:
 
 def cache_path(package: str, version: str, source_hash: str) -> Path:
     schema = SCHEMA_ID.rsplit("/", 1)[-1]
-    return cache_dir() / f"{package}-{version}-s{schema}-{source_hash[:24]}.json"
+    extractor = extractor_fingerprint(EXTRACTOR_DIR)[:12]
+    return cache_dir() / f"{package}-{version}-s{schema}-{source_hash[:24]}-x{extractor}.json"
+
+
+@cache
+def extractor_fingerprint(directory: Path) -> str:
+    """sha256 over the extractor's modules and griffe's version: what a cached reference depends
+    on besides the described source. Read from the files, so an edited checkout counts too."""
+    digest = hashlib.sha256()
+    try:
+        digest.update(f"griffe {metadata.version('griffe')}\0".encode())
+    except metadata.PackageNotFoundError:
+        digest.update(b"griffe ?\0")
+    for path in sorted(directory.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def read(path: Path) -> ApiReference | None:

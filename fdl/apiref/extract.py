@@ -1,11 +1,18 @@
 """Read a package's public API from its source with griffe: no import, no torch.
 
-What is public: starting from the root package, the names in each module's ``__all__`` (or,
-without ``__all__``, its non-underscore names that are defined in the package). Star
+What is public: starting from the root package, the names in each module's ``__all__`` plus the
+names it re-exports explicitly with ``from x import name as name`` (the PEP 484 convention: a
+subpackage's own helper, ``fl.train.current``, that the root's star import leaves out); without
+``__all__``, its non-underscore names that are defined in the package. Star
 re-exports are followed, so ``flodl.FlowBuilder`` and ``flodl.graph.FlowBuilder`` are one entry
 (path ``flodl.FlowBuilder``, alias ``flodl.graph.FlowBuilder``). Classes that exported methods
 return (a loop builder, a trainer builder) are included with ``exported: false`` so a chain
 ``FlowBuilder(...).loop_body(b).for_n(3)`` can be followed.
+
+A package whose ``__init__`` imports a name that is also one of its submodules
+(``from flodl.optim.param_groups import param_groups``) binds the attribute to the imported
+object: ``fl.optim.param_groups`` is the function, as at run time. The submodule stays importable
+(``from flodl.optim.param_groups import ...``) but is not part of the attribute surface.
 """
 
 from __future__ import annotations
@@ -69,7 +76,9 @@ class _Extractor:
                 if not name.startswith("_") and not sub.is_alias:
                     if name not in listed:
                         names.append(name)
-                    queue.append((sub, f"{public_path}.{name}", exported and name in listed))
+                    hidden = _shadowing_import(module, name) is not None
+                    public = exported and name in listed and not hidden
+                    queue.append((sub, f"{public_path}.{name}", public))
             self.modules[public_path] = ModuleInfo(
                 path=public_path,
                 file=self._relfile(module),
@@ -114,12 +123,18 @@ class _Extractor:
         exports = module.exports
         if exports is not None:
             names = [str(getattr(n, "name", n)) for n in exports]
+            names += [n for n in _explicit_reexports(module) if n not in names]
         else:
             names = [n for n in module.members if not n.startswith("_")]
         found = []
         for name in names:
             member = module.members.get(name)
             if member is None:
+                continue
+            shadowing = _shadowing_import(module, name)
+            if shadowing is not None:  # the import, not the submodule, is the attribute
+                target = self._lookup(shadowing)
+                found.append((name, target))
                 continue
             target = self._resolve(member)
             if target is None and exports is None:
@@ -290,6 +305,38 @@ class _Extractor:
             return obj.filepath.relative_to(self.source.root).as_posix()
         except (ValueError, AttributeError):
             return str(getattr(obj, "filepath", ""))
+
+
+def _explicit_reexports(module: Any) -> list[str]:
+    """Names ``module`` re-exports as ``from x import name as name`` at its top level."""
+    import ast
+
+    try:
+        tree = ast.parse(module.source)
+    except (SyntaxError, ValueError, OSError):
+        return []
+    return [
+        alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.asname == alias.name
+    ]
+
+
+def _shadowing_import(module: Any, name: str) -> str | None:
+    """The path ``module``'s own import binds to ``name`` when that hides a same-named submodule.
+
+    ``import flodl.optim`` runs ``from flodl.optim.param_groups import param_groups``: importing
+    the submodule sets the attribute to the module, then the import rebinds it to the function.
+    Griffe keeps the submodule as the member; this says what the attribute really is.
+    """
+    if name not in module.modules:
+        return None
+    target = module.imports.get(name)
+    if target is None or str(target) == f"{module.path}.{name}":
+        return None  # `from . import sub` binds the submodule itself
+    return str(target)
 
 
 def _class_members(cls: Any) -> dict[str, Any]:

@@ -61,8 +61,9 @@ def find_source(path: str | Path | None = None, package: str = DEFAULT_PACKAGE) 
     if path is not None:
         given = Path(path).expanduser().resolve()
         if not given.is_dir():
+            problem = "not a directory" if given.exists() else "no such directory"
             raise FdlError(
-                f"--path {path}: no such directory",
+                f"--path {path}: {problem}",
                 f"pass the {package} package directory or the directory that contains it",
             )
         if (given / "__init__.py").is_file():

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from fdl.errors import FdlUsageError
+from fdl.errors import FdlError, FdlUsageError
 
 
 def register(app: typer.Typer, make_group) -> None:
@@ -49,6 +49,12 @@ def register(app: typer.Typer, make_group) -> None:
             raise FdlUsageError(
                 "--json, --markdown and --llms are alternatives", "choose one output format"
             )
+        if llms is not None and llms.exists() and not llms.is_dir():
+            raise FdlUsageError(
+                f"--llms {llms}: not a directory",
+                "pass the directory to write llms.txt and llms-full.txt into "
+                "(it is created when missing)",
+            )
         start = time.perf_counter()
         ref = load_reference(path, use_cache=not no_cache)
         console.detail(
@@ -65,8 +71,16 @@ def register(app: typer.Typer, make_group) -> None:
             from fdl.apiref.llms import write_llms
             from fdl.porting.skills import read_skill_file
 
-            for written in write_llms(ref, llms, guide=read_skill_file("guide.md")):
-                console.info(f"wrote {written}")
+            try:
+                written = write_llms(ref, llms, guide=read_skill_file("guide.md"))
+            except OSError as err:
+                where = err.filename or llms
+                raise FdlError(
+                    f"cannot write {where}: {err.strerror or err}",
+                    f"check that {llms} is a directory you can write to, or pass another --llms DIR",
+                ) from err
+            for file in written:
+                console.info(f"wrote {file}")
         else:
             from fdl.apiref.render import render_text
 

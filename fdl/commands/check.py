@@ -39,6 +39,8 @@ def register(app: typer.Typer, make_group) -> None:
         from fdl.apiref import load_reference
         from fdl.porting.check import check_script, render_report
 
+        if script.is_dir():
+            raise FdlUsageError(f"{script}: is a directory", "pass the path of a Python script")
         if not script.is_file():
             raise FdlUsageError(f"{script}: no such file", "pass the path of a Python script")
         ref = load_reference(path)

@@ -23,6 +23,19 @@ def _skill(name: str):
     return SKILLS[name]
 
 
+def _project(directory: Path) -> Path:
+    """``--dir``, checked before anything is printed or written."""
+    if directory.is_dir():
+        return directory
+    if directory.exists():
+        raise FdlUsageError(
+            f"--dir {directory}: not a directory", "pass the project directory, not a file in it"
+        )
+    raise FdlUsageError(
+        f"--dir {directory}: no such directory", "pass an existing project directory"
+    )
+
+
 def _version() -> str:
     from fdl.apiref.source import find_source
     from fdl.errors import FdlError
@@ -47,6 +60,7 @@ def register(app: typer.Typer, make_group) -> None:
         from fdl import console
         from fdl.porting.skills import SKILLS, TOOLS, detect_tools, status
 
+        directory = _project(directory)
         version = _version()
         detected = detect_tools(directory)
         rows = {
@@ -96,6 +110,7 @@ def register(app: typer.Typer, make_group) -> None:
         from fdl.porting import skills
 
         chosen = _skill(skill)
+        directory = _project(directory)
         tools = list(dict.fromkeys(tool or []))
         for name in tools:
             if name not in skills.TOOLS:

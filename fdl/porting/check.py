@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fdl.apiref.model import ApiReference
+from fdl.errors import FdlError
 from fdl.porting.smoke import SmokeResult, run_smoke
 from fdl.porting.static import Finding, check_source
 
@@ -56,7 +57,12 @@ class CheckReport:
 def check_script(
     script: Path, ref: ApiReference, *, run: bool = True, timeout: float = 120.0
 ) -> CheckReport:
-    source = script.read_text(encoding="utf-8", errors="replace")
+    try:
+        source = script.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise FdlError(
+            f"cannot read {script}: {err.strerror or err}", "check the file's permissions"
+        ) from err
     findings, used = check_source(source, str(script), ref)
     report = CheckReport(str(script), ref.version, ref.api_hash, findings, sorted(used))
     if not run:
@@ -74,7 +80,8 @@ def render_report(report: CheckReport, *, timeout: float) -> str:
     if smoke is None:
         lines.append(f"smoke run: skipped ({report.smoke_skipped})")
     elif smoke.status == "passed":
-        lines.append(f"smoke run (FLODL_SMOKE=1): passed in {smoke.seconds:.1f}s")
+        stopped = f" ({smoke.budget_stop['message']})" if smoke.budget_stop else ""
+        lines.append(f"smoke run (FLODL_SMOKE=1): passed in {smoke.seconds:.1f}s{stopped}")
     elif smoke.status == "timeout":
         lines.append(
             f"{report.script}: error[smoke-timeout]: the smoke run did not finish in {timeout:g}s "
@@ -84,11 +91,15 @@ def render_report(report: CheckReport, *, timeout: float) -> str:
         lines += [f"  | {line}" for line in smoke.output_tail[-5:]]
     else:
         lines += _render_failure(report, smoke)
-    verdict = "ok" if report.ok else "failed"
-    lines.append(
-        f"check {verdict}: {report.errors} error(s), {report.warnings} warning(s) "
-        f"(flodl {report.package_version}, api {report.api_hash})"
-    )
+    counts = f"{report.errors} error(s), {report.warnings} warning(s)"
+    if report.ok:
+        verdict = f"check ok: {counts}"
+    elif report.errors:
+        verdict = f"check failed: {counts}"
+    else:  # the names are right; the script itself did not run through
+        outcome = "timed out" if smoke is not None and smoke.status == "timeout" else "failed"
+        verdict = f"check failed: the smoke run {outcome} ({counts})"
+    lines.append(f"{verdict} (flodl {report.package_version}, api {report.api_hash})")
     return "\n".join(lines)
 
 

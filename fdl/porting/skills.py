@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from fdl.apiref.atomic import atomic_write
+from fdl.apiref.atomic import atomic_write, newline_of
 from fdl.errors import ExitCode, FdlError, FdlUsageError
 from fdl.porting.frontmatter import validate_mdc, validate_skill_md
 from fdl.resources import bundled_dir
@@ -134,6 +134,27 @@ def merged_text(current: str | None, planned: Planned, path: Path) -> str:
     return current[: starts[0].start()] + block + current[ends[0].end() :]
 
 
+def _read_existing(path: Path) -> str | None:
+    """The text of a file an install would write, or None when there is none yet."""
+    if not path.exists():
+        return None
+    if not path.is_file():
+        raise FdlError(
+            f"{path} exists but is not a file",
+            "move it out of the way (fdl skill install writes a file there), then re-run",
+        )
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise FdlError(
+            f"{path} is not UTF-8 text", "convert it to UTF-8 or move it aside, then re-run"
+        ) from None
+    except OSError as err:
+        raise FdlError(
+            f"cannot read {path}: {err.strerror or err}", "check the file's permissions"
+        ) from err
+
+
 def install(project: Path, tool: str, skill: Skill, version: str) -> list[tuple[Path, str]]:
     """Write ``tool``'s files for ``skill``; returns (path, created|updated|unchanged)."""
     if not project.is_dir():
@@ -141,13 +162,15 @@ def install(project: Path, tool: str, skill: Skill, version: str) -> list[tuple[
     results = []
     for planned in plan(tool, skill, version):
         path = project / planned.path
-        current = path.read_text(encoding="utf-8") if path.is_file() else None
+        current = _read_existing(path)
         new = merged_text(current, planned, path)
         if current == new:
             results.append((path, "unchanged"))
             continue
+        # a shared file keeps its line endings (a CRLF AGENTS.md stays CRLF, our section too)
+        newline = newline_of(path) if planned.section is not None else "\n"
         try:
-            atomic_write(path, new)
+            atomic_write(path, new, newline=newline)
         except OSError as err:
             raise FdlError(
                 f"cannot write {path}: {err.strerror or err}",
@@ -163,10 +186,10 @@ def status(project: Path, tool: str, skill: Skill, version: str) -> str:
     states = []
     for planned in plan(tool, skill, version):
         path = project / planned.path
-        if not path.is_file():
+        current = _read_existing(path)
+        if current is None:
             states.append("missing")
             continue
-        current = path.read_text(encoding="utf-8")
         if (
             planned.section is not None
             and _markers(planned.section)[0].split(" (")[0] not in current

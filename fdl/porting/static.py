@@ -6,9 +6,16 @@ return annotations the API declares (``fl.FlowBuilder(m).through(a).also(b).buil
 ``through``, ``also`` and ``build`` on the classes they return); and simple assignments
 (``model = ...build()`` then ``model.freeze(...)``). Nothing is imported or executed.
 
-A missing module-level name is always an error. A missing attribute on a flodl class is an
-error when every base of the class is in flodl, and a warning when a base is foreign (a Graph
-is a ``torch.nn.Module``: ``graph.state_dict`` is real but not in flodl's reference).
+A missing module-level name is always an error. A missing attribute on a flodl class or
+instance is an error, with two exceptions, which are warnings:
+
+- on an *instance* whose class or any base defines ``__getattr__`` (every Graph is a
+  ``torch.nn.Module``, whose ``__getattr__`` returns child modules, parameters and buffers:
+  ``model.encoder`` is real when the graph has a child labelled ``encoder``). Only very near
+  misses of flodl names are suggested; the smoke run turns a real typo into an AttributeError.
+- when a base outside flodl cannot be read, so its members are unknown.
+
+Names torch's base classes define (``graph.state_dict``) are read from their source and known.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ class _Instance:
 @dataclass(frozen=True)
 class _Callable:
     returns_type: str | None
+    function: str | None = None  # a flodl function's path (not a method): it has no API members
 
 
 @dataclass(frozen=True)
@@ -71,8 +79,9 @@ class _Value:
 @dataclass(frozen=True)
 class _Inherited:
     names: frozenset[str]
-    bases: list[str]
-    uncertain: bool  # a base is unreadable or has __getattr__: a missing name is a warning
+    bases: list[str]  # the bases outside flodl
+    dynamic: bool  # the class or a base defines __getattr__ (instances grow attributes)
+    unreadable: bool  # a base outside flodl could not be read: its names are unknown
 
 
 _EXCEPTION_NAMES = frozenset({"args", "with_traceback", "add_note", "__notes__"})
@@ -101,29 +110,33 @@ class ApiIndex:
                 self.public_by_name.setdefault(entry.name, []).append(entry.path)
 
     def member_of(self, module: str, name: str) -> _Sym | None:
-        """What ``module.name`` is, or None if it does not exist."""
+        """What ``module.name`` is, or None if it does not exist.
+
+        A name the package binds itself wins over a same-named submodule, as at run time
+        (``fl.optim.param_groups`` is the function that ``flodl/optim/__init__.py`` imports).
+        """
         path = f"{module}.{name}"
-        if path in self.modules:
+        if path in self.modules and path not in self.entries:
             return _Module(path)
         if name not in self.modules.get(module, ()):
             return None
         entry = self.entries.get(path)
         if entry is None:
             return _Value()
-        return self.symbol_for_entry(entry)
+        return self.symbol_for_entry(entry, path)
 
-    def symbol_for_entry(self, entry: ApiEntry) -> _Sym:
+    def symbol_for_entry(self, entry: ApiEntry, path: str | None = None) -> _Sym:
         if entry.kind == "class":
             return _Class(entry)
         if entry.kind == "function":
-            return _Callable(entry.returns_type)
+            return _Callable(entry.returns_type, function=path or entry.path)
         return _Value()
 
     def foreign_members(self, entry: ApiEntry) -> _Inherited:
         """Names ``entry`` inherits from bases outside the package (read from their source)."""
         names: set[str] = set()
         bases: list[str] = []
-        uncertain = entry.dynamic_attributes
+        dynamic, unreadable = entry.dynamic_attributes, False
         pending, seen = list(entry.bases), set()
         while pending:
             base = pending.pop()
@@ -132,19 +145,22 @@ class ApiIndex:
             seen.add(base)
             own = self.entries.get(base)
             if own is not None:
-                uncertain = uncertain or own.dynamic_attributes
+                dynamic = dynamic or own.dynamic_attributes
                 pending.extend(own.bases)
                 continue
+            if base.split(".")[0] == self.package:
+                continue  # a flodl mixin the reference does not list: the entry has its members
             bases.append(base)
             if base in _BUILTIN_BASES:
                 names |= _BUILTIN_BASES[base]
                 continue
             found = foreign_class(base)
-            if found is None or found.dynamic:
-                uncertain = True
-            if found is not None:
+            if found is None:
+                unreadable = True
+            else:
+                dynamic = dynamic or found.dynamic
                 names |= found.names
-        return _Inherited(frozenset(names), bases, uncertain)
+        return _Inherited(frozenset(names), bases, dynamic, unreadable)
 
     def instance_of(self, type_path: str | None) -> _Sym:
         entry = self.entries.get(type_path) if type_path else None
@@ -409,16 +425,29 @@ class _Checker(ast.NodeVisitor):
             return sym
         if isinstance(base, _Class | _Instance):
             return self._member(node, base.entry, name, on_class=isinstance(base, _Class))
+        if isinstance(base, _Callable) and base.function and not _is_dunder(name):
+            self._add(
+                node,
+                {
+                    "severity": "error",
+                    "code": "unknown-attribute",
+                    "message": f"`{ast.unparse(node)}` does not exist: "
+                    f"{self.spell(base.function)} is a function, not a module",
+                    "suggestions": [self.spell(base.function)],
+                    "target": f"{base.function}.{name}",
+                },
+            )
+            return None
         return _Value()
 
     def _member(self, node: ast.Attribute, entry: ApiEntry, name: str, *, on_class: bool) -> _Sym:
-        if name in _DUNDER_OK or (name.startswith("__") and name.endswith("__")):
+        if _is_dunder(name):
             return _Value()
         member = entry.members().get(name)
         if member is None:
             inherited = self.index.foreign_members(entry)
             if name not in inherited.names:
-                self._unknown_attribute(node, entry, name, inherited)
+                self._unknown_attribute(node, entry, name, inherited, on_class=on_class)
             return _Value()
         self.used.add(f"{entry.path}.{name}")
         return _member_symbol(member, self.index)
@@ -476,22 +505,36 @@ class _Checker(ast.NodeVisitor):
         )
 
     def _unknown_attribute(
-        self, node: ast.Attribute, entry: ApiEntry, name: str, inherited: _Inherited
+        self,
+        node: ast.Attribute,
+        entry: ApiEntry,
+        name: str,
+        inherited: _Inherited,
+        *,
+        on_class: bool,
     ) -> None:
         members = entry.members()
-        close = difflib.get_close_matches(name, sorted(members), n=3)
-        foreign = inherited.uncertain and not close  # a near-miss of a flodl name is a typo
+        # An instance with __getattr__ grows attributes at run time (a Graph's children by
+        # label): a near-miss of a flodl name proves nothing there, and only a very near one
+        # (`freez` ~ `.freeze`, not `encoder` ~ `.code`) is worth suggesting.
+        grows = inherited.dynamic and not on_class
+        cutoff = 0.8 if grows else 0.6
+        close = difflib.get_close_matches(name, sorted(members), n=3, cutoff=cutoff)
+        unknowable = inherited.unreadable and not close
         written = ast.unparse(node)
         if len(written) > 48:
             written = (
                 f"{entry.name}(...).{name}" if not isinstance(node.value, ast.Name) else written
             )
+        where = " or ".join(["flodl", *inherited.bases])
         message = f"`{written}` does not exist: {entry.name} has no attribute '{name}'"
-        if foreign:
-            message += (
-                f" in flodl or {', '.join(inherited.bases)} "
-                "(allowed only if it is set at run time, e.g. a child module)"
+        if grows:
+            message = (
+                f"`{written}` is not in {where}: fine if it is set at run time (a child module, "
+                f"parameter or buffer of the {entry.name}); the smoke run checks it"
             )
+        elif unknowable:
+            message += f" in {where} (allowed only if it is set at run time, e.g. a child module)"
         elif entry.builder_methods and not close:
             chain = ", ".join(f".{m.name}()" for m in entry.builder_methods)
             message += f"; its builder methods are {chain}"
@@ -500,7 +543,7 @@ class _Checker(ast.NodeVisitor):
         self._add(
             node,
             {
-                "severity": "warning" if foreign else "error",
+                "severity": "warning" if grows or unknowable else "error",
                 "code": "unknown-attribute",
                 "message": message,
                 "suggestions": [f".{c}" for c in close],
@@ -523,6 +566,10 @@ class _Checker(ast.NodeVisitor):
                 ):
                     best = (len(sym.path), alias + path[len(sym.path) :])
         return best[1] if best else path
+
+
+def _is_dunder(name: str) -> bool:
+    return name in _DUNDER_OK or (name.startswith("__") and name.endswith("__"))
 
 
 def _member_symbol(member: Member, index: ApiIndex) -> _Sym:

@@ -6,6 +6,7 @@ import csv
 import math
 import os
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from flodl.monitor.page import render_page, svg_data_uri
 from flodl.monitor.record import EpochRecord
 from flodl.monitor.resources import ResourceSample, ResourceSampler, hardware_summary
 from flodl.monitor.server import DashboardServer
+from flodl.monitor.smoke import SMOKE_EPOCHS, SmokeBudgetReached, smoke_enabled
 from flodl.monitor.tensorboard import write_scalars
 
 __all__ = ["MetricSource", "Monitor"]
@@ -53,6 +55,11 @@ class Monitor:
     defaults to the ``RANK`` environment variable that torchrun sets (0 when absent); the other
     ranks record quietly and send :meth:`sample_resources` to rank 0, which attaches them with
     :meth:`add_rank_resources`.
+
+    Under ``FLODL_SMOKE=1`` (``fdl check``), once the second epoch of a loop that planned more is
+    logged, :meth:`log` finishes the monitor and raises :class:`~flodl.monitor.SmokeBudgetReached`
+    (a ``SystemExit`` with code 0): the script ends there, successfully, and code after the
+    training loop does not run.
 
     >>> import flodl as fl
     >>> mon = fl.Monitor(3, stream=None)
@@ -298,7 +305,33 @@ class Monitor:
             print(line, file=stream, flush=True)
         if self._server is not None:
             self._server.log.publish("epoch", record.to_json())
+        if self._smoke_budget_spent(epoch):
+            self._stop_for_smoke()
         return record
+
+    def _smoke_budget_spent(self, epoch: int) -> bool:
+        """Under ``FLODL_SMOKE``: this loop has logged its 2 epochs and planned more.
+
+        Only a loop the user wrote is stopped here: ``fl.Trainer`` runs exactly the budget
+        itself (and its callbacks and checkpoints must still run), and an exception raised on
+        any thread but the main one would end that thread, not the run.
+        """
+        if not smoke_enabled() or len(self._records) < SMOKE_EPOCHS:
+            return False
+        if epoch + 1 >= self.num_epochs:
+            return False
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        caller = sys._getframe(2).f_globals.get("__name__", "")
+        return not caller.startswith("flodl.")
+
+    def _stop_for_smoke(self) -> None:
+        self.finish()
+        self.close()
+        stop = SmokeBudgetReached(len(self._records))
+        if self.rank == 0:
+            print(stop, file=sys.stderr, flush=True)
+        raise stop
 
     def sample_resources(self) -> ResourceSample:
         """This process's resources now (on a non-zero rank: what to send to rank 0)."""

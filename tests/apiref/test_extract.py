@@ -91,7 +91,51 @@ def test_functions_signatures_and_namespaces(mini):
 
 def test_module_without_all_exports_its_own_public_names_not_its_imports(mini):
     optim = next(m for m in mini.modules if m.path == "flodl.optim")
-    assert optim.names == ["DEFAULT_WARMUP", "StepDecay", "set_lr"]  # not 'dataclass'
+    assert optim.names == [
+        "DEFAULT_WARMUP",
+        "StepDecay",
+        "param_groups",
+        "set_lr",
+    ]  # no 'dataclass'
+
+
+def _shadowed_submodule(ref: ApiReference) -> None:
+    """``optim/__init__`` imports ``param_groups`` from ``optim/param_groups.py``: the attribute
+    is the function (as at run time), the submodule stays importable but is not exported."""
+    fn = entry(ref, "flodl.optim.param_groups")
+    assert fn.kind == "function" and fn.defined_at == "flodl.optim.param_groups.param_groups"
+    assert fn.aliases == []  # never `fl.optim.param_groups.param_groups`: that is an AttributeError
+    paths = [e.path for e in ref.entries]
+    assert "flodl.optim.param_groups.param_groups" not in paths
+    module = next(m for m in ref.modules if m.path == "flodl.optim.param_groups")
+    assert module.exported is False and "param_groups" in module.names
+
+
+def test_a_name_bound_in_init_wins_over_a_same_named_submodule(mini):
+    _shadowed_submodule(mini)
+
+
+def test_the_real_flodl_optim_param_groups_is_the_function():
+    _shadowed_submodule(extract(find_source(Path(__file__).resolve().parents[2])))
+
+
+def test_an_explicit_reexport_is_public_in_its_package_but_not_star_exported(mini):
+    # checkpoint/__init__.py: `from flodl.checkpoint.io import checkpoint_version as checkpoint_version`
+    modules = {m.path: m for m in mini.modules}
+    assert "checkpoint_version" in modules["flodl.checkpoint"].names
+    assert "checkpoint_version" not in modules["flodl"].names  # the root's star import skips it
+    found = entry(mini, "flodl.checkpoint.checkpoint_version")
+    assert found.exported and found.kind == "function"
+
+
+def test_the_real_flodl_train_current_is_public():
+    ref = extract(find_source(Path(__file__).resolve().parents[2]))
+    modules = {m.path: m for m in ref.modules}
+    assert {"current", "record_scalar"} <= set(modules["flodl.train"].names)
+    assert (
+        "current" not in modules["flodl"].names
+    )  # fl.train.current(), deliberately not fl.current
+    assert entry(ref, "flodl.train.current").exported
 
 
 def test_modules_list_what_imports_may_use(mini):

@@ -136,17 +136,6 @@ def test_bad_env_flag_from_the_command_line(run_fdl):
     assert "error: --env specified more than once" in result.stderr
 
 
-def test_pending_command_says_so_instead_of_pretending(run_fdl):
-    # Every command must either work or say it is unavailable (exit 3) — never fake success.
-    from fdl.commands import _pending
-
-    result = run_fdl("check", "x.py")
-    if "not available" in result.stderr:
-        assert result.returncode == 3
-        assert result.stderr.startswith("error: 'fdl check' is not available")
-    assert _pending.NOT_YET
-
-
 def test_python_dash_m_and_console_script_agree(run_fdl):
     import subprocess
     import sys

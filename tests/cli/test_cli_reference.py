@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from fdl.app import app
+from fdl.errors import ExitCode
 
 CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
@@ -58,3 +59,22 @@ def test_documented_sections_exist_in_the_app():
     # The other direction: no section for a command that does not exist.
     stale = sorted(set(doc_sections()) - set(leaf_commands()))
     assert not stale, f"docs/cli.md documents commands that do not exist: {stale}"
+
+
+def exit_code_rows() -> dict[str, str]:
+    """The rows of docs/cli.md's '## Exit codes' table: code -> meaning."""
+    text = CLI_DOC.read_text(encoding="utf-8")
+    section = text.split("\n## Exit codes\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| *([^|]+?) *\| *([^|]+?) *\|$", section, flags=re.MULTILINE)
+    return {code: meaning for code, meaning in rows if code not in ("code",) and set(code) != {"-"}}
+
+
+def test_the_exit_code_table_is_exactly_exit_code():
+    rows = exit_code_rows()
+    numeric = {int(code) for code in rows if code.isdigit()}
+    assert numeric == {int(code) for code in ExitCode}, (
+        f"docs/cli.md documents {sorted(numeric)}, fdl.errors.ExitCode has "
+        f"{sorted(int(c) for c in ExitCode)}"
+    )
+    # the only other row: task-runner commands pass their child's code through
+    assert set(rows) - {str(int(c)) for c in ExitCode} == {"other"}

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import email
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -61,6 +64,28 @@ def installed_wheel(tmp_path_factory, repo_root) -> Path:
         check=True,
     )
     return env_dir
+
+
+def test_wheel_metadata_requires_what_pyproject_declares(installed_wheel, repo_root):
+    # The venv borrows its dependencies (no network), so check the wheel still declares them.
+    from packaging.requirements import Requirement
+
+    (wheel,) = (installed_wheel.parent / "dist").glob("flodl-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = email.message_from_bytes(archive.read(name))
+    declared = tomllib.loads((repo_root / "pyproject.toml").read_text())["project"]
+    required = [Requirement(r) for r in metadata.get_all("Requires-Dist")]
+
+    def key(r: Requirement) -> tuple[str, str]:
+        return r.name.lower(), str(r.specifier)
+
+    always = {key(r) for r in required if r.marker is None}
+    assert always == {key(Requirement(d)) for d in declared["dependencies"]}
+    for extra, deps in declared["optional-dependencies"].items():
+        in_extra = {key(r) for r in required if r.marker and r.marker.evaluate({"extra": extra})}
+        assert in_extra >= {key(Requirement(d)) for d in deps}, extra
+    assert set(metadata.get_all("Provides-Extra")) == set(declared["optional-dependencies"])
 
 
 def run_in(env_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -47,6 +47,35 @@ def test_runtime_failure_in_json(run_fdl, tmp_path):
     smoke = report["smoke"]
     assert smoke["status"] == "failed" and smoke["exception"]["type"] == "RuntimeError"
     assert smoke["location"]["line"] == 3
+    assert report["ok"] is False and report["errors"] == 0
+
+
+def test_a_failed_smoke_run_is_the_verdict_not_zero_errors(run_fdl, tmp_path):
+    port = tmp_path / "port.py"
+    port.write_text("raise SystemExit(4)\n")
+    result = run_fdl("check", str(port))
+    assert result.returncode == 1
+    assert "check failed: the smoke run failed (0 error(s), 0 warning(s)) (flodl " in result.stdout
+
+
+def test_the_smoke_budget_stop_passes_in_text_and_json(run_fdl, tmp_path):
+    port = tmp_path / "port.py"
+    port.write_text(
+        "import flodl as fl\n"
+        "mon = fl.Monitor(50, stream=None, gpu=False)\n"
+        "for epoch in range(50):\n"
+        "    mon.log(epoch, 0.0, {'loss': 1.0})\n"
+    )
+    text = run_fdl("check", str(port), cwd=tmp_path)
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert "(stopped by the smoke budget after 2 epochs)" in text.stdout
+    assert "check ok: 0 error(s)" in text.stdout
+    report = json.loads(run_fdl("check", "--json", str(port), cwd=tmp_path).stdout)
+    assert report["ok"] is True and report["smoke"]["status"] == "passed"
+    assert report["smoke"]["budget_stop"] == {
+        "epochs": 2,
+        "message": "stopped by the smoke budget after 2 epochs",
+    }
 
 
 def test_timeout_option(run_fdl, tmp_path):
@@ -55,8 +84,44 @@ def test_timeout_option(run_fdl, tmp_path):
     result = run_fdl("check", "--timeout", "1", str(port))
     assert result.returncode == 1
     assert "error[smoke-timeout]: the smoke run did not finish in 1s" in result.stdout
+    assert "check failed: the smoke run timed out (0 error(s), 0 warning(s))" in result.stdout
 
 
 def test_missing_script_is_a_usage_error(run_fdl, tmp_path):
     result = run_fdl("check", str(tmp_path / "missing.py"))
     assert result.returncode == 2 and "no such file" in result.stderr and result.stdout == ""
+
+
+def test_a_directory_is_a_usage_error(run_fdl, tmp_path):
+    result = run_fdl("check", str(tmp_path))
+    assert result.returncode == 2 and result.stdout == ""
+    assert (
+        result.stderr == f"error: {tmp_path}: is a directory — pass the path of a Python script\n"
+    )
+
+
+def test_an_unreadable_script_is_an_error_not_a_traceback(monkeypatch, tmp_path, capsys):
+    from fdl.main import main
+
+    port = tmp_path / "port.py"
+    port.write_text("print(1)\n")
+    real = Path.read_text
+
+    def refuse(self, *args, **kwargs):
+        if self == port:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    code = main(["check", "--no-run", "--path", str(MINI), str(port)])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert f"error: cannot read {port}: Permission denied — check the file's permissions" in err
+
+
+def test_path_that_is_a_file_is_a_clear_error(run_fdl, tmp_path):
+    port = tmp_path / "port.py"
+    port.write_text("print(1)\n")
+    result = run_fdl("check", "--path", str(port), str(port))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"error: --path {port}: not a directory" in result.stderr

@@ -1,7 +1,6 @@
 """The corpus: real-world-shaped PyTorch scripts and their flodl ports.
 
-Every original runs; every port passes `fdl check` (static + smoke run) once the names it uses
-have landed. Deliberately wrong ports fail with the expected messages (checked against the
+Every original runs; every port passes `fdl check` (static + smoke run). Deliberately wrong ports fail with the expected messages (checked against the
 miniature flodl in tests/apiref/fixtures, so the expectations do not move with the real API).
 """
 
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import clean_env
-from tests.porting.support import CORPUS, pending_used_by
+from tests.porting.support import CORPUS
 
 CASES = sorted(p.name for p in CORPUS.iterdir() if p.is_dir())
 WRONG = Path(__file__).resolve().parent / "wrong"
@@ -53,9 +52,6 @@ def test_original_runs(case, tmp_path):
 @pytest.mark.parametrize("case", CASES)
 def test_port_passes_fdl_check(case, run_fdl, tmp_path):
     port = CORPUS / case / "port.py"
-    waiting = pending_used_by(port)
-    if waiting:
-        pytest.skip(f"uses pending API: {', '.join(waiting)}")
     result = run_fdl("check", "--json", str(port), cwd=tmp_path, timeout=400)
     report = json.loads(result.stdout)
     assert result.returncode == 0 and report["ok"], result.stdout
@@ -115,9 +111,6 @@ def test_syntax_error_is_located(run_fdl, tmp_path):
 @pytest.mark.slow
 def test_runtime_shape_error_is_reported_with_its_line(run_fdl, tmp_path):
     port = WRONG / "shape_error.py"
-    waiting = pending_used_by(port)
-    if waiting:
-        pytest.skip(f"uses pending API: {', '.join(waiting)}")
     result = run_fdl("check", str(port), cwd=tmp_path, timeout=400)
     assert result.returncode == 1
     assert "shape_error.py:11: error[smoke-failed]: RuntimeError: " in result.stdout

@@ -1,85 +1,89 @@
-"""The porting guide and the corpus ports name only flodl APIs that exist (or are listed as
-pending), the pending list only shrinks, and every guide snippet runs against this build."""
+"""The porting guide and the corpus ports name only flodl APIs that exist, and every guide
+snippet runs against this build."""
 
 from __future__ import annotations
+
+import re
+import subprocess
+import sys
 
 import pytest
 
 from fdl.porting.static import check_source
+from tests.conftest import clean_env
 from tests.porting.support import (
     CORPUS,
     GUIDE,
-    api_has,
     findings_for,
     live_api,
     page_as_script,
-    pending_names,
     python_blocks,
 )
 
 
-def unexplained(findings, pending: set[str]) -> list[str]:
-    """Findings that the pending list does not excuse, rendered."""
-    return [f.render() for f in findings if f.target not in pending]
-
-
-def test_guide_names_only_existing_or_pending_apis():
+def test_guide_names_only_existing_apis():
     findings = findings_for(page_as_script(GUIDE), "porting_skill/guide.md", live_api())
-    problems = unexplained(findings, set(pending_names()))
+    problems = [f.render() for f in findings]
     assert not problems, "the guide uses flodl APIs that do not exist:\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize("case", sorted(p.name for p in CORPUS.iterdir() if p.is_dir()))
-def test_corpus_ports_name_only_existing_or_pending_apis(case):
+def test_corpus_ports_name_only_existing_apis(case):
     port = CORPUS / case / "port.py"
-    findings = findings_for(port.read_text(), str(port), live_api())
-    problems = unexplained(findings, set(pending_names()))
+    problems = [f.render() for f in findings_for(port.read_text(), str(port), live_api())]
     assert not problems, "\n".join(problems)
 
 
-def test_pending_names_have_not_landed():
-    landed = [name for name in pending_names() if api_has(live_api(), name)]
-    assert not landed, (
-        f"these names now exist in flodl; delete them from porting_skill/pending_api.txt: {landed}"
-    )
-
-
-def test_pending_list_has_no_duplicates_and_is_sorted():
-    names = pending_names()
-    assert names == sorted(set(names))
-
-
-def test_an_invented_name_is_not_excused():
-    # The guard above can fail: a name that neither exists nor is pending is reported.
+def test_an_invented_name_is_reported():
+    # The guards above can fail: a name that does not exist is a finding.
     findings, _ = check_source("import flodl as fl\nfl.TotallyInvented()\n", "x.py", live_api())
-    assert unexplained(findings, set(pending_names())) == [
+    assert [f.render() for f in findings] == [
         "x.py:2:4: error[unknown-name]: `fl.TotallyInvented` does not exist: "
         "fl has no name 'TotallyInvented'"
     ]
 
 
 def test_guide_snippets_run_in_order(tmp_path, monkeypatch):
-    """Every runnable block executes; a block that needs a pending name waits for it."""
+    """Every block executes, in page order, in one namespace (``torchrun`` blocks are whole
+    scripts: the test below launches them)."""
     monkeypatch.chdir(tmp_path)
-    pending = set(pending_names())
-    findings = findings_for(page_as_script(GUIDE), "guide.md", live_api())
-    waiting_lines = {f.line for f in findings if f.target in pending}
     namespace: dict[str, object] = {"__name__": "__guide__"}
-    waiting: list[int] = []
     executed = 0
     for first, info, body in python_blocks(GUIDE):
-        if "no-run" in info:
+        assert "no-run" not in info, f"guide.md:{first}: every block runs; say why if one cannot"
+        if "torchrun" in info:
             continue
-        if any(first <= line < first + body.count("\n") + 1 for line in waiting_lines):
-            waiting.append(first)
-            continue
-        try:
-            exec(compile(body, f"guide.md:{first}", "exec"), namespace)
-            executed += 1
-        except NameError:
-            if not waiting:  # not a consequence of a block that is waiting
-                raise
-            waiting.append(first)
-    assert executed >= 1
-    if waiting:
-        pytest.skip(f"{len(waiting)} guide block(s) wait for pending API (lines {waiting})")
+        exec(compile(body, f"guide.md:{first}", "exec"), namespace)
+        executed += 1
+    assert executed >= 10
+
+
+def torchrun_blocks() -> list[tuple[int, str]]:
+    return [(first, body) for first, info, body in python_blocks(GUIDE) if "torchrun" in info]
+
+
+def test_the_guide_has_a_torchrun_script():
+    assert len(torchrun_blocks()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+@pytest.mark.parametrize(
+    ("first", "body"), torchrun_blocks(), ids=[f"line{first}" for first, _ in torchrun_blocks()]
+)
+def test_torchrun_script_trains_on_two_cpu_ranks(tmp_path, first, body):
+    script = tmp_path / "train_ddp.py"
+    script.write_text(body)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    result = subprocess.run(
+        [*launcher, "--nproc-per-node", "2", str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(OMP_NUM_THREADS="1"),  # one thread per rank: 2 ranks on 2 shared cores
+        timeout=400,  # a hang guard, not a speed requirement
+        check=False,
+    )
+    assert result.returncode == 0, f"guide.md:{first}\n{result.stderr[-3000:]}"
+    ranks = re.findall(r"rank (\d) of (\d): trained", result.stdout)
+    assert sorted(ranks) == [("0", "2"), ("1", "2")], result.stdout

@@ -135,6 +135,64 @@ def test_missing_project_directory(run_fdl, tmp_path):
     assert result.returncode == 2 and "no such directory" in result.stderr
 
 
+@pytest.mark.parametrize("command", [["install"], ["install", "--tool", "codex"], ["list"]])
+def test_a_file_as_project_directory_fails_before_anything_is_printed(run_fdl, tmp_path, command):
+    afile = tmp_path / "notes.md"
+    afile.write_text("x")
+    result = run_fdl("skill", *command, "--dir", str(afile))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"error: --dir {afile}: not a directory — pass the project directory, not a file in it\n"
+    )
+
+
+def test_a_directory_where_a_shared_file_goes_is_an_error(run_fdl, tmp_path):
+    (tmp_path / "AGENTS.md").mkdir()
+    result = run_fdl("skill", "install", "--tool", "codex", "--dir", str(tmp_path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"error: {tmp_path / 'AGENTS.md'} exists but is not a file" in result.stderr
+
+
+def test_a_shared_file_that_is_not_utf8_is_an_error_and_kept(run_fdl, tmp_path):
+    agents = tmp_path / "AGENTS.md"
+    agents.write_bytes(b"# R\xe8gles\n")
+    result = run_fdl("skill", "install", "--tool", "codex", "--dir", str(tmp_path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "is not UTF-8 text — convert it to UTF-8" in result.stderr
+    assert agents.read_bytes() == b"# R\xe8gles\n"
+
+
+def test_an_unwritable_project_is_an_error(monkeypatch, tmp_path, capsys):
+    # Simulated: the suite may run as root, for whom no directory is unwritable.
+    from fdl.apiref import atomic
+    from fdl.main import main
+
+    def refuse(*args, dir=None, **kwargs):
+        raise PermissionError(13, "Permission denied", str(dir))
+
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", refuse)
+    code = main(["skill", "install", "--tool", "claude", "--dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert "error: cannot write " in err and "Permission denied — check the directory" in err
+
+
+def test_shared_files_keep_their_mode_and_crlf_line_endings(run_fdl, tmp_path):
+    agents = tmp_path / "AGENTS.md"
+    agents.write_bytes(b"# Project rules\r\n\r\nUse tabs.\r\n")
+    agents.chmod(0o644)
+    run_fdl("skill", "install", "--tool", "codex", "--dir", str(tmp_path))
+    data = agents.read_bytes()
+    assert data.startswith(b"# Project rules\r\n\r\nUse tabs.\r\n")
+    assert b"<!-- flodl:port:begin" in data
+    assert data.count(b"\n") == data.count(b"\r\n")  # one style: the user's
+    assert agents.stat().st_mode & 0o777 == 0o644
+    # a re-install sees no change (the comparison ignores line endings)
+    again = run_fdl("skill", "install", "--tool", "codex", "--dir", str(tmp_path))
+    assert f"unchanged {agents}" in again.stdout
+    assert agents.read_bytes() == data
+
+
 # -- the validators themselves ------------------------------------------------------------
 GOOD_SKILL = "---\nname: port\ndescription: Port things.\n---\nbody\n"
 

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from fdl.porting.smoke import run_smoke
+from tests.conftest import clean_env
 
 
 def script(tmp_path: Path, body: str, name: str = "s.py") -> Path:
@@ -79,3 +80,57 @@ def test_a_hanging_script_times_out_and_its_children_are_killed(tmp_path):
         time.sleep(0.1)
     else:
         raise AssertionError("the script's child process survived the timeout")
+
+
+MONITORED_LOOP = (
+    "import flodl as fl\n"
+    "mon = fl.Monitor(50, stream=None, gpu=False)\n"
+    "for epoch in range(50):\n"
+    "    print('epoch', epoch)\n"
+    "    mon.log(epoch, 0.0, {'loss': 1.0})\n"
+    "print('after the loop')\n"
+)
+
+
+def test_the_monitor_stopping_at_the_budget_is_a_pass_that_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", clean_env()["PYTHONPATH"])  # the child imports this flodl
+    result = run_smoke(script(tmp_path, MONITORED_LOOP), timeout=300)
+    assert result.status == "passed" and result.returncode == 0, result.output_tail
+    assert result.budget_stop == {
+        "epochs": 2,
+        "message": "stopped by the smoke budget after 2 epochs",
+    }
+    assert "epoch 1" in result.output_tail and "epoch 2" not in result.output_tail
+    assert "after the loop" not in result.output_tail
+
+
+def test_a_plain_exit_0_is_a_pass_without_a_budget_note(tmp_path):
+    result = run_smoke(script(tmp_path, "import sys\nsys.exit(0)\n"), timeout=60)
+    assert result.status == "passed" and result.budget_stop is None
+
+
+def test_a_src_layout_script_imports_its_own_package(tmp_path):
+    project = tmp_path / "proj"
+    package = project / "src" / "mypkg"
+    package.mkdir(parents=True)
+    (project / "pyproject.toml").write_text('[project]\nname = "mypkg"\nversion = "0.1"\n')
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text("WIDTH = 5\n")
+    train = script(package, "from mypkg.model import WIDTH\nprint('width', WIDTH)\n", "train.py")
+    result = run_smoke(train, timeout=60)
+    assert result.status == "passed", result.output_tail
+    assert result.output_tail == ["width 5"]
+
+
+def test_without_a_src_dir_nothing_is_added(tmp_path):
+    # the nearest pyproject.toml decides: a project without src/ gets nothing extra on the path
+    outer = tmp_path / "outer"
+    (outer / "src" / "mypkg").mkdir(parents=True)
+    (outer / "src" / "mypkg" / "__init__.py").write_text("")
+    (outer / "pyproject.toml").write_text("")
+    inner = outer / "inner"
+    inner.mkdir()
+    (inner / "pyproject.toml").write_text("")
+    result = run_smoke(script(inner, "import mypkg\n"), timeout=60)
+    assert result.status == "failed"
+    assert result.exception["type"] == "ModuleNotFoundError"

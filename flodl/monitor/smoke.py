@@ -1,0 +1,40 @@
+"""The monitor's share of the ``FLODL_SMOKE`` contract: a hand-written loop stops after 2 epochs.
+
+Under ``FLODL_SMOKE=1`` (what ``fdl check`` sets) a training script runs at most 2 epochs of at
+most 2 batches each: ``fl.data.DataLoader`` caps the batches, ``fl.Trainer`` caps its own loop,
+and a loop you wrote yourself is ended by the :class:`~flodl.Monitor` that logs it.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["SMOKE_EPOCHS", "SmokeBudgetReached", "smoke_enabled"]
+
+#: Epochs a training script runs when ``FLODL_SMOKE`` is set.
+SMOKE_EPOCHS = 2
+
+
+def smoke_enabled() -> bool:
+    """Whether ``FLODL_SMOKE`` asks for a smoke run (unset, empty or ``0`` → no)."""
+    return os.environ.get("FLODL_SMOKE", "").strip() not in ("", "0")
+
+
+class SmokeBudgetReached(SystemExit):
+    """The smoke budget is spent: the run ends here, successfully (exit code 0).
+
+    :meth:`flodl.Monitor.log` raises it under ``FLODL_SMOKE=1`` once it has logged
+    :data:`SMOKE_EPOCHS` epochs of a run that planned more, after finishing the monitor (summary,
+    HTML archive). It is a :class:`SystemExit`, so it passes through ``except Exception`` and the
+    interpreter exits with code 0; code after the training loop does not run in a smoke run.
+
+    >>> issubclass(SmokeBudgetReached, SystemExit), SmokeBudgetReached(2).code
+    (True, 0)
+    """
+
+    def __init__(self, epochs: int) -> None:
+        super().__init__(0)
+        self.epochs = epochs
+
+    def __str__(self) -> str:
+        return f"FLODL_SMOKE: stopping after {self.epochs} epochs (smoke budget)"

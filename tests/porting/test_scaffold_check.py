@@ -1,0 +1,28 @@
+"""A freshly scaffolded project's training script passes `fdl check`, stopped by the smoke budget."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.mark.slow
+def test_fdl_check_passes_on_a_new_projects_train_py(run_fdl, tmp_path):
+    created = run_fdl("init", "demo", "--native", cwd=tmp_path)
+    assert created.returncode == 0, created.stderr
+    project = tmp_path / "demo"
+    # 300 s is a hang guard on a loaded machine; the run itself takes seconds (2 epochs x 2 batches)
+    result = run_fdl(
+        "check", "--json", "--timeout", "300", "src/demo/train.py", cwd=project, timeout=400
+    )
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and report["ok"], result.stdout
+    assert report["findings"] == []
+    smoke = report["smoke"]
+    assert smoke["status"] == "passed"
+    # the loop asked for 20 epochs: the Monitor ended it after 2 (the DataLoader capped batches)
+    assert smoke["budget_stop"]["epochs"] == 2
+    assert sum(line.lstrip().startswith("epoch ") for line in smoke["output_tail"]) == 2
+    # the script checkpointed before its Monitor stopped it
+    assert json.loads((project / "checkpoints" / "state.json").read_text()) == {"epoch": 1}
