@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flodl as fl
-from tests.checkpoint.layout import entry, header
+from tests.checkpoint.layout import checksummed, entry, header
 
 TB = 1 << 40  # a length no test machine could allocate
 
@@ -86,8 +86,12 @@ def test_unknown_dtype_tag():
             entry("w", (), 3, b"")[:5] + struct.pack("<I", 0xFFFFFFFF),
             "dimensions exceeds the limit",
         ),
-        (entry("w", (TB, TB), 3, b""), "needs"),  # byte count disagrees with shape
-        (entry("w", (TB,), 3, b"", declared=4 * TB), "declares 4398046511104 bytes"),
+        (entry("w", (2, 2), 3, b""), "payload is 0 bytes but shape [2, 2] of float32 needs 16"),
+        (entry("w", (TB, TB), 3, b""), "overflows int64"),
+        (
+            entry("w", (TB,), 3, b"", declared=4 * TB),
+            "needs 4398046511104 bytes but only 20 remain",
+        ),
         (entry("w", (-1,), 3, b""), "negative dimension"),
         (entry(b"\xff\xfe", (), 3, b"1234"), "not valid UTF-8"),
     ],
@@ -95,6 +99,40 @@ def test_unknown_dtype_tag():
 def test_hostile_lengths_fail_before_allocating(body, message):
     padding = bytes(20)  # enough bytes that the entry-count bound alone does not catch it
     assert message in str(load_error(header(1) + body + padding))
+
+
+INT64_MAX = (1 << 63) - 1
+SHAPE_OFFSET = 44 + 4 + 1 + 4  # header, name length, name "w", rank: where the dims start
+
+
+@pytest.mark.parametrize(
+    "dims", [(INT64_MAX, INT64_MAX, 0), (1 << 62, 4, 0), (0, 1 << 32, 1 << 31)], ids=str
+)
+@pytest.mark.parametrize("layout", ["plain", "checksummed", "gzip"])
+def test_empty_shapes_whose_element_count_overflows_int64(dims, layout):
+    """Regression: torch raised a raw RuntimeError ("numel: integer multiplication overflow")."""
+    body = entry("w", dims, 3, b"")
+    data = checksummed([body]) if layout == "checksummed" else header(1) + body
+    if layout == "gzip":
+        data = gzip.compress(data)
+    err = load_error(data)
+    assert "overflows int64" in str(err) and err.offset == SHAPE_OFFSET
+    w = torch.ones(2)
+    with pytest.raises(fl.CheckpointError, match="overflows int64") as info:
+        fl.load_checkpoint(io.BytesIO(data), {"w": w})
+    assert info.value.offset == SHAPE_OFFSET and w.tolist() == [1.0, 1.0]
+
+
+def test_shape_needing_more_bytes_than_remain_is_refused_at_the_shape():
+    data = checksummed([entry("w", (1 << 40,), 3, b"", declared=4 << 40)])
+    err = load_error(data)
+    assert "needs 4398046511104 bytes but only" in str(err) and err.offset == SHAPE_OFFSET
+
+
+def test_empty_tensor_with_large_dimensions_is_still_valid():
+    """It holds no bytes, so only the int64 bound applies to its non-zero dimensions."""
+    data = checksummed([entry("w", (1 << 40, 0, 3), 3, b"")])
+    assert fl.read_checkpoint(io.BytesIO(data))["w"].shape == (1 << 40, 0, 3)
 
 
 def test_hostile_length_in_a_gzip_stream_does_not_allocate_it():
