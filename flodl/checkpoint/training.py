@@ -156,9 +156,13 @@ def load_training_state(
     params = list(model.named_parameters())
     buffers = list(model.named_buffers())
     expected = _hash_of(model) if strict_hash else None
+    cut = len(MODEL_PREFIX)
     with open_source(src) as reader:
         decoded = codec.decode(
             reader,
+            keep=api.loadable(
+                params, buffers, lambda n: n[cut:] if n.startswith(MODEL_PREFIX) else None
+            ),
             on_header=lambda h: api.check_hash(
                 h, expected, source=reader.name, opt_out="pass strict_hash=False to load anyway"
             ),
@@ -182,7 +186,6 @@ def load_training_state(
     ):
         raise CheckpointError("malformed model entry list — the file is corrupted", source=source)
     model_names = set(listed)
-    cut = len(MODEL_PREFIX)
     model_only = codec.Decoded(  # the model's entries under the model's own names
         decoded.header,
         [replace(e, name=e.name[cut:]) for e in decoded.entries if e.name in model_names],
