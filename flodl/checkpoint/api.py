@@ -275,6 +275,9 @@ def commit(plan: Plan) -> None:
                 # OpenMP oversubscription that makes torch's parallel copy_ crawl on busy hosts.
                 dst = target.detach().reshape(-1).view(torch.uint8).numpy()
                 dst[...] = value.reshape(-1).view(torch.uint8).numpy()
+                # torch cannot see a write through numpy: bump the version counter as copy_ would,
+                # so a backward that saved the old values fails instead of silently using new ones.
+                torch.autograd.graph.increment_version(target)
             else:
                 target.copy_(value)
 
