@@ -311,12 +311,7 @@ def _prepare_optimizer(
         )
     state = decode_optimizer(doc["optimizer"], tensors, optimizer, source)
 
-    def apply() -> Callable[[], None]:
-        previous = optimizer.state_dict()
-        apply_optimizer(optimizer, state, source)  # torch swaps the state in at the very end
-        return lambda: optimizer.load_state_dict(previous)
-
-    return apply
+    return lambda: apply_optimizer(optimizer, state, source)
 
 
 def _undo(undo: list[Callable[[], None]]) -> str:
