@@ -146,6 +146,29 @@ def test_clip_norm_matches_torch_when_clipping():
         torch.testing.assert_close(a.grad, b.grad)
 
 
+@pytest.mark.parametrize(
+    "grads",
+    [
+        [(math.inf, 1.0), (2.0,)],  # an infinite gradient
+        [(-math.inf,), (math.nan, 1.0)],
+        [(math.nan, 1.0), (2.0,)],  # a NaN gradient
+        [(3e38, 3e38), (1.0,)],  # finite gradients whose float32 norm overflows
+    ],
+    ids=["inf", "-inf and nan", "nan", "overflow"],
+)
+def test_clip_norm_leaves_gradients_untouched_when_the_norm_is_not_finite(grads):
+    """A deliberate deviation from the original, which scales by max_norm / (inf + 1e-6) = 0."""
+    params = [with_grad(*g) for g in grads]
+    total = clip_grad_norm(params, 1.0)
+    assert not math.isfinite(total)
+    for p, g in zip(params, grads, strict=True):
+        expected = torch.tensor(g)
+        assert torch.equal(p.grad, expected) or (
+            torch.equal(p.grad.isnan(), expected.isnan())
+            and torch.equal(p.grad.nan_to_num(), expected.nan_to_num())
+        )
+
+
 def test_clip_norm_without_gradients_is_zero():
     assert clip_grad_norm([torch.zeros(2, requires_grad=True)], 1.0) == 0.0
 
