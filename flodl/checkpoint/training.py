@@ -6,6 +6,7 @@ applied (see :func:`load_training_state`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import random
 from collections.abc import Callable
@@ -186,7 +187,26 @@ def _kind(value: Any) -> str:
         return "sequence"
     if isinstance(value, torch.Tensor):
         return "tensor"
+    if isinstance(value, dict):
+        return "dict"  # a Counter or an OrderedDict in the scheduler is a plain dict in the file
     return type(value).__name__
+
+
+def _conform(stored: Any, live: Any) -> Any:
+    """``stored`` with the mapping types of the live state: JSON only knows plain dicts, while a
+    MultiStepLR keeps its milestones in a ``Counter`` (and calls ``.elements()`` on it)."""
+    if isinstance(stored, dict) and isinstance(live, dict):
+        out = {key: _conform(value, live.get(key)) for key, value in stored.items()}
+        if type(live) is dict:
+            return out
+        rebuilt = copy.copy(live)  # keeps the type and, for a defaultdict, its factory
+        rebuilt.clear()
+        dict.update(rebuilt, out)  # dict's update: a Counter's would add counts
+        return rebuilt
+    sequences = isinstance(stored, list | tuple) and isinstance(live, list | tuple)
+    if sequences and len(stored) == len(live):
+        return type(stored)(_conform(a, b) for a, b in zip(stored, live, strict=True))
+    return stored
 
 
 def _misfit(stored: Any, live: Any, where: str) -> str | None:
@@ -253,6 +273,7 @@ def _prepare_scheduler(
                 "another scheduler, or the file is corrupted",
                 source=source,
             )
+        state = _conform(state, scheduler.state_dict())
 
         def apply() -> Callable[[], None]:
             previous = scheduler.state_dict()

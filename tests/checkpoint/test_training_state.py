@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.optim import lr_scheduler as lrs
 
 import flodl as fl
 from flodl.checkpoint import training
@@ -367,3 +368,36 @@ def test_the_data_rng_continues_where_it_was():
     src = saved(make_model(), rng=False)
     with pytest.raises(fl.CheckpointError, match="holds no data Rng"):
         fl.load_training_state(src, make_model(), data_rng=fresh, restore_rng=False)
+
+
+TORCH_SCHEDULERS = {
+    "StepLR": lambda o: lrs.StepLR(o, 2),
+    "MultiStepLR": lambda o: lrs.MultiStepLR(o, [2, 4, 4]),  # milestones are a Counter
+    "LambdaLR": lambda o: lrs.LambdaLR(o, lambda e: 0.9**e),
+    "OneCycleLR": lambda o: lrs.OneCycleLR(o, 1.0, total_steps=20),
+    "CosineAnnealingWarmRestarts": lambda o: lrs.CosineAnnealingWarmRestarts(o, 3),
+    "ReduceLROnPlateau": lambda o: lrs.ReduceLROnPlateau(o),
+    "CyclicLR": lambda o: lrs.CyclicLR(o, 0.01, 0.1, 3),
+    "SequentialLR": lambda o: lrs.SequentialLR(
+        o, [lrs.LinearLR(o, 0.1, total_iters=2), lrs.ExponentialLR(o, 0.9)], [2]
+    ),
+    "ScheduledLR": lambda o: fl.optim.ScheduledLR(o, fl.optim.CosineScheduler(0.1, 0.0, 10)),
+}
+
+
+@pytest.mark.parametrize("name", list(TORCH_SCHEDULERS))
+def test_torch_schedulers_resume_with_their_exact_state(name):
+    def setup():
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        return model, opt, TORCH_SCHEDULERS[name](opt)
+
+    model, opt, sched = setup()
+    for step in range(3):
+        train_step(model, opt, step)
+        sched.step(1.0) if name == "ReduceLROnPlateau" else sched.step()
+    src = saved(model, opt, sched, step=3)
+    model2, opt2, sched2 = setup()
+    fl.load_training_state(src, model2, opt2, sched2)
+    assert repr(sched2.state_dict()) == repr(sched.state_dict())  # types included (Counter)
+    assert [g["lr"] for g in opt2.param_groups] == [g["lr"] for g in opt.param_groups]
