@@ -239,19 +239,23 @@ def _misfit(stored: Any, live: Any, where: str) -> str | None:
 Apply = Callable[[], Callable[[], None]]  # applies one part; returns how to undo it
 
 
+def _saved_scheduler(doc: dict[str, Any]) -> str:
+    """What the file holds for a scheduler, in words, for error messages."""
+    schedule = doc.get("schedule")
+    if isinstance(schedule, dict):
+        return f"the pure scheduler {schedule.get('config') or schedule.get('class')}"
+    if doc.get("scheduler") is not None:
+        return f"{doc.get('scheduler_class') or 'a stateful scheduler'}'s state"
+    return "no scheduler"
+
+
 def _prepare_scheduler(
     scheduler: Any, doc: dict[str, Any], tensors: dict[str, torch.Tensor], source: str
 ) -> Apply | None:
     """Validate the stored scheduler against ``scheduler``; returns how to apply it (if anything)."""
     name = type(scheduler).__name__
     stored, schedule = doc.get("scheduler"), doc.get("schedule")
-    saved_as = (
-        f"the pure scheduler {schedule.get('config') or schedule.get('class')}"
-        if isinstance(schedule, dict)
-        else f"{doc.get('scheduler_class') or 'a stateful scheduler'}'s state"
-        if stored is not None
-        else "no scheduler"
-    )
+    saved_as = _saved_scheduler(doc)
     if _is_stateful(scheduler):
         if stored is None:
             raise CheckpointError(
