@@ -108,7 +108,10 @@ def apply(scheduler: LRSource, optimizer: Optimizer, step: int) -> float:
 
 
 def _group_lr(lr: float, group: dict[str, Any], index: int) -> float:
-    scale = group.get("lr_scale", 1.0)
+    """The learning rate for one group (``lr`` times its ``lr_scale``), checked."""
+    if "lr_scale" not in group:
+        return _check_lr(lr)
+    scale = group["lr_scale"]
     try:
         return _check_lr(lr * scale)
     except (OptimError, TypeError) as exc:
