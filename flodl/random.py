@@ -48,6 +48,15 @@ def _seed(seed: int) -> int:
     return value
 
 
+def _bounded(value: Any, limit: int) -> int:
+    """An integer in [0, limit) from saved state (bools and floats are not integers here)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    if not 0 <= value < limit:
+        raise ValueError(f"{value} is outside [0, {limit})")
+    return value
+
+
 def manual_seed(seed: int) -> None:
     """Seed torch (CPU and all CUDA devices), Python's ``random`` and numpy's global generator.
 
@@ -201,17 +210,30 @@ class Rng:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("bit_generator") != "PCG64":
+        """Continue from a position saved by :meth:`state_dict`; unchanged if ``state`` is invalid."""
+        if not isinstance(state, dict) or state.get("bit_generator") != "PCG64":
+            found = state.get("bit_generator") if isinstance(state, dict) else state
+            raise RngError(f"not an Rng state: expected bit_generator 'PCG64', got {found!r}")
+        try:
+            bits = {
+                "bit_generator": "PCG64",
+                "state": {
+                    "state": _bounded(state["state"], 1 << 128),
+                    "inc": _bounded(state["inc"], 1 << 128),
+                },
+                "has_uint32": _bounded(state["has_uint32"], 2),
+                "uinteger": _bounded(state["uinteger"], 1 << 32),
+            }
+            buffer = [_bounded(x, 1 << 64) for x in state["buffer"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RngError(f"malformed Rng state ({exc}) — save it with Rng.state_dict()") from None
+        if len(buffer) > _BUFFER:
             raise RngError(
-                f"not an Rng state: expected bit_generator 'PCG64', got {state.get('bit_generator')!r}"
+                f"malformed Rng state: {len(buffer)} buffered values, at most {_BUFFER} are possible"
             )
-        self._bits.state = {
-            "bit_generator": "PCG64",
-            "state": {"state": int(state["state"]), "inc": int(state["inc"])},
-            "has_uint32": int(state["has_uint32"]),
-            "uinteger": int(state["uinteger"]),
-        }
-        self._buffer = [int(x) for x in state["buffer"]]
+        # Validated in full above, so the two assignments cannot leave a half-loaded generator.
+        self._bits.state = bits
+        self._buffer = buffer
 
     def __repr__(self) -> str:
         return f"Rng(<PCG64 stream, {len(self._buffer)} buffered>)"

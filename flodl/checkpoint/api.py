@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -155,7 +156,9 @@ def load_checkpoint(
     All-or-nothing: the whole file is parsed and verified (checksums, shapes, architecture hash
     when ``structural_hash`` is given) before a single tensor is modified. Values are cast to
     each target's dtype and copied onto its device in place. A shape mismatch is an error unless
-    ``strict_shapes=False``, which skips those entries and reports them.
+    ``strict_shapes=False``, which skips those entries and reports them. Only entries with a
+    target of the same name and shape are materialised (decided from the entry's header); the
+    others stream past unallocated, so memory is bounded by the targets, not by the file.
 
     >>> import io, torch, flodl as fl
     >>> buf = io.BytesIO()
@@ -167,11 +170,10 @@ def load_checkpoint(
     (['w'], ['old'], ['b'], [1.0, 1.0])
     """
     params, buffers = _all_named(named_params, named_buffers)
-    wanted = {name for name, _ in params} | {name for name, _ in buffers}
     with open_source(src) as reader:
         decoded = codec.decode(
             reader,
-            keep=lambda info: info.name in wanted,
+            keep=loadable(params, buffers),
             on_header=lambda h: check_hash(
                 h, structural_hash, source=reader.name, opt_out=_hash_opt_out
             ),
@@ -186,6 +188,29 @@ def load_checkpoint(
 Plan = list[tuple[torch.Tensor, torch.Tensor]]
 
 
+def loadable(
+    params: list[tuple[str, torch.Tensor]],
+    buffers: list[tuple[str, torch.Tensor]],
+    rename: Callable[[str], str | None] = lambda name: name,
+) -> Callable[[EntryInfo], bool]:
+    """Which entries are worth materialising: those with a target of the same name and shape.
+
+    Decided from the entry's header alone, so a file entry the load would refuse or skip (a
+    200 MB ``w`` for a 2-element ``w``, an unknown name) streams past without being allocated.
+    Dtype never disqualifies an entry: every ``.fdl`` dtype casts to the target's. ``rename``
+    maps a file name to a target name (None: not a model entry, so not decided here: kept).
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, tensor in [*params, *buffers]:
+        shapes.setdefault(name, tuple(tensor.shape))  # a parameter wins over a same-named buffer
+
+    def keep(info: EntryInfo) -> bool:
+        name = rename(info.name)
+        return name is None or shapes.get(name) == info.shape
+
+    return keep
+
+
 def plan_load(
     decoded: codec.Decoded,
     params: list[tuple[str, torch.Tensor]],
@@ -194,34 +219,39 @@ def plan_load(
     strict_shapes: bool,
     source: str,
 ) -> tuple[LoadReport, Plan]:
-    """Match decoded entries to targets by name; raises before anything is modified."""
+    """Match decoded entries to targets by name; raises before anything is modified.
+
+    Shapes are compared on the entry headers; only entries that pass are expected among
+    ``decoded.tensors`` (decode them with :func:`loadable`).
+    """
     report = LoadReport(version=decoded.header.version, verified=decoded.checksummed)
+    entries = {e.name: e for e in decoded.entries}
     claimed: set[str] = set()
     plan: Plan = []
     bad_shapes: list[str] = []
     for kind, items in (("parameter", params), ("buffer", buffers)):
         for name, target in items:
-            value = None if name in claimed else decoded.tensors.get(name)
+            entry = None if name in claimed else entries.get(name)
             claimed.add(name)  # a name in both lists: the parameter takes the entry
-            if value is None:
+            if entry is None:
                 report.missing.append(name)
                 continue
-            if value.shape != target.shape:
+            if entry.shape != tuple(target.shape):
                 report.mismatches.append(
-                    Mismatch(name, "shape", fmt.shape_str(value.shape), fmt.shape_str(target.shape))
+                    Mismatch(name, "shape", fmt.shape_str(entry.shape), fmt.shape_str(target.shape))
                 )
                 bad_shapes.append(
-                    f'{kind} "{name}": shape mismatch: checkpoint={fmt.shape_str(value.shape)} '
+                    f'{kind} "{name}": shape mismatch: checkpoint={fmt.shape_str(entry.shape)} '
                     f"model={fmt.shape_str(target.shape)}"
                 )
                 continue
-            if value.dtype != target.dtype:
+            if entry.dtype != target.dtype:
                 report.mismatches.append(
                     Mismatch(
-                        name, "dtype", fmt.dtype_name(value.dtype), fmt.dtype_name(target.dtype)
+                        name, "dtype", fmt.dtype_name(entry.dtype), fmt.dtype_name(target.dtype)
                     )
                 )
-            plan.append((target, value))
+            plan.append((target, decoded.tensors[name]))
             report.loaded.append(name)
     report.skipped = [e.name for e in decoded.entries if e.name not in claimed]
     if bad_shapes and strict_shapes:
@@ -245,6 +275,9 @@ def commit(plan: Plan) -> None:
                 # OpenMP oversubscription that makes torch's parallel copy_ crawl on busy hosts.
                 dst = target.detach().reshape(-1).view(torch.uint8).numpy()
                 dst[...] = value.reshape(-1).view(torch.uint8).numpy()
+                # torch cannot see a write through numpy: bump the version counter as copy_ would,
+                # so a backward that saved the old values fails instead of silently using new ones.
+                torch.autograd.graph.increment_version(target)
             else:
                 target.copy_(value)
 
@@ -261,10 +294,30 @@ def _plain_memcpy(target: torch.Tensor, value: torch.Tensor) -> bool:
     )
 
 
-def read_checkpoint(src: Source) -> dict[str, torch.Tensor]:
-    """Every entry of ``src`` as a CPU tensor, in file order (verified like :func:`load_checkpoint`)."""
+def read_checkpoint(src: Source, *, max_bytes: int | None = None) -> dict[str, torch.Tensor]:
+    """Every entry of ``src`` as a CPU tensor, in file order (verified like :func:`load_checkpoint`).
+
+    Every payload is materialised, so memory grows with the file's *decompressed* size: a small
+    ``.gz`` can legitimately expand a thousandfold. For a file you do not trust, pass
+    ``max_bytes``: an entry that would take the total past it is refused from its header, before
+    its payload is read (or use :func:`load_checkpoint`, bounded by your tensors).
+    """
+    total = 0
+
+    def within_budget(info: EntryInfo) -> bool:
+        nonlocal total
+        total += info.nbytes
+        if max_bytes is not None and total > max_bytes:
+            raise CheckpointError(
+                f"entry {info.name!r} takes the data to {total} bytes, over max_bytes={max_bytes} "
+                "— raise the limit if you trust this file",
+                source=reader.name,
+                offset=info.offset,
+            )
+        return True
+
     with open_source(src) as reader:
-        return codec.decode(reader).tensors
+        return codec.decode(reader, keep=within_budget).tensors
 
 
 def checkpoint_version(src: Source) -> int:

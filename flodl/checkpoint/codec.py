@@ -199,13 +199,10 @@ def _decode_entry_header(reader: Reader, index: int) -> tuple[EntryInfo, Any]:
             f"{what}: {ndim} dimensions exceeds the limit of {fmt.MAX_NDIM} — the file is corrupted",
             reader.pos - 4,
         )
+    shape_at = reader.pos
     raw_dims = reader.read_exact(8 * ndim, f"the shape of {what}")
     dims = struct.unpack(f"<{ndim}q", raw_dims)
-    if any(d < 0 for d in dims):
-        raise reader.error(
-            f"{what}: negative dimension in shape {fmt.shape_str(dims)} — the file is corrupted",
-            reader.pos - 8 * ndim,
-        )
+    _check_shape(reader, dims, what, shape_at)
     raw_tail = reader.read_exact(fmt.DTYPE_AND_BYTES.size, f"the dtype and size of {what}")
     tag, nbytes = fmt.DTYPE_AND_BYTES.unpack(raw_tail)
     if tag not in fmt.DTYPE_TAGS:
@@ -214,6 +211,13 @@ def _decode_entry_header(reader: Reader, index: int) -> tuple[EntryInfo, Any]:
             reader.pos - fmt.DTYPE_AND_BYTES.size,
         )
     expected = math.prod(dims) * fmt.ELEMENT_SIZE[tag]
+    left = reader.remaining()
+    if left is not None and expected > left:
+        raise reader.error(
+            f"{what}: shape {fmt.shape_str(dims)} of {fmt.dtype_name(fmt.DTYPE_TAGS[tag])} needs "
+            f"{expected} bytes but only {left} remain — the file is truncated or corrupted",
+            shape_at,
+        )
     if nbytes != expected:
         raise reader.error(
             f"{what}: payload is {nbytes} bytes but shape {fmt.shape_str(dims)} of "
@@ -222,6 +226,25 @@ def _decode_entry_header(reader: Reader, index: int) -> tuple[EntryInfo, Any]:
         )
     hasher = xxhash.xxh3_64(raw_len + raw_name + raw_ndim + raw_dims + raw_tail)
     return EntryInfo(name, tuple(dims), fmt.DTYPE_TAGS[tag], start, nbytes), hasher
+
+
+def _check_shape(reader: Reader, dims: tuple[int, ...], what: str, offset: int) -> None:
+    """Refuse shapes torch cannot represent, before anything is built from them.
+
+    An empty tensor may legitimately have large non-zero dimensions (it holds no bytes, so the
+    remaining-bytes bound does not apply to it), but their product must still fit in int64.
+    """
+    if any(d < 0 for d in dims):
+        raise reader.error(
+            f"{what}: negative dimension in shape {fmt.shape_str(dims)} — the file is corrupted",
+            offset,
+        )
+    if math.prod(d for d in dims if d) > fmt.MAX_NUMEL:
+        raise reader.error(
+            f"{what}: shape {fmt.shape_str(dims)} has more elements than a tensor can hold "
+            "(the product of its dimensions overflows int64) — the file is corrupted",
+            offset,
+        )
 
 
 def _to_tensor(reader: Reader, raw: torch.Tensor, info: EntryInfo) -> torch.Tensor:

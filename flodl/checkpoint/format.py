@@ -30,6 +30,9 @@ MIN_ENTRY_BYTES = U32.size + U32.size + DTYPE_AND_BYTES.size
 # Sanity limits on lengths read from a file (on top of the remaining-bytes bound).
 MAX_NAME_BYTES = 64 * 1024
 MAX_NDIM = 64
+# torch sizes are int64: a shape whose element count does not fit cannot even describe an empty
+# tensor (torch raises "numel: integer multiplication overflow" from reshape).
+MAX_NUMEL = (1 << 63) - 1
 
 TRAILER_MAGIC = b"FDLS"
 TRAILER_VERSION = 1

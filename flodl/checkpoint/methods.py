@@ -69,12 +69,23 @@ class CheckpointMethods:
 
         The child's hash is checked against the file's (opt out with ``strict_hash=False``);
         report names are the composed model's (``label.name``; see the module docstring).
+        A label that names no subgraph raises :class:`CheckpointError` ("no subgraph labelled
+        …", with the closest valid paths when the host knows them; on a Graph the
+        :class:`~flodl.graph.paths.PathError` is chained as ``__cause__``) before anything is read.
         """
         subgraph = getattr(self, "subgraph", None)
-        child = subgraph(label) if callable(subgraph) else None
+        try:
+            child = subgraph(label) if callable(subgraph) else None
+        except KeyError as exc:  # fl.Graph raises PathError (a FlodlError and a KeyError)
+            raise CheckpointError(
+                f"no subgraph labelled {label!r}: {exc} — pass the label given to .label() "
+                "when the child was built",
+                source=describe(path),
+            ) from exc
         if child is None:
             raise CheckpointError(
-                f"no subgraph labelled {label!r} — check the label passed to .label() when building",
+                f"no subgraph labelled {label!r} — pass the label given to .label() when the "
+                "child was built",
                 source=describe(path),
             )
         report = load_checkpoint(

@@ -9,6 +9,7 @@ against the optimizer before its state is replaced.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -123,13 +124,29 @@ def decode_optimizer(
 
 def apply_optimizer(
     optimizer: torch.optim.Optimizer, state_dict: dict[str, Any], source: str
-) -> None:
+) -> Callable[[], None]:
+    """Load ``state_dict`` into ``optimizer``, all or nothing; returns how to undo it.
+
+    torch's ``load_state_dict`` builds the new state aside, but subclasses then post-process it
+    in ``__setstate__`` (Adam reads every ``step``), so a malformed state can fail after it was
+    installed. Loading replaces the ``state`` and ``param_groups`` objects without mutating the
+    old ones, so putting those references back restores the optimizer exactly.
+    """
+    previous = optimizer.state, optimizer.param_groups
+
+    def undo() -> None:
+        optimizer.__dict__.update(state=previous[0], param_groups=previous[1])
+
     try:
         optimizer.load_state_dict(state_dict)
-    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+    except Exception as exc:
+        undo()
         raise CheckpointError(
-            f"the optimizer rejected the stored state: {exc}", source=source
+            f"the optimizer rejected the stored state ({type(exc).__name__}: {exc}) "
+            "— it is unchanged; the file was saved for another optimizer or is corrupted",
+            source=source,
         ) from exc
+    return undo
 
 
 def save_optimizer_state(

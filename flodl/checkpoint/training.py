@@ -1,7 +1,13 @@
-"""One file to resume training exactly: model, optimizer, scheduler, counters and RNG states."""
+"""One file to resume training exactly: model, optimizer, scheduler, counters and RNG states.
+
+Loading is all-or-nothing: every part is validated against the live objects before any is
+applied (see :func:`load_training_state`).
+"""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -14,6 +20,7 @@ from flodl.checkpoint import format as fmt
 from flodl.checkpoint.errors import CheckpointError
 from flodl.checkpoint.optimizer import apply_optimizer, decode_optimizer, encode_optimizer
 from flodl.checkpoint.streams import Destination, Source, open_destination, open_source
+from flodl.random import Rng, RngError
 
 META_ENTRY = "training.json"
 FORMAT = "flodl.training"
@@ -57,36 +64,324 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
-def _prepare_rng(state: Any, source: str) -> Callable[[], None]:
-    """Validate a stored RNG state; returns the function that restores it."""
+_MT19937_KEYS = 624  # numpy's legacy generator: 624 32-bit words and a position in [0, 624]
+
+
+def _generator_state(value: Any, what: str, device: str = "cpu") -> torch.Tensor:
+    """A torch generator state, checked by a throwaway generator (dtype, size, validity)."""
+    if not (isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and value.dim() == 1):
+        raise ValueError(f"{what} RNG state is not a 1-D uint8 tensor")
     try:
-        torch_state = state["torch"]
-        if not (isinstance(torch_state, torch.Tensor) and torch_state.dtype == torch.uint8):
-            raise TypeError("torch RNG state is not a byte tensor")
+        torch.Generator(device=device).set_state(value)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ValueError(f"{what} RNG state was refused by torch ({exc})") from None
+    return value
+
+
+def _numpy_state(value: Any) -> tuple[Any, ...]:
+    import numpy as np
+
+    name, keys, pos, has_gauss, cached = value
+    if name != "MT19937":
+        raise ValueError(f"numpy RNG state is for {name!r}, not the legacy MT19937 generator")
+    if not (
+        isinstance(keys, torch.Tensor)
+        and keys.dtype == torch.int64
+        and keys.shape == (_MT19937_KEYS,)
+    ):
+        raise ValueError(f"numpy RNG keys are not {_MT19937_KEYS} int64 values")
+    if bool(((keys < 0) | (keys >= 1 << 32)).any()):
+        raise ValueError("numpy RNG keys are not 32-bit words")
+    if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos <= _MT19937_KEYS:
+        raise ValueError(f"numpy RNG position {pos!r} is outside [0, {_MT19937_KEYS}]")
+    state = (name, keys.numpy().astype("uint32"), pos, has_gauss, cached)
+    np.random.RandomState().set_state(state)  # numpy's own checks, on a throwaway generator
+    return state
+
+
+def _prepare_rng(state: Any, source: str) -> Callable[[], None]:
+    """Validate every stored RNG state; returns the function that restores them (cannot fail)."""
+    try:
+        if not isinstance(state, dict):
+            raise TypeError("not a mapping")
+        torch_state = _generator_state(state["torch"], "torch")
         version, internal, gauss = state["python"]
         python_state = (version, tuple(internal), gauss)
         random.Random().setstate(python_state)  # validates without touching the global RNG
         cuda = list(state.get("cuda") or [])
-        numpy_state = None
-        if state.get("numpy") is not None:
-            name, keys, pos, has_gauss, cached = state["numpy"]
-            numpy_state = (name, keys.numpy().astype("uint32"), pos, has_gauss, cached)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        for index, cuda_state in enumerate(cuda):
+            if index < devices:
+                _generator_state(cuda_state, f"CUDA device {index}", f"cuda:{index}")
+            elif not (isinstance(cuda_state, torch.Tensor) and cuda_state.dtype == torch.uint8):
+                raise ValueError(f"CUDA device {index} RNG state is not a uint8 tensor")
+        numpy_state = None if state.get("numpy") is None else _numpy_state(state["numpy"])
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
         raise CheckpointError(
-            f"stored RNG state is malformed ({exc}) — the file is corrupted", source=source
+            f"stored RNG state is malformed ({exc}) — the file is corrupted; "
+            "pass restore_rng=False to resume without it",
+            source=source,
         ) from exc
 
     def restore() -> None:
         torch.set_rng_state(torch_state)
         random.setstate(python_state)
-        if cuda and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(cuda)
+        # A machine with fewer GPUs than the one that saved restores the devices it has.
+        for index, cuda_state in enumerate(cuda[:devices]):
+            torch.cuda.set_rng_state(cuda_state, index)
         if numpy_state is not None:
             import numpy as np
 
             np.random.set_state(numpy_state)
 
     return restore
+
+
+def _is_stateful(scheduler: Any) -> bool:
+    return callable(getattr(scheduler, "state_dict", None)) and callable(
+        getattr(scheduler, "load_state_dict", None)
+    )
+
+
+def _is_pure(scheduler: Any) -> bool:
+    return not _is_stateful(scheduler) and callable(getattr(scheduler, "lr", None))
+
+
+def _schedule_of(scheduler: Any) -> dict[str, Any]:
+    """What identifies a pure scheduler: its class and, for flodl's (frozen dataclasses), its
+    settings — their repr is exact (floats round-trip) and the same in every process."""
+    config = repr(scheduler) if dataclasses.is_dataclass(scheduler) else None
+    return {"class": type(scheduler).__qualname__, "config": config}
+
+
+def _scheduler_doc(
+    scheduler: Any, step: int | None, tensors: list[tuple[str, torch.Tensor]]
+) -> dict[str, Any]:
+    """The document keys describing ``scheduler`` (raises before anything is written)."""
+    if scheduler is None:
+        return {"scheduler": None}
+    name = type(scheduler).__name__
+    if _is_stateful(scheduler):
+        state = tree.encode(scheduler.state_dict(), STATE_PREFIX, tensors, "scheduler")
+        return {"scheduler": state, "scheduler_class": name}
+    if _is_pure(scheduler):
+        if step is None:
+            raise CheckpointError(
+                f"{name} is a pure function of the step, so its position is the step: pass "
+                "step= (the next step to run) and resume with fl.optim.apply(scheduler, "
+                "optimizer, state.step)"
+            )
+        return {"scheduler": None, "schedule": _schedule_of(scheduler)}
+    raise CheckpointError(
+        f"cannot save a {name} as a scheduler: it needs .lr(step) (flodl's schedulers) or "
+        "state_dict()/load_state_dict() (torch's, fl.optim.PlateauScheduler, ScheduledLR)"
+    )
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, list | tuple):
+        return "sequence"
+    if isinstance(value, torch.Tensor):
+        return "tensor"
+    if isinstance(value, dict):
+        return "dict"  # a Counter or an OrderedDict in the scheduler is a plain dict in the file
+    return type(value).__name__
+
+
+def _conform(stored: Any, live: Any) -> Any:
+    """``stored`` with the mapping types of the live state: JSON only knows plain dicts, while a
+    MultiStepLR keeps its milestones in a ``Counter`` (and calls ``.elements()`` on it)."""
+    if isinstance(stored, dict) and isinstance(live, dict):
+        out = {key: _conform(value, live.get(key)) for key, value in stored.items()}
+        if type(live) is dict:
+            return out
+        rebuilt = copy.copy(live)  # keeps the type and, for a defaultdict, its factory
+        rebuilt.clear()
+        dict.update(rebuilt, out)  # dict's update: a Counter's would add counts
+        return rebuilt
+    sequences = isinstance(stored, list | tuple) and isinstance(live, list | tuple)
+    if sequences and len(stored) == len(live):
+        return type(stored)(_conform(a, b) for a, b in zip(stored, live, strict=True))
+    return stored
+
+
+def _misfit(stored: Any, live: Any, where: str) -> str | None:
+    """Where ``stored`` differs in structure from the live scheduler's state (None: it fits).
+
+    None on either side fits anything: schedulers hold optional values that appear later.
+    """
+    if stored is None or live is None:
+        return None
+    kind, live_kind = _kind(stored), _kind(live)
+    if kind != live_kind:
+        return f"{where} is a {kind} in the file, a {live_kind} in the scheduler"
+    if kind == "sequence":
+        if len(stored) != len(live):
+            return f"{where} has {len(stored)} items in the file, {len(live)} in the scheduler"
+        for index, (a, b) in enumerate(zip(stored, live, strict=True)):
+            if found := _misfit(a, b, f"{where}[{index}]"):
+                return found
+    elif kind == "dict":
+        for key in stored:
+            if key not in live:
+                return f"{where} has {key!r}, which the scheduler does not"
+            if found := _misfit(stored[key], live[key], f"{where}[{key!r}]"):
+                return found
+    elif kind == "tensor" and stored.shape != live.shape:
+        return f"{where} has shape {fmt.shape_str(stored.shape)}, the scheduler's {fmt.shape_str(live.shape)}"
+    return None
+
+
+Apply = Callable[[], Callable[[], None]]  # applies one part; returns how to undo it
+
+
+def _saved_scheduler(doc: dict[str, Any]) -> str:
+    """What the file holds for a scheduler, in words, for error messages."""
+    schedule = doc.get("schedule")
+    if isinstance(schedule, dict):
+        return f"the pure scheduler {schedule.get('config') or schedule.get('class')}"
+    if doc.get("scheduler") is not None:
+        return f"{doc.get('scheduler_class') or 'a stateful scheduler'}'s state"
+    return "no scheduler"
+
+
+def _prepare_scheduler(
+    scheduler: Any, doc: dict[str, Any], tensors: dict[str, torch.Tensor], source: str
+) -> Apply | None:
+    """Validate the stored scheduler against ``scheduler``; returns how to apply it (if anything)."""
+    name = type(scheduler).__name__
+    stored, schedule = doc.get("scheduler"), doc.get("schedule")
+    saved_as = _saved_scheduler(doc)
+    if _is_stateful(scheduler):
+        if stored is None:
+            raise CheckpointError(
+                f"the file holds {saved_as}, not state for {name} — pass the scheduler it was "
+                "saved with, or scheduler=None",
+                source=source,
+            )
+        state = tree.decode(stored, tensors)
+        saved_class = doc.get("scheduler_class")
+        if saved_class is not None and saved_class != name:
+            problem: str | None = f"the file holds {saved_class} state"
+        elif not isinstance(state, dict):
+            problem = "it is not a mapping"
+        else:
+            problem = _misfit(state, scheduler.state_dict(), "the state")
+        if problem:
+            raise CheckpointError(
+                f"stored scheduler state does not fit {name}: {problem} — it was saved for "
+                "another scheduler, or the file is corrupted",
+                source=source,
+            )
+        state = _conform(state, scheduler.state_dict())
+
+        def apply() -> Callable[[], None]:
+            previous = scheduler.state_dict()
+            scheduler.load_state_dict(state)
+            return lambda: scheduler.load_state_dict(previous)
+
+        return apply
+    if _is_pure(scheduler):
+        mine = _schedule_of(scheduler)
+        if schedule != mine:
+            raise CheckpointError(
+                f"the file holds {saved_as}, but the scheduler passed is "
+                f"{mine['config'] or mine['class']} — pass the same schedule (it resumes at "
+                "state.step), or scheduler=None to continue with a different one",
+                source=source,
+            )
+        return None  # nothing to restore: a pure scheduler's position is the stored step
+    raise CheckpointError(
+        f"cannot restore a {name} as a scheduler: it needs .lr(step) or "
+        "state_dict()/load_state_dict()",
+        source=source,
+    )
+
+
+def _prepare_data_rng(
+    data_rng: Rng, doc: dict[str, Any], tensors: dict[str, torch.Tensor], source: str
+) -> Apply:
+    stored = doc.get("data_rng")
+    if stored is None:
+        raise CheckpointError("the file holds no data Rng — pass data_rng=None", source=source)
+    state = tree.decode(stored, tensors)
+    try:
+        Rng(0).load_state_dict(state)  # validates on a throwaway generator
+    except RngError as exc:
+        raise CheckpointError(
+            f"stored data Rng state is malformed ({exc}) — the file is corrupted", source=source
+        ) from exc
+
+    def apply() -> Callable[[], None]:
+        previous = data_rng.state_dict()
+        data_rng.load_state_dict(state)
+        return lambda: data_rng.load_state_dict(previous)
+
+    return apply
+
+
+def _prepare_optimizer(
+    optimizer: torch.optim.Optimizer,
+    doc: dict[str, Any],
+    tensors: dict[str, torch.Tensor],
+    source: str,
+) -> Apply:
+    if doc.get("optimizer") is None:
+        raise CheckpointError(
+            "the file holds no optimizer state — pass optimizer=None", source=source
+        )
+    state = decode_optimizer(doc["optimizer"], tensors, optimizer, source)
+
+    return lambda: apply_optimizer(optimizer, state, source)
+
+
+def _undo(undo: list[Callable[[], None]]) -> str:
+    """Undo applied parts, newest first; returns what could not be undone ("" if all was)."""
+    failed = []
+    for step in reversed(undo):
+        try:
+            step()
+        except Exception as exc:
+            failed.append(f"{type(exc).__name__}: {exc}")
+    return f" (and putting it back failed: {'; '.join(failed)})" if failed else ""
+
+
+def _commit(
+    parts: list[Apply], plan: api.Plan, restore_rng: Callable[[], None] | None, source: str
+) -> None:
+    """Apply validated parts; if one still fails, undo those already applied, then raise.
+
+    The model is written after every part that can be undone (undoing it would need a copy of
+    the model), and the RNG states last: their restore was fully validated and cannot fail.
+    """
+    undo: list[Callable[[], None]] = []
+    try:
+        for part in parts:
+            undo.append(part())
+    except Exception as exc:
+        undo_failed = _undo(undo)
+        if isinstance(exc, CheckpointError) and not undo_failed:
+            raise
+        raise CheckpointError(
+            f"could not apply the stored state ({type(exc).__name__}: {exc}); "
+            f"nothing was changed{undo_failed}",
+            source=source,
+        ) from exc
+    try:
+        api.commit(plan)
+    except Exception as exc:
+        raise CheckpointError(
+            f"could not copy the model tensors ({type(exc).__name__}: {exc}); the optimizer and "
+            f"scheduler were put back{_undo(undo)}, but the model may be partly loaded "
+            "— load it again",
+            source=source,
+        ) from exc
+    if restore_rng is not None:
+        restore_rng()
 
 
 def save_training_state(
@@ -99,19 +394,29 @@ def save_training_state(
     step: int | None = None,
     extra: Any = None,
     rng: bool = True,
+    data_rng: Rng | None = None,
     checksum: bool = True,
     compress: bool | None = None,
 ) -> None:
     """Save everything needed to resume training into one ``.fdl`` file (atomic, no pickle).
 
     Model tensors are stored as ``model/<name>`` entries (parameters, then buffers), optimizer
-    tensors as ``optimizer/...``; the scheduler's ``state_dict()``, ``epoch``, ``step``,
-    ``extra`` (numbers, strings, lists, dicts, tensors) and the torch/CUDA/Python/NumPy RNG
-    states go alongside. See :func:`load_training_state`.
+    tensors as ``optimizer/...``; ``epoch``, ``step``, ``extra`` (numbers, strings, lists, dicts,
+    tensors) and the torch/CUDA/Python/NumPy RNG states (``rng=True``) go alongside.
+
+    ``scheduler`` is either stateful — anything with ``state_dict()``/``load_state_dict()``:
+    torch's schedulers, :class:`fl.optim.PlateauScheduler`, :class:`fl.optim.ScheduledLR` — and
+    its state is stored, or one of flodl's pure schedulers (``.lr(step)``, no state): then its
+    position *is* the step, so ``step`` (the next step to run) is required, and the schedule's
+    settings are stored so a resume with a different schedule is caught. ``data_rng`` (an
+    :class:`fl.Rng`, e.g. the one shuffling the data) is saved and restored in place.
     """
     entries: list[tuple[str, torch.Tensor]] = [
         (MODEL_PREFIX + name, t) for name, t in [*model.named_parameters(), *model.named_buffers()]
     ]
+    for key, value in (("epoch", epoch), ("step", step)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise CheckpointError(f"{key} must be an integer or None, got {value!r}")
     doc: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -123,13 +428,15 @@ def save_training_state(
         doc["optimizer"], optim_tensors = encode_optimizer(optimizer, OPTIMIZER_PREFIX)
         entries += optim_tensors
     state_tensors: list[tuple[str, torch.Tensor]] = []
-    doc["scheduler"] = (
-        None
-        if scheduler is None
-        else tree.encode(scheduler.state_dict(), STATE_PREFIX, state_tensors, "scheduler")
-    )
+    doc.update(_scheduler_doc(scheduler, step, state_tensors))
     doc["extra"] = tree.encode(extra, STATE_PREFIX, state_tensors, "extra")
     doc["rng"] = tree.encode(_rng_state(), STATE_PREFIX, state_tensors, "rng") if rng else None
+    if data_rng is not None:
+        if not isinstance(data_rng, Rng):
+            raise CheckpointError(f"data_rng must be an fl.Rng, got {type(data_rng).__name__}")
+        doc["data_rng"] = tree.encode(
+            data_rng.state_dict(), STATE_PREFIX, state_tensors, "data_rng"
+        )
     entries += state_tensors
     entries.append((META_ENTRY, tree.to_bytes_tensor(doc)))
     prepared = codec.prepare(codec.named_list(entries, "training state"))
@@ -146,19 +453,27 @@ def load_training_state(
     strict_hash: bool = True,
     strict_shapes: bool = True,
     restore_rng: bool = True,
+    data_rng: Rng | None = None,
 ) -> TrainingState:
-    """Restore what :func:`save_training_state` wrote; nothing is modified unless all of it is valid.
+    """Restore what :func:`save_training_state` wrote: all of it, or — on any error — none of it.
 
-    Model tensors are loaded like :func:`load_checkpoint` (``report`` says what was loaded,
-    skipped or missing); optimizer and scheduler state are replaced; RNG states are restored
-    when ``restore_rng``. Returns the stored ``epoch``, ``step`` and ``extra``.
+    Everything is validated first (model tensors, optimizer state against the live optimizer,
+    scheduler state against the live scheduler, every RNG state), then applied. Model tensors
+    are loaded like :func:`load_checkpoint` (``report`` says what was loaded, skipped or
+    missing); optimizer, scheduler and ``data_rng`` state are replaced; the global RNG states are
+    restored when ``restore_rng``. A pure scheduler is checked against the stored schedule and
+    left as it is: resume it at the returned ``step``. Returns ``epoch``, ``step`` and ``extra``.
     """
     params = list(model.named_parameters())
     buffers = list(model.named_buffers())
     expected = _hash_of(model) if strict_hash else None
+    cut = len(MODEL_PREFIX)
     with open_source(src) as reader:
         decoded = codec.decode(
             reader,
+            keep=api.loadable(
+                params, buffers, lambda n: n[cut:] if n.startswith(MODEL_PREFIX) else None
+            ),
             on_header=lambda h: api.check_hash(
                 h, expected, source=reader.name, opt_out="pass strict_hash=False to load anyway"
             ),
@@ -182,7 +497,6 @@ def load_training_state(
     ):
         raise CheckpointError("malformed model entry list — the file is corrupted", source=source)
     model_names = set(listed)
-    cut = len(MODEL_PREFIX)
     model_only = codec.Decoded(  # the model's entries under the model's own names
         decoded.header,
         [replace(e, name=e.name[cut:]) for e in decoded.entries if e.name in model_names],
@@ -192,40 +506,24 @@ def load_training_state(
     report, plan = api.plan_load(
         model_only, params, buffers, strict_shapes=strict_shapes, source=source
     )
-    optim_state = None
-    if optimizer is not None:
-        if doc.get("optimizer") is None:
-            raise CheckpointError(
-                "the file holds no optimizer state — pass optimizer=None", source=source
-            )
-        optim_state = decode_optimizer(doc["optimizer"], decoded.tensors, optimizer, source)
-    sched_state = None
-    if scheduler is not None:
-        if doc.get("scheduler") is None:
-            raise CheckpointError(
-                "the file holds no scheduler state — pass scheduler=None", source=source
-            )
-        sched_state = tree.decode(doc["scheduler"], decoded.tensors)
-        if not isinstance(sched_state, dict) or not set(sched_state) <= set(scheduler.state_dict()):
-            raise CheckpointError(
-                f"stored scheduler state does not fit {type(scheduler).__name__} "
-                "— it was saved for another scheduler, or the file is corrupted",
-                source=source,
-            )
-    rng = tree.decode(doc.get("rng"), decoded.tensors) if restore_rng else None
-    restore = _prepare_rng(rng, source) if rng is not None else None
-    extra = tree.decode(doc.get("extra"), decoded.tensors)
     for key in ("epoch", "step"):
-        if doc.get(key) is not None and not isinstance(doc[key], int):
+        value = doc.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise CheckpointError(
                 f"stored {key} is not an integer — the file is corrupted", source=source
             )
+    parts: list[Apply] = []
+    if optimizer is not None:
+        parts.append(_prepare_optimizer(optimizer, doc, decoded.tensors, source))
+    if scheduler is not None:
+        apply_scheduler = _prepare_scheduler(scheduler, doc, decoded.tensors, source)
+        if apply_scheduler is not None:
+            parts.append(apply_scheduler)
+    if data_rng is not None:
+        parts.append(_prepare_data_rng(data_rng, doc, decoded.tensors, source))
+    rng = tree.decode(doc.get("rng"), decoded.tensors) if restore_rng else None
+    restore = _prepare_rng(rng, source) if rng is not None else None
+    extra = tree.decode(doc.get("extra"), decoded.tensors)
     # Everything is validated: from here on, apply.
-    api.commit(plan)
-    if optimizer is not None and optim_state is not None:
-        apply_optimizer(optimizer, optim_state, source)
-    if scheduler is not None and sched_state is not None:
-        scheduler.load_state_dict(sched_state)
-    if restore is not None:
-        restore()
+    _commit(parts, plan, restore, source)
     return TrainingState(doc.get("epoch"), doc.get("step"), extra, report)

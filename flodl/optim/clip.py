@@ -1,8 +1,9 @@
 """Gradient clipping that returns the measured value as a float (torch returns a tensor).
 
-Semantics are the original's: :func:`clip_grad_norm` rescales only when the global norm exceeds
-``max_norm`` and leaves non-finite norms alone; :func:`clip_grad_value` reports the largest absolute
-gradient seen before clipping. Both use torch's multi-tensor (``_foreach``) kernels: a constant
+Semantics are the original's — :func:`clip_grad_norm` rescales only when the global norm exceeds
+``max_norm``; :func:`clip_grad_value` reports the largest absolute gradient seen before clipping —
+with one deliberate deviation: a non-finite norm leaves the gradients untouched (the original
+scales by ``max_norm / (inf + 1e-6) = 0``, turning every gradient to zero and inf entries to NaN). Both use torch's multi-tensor (``_foreach``) kernels: a constant
 number of kernel launches whatever the number of parameters.
 """
 
@@ -39,8 +40,11 @@ def clip_grad_norm(params: Params, max_norm: float) -> float:
     """Scale all gradients so their global L2 norm is at most ``max_norm``; returns the norm before.
 
     Scaling happens only if the norm is above ``max_norm``, by ``max_norm / (norm + 1e-6)``. With no
-    gradient at all it returns 0.0. A NaN or infinite norm is returned but nothing is scaled (torch
-    would multiply every gradient by NaN). ``params`` may be a module, a tensor or an iterable.
+    gradient at all it returns 0.0. A NaN or infinite norm is returned and **no gradient is
+    touched**, so the caller can skip the step (``math.isfinite(norm)``) with the gradients intact.
+    This deviates from the original, which multiplies every gradient by 0 for an infinite norm
+    (inf entries become NaN); torch's ``clip_grad_norm_`` does the same, and multiplies by NaN for
+    a NaN norm. ``params`` may be a module, a tensor or an iterable.
 
     >>> import torch
     >>> w = torch.zeros(2, requires_grad=True); w.grad = torch.tensor([3.0, 4.0])
@@ -55,7 +59,7 @@ def clip_grad_norm(params: Params, max_norm: float) -> float:
     device = grads[0].device
     total_t = torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms]), 2.0)
     total = float(total_t)
-    if total > max_norm:  # False for NaN: leave the gradients as they are
+    if math.isfinite(total) and total > max_norm:  # non-finite: leave the gradients as they are
         torch._foreach_mul_(grads, max_norm / (total + 1e-6))
     return total
 

@@ -98,9 +98,27 @@ def apply(scheduler: LRSource, optimizer: Optimizer, step: int) -> float:
             opt.step()
     """
     lr = float(scheduler.lr(step))
-    for group in _check_optimizer(optimizer).param_groups:
-        _write(group, _check_lr(lr * group.get("lr_scale", 1.0)))
+    groups = _check_optimizer(optimizer).param_groups
+    # Every group's value is checked before any is written: a bad lr_scale in group 1 must not
+    # leave group 0 already changed.
+    values = [_group_lr(lr, group, index) for index, group in enumerate(groups)]
+    for group, value in zip(groups, values, strict=True):
+        _write(group, value)
     return lr
+
+
+def _group_lr(lr: float, group: dict[str, Any], index: int) -> float:
+    """The learning rate for one group (``lr`` times its ``lr_scale``), checked."""
+    if "lr_scale" not in group:
+        return _check_lr(lr)
+    scale = group["lr_scale"]
+    try:
+        return _check_lr(lr * scale)
+    except (OptimError, TypeError) as exc:
+        raise OptimError(
+            f"param group {index}: lr {lr} x lr_scale {scale!r} is not a learning rate ({exc}) "
+            "— lr_scale must be a number >= 0; no group was changed"
+        ) from None
 
 
 class ScheduledLR(LRScheduler):
@@ -130,7 +148,7 @@ class ScheduledLR(LRScheduler):
 
     def get_lr(self) -> list[float]:  # type: ignore[override]
         lr = float(self.scheduler.lr(self.last_epoch))
-        return [_check_lr(lr * g.get("lr_scale", 1.0)) for g in self.optimizer.param_groups]
+        return [_group_lr(lr, g, i) for i, g in enumerate(self.optimizer.param_groups)]
 
     def _get_closed_form_lr(self) -> list[float]:
         return self.get_lr()

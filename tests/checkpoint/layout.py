@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 
 import torch
+import xxhash
 from torch import nn
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -54,6 +55,20 @@ def entry(
 
 def header(count: int, version: int = 2, digest: bytes = bytes(32)) -> bytes:
     return b"FDLC" + struct.pack("<I", version) + digest + struct.pack("<I", count)
+
+
+def checksummed(entries: list[bytes], version: int = 2) -> bytes:
+    """A complete file with flodl's integrity trailer (docs/checkpoints.md) around raw entries,
+    so hostile entries get past checksum verification and reach the parser's own checks."""
+    head = header(len(entries), version)
+    digests = [xxhash.xxh3_64_intdigest(e) for e in entries]
+    trailer = (
+        b"FDLS"
+        + struct.pack("<IIQ", 1, len(entries), xxhash.xxh3_64_intdigest(head))
+        + struct.pack(f"<{len(entries)}Q", *digests)
+        + struct.pack("<Q", len(head) + sum(map(len, entries)))
+    )
+    return head + b"".join(entries) + trailer + struct.pack("<Q", xxhash.xxh3_64_intdigest(trailer))
 
 
 class Tiny(nn.Module):

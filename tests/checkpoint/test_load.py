@@ -171,3 +171,29 @@ def test_the_originals_v1_file_loads_by_name(tmp_path):
     report = fl.load_checkpoint(FIXTURES / "original_v1.fdl", {"linear_0/weight": w})
     assert report.version == 1 and report.loaded == ["linear_0/weight"] and len(report.skipped) == 6
     assert torch.equal(w, torch.arange(12.0).reshape(3, 4) / 4)
+
+
+@pytest.mark.parametrize(
+    "stored", [torch.full((3,), 2.0), torch.full((3,), 2.0, dtype=torch.float64)], ids=str
+)
+def test_a_load_into_a_tensor_saved_for_backward_is_seen_by_autograd(stored):
+    """Regression: the memcpy path (same dtype) bypassed the version counter, so backward used
+    the loaded values silently; torch's copy_ (the cast path) always raised."""
+    p = nn.Parameter(torch.ones(3))
+    loss = (p * p).sum()  # saves p for backward
+    version = p._version
+    fl.load_checkpoint(saved({"p": stored}), {"p": p})
+    assert p._version > version and torch.equal(p.detach(), torch.full((3,), 2.0))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_a_training_state_load_is_seen_by_autograd():
+    net = nn.Linear(2, 1)
+    buf = io.BytesIO()
+    fl.save_training_state(buf, nn.Linear(2, 1), rng=False)
+    buf.seek(0)
+    loss = net.weight.pow(2).sum()  # saves the weight for backward
+    fl.load_training_state(buf, net, restore_rng=False)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

@@ -105,6 +105,28 @@ def test_state_with_a_wrong_shape_is_refused():
         fl.load_optimizer_state(torch.optim.Adam(b.parameters()), saved_state(opt))
 
 
+def test_state_the_optimizer_fails_on_after_installing_it_changes_nothing():
+    """Found by fuzzing: torch's Adam.__setstate__ reads every "step" after load_state_dict has
+    installed the new state, so a state without one failed half-way through the load."""
+    model = make_model()
+    adam = torch.optim.Adam(model.parameters(), lr=0.5)
+    train(model, adam, 1)
+    buf = io.BytesIO()
+    fl.save_optimizer_state(adam, buf, checksum=False)
+    data = buf.getvalue()
+    assert data.count(b'["step",') == 4
+    broken = io.BytesIO(data.replace(b'["step",', b'["st p",'))
+    live = torch.optim.Adam(model.parameters(), lr=0.1)
+    train(model, live, 2)
+    state, groups = live.state, live.param_groups
+    before = repr(live.state_dict())
+    with pytest.raises(
+        fl.CheckpointError, match=r"the optimizer rejected the stored state.*unchanged"
+    ):
+        fl.load_optimizer_state(live, broken)
+    assert live.state is state and live.param_groups is groups and repr(live.state_dict()) == before
+
+
 def test_a_model_checkpoint_is_not_an_optimizer_state():
     buf = io.BytesIO()
     fl.save_checkpoint(buf, {"w": torch.ones(1)})

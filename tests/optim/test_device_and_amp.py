@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -99,3 +101,50 @@ def test_grad_scaler_skips_the_step_on_inf_and_backs_off():
     scaler.update()
     assert torch.equal(net.weight, before)  # step skipped
     assert scaler.get_scale() == 50.0  # backoff 0.5
+
+
+def amp_graph() -> fl.Graph:
+    # A residual block and a LayerNorm: the add mixes a bf16 branch with the stream, and autocast
+    # runs LayerNorm in float32, so the graph's dtypes really change along the way.
+    return (
+        fl.FlowBuilder(torch.nn.Linear(8, 32))
+        .through(torch.nn.GELU())
+        .also(torch.nn.Linear(32, 32))
+        .tag("hidden")
+        .through(torch.nn.LayerNorm(32))
+        .through(torch.nn.Linear(32, 1))
+        .build()
+    )
+
+
+@pytest.mark.parametrize("scaling", [True, False], ids=["scaler", "scaler-disabled"])
+def test_bf16_autocast_with_a_graph_grad_scaler_and_clipping(scaling):
+    fl.manual_seed(0)
+    net = amp_graph()
+    assert isinstance(net, fl.Graph)
+    opt = fl.optim.AdamW(net.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu", enabled=scaling)
+    x = torch.randn(64, 8)
+    y = x.sum(dim=1, keepdim=True)
+    losses = []
+    for _ in range(30):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            pred = net(x)
+            assert pred.dtype == torch.bfloat16  # the head ran in bf16
+            assert net.tagged("hidden").dtype == torch.bfloat16  # so did the residual block
+            loss = torch.nn.functional.mse_loss(pred.float(), y)
+        opt.zero_grad()
+        scaled = scaler.scale(loss)
+        assert scaled.item() == pytest.approx(loss.item() * (65536.0 if scaling else 1.0), rel=1e-3)
+        scaled.backward()
+        scaler.unscale_(opt)  # clip the true gradients, not the scaled ones
+        norm = fl.optim.clip_grad_norm(net, 1.0)
+        assert math.isfinite(norm) and norm < 1e4  # ~65536x larger without unscale_
+        assert all(p.grad.dtype == torch.float32 for p in net.parameters())
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+    assert all(p.dtype == torch.float32 for p in net.parameters())  # master weights stay fp32
+    assert losses[-1] < losses[0] / 4
+    with torch.no_grad():  # outside autocast the same graph computes in float32 again
+        assert net(x).dtype == torch.float32

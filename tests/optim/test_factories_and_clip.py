@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 from types import SimpleNamespace
 
@@ -60,6 +61,41 @@ def test_factories_use_foreach_on_cpu_and_train_like_torch(factory, cls, kwargs)
             opt.step()
     for a, b in zip(ours_model.parameters(), ref_model.parameters(), strict=True):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize(
+    ("factory", "module", "kernel"),
+    [
+        (fl.optim.Adam, "torch.optim.adam", "_multi_tensor_adam"),
+        (fl.optim.AdamW, "torch.optim.adam", "_multi_tensor_adam"),  # AdamW runs Adam's kernels
+        (fl.optim.SGD, "torch.optim.sgd", "_multi_tensor_sgd"),
+    ],
+)
+def test_the_foreach_choice_reaches_torchs_step(factory, module, kernel, monkeypatch):
+    """Not just a recorded option: torch's step really dispatches to the multi-tensor kernel."""
+    net = model()
+    opt = factory(net.parameters(), lr=0.01)
+    assert opt.defaults["foreach"] is True and not opt.defaults["fused"]
+    calls = []
+    module = importlib.import_module(module)
+    real = getattr(module, kernel)
+    monkeypatch.setattr(module, kernel, lambda *a, **k: calls.append(1) or real(*a, **k))
+    net(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    assert calls == [1]
+
+
+def test_described_cuda_parameters_make_the_factory_ask_torch_for_fused(monkeypatch):
+    """Without a GPU: the keyword torch's constructor receives for CUDA float parameters."""
+    received = {}
+
+    class Recording:
+        def __init__(self, params, **kwargs):
+            received.update(kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Recording)
+    fl.optim.AdamW([fake("cuda:0"), fake("cuda:0", torch.bfloat16)], lr=0.01)
+    assert received["fused"] is True and "foreach" not in received
 
 
 def test_factory_defaults_are_torchs_and_the_originals():
@@ -144,6 +180,29 @@ def test_clip_norm_matches_torch_when_clipping():
     assert total == pytest.approx(ref_total.item(), rel=1e-6)
     for a, b in zip(ours, ref, strict=True):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.parametrize(
+    "grads",
+    [
+        [(math.inf, 1.0), (2.0,)],  # an infinite gradient
+        [(-math.inf,), (math.nan, 1.0)],
+        [(math.nan, 1.0), (2.0,)],  # a NaN gradient
+        [(3e38, 3e38), (1.0,)],  # finite gradients whose float32 norm overflows
+    ],
+    ids=["inf", "-inf and nan", "nan", "overflow"],
+)
+def test_clip_norm_leaves_gradients_untouched_when_the_norm_is_not_finite(grads):
+    """A deliberate deviation from the original, which scales by max_norm / (inf + 1e-6) = 0."""
+    params = [with_grad(*g) for g in grads]
+    total = clip_grad_norm(params, 1.0)
+    assert not math.isfinite(total)
+    for p, g in zip(params, grads, strict=True):
+        expected = torch.tensor(g)
+        assert torch.equal(p.grad, expected) or (
+            torch.equal(p.grad.isnan(), expected.isnan())
+            and torch.equal(p.grad.nan_to_num(), expected.nan_to_num())
+        )
 
 
 def test_clip_norm_without_gradients_is_zero():

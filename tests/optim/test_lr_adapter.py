@@ -72,6 +72,16 @@ def test_lr_scale_per_group():
     assert bridge.get_last_lr() == [0.2, 0.2 * 0.1]
 
 
+@pytest.mark.parametrize("scale", [-1.0, float("nan"), "0.1"], ids=["negative", "nan", "str"])
+def test_a_bad_lr_scale_in_a_later_group_changes_no_group(scale):
+    """Regression: groups were written one at a time, so group 0 changed before group 1 raised."""
+    a, b = torch.zeros(1, requires_grad=True), torch.zeros(1, requires_grad=True)
+    opt = sgd({"params": [a], "lr": 0.3}, {"params": [b], "lr": 0.7, "lr_scale": scale})
+    with pytest.raises(fl.optim.OptimError, match=r"param group 1: .*no group was changed"):
+        fl.optim.apply(StepDecay(0.5, 1, 1.0), opt, 0)
+    assert [g["lr"] for g in opt.param_groups] == [0.3, 0.7]
+
+
 def test_scheduled_lr_state_round_trip_resumes_the_curve():
     sched = CosineScheduler(0.1, 0.0, 30)
     opt = sgd()

@@ -146,6 +146,30 @@ def test_state_dict_round_trips_through_json():
         restored.load_state_dict({"bit_generator": "MT19937"})
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"state": -1}, "outside"),
+        ({"inc": 1 << 128}, "outside"),
+        ({"has_uint32": 2}, "outside"),
+        ({"uinteger": "7"}, "expected an integer"),
+        ({"buffer": [1, 2, 1 << 64]}, "outside"),
+        ({"buffer": [1] * 257}, "at most 256"),
+        ({"buffer": None}, "malformed"),
+    ],
+)
+def test_a_malformed_state_is_refused_and_changes_nothing(change, message):
+    good = fl.Rng(5)
+    for _ in range(3):
+        good.u64()
+    target = fl.Rng(9)
+    twin = target.clone()
+    state = {**good.state_dict(), **change}
+    with pytest.raises(RngError, match=message):
+        target.load_state_dict(state)
+    assert [target.u64() for _ in range(300)] == [twin.u64() for _ in range(300)]
+
+
 def test_torch_generator_is_seeded_from_the_stream():
     a, b = fl.Rng(21).torch_generator(), fl.Rng(21).torch_generator()
     assert torch.equal(torch.randperm(50, generator=a), torch.randperm(50, generator=b))
