@@ -105,6 +105,24 @@ def test_zip_slip_archive_installs_nothing(mirror, run_fdl, tmp_path):
     assert not list(Path(tmp_path).rglob("evil.txt"))
 
 
+def test_symlink_chain_archive_writes_nothing_outside_the_home(mirror, run_fdl, tmp_path):
+    from tests.hw.test_archive import chain_zip
+
+    server, env, work, home = mirror
+    (home / "precompiled" / "cpu").mkdir(parents=True)
+    (home / "precompiled" / "cpu" / "keep.txt").write_text("previous install")
+    before = {p for p in tmp_path.rglob("*") if ".downloads" not in p.parts}
+    server.add(CPU_PATH, chain_zip())
+    result = run_fdl("libtorch", "download", "--cpu", "--force", env=env, cwd=work)
+    assert result.returncode == 1, result.stderr
+    assert "error: archive member 'libtorch/q/z' is written through a symlink" in result.stderr
+    assert not list(tmp_path.rglob("ESCAPED.txt"))
+    after = {p for p in tmp_path.rglob("*") if ".downloads" not in p.parts}
+    assert after == before  # no staging dir, no link, no file left anywhere
+    assert (home / "precompiled" / "cpu" / "keep.txt").read_text() == "previous install"
+    assert not (home / ".active").exists()
+
+
 def test_archive_without_libtorch_library_is_refused(mirror, run_fdl):
     server, env, work, home = mirror
     server.add(CPU_PATH, libtorch_zip(lib="README.txt"))
