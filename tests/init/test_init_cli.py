@@ -117,3 +117,51 @@ def test_interactive_mode_choice(tmp_path):
     assert code == 0, output
     assert "Add Docker images" in output
     assert (tmp_path / "asked" / "docker-compose.yml").is_file()
+
+
+def test_ignore_files_keep_the_answers_and_leave_out_outputs(run_fdl, tmp_path):
+    import subprocess
+
+    import docker.utils.build
+
+    assert run_fdl("init", "ignored", "--docker", "--cuda", "12.6", cwd=tmp_path).returncode == 0
+    root = tmp_path / "ignored"
+    (root / "libtorch" / "precompiled" / "cpu").mkdir(parents=True)
+    (root / "libtorch" / "precompiled" / "cpu" / ".arch").write_text("torch=2.0\n")
+    (root / "checkpoints").mkdir()
+    (root / "checkpoints" / "epoch-1.fdl").write_bytes(b"x")
+    (root / "model.fdl").write_bytes(b"x")
+    git = ["git", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], cwd=root, check=True)
+    paths = [
+        ".fdl/project.toml",
+        "libtorch/precompiled/cpu/.arch",
+        "checkpoints/epoch-1.fdl",
+        "model.fdl",
+        "src/ignored/train.py",
+    ]
+    check = subprocess.run(
+        [*git, "check-ignore", "--no-index", *paths],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode in (0, 1), check.stderr
+    assert check.stdout.split() == paths[1:4]
+    # and `git add -A` really picks up the answers file (what `fdl init --update` needs)
+    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
+    staged = subprocess.run(
+        [*git, "diff", "--cached", "--name-only"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert ".fdl/project.toml" in staged
+    assert not [p for p in staged if p.startswith("libtorch/") or p.endswith(".fdl")]
+    # the Docker build context (docker's own .dockerignore matcher) leaves libtorch out
+    patterns = (root / ".dockerignore").read_text().split()
+    context = set(docker.utils.build.exclude_paths(str(root), patterns))
+    assert "src/ignored/train.py" in context
+    assert not [p for p in context if p.startswith("libtorch") or p.endswith(".fdl")]
