@@ -105,7 +105,15 @@ class Plan:
 
     @property
     def requirement(self) -> str:
-        return f"torch=={self.torch}"
+        """``torch==2.14.0+cu126``: the local label pins the build, not only the release.
+
+        ``torch==2.14.0`` is already satisfied by an installed ``2.14.0+cpu``, so a switch to
+        a CUDA build of the same release would silently install nothing. PyPI's default wheels
+        (macOS: no explicit index) carry no label.
+        """
+        if self.index_url is None:
+            return f"torch=={self.torch}"
+        return f"torch=={self.torch}+{self.tag}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -247,6 +255,12 @@ def resolve(
         plan.reasons.extend(_explain_choice(cand, target))
         if build.is_cuda and not cand.fits_all:
             plan.warnings.append(f"{tag} will not run everywhere here: {_why_not(cand, target)}")
+            if cand.driver_ok is not False and cand.usable:
+                plan.visible_devices = ",".join(str(f.index) for f in cand.usable)
+                plan.warnings.append(
+                    f"run with CUDA_VISIBLE_DEVICES={plan.visible_devices} so torch never "
+                    "touches the other GPU(s)"
+                )
         plan.considered = [cand]
         return plan
 
