@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +70,7 @@ def pip_isolated(tmp_path, server) -> dict[str, str]:
         FDL_TORCH_MIRROR=server.url,
         PIP_CONFIG_FILE=os.devnull,
         PIP_FIND_LINKS=str(tmp_path / "no-links"),
+        PIP_NO_CACHE_DIR="1",  # every install really fetches from the mirror
     )
 
 
@@ -84,6 +86,15 @@ def installed_torch(python) -> str | None:
         [str(python), "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     return None if out == "-" else out
+
+
+def installed_file(python, relative: str) -> str:
+    """Where ``relative`` (e.g. ``torch/__init__.py``) lives in ``python``'s site-packages."""
+    code = "import sysconfig, sys; print(sysconfig.get_paths()['purelib'])"
+    purelib = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return os.path.join(purelib, relative)
 
 
 @pytest.mark.slow
@@ -113,10 +124,14 @@ def test_installs_from_the_local_index_into_a_throwaway_venv_and_verifies(
     assert again.returncode == 0 and "already installed" in again.stderr
     assert len(server.gets(f"/files/torch-{NEWEST}+cpu-py3-none-any.whl")) == before
 
-    # --force really re-installs.
+    # --force really re-installs: the wheel is fetched again and a damaged install is repaired.
+    init = Path(installed_file(venv, "torch/__init__.py"))
+    init.write_text("raise ImportError('tampered with')\n")
     forced = run_fdl(*args, "--force", env=env, cwd=tmp_path, timeout=300)
     assert forced.returncode == 0, forced.stderr
     assert "--force-reinstall" in forced.stderr and "Done. Ran:" in forced.stderr
+    assert len(server.gets(f"/files/torch-{NEWEST}+cpu-py3-none-any.whl")) == before + 1
+    assert "tampered" not in init.read_text() and f"import torch {NEWEST}+cpu" in forced.stderr
 
 
 @pytest.mark.slow
