@@ -293,3 +293,13 @@ def test_progress_bar_on_a_terminal_and_not_with_json(mirror):
     assert data["torch"] == NEWEST and len(data["sha256"]) == 64
     assert data["path"] == str(home / "precompiled" / "cpu")
     assert len(server.gets(CPU_PATH)) == 2
+
+
+def test_version_after_the_command_is_not_fdls_version(mirror, run_fdl):
+    server, env, work, home = mirror
+    args = ("libtorch", "download", "--cpu", "--version", "2.9", "--dry-run")
+    result = run_fdl(*args, env=env, cwd=work)
+    assert result.returncode == 2 and result.stdout == ""  # not "fdl 0.x" and exit 0
+    assert "error: 'fdl libtorch download' has no --version option" in result.stderr
+    assert "a torch release is given with --torch VERSION" in result.stderr
+    assert server.state.log == [] and not home.exists()
