@@ -14,8 +14,11 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from fdl import console
 from fdl.errors import FdlUsageError
 from fdl.tasks import project
+
+HELP_FLAGS = ("-h", "--help")
 
 
 class FdlGroup(TyperGroup):
@@ -29,7 +32,15 @@ class FdlGroup(TyperGroup):
         if name.startswith("-"):
             return super().resolve_command(ctx, args)  # an unknown option: click says so
         if ctx.parent is None and project.routes_to_runner(name):
-            return name, project.TaskCommand(name, set(self.commands)), args[1:]  # `fdl ci test`
+            rest = args[1:]
+            if rest and (rest[0] in HELP_FLAGS or rest[0] in self.commands):
+                # `fdl ci --help`, `fdl ci config show`: the overlay word means `--env ci`
+                console.settings.env = console.settings.env or name
+                if rest[0] in HELP_FLAGS:
+                    typer.echo(ctx.get_help())
+                    ctx.exit(0)
+                return super().resolve_command(ctx, rest)
+            return name, project.TaskCommand(name, set(self.commands)), rest  # `fdl ci test`
         path = ctx.command_path
         close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
         hint = (

@@ -3,6 +3,10 @@
 ``fdl diagnose -v`` and ``fdl -v diagnose`` mean the same. Scanning stops at the first
 standalone ``--``: everything after it belongs to the command (``fdl test -- -v`` forwards
 ``-v``; the Rust original stripped it, a bug not copied).
+
+``-V``/``--version`` is the exception: it is fdl's only before the command word (``fdl -V``).
+After it, it belongs to the command, so ``fdl libtorch download --version 2.9`` cannot print
+fdl's version and succeed; commands that take a release call it ``--torch``.
 """
 
 from __future__ import annotations
@@ -34,13 +38,14 @@ def split_global_flags(argv: list[str]) -> GlobalFlags:
     """
     flags = GlobalFlags()
     args = iter(enumerate(argv))
+    command_seen = False
     for i, arg in args:
         if arg == "--":
             flags.rest.extend(argv[i:])
             break
         if arg in _VERBOSITY:
             flags.verbosity = _VERBOSITY[arg]
-        elif arg in ("-V", "--version"):
+        elif arg in ("-V", "--version") and not command_seen:
             flags.version = True
         elif arg == "--no-color":
             flags.no_color = True
@@ -55,5 +60,6 @@ def split_global_flags(argv: list[str]) -> GlobalFlags:
                 raise FdlUsageError("--env specified more than once", "pass a single --env NAME")
             flags.env = value
         else:
+            command_seen = command_seen or not arg.startswith("-")
             flags.rest.append(arg)
     return flags

@@ -48,7 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         code = getattr(err, "exit_code", ExitCode.FAILURE)
         ctx = getattr(err, "ctx", None)
         hint = f"run '{ctx.command_path} --help' for usage" if ctx is not None else None
-        console.error(err.format_message().rstrip("."), hint if code == ExitCode.USAGE else None)
+        message = err.format_message().rstrip(".")
+        if getattr(err, "option_name", None) in ("--version", "-V") and ctx is not None:
+            # global only before the command word (fdl.argv): never "print fdl's version, exit 0"
+            message = f"'{ctx.command_path}' has no {err.option_name} option"
+            hint = "fdl's own version is 'fdl --version' (before the command)"
+            if any("--torch" in getattr(p, "opts", ()) for p in ctx.command.params):
+                hint = "a torch release is given with --torch VERSION; " + hint
+        console.error(message, hint if code == ExitCode.USAGE else None)
         return code
     except typer.Abort:
         console.error("aborted")

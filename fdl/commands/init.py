@@ -74,12 +74,37 @@ def _ask_mode() -> str:
     return "docker" if docker else "native"
 
 
-def _cuda_choice(cuda: str | None) -> tuple[str, str]:
-    from fdl.scaffold.render import DEFAULT_CUDA, normalize_cuda
+def _gpu_image(answers, cuda: str | None, *, announce: bool = True):
+    """``answers`` with the GPU image's build filled in: ``--cuda``, else what fits this machine.
 
-    if cuda is not None:
-        return normalize_cuda(cuda), "chosen with --cuda"
-    return DEFAULT_CUDA, "the default; pick another with fdl init --update --cuda TAG"
+    Native projects are not probed (the build is chosen when Docker is added); an answers file
+    from before torch was pinned gets the newest release with its recorded build.
+    """
+    import dataclasses
+
+    from rich.markup import escape
+
+    from fdl import console
+    from fdl.scaffold.cuda import choose_cuda, pin_torch
+
+    if cuda is None and not answers.docker:
+        return answers
+    if cuda is None and answers.cuda and answers.torch:
+        return answers  # already chosen: --update keeps it
+    if cuda is None and answers.cuda:
+        torch = pin_torch(answers.cuda)
+        reason = f"{answers.cuda_reason}; torch pinned to {torch}, the newest with this build"
+        answers = dataclasses.replace(answers, torch=torch, cuda_reason=reason.lstrip("; "))
+    else:
+        choice = choose_cuda(cuda)
+        answers = dataclasses.replace(
+            answers, cuda=choice.tag, torch=choice.torch, cuda_reason=choice.reason
+        )
+    if announce:
+        console.info(
+            escape(f"GPU image: torch {answers.torch} + {answers.cuda} ({answers.cuda_reason})")
+        )
+    return answers
 
 
 def _create(name: str, mode: str | None, cuda: str | None) -> None:
@@ -94,8 +119,8 @@ def _create(name: str, mode: str | None, cuda: str | None) -> None:
 
     check_target(target)  # before asking anything
     mode = mode or _ask_mode()
-    tag, reason = _cuda_choice(cuda)
-    files = create(target, Answers(name, package, mode, tag, reason))  # type: ignore[arg-type]
+    answers = _gpu_image(Answers(name, package, mode), cuda)  # type: ignore[arg-type]
+    files = create(target, answers)
     from rich.markup import escape
 
     console.info(f"Created [bold]{name}[/] ({mode}, {len(files)} files) in {escape(str(target))}")
@@ -142,9 +167,7 @@ def _update(start: Path, mode: str | None, cuda: str | None, dry_run: bool) -> N
     answers, old_version, recorded = answers_file.load(root)
     if mode:
         answers = dataclasses.replace(answers, mode=mode)  # type: ignore[arg-type]
-    if cuda:
-        tag, reason = _cuda_choice(cuda)
-        answers = dataclasses.replace(answers, cuda=tag, cuda_reason=reason)
+    answers = _gpu_image(answers, cuda)
     changes = update.plan(root, answers, recorded)
     for change in changes:
         if change.status in ("create", "update", "conflict"):

@@ -45,8 +45,12 @@ def download_variant(
     verify: bool = True,
     dry_run: bool = False,
     mirror: str | None = None,
-):
-    """Resolve, download and install one pre-built variant (shared with ``fdl setup --libtorch``)."""
+    progress: bool = True,
+) -> dict:
+    """Resolve, download and install one pre-built variant (shared with ``fdl setup --libtorch``).
+
+    Returns what happened (the ``--json`` document of ``fdl libtorch download``).
+    """
     from fdl.errors import FdlUsageError
     from fdl.libtorch_home import install_prebuilt
     from fdl.variants import load_table
@@ -69,9 +73,17 @@ def download_variant(
     _say(f"libtorch {release.torch} ({tag}, {build.arch_list})")
     _say(f"  URL:  {url}")
     _say(f"  Path: {home.variant_dir('precompiled/' + tag)}")
+    summary = {
+        "torch": release.torch,
+        "tag": tag,
+        "archs": build.arch_list,
+        "url": url,
+        "path": str(home.variant_dir("precompiled/" + tag)),
+        "dry_run": dry_run,
+    }
     if dry_run:
         _say("dry run: nothing downloaded")
-        return None
+        return summary
     result = install_prebuilt(
         home,
         table,
@@ -82,6 +94,14 @@ def download_variant(
         activate=activate,
         verify=verify,
         mirror=mirror,
+        progress=progress,
+    )
+    summary.update(
+        variant=result.variant,
+        downloaded=not result.skipped,
+        activated=result.activated,
+        sha256=result.sha256,
+        resumed_from=result.resumed_from,
     )
     if result.skipped:
         _say(f"already installed: {result.variant} (torch {release.torch}); --force re-downloads")
@@ -92,7 +112,7 @@ def download_variant(
         _say(f"active: {result.variant} ({home.active_file})")
     lib = result.path / "lib"
     _say(f'  export LIBTORCH="{result.path}"  LD_LIBRARY_PATH="{lib}:$LD_LIBRARY_PATH"')
-    return result
+    return summary
 
 
 def register(app: typer.Typer, make_group) -> None:
@@ -134,6 +154,10 @@ def register(app: typer.Typer, make_group) -> None:
         no_verify: Annotated[
             bool, typer.Option("--no-verify", help="Skip the pinned sha256 check.")
         ] = False,
+        json_out: Annotated[
+            bool,
+            typer.Option("--json", help="What was installed, as JSON on stdout (no progress bar)."),
+        ] = False,
     ) -> None:
         from fdl import console
         from fdl.errors import FdlUsageError
@@ -158,7 +182,7 @@ def register(app: typer.Typer, make_group) -> None:
             for warning in plan.warnings:
                 console.warn(warning)
             tag, platform, version = plan.tag, machine.system.platform_key, plan.torch
-        download_variant(
+        summary = download_variant(
             version,
             tag,
             platform,
@@ -168,7 +192,12 @@ def register(app: typer.Typer, make_group) -> None:
             verify=not no_verify,
             dry_run=dry_run,
             mirror=mirror,
+            progress=not json_out,
         )
+        if json_out:
+            import json
+
+            console.out(json.dumps(summary))
 
     @group.command("list", help="Show installed variants.")
     def list_(

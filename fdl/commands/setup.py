@@ -103,7 +103,7 @@ def register(app: typer.Typer, make_group) -> None:
         from fdl import console
         from fdl.errors import ExitCode, FdlError, FdlUsageError
         from fdl.hardware import detect
-        from fdl.torch_setup import install_command, verify_torch
+        from fdl.torch_setup import install_command, scope_for, verify_torch
         from fdl.variants import resolve
 
         if installer not in (None, "pip", "uv"):
@@ -161,8 +161,17 @@ def register(app: typer.Typer, make_group) -> None:
                     "unchanged or partly updated",
                     f"read the installer output above; the command was: {command}",
                 )
+        scope = scope_for(plan, machine.nvidia.gpus)
         console.info("[bold]Verify[/bold] (in a fresh interpreter):")
-        check = verify_torch(target_python, expected_gpus=len(machine.nvidia.gpus))
+        for note in scope.notes:
+            console.info(escape(f"  {note}"))
+        if scope.visible_devices is not None:
+            console.info(f"  with CUDA_VISIBLE_DEVICES={scope.visible_devices!r}, as the plan says")
+        check = verify_torch(
+            target_python,
+            expected_gpus=scope.expected_gpus,
+            visible_devices=scope.visible_devices,
+        )
         for line in check.lines:
             console.info(escape(f"  {line}"))
         if not check.ok:

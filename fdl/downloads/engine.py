@@ -7,6 +7,11 @@ with backoff, check size and sha256, then rename into place.
 * 206 → append, 200 → start over, 416 → the part is already complete (then verified).
 * ``expected_sha256``: a mismatch deletes the part and fails. Without it the digest is computed
   and returned, so the caller can record it.
+* A server that content-encodes the body although asked for ``identity`` (a gzipping proxy, an
+  object stored with ``Content-Encoding: gzip``): the decoded bytes are the file. Byte ranges then
+  count encoded bytes, which a decoded part cannot be matched against, so such a download is
+  never resumed: an interrupted one starts over, and an encoded 206 answer is not spliced.
+  Completeness is checked on the bytes read from the wire against ``Content-Length``.
 """
 
 from __future__ import annotations
@@ -124,13 +129,20 @@ def _check_space(directory: Path, needed: int, url: str) -> None:
 def _progress(
     label: str, total: int | None, start: int, enabled: bool
 ) -> Iterator[Callable[[int], None]]:
-    """A pip-style rich progress bar on stderr (nothing when disabled or not a terminal)."""
+    """A pip-style rich progress bar on stderr (nothing when disabled or not a terminal).
+
+    The stream itself must be a terminal: FORCE_COLOR makes rich treat a pipe as one, and a
+    redrawn bar in a CI log is thousands of lines of noise.
+    """
+    import sys
+
     from fdl import console
 
-    err = console.console(stderr=True)
-    if not enabled or not err.is_terminal or console.settings.verbosity < console.NORMAL:
+    stderr_tty = sys.stderr is not None and sys.stderr.isatty()
+    if not enabled or not stderr_tty or console.settings.verbosity < console.NORMAL:
         yield lambda n: None
         return
+    err = console.console(stderr=True)
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -187,15 +199,17 @@ def download(
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     http = session or requests.Session()
-    start_size = part.stat().st_size if part.exists() else 0
     transferred = 0
     attempt = 0
     hasher = _Hasher()
+    resumed_from: int | None = None  # where the first attempt appended (0: from scratch)
     while True:
         try:
-            transferred += _fetch(
+            received, offset = _fetch(
                 http, url, part, hasher, timeout=timeout, progress=progress, label=label
             )
+            transferred += received
+            resumed_from = offset if resumed_from is None else resumed_from
             break
         except (
             requests.ConnectionError,
@@ -204,6 +218,9 @@ def download(
             _Incomplete,
         ) as err:
             attempt += 1
+            if resumed_from is None:
+                resumed_from = getattr(err, "offset", 0)
+            transferred += getattr(err, "received", 0)
             if attempt > retries:
                 have = part.stat().st_size if part.exists() else 0
                 hint = (
@@ -236,16 +253,28 @@ def download(
     part.replace(dest)
     with contextlib.suppress(FileNotFoundError):
         _meta_path(part).unlink()
-    return DownloadResult(dest, size, sha, start_size, transferred)
+    return DownloadResult(dest, size, sha, resumed_from or 0, transferred)
 
 
 class _Incomplete(Exception):
-    """The server closed the stream before Content-Length bytes arrived (retry resumes)."""
+    """The server closed the stream before Content-Length bytes arrived (retry resumes).
+
+    ``offset``: where this attempt appended; ``received``: bytes it got before failing.
+    """
+
+    def __init__(self, message: str, *, offset: int = 0, received: int = 0) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.received = received
 
 
 def _short(err: BaseException) -> str:
     text = str(err).splitlines()[0] if str(err) else type(err).__name__
     return text[:200]
+
+
+def _encoded(resp: Any) -> bool:
+    return resp.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity")
 
 
 def _fetch(
@@ -257,10 +286,14 @@ def _fetch(
     timeout: float,
     progress: bool,
     label: str | None,
-) -> int:
-    """One attempt: resume or start ``part``; returns bytes received. Raises on short reads."""
+) -> tuple[int, int]:
+    """One attempt: resume or start ``part``; returns (bytes received from the network, the
+    offset it appended at). Raises ``_Incomplete`` on short reads."""
     have = part.stat().st_size if part.exists() else 0
     meta = _read_meta(part) if have else {}
+    if have and meta.get("encoded"):
+        _discard(part)  # decoded bytes: no byte range of the encoded body continues them
+        have, meta = 0, {}
     headers = {"Accept-Encoding": "identity"}
     if have:
         headers["Range"] = f"bytes={have}-"
@@ -270,7 +303,7 @@ def _fetch(
         if resp.status_code == 416 and have:
             total = meta.get("total")
             if total is not None and have == total:
-                return 0  # already complete
+                return 0, have  # already complete
             _discard(part)  # the part does not match the server's file: start over
             raise _Incomplete("stale partial file discarded")
         if resp.status_code == 404:
@@ -285,8 +318,12 @@ def _fetch(
                 "retry later, or use a mirror (FDL_TORCH_MIRROR)",
                 ExitCode.UNAVAILABLE,
             )
+        encoded = _encoded(resp)
         length = resp.headers.get("Content-Length")
         length = int(length) if length and length.isdigit() else None
+        if resp.status_code == 206 and encoded:
+            _discard(part)  # a range of the encoded body cannot extend decoded bytes
+            raise _Incomplete("the server content-encoded a partial response; starting over")
         if resp.status_code == 206:
             offset = _content_range_start(resp.headers.get("Content-Range", ""))
             if offset != have:
@@ -296,32 +333,54 @@ def _fetch(
             mode = "ab"
             hasher.catch_up(part, have)
         else:  # 200: the whole file (no Range support, or If-Range said it changed)
-            have, total, mode = 0, length, "wb"
+            have, total, mode = 0, None if encoded else length, "wb"
             hasher.reset()
         validator = resp.headers.get("ETag") or resp.headers.get("Last-Modified")
-        _write_meta(part, {"url": url, "total": total, "validator": validator})
-        if total is not None:
+        _write_meta(part, {"url": url, "total": total, "validator": validator, "encoded": encoded})
+        needed = total - have if total is not None else length  # encoded: at least its length
+        if needed is not None:
             try:
-                _check_space(part.parent, total - have, url)
+                _check_space(part.parent, needed, url)
             except DownloadError:
                 if not have:
                     _discard(part)
                 raise
         received = 0
         label = label or Path(url.split("?")[0]).name.replace("%2B", "+")[-32:]
-        with (
-            open(part, mode) as out,
-            _progress(label, total, have, progress) as advance,
-            hasher.streaming() as feed,
-        ):
-            for chunk in _body(resp):
-                out.write(chunk)
-                feed(chunk)
-                received += len(chunk)
-                advance(len(chunk))
+        try:
+            with (
+                open(part, mode) as out,
+                _progress(label, total, have, progress) as advance,
+                hasher.streaming() as feed,
+            ):
+                for chunk in _body(resp):
+                    out.write(chunk)
+                    feed(chunk)
+                    received += len(chunk)
+                    advance(len(chunk))
+        except _Incomplete as err:
+            raise _Incomplete(str(err), offset=have, received=received) from err
+        if encoded:
+            wire = _wire_bytes(resp)
+            if length is not None and wire is not None and wire != length:
+                raise _Incomplete(
+                    f"got {wire} of {length} encoded bytes", offset=have, received=received
+                )
+            return wire if wire is not None else received, have
         if total is not None and have + received != total:
-            raise _Incomplete(f"got {have + received} of {total} bytes")
-        return received
+            raise _Incomplete(
+                f"got {have + received} of {total} bytes", offset=have, received=received
+            )
+        return received, have
+
+
+def _wire_bytes(resp: Any) -> int | None:
+    """Bytes read from the socket for this response (before decoding), when urllib3 tells."""
+    tell = getattr(resp.raw, "tell", None)
+    try:
+        return int(tell()) if callable(tell) else None
+    except (TypeError, ValueError, OSError):
+        return None
 
 
 def _body(resp: Any) -> Iterator[bytes]:
@@ -329,9 +388,8 @@ def _body(resp: Any) -> Iterator[bytes]:
     drop, a stall or Ctrl-C is written. Straight from http.client (``read1``) when the body is not
     content-encoded — urllib3's own chunking costs ~40% of loopback throughput — else decoded by
     urllib3."""
-    encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
     fp = getattr(resp.raw, "_fp", None)
-    if encoding not in ("", "identity") or not callable(getattr(fp, "read1", None)):
+    if _encoded(resp) or not callable(getattr(fp, "read1", None)):
         yield from resp.iter_content(CHUNK)
         return
     while True:

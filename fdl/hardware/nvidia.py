@@ -13,17 +13,17 @@ import os
 import re
 import shutil
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from fdl.hardware.probe_root import host_path
 from fdl.hardware.tools import run_tool
 from fdl.variants.archs import ComputeCapability, format_cc, sm_name
 
 QUERY = "index,name,compute_cap,memory.total,driver_version"
 LEGACY_QUERY = "index,name,memory.total,driver_version"
-WSL_SMI = "/usr/lib/wsl/lib/nvidia-smi"
-PROC_VERSION = Path("/proc/driver/nvidia/version")
-SYS_VERSION = Path("/sys/module/nvidia/version")
+WSL_SMI = "/usr/lib/wsl/lib/nvidia-smi"  # each under the probe root (fdl.hardware.probe_root)
+PROC_VERSION = "/proc/driver/nvidia/version"
+SYS_VERSION = "/sys/module/nvidia/version"
 NVML_ENV = "FDL_NVML"  # "0" skips NVML (used by tests that replay nvidia-smi outputs)
 
 _DRIVER = re.compile(r"^\d{2,4}(\.\d{1,3}){1,2}$")
@@ -102,7 +102,8 @@ def find_nvidia_smi() -> str | None:
     found = shutil.which("nvidia-smi")
     if found:
         return found
-    return WSL_SMI if os.access(WSL_SMI, os.X_OK) else None
+    wsl = host_path(WSL_SMI)
+    return str(wsl) if os.access(wsl, os.X_OK) else None
 
 
 def _int(text: str) -> int | None:
@@ -241,10 +242,10 @@ def probe_nvidia() -> NvidiaReport:
 def driver_from_kernel_module() -> str | None:
     """The loaded kernel module's version (``/sys/module/nvidia/version``, ``/proc``), if any."""
     with contextlib.suppress(OSError):
-        text = SYS_VERSION.read_text().strip()
+        text = host_path(SYS_VERSION).read_text().strip()
         if _DRIVER.match(text):
             return text
     try:
-        return parse_proc_version(PROC_VERSION.read_text())
+        return parse_proc_version(host_path(PROC_VERSION).read_text())
     except OSError:
         return None

@@ -6,9 +6,9 @@ import os
 import platform
 import re
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
+from fdl.hardware.probe_root import host_path
 from fdl.hardware.tools import run_tool
 
 
@@ -45,7 +45,7 @@ class SystemFacts:
 
 def _cpu_model() -> str | None:
     try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+        for line in host_path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             if line.startswith(("model name", "Hardware", "Model")) and ":" in line:
                 return line.split(":", 1)[1].strip() or None
     except OSError:
@@ -78,17 +78,26 @@ def detect_wsl(kernel_release: str, environ: dict[str, str] | None = None) -> st
     if "microsoft" in release or "wsl" in release:
         return "wsl2" if ("wsl2" in release or "microsoft-standard" in release) else "wsl1"
     if environ.get("WSL_DISTRO_NAME"):
-        return "wsl2" if Path("/usr/lib/wsl/lib").is_dir() or environ.get("WSL_INTEROP") else "wsl1"
+        wsl2 = host_path("/usr/lib/wsl/lib").is_dir() or environ.get("WSL_INTEROP")
+        return "wsl2" if wsl2 else "wsl1"
     return None
 
 
+def kernel_release() -> str | None:
+    """``uname -r``, read from ``/proc`` when it can be (so a probe root can stand in for it)."""
+    try:
+        return host_path("/proc/sys/kernel/osrelease").read_text().strip() or None
+    except OSError:
+        return platform.release() or None
+
+
 def detect_container() -> str | None:
-    if Path("/.dockerenv").exists():
+    if host_path("/.dockerenv").exists():
         return "docker"
-    if Path("/run/.containerenv").exists():
+    if host_path("/run/.containerenv").exists():
         return "podman"
     try:
-        cgroup = Path("/proc/1/cgroup").read_text(errors="replace")
+        cgroup = host_path("/proc/1/cgroup").read_text(errors="replace")
     except OSError:
         return None
     if re.search(r"docker|containerd|kubepods|libpod", cgroup):
@@ -119,7 +128,8 @@ def probe_system(*, docker: bool = True) -> tuple[SystemFacts, list[str]]:
     problems: list[str] = []
     system = platform.system()
     family = {"Linux": "linux", "Darwin": "macos", "Windows": "windows"}.get(system, "other")
-    facts = SystemFacts(os_family=family, kernel=platform.release() or None)
+    kernel = kernel_release() if family == "linux" else platform.release() or None
+    facts = SystemFacts(os_family=family, kernel=kernel)
     facts.machine = platform.machine() or None
     facts.cpu_model = _cpu_model()
     if facts.cpu_model is None:

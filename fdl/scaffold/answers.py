@@ -38,6 +38,7 @@ def dump(answers: Answers, files: dict[str, bytes]) -> bytes:
         f"mode = {q(answers.mode)}",
         f"cuda = {q(answers.cuda)}",
         f"cuda_reason = {q(answers.cuda_reason)}",
+        f"torch = {q(answers.torch)}",
         "",
         "[files]  # SHA-256 of each file as generated",
         *(f"{q(path)} = {q(digest(content))}" for path, content in sorted(files.items())),
@@ -55,8 +56,9 @@ def load(root: Path) -> tuple[Answers, str, dict[str, str]]:
             raw["name"],
             raw["package"],
             raw.get("mode", "native"),
-            raw.get("cuda", "cu128"),
+            raw.get("cuda", ""),
             raw.get("cuda_reason", ""),
+            raw.get("torch", ""),
         )
         version = str(data.get("template", {}).get("fdl_version", "?"))
         return answers, version, dict(data.get("files", {}))

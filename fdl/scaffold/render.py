@@ -19,7 +19,7 @@ from fdl.resources import bundled_dir
 
 Mode = Literal["native", "docker"]
 DOCKER_ONLY = frozenset({"Dockerfile", "Dockerfile.cuda", "docker-compose.yml", ".dockerignore"})
-DEFAULT_CUDA = "cu128"
+DOCKER_PYTHON = "3.12"  # the images' base (python:3.12-slim); torch must have wheels for it
 
 
 @dataclass(frozen=True)
@@ -29,19 +29,26 @@ class Answers:
     name: str
     package: str
     mode: Mode = "native"
-    cuda: str = DEFAULT_CUDA
+    cuda: str = ""  # the GPU image's torch build (Docker mode; fdl.scaffold.cuda chooses it)
     cuda_reason: str = ""
+    torch: str = ""  # the GPU image's torch release; "" (answers of older fdl): unpinned
 
     @property
     def docker(self) -> bool:
         return self.mode == "docker"
 
     def context(self) -> dict[str, Any]:
+        if self.docker and not self.cuda:
+            raise FdlUsageError(
+                "a Docker project needs the CUDA build of its GPU image",
+                "pass cuda= (e.g. fdl.scaffold.cuda.choose_cuda(None).tag), as fdl init does",
+            )
         return {
             **asdict(self),
             "docker": self.docker,
             "flodl_requirement": flodl_requirement(__version__),
             "fdl_version": __version__,
+            "docker_python": DOCKER_PYTHON,
         }
 
 

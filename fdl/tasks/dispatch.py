@@ -132,6 +132,18 @@ def walk(manifest: Manifest, tokens: list[str], env: str | None = None) -> Outco
         return ExecEntry(child, None, _strip_leading_separator(tail), qualified)
 
 
+def completions(manifest: Manifest, tokens: list[str], env: str | None = None) -> dict[str, str]:
+    """What may follow ``tokens`` (command words typed so far) in shell completion: the child
+    commands and presets of the path command they lead to, each with its description."""
+    current, tail = manifest, list(tokens)
+    while tail:
+        command = current.commands.get(tail.pop(0))
+        if command is None or command.kind != "path":
+            return {}  # a run script or a preset: its arguments are free-form
+        current = load_child(command, env)
+    return {name: command.description or "" for name, command in current.commands.items()}
+
+
 def _strip_leading_separator(tail: list[str]) -> list[str]:
     return tail[1:] if tail[:1] == ["--"] else tail
 

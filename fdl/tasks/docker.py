@@ -271,6 +271,7 @@ def _run_compose(
             "install the Docker Compose plugin, or unset FDL_DOCKER_BACKEND to use the Docker SDK",
             ExitCode.UNAVAILABLE,
         )
+    require_daemon()
     argv = [*cli, "-f", str(service.compose_file), "run", "--rm"]
     if not sys.stdin.isatty():
         argv.append("-T")
@@ -292,6 +293,31 @@ def wait_child(child: subprocess.Popen[Any]) -> int:
         except KeyboardInterrupt:
             continue  # the child got the SIGINT as well; let it decide how to exit
     return 128 - code if code < 0 else code
+
+
+def require_daemon() -> None:
+    """Fail with fdl's error (exit 3) when the daemon does not answer, before Compose runs.
+
+    Asked through the docker CLI when there is one, so Docker contexts count as Compose sees
+    them; a lone legacy ``docker-compose`` is checked through the SDK.
+    """
+    from fdl.hardware.tools import run_tool
+
+    docker = shutil.which("docker")
+    if docker is None:
+        docker_client()
+        return
+    probe = run_tool([docker, "version", "--format", "{{.Server.Version}}"], timeout=30)
+    if probe.ok and probe.stdout.strip():
+        return
+    said = (probe.stderr.strip() or probe.stdout.strip()).splitlines()
+    detail = said[-1] if said else probe.reason or "no server version"
+    host = os.environ.get("DOCKER_HOST") or "the current Docker context"
+    raise FdlError(
+        f"cannot reach the Docker daemon at {host} ({detail[:200]})",
+        "start Docker (e.g. 'sudo systemctl start docker') and check 'docker info' works",
+        ExitCode.UNAVAILABLE,
+    )
 
 
 def docker_client() -> Any:

@@ -36,8 +36,12 @@ def _help_env(file: Path) -> str | None:
     return env if env and overlay_path(file, env) else None
 
 
-def _manifest() -> Any:
-    """The root manifest for help and completion, or ``None`` (a broken one warns once)."""
+def _manifest(*, quiet: bool = False) -> Any:
+    """The root manifest for help and completion, or ``None``.
+
+    A broken manifest is reported once, as a warning, where commands are listed (help,
+    completion); ``quiet`` when a command is about to run, since running it prints the error.
+    """
     file = manifest_file()
     if file is None:
         return None
@@ -46,21 +50,28 @@ def _manifest() -> Any:
 
     overlay = overlay_path(file, env) if env else None
     stamp = (file.stat().st_mtime_ns, overlay.stat().st_mtime_ns if overlay else 0)
-    return _load(file, env, stamp)
+    manifest, error = _load(file, env, stamp)
+    if error is not None and not quiet and error not in _warned:
+        from rich.markup import escape
+
+        _warned.add(error)
+        console.warn(escape(f"project commands unavailable: {error}"))
+    return manifest
+
+
+_warned: set[str] = set()
 
 
 @functools.cache
-def _load(file: Path, env: str | None, stamp: tuple[int, int]) -> Any:
-    """Cached per file, environment and modification times (help asks for it many times)."""
+def _load(file: Path, env: str | None, stamp: tuple[int, int]) -> tuple[Any, str | None]:
+    """(manifest, None) or (None, the error); cached per file, environment and modification
+    times (help asks for it many times)."""
     from fdl.tasks.manifest import load_manifest
 
     try:
-        return load_manifest(file, env)
+        return load_manifest(file, env), None
     except FdlError as err:
-        from rich.markup import escape
-
-        console.warn(escape(f"project commands unavailable: {err}"))
-        return None
+        return None, str(err)
 
 
 def command_names(builtins: Collection[str]) -> list[str]:
@@ -76,7 +87,7 @@ def task_command(name: str, builtins: Collection[str]) -> _click.Command | None:
     """
     if name in builtins or manifest_file() is None:
         return None
-    manifest = _manifest()
+    manifest = _manifest(quiet=True)
     if manifest is None:
         return TaskCommand(name, builtins)
     if name not in manifest.commands:
@@ -138,6 +149,26 @@ class TaskCommand(TyperCommand):
         from fdl.tasks.runner import run_tokens
 
         return run_tokens([ctx.info_name or self.name or "", *ctx.args], self.builtins)
+
+    def shell_complete(self, ctx: _click.Context, incomplete: str) -> list[Any]:
+        """The child commands and presets after ``fdl bench <TAB>`` (or ``fdl ci <TAB>``)."""
+        from typer._click.shell_completion import CompletionItem
+
+        from fdl.tasks.dispatch import completions
+        from fdl.tasks.runner import load_root, select
+
+        tokens = [ctx.info_name or self.name or "", *ctx.args]
+        try:
+            selection = select(tokens, self.builtins)
+            manifest = load_root(selection, self.builtins)
+            found = completions(manifest, selection.tokens, selection.env)
+        except (FdlError, OSError):  # a broken manifest: no completions, never a traceback
+            return []
+        return [
+            CompletionItem(name, help=text or None)
+            for name, text in found.items()
+            if name.startswith(incomplete)
+        ]
 
 
 def _relative(path: Path) -> str:

@@ -4,11 +4,16 @@ with every GPU, launch one tiny kernel per GPU, and check NCCL when there are tw
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fdl.variants.archs import coverage, parse_cc
+
+if TYPE_CHECKING:
+    from fdl.variants import Plan
 
 SCRIPT = r"""
 import json, sys
@@ -53,6 +58,47 @@ class Verification:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class VerifyScope:
+    """What a plan promises: how many GPUs must work, and which ones torch is shown."""
+
+    expected_gpus: int
+    visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES for the check; None: leave as is
+    notes: tuple[str, ...] = ()
+
+
+def scope_for(plan: Plan, gpus: Sequence[Any] = ()) -> VerifyScope:
+    """Verify what ``plan`` installs, not every GPU in the machine.
+
+    A CPU build (asked for, or because no CUDA build can run here) is not expected to see CUDA.
+    A CUDA build that cannot serve every GPU (a mixed-generation compromise, a forced variant) is
+    checked only on the GPUs it supports, the others hidden with CUDA_VISIBLE_DEVICES — exactly
+    how the plan says to run it. ``gpus``: the machine's GPUs (anything with ``index`` and
+    ``name``), named in the note when a CPU build leaves them unused.
+    """
+    chosen = plan.chosen
+    if chosen is None or not chosen.build.is_cuda:
+        unused = ", ".join(f"GPU {g.index} {g.name}" for g in gpus)
+        note = f"{plan.tag} build: CUDA is not expected"
+        return VerifyScope(0, None, (note + (f" ({unused} unused)" if unused else ""),))
+    works = [f for f in chosen.fits if f.usable] if chosen.driver_ok is not False else []
+    if len(works) == len(chosen.fits):
+        return VerifyScope(len(works))
+    notes = []
+    for f in chosen.fits:
+        if f in works:
+            continue
+        if chosen.driver_ok is False:
+            why = f"the driver is too old for CUDA {chosen.build.cuda_major}"
+        elif f.coverage == "driver-too-old":
+            why = f"the driver is too old for {f.sm}"
+        else:
+            why = f"{plan.tag} has no kernels for {f.sm}"
+        notes.append(f"GPU {f.index} {f.name} excluded from the check: {why}")
+    visible = ",".join(str(f.index) for f in works)
+    return VerifyScope(len(works), visible, tuple(notes))
+
+
 def _arch_list(arch_list: list[str]) -> tuple[list, list]:
     sass, ptx = [], []
     for item in arch_list:
@@ -63,11 +109,31 @@ def _arch_list(arch_list: list[str]) -> tuple[list, list]:
     return sass, ptx
 
 
-def verify_torch(python: str, expected_gpus: int = 0, timeout: float = 600) -> Verification:
-    """Run the checks in ``python`` (a subprocess: a broken install cannot take fdl down)."""
+def verify_torch(
+    python: str,
+    expected_gpus: int = 0,
+    timeout: float = 600,
+    *,
+    visible_devices: str | None = None,
+) -> Verification:
+    """Run the checks in ``python`` (a subprocess: a broken install cannot take fdl down).
+
+    ``visible_devices`` (``"1"``, ``"0,2"``, ``""`` for none) becomes the check's
+    CUDA_VISIBLE_DEVICES; GPUs are still reported by their machine-wide index.
+    """
+    env = None
+    physical: list[int] | None = None
+    if visible_devices is not None:
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible_devices}
+        physical = [int(i) for i in visible_devices.split(",") if i.strip()]
     try:
         proc = subprocess.run(
-            [python, "-c", SCRIPT], capture_output=True, text=True, timeout=timeout, check=False
+            [python, "-c", SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=env,
         )
     except (OSError, subprocess.TimeoutExpired) as err:
         return Verification(False, problems=[f"could not run {python}: {err}"])
@@ -89,11 +155,17 @@ def verify_torch(python: str, expected_gpus: int = 0, timeout: float = 600) -> V
             f"{expected_gpus} GPU(s) present but torch.cuda.is_available() is False "
             f"(build CUDA: {result.cuda or 'none — a CPU build'})"
         )
+    devices = data.get("devices", [])
+    if data.get("cuda_available") and len(devices) < expected_gpus:
+        result.problems.append(f"torch sees {len(devices)} GPU(s), {expected_gpus} expected")
     sass, ptx = _arch_list(data.get("arch_list", []))
-    for dev in data.get("devices", []):
+    for dev in devices:
         cc = tuple(dev["capability"])
         kind, _ = coverage(cc, sass, ptx)
-        label = f"GPU {dev['index']} {dev['name']} (sm_{cc[0]}{cc[1]})"
+        index = (
+            physical[dev["index"]] if physical and dev["index"] < len(physical) else dev["index"]
+        )
+        label = f"GPU {index} {dev['name']} (sm_{cc[0]}{cc[1]})"
         if kind == "none":
             result.problems.append(f"{label} is not in torch's arch list {data['arch_list']}")
         if not dev.get("kernel"):

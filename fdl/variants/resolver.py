@@ -105,7 +105,15 @@ class Plan:
 
     @property
     def requirement(self) -> str:
-        return f"torch=={self.torch}"
+        """``torch==2.14.0+cu126``: the local label pins the build, not only the release.
+
+        ``torch==2.14.0`` is already satisfied by an installed ``2.14.0+cpu``, so a switch to
+        a CUDA build of the same release would silently install nothing. PyPI's default wheels
+        (macOS: no explicit index) carry no label.
+        """
+        if self.index_url is None:
+            return f"torch=={self.torch}"
+        return f"torch=={self.torch}+{self.tag}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -220,11 +228,13 @@ def resolve(
     table = table or load_table()
     pinned = table.release(torch) if torch else None
     releases = [pinned] if pinned else list(table.releases)
+    too_new_python: list[Release] = []  # releases left out: no wheels for this Python
     if target.python:
         fitting = [r for r in releases if r.supports_python(target.python)]
         if not fitting:
             r = releases[0]
             raise _python_error(r, target.python)
+        too_new_python = [r for r in releases if r not in fitting]
         releases = fitting
     newest = releases[0]
 
@@ -247,6 +257,12 @@ def resolve(
         plan.reasons.extend(_explain_choice(cand, target))
         if build.is_cuda and not cand.fits_all:
             plan.warnings.append(f"{tag} will not run everywhere here: {_why_not(cand, target)}")
+            if cand.driver_ok is not False and cand.usable:
+                plan.visible_devices = ",".join(str(f.index) for f in cand.usable)
+                plan.warnings.append(
+                    f"run with CUDA_VISIBLE_DEVICES={plan.visible_devices} so torch never "
+                    "touches the other GPU(s)"
+                )
         plan.considered = [cand]
         return plan
 
@@ -308,6 +324,7 @@ def resolve(
             pinned_alt = None
 
     # No single pre-built wheel fits: best compromise (most GPUs, the newest GPU first).
+    python_note = None if pinned else _python_filtered(too_new_python, target, table)
     driver_ok = [c for c in considered if c.driver_ok is not False and c.usable]
     if not driver_ok:
         plan = plan_for("no-build", None, newest, "cpu")
@@ -315,8 +332,11 @@ def resolve(
         plan.reasons.append(
             f"no CUDA build of torch {newest.torch} can run here (" + "; ".join(why_newest) + ")"
         )
+        if python_note:
+            plan.reasons.append(python_note[0])
+            plan.alternatives.append(python_note[1])
         plan.warnings.append("installing the CPU build; GPUs stay unused until this is fixed")
-        plan.alternatives = _upgrade_paths(considered, target)
+        plan.alternatives += _upgrade_paths(considered, target)
         if pinned and pinned_alt:
             plan.alternatives.append(pinned_alt)
         plan.considered = considered
@@ -356,8 +376,33 @@ def resolve(
     plan.alternatives.append(f"a source build for every GPU: {plan.source_build}")
     if pinned and pinned_alt:
         plan.alternatives.insert(0, pinned_alt)
+    if python_note:
+        plan.reasons.append(python_note[0])
+        plan.alternatives.insert(0, python_note[1])
     plan.considered = considered
     return plan
+
+
+def _python_filtered(
+    left_out: list[Release], target: Target, table: VariantTable
+) -> tuple[str, str] | None:
+    """(reason, alternative) when a release left out for its Python range would fit every GPU.
+
+    An old driver or GPU often needs an older torch, and older torches stop at an older Python:
+    on Python 3.14 with a 470 driver nothing fits, on 3.13 torch 2.7.1 + cu118 does.
+    """
+    for release in left_out:  # newest first
+        fit = [c for c in _consider(release, target, table) if c.fits_all]
+        if fit:
+            best = max(fit, key=Candidate.rank)
+            lo, hi = release.python
+            return (
+                f"torch {release.torch} + {best.build.tag} would run on every GPU here, but has "
+                f"no wheels for Python {target.python} (supports {lo}–{hi}), so it was left out",
+                f"use Python {hi} (e.g. uv venv --python {hi}) for torch {release.torch} + "
+                f"{best.build.tag}",
+            )
+    return None
 
 
 def _upgrade_paths(considered: list[Candidate], target: Target) -> list[str]:

@@ -35,10 +35,17 @@ def test_version_matches_the_library(run_fdl, flag):
     assert result.stdout.strip() == f"fdl {fl.__version__} (flodl {fl.__version__})"
 
 
-def test_version_flag_also_works_after_a_command(run_fdl):
+def test_version_flag_is_global_only_before_the_command(run_fdl):
+    # After the command word --version belongs to the command: `fdl libtorch download --version
+    # 2.9` printed fdl's version and exited 0 instead of saying the option is --torch.
+    assert fl.__version__ in run_fdl("-q", "-V", "diagnose").stdout
     result = run_fdl("diagnose", "-V")
-    assert result.returncode == 0
-    assert fl.__version__ in result.stdout
+    assert result.returncode == 2 and result.stdout == ""
+    assert "error: 'fdl diagnose' has no -V option — fdl's own version is 'fdl --version'" in (
+        result.stderr
+    )
+    flags = split_global_flags(["--env", "ci", "-V", "test", "--version"])
+    assert flags.version and flags.rest == ["test", "--version"]
 
 
 def test_unknown_command_is_a_usage_error_with_a_hint(run_fdl):

@@ -34,16 +34,22 @@ exit 0
 """
 
 
+def write_fake_smi(path: Path, machine: str) -> Path:
+    """An executable at ``path`` replaying ``machine``'s nvidia-smi outputs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        FAKE_SMI.format(dir=FIXTURES / machine, cat=shutil.which("cat"), sh=shutil.which("sh"))
+    )
+    path.chmod(path.stat().st_mode | stat.S_IEXEC | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
 def make_bin(tmp: Path, machine: str | None) -> Path:
     """A PATH directory holding only the fake nvidia-smi for ``machine`` (or nothing)."""
     bin_dir = tmp / f"bin-{machine or 'none'}"
     bin_dir.mkdir(exist_ok=True)
     if machine:
-        smi = bin_dir / "nvidia-smi"
-        smi.write_text(
-            FAKE_SMI.format(dir=FIXTURES / machine, cat=shutil.which("cat"), sh=shutil.which("sh"))
-        )
-        smi.chmod(smi.stat().st_mode | stat.S_IEXEC | stat.S_IXGRP | stat.S_IXOTH)
+        write_fake_smi(bin_dir / "nvidia-smi", machine)
     return bin_dir
 
 
@@ -103,4 +109,4 @@ def fdl_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-__all__ = ["MACHINES", "fdl_env", "libtorch_zip", "make_bin", "os"]
+__all__ = ["MACHINES", "fdl_env", "libtorch_zip", "make_bin", "os", "write_fake_smi"]

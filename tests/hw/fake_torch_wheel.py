@@ -1,4 +1,8 @@
-"""A tiny wheel named ``torch`` standing in for a torch build, and a PEP 503 index serving it."""
+"""A tiny wheel named ``torch`` standing in for a torch build, and a PEP 503 index serving it.
+
+A CUDA stand-in can report simulated GPUs (``gpus=``): it honours CUDA_VISIBLE_DEVICES like the
+real runtime, and a kernel on a GPU its arch list does not cover fails with torch's own message.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ class _Tensor:
     def __init__(self, values):
         self.values = list(values)
 
+    def __mul__(self, k):
+        return _Tensor([v * k for v in self.values])
+
     def sum(self):
         return _Tensor([sum(self.values)])
 
@@ -23,19 +30,64 @@ class _Tensor:
         return self.values[0]
 
 
-def ones(n):
+def ones(n, device="cpu"):
+    if device.startswith("cuda:"):
+        cuda._launch(int(device[5:]))
     return _Tensor([1.0] * n)
 """
 VERSION_PY = 'cuda = {cuda!r}\n__version__ = "{version}"\n'
 CUDA_INIT = """
+import os as _os
+
+_GPUS = {gpus!r}
+_ARCHS = {archs!r}
+
+
+def _visible():
+    wanted = _os.environ.get("CUDA_VISIBLE_DEVICES")
+    if wanted is None:
+        return _GPUS
+    return [_GPUS[int(i)] for i in wanted.split(",") if i.strip() and int(i) < len(_GPUS)]
+
+
 def is_available():
-    return False
+    return bool(_visible())
+
 
 def get_arch_list():
-    return []
+    return list(_ARCHS) if is_available() else []
+
 
 def device_count():
-    return 0
+    return len(_visible())
+
+
+def get_device_name(i):
+    return _visible()[i]["name"]
+
+
+def get_device_capability(i):
+    return tuple(_visible()[i]["cc"])
+
+
+def synchronize(i=None):
+    pass
+
+
+def _launch(i):
+    major, minor = _visible()[i]["cc"]
+    native = any(a == f"sm_{{major}}{{m}}" for a in _ARCHS for m in range(minor + 1))
+    ptx = any(a.startswith("compute_") and int(a[8:]) <= major * 10 + minor for a in _ARCHS)
+    if not (native or ptx):
+        raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
+"""
+DISTRIBUTED_INIT = """
+def is_available():
+    return True
+
+
+def is_nccl_available():
+    return True
 """
 
 
@@ -44,8 +96,19 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def build_wheel(version: str, tag: str, *, broken: bool = False) -> tuple[str, bytes]:
-    """(file name, bytes) of ``torch-<version>+<tag>-py3-none-any.whl``."""
+def build_wheel(
+    version: str,
+    tag: str,
+    *,
+    broken: bool = False,
+    gpus: list[dict] | None = None,
+    archs: list[str] | None = None,
+) -> tuple[str, bytes]:
+    """(file name, bytes) of ``torch-<version>+<tag>-py3-none-any.whl``.
+
+    ``gpus``: ``[{"name": ..., "cc": [6, 1]}, ...]`` the build sees (a CPU build sees none);
+    ``archs``: its ``torch.cuda.get_arch_list()`` (``["sm_75", ..., "compute_120"]``).
+    """
     full = f"{version}+{tag}"
     dist = f"torch-{full}.dist-info"
     files = {
@@ -57,7 +120,10 @@ def build_wheel(version: str, tag: str, *, broken: bool = False) -> tuple[str, b
         "torch/version.py": VERSION_PY.format(
             cuda=None if tag == "cpu" else "12.8", version=full
         ).encode(),
-        "torch/cuda/__init__.py": CUDA_INIT.encode(),
+        "torch/cuda/__init__.py": CUDA_INIT.format(
+            gpus=list(gpus or []) if tag != "cpu" else [], archs=list(archs or [])
+        ).encode(),
+        "torch/distributed/__init__.py": DISTRIBUTED_INIT.encode(),
         f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {full}\n".encode(),
         f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: flodl-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }

@@ -20,6 +20,7 @@ class Served:
     content_type: str = "application/octet-stream"
     stall_after: int | None = None  # send this many bytes, then hang (until the server stops)
     announce_length: int | None = None  # lie about Content-Length (e.g. a huge file)
+    content_encoding: str | None = None  # sent as Content-Encoding; ``body`` is already encoded
 
 
 @dataclass
@@ -62,6 +63,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Length", str(served.announce_length or len(chunk)))
         self.send_header("Content-Type", served.content_type)
+        if served.content_encoding:  # whatever the client's Accept-Encoding said, like some proxies
+            self.send_header("Content-Encoding", served.content_encoding)
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         if served.ranges:

@@ -73,3 +73,86 @@ def test_replaces_an_existing_tree_atomically(tmp_path):
     (tmp_path / "out" / "old").mkdir(parents=True)
     extract_zip(write(tmp_path, libtorch_zip()), tmp_path / "out", strip="libtorch")
     assert not (tmp_path / "out" / "old").exists() and (tmp_path / "out" / "lib").is_dir()
+
+
+# libtorch/y -> ..  and  libtorch/x -> y  each pass a lexical check; q -> x/.. is really the
+# staging directory's parent, and q/z -> ../.. climbs further: writing q/z/ESCAPED.txt would land
+# two levels above the install. (The audit's proof of concept, as an archive.)
+SYMLINK_CHAIN = {
+    "libtorch/y": "..",
+    "libtorch/x": "y",
+    "libtorch/q": "x/..",
+    "libtorch/q/z": "../..",
+}
+
+
+def chain_zip(*, write_through: bool = True) -> bytes:
+    extra = {"libtorch/q/z/ESCAPED.txt": b"written outside the libtorch home"}
+    return libtorch_zip_ordered(SYMLINK_CHAIN, extra if write_through else {})
+
+
+def libtorch_zip_ordered(symlinks: dict[str, str], files_after: dict[str, bytes]) -> bytes:
+    """libtorch_zip, but with files written after the links (the order an attacker picks)."""
+    import io
+    import stat
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("libtorch/lib/libtorch.so", b"\x7fELF")
+        for name, target in symlinks.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            zf.writestr(info, target)
+        for name, data in files_after.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def test_symlink_chain_cannot_write_outside(tmp_path):
+    home = tmp_path / "home"
+    dest = home / "flodl" / "libtorch" / "precompiled" / "cpu"
+    with pytest.raises(UnsafeArchiveError, match="through a symlink"):
+        extract_zip(write(tmp_path, chain_zip()), dest, strip="libtorch")
+    assert not list(tmp_path.rglob("ESCAPED.txt"))
+    assert not dest.exists()
+    assert [p.name for p in dest.parent.iterdir()] == []  # no staging left behind
+
+
+def test_symlink_chain_leaving_the_installed_tree_is_refused(tmp_path):
+    # No write goes through the links, but once libtorch/ is unwrapped, y -> .. (and everything
+    # chained on it) would point into the directory that holds the install.
+    data = libtorch_zip_ordered({k: v for k, v in SYMLINK_CHAIN.items() if k != "libtorch/q/z"}, {})
+    with pytest.raises(UnsafeArchiveError, match="points outside"):
+        extract_zip(write(tmp_path, data), tmp_path / "out", strip="libtorch")
+    assert not (tmp_path / "out").exists()
+
+
+def test_link_resolved_through_a_later_link_is_refused(tmp_path):
+    # a -> b/..  is checked before b exists, so what it means depends on what b becomes.
+    data = libtorch_zip_ordered({"libtorch/a": "b/..", "libtorch/b": "include/torch"}, {})
+    dest = extract_zip(write(tmp_path, data), tmp_path / "ok", strip="libtorch")
+    assert (dest / "a").resolve() == (dest / "include").resolve()  # harmless: stays in the tree
+    data = libtorch_zip_ordered({"libtorch/lib/a": "b/../..", "libtorch/lib/b": ".."}, {})
+    with pytest.raises(UnsafeArchiveError, match="points outside"):
+        extract_zip(write(tmp_path, data), tmp_path / "out", strip="libtorch")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.filterwarnings("ignore:Duplicate name")
+def test_file_member_never_writes_through_a_same_named_link(tmp_path):
+    # The link is harmless on its own; a later file member of the same name must not follow it
+    # and overwrite what it points at (defence in depth behind the link checks).
+    data = libtorch_zip_ordered(
+        {"libtorch/lib/alias.so": "libtorch.so"}, {"libtorch/lib/alias.so": b"overwritten"}
+    )
+    with pytest.raises(UnsafeArchiveError, match="cannot be written over an existing entry"):
+        extract_zip(write(tmp_path, data), tmp_path / "out", strip="libtorch")
+    assert not (tmp_path / "out").exists()
+
+
+def test_symlink_loop_is_refused(tmp_path):
+    data = libtorch_zip_ordered({"libtorch/lib/a": "b", "libtorch/lib/b": "a"}, {})
+    with pytest.raises(UnsafeArchiveError, match="symlink 'libtorch/lib/a'"):
+        extract_zip(write(tmp_path, data), tmp_path / "out", strip="libtorch")
+    assert not (tmp_path / "out").exists()

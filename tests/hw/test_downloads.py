@@ -156,3 +156,58 @@ def test_ctrl_c_leaves_a_resumable_part(server, tmp_path):
     served.stall_after = None
     result = download(f"{server.url}/f.bin", dest, progress=False)
     assert dest.read_bytes() == BODY and result.resumed_from == kept
+
+
+def test_content_encoded_body_is_decoded(server, tmp_path):
+    import gzip
+
+    encoded = gzip.compress(BODY)
+    server.add("/f.bin", encoded, content_encoding="gzip")
+    result = download(f"{server.url}/f.bin", tmp_path / "f.bin", progress=False)
+    assert (tmp_path / "f.bin").read_bytes() == BODY  # the decoded bytes are the file
+    assert result.sha256 == sha256(BODY) and result.size == len(BODY)
+    assert result.transferred == len(encoded)  # what crossed the network
+    assert server.gets("/f.bin")[0]["Accept-Encoding"] == "identity"
+    assert not list(tmp_path.glob("*.part*"))
+
+
+def test_interrupted_encoded_download_starts_over_instead_of_splicing(server, tmp_path):
+    import gzip
+
+    encoded = gzip.compress(BODY, compresslevel=1)
+    server.add("/f.bin", encoded, content_encoding="gzip", drop_after=len(encoded) // 2)
+    server.state.files["/f.bin"].drops_left = 1
+    with pytest.raises(DownloadError, match="re-run the command to resume"):
+        download(f"{server.url}/f.bin", tmp_path / "f.bin", retries=0, progress=False)
+    assert (tmp_path / "f.bin.part").stat().st_size > 0  # decoded bytes, kept
+    result = download(f"{server.url}/f.bin", tmp_path / "f.bin", progress=False)
+    assert (tmp_path / "f.bin").read_bytes() == BODY and result.sha256 == sha256(BODY)
+    assert result.resumed_from == 0  # a decoded prefix has no byte offset in the encoded body
+    assert "Range" not in server.gets("/f.bin")[-1]
+
+
+def test_encoded_answer_to_a_range_request_is_not_spliced(server, tmp_path):
+    import gzip
+
+    server.add("/f.bin", BODY, drop_after=900_000, drops_left=1)  # plain first, interrupted
+    with pytest.raises(DownloadError):
+        download(f"{server.url}/f.bin", tmp_path / "f.bin", retries=0, progress=False)
+    # the server (a proxy) now gzips, honouring Range over the encoded bytes: a 206 whose bytes
+    # do not continue the decoded file — fdl restarts from zero instead of appending them
+    server.add("/f.bin", gzip.compress(BODY), content_encoding="gzip")
+    result = download(f"{server.url}/f.bin", tmp_path / "f.bin", backoff=0, progress=False)
+    assert (tmp_path / "f.bin").read_bytes() == BODY and result.sha256 == sha256(BODY)
+    requests_made = server.gets("/f.bin")
+    assert requests_made[1]["Range"] == "bytes=900000-"  # it tried to resume…
+    assert "Range" not in requests_made[2]  # …saw an encoded 206, and started over
+
+
+def test_truncated_encoded_body_is_retried(server, tmp_path):
+    import gzip
+
+    encoded = gzip.compress(BODY, compresslevel=1)
+    served = server.add("/f.bin", encoded, content_encoding="gzip", drop_after=len(encoded) - 100)
+    served.drops_left = 2
+    download(f"{server.url}/f.bin", tmp_path / "f.bin", backoff=0, progress=False)
+    assert (tmp_path / "f.bin").read_bytes() == BODY
+    assert len(server.gets("/f.bin")) == 3 and served.drops_left == 0

@@ -105,6 +105,24 @@ def test_zip_slip_archive_installs_nothing(mirror, run_fdl, tmp_path):
     assert not list(Path(tmp_path).rglob("evil.txt"))
 
 
+def test_symlink_chain_archive_writes_nothing_outside_the_home(mirror, run_fdl, tmp_path):
+    from tests.hw.test_archive import chain_zip
+
+    server, env, work, home = mirror
+    (home / "precompiled" / "cpu").mkdir(parents=True)
+    (home / "precompiled" / "cpu" / "keep.txt").write_text("previous install")
+    before = {p for p in tmp_path.rglob("*") if ".downloads" not in p.parts}
+    server.add(CPU_PATH, chain_zip())
+    result = run_fdl("libtorch", "download", "--cpu", "--force", env=env, cwd=work)
+    assert result.returncode == 1, result.stderr
+    assert "error: archive member 'libtorch/q/z' is written through a symlink" in result.stderr
+    assert not list(tmp_path.rglob("ESCAPED.txt"))
+    after = {p for p in tmp_path.rglob("*") if ".downloads" not in p.parts}
+    assert after == before  # no staging dir, no link, no file left anywhere
+    assert (home / "precompiled" / "cpu" / "keep.txt").read_text() == "previous install"
+    assert not (home / ".active").exists()
+
+
 def test_archive_without_libtorch_library_is_refused(mirror, run_fdl):
     server, env, work, home = mirror
     server.add(CPU_PATH, libtorch_zip(lib="README.txt"))
@@ -191,3 +209,97 @@ def test_what_counts_as_a_project(tmp_path, monkeypatch, pyproject, is_project):
     home = find_home(cwd=tmp_path / "p" / "src")
     expected = tmp_path / "p" / "libtorch" if is_project else tmp_path / "global" / "libtorch"
     assert (home.path, home.mode) == (expected, "project" if is_project else "global")
+
+
+def _dead_url() -> str:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_mirror_flag_wins_over_the_environment(mirror, run_fdl):
+    server, env, work, home = mirror
+    env = {**env, "FDL_TORCH_MIRROR": _dead_url()}
+    result = run_fdl(
+        "libtorch", "download", "--cpu", "--mirror", server.url + "/", env=env, cwd=work
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"URL:  {server.url}{CPU_PATH.replace('+', '%2B')}" in result.stderr
+    assert len(server.gets(CPU_PATH)) == 1
+    assert (home / "precompiled" / "cpu" / "lib" / "libtorch.so").is_file()
+    arch = (home / "precompiled" / "cpu" / ".arch").read_text()
+    assert f"url={server.url}/libtorch/cpu/" in arch  # recorded where it really came from
+
+
+PROGRESS_BAR = "libtorch " + NEWEST + "+cpu"  # the bar's label; never printed otherwise
+
+
+def test_no_progress_bar_without_a_terminal_even_with_force_color(mirror, run_fdl):
+    _server, env, work, _home = mirror
+    result = run_fdl("libtorch", "download", "--cpu", env={**env, "FORCE_COLOR": "1"}, cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert PROGRESS_BAR not in result.stderr and "installed precompiled/cpu" in result.stderr
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str], cwd) -> tuple[int, str, str]:
+    """fdl with stderr on a pseudo-terminal (stdout a pipe): (exit code, stdout, terminal text)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_env
+
+    leader, follower = pty.openpty()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fdl", *args],
+        cwd=cwd,
+        env=clean_env(**env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        close_fds=True,
+    )
+    os.close(follower)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(leader)
+    stdout = child.stdout.read().decode()
+    return child.wait(timeout=120), stdout, screen.decode(errors="replace")
+
+
+def test_progress_bar_on_a_terminal_and_not_with_json(mirror):
+    server, env, work, home = mirror
+    code, _out, screen = _on_a_terminal(["libtorch", "download", "--cpu"], env, work)
+    assert code == 0, screen
+    assert PROGRESS_BAR in screen  # the bar, drawn on the terminal
+
+    code, out, screen = _on_a_terminal(
+        ["libtorch", "download", "--cpu", "--force", "--json"], env, work
+    )
+    assert code == 0, screen
+    assert PROGRESS_BAR not in screen
+    data = json.loads(out)
+    assert data["variant"] == "precompiled/cpu" and data["downloaded"] is True
+    assert data["torch"] == NEWEST and len(data["sha256"]) == 64
+    assert data["path"] == str(home / "precompiled" / "cpu")
+    assert len(server.gets(CPU_PATH)) == 2
+
+
+def test_version_after_the_command_is_not_fdls_version(mirror, run_fdl):
+    server, env, work, home = mirror
+    args = ("libtorch", "download", "--cpu", "--version", "2.9", "--dry-run")
+    result = run_fdl(*args, env=env, cwd=work)
+    assert result.returncode == 2 and result.stdout == ""  # not "fdl 0.x" and exit 0
+    assert "error: 'fdl libtorch download' has no --version option" in result.stderr
+    assert "a torch release is given with --torch VERSION" in result.stderr
+    assert server.state.log == [] and not home.exists()

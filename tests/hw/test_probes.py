@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fdl.hardware import detect, probe_nvidia
 from fdl.hardware.nvidia import cc_from_name, parse_proc_version, parse_query
 from fdl.hardware.system import detect_wsl
@@ -156,3 +158,152 @@ def test_docker_client_and_daemon(tmp_path, monkeypatch):
 
     _fake_docker(tmp_path, monkeypatch, daemon=True)
     assert probe_docker() == ("27.3.1", "27.3.1", [])
+
+
+# --- The real probes on laid-out trees (FDL_PROBE_ROOT) and a fake NVML library ---------------
+
+
+def lay_out(root, files: dict[str, str]):
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def diagnose_json(run_fdl, tmp_path, **env: str) -> dict:
+    import json
+
+    from tests.hw.conftest import fdl_env
+
+    result = run_fdl("diagnose", "--json", env=fdl_env(tmp_path, **env), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_wsl2_nvidia_smi_outside_path_is_found(run_fdl, tmp_path):
+    from tests.hw.conftest import write_fake_smi
+
+    root = lay_out(
+        tmp_path / "root", {"proc/sys/kernel/osrelease": "5.15.167.4-microsoft-standard-WSL2\n"}
+    )
+    smi = write_fake_smi(root / "usr/lib/wsl/lib/nvidia-smi", "wsl_rtx4070_laptop")
+    data = diagnose_json(run_fdl, tmp_path, FDL_PROBE_ROOT=str(root))  # PATH has no nvidia-smi
+    assert data["system"]["wsl"] == "wsl2"
+    assert data["system"]["kernel"] == "5.15.167.4-microsoft-standard-WSL2"
+    assert data["nvidia"]["smi_path"] == str(smi)
+    assert [g["name"] for g in data["nvidia"]["gpus"]] == ["NVIDIA GeForce RTX 4070 Laptop GPU"]
+    assert data["recommendation"]["tag"] == "cu126"  # Windows driver floors (576 < 580)
+
+
+def test_wsl_without_the_nvidia_library_dir_is_wsl1(tmp_path, monkeypatch):
+    from fdl.hardware.system import detect_wsl
+
+    monkeypatch.setenv("FDL_PROBE_ROOT", str(tmp_path))
+    env = {"WSL_DISTRO_NAME": "Ubuntu"}
+    assert detect_wsl("6.6.0-custom", env) == "wsl1"
+    (tmp_path / "usr/lib/wsl/lib").mkdir(parents=True)
+    assert detect_wsl("6.6.0-custom", env) == "wsl2"
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({".dockerenv": ""}, "docker"),
+        ({"run/.containerenv": "engine=podman\n"}, "podman"),
+        ({"proc/1/cgroup": "0::/kubepods/besteffort/pod42/0123abcd\n"}, "container"),
+        ({"proc/1/cgroup": "0::/init.scope\n"}, None),
+        ({}, None),
+    ],
+)
+def test_container_detection(run_fdl, tmp_path, files, expected):
+    root = lay_out(tmp_path / "root", files)
+    data = diagnose_json(run_fdl, tmp_path, FDL_PROBE_ROOT=str(root))
+    assert data["system"]["container"] == expected
+
+
+def test_cpu_model_and_driver_from_the_kernel_when_nvidia_smi_is_broken(tmp_path, monkeypatch):
+    from fdl.hardware.system import probe_system
+    from tests.hw.conftest import make_bin
+
+    root = lay_out(
+        tmp_path / "root",
+        {
+            "proc/cpuinfo": "processor\t: 0\nmodel name\t: AMD Ryzen 9 7950X 16-Core Processor\n",
+            "proc/driver/nvidia/version": "NVRM version: NVIDIA UNIX x86_64 Kernel Module"
+            "  580.95.05  Tue Sep 23 09:53:24 UTC 2025\n",
+        },
+    )
+    monkeypatch.setenv("FDL_PROBE_ROOT", str(root))
+    monkeypatch.setenv("PATH", str(make_bin(tmp_path, "driver_library_mismatch")))
+    monkeypatch.setenv("FDL_NVML", "0")
+    facts, _ = probe_system(docker=False)
+    assert facts.cpu_model == "AMD Ryzen 9 7950X 16-Core Processor"
+    report = probe_nvidia()
+    assert report.gpus == [] and report.driver == "580.95.05"  # from /proc
+    lay_out(root, {"sys/module/nvidia/version": "580.82.07\n"})
+    assert probe_nvidia().driver == "580.82.07"  # /sys wins: it is the loaded module
+
+
+@pytest.fixture(scope="module")
+def fake_nvml(tmp_path_factory):
+    """libnvidia-ml.so.1 built from tests/hw/fixtures/fake_nvml_driver.c (2 x L4, driver 550)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from tests.conftest import require
+
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        require("nvml", "nvidia-ml-py is not installed (pip install nvidia-ml-py)")
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        require("nvml", "no C compiler to build the fake NVML library")
+    lib_dir = tmp_path_factory.mktemp("nvml")
+    source = Path(__file__).parent / "fixtures" / "fake_nvml_driver.c"
+    subprocess.run(
+        [
+            compiler,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-o",
+            str(lib_dir / "libnvidia-ml.so.1"),
+            str(source),
+        ],
+        check=True,
+    )
+    return lib_dir
+
+
+def test_nvml_lists_the_gpus_when_nvidia_smi_is_absent(run_fdl, tmp_path, fake_nvml):
+    data = diagnose_json(run_fdl, tmp_path, FDL_NVML="1", LD_LIBRARY_PATH=str(fake_nvml))
+    nv = data["nvidia"]
+    assert nv["smi_path"] is None and nv["source"] == "nvml"
+    assert (nv["driver"], nv["cuda_driver_max"]) == ("550.127.05", "12.4")
+    assert [
+        (g["index"], g["name"], g["sm"], g["vram_mib"], g["compute_capability_source"])
+        for g in nv["gpus"]
+    ] == [(0, "NVIDIA L4", "sm_89", 23034, "nvml"), (1, "NVIDIA L4", "sm_89", 23034, "nvml")]
+    assert data["recommendation"]["tag"] == "cu126"  # Ada on 550: CUDA 13 needs 580
+
+
+def test_nvml_supplies_the_compute_capability_an_old_nvidia_smi_cannot(
+    run_fdl, tmp_path, fake_nvml
+):
+    from tests.hw.conftest import make_bin
+
+    data = diagnose_json(
+        run_fdl,
+        tmp_path,
+        PATH=str(make_bin(tmp_path, "driver470_gtx1080ti")),
+        FDL_NVML="1",
+        LD_LIBRARY_PATH=str(fake_nvml),
+    )
+    (gpu,) = data["nvidia"]["gpus"]
+    assert data["nvidia"]["source"] == "nvidia-smi (legacy query)"
+    assert data["nvidia"]["driver"] == "470.256.02"  # nvidia-smi's word first
+    # NVML (the fake answers 8.9) is asked before the name table (which would say 6.1)
+    assert (gpu["compute_capability"], gpu["compute_capability_source"]) == ("8.9", "nvml")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -183,3 +184,20 @@ def test_says_when_plain_pypi_would_be_wrong():
     assert any(
         "a plain 'pip install torch' would install the cu132 build" in r for r in plan.reasons
     )
+
+
+def test_python_too_new_for_the_release_that_fits_is_explained():
+    gtx1080ti = GpuTarget(0, "NVIDIA GeForce GTX 1080 Ti", (6, 1))
+    old_driver = Target(driver="470.256.02", gpus=(gtx1080ti,), python="3.14")
+    plan = resolve(old_driver)
+    assert plan.status == "no-build" and plan.tag == "cpu"
+    assert any(
+        "torch 2.7.1 + cu118 would run on every GPU here, but has no wheels for Python 3.14"
+        " (supports 3.9–3.13)" in r
+        for r in plan.reasons
+    ), plan.reasons
+    assert plan.alternatives[0].startswith("use Python 3.13")
+    # the same machine on a Python the old release supports gets it, with no such note
+    plan = resolve(dataclasses.replace(old_driver, python="3.13"))
+    assert (plan.torch, plan.tag) == ("2.7.1", "cu118")
+    assert not any("no wheels for Python" in r for r in plan.reasons)

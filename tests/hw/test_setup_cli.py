@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +27,7 @@ def test_dry_run_shows_plan_and_exact_command_and_changes_nothing(run_fdl, tmp_p
     assert "no single pre-built" in err and "CUDA_VISIBLE_DEVICES=1" in err
     assert f"Environment: {sys.executable}" in err
     assert (
-        f"-m pip install --disable-pip-version-check torch=={NEWEST} --index-url https://download.pytorch.org/whl/cu132"
+        f"-m pip install --disable-pip-version-check torch=={NEWEST}+cu132 --index-url https://download.pytorch.org/whl/cu132"
         in err
     )
     assert "dry run: nothing was installed" in err
@@ -69,6 +70,7 @@ def pip_isolated(tmp_path, server) -> dict[str, str]:
         FDL_TORCH_MIRROR=server.url,
         PIP_CONFIG_FILE=os.devnull,
         PIP_FIND_LINKS=str(tmp_path / "no-links"),
+        PIP_NO_CACHE_DIR="1",  # every install really fetches from the mirror
     )
 
 
@@ -84,6 +86,15 @@ def installed_torch(python) -> str | None:
         [str(python), "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     return None if out == "-" else out
+
+
+def installed_file(python, relative: str) -> str:
+    """Where ``relative`` (e.g. ``torch/__init__.py``) lives in ``python``'s site-packages."""
+    code = "import sysconfig, sys; print(sysconfig.get_paths()['purelib'])"
+    purelib = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return os.path.join(purelib, relative)
 
 
 @pytest.mark.slow
@@ -113,10 +124,14 @@ def test_installs_from_the_local_index_into_a_throwaway_venv_and_verifies(
     assert again.returncode == 0 and "already installed" in again.stderr
     assert len(server.gets(f"/files/torch-{NEWEST}+cpu-py3-none-any.whl")) == before
 
-    # --force really re-installs.
+    # --force really re-installs: the wheel is fetched again and a damaged install is repaired.
+    init = Path(installed_file(venv, "torch/__init__.py"))
+    init.write_text("raise ImportError('tampered with')\n")
     forced = run_fdl(*args, "--force", env=env, cwd=tmp_path, timeout=300)
     assert forced.returncode == 0, forced.stderr
     assert "--force-reinstall" in forced.stderr and "Done. Ran:" in forced.stderr
+    assert len(server.gets(f"/files/torch-{NEWEST}+cpu-py3-none-any.whl")) == before + 1
+    assert "tampered" not in init.read_text() and f"import torch {NEWEST}+cpu" in forced.stderr
 
 
 @pytest.mark.slow
@@ -135,7 +150,7 @@ def test_failed_install_names_the_command(run_fdl, tmp_path, server, venv):
     env = pip_isolated(tmp_path, server)
     result = setup_into(run_fdl, venv, env, tmp_path, "--force", "--torch", "2.9")
     assert result.returncode == 1
-    assert "pip failed" in result.stderr and "torch==2.9.1" in result.stderr
+    assert "pip failed" in result.stderr and "torch==2.9.1+cpu" in result.stderr
 
 
 def interactive_setup(tmp_path, answers: bytes, *args: str, machine: str | None = None):
@@ -178,3 +193,86 @@ def test_mixed_gpus_let_the_user_pick_the_compromise(tmp_path):
     assert "cu126 will not run everywhere here" in err
     assert "--index-url https://download.pytorch.org/whl/cu126" in err  # the command follows
     assert "setup cancelled" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("machine", "args", "unused"),
+    [
+        ("gtx1060", ("--variant", "cpu"), "GPU 0 NVIDIA GeForce GTX 1060 6GB"),
+        # the newest torch has no build for Blackwell on a 575 driver: the plan is no-build (CPU)
+        ("blackwell_driver575", ("--torch", NEWEST), "GPU 0 NVIDIA GeForce RTX 5090"),
+    ],
+)
+def test_a_cpu_plan_on_a_gpu_machine_verifies_without_cuda(
+    run_fdl, tmp_path, server, venv, machine, args, unused
+):
+    serve_index(server, "cpu", [build_wheel(NEWEST, "cpu")])
+    env = {**pip_isolated(tmp_path, server), "PATH": str(make_bin(tmp_path, machine))}
+    # --force: the shared venv may hold an earlier test's broken build of the same version
+    result = setup_into(run_fdl, venv, env, tmp_path, "--force", *args)
+    assert result.returncode == 0, result.stderr
+    assert installed_torch(venv) == f"{NEWEST}+cpu"
+    err = result.stderr
+    assert f"cpu build: CUDA is not expected ({unused} unused)" in err
+    assert "is_available() is False" not in err and "Done." in err
+
+
+CU132_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
+MIXED_GPUS = [
+    {"name": "NVIDIA GeForce GTX 1060 6GB", "cc": [6, 1]},
+    {"name": "NVIDIA GeForce RTX 5060 Ti", "cc": [12, 0]},
+]
+
+
+@pytest.mark.slow
+def test_a_compromise_is_verified_only_on_the_gpus_it_supports(run_fdl, tmp_path, server, venv):
+    wheel = build_wheel(NEWEST, "cu132", gpus=MIXED_GPUS, archs=CU132_ARCHS)
+    serve_index(server, "cu132", [wheel])
+    env = {
+        **pip_isolated(tmp_path, server),
+        "PATH": str(make_bin(tmp_path, "mixed_gtx1060_rtx5060ti")),
+    }
+    result = setup_into(run_fdl, venv, env, tmp_path)
+    err = result.stderr
+    assert result.returncode == 0, err
+    # the same release as the CPU build installed before: the +cu132 pin makes pip switch builds
+    assert f"torch=={NEWEST}+cu132 --index-url" in err
+    assert installed_torch(venv) == f"{NEWEST}+cu132"
+    assert "GPU 0 NVIDIA GeForce GTX 1060 6GB excluded from the check: cu132 has no kernels" in err
+    assert "with CUDA_VISIBLE_DEVICES='1', as the plan says" in err
+    # the RTX 5060 Ti is reported by its machine-wide index, and its kernel really ran
+    assert "GPU 1 NVIDIA GeForce RTX 5060 Ti (sm_120): archs sass, kernel ok" in err
+    assert "GTX 1060 6GB (sm_61): archs" not in err  # never touched
+    assert "Remember: CUDA_VISIBLE_DEVICES=1" in err
+    # without the plan's device mask the same install fails on the GTX 1060: the check is real
+    from fdl.torch_setup import verify_torch
+
+    whole = verify_torch(str(venv), expected_gpus=2)
+    assert not whole.ok and "no kernel image is available" in "; ".join(whole.problems)
+
+
+@pytest.mark.parametrize(
+    ("machine", "tag", "expected", "visible", "note"),
+    [
+        ("rtx5060ti", None, 1, None, None),
+        ("gtx1060", "cpu", 0, None, "cpu build: CUDA is not expected (GPU 0 NVIDIA"),
+        ("mixed_gtx1060_rtx5060ti", None, 1, "1", "GPU 0 NVIDIA GeForce GTX 1060 6GB excluded"),
+        ("mixed_gtx1060_rtx5060ti", "cu126", 1, "0", "GPU 1 NVIDIA GeForce RTX 5060 Ti excluded"),
+        ("gtx1060", "cu130", 0, "", "the driver is too old for CUDA 13"),
+        (None, None, 0, None, "cpu build: CUDA is not expected"),
+    ],
+)
+def test_verification_scope_follows_the_plan(gpu_machine, machine, tag, expected, visible, note):
+    from fdl.torch_setup import scope_for
+    from fdl.variants import resolve
+    from tests.hw.test_resolver import target_for
+
+    gpu_machine(machine)
+    target = target_for(machine)
+    scope = scope_for(resolve(target, tag=tag), target.gpus)
+    assert (scope.expected_gpus, scope.visible_devices) == (expected, visible)
+    if note is None:
+        assert scope.notes == ()
+    else:
+        assert any(note in n for n in scope.notes), scope.notes

@@ -1,4 +1,4 @@
-"""Helpers for running generated projects: which flodl APIs the template needs, and a shell."""
+"""Helper for running generated projects: a shell with this checkout's fdl and python."""
 
 from __future__ import annotations
 
@@ -7,31 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import flodl
 from tests.conftest import clean_env
-
-# What the generated model, training script and tests call (DESIGN.md §3).
-NEEDED = (
-    "FlowBuilder",
-    "Graph",
-    "Monitor",
-    "manual_seed",
-    "save_optimizer_state",
-    "load_optimizer_state",
-)
-NEEDED_OPTIM = ("CosineScheduler", "set_lr")
-
-
-def missing_apis() -> list[str]:
-    missing = [f"fl.{name}" for name in NEEDED if not hasattr(flodl, name)]
-    missing += [f"fl.optim.{name}" for name in NEEDED_OPTIM if not hasattr(flodl.optim, name)]
-    return missing
-
-
-def skip_reason() -> str:
-    return "the generated project needs flodl APIs that are not in this build yet: " + ", ".join(
-        missing_apis()
-    )
 
 
 def shell(script: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:

@@ -6,12 +6,9 @@ import json
 
 import pytest
 
-from tests.init.generated import missing_apis, shell, skip_reason
+from tests.init.generated import shell
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(bool(missing_apis()), reason=skip_reason()),
-]
+pytestmark = pytest.mark.slow
 
 
 def test_native_project_trains_resumes_and_passes_its_tests(tmp_path):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.init.generated import missing_apis, shell, skip_reason
+from tests.init.generated import shell
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
 BLOCK = re.compile(r"^```bash\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
@@ -25,7 +25,6 @@ def test_the_page_walks_through_init_train_resume_and_ci():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bool(missing_apis()), reason=skip_reason())
 def test_getting_started_runs(tmp_path):
     result = shell("".join(bash_blocks()), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

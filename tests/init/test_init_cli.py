@@ -28,8 +28,9 @@ def test_native_project(run_fdl, tmp_path):
         "name": "my-model",
         "package": "my_model",
         "mode": "native",
-        "cuda": "cu128",
-        "cuda_reason": answers["answers"]["cuda_reason"],
+        "cuda": "",  # chosen when Docker is added: a native project probes no GPU
+        "cuda_reason": "",
+        "torch": "",
     }
     assert set(answers["files"]) == tree(root) - {".fdl/project.toml"}
     # the exact next commands, on stderr (stdout stays clean for data)
@@ -117,3 +118,130 @@ def test_interactive_mode_choice(tmp_path):
     assert code == 0, output
     assert "Add Docker images" in output
     assert (tmp_path / "asked" / "docker-compose.yml").is_file()
+
+
+def test_ignore_files_keep_the_answers_and_leave_out_outputs(run_fdl, tmp_path):
+    import subprocess
+
+    import docker.utils.build
+
+    assert run_fdl("init", "ignored", "--docker", "--cuda", "12.6", cwd=tmp_path).returncode == 0
+    root = tmp_path / "ignored"
+    (root / "libtorch" / "precompiled" / "cpu").mkdir(parents=True)
+    (root / "libtorch" / "precompiled" / "cpu" / ".arch").write_text("torch=2.0\n")
+    (root / "checkpoints").mkdir()
+    (root / "checkpoints" / "epoch-1.fdl").write_bytes(b"x")
+    (root / "model.fdl").write_bytes(b"x")
+    git = ["git", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], cwd=root, check=True)
+    paths = [
+        ".fdl/project.toml",
+        "libtorch/precompiled/cpu/.arch",
+        "checkpoints/epoch-1.fdl",
+        "model.fdl",
+        "src/ignored/train.py",
+    ]
+    check = subprocess.run(
+        [*git, "check-ignore", "--no-index", *paths],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode in (0, 1), check.stderr
+    assert check.stdout.split() == paths[1:4]
+    # and `git add -A` really picks up the answers file (what `fdl init --update` needs)
+    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
+    staged = subprocess.run(
+        [*git, "diff", "--cached", "--name-only"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert ".fdl/project.toml" in staged
+    assert not [p for p in staged if p.startswith("libtorch/") or p.endswith(".fdl")]
+    # the Docker build context (docker's own .dockerignore matcher) leaves libtorch out
+    patterns = (root / ".dockerignore").read_text().split()
+    context = set(docker.utils.build.exclude_paths(str(root), patterns))
+    assert "src/ignored/train.py" in context
+    assert not [p for p in context if p.startswith("libtorch") or p.endswith(".fdl")]
+
+
+def _load_table_newest():
+    from fdl.variants import load_table
+
+    return load_table().newest
+
+
+@pytest.mark.parametrize(
+    ("machine", "args", "tag", "torch", "reason"),
+    [
+        (None, (), "newest-default", "newest", "no NVIDIA GPU on this machine: torch "),
+        (
+            "gtx1060",
+            (),
+            "cu126",
+            "newest",
+            "fits this machine: NVIDIA GeForce GTX 1060 6GB (sm_61)",
+        ),
+        # CUDA 13 needs driver 580: the newest torch with a cu128 build, pinned, not "torch"
+        ("blackwell_driver575", (), "cu128", "2.11.0", "driver 575.64.03"),
+        ("mixed_gtx1060_rtx5060ti", (), "cu132", "newest", "runs on GPU 1 only"),
+        ("gtx1060", ("--cuda", "12.8"), "cu128", "2.11.0", "chosen with --cuda"),
+    ],
+)
+def test_docker_gpu_image_is_what_the_resolver_picks_for_this_machine(
+    run_fdl, tmp_path, machine, args, tag, torch, reason
+):
+    from tests.hw.conftest import fdl_env, make_bin
+
+    newest = _load_table_newest()
+    tag = newest.pypi_default if tag == "newest-default" else tag
+    torch = newest.torch if torch == "newest" else torch
+    env = fdl_env(tmp_path, PATH=str(make_bin(tmp_path, machine)))
+    result = run_fdl("init", "gpu", "--docker", *args, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    root = tmp_path / "gpu"
+    answers = tomllib.loads((root / ".fdl/project.toml").read_text())["answers"]
+    assert (answers["cuda"], answers["torch"]) == (tag, torch)
+    assert reason in answers["cuda_reason"]
+    assert f"GPU image: torch {torch} + {tag} (" in result.stderr  # said, not silent
+    dockerfile = (root / "Dockerfile.cuda").read_text()
+    assert f"ARG TORCH_INDEX=https://download.pytorch.org/whl/{tag}\n" in dockerfile
+    assert f"ARG TORCH_VERSION={torch}\n" in dockerfile
+    assert reason in dockerfile
+
+
+def test_unknown_cuda_build_is_a_usage_error(run_fdl, tmp_path):
+    result = run_fdl("init", "x", "--docker", "--cuda", "99.9", cwd=tmp_path)
+    assert result.returncode == 2
+    assert (
+        "no torch release in fdl's table has a cu999 build — choose one of: cu118" in result.stderr
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_update_pins_old_answers_and_adding_docker_asks_the_resolver(run_fdl, tmp_path):
+    from tests.hw.conftest import fdl_env, make_bin
+
+    env = fdl_env(tmp_path, PATH=str(make_bin(tmp_path, "gtx1060")))
+    assert run_fdl("init", "proj", env=env, cwd=tmp_path).returncode == 0
+    root = tmp_path / "proj"
+    added = run_fdl("init", "--update", "--docker", env=env, cwd=root)
+    assert added.returncode == 0, added.stderr
+    answers = tomllib.loads((root / ".fdl/project.toml").read_text())["answers"]
+    assert (answers["mode"], answers["cuda"]) == ("docker", "cu126")
+    assert "GTX 1060" in answers["cuda_reason"]
+    # an answers file written before torch was pinned (cu128, no torch): --update pins the newest
+    # release that has cu128 instead of letting pip pick whatever the index has
+    text = (root / ".fdl/project.toml").read_text()
+    text = text.replace('cuda = "cu126"', 'cuda = "cu128"').replace(
+        f'torch = "{answers["torch"]}"\n', ""
+    )
+    (root / ".fdl/project.toml").write_text(text)
+    pinned = run_fdl("init", "--update", env=env, cwd=root)
+    assert pinned.returncode == 0, pinned.stderr
+    answers = tomllib.loads((root / ".fdl/project.toml").read_text())["answers"]
+    assert (answers["cuda"], answers["torch"]) == ("cu128", "2.11.0")
+    assert "ARG TORCH_VERSION=2.11.0" in (root / "Dockerfile.cuda").read_text()

@@ -21,8 +21,8 @@ COMMON = {
 DOCKER = {"Dockerfile", "Dockerfile.cuda", "docker-compose.yml", ".dockerignore"}
 
 
-def rendered(mode: str, cuda: str = "cu128") -> dict[str, bytes]:
-    return render(Answers("my-model", "my_model", mode, cuda))  # type: ignore[arg-type]
+def rendered(mode: str, cuda: str = "cu128", torch: str = "") -> dict[str, bytes]:
+    return render(Answers("my-model", "my_model", mode, cuda, "", torch))  # type: ignore[arg-type]
 
 
 def test_native_and_docker_file_sets():
@@ -80,15 +80,18 @@ def test_manifest_and_ci_overlay_load_with_described_commands(tmp_path, mode):
 
 
 def test_compose_services(tmp_path):
-    files = rendered("docker", "cu126")
+    files = rendered("docker", "cu126", "2.9.1")
     (tmp_path / "docker-compose.yml").write_bytes(files["docker-compose.yml"])
     dev = load_service(tmp_path / "docker-compose.yml", "dev")
     cuda = load_service(tmp_path / "docker-compose.yml", "cuda")
     assert dev.container_path(tmp_path) == cuda.container_path(tmp_path) == "/workspace"
     assert not dev.gpus and cuda.gpus
     assert dev.environment["FDL_CONTAINER"] == "dev"  # fdl inside runs commands directly
-    assert cuda.build_args == {"TORCH_INDEX": "https://download.pytorch.org/whl/cu126"}
-    assert cuda.image == "my_model-cuda:cu126" and dev.image == "my_model-dev"
+    assert cuda.build_args == {
+        "TORCH_INDEX": "https://download.pytorch.org/whl/cu126",
+        "TORCH_VERSION": "2.9.1",
+    }
+    assert cuda.image == "my_model-cuda:2.9.1-cu126" and dev.image == "my_model-dev"
     assert dev.unknown_keys == cuda.unknown_keys == []  # the SDK backend can run both
     assert "whl/cu126" in files["Dockerfile.cuda"].decode()
     assert "whl/cpu" in files["Dockerfile"].decode()
@@ -119,3 +122,15 @@ def test_flodl_requirement():
     assert flodl_requirement("0.1.0") == "flodl>=0.1.0,<0.2"
     assert flodl_requirement("2.3") == "flodl>=2.3.0,<3"
     assert flodl_requirement("0.4.0rc1") == "flodl>=0.4.0,<0.5"
+
+
+def test_gpu_image_pins_torch_and_needs_a_build():
+    dockerfile = rendered("docker", "cu126", "2.9.1")["Dockerfile.cuda"].decode()
+    assert "ARG TORCH_VERSION=2.9.1" in dockerfile
+    assert '"torch${TORCH_VERSION:+==${TORCH_VERSION}}"' in dockerfile
+    # answers from before torch was pinned still render (unpinned) until --update pins them
+    old = rendered("docker", "cu128")
+    assert "ARG TORCH_VERSION=\n" in old["Dockerfile.cuda"].decode()
+    assert "TORCH_VERSION" not in old["docker-compose.yml"].decode()
+    with pytest.raises(FdlUsageError, match="needs the CUDA build of its GPU image"):
+        rendered("docker", "")

@@ -162,6 +162,7 @@ def test_sdk_backend_refuses_compose_keys_it_cannot_honour(run_fdl, docker_proje
 
 FAKE_DOCKER = """#!/bin/sh
 if [ "$1" = compose ] && [ "$2" = version ]; then echo "Docker Compose version v2.99.0"; exit 0; fi
+if [ "$1" = version ]; then echo "28.2.2"; exit 0; fi
 for arg in "$@"; do printf '%s\\n' "$arg"; done > "$FAKE_DOCKER_LOG"
 exit 5
 """
@@ -183,6 +184,38 @@ def test_compose_backend_command_line(run_fdl, docker_project, tmp_path):
     assert argv[argv.index("-w") + 1] == "/workspace"
     assert "FDL_CONTAINER=dev" in argv
     assert argv[-4:] == ["dev", "sh", "-c", "printf '[%s]' 'a b'"]
+
+
+FAKE_DOCKER_NO_DAEMON = """#!/bin/sh
+if [ "$1" = compose ] && [ "$2" = version ]; then echo "Docker Compose version v2.99.0"; exit 0; fi
+if [ "$1" = version ]; then
+  echo "Cannot connect to the Docker daemon at unix:///gone.sock. Is the docker daemon running?" >&2
+  exit 1
+fi
+echo "compose ran" > "$FAKE_DOCKER_LOG"
+echo "compose's own error output" >&2
+exit 14
+"""
+
+
+def test_compose_backend_unreachable_daemon_is_fdls_error(run_fdl, docker_project, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "docker"
+    fake.write_text(FAKE_DOCKER_NO_DAEMON)
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    log = tmp_path / "ran.txt"
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "FAKE_DOCKER_LOG": str(log),
+        "DOCKER_HOST": "unix:///gone.sock",
+    }
+    result = run_fdl("args", cwd=docker_project, env=env)
+    assert result.returncode == 3, result.stderr  # fdl's "unavailable", not compose's 14
+    assert result.stderr.startswith(
+        "error: cannot reach the Docker daemon at unix:///gone.sock (Cannot connect to the Docker"
+    )
+    assert "compose's own error output" not in result.stderr and not log.exists()
 
 
 # --- a real engine ----------------------------------------------------------------------------
@@ -304,3 +337,93 @@ def test_the_generated_compose_file_runs_under_the_sdk_backend(run_fdl, engine, 
         ]
     finally:
         engine.images.remove("demo-dev:latest")
+
+
+@pytest.fixture(scope="module")
+def compose(engine):
+    """The Compose CLI fdl's compose backend runs (a skip locally, a failure in CI)."""
+    from fdl.tasks.docker import compose_cli
+
+    cli = compose_cli()
+    if cli is None:
+        require(
+            "docker", "no Compose CLI: neither 'docker compose' nor 'docker-compose' is installed"
+        )
+    return cli
+
+
+def _remove_compose_networks(engine, project: str) -> None:
+    for network in engine.networks.list(filters={"label": f"com.docker.compose.project={project}"}):
+        network.remove()
+
+
+@pytest.mark.docker
+def test_compose_backend_runs_in_a_real_container(run_fdl, engine, compose, tmp_path):
+    root = write(
+        tmp_path / f"cproj{uuid.uuid4().hex[:6]}",
+        {
+            "fdl.yml": (
+                "commands:\n"
+                "  inside:\n"
+                '    run: echo "in $FDL_CONTAINER at $(pwd)"; cat marker.txt; touch made-inside; exit 3\n'
+                "    docker: dev\n"
+                "  args:\n"
+                "    run: printf '[%s]'\n"
+                "    docker: dev\n"
+            ),
+            "docker-compose.yml": (
+                f"services:\n  dev:\n    image: {IMAGE}\n    volumes: ['.:/workspace']\n"
+                "    working_dir: /workspace\n"
+            ),
+            "marker.txt": "the project is mounted\n",
+            "sub/.keep": "",
+        },
+    )
+    env = {"FDL_DOCKER_BACKEND": "compose"}
+    try:
+        result = run_fdl("inside", cwd=root / "sub", env=env, timeout=300)  # run: at fdl.yml
+        assert result.returncode == 3, result.stderr  # the container's exit code
+        assert result.stdout.splitlines() == ["in dev at /workspace", "the project is mounted"]
+        assert (root / "made-inside").exists()  # written through the mount
+        args = run_fdl("args", "--", "a b", "$HOME", cwd=root, env=env, timeout=300)
+        assert args.returncode == 0, args.stderr
+        assert args.stdout == "[a b][$HOME]"
+        leftovers = engine.containers.list(
+            all=True, filters={"label": f"com.docker.compose.project={root.name}"}
+        )
+        assert leftovers == []  # run --rm
+    finally:
+        _remove_compose_networks(engine, root.name)
+
+
+@pytest.mark.docker
+def test_the_generated_compose_file_runs_under_the_compose_backend(
+    run_fdl, engine, compose, tmp_path
+):
+    name = f"gen{uuid.uuid4().hex[:6]}"
+    assert run_fdl("init", name, "--docker", "--cuda", "12.6", cwd=tmp_path).returncode == 0
+    root = tmp_path / name
+    engine.images.get(IMAGE).tag(f"{name}-dev", "latest")  # stands in for the real image
+    try:
+        (root / "fdl.yml").write_text(
+            "commands:\n  probe:\n    run: id -u; echo $HOME $FDL_CONTAINER; pwd\n    docker: dev\n"
+        )
+        result = run_fdl(
+            "probe", cwd=root / "src", env={"FDL_DOCKER_BACKEND": "compose"}, timeout=300
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == [str(os.getuid()), "/tmp dev", "/workspace"]
+    finally:
+        engine.images.remove(f"{name}-dev:latest")
+        _remove_compose_networks(engine, name)
+
+
+@pytest.mark.docker
+def test_compose_backend_with_a_real_cli_and_no_daemon(run_fdl, compose, docker_project):
+    env = {"FDL_DOCKER_BACKEND": "compose", "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    result = run_fdl("args", cwd=docker_project, env=env)
+    assert result.returncode == 3, result.stderr
+    assert (
+        "error: cannot reach the Docker daemon at unix:///nonexistent/docker.sock" in result.stderr
+    )
+    assert "Traceback" not in result.stderr  # docker-compose v1 printed its own

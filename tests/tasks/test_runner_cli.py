@@ -274,3 +274,52 @@ def test_completion_offers_project_commands(proj):
         check=False,
     )
     assert "hello" in result.stdout.split()
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_overlay_word_then_help_shows_the_projects_help_with_it(run_fdl, proj, flag):
+    result = run_fdl("ci", flag, cwd=proj)
+    assert result.returncode == 0, result.stderr
+    assert "Project commands (fdl.yml)" in result.stdout
+    assert "Environments: ci (active)" in result.stdout
+
+
+def test_overlay_word_then_a_builtin_runs_the_builtin_with_it(run_fdl, proj):
+    result = run_fdl("ci", "config", "show", cwd=proj)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if "ci-hello" in line)
+    assert line.strip().startswith("run: echo ci-hello") and line.endswith("# fdl.ci.yml:3")
+    assert run_fdl("ci", "hello", cwd=proj).stdout == "ci-hello --from-append\n"  # still a task
+
+
+def test_malformed_manifest_is_reported_once(run_fdl, project):
+    root = project({"fdl.yml": "commands:\n  test:\n    run: pytest\n    dockr: dev\n"})
+    result = run_fdl("test", cwd=root)
+    assert result.returncode == 1
+    assert result.stderr.count("commands.test.dockr: unknown key") == 1, result.stderr
+    assert "warning" not in result.stderr
+    listed = run_fdl("--help", cwd=root)  # listing commands: one warning, no error
+    assert listed.returncode == 0
+    assert listed.stderr.count("project commands unavailable") == 1, listed.stderr
+
+
+def complete(cwd, words: str) -> list[str]:
+    cword = str(len(words.split()) - (0 if words.endswith(" ") else 1))
+    env = clean_env(_FDL_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD=cword)
+    result = subprocess.run(
+        [sys.executable, "-m", "fdl"], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    return result.stdout.split()
+
+
+def test_completion_descends_into_child_commands_and_presets(proj):
+    (proj / "bench" / "fdl.yml").write_text(
+        BENCH + "  quiet:\n    options: {verbose: false}\n  full:\n    options: {epochs: 90}\n"
+    )
+    assert complete(proj, "fdl bench q") == ["quick", "quiet"]
+    assert complete(proj, "fdl bench ") == ["quick", "quiet", "full"]
+    assert complete(proj, "fdl ci be") == ["bench"]  # after an overlay word
+    assert complete(proj, "fdl ci bench f") == ["full"]
+    assert complete(proj, "fdl hello ") == []  # a run script's arguments are its own
+    assert complete(proj, "fdl bench quick ") == []
