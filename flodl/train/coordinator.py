@@ -119,6 +119,7 @@ class _CpuRound:
     deadline: float
     steps: list[int]
     wall_ms: list[float]
+    counted: list[int]
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
 
 
@@ -289,7 +290,11 @@ class Coordinator:
             self.last_sync_ms = min(self.sync_ms)
             divergences = [d or 0.0 for d in self.divergences]
             out += self._finish(
-                self.steps_since_avg, self.wall_ms_accum, self.last_sync_ms, divergences
+                self.steps_since_avg,
+                self.wall_ms_accum,
+                self.last_sync_ms,
+                divergences,
+                self.last_step_count,
             )
             self.steps_since_avg = [0] * w
             self.wall_ms_accum = [0.0] * w
@@ -303,6 +308,7 @@ class Coordinator:
             deadline=now + self.cfg.snapshot_timeout,
             steps=list(self.steps_since_avg),
             wall_ms=list(self.wall_ms_accum),
+            counted=list(self.last_step_count),
         )
         out = [(r, RequestParams(self._rounds)) for r in range(w)]
         if self.cfg.policy is ApplyPolicy.SYNC:
@@ -328,7 +334,7 @@ class Coordinator:
         self.cpu_round = None
         out: Outbox = [(r, Update(self.version + 1, params, buffers)) for r in range(w)]
         self.last_sync_ms = (now - cpu.started) * 1e3
-        out += self._finish(cpu.steps, cpu.wall_ms, self.last_sync_ms, divergences)
+        out += self._finish(cpu.steps, cpu.wall_ms, self.last_sync_ms, divergences, cpu.counted)
         # Batches trained during the round carry over into the next window.
         self.steps_since_avg = [
             max(a - b, 0) for a, b in zip(self.steps_since_avg, cpu.steps, strict=True)
@@ -340,7 +346,12 @@ class Coordinator:
         return out
 
     def _finish(
-        self, steps: list[int], wall_ms: list[float], sync_ms: float, divergences: list[float]
+        self,
+        steps: list[int],
+        wall_ms: list[float],
+        sync_ms: float,
+        divergences: list[float],
+        counted: list[int],
     ) -> Outbox:
         assert self.el_che is not None
         if any(wall > 0 for wall in wall_ms):
@@ -356,7 +367,9 @@ class Coordinator:
             self.max_overshoot = min(self.max_overshoot + 1, self._overshoot_cap, OVERSHOOT_CEILING)
         self.global_step += sum(steps)
         self.throttled = [False] * self.cfg.world
-        return [(r, SetGlobalStep(self.global_step)) for r in range(self.cfg.world)]
+        # Each rank's step counter as of this count: a rank adds only the batches it ran since.
+        msg = SetGlobalStep(self.global_step, tuple(counted))
+        return [(r, msg) for r in range(self.cfg.world)]
 
     def _check_throttle(self) -> Outbox:
         d = self.cfg.max_batch_diff

@@ -103,7 +103,6 @@ def run_single(
                 spec.checkpoint_fn(epoch + 1, worker.model)
             except Exception:
                 traceback.print_exc()
-        worker.global_step = worker.local_step
     return TrainedState(
         [p.cpu().clone() for p in worker.params()], [b.cpu().clone() for b in worker.buffers()]
     )

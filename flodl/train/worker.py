@@ -102,6 +102,7 @@ class Worker:
         self.channel, self.collective = channel, collective
         self.local_step = 0
         self.global_step = 0
+        self._counted = 0  # the local steps included in global_step
         self.steps_since_avg = 0
         self.version = 0
         self.current_epoch: int | None = None
@@ -118,11 +119,8 @@ class Worker:
         """Forward + loss (the user's step), backward, clip, LR, optimizer step. Returns (loss, ms)."""
         start = time.perf_counter()
         if self.scheduler is not None:
-            lr = (
-                scheduler_lr(self.scheduler, self.global_step + self.steps_since_avg)
-                * self.lr_scale
-            )
-            set_lr(self.optimizer, lr)
+            set_lr(self.optimizer, scheduler_lr(self.scheduler, self.schedule_step) * self.lr_scale)
+        self.ctx.lr = float(self.optimizer.param_groups[0]["lr"])
         loss = self.train_step(self.model, batch)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise TypeError(
@@ -139,6 +137,13 @@ class Worker:
         self.steps_since_avg += 1
         self.ctx.local_step = self.local_step
         return value, (time.perf_counter() - start) * 1e3
+
+    @property
+    def schedule_step(self) -> int:
+        """The step a scheduler is queried at: every rank's batches up to the last averaging
+        (the coordinator's count) plus this rank's batches since then. It only grows, also when
+        an averaging resets :attr:`steps_since_avg` before the new global count arrives."""
+        return self.global_step + self.local_step - self._counted
 
     def fetch(self, indices: torch.Tensor) -> Batch:
         """The samples at ``indices`` on this rank's device, addressable by position and name."""
@@ -201,8 +206,9 @@ class Worker:
                 self.load_state(msg.params, msg.buffers)
                 self.version = msg.version
                 self.steps_since_avg = 0
-            case SetGlobalStep(step=step):
+            case SetGlobalStep(step=step, counted=counted):
                 self.global_step = step
+                self._counted = counted[self.rank] if counted else self.local_step
                 self.ctx.global_step = step
             case Checkpoint(version=version):
                 if self.checkpoint_fn is not None and self.rank == 0:

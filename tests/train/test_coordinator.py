@@ -110,7 +110,7 @@ def test_collective_trigger_sends_syncnow_bumps_version_and_zeroes_counters():
     assert [r for r, _ in of(out, SyncNow)] == [0, 1]
     assert c.version == 1
     assert c.global_step == 5
-    assert of(out, SetGlobalStep) == [(0, SetGlobalStep(5)), (1, SetGlobalStep(5))]
+    assert of(out, SetGlobalStep) == [(0, SetGlobalStep(5, (2, 3))), (1, SetGlobalStep(5, (2, 3)))]
     assert c.steps_since_avg == [0, 0]
     assert c.wall_ms_accum == [0.0, 0.0]
 
@@ -381,10 +381,10 @@ def test_async_overshoot_auto_grows_to_its_cap_and_user_value_is_fixed():
     start = c.max_overshoot
     assert start >= 2
     for _ in range(20):
-        c._finish([1, 1], [1.0, 1.0], 0.0, [0.0, 0.0])
+        c._finish([1, 1], [1.0, 1.0], 0.0, [0.0, 0.0], [1, 1])
     assert start < c.max_overshoot <= 15
     fixed = make(ASYNC, CPU, max_overshoot=3)
-    fixed._finish([1, 1], [1.0, 1.0], 0.0, [0.0, 0.0])
+    fixed._finish([1, 1], [1.0, 1.0], 0.0, [0.0, 0.0], [1, 1])
     assert fixed.max_overshoot == 3
 
 
@@ -392,7 +392,7 @@ def test_rising_divergence_never_shrinks_the_anchor():
     c = make(CADENCE)
     anchor = c.el_che.anchor
     for d in (0.1, 0.2, 0.3, 0.4):
-        c._finish([10, 10], [100.0, 100.0], 0.0, [d, d])
+        c._finish([10, 10], [100.0, 100.0], 0.0, [d, d], [10, 10])
     assert c.el_che.anchor >= anchor
 
 

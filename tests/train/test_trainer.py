@@ -327,3 +327,43 @@ def test_the_monitor_is_finished_when_training_fails():
     with pytest.raises(TypeError, match="scalar loss"):
         b.dataset(DATA).batch_size(16).num_epochs(2).monitor(monitor).run()
     assert monitor.finished == 1 and monitor.logs == []
+
+
+def test_a_scheduler_follows_the_step_count_on_one_device(tmp_path, monkeypatch):
+    log = tmp_path / "schedule.log"
+    monkeypatch.setenv(toy.SCHED_LOG, str(log))
+    x, y = DATA
+    (
+        builder(toy.lr_logging_step)
+        .dataset((x[:64], y[:64]))  # 4 batches per epoch
+        .num_epochs(3)
+        .scheduler(toy.drop_at_6)
+        .lr_scale_ratio(1.0)  # one device: never scaled
+        .run()
+        .join()
+    )
+    # One query per batch at steps 0..11 (not restarting or jumping at epoch ends), and the
+    # optimizer trains each batch with exactly the scheduled LR.
+    assert toy.read_schedule_log(log) == {0: [(s, 0.05 if s < 6 else 0.005) for s in range(12)]}
+
+
+@pytest.mark.multiproc
+def test_a_scheduler_follows_the_global_step_on_two_ranks(tmp_path, monkeypatch):
+    log = tmp_path / "schedule.log"
+    monkeypatch.setenv(toy.SCHED_LOG, str(log))
+    (
+        two_ranks(toy.lr_logging_step, epochs=2, policy=fl.ApplyPolicy.SYNC)
+        .scheduler(toy.drop_at_32)
+        .lr_scale_ratio(1.0)  # two ranks: LR x 2
+        .run()
+        .join()
+    )
+    traces = toy.read_schedule_log(log)
+    total = sum(len(t) for t in traces.values())
+    assert sorted(traces) == [0, 1] and total == 64  # 2 epochs x 32 batches
+    for trace in traces.values():
+        steps = [s for s, _ in trace]
+        assert steps == sorted(set(steps))  # never repeats or goes back, also across averagings
+        assert len(steps) <= steps[-1] < total  # counts both ranks' batches, never beyond
+        assert all(lr == pytest.approx(2 * (0.05 if s < 32 else 0.005)) for s, lr in trace)
+        assert trace[0][1] == pytest.approx(0.1) and trace[-1][1] == pytest.approx(0.01)

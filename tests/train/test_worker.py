@@ -439,3 +439,23 @@ def test_epoch_fn_runs_once_per_epoch_before_its_first_batch_and_may_set_the_lr(
     w.run_plan(EpochPlan(1, 0, 32))
     assert calls == [(0, 0, 0), (1, 1, 4)]
     assert w.optimizer.param_groups[0]["lr"] == pytest.approx(0.02)
+
+
+def test_the_schedule_step_never_goes_back_when_an_averaging_lands_between_batches():
+    queried: list[int] = []
+
+    def schedule(step: int) -> float:
+        queried.append(step)
+        return 0.01
+
+    w = make_worker(scheduler=schedule, collective=MeanOfOne(), channel=MemoryChannel())
+    for k in range(3):
+        w.train_batch(batch(k))
+    w.handle(SyncNow(1))  # resets steps_since_avg; the coordinator's count comes later
+    w.train_batch(batch(3))
+    # The coordinator counted 2 of this rank's batches (the third was still on its way) and
+    # 4 of the other rank's: 6 global, of which this rank's counter was at 2.
+    w.handle(SetGlobalStep(6, (2, 4)))
+    w.train_batch(batch(4))
+    assert queried == [0, 1, 2, 3, 8]
+    assert w.schedule_step == 9

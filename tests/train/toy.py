@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -113,3 +114,49 @@ class RecordingMonitor:
 
     def finish(self) -> None:
         self.finished += 1
+
+
+SCHED_LOG = "FLODL_TEST_SCHED_LOG"
+
+
+class DropSchedule:
+    """LR 0.05, then 0.005 from step ``at``; appends ``rank step`` per query to $FLODL_TEST_SCHED_LOG."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def lr(self, step: int) -> float:
+        with open(os.environ[SCHED_LOG], "a") as f:
+            f.write(f"q {context.current().rank} {step}\n")
+        return 0.05 if step < self.at else 0.005
+
+
+def drop_at_6(world: int) -> DropSchedule:
+    return DropSchedule(6)
+
+
+def drop_at_32(world: int) -> DropSchedule:
+    return DropSchedule(32)
+
+
+def lr_logging_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """Appends ``rank lr`` (the learning rate the optimizer trains this batch with)."""
+    ctx = context.current()
+    with open(os.environ[SCHED_LOG], "a") as f:
+        f.write(f"lr {ctx.rank} {ctx.lr}\n")
+    return mse_step(model, batch)
+
+
+def read_schedule_log(path) -> dict[int, list[tuple[int, float]]]:
+    """rank -> [(step the scheduler was queried at, LR the batch trained with)], in order."""
+    steps: dict[int, list[int]] = {}
+    lrs: dict[int, list[float]] = {}
+    for line in Path(path).read_text().splitlines():
+        if not line:
+            continue
+        kind, rank, value = line.split()
+        if kind == "q":
+            steps.setdefault(int(rank), []).append(int(value))
+        else:
+            lrs.setdefault(int(rank), []).append(float(value))
+    return {r: list(zip(steps[r], lrs[r], strict=True)) for r in steps}
