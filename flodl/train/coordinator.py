@@ -52,6 +52,28 @@ MIN_CHUNK_BATCHES = 4
 OVERSHOOT_CEILING = 15
 
 
+def dispatch_is_progressive(policy: ApplyPolicy, progressive: bool | None) -> bool:
+    """Progressive (chunked) dispatch unless set: on for Cadence and Async, off for Sync."""
+    return policy is not ApplyPolicy.SYNC if progressive is None else progressive
+
+
+def check_partition_ratios(ratios: list[float] | None, world: int, progressive: bool) -> None:
+    """User partition ratios: one finite, non-negative ratio per rank, per-epoch dispatch only."""
+    if ratios is None:
+        return
+    if len(ratios) != world:
+        raise TrainerConfigError(
+            f"partition_ratios has {len(ratios)} entries for {world} ranks — give one ratio per rank"
+        )
+    if any(not 0 <= r < math.inf for r in ratios):
+        raise TrainerConfigError(f"partition_ratios must be finite and >= 0, got {ratios}")
+    if progressive:
+        raise TrainerConfigError(
+            "partition_ratios only apply to non-progressive dispatch (Cadence and Async dispatch "
+            "progressively by default) — add .progressive_dispatch(False) or drop the ratios"
+        )
+
+
 @dataclass
 class CoordinatorConfig:
     """Everything the coordinator needs to know about the run."""
@@ -82,28 +104,13 @@ class CoordinatorConfig:
                 f"the dataset has {self.dataset_size} samples, fewer than one batch of "
                 f"{self.batch_size} per rank ({self.world} ranks)"
             )
-        if self.partition_ratios is not None:
-            if len(self.partition_ratios) != self.world:
-                raise TrainerConfigError(
-                    f"partition_ratios has {len(self.partition_ratios)} entries for {self.world} ranks"
-                )
-            if any(not 0 <= r < math.inf for r in self.partition_ratios):
-                raise TrainerConfigError(
-                    f"partition_ratios must be finite and >= 0, got {self.partition_ratios}"
-                )
-            if self.is_progressive:
-                raise TrainerConfigError(
-                    "partition_ratios only apply to non-progressive dispatch; "
-                    "use progressive_dispatch(False) or drop the ratios"
-                )
+        check_partition_ratios(self.partition_ratios, self.world, self.is_progressive)
         if not self.device_indices:
             self.device_indices = [0] * self.world
 
     @property
     def is_progressive(self) -> bool:
-        if self.progressive is None:
-            return self.policy is not ApplyPolicy.SYNC
-        return self.progressive
+        return dispatch_is_progressive(self.policy, self.progressive)
 
     @property
     def batches_per_epoch(self) -> int:

@@ -33,7 +33,14 @@ from flodl.train.messages import (
 from flodl.train.metrics import EpochMetrics, MetricsMsg, aggregate_epoch_metrics
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState, TrainingError
-from flodl.train.transport import CoordinatorChannel, GlooCollective, KeyWriter, RankChannel, client
+from flodl.train.transport import (
+    CoordinatorChannel,
+    GlooCollective,
+    Heartbeat,
+    KeyWriter,
+    RankChannel,
+    client,
+)
 from flodl.train.worker import FINAL_ROUND, Worker
 
 FINAL_KEY = "final"
@@ -127,6 +134,7 @@ def rank_main(
     if torch_device.type == "cuda":
         torch.cuda.set_device(torch_device)
     store = client(host, port, spec.timeout)
+    heartbeat = Heartbeat(host, port, rank)
     if not dist.is_initialized():
         dist.init_process_group(
             "nccl" if torch_device.type == "cuda" else "gloo",
@@ -153,6 +161,7 @@ def rank_main(
             coordinator.join(spec.timeout)
         if dist.is_initialized():
             dist.destroy_process_group()
+        heartbeat.stop()
 
 
 def wait_final(store: dist.TCPStore, timeout: float) -> TrainedState:

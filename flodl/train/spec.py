@@ -38,7 +38,7 @@ class TrainSpec:
     scheduler_factory: Callable[[int], Any] | None = None
     lr_scale_ratio: float = 0.0
     max_grad_norm: float | None = None
-    snapshot_timeout: float = 5.0
+    snapshot_timeout: float = 5.0  # CPU averaging: how long to wait for every snapshot
     timeout: float = 60.0  # process-group and no-progress timeout, seconds
     threads_per_rank: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -55,9 +55,14 @@ class TrainSpec:
     def max_batches(self) -> int | None:
         return 2 if self.smoke else None
 
-    def resolve_dataset(self) -> Any:
-        """The dataset, building it if a factory (a callable that is not a dataset) was given."""
+    @property
+    def dataset_is_factory(self) -> bool:
+        """A callable that is not itself a dataset: each process calls it to build its copy."""
         data = self.dataset
-        if callable(data) and not hasattr(data, "__getitem__") and not hasattr(data, "get_batch"):
-            return data()
-        return data
+        return (
+            callable(data) and not hasattr(data, "__getitem__") and not hasattr(data, "get_batch")
+        )
+
+    def resolve_dataset(self) -> Any:
+        """The dataset, building it if a factory was given."""
+        return self.dataset() if self.dataset_is_factory else self.dataset

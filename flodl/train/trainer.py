@@ -15,6 +15,8 @@ GPUs — and a coordinator averages the replicas on the chosen :class:`ApplyPoli
 
 from __future__ import annotations
 
+import math
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -22,7 +24,10 @@ from typing import Any
 
 import torch
 
+from flodl.data.sources import as_source, require_samples
 from flodl.train.checkpointing import SaveFdl
+from flodl.train.coordinator import check_partition_ratios, dispatch_is_progressive
+from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_mode import GraphSession
 from flodl.train.graph_mode import setup as setup_graph
@@ -56,8 +61,15 @@ class TrainingHandle:
         self.history.append(metrics)
         self._queue.put(metrics)
 
+    def _end_stream(self) -> None:
+        """Training is over (finished or failed): after the epochs queued so far, None."""
+        self._queue.put(None)
+
     def next_metrics(self, timeout: float | None = None) -> EpochMetrics | None:
-        """The next aggregated epoch (blocking); None once training is over."""
+        """The next aggregated epoch, waiting for it; None once training is over (finished or
+        failed, with or without :meth:`join`) or after ``timeout`` seconds without one.
+
+        ``while (m := handle.next_metrics()) is not None: ...`` follows a run to its end."""
         try:
             item = self._queue.get(timeout=timeout)
         except queue.Empty:
@@ -128,6 +140,8 @@ class TrainerBuilder:
     # devices and averaging
     def devices(self, devices: list[str]) -> TrainerBuilder:
         """Explicit devices, e.g. ``["cuda:0", "cuda:1"]``; ``["cpu", "cpu"]`` forces two CPU ranks."""
+        if not devices:
+            raise TrainerConfigError("devices: give at least one device, e.g. ['cpu']")
         return self._set(devices=list(devices))
 
     def policy(self, policy: ApplyPolicy) -> TrainerBuilder:
@@ -143,28 +157,42 @@ class TrainerBuilder:
         return self._set(max_anchor=_positive("max_anchor", n))
 
     def overhead_target(self, fraction: float) -> TrainerBuilder:
-        return self._set(overhead_target=float(fraction))
+        """Averaging cost El Che tolerates, as a fraction of compute time (clamped to
+        [0.01, 0.50]); above it the anchor grows."""
+        return self._set(overhead_target=_finite("overhead_target", fraction, above=0.0))
 
     def divergence_threshold(self, threshold: float) -> TrainerBuilder:
-        return self._set(divergence_threshold=float(threshold))
+        """Replica divergence above which a rising trend stops the Async overshoot growing."""
+        return self._set(divergence_threshold=_finite("divergence_threshold", threshold, least=0.0))
 
     def no_divergence_guard(self) -> TrainerBuilder:
         return self._set(divergence_guard=False)
 
     def max_batch_diff(self, n: int) -> TrainerBuilder:
-        return self._set(max_batch_diff=int(n))
+        """CPU backend: a rank more than ``n`` batches ahead of the slowest since the last
+        averaging waits for it (0 = lockstep); El Che's per-rank counts move by at most ``n`` per
+        calibration (both backends)."""
+        return self._set(max_batch_diff=_at_least("max_batch_diff", n, 0))
 
     def max_overshoot(self, n: int) -> TrainerBuilder:
-        return self._set(max_overshoot=int(n))
+        """Progressive dispatch: how many batches past its El Che count a rank may run into the
+        next epoch before it waits for the next averaging (default: auto-tuned, 2..15)."""
+        return self._set(max_overshoot=_at_least("max_overshoot", n, 0))
 
     def progressive_dispatch(self, on: bool) -> TrainerBuilder:
         return self._set(progressive=bool(on))
 
     def partition_ratios(self, ratios: list[float]) -> TrainerBuilder:
-        return self._set(partition_ratios=list(ratios))
+        """Fixed per-epoch data split, one ratio per rank; needs ``progressive_dispatch(False)``
+        with Cadence or Async."""
+        values = [_finite("partition_ratios entry", r, least=0.0) for r in ratios]
+        return self._set(partition_ratios=values)
 
     def speed_hint(self, slow_rank: int, ratio: float) -> TrainerBuilder:
-        return self._set(speed_hint=(int(slow_rank), float(ratio)))
+        """Seed El Che before it measures: rank ``slow_rank`` is the slow one, the others run
+        ``ratio`` times its batches. The first measurement corrects a wrong hint."""
+        rank = _at_least("speed_hint slow_rank", slow_rank, 0)
+        return self._set(speed_hint=(rank, _finite("speed_hint ratio", ratio, above=0.0)))
 
     # optimisation
     def scheduler(self, factory: Callable[[int], Any]) -> TrainerBuilder:
@@ -174,10 +202,11 @@ class TrainerBuilder:
 
     def lr_scale_ratio(self, ratio: float) -> TrainerBuilder:
         """LR × (1 + (world − 1) · ratio). Default 0: no scaling (the original defaulted to 1)."""
-        return self._set(lr_scale_ratio=float(ratio))
+        return self._set(lr_scale_ratio=_finite("lr_scale_ratio", ratio, least=0.0))
 
     def max_grad_norm(self, norm: float) -> TrainerBuilder:
-        return self._set(max_grad_norm=float(norm))
+        """Clip every rank's gradients to this L2 norm after backward, before the step."""
+        return self._set(max_grad_norm=_finite("max_grad_norm", norm, above=0.0))
 
     # callbacks, checkpoints, monitor
     def epoch_fn(self, fn: Callable[[int, Any], None]) -> TrainerBuilder:
@@ -218,7 +247,12 @@ class TrainerBuilder:
 
     def timeout(self, seconds: float) -> TrainerBuilder:
         """How long a collective or a silent rank may stall before the run fails (default 60 s)."""
-        return self._set(timeout=float(seconds))
+        return self._set(timeout=_finite("timeout", seconds, above=0.0))
+
+    def snapshot_timeout(self, seconds: float) -> TrainerBuilder:
+        """CPU backend: how long an averaging round waits for every rank's snapshot before it
+        is abandoned and retried later (default 5 s)."""
+        return self._set(snapshot_timeout=_finite("snapshot_timeout", seconds, above=0.0))
 
     # run
     def _validate(self) -> TrainSpec:
@@ -250,21 +284,31 @@ class TrainerBuilder:
                 _guarded(monitor.finish)
 
         if under_launcher():
-            import os
-
-            handle = TrainingHandle(int(os.environ["WORLD_SIZE"]), [])
-            state = _finishing(finish, run_under_launcher, spec, on_epoch)
+            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            check_for_world(spec, world)
+            handle = TrainingHandle(world, [])
+            # Every rank runs the script; only rank 0 logs epochs, so only rank 0 finishes.
+            finish_here = finish if rank == 0 else (lambda: None)
+            state = _finishing(finish_here, run_under_launcher, spec, on_epoch)
+            handle._end_stream()
             handle._join = lambda: state
             return handle
         devices = resolve_devices(spec.devices)
+        check_for_world(spec, len(devices))
         handle = TrainingHandle(len(devices), devices)
         if len(devices) == 1:
             state = _finishing(finish, run_local, spec, devices[0], on_epoch)
+            handle._end_stream()
             handle._join = lambda: state
             return handle
-        spawned = _finishing_on_error(finish, SpawnedRun, spec, devices, on_epoch)
+
+        def done() -> None:  # the supervisor's last act, whether training finished or failed
+            handle._end_stream()
+            finish()
+
+        spawned = _finishing_on_error(finish, SpawnedRun, spec, devices, on_epoch, done)
         handle.pids = spawned.pids
-        handle._join = lambda: _finishing(finish, spawned.join)
+        handle._join = spawned.join
         return handle
 
 
@@ -342,6 +386,55 @@ class Trainer:
         """``model_factory(device) -> nn.Module``, ``optim_factory(params) -> Optimizer``,
         ``train_step(model, batch) -> scalar loss`` (the framework does backward and the step)."""
         return TrainerBuilder(model_factory, optim_factory, train_step)
+
+
+def check_for_world(spec: TrainSpec, world: int) -> None:
+    """Everything the ranks would reject, checked before any process starts: a mistake fails
+    ``run()`` at once with its own message, not a rank seconds later. The multi-rank knobs (El
+    Che, partition ratios) are checked only when there are several ranks: on one device they do
+    not apply, so a script written for several GPUs still runs on a laptop."""
+    if world < 2:
+        return
+    check_partition_ratios(
+        spec.partition_ratios, world, dispatch_is_progressive(spec.policy, spec.progressive)
+    )
+    el_che = ElChe(
+        world,
+        spec.anchor,
+        overhead_target=spec.overhead_target,
+        max_anchor=spec.max_anchor,
+        max_batch_diff=spec.max_batch_diff,
+    )
+    if spec.speed_hint is not None:
+        el_che.with_speed_ratio(*spec.speed_hint)
+    if not spec.dataset_is_factory:  # a factory is built in the ranks only
+        n = require_samples(as_source(spec.dataset))
+        need = (spec.batch_size or 1) * world
+        if n < need:
+            raise TrainerConfigError(
+                f"the dataset has {n} samples, fewer than one batch of {spec.batch_size} per rank "
+                f"({world} ranks) — use a smaller batch_size or fewer devices"
+            )
+
+
+def _finite(
+    name: str, value: float, *, above: float | None = None, least: float | None = None
+) -> float:
+    v = float(value)
+    if (
+        not math.isfinite(v)
+        or (above is not None and v <= above)
+        or (least is not None and v < least)
+    ):
+        bound = f"> {above:g}" if above is not None else f">= {least:g}"
+        raise TrainerConfigError(f"{name} must be a finite number {bound}, got {value!r}")
+    return v
+
+
+def _at_least(name: str, n: int, least: int) -> int:
+    if int(n) != n or int(n) < least:
+        raise TrainerConfigError(f"{name} must be an integer >= {least}, got {n!r}")
+    return int(n)
 
 
 def _positive(name: str, n: int) -> int:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+import re
+import time
 
 import psutil
 import pytest
@@ -23,6 +26,12 @@ def builder(step=toy.mse_step, model=toy.make_model):
         .batch_size(16)
         .threads_per_rank(1)
     )
+
+
+def assert_no_process_left(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, f"rank process {pid} alive"
 
 
 def final_loss(state: fl.TrainedState) -> float:
@@ -57,11 +66,132 @@ def test_required_settings_are_named(missing):
         b.run()
 
 
-def test_bad_values_are_rejected_at_the_setter():
-    with pytest.raises(TrainerConfigError, match="batch_size must be >= 1"):
-        builder().batch_size(0)
-    with pytest.raises(TrainerConfigError, match="threads_per_rank must be >= 1"):
-        builder().threads_per_rank(0)
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda b: b.batch_size(0), "batch_size must be >= 1"),
+        (lambda b: b.threads_per_rank(0), "threads_per_rank must be >= 1"),
+        (lambda b: b.speed_hint(1, 0), "speed_hint ratio must be a finite number > 0, got 0"),
+        (lambda b: b.speed_hint(-1, 2.0), "speed_hint slow_rank must be an integer >= 0, got -1"),
+        (lambda b: b.max_batch_diff(-1), "max_batch_diff must be an integer >= 0, got -1"),
+        (lambda b: b.max_overshoot(-2), "max_overshoot must be an integer >= 0, got -2"),
+        (
+            lambda b: b.partition_ratios([1, float("nan")]),
+            "partition_ratios entry must be a finite number >= 0, got nan",
+        ),
+        (lambda b: b.timeout(0), "timeout must be a finite number > 0, got 0"),
+        (
+            lambda b: b.snapshot_timeout(float("inf")),
+            "snapshot_timeout must be a finite number > 0, got inf",
+        ),
+        (lambda b: b.max_grad_norm(-1.0), "max_grad_norm must be a finite number > 0, got -1.0"),
+        (lambda b: b.lr_scale_ratio(-0.5), "lr_scale_ratio must be a finite number >= 0, got -0.5"),
+        (lambda b: b.overhead_target(0), "overhead_target must be a finite number > 0, got 0"),
+        (lambda b: b.devices([]), "devices: give at least one device"),
+    ],
+)
+def test_bad_values_are_rejected_at_the_setter(call, message):
+    with pytest.raises(TrainerConfigError, match=re.escape(message)):
+        call(builder())
+
+
+@pytest.mark.parametrize(
+    ("tweak", "message"),
+    [
+        (
+            lambda b: b.partition_ratios([1, 1]),  # Cadence dispatches progressively
+            "partition_ratios only apply to non-progressive dispatch (Cadence and Async dispatch "
+            "progressively by default) — add .progressive_dispatch(False) or drop the ratios",
+        ),
+        (
+            lambda b: b.partition_ratios([1, 1, 1]).progressive_dispatch(False),
+            "partition_ratios has 3 entries for 2 ranks — give one ratio per rank",
+        ),
+        (
+            lambda b: b.speed_hint(5, 2.0),
+            "speed_hint: slow_rank 5 is not a rank of this run (ranks 0..1) — name the slow "
+            "device's rank",
+        ),
+        (
+            lambda b: b.batch_size(300),
+            "the dataset has 512 samples, fewer than one batch of 300 per rank (2 ranks) — use a "
+            "smaller batch_size or fewer devices",
+        ),
+        (lambda b: b.max_anchor(0), "max_anchor must be >= 1, got 0"),
+    ],
+)
+def test_multi_rank_config_errors_fail_run_before_any_process_starts(tweak, message):
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(TrainerConfigError) as info:
+        tweak(builder().num_epochs(1).devices(["cpu", "cpu"])).run()
+    assert str(info.value) == message
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_multi_rank_knobs_do_not_apply_on_one_device():
+    # A script written for two GPUs still runs on a laptop.
+    state = builder().num_epochs(1).speed_hint(5, 2.0).partition_ratios([1, 1, 1]).run().join()
+    assert len(state.params) == 2
+
+
+@pytest.mark.parametrize("via", ["-c", "stdin"])
+def test_main_functions_of_a_script_without_a_file_are_refused_with_what_to_do(via, repo_root):
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_env
+
+    code = (
+        "import flodl as fl\n"
+        "from torch import nn\n"
+        "from tests.train import toy\n"
+        "def make_model(device):\n"
+        "    return nn.Linear(4, 1)\n"
+        "b = fl.Trainer.builder(make_model, toy.make_sgd, toy.mse_step)\n"
+        "b.dataset(toy.regression_data()).batch_size(16).num_epochs(1).devices(['cpu', 'cpu'])\n"
+        "try:\n"
+        "    b.run()\n"
+        "except fl.TrainerConfigError as err:\n"
+        "    print('refused:', err)\n"
+    )
+    args = [sys.executable, "-c", code] if via == "-c" else [sys.executable, "-"]
+    result = subprocess.run(
+        args,
+        input=None if via == "-c" else code,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+        cwd=repo_root,
+        check=False,
+    )
+    kind = "a `python -c` command" if via == "-c" else "a script read from stdin"
+    assert result.stdout.strip() == (
+        f"refused: model_factory uses make_model, defined in __main__ of {kind}, which the "
+        "training processes cannot import — move it into a module (a .py file) and import it "
+        "from there, or run a script file (python train.py), or launch with torchrun"
+    ), result.stderr[-2000:]
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+def test_main_functions_of_a_script_file_reach_the_spawned_ranks(repo_root):
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_env
+
+    result = subprocess.run(
+        [sys.executable, str(repo_root / "examples" / "ddp_regression.py"), "--ranks", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(OMP_NUM_THREADS="1", FLODL_SMOKE="1"),
+        cwd=repo_root,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rank 0: world 2 loss" in result.stdout
 
 
 def test_lambdas_cannot_go_to_spawned_ranks():
@@ -367,3 +497,44 @@ def test_a_scheduler_follows_the_global_step_on_two_ranks(tmp_path, monkeypatch)
         assert len(steps) <= steps[-1] < total  # counts both ranks' batches, never beyond
         assert all(lr == pytest.approx(2 * (0.05 if s < 32 else 0.005)) for s, lr in trace)
         assert trace[0][1] == pytest.approx(0.1) and trace[-1][1] == pytest.approx(0.01)
+
+
+@pytest.mark.timeout(120)  # the hang guard: before the fix the loop below never ended
+def test_next_metrics_ends_when_one_device_training_ends():
+    handle = builder().num_epochs(3).run()
+    got = []
+    while (m := handle.next_metrics()) is not None:
+        got.append(m.epoch)
+    assert got == [0, 1, 2]
+    assert handle.next_metrics() is None and handle.poll_metrics() == []
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(240)
+def test_metrics_arrive_while_ranks_train_and_the_stream_ends_without_join():
+    handle = two_ranks(toy.sleepy_step, epochs=3).run()
+    got: list[int] = []
+    deadline = time.monotonic() + 180
+    while not got and time.monotonic() < deadline:  # poll until the first epoch shows up
+        got += [m.epoch for m in handle.poll_metrics()]
+        time.sleep(0.05)
+    while (m := handle.next_metrics()) is not None:  # then follow the run to its end
+        got.append(m.epoch)
+    assert got == [0, 1, 2]
+    assert handle.poll_metrics() == [] and handle.next_metrics() is None
+    state = handle.join()
+    assert [m.epoch for m in handle.history] == [0, 1, 2] and len(state.params) == 2
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(240)
+def test_a_frozen_rank_0_fails_join_naming_it_and_leaves_no_process():
+    # SIGSTOP freezes rank 0 whole, its coordinator thread included: only the supervising
+    # process can notice (rank 0's heartbeat stops).
+    handle = two_ranks(toy.freezing_rank0_step, timeout=10).run()
+    with pytest.raises(fl.TrainingError, match="rank 0 stopped responding") as info:
+        handle.join()
+    assert info.value.rank == 0
+    assert handle.next_metrics() is None  # the stream ended too
+    assert len(handle.pids) == 2
+    assert_no_process_left(handle.pids)

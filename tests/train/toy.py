@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -160,3 +161,17 @@ def read_schedule_log(path) -> dict[int, list[tuple[int, float]]]:
         else:
             lrs.setdefault(int(rank), []).append(float(value))
     return {r: list(zip(steps[r], lrs[r], strict=True)) for r in steps}
+
+
+def freezing_rank0_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """Rank 0 stops its own process (SIGSTOP): a process frozen whole, coordinator included."""
+    ctx = context.current()
+    if ctx.rank == 0 and ctx.local_step == 3:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return mse_step(model, batch)
+
+
+def sleepy_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """2 ms per batch: long enough that epochs arrive one by one."""
+    time.sleep(0.002)
+    return mse_step(model, batch)
