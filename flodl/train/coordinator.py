@@ -91,6 +91,7 @@ class CoordinatorConfig:
     checkpoint_every: int | None = None
     snapshot_timeout: float = 5.0
     device_indices: list[int] = field(default_factory=list)
+    max_batches_per_rank: int | None = None  # FLODL_SMOKE: an epoch is this many batches per rank
 
     def __post_init__(self) -> None:
         if self.world < 1:
@@ -105,6 +106,9 @@ class CoordinatorConfig:
                 f"{self.batch_size} per rank ({self.world} ranks)"
             )
         check_partition_ratios(self.partition_ratios, self.world, self.is_progressive)
+        if self.max_batches_per_rank is not None:  # a smoke run: epochs shrink to the cap
+            cap = self.world * self.max_batches_per_rank * self.batch_size
+            self.dataset_size = min(self.dataset_size, cap)
         if not self.device_indices:
             self.device_indices = [0] * self.world
 
@@ -439,9 +443,10 @@ class Coordinator:
         bs, w = self.cfg.batch_size, self.cfg.world
         remaining = pool.remaining // bs
         el = self.el_che
+        cap = self.cfg.max_batches_per_rank or remaining
         if el is None or not (el.calibrated or el.has_speed_hint):
             target = max(self.cfg.dataset_size // (w * 10 * bs), MIN_CHUNK_BATCHES)
-            return min(target, remaining)
+            return min(target, remaining, cap)
         counts = el.batch_counts
         target = math.ceil(remaining * counts[rank] / sum(counts))
         ms = el.ms_per_batch[rank]
@@ -455,7 +460,7 @@ class Coordinator:
             longest = max(others, default=0.0)
             if longest > ms:
                 target = min(target, int(longest // ms))
-        return min(max(target, MIN_CHUNK_BATCHES), remaining)
+        return min(max(target, MIN_CHUNK_BATCHES), remaining, cap)
 
     def _pool(self, epoch: int, now: float) -> ChunkPool:
         if epoch not in self.pools:

@@ -198,6 +198,7 @@ class CoordinatorThread(threading.Thread):
             max_overshoot=spec.max_overshoot,
             checkpoint_every=spec.checkpoint_every,
             snapshot_timeout=spec.snapshot_timeout,
+            max_batches_per_rank=spec.max_batches(),
         )
         el_che = ElChe(
             world,

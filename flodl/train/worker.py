@@ -99,6 +99,7 @@ class Worker:
         self.scheduler, self.lr_scale, self.max_grad_norm = scheduler, lr_scale, max_grad_norm
         self.epoch_fn, self.checkpoint_fn = epoch_fn, checkpoint_fn
         self.max_batches = max_batches
+        self._epoch_batches: dict[int, int] = {}  # batches run per epoch, for max_batches
         self.channel, self.collective = channel, collective
         self.local_step = 0
         self.global_step = 0
@@ -163,8 +164,10 @@ class Worker:
             plan.offset, plan.size, self.dataset_size, plan.epoch, seed=self.seed
         )
         n_batches = len(indices) // self.batch_size
-        if self.max_batches is not None:
-            n_batches = min(n_batches, self.max_batches)
+        if self.max_batches is not None:  # per epoch, however many chunks the epoch comes in
+            done = self._epoch_batches.get(plan.epoch, 0)
+            n_batches = min(n_batches, max(self.max_batches - done, 0))
+            self._epoch_batches[plan.epoch] = done + n_batches
         start = time.perf_counter()
         loss_sum = 0.0
         for b in range(n_batches):

@@ -444,3 +444,12 @@ def test_owing_under_progressive_dispatch_and_cpu_rounds():
     assert c.owes(0)  # its snapshot for the round is owed
     c.on_snapshot(Snapshot(0, c.cpu_round.round, [torch.ones(1)], [], 4))
     assert not c.owes(0) and c.owes(1)
+
+
+@pytest.mark.parametrize("policy", [SYNC, CADENCE, ASYNC])
+def test_a_smoke_cap_makes_each_epoch_that_many_batches_per_rank(policy):
+    c = make(policy, n=1000, bs=10, max_batches_per_rank=2)
+    out = c.start(0.0)
+    plans = [m.plan for _, m in of(out, StartEpoch)]
+    assert [p.size for p in plans] == [20, 20]  # two batches each
+    assert sum(p.size for p in plans) == c.cfg.dataset_size == 40  # the whole (smoke) epoch

@@ -207,11 +207,27 @@ def test_train_step_must_return_a_scalar():
         b.dataset(DATA).batch_size(16).num_epochs(1).run()
 
 
-def test_smoke_mode_caps_epochs_and_batches(monkeypatch):
+def test_smoke_mode_caps_epochs_and_batches(monkeypatch, tmp_path):
     monkeypatch.setenv("FLODL_SMOKE", "1")
+    monkeypatch.setenv(toy.COUNT_LOG, str(tmp_path / "batches.log"))
     seen = []
-    builder().num_epochs(50).metrics_fn(seen.append).run().join()
-    assert len(seen) == 1 and seen[0].per_rank_throughput[0] > 0
+    builder(toy.counting_step).num_epochs(50).metrics_fn(seen.append).run().join()
+    assert len(seen) == 2 and seen[0].per_rank_throughput[0] > 0
+    assert toy.batches_per_rank_and_epoch(tmp_path / "batches.log") == {(0, 0): 2, (0, 1): 2}
+
+
+@pytest.mark.multiproc
+def test_smoke_mode_caps_every_rank_not_every_chunk(monkeypatch, tmp_path):
+    # Cadence dispatches an epoch in chunks: the cap is per rank and epoch, not per chunk.
+    monkeypatch.setenv("FLODL_SMOKE", "1")
+    monkeypatch.setenv(toy.COUNT_LOG, str(tmp_path / "batches.log"))
+    seen = []
+    two_ranks(toy.counting_step, epochs=50, policy=fl.ApplyPolicy.CADENCE).metrics_fn(
+        seen.append
+    ).run().join()
+    assert [m.epoch for m in seen] == [0, 1]
+    counts = toy.batches_per_rank_and_epoch(tmp_path / "batches.log")
+    assert counts == {(r, e): 2 for r in range(2) for e in range(2)}
 
 
 def test_checkpoint_every_single_device():

@@ -459,3 +459,10 @@ def test_the_schedule_step_never_goes_back_when_an_averaging_lands_between_batch
     w.train_batch(batch(4))
     assert queried == [0, 1, 2, 3, 8]
     assert w.schedule_step == 9
+
+
+def test_max_batches_caps_an_epoch_however_many_chunks_it_comes_in():
+    w = make_worker(max_batches=2)
+    sizes = [w.run_plan(EpochPlan(0, off, 48)).batches for off in (0, 48)]  # 3 batches each
+    assert sizes == [2, 0] and w.local_step == 2
+    assert w.run_plan(EpochPlan(1, 0, 48)).batches == 2  # a new epoch, a new allowance

@@ -175,3 +175,22 @@ def sleepy_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     """2 ms per batch: long enough that epochs arrive one by one."""
     time.sleep(0.002)
     return mse_step(model, batch)
+
+
+COUNT_LOG = "FLODL_TEST_COUNT_LOG"
+
+
+def counting_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """Appends ``rank epoch`` per batch to $FLODL_TEST_COUNT_LOG."""
+    ctx = context.current()
+    with open(os.environ[COUNT_LOG], "a") as f:
+        f.write(f"{ctx.rank} {ctx.epoch}\n")
+    return mse_step(model, batch)
+
+
+def batches_per_rank_and_epoch(path) -> dict[tuple[int, int], int]:
+    counts: dict[tuple[int, int], int] = {}
+    for line in Path(path).read_text().splitlines():
+        rank, epoch = map(int, line.split())
+        counts[rank, epoch] = counts.get((rank, epoch), 0) + 1
+    return counts
