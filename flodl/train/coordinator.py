@@ -525,7 +525,9 @@ class Coordinator:
                 epoch_ms=(now - started) * 1e3 if started is not None else None,
             )
             metrics.device_indices = list(self.cfg.device_indices)
-            if self.el_che is not None:
+            if self.el_che is not None and self.cfg.policy is not ApplyPolicy.SYNC:
+                # Under Sync El Che decides nothing (every batch is averaged, data split
+                # equally): its counts would only mislead a dashboard.
                 metrics.batch_counts = list(self.el_che.batch_counts)
                 metrics.anchor = self.el_che.anchor
             self.epochs_ready.append(metrics)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -18,6 +19,9 @@ class MetricsMsg:
     samples: int
     scalars: dict[str, tuple[float, int]] = field(default_factory=dict)  # name -> (sum, count)
     device_index: int = 0
+    # The rank's resources when it sent this (``ResourceSample.to_json()``), if a monitor wants them.
+    resources: dict[str, Any] = field(default_factory=dict)
+    idle_ms: float = 0.0  # time spent waiting (for work, an averaging, a throttle) before/within
 
 
 @dataclass
@@ -34,6 +38,10 @@ class EpochMetrics:
     device_indices: list[int]
     batch_counts: list[int] = field(default_factory=list)  # El Che counts when the epoch closed
     anchor: int = 0
+    # Each rank's latest resource sample (``ResourceSample.to_json()``; empty when not sampled).
+    per_rank_resources: list[dict[str, Any]] = field(default_factory=list)
+    per_rank_batches: list[int] = field(default_factory=list)  # batches each rank trained
+    per_rank_idle_ms: list[float] = field(default_factory=list)  # time each rank spent waiting
 
     def as_dict(self) -> dict[str, float]:
         """``loss`` plus every recorded scalar."""
@@ -79,8 +87,13 @@ def aggregate_epoch_metrics(
     samples = [0] * world
     devices = [0] * world
     sums: list[dict[str, tuple[float, int]]] = [{} for _ in range(world)]
+    resources: list[dict[str, Any]] = [{} for _ in range(world)]
+    idle = [0.0] * world
     for msg in messages:
         r = msg.rank
+        if msg.resources:
+            resources[r] = msg.resources
+        idle[r] += msg.idle_ms
         loss_sum[r] += msg.avg_loss * msg.batches
         batches[r] += msg.batches
         ms[r] = max(ms[r], msg.epoch_ms)
@@ -113,4 +126,7 @@ def aggregate_epoch_metrics(
         per_rank_throughput=[s / m if m > 0 else 0.0 for s, m in zip(samples, ms, strict=True)],
         per_rank_batch_share=[s / total_samples if total_samples else 0.0 for s in samples],
         device_indices=devices,
+        per_rank_resources=resources,
+        per_rank_batches=batches,
+        per_rank_idle_ms=idle,
     )

@@ -83,6 +83,7 @@ def _build(
         max_batches=spec.max_batches(),
         channel=channel,
         collective=collective,
+        sample_resources=spec.monitor_resources and world > 1,
     )
 
 

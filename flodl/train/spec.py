@@ -43,6 +43,7 @@ class TrainSpec:
     snapshot_timeout: float = 5.0  # CPU averaging: how long to wait for every snapshot
     timeout: float = 60.0  # process-group and no-progress timeout, seconds
     threads_per_rank: int | None = None
+    monitor_resources: bool = False  # ranks sample their resources for the monitor
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

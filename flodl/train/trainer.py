@@ -237,9 +237,10 @@ class TrainerBuilder:
         return self
 
     def monitor(self, monitor: Any) -> TrainerBuilder:
-        """A :class:`flodl.Monitor`; every aggregated epoch is logged to it."""
+        """A :class:`flodl.Monitor`; every aggregated epoch is logged to it, with each rank's
+        resources (CPU, memory, GPU) when there are several ranks."""
         self._monitor = monitor
-        return self
+        return self._set(monitor_resources=monitor is not None)
 
     def threads_per_rank(self, n: int) -> TrainerBuilder:
         """Intra-op threads of each CPU rank (default: the machine's cores split between ranks)."""
@@ -275,6 +276,10 @@ class TrainerBuilder:
             if metrics_fn is not None:
                 _guarded(metrics_fn, metrics)
             if monitor is not None:
+                if hasattr(monitor, "add_rank_resources"):
+                    for rank, sample in enumerate(metrics.per_rank_resources):
+                        if sample:  # sampled by the rank itself, in its own process
+                            _guarded(monitor.add_rank_resources, rank, sample)
                 _guarded(
                     monitor.log, metrics.epoch, metrics.epoch_ms / 1e3, metrics.monitor_metrics()
                 )

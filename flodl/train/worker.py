@@ -87,6 +87,7 @@ class Worker:
         max_batches: int | None = None,
         channel: Channel | None = None,
         collective: Collective | None = None,
+        sample_resources: bool = False,
     ) -> None:
         self.rank, self.world, self.device = rank, world, device
         self.model, self.optimizer, self.train_step = model, optimizer, train_step
@@ -100,6 +101,12 @@ class Worker:
         self.epoch_fn, self.checkpoint_fn = epoch_fn, checkpoint_fn
         self.max_batches = max_batches
         self._epoch_batches: dict[int, int] = {}  # batches run per epoch, for max_batches
+        self.idle_ms = 0.0  # waiting since the last report: for a plan, an averaging, a throttle
+        self._sampler = None
+        if sample_resources:  # for a monitor: this process's CPU, memory and GPU, per report
+            from flodl.monitor.resources import ResourceSampler
+
+            self._sampler = ResourceSampler(gpu=device.type == "cuda")
         self.channel, self.collective = channel, collective
         self.local_step = 0
         self.global_step = 0
@@ -176,8 +183,12 @@ class Worker:
             loss_sum += loss
             if self.channel is not None:
                 self.channel.send(BatchTiming(self.rank, ms, self.local_step, loss))
-                if self.handle_all(self.channel.poll()) == "shutdown":
+                waited = time.perf_counter()
+                stop = self.handle_all(self.channel.poll())
+                self.idle_ms += (time.perf_counter() - waited) * 1e3
+                if stop == "shutdown":
                     return None
+        idle, self.idle_ms = self.idle_ms, 0.0
         return MetricsMsg(
             rank=self.rank,
             epoch=plan.epoch,
@@ -187,6 +198,8 @@ class Worker:
             samples=plan.size,  # the whole slice is done, including a dropped partial tail
             scalars=context.drain_scalars(),
             device_index=self.device.index or 0,
+            resources=self._sampler.sample().to_json() if self._sampler is not None else {},
+            idle_ms=idle,
         )
 
     # -- control ---------------------------------------------------------------------------------
@@ -249,7 +262,12 @@ class Worker:
         """The rank's whole life under a coordinator: plans until Shutdown, then the final snapshot."""
         assert self.channel is not None
         try:
-            while (plan := self.wait_for_plan()) is not None:
+            while True:
+                waited = time.perf_counter()
+                plan = self.wait_for_plan()
+                self.idle_ms += (time.perf_counter() - waited) * 1e3
+                if plan is None:
+                    break
                 metrics = self.run_plan(plan)
                 if metrics is None:
                     break

@@ -554,3 +554,58 @@ def test_a_frozen_rank_0_fails_join_naming_it_and_leaves_no_process():
     assert handle.next_metrics() is None  # the stream ended too
     assert len(handle.pids) == 2
     assert_no_process_left(handle.pids)
+
+
+@pytest.mark.multiproc
+def test_a_monitor_gets_every_ranks_own_resources_and_no_el_che_under_sync():
+    monitor = fl.Monitor(2, stream=None, gpu=False)
+    try:
+        two_ranks(toy.mse_step, epochs=2, policy=fl.ApplyPolicy.SYNC).monitor(monitor).run().join()
+        records = [r.to_json() for r in monitor.history]
+    finally:
+        monitor.close()
+    assert [r["epoch"] for r in records] == [1, 2]
+    for record in records:
+        ranks = record["ranks"]  # sampled in each rank's process, sent with its epoch report
+        assert sorted(ranks) == ["0", "1"]
+        assert all(r["rss"] > 0 and r["ram_total"] > 0 and "cpu" in r for r in ranks.values())
+        # Sync averages every batch and splits data equally: El Che decides nothing there.
+        assert not [k for k in record["metrics"] if k.startswith("el_che")]
+        assert record["metrics"]["rank0_share"] == pytest.approx(0.5)
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_under_a_launcher_metrics_end_and_only_rank_0_logs_and_finishes_the_monitor():
+    import queue
+    import socket
+
+    from tests.train import builder_ranks
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = torch.multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=builder_ranks.scenario, args=(r, 2, port, results), daemon=True)
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        outs = sorted((results.get(timeout=180) for _ in procs), key=lambda o: o["rank"])
+    except queue.Empty:
+        pytest.fail("a launched rank did not report within 180 s")
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    for out in outs:
+        assert "error" not in out, out["error"]
+    zero, one = outs
+    assert zero["streamed"] == [0, 1] and one["streamed"] == []  # epochs are rank 0's to report
+    assert zero["monitor"] == ["log 0", "log 1", "finish"] and one["monitor"] == []
+    assert zero["params"] == one["params"]  # every rank's join() returns the same state
