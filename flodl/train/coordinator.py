@@ -10,9 +10,18 @@ Deadlock invariants kept from the original (reference §5.4):
 1. never start an averaging unless every rank is active and has run >= 1 batch since the last;
 2. never start the next collective averaging before every rank acknowledged the previous one
    (the acknowledgement is not counted as a training batch);
-3. no throttle and no overshoot gate with the collective backend;
+3. no throttle with the collective backend;
 4. two ``Shutdown`` messages per rank (end of training loop, end of the exit drain) — the second
    is sent by the runtime after the coordinator finishes.
+
+One deliberate difference: the overshoot gate (a rank streaming into the next epoch stops
+``count + max_overshoot`` batches past the last averaging) applies to both backends. Without it a
+fast rank drained every later epoch before a slow (or late-starting) rank finished its first
+chunk: the slow rank was left with nothing to train, no averaging could happen again, and its
+stale replica ended up in the final average. The original kept the gate off the collective
+backend because a gated rank could not join a collective; here a rank waiting for work still
+handles every control message, and when no rank has work left the coordinator averages at once
+(``should_average``), which releases the gate.
 """
 
 from __future__ import annotations
@@ -176,6 +185,7 @@ class Coordinator:
         self._rank_pool = [0] * w  # epoch each rank currently draws from
         self._in_flight = [0] * w  # samples dispatched, not yet reported
         self._owed = [0] * w  # plans sent, not yet reported (both dispatch modes)
+        self._gated: set[int] = set()  # ranks refused work by the overshoot gate
         nb = config.batches_per_epoch
         self._overshoot_auto = config.max_overshoot is None
         self.max_overshoot = (
@@ -262,6 +272,10 @@ class Coordinator:
             return False
         if self.active_count < w or min(self.steps_since_avg) < 1:
             return False
+        if self._gated and not any(self._owed):
+            # A rank waits at the overshoot gate and nobody holds work: nothing would change the
+            # counters any more, so the window is over — average now (releasing it), not never.
+            return True
         counts = self.el_che.batch_counts
         reached = all(s >= c for s, c in zip(self.steps_since_avg, counts, strict=True))
         match self.cfg.policy:
@@ -481,7 +495,9 @@ class Coordinator:
         else:
             return []
         if epoch > self.aggregated + 1 and self._overshoot_blocked(rank):
+            self._gated.add(rank)
             return []
+        self._gated.discard(rank)
         batches = self._chunk_batches(rank, pool)
         chunk = pool.take(rank, batches * self.cfg.batch_size)
         if chunk is None or chunk[1] == 0:
@@ -491,8 +507,9 @@ class Coordinator:
         return [self._start(rank, EpochPlan(epoch, chunk[0], chunk[1]))]
 
     def _overshoot_blocked(self, rank: int) -> bool:
-        """CPU backend only: a rank running into the next epoch must not race too far ahead."""
-        if self.cfg.backend is AverageBackend.NCCL or self.el_che is None:
+        """A rank running into the next epoch must not race ahead of the averaging window: past
+        its El Che count plus ``max_overshoot`` it waits for the next averaging (module doc)."""
+        if self.el_che is None:
             return False
         return self.steps_since_avg[rank] >= self.el_che.batches(rank) + self.max_overshoot
 

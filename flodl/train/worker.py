@@ -102,6 +102,7 @@ class Worker:
         self.max_batches = max_batches
         self._epoch_batches: dict[int, int] = {}  # batches run per epoch, for max_batches
         self.idle_ms = 0.0  # waiting since the last report: for a plan, an averaging, a throttle
+        self._last_report = time.perf_counter()
         self._sampler = None
         if sample_resources:  # for a monitor: this process's CPU, memory and GPU, per report
             from flodl.monitor.resources import ResourceSampler
@@ -189,6 +190,8 @@ class Worker:
                 if stop == "shutdown":
                     return None
         idle, self.idle_ms = self.idle_ms, 0.0
+        now = time.perf_counter()
+        wall, self._last_report = (now - self._last_report) * 1e3, now
         return MetricsMsg(
             rank=self.rank,
             epoch=plan.epoch,
@@ -200,6 +203,7 @@ class Worker:
             device_index=self.device.index or 0,
             resources=self._sampler.sample().to_json() if self._sampler is not None else {},
             idle_ms=idle,
+            wall_ms=wall,
         )
 
     # -- control ---------------------------------------------------------------------------------
@@ -261,6 +265,7 @@ class Worker:
     def run(self) -> None:
         """The rank's whole life under a coordinator: plans until Shutdown, then the final snapshot."""
         assert self.channel is not None
+        self._last_report = time.perf_counter()
         try:
             while True:
                 waited = time.perf_counter()

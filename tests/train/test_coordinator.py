@@ -359,13 +359,36 @@ def test_progressive_epoch_aggregates_only_after_every_rank_finished():
     assert 1 in c.pools  # epoch 1's pool survives
 
 
-def test_overshoot_gate_blocks_cross_epoch_dispatch_on_cpu_only():
-    for backend, blocked in ((CPU, True), (NCCL, False)):
-        c = make(CADENCE, backend, epochs=3, n=80, bs=10, max_overshoot=2)
-        first = plans_of(c.start(0.0))
-        batches(c, 0, 12)  # >= count (10) + overshoot (2)
-        out = finish(c, 0, first[0])
-        assert (plans_of(out) == {}) == blocked
+@pytest.mark.parametrize("backend", [NCCL, CPU])
+def test_overshoot_gate_blocks_cross_epoch_dispatch_on_both_backends(backend):
+    c = make(CADENCE, backend, epochs=3, n=80, bs=10, max_overshoot=2)
+    first = plans_of(c.start(0.0))
+    batches(c, 0, 11)  # below count (10) + overshoot (2): may stream into epoch 1
+    batches(c, 1, 1)
+    assert plans_of(finish(c, 0, first[0])) != {}
+    c = make(CADENCE, backend, epochs=3, n=80, bs=10, max_overshoot=2)
+    first = plans_of(c.start(0.0))
+    batches(c, 0, 12)  # >= count (10) + overshoot (2): waits for the next averaging
+    batches(c, 1, 1)
+    assert plans_of(finish(c, 0, first[0])) == {}
+    assert not c.should_average()  # rank 1 still holds work: its window is not over
+    out = finish(c, 1, first[1])  # epoch 0 is complete: epoch 1 is current, nobody is ahead
+    assert set(plans_of(out)) == {0, 1}
+
+
+def test_when_no_rank_holds_work_the_coordinator_averages_at_once():
+    # A safety net: the gate alone cannot idle every rank (someone holds the current epoch's
+    # work), but a rank whose work vanished must never leave the others gated forever.
+    c = make(CADENCE, NCCL, epochs=3, n=80, bs=10, max_overshoot=2)
+    first = plans_of(c.start(0.0))
+    batches(c, 0, 30)  # far past its count: gated at the epoch boundary
+    batches(c, 1, 1)  # the Cadence trigger (every rank at its count) is nowhere near
+    assert plans_of(finish(c, 0, first[0])) == {}
+    assert not c.should_average()
+    c._owed[1] = 0  # rank 1 holds nothing either
+    assert c.should_average()
+    out = c.tick(0.0)
+    assert of(out, SyncNow) and set(plans_of(out)) == {0}  # and the gate is released
 
 
 def test_final_epoch_under_streaming_shuts_everyone_down():

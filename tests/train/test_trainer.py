@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import pickle
 import re
 import time
@@ -32,6 +33,11 @@ def assert_no_process_left(pids: list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(psutil.NoSuchProcess):
             assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, f"rank process {pid} alive"
+
+
+@functools.cache
+def single_device_loss(epochs: int) -> float:
+    return final_loss(builder().num_epochs(epochs).run().join())
 
 
 def final_loss(state: fl.TrainedState) -> float:
@@ -270,7 +276,7 @@ def test_two_cpu_ranks_every_policy_and_backend(policy, backend, tmp_path, monke
     seen = []
     handle = (
         builder()
-        .num_epochs(2)
+        .num_epochs(4)
         .epoch_fn(toy.logging_epoch_fn)
         .devices(["cpu", "cpu"])
         .policy(policy)
@@ -282,14 +288,16 @@ def test_two_cpu_ranks_every_policy_and_backend(policy, backend, tmp_path, monke
     )
     assert handle.world_size == 2
     state = handle.join()
-    assert [m.epoch for m in seen] == [0, 1]
+    assert [m.epoch for m in seen] == [0, 1, 2, 3]
     assert len(seen[0].per_rank_batch_share) == 2
-    assert final_loss(state) < 0.5  # the averaged model learned the regression
+    # The averaged model lands in the single-device loss band (4 epochs alone: 9.2e-5, the
+    # noise floor; a starved or stale replica averaged in gave 7e-3).
+    assert final_loss(state) <= 3 * single_device_loss(4) + 5e-5
     calls = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
     assert all(epoch == current for _, epoch, current, _ in calls)  # worker.current_epoch agrees
     assert {threads for *_, threads in calls} == {1}  # .threads_per_rank(1) reached the ranks
     if policy is fl.ApplyPolicy.SYNC:  # every rank enters every epoch exactly once
-        assert sorted(calls) == [(r, e, e, 1) for r in range(2) for e in range(2)]
+        assert sorted(calls) == [(r, e, e, 1) for r in range(2) for e in range(4)]
 
 
 def two_ranks(step, **kw):
@@ -336,34 +344,45 @@ def test_a_hung_rank_is_detected_by_the_no_progress_timeout():
 
 
 @pytest.mark.multiproc
+@pytest.mark.timeout(300)
 def test_el_che_gives_the_fast_rank_more_work_and_the_monitor_shows_it():
     seen = []
     monitor = toy.RecordingMonitor()
     handle = (
-        two_ranks(toy.slow_rank1_step, epochs=3, policy=fl.ApplyPolicy.CADENCE, anchor=4)
+        builder(toy.slow_rank1_step)
+        .dataset(toy.regression_data(1024))  # 64 batches per epoch: several windows each
+        .num_epochs(4)
+        .devices(["cpu", "cpu"])
+        .timeout(60)
+        .policy(fl.ApplyPolicy.CADENCE)
         .metrics_fn(seen.append)
         .monitor(monitor)
         .run()
     )
     handle.join()
-    last = seen[-1]
-    assert last.batch_counts[0] > last.batch_counts[1]  # El Che measured rank 1 as slower
-    assert last.per_rank_batch_share[0] > 0.55  # and the fast rank trained on more samples
-    assert [e for e, _, _ in monitor.logs] == [0, 1, 2] and monitor.finished == 1
+    injected = toy.SLOW_RANK_MS[1] / toy.SLOW_RANK_MS[0]  # rank 0 is 3x faster
+    # Epoch 0 holds the start-up and El Che's first measurement; from epoch 1 on the split of
+    # the work must follow the speeds. The band is wide on purpose: on a loaded machine every
+    # batch takes a little longer, which compresses the measured ratio (2.1-3.1 observed with
+    # four runs sharing two cores); an equal split would give 1, starving the slow rank >> 3.
+    steady = seen[1:]
+    fast, slow = (sum(m.per_rank_batches[r] for m in steady) for r in (0, 1))
+    assert 0.55 * injected <= fast / slow <= 1.5 * injected
+    counts = seen[-1].batch_counts  # El Che's per-window counts: slow rank = anchor
+    assert 0.55 * injected <= counts[0] / counts[1] <= 1.5 * injected
+    assert all(m.per_rank_batches[1] > 0 for m in seen)  # the slow rank trains every epoch
+    # ... and the fast rank does not wait for it (about 5 % observed, under load too).
+    idle = sum(m.per_rank_idle_ms[0] for m in steady) / sum(m.per_rank_wall_ms[0] for m in steady)
+    assert idle < 0.25
+    assert [e for e, _, _ in monitor.logs] == [0, 1, 2, 3] and monitor.finished == 1
     _, elapsed, logged = monitor.logs[-1]
+    last = seen[-1]
     assert elapsed == last.epoch_ms / 1e3 and logged["loss"] == last.avg_loss
     assert logged["el_che_rank0_batches"] > logged["el_che_rank1_batches"]
     assert logged["el_che_anchor"] == last.anchor
     assert logged["rank0_samples_per_s"] > 0 and logged["rank1_samples_per_s"] > 0
     assert logged["rank0_share"] == last.per_rank_batch_share[0]
-
-
-@pytest.mark.multiproc
-def test_averaged_model_reaches_the_single_device_loss_band():
-    single = builder().num_epochs(4).run().join()
-    multi = two_ranks(toy.mse_step, epochs=4, policy=fl.ApplyPolicy.CADENCE).run().join()
-    assert final_loss(single) < 0.05
-    assert final_loss(multi) < max(4 * final_loss(single), 0.05)
+    assert logged["rank0_idle"] == last.per_rank_idle_share[0] < 1
 
 
 @pytest.mark.multiproc
