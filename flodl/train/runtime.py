@@ -178,6 +178,36 @@ def wait_final(store: dist.TCPStore, timeout: float) -> TrainedState:
     return state
 
 
+def coordinator_for(spec: TrainSpec, world: int, dataset_size: int) -> Coordinator:
+    """The coordinator, El Che and convergence guard a run's settings describe (pure objects)."""
+    cfg = CoordinatorConfig(
+        world=world,
+        num_epochs=spec.epochs(),
+        dataset_size=dataset_size,
+        batch_size=spec.batch_size or 1,
+        policy=spec.policy,
+        backend=spec.backend,
+        progressive=spec.progressive,
+        partition_ratios=spec.partition_ratios,
+        max_batch_diff=spec.max_batch_diff,
+        max_overshoot=spec.max_overshoot,
+        checkpoint_every=spec.checkpoint_every,
+        snapshot_timeout=spec.snapshot_timeout,
+        max_batches_per_rank=spec.max_batches(),
+    )
+    el_che = ElChe(
+        world,
+        spec.anchor,
+        overhead_target=spec.overhead_target,
+        max_anchor=spec.max_anchor,
+        max_batch_diff=spec.max_batch_diff,
+    )
+    if spec.speed_hint is not None:
+        el_che.with_speed_ratio(*spec.speed_hint)
+    guard = ConvergenceGuard(spec.divergence_threshold, enabled=spec.divergence_guard)
+    return Coordinator(cfg, el_che, guard)
+
+
 class CoordinatorThread(threading.Thread):
     """Hosts the pure :class:`Coordinator` in rank 0's process and publishes epochs and the result."""
 
@@ -185,33 +215,8 @@ class CoordinatorThread(threading.Thread):
         super().__init__(name="flodl-coordinator", daemon=True)
         self.spec, self.world = spec, world
         self.channel = CoordinatorChannel(host, port, world)
-        dataset = spec.resolve_dataset()
-        cfg = CoordinatorConfig(
-            world=world,
-            num_epochs=spec.epochs(),
-            dataset_size=require_samples(as_source(dataset)),
-            batch_size=spec.batch_size or 1,
-            policy=spec.policy,
-            backend=spec.backend,
-            progressive=spec.progressive,
-            partition_ratios=spec.partition_ratios,
-            max_batch_diff=spec.max_batch_diff,
-            max_overshoot=spec.max_overshoot,
-            checkpoint_every=spec.checkpoint_every,
-            snapshot_timeout=spec.snapshot_timeout,
-            max_batches_per_rank=spec.max_batches(),
-        )
-        el_che = ElChe(
-            world,
-            spec.anchor,
-            overhead_target=spec.overhead_target,
-            max_anchor=spec.max_anchor,
-            max_batch_diff=spec.max_batch_diff,
-        )
-        if spec.speed_hint is not None:
-            el_che.with_speed_ratio(*spec.speed_hint)
-        self.coord = Coordinator(
-            cfg, el_che, ConvergenceGuard(spec.divergence_threshold, enabled=spec.divergence_guard)
+        self.coord = coordinator_for(
+            spec, world, require_samples(as_source(spec.resolve_dataset()))
         )
         self._metrics = KeyWriter(self.channel.store, "metrics")
 

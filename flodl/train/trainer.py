@@ -26,8 +26,6 @@ import torch
 
 from flodl.data.sources import as_source, require_samples
 from flodl.train.checkpointing import SaveFdl
-from flodl.train.coordinator import check_partition_ratios, dispatch_is_progressive
-from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_mode import GraphSession
 from flodl.train.graph_mode import setup as setup_graph
@@ -40,6 +38,7 @@ from flodl.train.launch import (
 )
 from flodl.train.messages import ApplyPolicy, AverageBackend
 from flodl.train.metrics import EpochMetrics
+from flodl.train.runtime import coordinator_for
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState
 
@@ -112,6 +111,11 @@ class TrainerBuilder:
         self._spec = TrainSpec(model_factory, optim_factory, train_step)
         self._monitor: Any = None
         self._metrics_fn: Callable[[EpochMetrics], Any] | None = None
+
+    @property
+    def spec(self) -> TrainSpec:
+        """The settings so far (what every rank receives)."""
+        return self._spec
 
     def _set(self, **values: Any) -> TrainerBuilder:
         for name, value in values.items():
@@ -400,26 +404,10 @@ def check_for_world(spec: TrainSpec, world: int) -> None:
     not apply, so a script written for several GPUs still runs on a laptop."""
     if world < 2:
         return
-    check_partition_ratios(
-        spec.partition_ratios, world, dispatch_is_progressive(spec.policy, spec.progressive)
-    )
-    el_che = ElChe(
-        world,
-        spec.anchor,
-        overhead_target=spec.overhead_target,
-        max_anchor=spec.max_anchor,
-        max_batch_diff=spec.max_batch_diff,
-    )
-    if spec.speed_hint is not None:
-        el_che.with_speed_ratio(*spec.speed_hint)
-    if not spec.dataset_is_factory:  # a factory is built in the ranks only
-        n = require_samples(as_source(spec.dataset))
-        need = (spec.batch_size or 1) * world
-        if n < need:
-            raise TrainerConfigError(
-                f"the dataset has {n} samples, fewer than one batch of {spec.batch_size} per rank "
-                f"({world} ranks) — use a smaller batch_size or fewer devices"
-            )
+    # The coordinator the run would build checks ratios, El Che knobs and the dataset's size;
+    # a dataset factory is built in the ranks only, so its size is checked there.
+    n = None if spec.dataset_is_factory else require_samples(as_source(spec.dataset))
+    coordinator_for(spec, world, n if n is not None else (spec.batch_size or 1) * world)
 
 
 def _finite(
