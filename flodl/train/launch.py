@@ -239,22 +239,27 @@ class SpawnedRun:
     def _supervise(self) -> TrainedState:
         grace: float | None = None
         beats = Heartbeats(self.store, self.world, self.spec.timeout)
+        reported: set[int] = set()
         while True:
             if self.store.check([FINAL_KEY]):
                 return wait_final(self.store, 0)
             dead = [
                 (r, p.exitcode) for r, p in enumerate(self.processes) if p.exitcode not in (None, 0)
             ]
+            for rank, code in dead:
+                if rank not in reported:  # tell the coordinator: it stops the others and
+                    reported.add(rank)  # publishes the survivors' average with the error
+                    self.store.set(f"dead/{rank}", self._death_message(rank, code))
             if dead and grace is None:
-                grace = time.monotonic() + 1.0  # give the coordinator a moment to publish it
+                # Rank 0 (the coordinator) gone, or survivors that cannot finish: do not wait long.
+                grace = time.monotonic() + (
+                    1.0 if dead[0][0] == 0 else min(self.spec.timeout, 10.0)
+                )
             if grace is not None and time.monotonic() > grace:
                 rank, code = dead[0]
-                details = ""
-                if self.store.check([f"crash/{rank}"]):
-                    details = self.store.get(f"crash/{rank}").decode()
-                raise TrainingError(
-                    f"rank {rank} exited with code {code}", rank=rank, details=details
-                )
+                message = self._death_message(rank, code)
+                summary, _, details = message.partition("\n")
+                raise TrainingError(summary, rank=rank, details=details)
             if all(p.exitcode == 0 for p in self.processes) and not self.store.check([FINAL_KEY]):
                 raise TrainingError("every rank exited but no final state was published")
             alive = [r for r, p in enumerate(self.processes) if p.exitcode is None]
@@ -267,6 +272,13 @@ class SpawnedRun:
                     rank=rank,
                 )
             time.sleep(0.05)
+
+    def _death_message(self, rank: int, code: int | None) -> str:
+        """``rank N exited with code C`` and, below it, what the rank reported before dying."""
+        details = ""
+        if self.store.check([f"crash/{rank}"]):
+            details = self.store.get(f"crash/{rank}").decode()
+        return f"rank {rank} exited with code {code}" + (f"\n{details}" if details else "")
 
     @property
     def pids(self) -> list[int]:

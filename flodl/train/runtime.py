@@ -235,6 +235,7 @@ class CoordinatorThread(threading.Thread):
         try:
             last_seen = [time.monotonic()] * self.world
             self._send(coord.start(time.monotonic()))
+            next_death_check = 0.0
             while not coord.all_done and len(exited) < self.world and not errors:
                 try:
                     first = self.channel.inbox.get(timeout=0.01)
@@ -249,6 +250,10 @@ class CoordinatorThread(threading.Thread):
                 now = time.monotonic()
                 for msg in batch:
                     self._dispatch(msg, now, finals, errors, exited, last_seen)
+                if now >= next_death_check:  # ranks the supervising process saw die
+                    next_death_check = now + 0.25
+                    for rank, error in self._deaths(exited):
+                        self._dispatch(Exiting(rank, error), now, finals, errors, exited, last_seen)
                 for metrics in coord.take_epochs():
                     self._publish(metrics)
                 # Silence counts only while a rank owes something (metrics, an ack, a snapshot):
@@ -277,6 +282,16 @@ class CoordinatorThread(threading.Thread):
             state = None
         self.channel.store.set(FINAL_KEY, pickle.dumps((state, errors)))
         self.channel.close()
+
+    def _deaths(self, exited: set[int]) -> list[tuple[int, str]]:
+        """Ranks reported dead (``dead/<rank>``, set by the supervising process): a rank killed
+        or crashed hard sends nothing itself, and its survivors' average is still worth having."""
+        store = self.channel.store
+        return [
+            (r, store.get(f"dead/{r}").decode())
+            for r in range(self.world)
+            if r not in exited and store.check([f"dead/{r}"])
+        ]
 
     def _dispatch(self, msg, now, finals, errors, exited, last_seen) -> None:
         coord = self.coord

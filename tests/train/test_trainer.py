@@ -291,8 +291,12 @@ def test_two_cpu_ranks_every_policy_and_backend(policy, backend, tmp_path, monke
     assert [m.epoch for m in seen] == [0, 1, 2, 3]
     assert len(seen[0].per_rank_batch_share) == 2
     # The averaged model lands in the single-device loss band (4 epochs alone: 9.2e-5, the
-    # noise floor; a starved or stale replica averaged in gave 7e-3).
-    assert final_loss(state) <= 3 * single_device_loss(4) + 5e-5
+    # noise floor; a starved or stale replica averaged in gave 7e-3). The CPU backend lets ranks
+    # train on while a snapshot round trips and then overwrites those batches with the average
+    # (as the original; Sync throttles instead): on a loaded machine that discards more of them,
+    # so Cadence and Async there get a wider band (4.7e-4 observed).
+    band = 3 if backend is fl.AverageBackend.NCCL or policy is fl.ApplyPolicy.SYNC else 10
+    assert final_loss(state) <= band * single_device_loss(4) + 5e-5
     calls = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
     assert all(epoch == current for _, epoch, current, _ in calls)  # worker.current_epoch agrees
     assert {threads for *_, threads in calls} == {1}  # .threads_per_rank(1) reached the ranks
@@ -312,26 +316,45 @@ def two_ranks(step, **kw):
     return b
 
 
+def seconds_since_injection(path) -> float:
+    return time.time() - float(path.read_text())
+
+
 @pytest.mark.multiproc
-def test_an_exception_in_one_rank_surfaces_from_join_with_rank_step_and_traceback():
-    handle = two_ranks(toy.failing_step, policy=fl.ApplyPolicy.SYNC).run()
+@pytest.mark.timeout(240)
+def test_an_exception_in_one_rank_surfaces_from_join_with_rank_step_and_traceback(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv(toy.INJECTED_AT, str(tmp_path / "injected"))
+    handle = two_ranks(toy.failing_step, policy=fl.ApplyPolicy.SYNC, timeout=60).run()
     with pytest.raises(fl.TrainingError) as info:
         handle.join()
+    # Reported, not timed out: far sooner than the 60 s timeout (20 s is only a hang guard).
+    assert seconds_since_injection(tmp_path / "injected") < 20
     err = info.value
     assert err.rank == 1
     assert "local step 3" in str(err)
     assert "ValueError: injected failure in train_step" in str(err)
     assert "failing_step" in err.details  # the original traceback
+    assert err.partial is not None and len(err.partial.params) == 2  # the survivor's state
+    assert len(handle.pids) == 2
+    assert_no_process_left(handle.pids)
 
 
 @pytest.mark.multiproc
-def test_a_killed_rank_fails_the_run_quickly_and_leaves_no_process():
-    handle = two_ranks(toy.crashing_step).run()
-    with pytest.raises(fl.TrainingError, match="rank 1"):
+@pytest.mark.timeout(240)
+def test_a_killed_rank_fails_the_run_quickly_and_leaves_no_process(tmp_path, monkeypatch):
+    monkeypatch.setenv(toy.INJECTED_AT, str(tmp_path / "injected"))
+    handle = two_ranks(toy.crashing_step, timeout=60).run()
+    with pytest.raises(fl.TrainingError, match="rank 1 exited with code 17") as info:
         handle.join()
+    assert seconds_since_injection(tmp_path / "injected") < 20  # not the 60 s timeout
+    assert info.value.rank == 1
+    # The supervising process told the coordinator, which stopped rank 0 and averaged what
+    # survived: rank 0's replica, on .partial.
+    assert info.value.partial is not None and len(info.value.partial.params) == 2
     assert len(handle.pids) == 2
-    for pid in handle.pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert_no_process_left(handle.pids)
 
 
 @pytest.mark.multiproc
@@ -339,8 +362,7 @@ def test_a_hung_rank_is_detected_by_the_no_progress_timeout():
     handle = two_ranks(toy.hanging_step, timeout=4).run()
     with pytest.raises(fl.TrainingError, match="rank 1 made no progress for 4 s"):
         handle.join()
-    for pid in handle.pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert_no_process_left(handle.pids)
 
 
 @pytest.mark.multiproc

@@ -51,9 +51,19 @@ def slow_rank1_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor
     return mse_step(model, batch)
 
 
+INJECTED_AT = "FLODL_TEST_INJECTED_AT"
+
+
+def _mark_injection() -> None:
+    """Write the wall-clock time of an injected fault to $FLODL_TEST_INJECTED_AT (if set)."""
+    if path := os.environ.get(INJECTED_AT):
+        Path(path).write_text(repr(time.time()))
+
+
 def failing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     ctx = context.current()
     if ctx.rank == 1 and ctx.local_step == 3:
+        _mark_injection()
         raise ValueError("injected failure in train_step")
     return mse_step(model, batch)
 
@@ -61,6 +71,7 @@ def failing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
 def crashing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     ctx = context.current()
     if ctx.rank == 1 and ctx.local_step == 3:
+        _mark_injection()
         os._exit(17)  # a hard crash: no Python cleanup, no message
     return mse_step(model, batch)
 
