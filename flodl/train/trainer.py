@@ -91,7 +91,11 @@ class TrainingHandle:
             out.append(item)
 
     def join(self) -> TrainedState:
-        """Wait for the end of training; the averaged state, or the first rank's error raised."""
+        """Wait for the end of training and return the averaged state.
+
+        A failed run raises :class:`fl.TrainingError` naming the rank, with its traceback in
+        ``.details`` and the surviving ranks' averaged state in ``.partial`` (None if none
+        survived) — the original returned that partial state instead, with a warning."""
         with self._lock:
             if self._state is None:
                 assert self._join is not None

@@ -650,3 +650,21 @@ def test_under_a_launcher_metrics_end_and_only_rank_0_logs_and_finishes_the_moni
     assert zero["streamed"] == [0, 1] and one["streamed"] == []  # epochs are rank 0's to report
     assert zero["monitor"] == ["log 0", "log 1", "finish"] and one["monitor"] == []
     assert zero["params"] == one["params"]  # every rank's join() returns the same state
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(240)
+def test_a_spec_a_rank_cannot_unpickle_is_reported_with_its_traceback():
+    handle = (
+        fl.Trainer.builder(toy.make_model, toy.make_sgd, toy.mse_step)
+        .dataset(toy.RebuiltNowhere())  # fine here; unpickling it in a rank raises
+        .batch_size(16)
+        .num_epochs(1)
+        .devices(["cpu", "cpu"])
+        .threads_per_rank(1)
+        .run()
+    )
+    with pytest.raises(fl.TrainingError, match=r"rank \d exited with code 1") as info:
+        handle.join()
+    assert "RuntimeError: RebuiltNowhere cannot be rebuilt in this process" in info.value.details
+    assert_no_process_left(handle.pids)

@@ -208,3 +208,22 @@ def batches_per_rank_and_epoch(path) -> dict[tuple[int, int], int]:
         rank, epoch = map(int, line.split())
         counts[rank, epoch] = counts.get((rank, epoch), 0) + 1
     return counts
+
+
+class RebuiltNowhere:
+    """A dataset that pickles fine but cannot be unpickled (as if its class were missing)."""
+
+    def __init__(self) -> None:
+        self.x, self.y = regression_data(64)
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def get_batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"x": self.x[indices], "y": self.y[indices]}
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        raise RuntimeError("RebuiltNowhere cannot be rebuilt in this process")
