@@ -417,7 +417,10 @@ def check_for_world(spec: TrainSpec, world: int) -> None:
 def _finite(
     name: str, value: float, *, above: float | None = None, least: float | None = None
 ) -> float:
-    v = float(value)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TrainerConfigError(f"{name} must be a number, got {value!r}") from None
     if (
         not math.isfinite(v)
         or (above is not None and v <= above)
@@ -429,7 +432,7 @@ def _finite(
 
 
 def _at_least(name: str, n: int, least: int) -> int:
-    if int(n) != n or int(n) < least:
+    if not isinstance(n, int | float) or int(n) != n or int(n) < least:
         raise TrainerConfigError(f"{name} must be an integer >= {least}, got {n!r}")
     return int(n)
 

@@ -94,6 +94,11 @@ def test_required_settings_are_named(missing):
         (lambda b: b.lr_scale_ratio(-0.5), "lr_scale_ratio must be a finite number >= 0, got -0.5"),
         (lambda b: b.overhead_target(0), "overhead_target must be a finite number > 0, got 0"),
         (lambda b: b.devices([]), "devices: give at least one device"),
+        (
+            lambda b: b.partition_ratios([1, "a"]),
+            "partition_ratios entry must be a number, got 'a'",
+        ),
+        (lambda b: b.max_batch_diff(1.5), "max_batch_diff must be an integer >= 0, got 1.5"),
     ],
 )
 def test_bad_values_are_rejected_at_the_setter(call, message):
