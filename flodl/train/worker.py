@@ -42,6 +42,11 @@ from flodl.train.metrics import MetricsMsg
 FINAL_ROUND = -1
 
 
+class CollectiveFailed(RuntimeError):
+    """The averaging collective failed — a peer died or timed out. This rank's replica is
+    intact (it was not overwritten), so it still counts towards the survivors' average."""
+
+
 class Channel(Protocol):
     """The worker's side of the transport."""
 
@@ -278,6 +283,8 @@ class Worker:
                     break
                 self.channel.send(metrics)
         except BaseException as err:
+            if isinstance(err, CollectiveFailed):
+                self._send_snapshot(FINAL_ROUND)
             self.channel.send(Exiting(self.rank, error=_describe(err, self)))
             raise
         self._send_snapshot(FINAL_ROUND)
@@ -322,7 +329,12 @@ class Worker:
         before = flat.clone() if self.policy is not ApplyPolicy.SYNC else None
         # Weighted by batches trained since the last average: a rank that barely trained (a late
         # start, a slow device) must not drag the average back towards where it started.
-        self.collective.average_(flat, float(max(self.steps_since_avg, 1)))
+        try:
+            self.collective.average_(flat, float(max(self.steps_since_avg, 1)))
+        except Exception as err:
+            raise CollectiveFailed(
+                f"rank {self.rank}: averaging version {version} failed ({err}) — a peer stopped"
+            ) from err
         torch.nn.utils.vector_to_parameters(flat, list(self.model.parameters()))
         divergence = None
         if before is not None:
