@@ -490,22 +490,30 @@ class Coordinator:
         epoch = max(self._rank_pool[rank], self.aggregated + 1)
         while epoch < self.cfg.num_epochs:
             pool = self._pool(epoch, now)
-            if pool.remaining >= self.cfg.batch_size:
+            if pool.remaining >= self.cfg.batch_size and self._quota(rank, pool) > 0:
                 break
-            epoch += 1  # cross-epoch streaming: this epoch is fully handed out
+            epoch += 1  # cross-epoch streaming: this epoch is fully handed out (for this rank)
         else:
             return []
         if epoch > self.aggregated + 1 and self._overshoot_blocked(rank):
             self._gated.add(rank)
             return []
         self._gated.discard(rank)
-        batches = self._chunk_batches(rank, pool)
+        batches = min(self._chunk_batches(rank, pool), self._quota(rank, pool))
         chunk = pool.take(rank, batches * self.cfg.batch_size)
         if chunk is None or chunk[1] == 0:
             return []
         self._rank_pool[rank] = epoch
         self._in_flight[rank] = chunk[1]
         return [self._start(rank, EpochPlan(epoch, chunk[0], chunk[1]))]
+
+    def _quota(self, rank: int, pool: ChunkPool) -> int:
+        """Batches ``rank`` may still take from ``pool``: unbounded, except in a smoke run, where
+        each rank's share of an epoch is the cap (so no rank is handed work it may not train)."""
+        cap = self.cfg.max_batches_per_rank
+        if cap is None:
+            return pool.remaining // self.cfg.batch_size
+        return max(cap - pool.dispatched[rank] // self.cfg.batch_size, 0)
 
     def _overshoot_blocked(self, rank: int) -> bool:
         """A rank running into the next epoch must not race ahead of the averaging window: past

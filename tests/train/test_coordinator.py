@@ -476,3 +476,15 @@ def test_a_smoke_cap_makes_each_epoch_that_many_batches_per_rank(policy):
     plans = [m.plan for _, m in of(out, StartEpoch)]
     assert [p.size for p in plans] == [20, 20]  # two batches each
     assert sum(p.size for p in plans) == c.cfg.dataset_size == 40  # the whole (smoke) epoch
+
+
+def test_a_smoke_cap_is_each_ranks_quota_of_a_progressive_epoch():
+    # Rank 0 is fast: without quotas it would take all of epoch 1 while rank 1 finishes epoch 0.
+    c = make(CADENCE, n=1000, bs=10, epochs=2, max_batches_per_rank=2)
+    first = plans_of(c.start(0.0))
+    out = finish(c, 0, first[0])
+    second = plans_of(out)[0]
+    assert (second.epoch, second.size) == (1, 20)  # its quota of epoch 1
+    assert plans_of(finish(c, 0, second)) == {}  # nothing more for rank 0
+    out = finish(c, 1, first[1])
+    assert plans_of(out)[1].epoch == 1 and plans_of(out)[1].size == 20  # rank 1's share is left
