@@ -53,6 +53,10 @@ def main() -> None:
     if args.ranks > 1:
         builder.devices(["cpu"] * args.ranks)
     handle = builder.run()
+    for metrics in iter(handle.next_metrics, None):  # epochs as they are aggregated (rank 0)
+        print(
+            f"epoch {metrics.epoch}: loss {metrics.avg_loss:.4f} batches {metrics.per_rank_batches}"
+        )
     state = handle.join()
     model = state.load_into(make_model("cpu"))
     x, y = make_data()

@@ -24,6 +24,7 @@ class WorkerContext:
     epoch: int = 0
     local_step: int = 0
     global_step: int = 0
+    lr: float = 0.0  # the optimizer's learning rate for the batch being trained
     scalars: dict[str, tuple[float, int]] = field(default_factory=dict)
 
 

@@ -10,9 +10,18 @@ Deadlock invariants kept from the original (reference §5.4):
 1. never start an averaging unless every rank is active and has run >= 1 batch since the last;
 2. never start the next collective averaging before every rank acknowledged the previous one
    (the acknowledgement is not counted as a training batch);
-3. no throttle and no overshoot gate with the collective backend;
+3. no throttle with the collective backend;
 4. two ``Shutdown`` messages per rank (end of training loop, end of the exit drain) — the second
    is sent by the runtime after the coordinator finishes.
+
+One deliberate difference: the overshoot gate (a rank streaming into the next epoch stops
+``count + max_overshoot`` batches past the last averaging) applies to both backends. Without it a
+fast rank drained every later epoch before a slow (or late-starting) rank finished its first
+chunk: the slow rank was left with nothing to train, no averaging could happen again, and its
+stale replica ended up in the final average. The original kept the gate off the collective
+backend because a gated rank could not join a collective; here a rank waiting for work still
+handles every control message, and when no rank has work left the coordinator averages at once
+(``should_average``), which releases the gate.
 """
 
 from __future__ import annotations
@@ -52,6 +61,28 @@ MIN_CHUNK_BATCHES = 4
 OVERSHOOT_CEILING = 15
 
 
+def dispatch_is_progressive(policy: ApplyPolicy, progressive: bool | None) -> bool:
+    """Progressive (chunked) dispatch unless set: on for Cadence and Async, off for Sync."""
+    return policy is not ApplyPolicy.SYNC if progressive is None else progressive
+
+
+def check_partition_ratios(ratios: list[float] | None, world: int, progressive: bool) -> None:
+    """User partition ratios: one finite, non-negative ratio per rank, per-epoch dispatch only."""
+    if ratios is None:
+        return
+    if len(ratios) != world:
+        raise TrainerConfigError(
+            f"partition_ratios has {len(ratios)} entries for {world} ranks — give one ratio per rank"
+        )
+    if any(not 0 <= r < math.inf for r in ratios):
+        raise TrainerConfigError(f"partition_ratios must be finite and >= 0, got {ratios}")
+    if progressive:
+        raise TrainerConfigError(
+            "partition_ratios only apply to non-progressive dispatch (Cadence and Async dispatch "
+            "progressively by default) — add .progressive_dispatch(False) or drop the ratios"
+        )
+
+
 @dataclass
 class CoordinatorConfig:
     """Everything the coordinator needs to know about the run."""
@@ -69,6 +100,7 @@ class CoordinatorConfig:
     checkpoint_every: int | None = None
     snapshot_timeout: float = 5.0
     device_indices: list[int] = field(default_factory=list)
+    max_batches_per_rank: int | None = None  # FLODL_SMOKE: an epoch is this many batches per rank
 
     def __post_init__(self) -> None:
         if self.world < 1:
@@ -80,30 +112,19 @@ class CoordinatorConfig:
         if self.dataset_size < self.batch_size * self.world:
             raise TrainerConfigError(
                 f"the dataset has {self.dataset_size} samples, fewer than one batch of "
-                f"{self.batch_size} per rank ({self.world} ranks)"
+                f"{self.batch_size} per rank ({self.world} ranks) — use a smaller batch_size or "
+                "fewer devices"
             )
-        if self.partition_ratios is not None:
-            if len(self.partition_ratios) != self.world:
-                raise TrainerConfigError(
-                    f"partition_ratios has {len(self.partition_ratios)} entries for {self.world} ranks"
-                )
-            if any(not 0 <= r < math.inf for r in self.partition_ratios):
-                raise TrainerConfigError(
-                    f"partition_ratios must be finite and >= 0, got {self.partition_ratios}"
-                )
-            if self.is_progressive:
-                raise TrainerConfigError(
-                    "partition_ratios only apply to non-progressive dispatch; "
-                    "use progressive_dispatch(False) or drop the ratios"
-                )
+        check_partition_ratios(self.partition_ratios, self.world, self.is_progressive)
+        if self.max_batches_per_rank is not None:  # a smoke run: epochs shrink to the cap
+            cap = self.world * self.max_batches_per_rank * self.batch_size
+            self.dataset_size = min(self.dataset_size, cap)
         if not self.device_indices:
             self.device_indices = [0] * self.world
 
     @property
     def is_progressive(self) -> bool:
-        if self.progressive is None:
-            return self.policy is not ApplyPolicy.SYNC
-        return self.progressive
+        return dispatch_is_progressive(self.policy, self.progressive)
 
     @property
     def batches_per_epoch(self) -> int:
@@ -119,6 +140,7 @@ class _CpuRound:
     deadline: float
     steps: list[int]
     wall_ms: list[float]
+    counted: list[int]
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
 
 
@@ -164,6 +186,7 @@ class Coordinator:
         self._rank_pool = [0] * w  # epoch each rank currently draws from
         self._in_flight = [0] * w  # samples dispatched, not yet reported
         self._owed = [0] * w  # plans sent, not yet reported (both dispatch modes)
+        self._gated: set[int] = set()  # ranks refused work by the overshoot gate
         nb = config.batches_per_epoch
         self._overshoot_auto = config.max_overshoot is None
         self.max_overshoot = (
@@ -250,6 +273,10 @@ class Coordinator:
             return False
         if self.active_count < w or min(self.steps_since_avg) < 1:
             return False
+        if self._gated and not any(self._owed):
+            # A rank waits at the overshoot gate and nobody holds work: nothing would change the
+            # counters any more, so the window is over — average now (releasing it), not never.
+            return True
         counts = self.el_che.batch_counts
         reached = all(s >= c for s, c in zip(self.steps_since_avg, counts, strict=True))
         match self.cfg.policy:
@@ -289,7 +316,11 @@ class Coordinator:
             self.last_sync_ms = min(self.sync_ms)
             divergences = [d or 0.0 for d in self.divergences]
             out += self._finish(
-                self.steps_since_avg, self.wall_ms_accum, self.last_sync_ms, divergences
+                self.steps_since_avg,
+                self.wall_ms_accum,
+                self.last_sync_ms,
+                divergences,
+                self.last_step_count,
             )
             self.steps_since_avg = [0] * w
             self.wall_ms_accum = [0.0] * w
@@ -303,6 +334,7 @@ class Coordinator:
             deadline=now + self.cfg.snapshot_timeout,
             steps=list(self.steps_since_avg),
             wall_ms=list(self.wall_ms_accum),
+            counted=list(self.last_step_count),
         )
         out = [(r, RequestParams(self._rounds)) for r in range(w)]
         if self.cfg.policy is ApplyPolicy.SYNC:
@@ -328,7 +360,7 @@ class Coordinator:
         self.cpu_round = None
         out: Outbox = [(r, Update(self.version + 1, params, buffers)) for r in range(w)]
         self.last_sync_ms = (now - cpu.started) * 1e3
-        out += self._finish(cpu.steps, cpu.wall_ms, self.last_sync_ms, divergences)
+        out += self._finish(cpu.steps, cpu.wall_ms, self.last_sync_ms, divergences, cpu.counted)
         # Batches trained during the round carry over into the next window.
         self.steps_since_avg = [
             max(a - b, 0) for a, b in zip(self.steps_since_avg, cpu.steps, strict=True)
@@ -340,7 +372,12 @@ class Coordinator:
         return out
 
     def _finish(
-        self, steps: list[int], wall_ms: list[float], sync_ms: float, divergences: list[float]
+        self,
+        steps: list[int],
+        wall_ms: list[float],
+        sync_ms: float,
+        divergences: list[float],
+        counted: list[int],
     ) -> Outbox:
         assert self.el_che is not None
         if any(wall > 0 for wall in wall_ms):
@@ -356,7 +393,9 @@ class Coordinator:
             self.max_overshoot = min(self.max_overshoot + 1, self._overshoot_cap, OVERSHOOT_CEILING)
         self.global_step += sum(steps)
         self.throttled = [False] * self.cfg.world
-        return [(r, SetGlobalStep(self.global_step)) for r in range(self.cfg.world)]
+        # Each rank's step counter as of this count: a rank adds only the batches it ran since.
+        msg = SetGlobalStep(self.global_step, tuple(counted))
+        return [(r, msg) for r in range(self.cfg.world)]
 
     def _check_throttle(self) -> Outbox:
         d = self.cfg.max_batch_diff
@@ -419,9 +458,10 @@ class Coordinator:
         bs, w = self.cfg.batch_size, self.cfg.world
         remaining = pool.remaining // bs
         el = self.el_che
+        cap = self.cfg.max_batches_per_rank or remaining
         if el is None or not (el.calibrated or el.has_speed_hint):
             target = max(self.cfg.dataset_size // (w * 10 * bs), MIN_CHUNK_BATCHES)
-            return min(target, remaining)
+            return min(target, remaining, cap)
         counts = el.batch_counts
         target = math.ceil(remaining * counts[rank] / sum(counts))
         ms = el.ms_per_batch[rank]
@@ -435,7 +475,7 @@ class Coordinator:
             longest = max(others, default=0.0)
             if longest > ms:
                 target = min(target, int(longest // ms))
-        return min(max(target, MIN_CHUNK_BATCHES), remaining)
+        return min(max(target, MIN_CHUNK_BATCHES), remaining, cap)
 
     def _pool(self, epoch: int, now: float) -> ChunkPool:
         if epoch not in self.pools:
@@ -450,14 +490,16 @@ class Coordinator:
         epoch = max(self._rank_pool[rank], self.aggregated + 1)
         while epoch < self.cfg.num_epochs:
             pool = self._pool(epoch, now)
-            if pool.remaining >= self.cfg.batch_size:
+            if pool.remaining >= self.cfg.batch_size and self._quota(rank, pool) > 0:
                 break
-            epoch += 1  # cross-epoch streaming: this epoch is fully handed out
+            epoch += 1  # cross-epoch streaming: this epoch is fully handed out (for this rank)
         else:
             return []
         if epoch > self.aggregated + 1 and self._overshoot_blocked(rank):
+            self._gated.add(rank)
             return []
-        batches = self._chunk_batches(rank, pool)
+        self._gated.discard(rank)
+        batches = min(self._chunk_batches(rank, pool), self._quota(rank, pool))
         chunk = pool.take(rank, batches * self.cfg.batch_size)
         if chunk is None or chunk[1] == 0:
             return []
@@ -465,9 +507,18 @@ class Coordinator:
         self._in_flight[rank] = chunk[1]
         return [self._start(rank, EpochPlan(epoch, chunk[0], chunk[1]))]
 
+    def _quota(self, rank: int, pool: ChunkPool) -> int:
+        """Batches ``rank`` may still take from ``pool``: unbounded, except in a smoke run, where
+        each rank's share of an epoch is the cap (so no rank is handed work it may not train)."""
+        cap = self.cfg.max_batches_per_rank
+        if cap is None:
+            return pool.remaining // self.cfg.batch_size
+        return max(cap - pool.dispatched[rank] // self.cfg.batch_size, 0)
+
     def _overshoot_blocked(self, rank: int) -> bool:
-        """CPU backend only: a rank running into the next epoch must not race too far ahead."""
-        if self.cfg.backend is AverageBackend.NCCL or self.el_che is None:
+        """A rank running into the next epoch must not race ahead of the averaging window: past
+        its El Che count plus ``max_overshoot`` it waits for the next averaging (module doc)."""
+        if self.el_che is None:
             return False
         return self.steps_since_avg[rank] >= self.el_che.batches(rank) + self.max_overshoot
 
@@ -500,7 +551,9 @@ class Coordinator:
                 epoch_ms=(now - started) * 1e3 if started is not None else None,
             )
             metrics.device_indices = list(self.cfg.device_indices)
-            if self.el_che is not None:
+            if self.el_che is not None and self.cfg.policy is not ApplyPolicy.SYNC:
+                # Under Sync El Che decides nothing (every batch is averaged, data split
+                # equally): its counts would only mislead a dashboard.
                 metrics.batch_counts = list(self.el_che.batch_counts)
                 metrics.anchor = self.el_che.anchor
             self.epochs_ready.append(metrics)

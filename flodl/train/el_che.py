@@ -83,7 +83,15 @@ class ElChe:
         [23, 10]
         """
         if not 0 <= slow_rank < self.world:
-            raise TrainerConfigError(f"slow_rank {slow_rank} out of range for world={self.world}")
+            raise TrainerConfigError(
+                f"speed_hint: slow_rank {slow_rank} is not a rank of this run "
+                f"(ranks 0..{self.world - 1}) — name the slow device's rank"
+            )
+        if not 0 < ratio < math.inf:
+            raise TrainerConfigError(
+                f"speed_hint: ratio must be a finite number > 0 (how many times faster the other "
+                f"ranks are), got {ratio}"
+            )
         ratio = max(float(ratio), 1.0)
         fast = max(_round_half_away(self._anchor * ratio), 1)
         self.batch_counts = [self._anchor if r == slow_rank else fast for r in range(self.world)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import queue
@@ -9,8 +10,10 @@ import sys
 import threading
 import time
 import traceback
+import types
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -45,26 +48,75 @@ def resolve_devices(requested: list[str] | None) -> list[str]:
     return ["cuda:0" if torch.cuda.is_available() else "cpu"]
 
 
-def check_picklable(spec: TrainSpec) -> None:
-    """Spawned ranks import the factories by name: lambdas and closures cannot cross."""
-    for name in (
-        "model_factory",
-        "optim_factory",
-        "train_step",
-        "dataset",
-        "checkpoint_fn",
-        "epoch_fn",
-        "scheduler_factory",
-    ):
+_SENT_FIELDS = (
+    "model_factory",
+    "optim_factory",
+    "train_step",
+    "dataset",
+    "checkpoint_fn",
+    "epoch_fn",
+    "scheduler_factory",
+)
+
+
+def pickled_spec(spec: TrainSpec) -> bytes:
+    """The spec as spawned ranks receive it; a clear error for what they could not rebuild.
+
+    Spawned ranks import functions and classes by name. Lambdas and closures cannot be pickled at
+    all; things defined in ``__main__`` pickle fine but only import in the child when ``__main__``
+    is a file (``python train.py``, ``python -m pkg``) — not under ``python -c``, from stdin or in
+    a REPL/notebook, where the child would die unpickling them with no useful message.
+    """
+    main_ok = _main_is_importable()
+    for name in _SENT_FIELDS:
         value = getattr(spec, name)
         try:
-            pickle.dumps(value)
+            found = _main_references(value)
         except Exception as err:
             raise TrainerConfigError(
-                f"{name} cannot be sent to the training processes ({err}). Multi-device training runs one "
-                "process per device: pass module-level functions (not lambdas, closures or objects defined "
-                "in __main__ of an interactive session), or launch with torchrun"
+                f"{name} cannot be sent to the training processes ({err}) — multi-device training "
+                "runs one process per device: pass module-level functions (not lambdas or "
+                "closures), or launch with torchrun"
             ) from None
+        if found and not main_ok:
+            raise TrainerConfigError(
+                f"{name} uses {found[0]}, defined in __main__ of {_main_kind()}, which the training "
+                "processes cannot import — move it into a module (a .py file) and import it from "
+                "there, or run a script file (python train.py), or launch with torchrun"
+            )
+    return pickle.dumps(spec)
+
+
+def _main_is_importable() -> bool:
+    main = sys.modules.get("__main__")
+    if main is None:
+        return False
+    if getattr(getattr(main, "__spec__", None), "name", None):
+        return True  # python -m package.module
+    path = getattr(main, "__file__", None)
+    return path is not None and Path(path).is_file()
+
+
+def _main_kind() -> str:
+    arg = sys.argv[0] if sys.argv else ""
+    if arg == "-c":
+        return "a `python -c` command"
+    if arg == "-":
+        return "a script read from stdin"
+    return "an interactive session"
+
+
+def _main_references(value: object) -> list[str]:
+    """Names of the ``__main__`` functions and classes that pickling ``value`` refers to."""
+    found: list[str] = []
+
+    class Finder(pickle.Pickler):
+        def persistent_id(self, obj: object) -> None:
+            if isinstance(obj, (type, types.FunctionType)) and obj.__module__ == "__main__":
+                found.append(getattr(obj, "__qualname__", repr(obj)))
+
+    Finder(io.BytesIO()).dump(value)
+    return found
 
 
 class MetricsFeed:
@@ -92,8 +144,11 @@ class MetricsFeed:
         self._pump.join(timeout=5)
 
 
-def _spawn_entry(rank: int, world: int, spec: TrainSpec, host: str, port: int, device: str) -> None:
+def _spawn_entry(rank: int, world: int, payload: bytes, host: str, port: int, device: str) -> None:
     try:
+        # Unpickled here, not by multiprocessing, so a function this process cannot import is
+        # reported through the crash channel like any other failure.
+        spec = pickle.loads(payload)
         rank_main(rank, world, spec, host, port, device)
     except TrainingError:
         sys.exit(1)  # the parent reports the failing rank's traceback once
@@ -109,12 +164,23 @@ def _spawn_entry(rank: int, world: int, spec: TrainSpec, host: str, port: int, d
 
 
 class SpawnedRun:
-    """One process per device on this machine, supervised from the calling process."""
+    """One process per device on this machine, supervised from the calling process.
+
+    A supervisor thread starts with the ranks: it watches for the result, for ranks that exit
+    and for ranks whose heartbeat stops (a frozen process cannot report anything, and when it is
+    rank 0 it takes the coordinator's own watchdog with it). When training ends — finished or
+    failed — it stops every rank, delivers the last metrics and calls ``on_done``; ``join()``
+    only waits for it.
+    """
 
     def __init__(
-        self, spec: TrainSpec, devices: list[str], on_epoch: Callable[[EpochMetrics], None]
+        self,
+        spec: TrainSpec,
+        devices: list[str],
+        on_epoch: Callable[[EpochMetrics], None],
+        on_done: Callable[[], None] = lambda: None,
     ) -> None:
-        check_picklable(spec)
+        payload = pickled_spec(spec)
         self.spec, self.world = spec, len(devices)
         self.store = dist.TCPStore(
             "127.0.0.1",
@@ -129,7 +195,7 @@ class SpawnedRun:
         self.processes = [
             ctx.Process(
                 target=_spawn_entry,
-                args=(r, self.world, spec, "127.0.0.1", port, d),
+                args=(r, self.world, payload, "127.0.0.1", port, d),
                 name=f"flodl-rank-{r}",
                 daemon=True,
             )
@@ -139,46 +205,80 @@ class SpawnedRun:
             p.start()
         self._result: TrainedState | None = None
         self._error: BaseException | None = None
-        self._done = False
+        self._on_done = on_done
+        self._thread = threading.Thread(target=self._run, name="flodl-supervisor", daemon=True)
+        self._thread.start()
 
     def join(self) -> TrainedState:
-        if not self._done:
-            self._done = True
-            try:
-                self._result = self._supervise()
-            except BaseException as err:
-                self._error = err
-            finally:
-                self._reap(kill=self._error is not None)
-                self.feed.close()
+        try:
+            while self._thread.is_alive():
+                self._thread.join(timeout=0.5)
+        except BaseException:  # Ctrl-C while waiting: leave nothing running
+            self._reap(kill=True)
+            raise
         if self._error is not None:
             raise self._error
         assert self._result is not None
         return self._result
 
+    def _run(self) -> None:
+        try:
+            self._result = self._supervise()
+        except BaseException as err:
+            self._error = err
+        failed = self._error is not None
+        try:
+            if failed:  # stop survivors first: they may be stuck in a collective
+                self._reap(kill=True)
+            self.feed.close()  # every published epoch is delivered before the stream ends
+        finally:
+            self._on_done()
+            if not failed:  # the result is in: let the ranks finish exiting on their own
+                self._reap(kill=False)
+
     def _supervise(self) -> TrainedState:
         grace: float | None = None
+        beats = Heartbeats(self.store, self.world, self.spec.timeout)
+        reported: set[int] = set()
         while True:
             if self.store.check([FINAL_KEY]):
                 return wait_final(self.store, 0)
             dead = [
                 (r, p.exitcode) for r, p in enumerate(self.processes) if p.exitcode not in (None, 0)
             ]
+            for rank, code in dead:
+                if rank not in reported:  # tell the coordinator: it stops the others and
+                    reported.add(rank)  # publishes the survivors' average with the error
+                    self.store.set(f"dead/{rank}", self._death_message(rank, code))
             if dead and grace is None:
-                grace = (
-                    time.monotonic() + 1.0
-                )  # give the coordinator a moment to publish the failure
+                # Rank 0 (the coordinator) gone, or survivors that cannot finish: do not wait long.
+                grace = time.monotonic() + (
+                    1.0 if dead[0][0] == 0 else min(self.spec.timeout, 10.0)
+                )
             if grace is not None and time.monotonic() > grace:
                 rank, code = dead[0]
-                details = ""
-                if self.store.check([f"crash/{rank}"]):
-                    details = self.store.get(f"crash/{rank}").decode()
-                raise TrainingError(
-                    f"rank {rank} exited with code {code}", rank=rank, details=details
-                )
+                message = self._death_message(rank, code)
+                summary, _, details = message.partition("\n")
+                raise TrainingError(summary, rank=rank, details=details)
             if all(p.exitcode == 0 for p in self.processes) and not self.store.check([FINAL_KEY]):
                 raise TrainingError("every rank exited but no final state was published")
+            alive = [r for r, p in enumerate(self.processes) if p.exitcode is None]
+            if (stuck := beats.stuck(alive)) is not None:
+                rank, silent = stuck
+                raise TrainingError(
+                    f"rank {rank} stopped responding: no heartbeat for {silent:.0f} s (its process "
+                    "is frozen or blocked in native code) — every rank was stopped; if it was "
+                    "busy, give it longer with .timeout(seconds)",
+                    rank=rank,
+                )
             time.sleep(0.05)
+
+    def _death_message(self, rank: int, code: int | None) -> str:
+        """``rank N exited with code C`` and, below it, what the rank reported before dying."""
+        details = ""
+        if self.store.check([f"crash/{rank}"]):
+            details = self.store.get(f"crash/{rank}").decode()
+        return f"rank {rank} exited with code {code}" + (f"\n{details}" if details else "")
 
     @property
     def pids(self) -> list[int]:
@@ -193,6 +293,42 @@ class SpawnedRun:
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+
+
+def heartbeat_timeout(timeout: float) -> float:
+    """How long a rank's heartbeat may stay silent: half the run's timeout (at least 5 s), so a
+    frozen rank is named before its peers' collectives time out waiting for it."""
+    return max(timeout / 2, 5.0)
+
+
+class Heartbeats:
+    """The supervisor's view of every rank's heartbeat counter."""
+
+    def __init__(self, store: dist.TCPStore, world: int, timeout: float) -> None:
+        self._store = store
+        self._limit = heartbeat_timeout(timeout)
+        now = time.monotonic()
+        self._seen = [(0, now) for _ in range(world)]
+
+    def stuck(self, ranks: list[int]) -> tuple[int, float] | None:
+        """(rank, seconds silent) of the rank silent the longest past the limit, if any.
+
+        A rank counts only from its first beat: starting a process (imports, CUDA) may take long,
+        and one that dies while starting is caught by its exit code."""
+        now = time.monotonic()
+        worst: tuple[int, float] | None = None
+        for r in ranks:
+            count = self._store.add(f"hb/{r}", 0)
+            last, since = self._seen[r]
+            if count != last:
+                self._seen[r] = (count, now)
+            elif (
+                count > 0
+                and now - since > self._limit
+                and (worst is None or now - since > worst[1])
+            ):
+                worst = (r, now - since)
+        return worst
 
 
 def run_under_launcher(spec: TrainSpec, on_epoch: Callable[[EpochMetrics], None]) -> TrainedState:

@@ -77,7 +77,11 @@ class Throttle:
 
 @dataclass(frozen=True)
 class SetGlobalStep:
+    """Batches trained by every rank together, as of an averaging: ``step`` is their sum and
+    ``counted[r]`` rank r's step counter it includes (empty: everything the receiver ran so far)."""
+
     step: int
+    counted: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

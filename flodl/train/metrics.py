@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -18,6 +19,10 @@ class MetricsMsg:
     samples: int
     scalars: dict[str, tuple[float, int]] = field(default_factory=dict)  # name -> (sum, count)
     device_index: int = 0
+    # The rank's resources when it sent this (``ResourceSample.to_json()``), if a monitor wants them.
+    resources: dict[str, Any] = field(default_factory=dict)
+    idle_ms: float = 0.0  # waiting (for work, an averaging, a throttle) since the last report
+    wall_ms: float = 0.0  # wall time since the last report (idle_ms is part of it)
 
 
 @dataclass
@@ -34,6 +39,21 @@ class EpochMetrics:
     device_indices: list[int]
     batch_counts: list[int] = field(default_factory=list)  # El Che counts when the epoch closed
     anchor: int = 0
+    # Each rank's latest resource sample (``ResourceSample.to_json()``; empty when not sampled).
+    per_rank_resources: list[dict[str, Any]] = field(default_factory=list)
+    per_rank_batches: list[int] = field(default_factory=list)  # batches each rank trained
+    # Each rank's wall time accounted to this epoch, and the part it spent waiting (for work,
+    # for a peer at an averaging, throttled): a fast rank held back by a slow one shows here.
+    per_rank_wall_ms: list[float] = field(default_factory=list)
+    per_rank_idle_ms: list[float] = field(default_factory=list)
+
+    @property
+    def per_rank_idle_share(self) -> list[float]:
+        """Fraction of each rank's time spent waiting (0 when it reported none)."""
+        return [
+            i / w if w > 0 else 0.0
+            for i, w in zip(self.per_rank_idle_ms, self.per_rank_wall_ms, strict=True)
+        ]
 
     def as_dict(self) -> dict[str, float]:
         """``loss`` plus every recorded scalar."""
@@ -53,6 +73,9 @@ class EpochMetrics:
         ):
             out[f"rank{r}_samples_per_s"] = speed * 1e3
             out[f"rank{r}_share"] = share
+        if len(self.per_rank_wall_ms) > 1:  # several ranks: who waits for whom
+            for r, idle in enumerate(self.per_rank_idle_share):
+                out[f"rank{r}_idle"] = idle
         for r, count in enumerate(self.batch_counts):
             out[f"el_che_rank{r}_batches"] = float(count)
         if self.batch_counts:
@@ -79,8 +102,15 @@ def aggregate_epoch_metrics(
     samples = [0] * world
     devices = [0] * world
     sums: list[dict[str, tuple[float, int]]] = [{} for _ in range(world)]
+    resources: list[dict[str, Any]] = [{} for _ in range(world)]
+    idle = [0.0] * world
+    wall = [0.0] * world
     for msg in messages:
         r = msg.rank
+        if msg.resources:
+            resources[r] = msg.resources
+        idle[r] += msg.idle_ms
+        wall[r] += msg.wall_ms
         loss_sum[r] += msg.avg_loss * msg.batches
         batches[r] += msg.batches
         ms[r] = max(ms[r], msg.epoch_ms)
@@ -113,4 +143,8 @@ def aggregate_epoch_metrics(
         per_rank_throughput=[s / m if m > 0 else 0.0 for s, m in zip(samples, ms, strict=True)],
         per_rank_batch_share=[s / total_samples if total_samples else 0.0 for s in samples],
         device_indices=devices,
+        per_rank_resources=resources,
+        per_rank_batches=batches,
+        per_rank_wall_ms=wall,
+        per_rank_idle_ms=idle,
     )

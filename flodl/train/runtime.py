@@ -33,7 +33,14 @@ from flodl.train.messages import (
 from flodl.train.metrics import EpochMetrics, MetricsMsg, aggregate_epoch_metrics
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState, TrainingError
-from flodl.train.transport import CoordinatorChannel, GlooCollective, KeyWriter, RankChannel, client
+from flodl.train.transport import (
+    CoordinatorChannel,
+    GlooCollective,
+    Heartbeat,
+    KeyWriter,
+    RankChannel,
+    client,
+)
 from flodl.train.worker import FINAL_ROUND, Worker
 
 FINAL_KEY = "final"
@@ -76,6 +83,7 @@ def _build(
         max_batches=spec.max_batches(),
         channel=channel,
         collective=collective,
+        sample_resources=spec.monitor_resources and world > 1,
     )
 
 
@@ -103,7 +111,6 @@ def run_single(
                 spec.checkpoint_fn(epoch + 1, worker.model)
             except Exception:
                 traceback.print_exc()
-        worker.global_step = worker.local_step
     return TrainedState(
         [p.cpu().clone() for p in worker.params()], [b.cpu().clone() for b in worker.buffers()]
     )
@@ -128,6 +135,7 @@ def rank_main(
     if torch_device.type == "cuda":
         torch.cuda.set_device(torch_device)
     store = client(host, port, spec.timeout)
+    heartbeat = Heartbeat(host, port, rank)
     if not dist.is_initialized():
         dist.init_process_group(
             "nccl" if torch_device.type == "cuda" else "gloo",
@@ -154,6 +162,7 @@ def rank_main(
             coordinator.join(spec.timeout)
         if dist.is_initialized():
             dist.destroy_process_group()
+        heartbeat.stop()
 
 
 def wait_final(store: dist.TCPStore, timeout: float) -> TrainedState:
@@ -169,6 +178,36 @@ def wait_final(store: dist.TCPStore, timeout: float) -> TrainedState:
     return state
 
 
+def coordinator_for(spec: TrainSpec, world: int, dataset_size: int) -> Coordinator:
+    """The coordinator, El Che and convergence guard a run's settings describe (pure objects)."""
+    cfg = CoordinatorConfig(
+        world=world,
+        num_epochs=spec.epochs(),
+        dataset_size=dataset_size,
+        batch_size=spec.batch_size or 1,
+        policy=spec.policy,
+        backend=spec.backend,
+        progressive=spec.progressive,
+        partition_ratios=spec.partition_ratios,
+        max_batch_diff=spec.max_batch_diff,
+        max_overshoot=spec.max_overshoot,
+        checkpoint_every=spec.checkpoint_every,
+        snapshot_timeout=spec.snapshot_timeout,
+        max_batches_per_rank=spec.max_batches(),
+    )
+    el_che = ElChe(
+        world,
+        spec.anchor,
+        overhead_target=spec.overhead_target,
+        max_anchor=spec.max_anchor,
+        max_batch_diff=spec.max_batch_diff,
+    )
+    if spec.speed_hint is not None:
+        el_che.with_speed_ratio(*spec.speed_hint)
+    guard = ConvergenceGuard(spec.divergence_threshold, enabled=spec.divergence_guard)
+    return Coordinator(cfg, el_che, guard)
+
+
 class CoordinatorThread(threading.Thread):
     """Hosts the pure :class:`Coordinator` in rank 0's process and publishes epochs and the result."""
 
@@ -176,32 +215,8 @@ class CoordinatorThread(threading.Thread):
         super().__init__(name="flodl-coordinator", daemon=True)
         self.spec, self.world = spec, world
         self.channel = CoordinatorChannel(host, port, world)
-        dataset = spec.resolve_dataset()
-        cfg = CoordinatorConfig(
-            world=world,
-            num_epochs=spec.epochs(),
-            dataset_size=require_samples(as_source(dataset)),
-            batch_size=spec.batch_size or 1,
-            policy=spec.policy,
-            backend=spec.backend,
-            progressive=spec.progressive,
-            partition_ratios=spec.partition_ratios,
-            max_batch_diff=spec.max_batch_diff,
-            max_overshoot=spec.max_overshoot,
-            checkpoint_every=spec.checkpoint_every,
-            snapshot_timeout=spec.snapshot_timeout,
-        )
-        el_che = ElChe(
-            world,
-            spec.anchor,
-            overhead_target=spec.overhead_target,
-            max_anchor=spec.max_anchor,
-            max_batch_diff=spec.max_batch_diff,
-        )
-        if spec.speed_hint is not None:
-            el_che.with_speed_ratio(*spec.speed_hint)
-        self.coord = Coordinator(
-            cfg, el_che, ConvergenceGuard(spec.divergence_threshold, enabled=spec.divergence_guard)
+        self.coord = coordinator_for(
+            spec, world, require_samples(as_source(spec.resolve_dataset()))
         )
         self._metrics = KeyWriter(self.channel.store, "metrics")
 
@@ -220,6 +235,7 @@ class CoordinatorThread(threading.Thread):
         try:
             last_seen = [time.monotonic()] * self.world
             self._send(coord.start(time.monotonic()))
+            next_death_check = 0.0
             while not coord.all_done and len(exited) < self.world and not errors:
                 try:
                     first = self.channel.inbox.get(timeout=0.01)
@@ -234,6 +250,10 @@ class CoordinatorThread(threading.Thread):
                 now = time.monotonic()
                 for msg in batch:
                     self._dispatch(msg, now, finals, errors, exited, last_seen)
+                if now >= next_death_check:  # ranks the supervising process saw die
+                    next_death_check = now + 0.25
+                    for rank, error in self._deaths(exited):
+                        self._dispatch(Exiting(rank, error), now, finals, errors, exited, last_seen)
                 for metrics in coord.take_epochs():
                     self._publish(metrics)
                 # Silence counts only while a rank owes something (metrics, an ack, a snapshot):
@@ -262,6 +282,16 @@ class CoordinatorThread(threading.Thread):
             state = None
         self.channel.store.set(FINAL_KEY, pickle.dumps((state, errors)))
         self.channel.close()
+
+    def _deaths(self, exited: set[int]) -> list[tuple[int, str]]:
+        """Ranks reported dead (``dead/<rank>``, set by the supervising process): a rank killed
+        or crashed hard sends nothing itself, and its survivors' average is still worth having."""
+        store = self.channel.store
+        return [
+            (r, store.get(f"dead/{r}").decode())
+            for r in range(self.world)
+            if r not in exited and store.check([f"dead/{r}"])
+        ]
 
     def _dispatch(self, msg, now, finals, errors, exited, last_seen) -> None:
         coord = self.coord

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from flodl.data.loader import smoke_cap
 from flodl.train.messages import ApplyPolicy, AverageBackend
+
+SMOKE_EPOCHS = 2  # the project-wide FLODL_SMOKE contract: <= 2 epochs of <= 2 batches per rank
 
 
 @dataclass
@@ -38,26 +40,34 @@ class TrainSpec:
     scheduler_factory: Callable[[int], Any] | None = None
     lr_scale_ratio: float = 0.0
     max_grad_norm: float | None = None
-    snapshot_timeout: float = 5.0
+    snapshot_timeout: float = 5.0  # CPU averaging: how long to wait for every snapshot
     timeout: float = 60.0  # process-group and no-progress timeout, seconds
     threads_per_rank: int | None = None
+    monitor_resources: bool = False  # ranks sample their resources for the monitor
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def smoke(self) -> bool:
-        """``FLODL_SMOKE=1``: one epoch, a few batches — enough to prove the script runs."""
-        return os.environ.get("FLODL_SMOKE", "") not in ("", "0")
+        """``FLODL_SMOKE=1`` (as ``fdl check`` sets): prove the script runs, fast."""
+        return smoke_cap() is not None
 
     def epochs(self) -> int:
+        """Epochs to run: at most :data:`SMOKE_EPOCHS` under ``FLODL_SMOKE``."""
         assert self.num_epochs is not None
-        return min(self.num_epochs, 1) if self.smoke else self.num_epochs
+        return min(self.num_epochs, SMOKE_EPOCHS) if self.smoke else self.num_epochs
 
     def max_batches(self) -> int | None:
-        return 2 if self.smoke else None
+        """Batches per epoch *per rank*: at most ``fl.data.SMOKE_BATCHES`` under ``FLODL_SMOKE``."""
+        return smoke_cap()
+
+    @property
+    def dataset_is_factory(self) -> bool:
+        """A callable that is not itself a dataset: each process calls it to build its copy."""
+        data = self.dataset
+        return (
+            callable(data) and not hasattr(data, "__getitem__") and not hasattr(data, "get_batch")
+        )
 
     def resolve_dataset(self) -> Any:
-        """The dataset, building it if a factory (a callable that is not a dataset) was given."""
-        data = self.dataset
-        if callable(data) and not hasattr(data, "__getitem__") and not hasattr(data, "get_batch"):
-            return data()
-        return data
+        """The dataset, building it if a factory was given."""
+        return self.dataset() if self.dataset_is_factory else self.dataset

@@ -15,6 +15,8 @@ GPUs — and a coordinator averages the replicas on the chosen :class:`ApplyPoli
 
 from __future__ import annotations
 
+import math
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from typing import Any
 
 import torch
 
+from flodl.data.sources import as_source, require_samples
 from flodl.train.checkpointing import SaveFdl
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_mode import GraphSession
@@ -35,6 +38,7 @@ from flodl.train.launch import (
 )
 from flodl.train.messages import ApplyPolicy, AverageBackend
 from flodl.train.metrics import EpochMetrics
+from flodl.train.runtime import coordinator_for
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState
 
@@ -56,8 +60,15 @@ class TrainingHandle:
         self.history.append(metrics)
         self._queue.put(metrics)
 
+    def _end_stream(self) -> None:
+        """Training is over (finished or failed): after the epochs queued so far, None."""
+        self._queue.put(None)
+
     def next_metrics(self, timeout: float | None = None) -> EpochMetrics | None:
-        """The next aggregated epoch (blocking); None once training is over."""
+        """The next aggregated epoch, waiting for it; None once training is over (finished or
+        failed, with or without :meth:`join`) or after ``timeout`` seconds without one.
+
+        ``while (m := handle.next_metrics()) is not None: ...`` follows a run to its end."""
         try:
             item = self._queue.get(timeout=timeout)
         except queue.Empty:
@@ -80,7 +91,11 @@ class TrainingHandle:
             out.append(item)
 
     def join(self) -> TrainedState:
-        """Wait for the end of training; the averaged state, or the first rank's error raised."""
+        """Wait for the end of training and return the averaged state.
+
+        A failed run raises :class:`fl.TrainingError` naming the rank, with its traceback in
+        ``.details`` and the surviving ranks' averaged state in ``.partial`` (None if none
+        survived) — the original returned that partial state instead, with a warning."""
         with self._lock:
             if self._state is None:
                 assert self._join is not None
@@ -100,6 +115,11 @@ class TrainerBuilder:
         self._spec = TrainSpec(model_factory, optim_factory, train_step)
         self._monitor: Any = None
         self._metrics_fn: Callable[[EpochMetrics], Any] | None = None
+
+    @property
+    def spec(self) -> TrainSpec:
+        """The settings so far (what every rank receives)."""
+        return self._spec
 
     def _set(self, **values: Any) -> TrainerBuilder:
         for name, value in values.items():
@@ -128,6 +148,8 @@ class TrainerBuilder:
     # devices and averaging
     def devices(self, devices: list[str]) -> TrainerBuilder:
         """Explicit devices, e.g. ``["cuda:0", "cuda:1"]``; ``["cpu", "cpu"]`` forces two CPU ranks."""
+        if not devices:
+            raise TrainerConfigError("devices: give at least one device, e.g. ['cpu']")
         return self._set(devices=list(devices))
 
     def policy(self, policy: ApplyPolicy) -> TrainerBuilder:
@@ -143,28 +165,42 @@ class TrainerBuilder:
         return self._set(max_anchor=_positive("max_anchor", n))
 
     def overhead_target(self, fraction: float) -> TrainerBuilder:
-        return self._set(overhead_target=float(fraction))
+        """Averaging cost El Che tolerates, as a fraction of compute time (clamped to
+        [0.01, 0.50]); above it the anchor grows."""
+        return self._set(overhead_target=_finite("overhead_target", fraction, above=0.0))
 
     def divergence_threshold(self, threshold: float) -> TrainerBuilder:
-        return self._set(divergence_threshold=float(threshold))
+        """Replica divergence above which a rising trend stops the Async overshoot growing."""
+        return self._set(divergence_threshold=_finite("divergence_threshold", threshold, least=0.0))
 
     def no_divergence_guard(self) -> TrainerBuilder:
         return self._set(divergence_guard=False)
 
     def max_batch_diff(self, n: int) -> TrainerBuilder:
-        return self._set(max_batch_diff=int(n))
+        """CPU backend: a rank more than ``n`` batches ahead of the slowest since the last
+        averaging waits for it (0 = lockstep); El Che's per-rank counts move by at most ``n`` per
+        calibration (both backends)."""
+        return self._set(max_batch_diff=_at_least("max_batch_diff", n, 0))
 
     def max_overshoot(self, n: int) -> TrainerBuilder:
-        return self._set(max_overshoot=int(n))
+        """Progressive dispatch: how many batches past its El Che count a rank may run into the
+        next epoch before it waits for the next averaging (default: auto-tuned, 2..15)."""
+        return self._set(max_overshoot=_at_least("max_overshoot", n, 0))
 
     def progressive_dispatch(self, on: bool) -> TrainerBuilder:
         return self._set(progressive=bool(on))
 
     def partition_ratios(self, ratios: list[float]) -> TrainerBuilder:
-        return self._set(partition_ratios=list(ratios))
+        """Fixed per-epoch data split, one ratio per rank; needs ``progressive_dispatch(False)``
+        with Cadence or Async."""
+        values = [_finite("partition_ratios entry", r, least=0.0) for r in ratios]
+        return self._set(partition_ratios=values)
 
     def speed_hint(self, slow_rank: int, ratio: float) -> TrainerBuilder:
-        return self._set(speed_hint=(int(slow_rank), float(ratio)))
+        """Seed El Che before it measures: rank ``slow_rank`` is the slow one, the others run
+        ``ratio`` times its batches. The first measurement corrects a wrong hint."""
+        rank = _at_least("speed_hint slow_rank", slow_rank, 0)
+        return self._set(speed_hint=(rank, _finite("speed_hint ratio", ratio, above=0.0)))
 
     # optimisation
     def scheduler(self, factory: Callable[[int], Any]) -> TrainerBuilder:
@@ -174,10 +210,11 @@ class TrainerBuilder:
 
     def lr_scale_ratio(self, ratio: float) -> TrainerBuilder:
         """LR × (1 + (world − 1) · ratio). Default 0: no scaling (the original defaulted to 1)."""
-        return self._set(lr_scale_ratio=float(ratio))
+        return self._set(lr_scale_ratio=_finite("lr_scale_ratio", ratio, least=0.0))
 
     def max_grad_norm(self, norm: float) -> TrainerBuilder:
-        return self._set(max_grad_norm=float(norm))
+        """Clip every rank's gradients to this L2 norm after backward, before the step."""
+        return self._set(max_grad_norm=_finite("max_grad_norm", norm, above=0.0))
 
     # callbacks, checkpoints, monitor
     def epoch_fn(self, fn: Callable[[int, Any], None]) -> TrainerBuilder:
@@ -208,9 +245,10 @@ class TrainerBuilder:
         return self
 
     def monitor(self, monitor: Any) -> TrainerBuilder:
-        """A :class:`flodl.Monitor`; every aggregated epoch is logged to it."""
+        """A :class:`flodl.Monitor`; every aggregated epoch is logged to it, with each rank's
+        resources (CPU, memory, GPU) when there are several ranks."""
         self._monitor = monitor
-        return self
+        return self._set(monitor_resources=monitor is not None)
 
     def threads_per_rank(self, n: int) -> TrainerBuilder:
         """Intra-op threads of each CPU rank (default: the machine's cores split between ranks)."""
@@ -218,7 +256,12 @@ class TrainerBuilder:
 
     def timeout(self, seconds: float) -> TrainerBuilder:
         """How long a collective or a silent rank may stall before the run fails (default 60 s)."""
-        return self._set(timeout=float(seconds))
+        return self._set(timeout=_finite("timeout", seconds, above=0.0))
+
+    def snapshot_timeout(self, seconds: float) -> TrainerBuilder:
+        """CPU backend: how long an averaging round waits for every rank's snapshot before it
+        is abandoned and retried later (default 5 s)."""
+        return self._set(snapshot_timeout=_finite("snapshot_timeout", seconds, above=0.0))
 
     # run
     def _validate(self) -> TrainSpec:
@@ -241,6 +284,10 @@ class TrainerBuilder:
             if metrics_fn is not None:
                 _guarded(metrics_fn, metrics)
             if monitor is not None:
+                if hasattr(monitor, "add_rank_resources"):
+                    for rank, sample in enumerate(metrics.per_rank_resources):
+                        if sample:  # sampled by the rank itself, in its own process
+                            _guarded(monitor.add_rank_resources, rank, sample)
                 _guarded(
                     monitor.log, metrics.epoch, metrics.epoch_ms / 1e3, metrics.monitor_metrics()
                 )
@@ -250,21 +297,31 @@ class TrainerBuilder:
                 _guarded(monitor.finish)
 
         if under_launcher():
-            import os
-
-            handle = TrainingHandle(int(os.environ["WORLD_SIZE"]), [])
-            state = _finishing(finish, run_under_launcher, spec, on_epoch)
+            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            check_for_world(spec, world)
+            handle = TrainingHandle(world, [])
+            # Every rank runs the script; only rank 0 logs epochs, so only rank 0 finishes.
+            finish_here = finish if rank == 0 else (lambda: None)
+            state = _finishing(finish_here, run_under_launcher, spec, on_epoch)
+            handle._end_stream()
             handle._join = lambda: state
             return handle
         devices = resolve_devices(spec.devices)
+        check_for_world(spec, len(devices))
         handle = TrainingHandle(len(devices), devices)
         if len(devices) == 1:
             state = _finishing(finish, run_local, spec, devices[0], on_epoch)
+            handle._end_stream()
             handle._join = lambda: state
             return handle
-        spawned = _finishing_on_error(finish, SpawnedRun, spec, devices, on_epoch)
+
+        def done() -> None:  # the supervisor's last act, whether training finished or failed
+            handle._end_stream()
+            finish()
+
+        spawned = _finishing_on_error(finish, SpawnedRun, spec, devices, on_epoch, done)
         handle.pids = spawned.pids
-        handle._join = lambda: _finishing(finish, spawned.join)
+        handle._join = spawned.join
         return handle
 
 
@@ -342,6 +399,42 @@ class Trainer:
         """``model_factory(device) -> nn.Module``, ``optim_factory(params) -> Optimizer``,
         ``train_step(model, batch) -> scalar loss`` (the framework does backward and the step)."""
         return TrainerBuilder(model_factory, optim_factory, train_step)
+
+
+def check_for_world(spec: TrainSpec, world: int) -> None:
+    """Everything the ranks would reject, checked before any process starts: a mistake fails
+    ``run()`` at once with its own message, not a rank seconds later. The multi-rank knobs (El
+    Che, partition ratios) are checked only when there are several ranks: on one device they do
+    not apply, so a script written for several GPUs still runs on a laptop."""
+    if world < 2:
+        return
+    # The coordinator the run would build checks ratios, El Che knobs and the dataset's size;
+    # a dataset factory is built in the ranks only, so its size is checked there.
+    n = None if spec.dataset_is_factory else require_samples(as_source(spec.dataset))
+    coordinator_for(spec, world, n if n is not None else (spec.batch_size or 1) * world)
+
+
+def _finite(
+    name: str, value: float, *, above: float | None = None, least: float | None = None
+) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TrainerConfigError(f"{name} must be a number, got {value!r}") from None
+    if (
+        not math.isfinite(v)
+        or (above is not None and v <= above)
+        or (least is not None and v < least)
+    ):
+        bound = f"> {above:g}" if above is not None else f">= {least:g}"
+        raise TrainerConfigError(f"{name} must be a finite number {bound}, got {value!r}")
+    return v
+
+
+def _at_least(name: str, n: int, least: int) -> int:
+    if not isinstance(n, int | float) or int(n) != n or int(n) < least:
+        raise TrainerConfigError(f"{name} must be an integer >= {least}, got {n!r}")
+    return int(n)
 
 
 def _positive(name: str, n: int) -> int:

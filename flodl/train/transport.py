@@ -185,6 +185,32 @@ class CoordinatorChannel:
             reader.stop()
 
 
+HEARTBEAT_INTERVAL = 0.5
+
+
+class Heartbeat:
+    """A rank's proof of life: a thread bumping ``hb/<rank>`` in the control store."""
+
+    def __init__(self, host: str, port: int, rank: int) -> None:
+        self._store = client(host, port, timeout=30)
+        self._key = f"hb/{rank}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="flodl-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._store.add(self._key, 1)
+            except RuntimeError:  # the store went away: the job is over
+                return
+            self._stop.wait(HEARTBEAT_INTERVAL)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
 class GlooCollective:
     """Parameter averaging over the default process group (gloo on CPU, NCCL on GPUs)."""
 

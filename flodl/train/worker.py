@@ -42,6 +42,11 @@ from flodl.train.metrics import MetricsMsg
 FINAL_ROUND = -1
 
 
+class CollectiveFailed(RuntimeError):
+    """The averaging collective failed — a peer died or timed out. This rank's replica is
+    intact (it was not overwritten), so it still counts towards the survivors' average."""
+
+
 class Channel(Protocol):
     """The worker's side of the transport."""
 
@@ -87,6 +92,7 @@ class Worker:
         max_batches: int | None = None,
         channel: Channel | None = None,
         collective: Collective | None = None,
+        sample_resources: bool = False,
     ) -> None:
         self.rank, self.world, self.device = rank, world, device
         self.model, self.optimizer, self.train_step = model, optimizer, train_step
@@ -99,9 +105,18 @@ class Worker:
         self.scheduler, self.lr_scale, self.max_grad_norm = scheduler, lr_scale, max_grad_norm
         self.epoch_fn, self.checkpoint_fn = epoch_fn, checkpoint_fn
         self.max_batches = max_batches
+        self._epoch_batches: dict[int, int] = {}  # batches run per epoch, for max_batches
+        self.idle_ms = 0.0  # waiting since the last report: for a plan, an averaging, a throttle
+        self._last_report = time.perf_counter()
+        self._sampler = None
+        if sample_resources:  # for a monitor: this process's CPU, memory and GPU, per report
+            from flodl.monitor.resources import ResourceSampler
+
+            self._sampler = ResourceSampler(gpu=device.type == "cuda")
         self.channel, self.collective = channel, collective
         self.local_step = 0
         self.global_step = 0
+        self._counted = 0  # the local steps included in global_step
         self.steps_since_avg = 0
         self.version = 0
         self.current_epoch: int | None = None
@@ -118,11 +133,8 @@ class Worker:
         """Forward + loss (the user's step), backward, clip, LR, optimizer step. Returns (loss, ms)."""
         start = time.perf_counter()
         if self.scheduler is not None:
-            lr = (
-                scheduler_lr(self.scheduler, self.global_step + self.steps_since_avg)
-                * self.lr_scale
-            )
-            set_lr(self.optimizer, lr)
+            set_lr(self.optimizer, scheduler_lr(self.scheduler, self.schedule_step) * self.lr_scale)
+        self.ctx.lr = float(self.optimizer.param_groups[0]["lr"])
         loss = self.train_step(self.model, batch)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise TypeError(
@@ -139,6 +151,13 @@ class Worker:
         self.steps_since_avg += 1
         self.ctx.local_step = self.local_step
         return value, (time.perf_counter() - start) * 1e3
+
+    @property
+    def schedule_step(self) -> int:
+        """The step a scheduler is queried at: every rank's batches up to the last averaging
+        (the coordinator's count) plus this rank's batches since then. It only grows, also when
+        an averaging resets :attr:`steps_since_avg` before the new global count arrives."""
+        return self.global_step + self.local_step - self._counted
 
     def fetch(self, indices: torch.Tensor) -> Batch:
         """The samples at ``indices`` on this rank's device, addressable by position and name."""
@@ -158,8 +177,10 @@ class Worker:
             plan.offset, plan.size, self.dataset_size, plan.epoch, seed=self.seed
         )
         n_batches = len(indices) // self.batch_size
-        if self.max_batches is not None:
-            n_batches = min(n_batches, self.max_batches)
+        if self.max_batches is not None:  # per epoch, however many chunks the epoch comes in
+            done = self._epoch_batches.get(plan.epoch, 0)
+            n_batches = min(n_batches, max(self.max_batches - done, 0))
+            self._epoch_batches[plan.epoch] = done + n_batches
         start = time.perf_counter()
         loss_sum = 0.0
         for b in range(n_batches):
@@ -168,8 +189,14 @@ class Worker:
             loss_sum += loss
             if self.channel is not None:
                 self.channel.send(BatchTiming(self.rank, ms, self.local_step, loss))
-                if self.handle_all(self.channel.poll()) == "shutdown":
+                waited = time.perf_counter()
+                stop = self.handle_all(self.channel.poll())
+                self.idle_ms += (time.perf_counter() - waited) * 1e3
+                if stop == "shutdown":
                     return None
+        idle, self.idle_ms = self.idle_ms, 0.0
+        now = time.perf_counter()
+        wall, self._last_report = (now - self._last_report) * 1e3, now
         return MetricsMsg(
             rank=self.rank,
             epoch=plan.epoch,
@@ -179,6 +206,9 @@ class Worker:
             samples=plan.size,  # the whole slice is done, including a dropped partial tail
             scalars=context.drain_scalars(),
             device_index=self.device.index or 0,
+            resources=self._sampler.sample().to_json() if self._sampler is not None else {},
+            idle_ms=idle,
+            wall_ms=wall,
         )
 
     # -- control ---------------------------------------------------------------------------------
@@ -201,8 +231,9 @@ class Worker:
                 self.load_state(msg.params, msg.buffers)
                 self.version = msg.version
                 self.steps_since_avg = 0
-            case SetGlobalStep(step=step):
+            case SetGlobalStep(step=step, counted=counted):
                 self.global_step = step
+                self._counted = counted[self.rank] if counted else self.local_step
                 self.ctx.global_step = step
             case Checkpoint(version=version):
                 if self.checkpoint_fn is not None and self.rank == 0:
@@ -239,13 +270,21 @@ class Worker:
     def run(self) -> None:
         """The rank's whole life under a coordinator: plans until Shutdown, then the final snapshot."""
         assert self.channel is not None
+        self._last_report = time.perf_counter()
         try:
-            while (plan := self.wait_for_plan()) is not None:
+            while True:
+                waited = time.perf_counter()
+                plan = self.wait_for_plan()
+                self.idle_ms += (time.perf_counter() - waited) * 1e3
+                if plan is None:
+                    break
                 metrics = self.run_plan(plan)
                 if metrics is None:
                     break
                 self.channel.send(metrics)
         except BaseException as err:
+            if isinstance(err, CollectiveFailed):
+                self._send_snapshot(FINAL_ROUND)
             self.channel.send(Exiting(self.rank, error=_describe(err, self)))
             raise
         self._send_snapshot(FINAL_ROUND)
@@ -290,7 +329,12 @@ class Worker:
         before = flat.clone() if self.policy is not ApplyPolicy.SYNC else None
         # Weighted by batches trained since the last average: a rank that barely trained (a late
         # start, a slow device) must not drag the average back towards where it started.
-        self.collective.average_(flat, float(max(self.steps_since_avg, 1)))
+        try:
+            self.collective.average_(flat, float(max(self.steps_since_avg, 1)))
+        except Exception as err:
+            raise CollectiveFailed(
+                f"rank {self.rank}: averaging version {version} failed ({err}) — a peer stopped"
+            ) from err
         torch.nn.utils.vector_to_parameters(flat, list(self.model.parameters()))
         divergence = None
         if before is not None:

@@ -110,7 +110,7 @@ def test_collective_trigger_sends_syncnow_bumps_version_and_zeroes_counters():
     assert [r for r, _ in of(out, SyncNow)] == [0, 1]
     assert c.version == 1
     assert c.global_step == 5
-    assert of(out, SetGlobalStep) == [(0, SetGlobalStep(5)), (1, SetGlobalStep(5))]
+    assert of(out, SetGlobalStep) == [(0, SetGlobalStep(5, (2, 3))), (1, SetGlobalStep(5, (2, 3)))]
     assert c.steps_since_avg == [0, 0]
     assert c.wall_ms_accum == [0.0, 0.0]
 
@@ -359,13 +359,36 @@ def test_progressive_epoch_aggregates_only_after_every_rank_finished():
     assert 1 in c.pools  # epoch 1's pool survives
 
 
-def test_overshoot_gate_blocks_cross_epoch_dispatch_on_cpu_only():
-    for backend, blocked in ((CPU, True), (NCCL, False)):
-        c = make(CADENCE, backend, epochs=3, n=80, bs=10, max_overshoot=2)
-        first = plans_of(c.start(0.0))
-        batches(c, 0, 12)  # >= count (10) + overshoot (2)
-        out = finish(c, 0, first[0])
-        assert (plans_of(out) == {}) == blocked
+@pytest.mark.parametrize("backend", [NCCL, CPU])
+def test_overshoot_gate_blocks_cross_epoch_dispatch_on_both_backends(backend):
+    c = make(CADENCE, backend, epochs=3, n=80, bs=10, max_overshoot=2)
+    first = plans_of(c.start(0.0))
+    batches(c, 0, 11)  # below count (10) + overshoot (2): may stream into epoch 1
+    batches(c, 1, 1)
+    assert plans_of(finish(c, 0, first[0])) != {}
+    c = make(CADENCE, backend, epochs=3, n=80, bs=10, max_overshoot=2)
+    first = plans_of(c.start(0.0))
+    batches(c, 0, 12)  # >= count (10) + overshoot (2): waits for the next averaging
+    batches(c, 1, 1)
+    assert plans_of(finish(c, 0, first[0])) == {}
+    assert not c.should_average()  # rank 1 still holds work: its window is not over
+    out = finish(c, 1, first[1])  # epoch 0 is complete: epoch 1 is current, nobody is ahead
+    assert set(plans_of(out)) == {0, 1}
+
+
+def test_when_no_rank_holds_work_the_coordinator_averages_at_once():
+    # A safety net: the gate alone cannot idle every rank (someone holds the current epoch's
+    # work), but a rank whose work vanished must never leave the others gated forever.
+    c = make(CADENCE, NCCL, epochs=3, n=80, bs=10, max_overshoot=2)
+    first = plans_of(c.start(0.0))
+    batches(c, 0, 30)  # far past its count: gated at the epoch boundary
+    batches(c, 1, 1)  # the Cadence trigger (every rank at its count) is nowhere near
+    assert plans_of(finish(c, 0, first[0])) == {}
+    assert not c.should_average()
+    c._owed[1] = 0  # rank 1 holds nothing either
+    assert c.should_average()
+    out = c.tick(0.0)
+    assert of(out, SyncNow) and set(plans_of(out)) == {0}  # and the gate is released
 
 
 def test_final_epoch_under_streaming_shuts_everyone_down():
@@ -381,10 +404,10 @@ def test_async_overshoot_auto_grows_to_its_cap_and_user_value_is_fixed():
     start = c.max_overshoot
     assert start >= 2
     for _ in range(20):
-        c._finish([1, 1], [1.0, 1.0], 0.0, [0.0, 0.0])
+        c._finish([1, 1], [1.0, 1.0], 0.0, [0.0, 0.0], [1, 1])
     assert start < c.max_overshoot <= 15
     fixed = make(ASYNC, CPU, max_overshoot=3)
-    fixed._finish([1, 1], [1.0, 1.0], 0.0, [0.0, 0.0])
+    fixed._finish([1, 1], [1.0, 1.0], 0.0, [0.0, 0.0], [1, 1])
     assert fixed.max_overshoot == 3
 
 
@@ -392,7 +415,7 @@ def test_rising_divergence_never_shrinks_the_anchor():
     c = make(CADENCE)
     anchor = c.el_che.anchor
     for d in (0.1, 0.2, 0.3, 0.4):
-        c._finish([10, 10], [100.0, 100.0], 0.0, [d, d])
+        c._finish([10, 10], [100.0, 100.0], 0.0, [d, d], [10, 10])
     assert c.el_che.anchor >= anchor
 
 
@@ -444,3 +467,24 @@ def test_owing_under_progressive_dispatch_and_cpu_rounds():
     assert c.owes(0)  # its snapshot for the round is owed
     c.on_snapshot(Snapshot(0, c.cpu_round.round, [torch.ones(1)], [], 4))
     assert not c.owes(0) and c.owes(1)
+
+
+@pytest.mark.parametrize("policy", [SYNC, CADENCE, ASYNC])
+def test_a_smoke_cap_makes_each_epoch_that_many_batches_per_rank(policy):
+    c = make(policy, n=1000, bs=10, max_batches_per_rank=2)
+    out = c.start(0.0)
+    plans = [m.plan for _, m in of(out, StartEpoch)]
+    assert [p.size for p in plans] == [20, 20]  # two batches each
+    assert sum(p.size for p in plans) == c.cfg.dataset_size == 40  # the whole (smoke) epoch
+
+
+def test_a_smoke_cap_is_each_ranks_quota_of_a_progressive_epoch():
+    # Rank 0 is fast: without quotas it would take all of epoch 1 while rank 1 finishes epoch 0.
+    c = make(CADENCE, n=1000, bs=10, epochs=2, max_batches_per_rank=2)
+    first = plans_of(c.start(0.0))
+    out = finish(c, 0, first[0])
+    second = plans_of(out)[0]
+    assert (second.epoch, second.size) == (1, 20)  # its quota of epoch 1
+    assert plans_of(finish(c, 0, second)) == {}  # nothing more for rank 0
+    out = finish(c, 1, first[1])
+    assert plans_of(out)[1].epoch == 1 and plans_of(out)[1].size == 20  # rank 1's share is left

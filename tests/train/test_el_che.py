@@ -136,7 +136,7 @@ def test_speed_hints(world, slow, ratio, expected):
 
 
 def test_speed_hint_rank_out_of_range():
-    with pytest.raises(TrainerConfigError, match="out of range"):
+    with pytest.raises(TrainerConfigError, match="slow_rank 2 is not a rank of this run"):
         ElChe(2, 10).with_speed_ratio(2, 2.0)
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import pickle
+import re
+import time
 
 import psutil
 import pytest
@@ -23,6 +27,17 @@ def builder(step=toy.mse_step, model=toy.make_model):
         .batch_size(16)
         .threads_per_rank(1)
     )
+
+
+def assert_no_process_left(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, f"rank process {pid} alive"
+
+
+@functools.cache
+def single_device_loss(epochs: int) -> float:
+    return final_loss(builder().num_epochs(epochs).run().join())
 
 
 def final_loss(state: fl.TrainedState) -> float:
@@ -57,11 +72,137 @@ def test_required_settings_are_named(missing):
         b.run()
 
 
-def test_bad_values_are_rejected_at_the_setter():
-    with pytest.raises(TrainerConfigError, match="batch_size must be >= 1"):
-        builder().batch_size(0)
-    with pytest.raises(TrainerConfigError, match="threads_per_rank must be >= 1"):
-        builder().threads_per_rank(0)
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda b: b.batch_size(0), "batch_size must be >= 1"),
+        (lambda b: b.threads_per_rank(0), "threads_per_rank must be >= 1"),
+        (lambda b: b.speed_hint(1, 0), "speed_hint ratio must be a finite number > 0, got 0"),
+        (lambda b: b.speed_hint(-1, 2.0), "speed_hint slow_rank must be an integer >= 0, got -1"),
+        (lambda b: b.max_batch_diff(-1), "max_batch_diff must be an integer >= 0, got -1"),
+        (lambda b: b.max_overshoot(-2), "max_overshoot must be an integer >= 0, got -2"),
+        (
+            lambda b: b.partition_ratios([1, float("nan")]),
+            "partition_ratios entry must be a finite number >= 0, got nan",
+        ),
+        (lambda b: b.timeout(0), "timeout must be a finite number > 0, got 0"),
+        (
+            lambda b: b.snapshot_timeout(float("inf")),
+            "snapshot_timeout must be a finite number > 0, got inf",
+        ),
+        (lambda b: b.max_grad_norm(-1.0), "max_grad_norm must be a finite number > 0, got -1.0"),
+        (lambda b: b.lr_scale_ratio(-0.5), "lr_scale_ratio must be a finite number >= 0, got -0.5"),
+        (lambda b: b.overhead_target(0), "overhead_target must be a finite number > 0, got 0"),
+        (lambda b: b.devices([]), "devices: give at least one device"),
+        (
+            lambda b: b.partition_ratios([1, "a"]),
+            "partition_ratios entry must be a number, got 'a'",
+        ),
+        (lambda b: b.max_batch_diff(1.5), "max_batch_diff must be an integer >= 0, got 1.5"),
+    ],
+)
+def test_bad_values_are_rejected_at_the_setter(call, message):
+    with pytest.raises(TrainerConfigError, match=re.escape(message)):
+        call(builder())
+
+
+@pytest.mark.parametrize(
+    ("tweak", "message"),
+    [
+        (
+            lambda b: b.partition_ratios([1, 1]),  # Cadence dispatches progressively
+            "partition_ratios only apply to non-progressive dispatch (Cadence and Async dispatch "
+            "progressively by default) — add .progressive_dispatch(False) or drop the ratios",
+        ),
+        (
+            lambda b: b.partition_ratios([1, 1, 1]).progressive_dispatch(False),
+            "partition_ratios has 3 entries for 2 ranks — give one ratio per rank",
+        ),
+        (
+            lambda b: b.speed_hint(5, 2.0),
+            "speed_hint: slow_rank 5 is not a rank of this run (ranks 0..1) — name the slow "
+            "device's rank",
+        ),
+        (
+            lambda b: b.batch_size(300),
+            "the dataset has 512 samples, fewer than one batch of 300 per rank (2 ranks) — use a "
+            "smaller batch_size or fewer devices",
+        ),
+        (lambda b: b.max_anchor(0), "max_anchor must be >= 1, got 0"),
+    ],
+)
+def test_multi_rank_config_errors_fail_run_before_any_process_starts(tweak, message):
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(TrainerConfigError) as info:
+        tweak(builder().num_epochs(1).devices(["cpu", "cpu"])).run()
+    assert str(info.value) == message
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_multi_rank_knobs_do_not_apply_on_one_device():
+    # A script written for two GPUs still runs on a laptop.
+    state = builder().num_epochs(1).speed_hint(5, 2.0).partition_ratios([1, 1, 1]).run().join()
+    assert len(state.params) == 2
+
+
+@pytest.mark.parametrize("via", ["-c", "stdin"])
+def test_main_functions_of_a_script_without_a_file_are_refused_with_what_to_do(via, repo_root):
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_env
+
+    code = (
+        "import flodl as fl\n"
+        "from torch import nn\n"
+        "from tests.train import toy\n"
+        "def make_model(device):\n"
+        "    return nn.Linear(4, 1)\n"
+        "b = fl.Trainer.builder(make_model, toy.make_sgd, toy.mse_step)\n"
+        "b.dataset(toy.regression_data()).batch_size(16).num_epochs(1).devices(['cpu', 'cpu'])\n"
+        "try:\n"
+        "    b.run()\n"
+        "except fl.TrainerConfigError as err:\n"
+        "    print('refused:', err)\n"
+    )
+    args = [sys.executable, "-c", code] if via == "-c" else [sys.executable, "-"]
+    result = subprocess.run(
+        args,
+        input=None if via == "-c" else code,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+        cwd=repo_root,
+        check=False,
+    )
+    kind = "a `python -c` command" if via == "-c" else "a script read from stdin"
+    assert result.stdout.strip() == (
+        f"refused: model_factory uses make_model, defined in __main__ of {kind}, which the "
+        "training processes cannot import — move it into a module (a .py file) and import it "
+        "from there, or run a script file (python train.py), or launch with torchrun"
+    ), result.stderr[-2000:]
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+def test_main_functions_of_a_script_file_reach_the_spawned_ranks(repo_root):
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_env
+
+    result = subprocess.run(
+        [sys.executable, str(repo_root / "examples" / "ddp_regression.py"), "--ranks", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(OMP_NUM_THREADS="1", FLODL_SMOKE="1"),
+        cwd=repo_root,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rank 0: world 2 loss" in result.stdout
 
 
 def test_lambdas_cannot_go_to_spawned_ranks():
@@ -77,11 +218,27 @@ def test_train_step_must_return_a_scalar():
         b.dataset(DATA).batch_size(16).num_epochs(1).run()
 
 
-def test_smoke_mode_caps_epochs_and_batches(monkeypatch):
+def test_smoke_mode_caps_epochs_and_batches(monkeypatch, tmp_path):
     monkeypatch.setenv("FLODL_SMOKE", "1")
+    monkeypatch.setenv(toy.COUNT_LOG, str(tmp_path / "batches.log"))
     seen = []
-    builder().num_epochs(50).metrics_fn(seen.append).run().join()
-    assert len(seen) == 1 and seen[0].per_rank_throughput[0] > 0
+    builder(toy.counting_step).num_epochs(50).metrics_fn(seen.append).run().join()
+    assert len(seen) == 2 and seen[0].per_rank_throughput[0] > 0
+    assert toy.batches_per_rank_and_epoch(tmp_path / "batches.log") == {(0, 0): 2, (0, 1): 2}
+
+
+@pytest.mark.multiproc
+def test_smoke_mode_caps_every_rank_not_every_chunk(monkeypatch, tmp_path):
+    # Cadence dispatches an epoch in chunks: the cap is per rank and epoch, not per chunk.
+    monkeypatch.setenv("FLODL_SMOKE", "1")
+    monkeypatch.setenv(toy.COUNT_LOG, str(tmp_path / "batches.log"))
+    seen = []
+    two_ranks(toy.counting_step, epochs=50, policy=fl.ApplyPolicy.CADENCE).metrics_fn(
+        seen.append
+    ).run().join()
+    assert [m.epoch for m in seen] == [0, 1]
+    counts = toy.batches_per_rank_and_epoch(tmp_path / "batches.log")
+    assert counts == {(r, e): 2 for r in range(2) for e in range(2)}
 
 
 def test_checkpoint_every_single_device():
@@ -124,7 +281,7 @@ def test_two_cpu_ranks_every_policy_and_backend(policy, backend, tmp_path, monke
     seen = []
     handle = (
         builder()
-        .num_epochs(2)
+        .num_epochs(4)
         .epoch_fn(toy.logging_epoch_fn)
         .devices(["cpu", "cpu"])
         .policy(policy)
@@ -136,14 +293,20 @@ def test_two_cpu_ranks_every_policy_and_backend(policy, backend, tmp_path, monke
     )
     assert handle.world_size == 2
     state = handle.join()
-    assert [m.epoch for m in seen] == [0, 1]
+    assert [m.epoch for m in seen] == [0, 1, 2, 3]
     assert len(seen[0].per_rank_batch_share) == 2
-    assert final_loss(state) < 0.5  # the averaged model learned the regression
+    # The averaged model lands in the single-device loss band (4 epochs alone: 9.2e-5, the
+    # noise floor; a starved or stale replica averaged in gave 7e-3). The CPU backend lets ranks
+    # train on while a snapshot round trips and then overwrites those batches with the average
+    # (as the original; Sync throttles instead): on a loaded machine that discards more of them,
+    # so Cadence and Async there get a wider band (4.7e-4 observed).
+    band = 3 if backend is fl.AverageBackend.NCCL or policy is fl.ApplyPolicy.SYNC else 10
+    assert final_loss(state) <= band * single_device_loss(4) + 5e-5
     calls = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
     assert all(epoch == current for _, epoch, current, _ in calls)  # worker.current_epoch agrees
     assert {threads for *_, threads in calls} == {1}  # .threads_per_rank(1) reached the ranks
     if policy is fl.ApplyPolicy.SYNC:  # every rank enters every epoch exactly once
-        assert sorted(calls) == [(r, e, e, 1) for r in range(2) for e in range(2)]
+        assert sorted(calls) == [(r, e, e, 1) for r in range(2) for e in range(4)]
 
 
 def two_ranks(step, **kw):
@@ -158,26 +321,45 @@ def two_ranks(step, **kw):
     return b
 
 
+def seconds_since_injection(path) -> float:
+    return time.time() - float(path.read_text())
+
+
 @pytest.mark.multiproc
-def test_an_exception_in_one_rank_surfaces_from_join_with_rank_step_and_traceback():
-    handle = two_ranks(toy.failing_step, policy=fl.ApplyPolicy.SYNC).run()
+@pytest.mark.timeout(240)
+def test_an_exception_in_one_rank_surfaces_from_join_with_rank_step_and_traceback(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv(toy.INJECTED_AT, str(tmp_path / "injected"))
+    handle = two_ranks(toy.failing_step, policy=fl.ApplyPolicy.SYNC, timeout=60).run()
     with pytest.raises(fl.TrainingError) as info:
         handle.join()
+    # Reported, not timed out: far sooner than the 60 s timeout (20 s is only a hang guard).
+    assert seconds_since_injection(tmp_path / "injected") < 20
     err = info.value
     assert err.rank == 1
     assert "local step 3" in str(err)
     assert "ValueError: injected failure in train_step" in str(err)
     assert "failing_step" in err.details  # the original traceback
+    assert err.partial is not None and len(err.partial.params) == 2  # the survivor's state
+    assert len(handle.pids) == 2
+    assert_no_process_left(handle.pids)
 
 
 @pytest.mark.multiproc
-def test_a_killed_rank_fails_the_run_quickly_and_leaves_no_process():
-    handle = two_ranks(toy.crashing_step).run()
-    with pytest.raises(fl.TrainingError, match="rank 1"):
+@pytest.mark.timeout(240)
+def test_a_killed_rank_fails_the_run_quickly_and_leaves_no_process(tmp_path, monkeypatch):
+    monkeypatch.setenv(toy.INJECTED_AT, str(tmp_path / "injected"))
+    handle = two_ranks(toy.crashing_step, timeout=60).run()
+    with pytest.raises(fl.TrainingError, match="rank 1 exited with code 17") as info:
         handle.join()
+    assert seconds_since_injection(tmp_path / "injected") < 20  # not the 60 s timeout
+    assert info.value.rank == 1
+    # The supervising process told the coordinator, which stopped rank 0 and averaged what
+    # survived: rank 0's replica, on .partial.
+    assert info.value.partial is not None and len(info.value.partial.params) == 2
     assert len(handle.pids) == 2
-    for pid in handle.pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert_no_process_left(handle.pids)
 
 
 @pytest.mark.multiproc
@@ -185,39 +367,49 @@ def test_a_hung_rank_is_detected_by_the_no_progress_timeout():
     handle = two_ranks(toy.hanging_step, timeout=4).run()
     with pytest.raises(fl.TrainingError, match="rank 1 made no progress for 4 s"):
         handle.join()
-    for pid in handle.pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert_no_process_left(handle.pids)
 
 
 @pytest.mark.multiproc
+@pytest.mark.timeout(300)
 def test_el_che_gives_the_fast_rank_more_work_and_the_monitor_shows_it():
     seen = []
     monitor = toy.RecordingMonitor()
     handle = (
-        two_ranks(toy.slow_rank1_step, epochs=3, policy=fl.ApplyPolicy.CADENCE, anchor=4)
+        builder(toy.slow_rank1_step)
+        .dataset(toy.regression_data(1024))  # 64 batches per epoch: several windows each
+        .num_epochs(4)
+        .devices(["cpu", "cpu"])
+        .timeout(60)
+        .policy(fl.ApplyPolicy.CADENCE)
         .metrics_fn(seen.append)
         .monitor(monitor)
         .run()
     )
     handle.join()
-    last = seen[-1]
-    assert last.batch_counts[0] > last.batch_counts[1]  # El Che measured rank 1 as slower
-    assert last.per_rank_batch_share[0] > 0.55  # and the fast rank trained on more samples
-    assert [e for e, _, _ in monitor.logs] == [0, 1, 2] and monitor.finished == 1
+    injected = toy.SLOW_RANK_MS[1] / toy.SLOW_RANK_MS[0]  # rank 0 is 3x faster
+    # Epoch 0 holds the start-up and El Che's first measurement; from epoch 1 on the split of
+    # the work must follow the speeds. The band is wide on purpose: on a loaded machine every
+    # batch takes a little longer, which compresses the measured ratio (2.1-3.1 observed with
+    # four runs sharing two cores); an equal split would give 1, starving the slow rank >> 3.
+    steady = seen[1:]
+    fast, slow = (sum(m.per_rank_batches[r] for m in steady) for r in (0, 1))
+    assert 0.55 * injected <= fast / slow <= 1.5 * injected
+    counts = seen[-1].batch_counts  # El Che's per-window counts: slow rank = anchor
+    assert 0.55 * injected <= counts[0] / counts[1] <= 1.5 * injected
+    assert all(m.per_rank_batches[1] > 0 for m in seen)  # the slow rank trains every epoch
+    # ... and the fast rank does not wait for it (about 5 % observed, under load too).
+    idle = sum(m.per_rank_idle_ms[0] for m in steady) / sum(m.per_rank_wall_ms[0] for m in steady)
+    assert idle < 0.25
+    assert [e for e, _, _ in monitor.logs] == [0, 1, 2, 3] and monitor.finished == 1
     _, elapsed, logged = monitor.logs[-1]
+    last = seen[-1]
     assert elapsed == last.epoch_ms / 1e3 and logged["loss"] == last.avg_loss
     assert logged["el_che_rank0_batches"] > logged["el_che_rank1_batches"]
     assert logged["el_che_anchor"] == last.anchor
     assert logged["rank0_samples_per_s"] > 0 and logged["rank1_samples_per_s"] > 0
     assert logged["rank0_share"] == last.per_rank_batch_share[0]
-
-
-@pytest.mark.multiproc
-def test_averaged_model_reaches_the_single_device_loss_band():
-    single = builder().num_epochs(4).run().join()
-    multi = two_ranks(toy.mse_step, epochs=4, policy=fl.ApplyPolicy.CADENCE).run().join()
-    assert final_loss(single) < 0.05
-    assert final_loss(multi) < max(4 * final_loss(single), 0.05)
+    assert logged["rank0_idle"] == last.per_rank_idle_share[0] < 1
 
 
 @pytest.mark.multiproc
@@ -327,3 +519,157 @@ def test_the_monitor_is_finished_when_training_fails():
     with pytest.raises(TypeError, match="scalar loss"):
         b.dataset(DATA).batch_size(16).num_epochs(2).monitor(monitor).run()
     assert monitor.finished == 1 and monitor.logs == []
+
+
+def test_a_scheduler_follows_the_step_count_on_one_device(tmp_path, monkeypatch):
+    log = tmp_path / "schedule.log"
+    monkeypatch.setenv(toy.SCHED_LOG, str(log))
+    x, y = DATA
+    (
+        builder(toy.lr_logging_step)
+        .dataset((x[:64], y[:64]))  # 4 batches per epoch
+        .num_epochs(3)
+        .scheduler(toy.drop_at_6)
+        .lr_scale_ratio(1.0)  # one device: never scaled
+        .run()
+        .join()
+    )
+    # One query per batch at steps 0..11 (not restarting or jumping at epoch ends), and the
+    # optimizer trains each batch with exactly the scheduled LR.
+    assert toy.read_schedule_log(log) == {0: [(s, 0.05 if s < 6 else 0.005) for s in range(12)]}
+
+
+@pytest.mark.multiproc
+def test_a_scheduler_follows_the_global_step_on_two_ranks(tmp_path, monkeypatch):
+    log = tmp_path / "schedule.log"
+    monkeypatch.setenv(toy.SCHED_LOG, str(log))
+    (
+        two_ranks(toy.lr_logging_step, epochs=2, policy=fl.ApplyPolicy.SYNC)
+        .scheduler(toy.drop_at_32)
+        .lr_scale_ratio(1.0)  # two ranks: LR x 2
+        .run()
+        .join()
+    )
+    traces = toy.read_schedule_log(log)
+    total = sum(len(t) for t in traces.values())
+    assert sorted(traces) == [0, 1] and total == 64  # 2 epochs x 32 batches
+    for trace in traces.values():
+        steps = [s for s, _ in trace]
+        assert steps == sorted(set(steps))  # never repeats or goes back, also across averagings
+        assert len(steps) <= steps[-1] < total  # counts both ranks' batches, never beyond
+        assert all(lr == pytest.approx(2 * (0.05 if s < 32 else 0.005)) for s, lr in trace)
+        assert trace[0][1] == pytest.approx(0.1) and trace[-1][1] == pytest.approx(0.01)
+
+
+@pytest.mark.timeout(120)  # the hang guard: before the fix the loop below never ended
+def test_next_metrics_ends_when_one_device_training_ends():
+    handle = builder().num_epochs(3).run()
+    got = []
+    while (m := handle.next_metrics()) is not None:
+        got.append(m.epoch)
+    assert got == [0, 1, 2]
+    assert handle.next_metrics() is None and handle.poll_metrics() == []
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(240)
+def test_metrics_arrive_while_ranks_train_and_the_stream_ends_without_join():
+    handle = two_ranks(toy.sleepy_step, epochs=3).run()
+    got: list[int] = []
+    deadline = time.monotonic() + 180
+    while not got and time.monotonic() < deadline:  # poll until the first epoch shows up
+        got += [m.epoch for m in handle.poll_metrics()]
+        time.sleep(0.05)
+    while (m := handle.next_metrics()) is not None:  # then follow the run to its end
+        got.append(m.epoch)
+    assert got == [0, 1, 2]
+    assert handle.poll_metrics() == [] and handle.next_metrics() is None
+    state = handle.join()
+    assert [m.epoch for m in handle.history] == [0, 1, 2] and len(state.params) == 2
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(240)
+def test_a_frozen_rank_0_fails_join_naming_it_and_leaves_no_process():
+    # SIGSTOP freezes rank 0 whole, its coordinator thread included: only the supervising
+    # process can notice (rank 0's heartbeat stops).
+    handle = two_ranks(toy.freezing_rank0_step, timeout=10).run()
+    with pytest.raises(fl.TrainingError, match="rank 0 stopped responding") as info:
+        handle.join()
+    assert info.value.rank == 0
+    assert handle.next_metrics() is None  # the stream ended too
+    assert len(handle.pids) == 2
+    assert_no_process_left(handle.pids)
+
+
+@pytest.mark.multiproc
+def test_a_monitor_gets_every_ranks_own_resources_and_no_el_che_under_sync():
+    monitor = fl.Monitor(2, stream=None, gpu=False)
+    try:
+        two_ranks(toy.mse_step, epochs=2, policy=fl.ApplyPolicy.SYNC).monitor(monitor).run().join()
+        records = [r.to_json() for r in monitor.history]
+    finally:
+        monitor.close()
+    assert [r["epoch"] for r in records] == [1, 2]
+    for record in records:
+        ranks = record["ranks"]  # sampled in each rank's process, sent with its epoch report
+        assert sorted(ranks) == ["0", "1"]
+        assert all(r["rss"] > 0 and r["ram_total"] > 0 and "cpu" in r for r in ranks.values())
+        # Sync averages every batch and splits data equally: El Che decides nothing there.
+        assert not [k for k in record["metrics"] if k.startswith("el_che")]
+        assert record["metrics"]["rank0_share"] == pytest.approx(0.5)
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_under_a_launcher_metrics_end_and_only_rank_0_logs_and_finishes_the_monitor():
+    import queue
+    import socket
+
+    from tests.train import builder_ranks
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = torch.multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=builder_ranks.scenario, args=(r, 2, port, results), daemon=True)
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        outs = sorted((results.get(timeout=180) for _ in procs), key=lambda o: o["rank"])
+    except queue.Empty:
+        pytest.fail("a launched rank did not report within 180 s")
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    for out in outs:
+        assert "error" not in out, out["error"]
+    zero, one = outs
+    assert zero["streamed"] == [0, 1] and one["streamed"] == []  # epochs are rank 0's to report
+    assert zero["monitor"] == ["log 0", "log 1", "finish"] and one["monitor"] == []
+    assert zero["params"] == one["params"]  # every rank's join() returns the same state
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(240)
+def test_a_spec_a_rank_cannot_unpickle_is_reported_with_its_traceback():
+    handle = (
+        fl.Trainer.builder(toy.make_model, toy.make_sgd, toy.mse_step)
+        .dataset(toy.RebuiltNowhere())  # fine here; unpickling it in a rank raises
+        .batch_size(16)
+        .num_epochs(1)
+        .devices(["cpu", "cpu"])
+        .threads_per_rank(1)
+        .run()
+    )
+    with pytest.raises(fl.TrainingError, match=r"rank \d exited with code 1") as info:
+        handle.join()
+    assert "RuntimeError: RebuiltNowhere cannot be rebuilt in this process" in info.value.details
+    assert_no_process_left(handle.pids)

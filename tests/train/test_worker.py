@@ -30,7 +30,7 @@ from flodl.train.messages import (
     Update,
 )
 from flodl.train.metrics import MetricsMsg
-from flodl.train.worker import FINAL_ROUND, Worker, set_lr
+from flodl.train.worker import FINAL_ROUND, CollectiveFailed, Worker, set_lr
 from tests.train import toy
 
 X, Y = toy.regression_data(128)
@@ -439,3 +439,56 @@ def test_epoch_fn_runs_once_per_epoch_before_its_first_batch_and_may_set_the_lr(
     w.run_plan(EpochPlan(1, 0, 32))
     assert calls == [(0, 0, 0), (1, 1, 4)]
     assert w.optimizer.param_groups[0]["lr"] == pytest.approx(0.02)
+
+
+def test_the_schedule_step_never_goes_back_when_an_averaging_lands_between_batches():
+    queried: list[int] = []
+
+    def schedule(step: int) -> float:
+        queried.append(step)
+        return 0.01
+
+    w = make_worker(scheduler=schedule, collective=MeanOfOne(), channel=MemoryChannel())
+    for k in range(3):
+        w.train_batch(batch(k))
+    w.handle(SyncNow(1))  # resets steps_since_avg; the coordinator's count comes later
+    w.train_batch(batch(3))
+    # The coordinator counted 2 of this rank's batches (the third was still on its way) and
+    # 4 of the other rank's: 6 global, of which this rank's counter was at 2.
+    w.handle(SetGlobalStep(6, (2, 4)))
+    w.train_batch(batch(4))
+    assert queried == [0, 1, 2, 3, 8]
+    assert w.schedule_step == 9
+
+
+def test_max_batches_caps_an_epoch_however_many_chunks_it_comes_in():
+    w = make_worker(max_batches=2)
+    sizes = [w.run_plan(EpochPlan(0, off, 48)).batches for off in (0, 48)]  # 3 batches each
+    assert sizes == [2, 0] and w.local_step == 2
+    assert w.run_plan(EpochPlan(1, 0, 48)).batches == 2  # a new epoch, a new allowance
+
+
+class BrokenCollective:
+    """The all-reduce fails, as when a peer's process dies mid-collective."""
+
+    def average_(self, flat: torch.Tensor, weight: float) -> None:
+        raise RuntimeError("Connection closed by peer")
+
+
+def test_a_failed_collective_still_hands_in_the_intact_replica():
+    channel = MemoryChannel(StartEpoch(EpochPlan(0, 0, 64)), SyncNow(1))
+    w = make_worker(channel=channel, collective=BrokenCollective())
+    with pytest.raises(CollectiveFailed, match=r"averaging version 1 failed .* a peer stopped"):
+        w.run()
+    finals = [m for m in channel.sent if isinstance(m, Snapshot) and m.round == FINAL_ROUND]
+    assert len(finals) == 1  # counted in the survivors' average
+    assert isinstance(channel.sent[-1], Exiting) and "Connection closed" in channel.sent[-1].error
+
+
+def test_a_failing_train_step_hands_in_no_final_state():
+    channel = MemoryChannel(StartEpoch(EpochPlan(0, 0, 64)))
+    w = make_worker(rank=1, channel=channel, step=toy.failing_step)  # raises at local step 3
+    with pytest.raises(ValueError, match="injected failure"):
+        w.run()
+    assert not [m for m in channel.sent if isinstance(m, Snapshot)]
+    assert isinstance(channel.sent[-1], Exiting) and "local step 3" in channel.sent[-1].error

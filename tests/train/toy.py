@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -39,16 +41,29 @@ def mse_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     return nn.functional.mse_loss(model(x), y)
 
 
+SLOW_RANK_MS = (20.0, 60.0)  # rank 0, rank 1: rank 1 is 3x slower
+
+
 def slow_rank1_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
-    """Rank 1 is ~4x slower per batch: heterogeneous devices on one CPU. The sleeps dominate the
-    compute, so the ratio holds even when other processes load the machine."""
-    time.sleep(0.016 if context.current().rank == 1 else 0.004)
+    """Rank 1 is 3x slower per batch: heterogeneous devices on one CPU. The sleeps dominate the
+    compute (well under a millisecond), so the ratio holds when other processes load the machine."""
+    time.sleep(SLOW_RANK_MS[context.current().rank] / 1e3)
     return mse_step(model, batch)
+
+
+INJECTED_AT = "FLODL_TEST_INJECTED_AT"
+
+
+def _mark_injection() -> None:
+    """Write the wall-clock time of an injected fault to $FLODL_TEST_INJECTED_AT (if set)."""
+    if path := os.environ.get(INJECTED_AT):
+        Path(path).write_text(repr(time.time()))
 
 
 def failing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     ctx = context.current()
     if ctx.rank == 1 and ctx.local_step == 3:
+        _mark_injection()
         raise ValueError("injected failure in train_step")
     return mse_step(model, batch)
 
@@ -56,6 +71,7 @@ def failing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
 def crashing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     ctx = context.current()
     if ctx.rank == 1 and ctx.local_step == 3:
+        _mark_injection()
         os._exit(17)  # a hard crash: no Python cleanup, no message
     return mse_step(model, batch)
 
@@ -113,3 +129,101 @@ class RecordingMonitor:
 
     def finish(self) -> None:
         self.finished += 1
+
+
+SCHED_LOG = "FLODL_TEST_SCHED_LOG"
+
+
+class DropSchedule:
+    """LR 0.05, then 0.005 from step ``at``; appends ``rank step`` per query to $FLODL_TEST_SCHED_LOG."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def lr(self, step: int) -> float:
+        with open(os.environ[SCHED_LOG], "a") as f:
+            f.write(f"q {context.current().rank} {step}\n")
+        return 0.05 if step < self.at else 0.005
+
+
+def drop_at_6(world: int) -> DropSchedule:
+    return DropSchedule(6)
+
+
+def drop_at_32(world: int) -> DropSchedule:
+    return DropSchedule(32)
+
+
+def lr_logging_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """Appends ``rank lr`` (the learning rate the optimizer trains this batch with)."""
+    ctx = context.current()
+    with open(os.environ[SCHED_LOG], "a") as f:
+        f.write(f"lr {ctx.rank} {ctx.lr}\n")
+    return mse_step(model, batch)
+
+
+def read_schedule_log(path) -> dict[int, list[tuple[int, float]]]:
+    """rank -> [(step the scheduler was queried at, LR the batch trained with)], in order."""
+    steps: dict[int, list[int]] = {}
+    lrs: dict[int, list[float]] = {}
+    for line in Path(path).read_text().splitlines():
+        if not line:
+            continue
+        kind, rank, value = line.split()
+        if kind == "q":
+            steps.setdefault(int(rank), []).append(int(value))
+        else:
+            lrs.setdefault(int(rank), []).append(float(value))
+    return {r: list(zip(steps[r], lrs[r], strict=True)) for r in steps}
+
+
+def freezing_rank0_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """Rank 0 stops its own process (SIGSTOP): a process frozen whole, coordinator included."""
+    ctx = context.current()
+    if ctx.rank == 0 and ctx.local_step == 3:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return mse_step(model, batch)
+
+
+def sleepy_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """2 ms per batch: long enough that epochs arrive one by one."""
+    time.sleep(0.002)
+    return mse_step(model, batch)
+
+
+COUNT_LOG = "FLODL_TEST_COUNT_LOG"
+
+
+def counting_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """Appends ``rank epoch`` per batch to $FLODL_TEST_COUNT_LOG."""
+    ctx = context.current()
+    with open(os.environ[COUNT_LOG], "a") as f:
+        f.write(f"{ctx.rank} {ctx.epoch}\n")
+    return mse_step(model, batch)
+
+
+def batches_per_rank_and_epoch(path) -> dict[tuple[int, int], int]:
+    counts: dict[tuple[int, int], int] = {}
+    for line in Path(path).read_text().splitlines():
+        rank, epoch = map(int, line.split())
+        counts[rank, epoch] = counts.get((rank, epoch), 0) + 1
+    return counts
+
+
+class RebuiltNowhere:
+    """A dataset that pickles fine but cannot be unpickled (as if its class were missing)."""
+
+    def __init__(self) -> None:
+        self.x, self.y = regression_data(64)
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def get_batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"x": self.x[indices], "y": self.y[indices]}
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        raise RuntimeError("RebuiltNowhere cannot be rebuilt in this process")

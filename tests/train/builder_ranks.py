@@ -1,0 +1,59 @@
+"""Rank bodies for Builder-mode tests under a launcher (spawned processes import them by name).
+
+Each rank sets the environment a c10d launcher (torchrun) would, so ``Trainer.builder(...).run()``
+takes the launcher path, and puts what it observed on the result queue.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import torch
+
+import flodl as fl
+from tests.train import toy
+
+
+class CallLog:
+    """A monitor that records its calls in the process that receives them."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def log(self, epoch: int, seconds: float, metrics: dict) -> None:
+        self.calls.append(f"log {epoch}")
+
+    def finish(self) -> None:
+        self.calls.append("finish")
+
+
+def scenario(rank: int, world: int, port: int, results) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    torch.set_num_threads(1)
+    out: dict = {"rank": rank}
+    try:
+        monitor = CallLog()
+        handle = (
+            fl.Trainer.builder(toy.make_model, toy.make_sgd, toy.mse_step)
+            .dataset(toy.regression_data())
+            .batch_size(16)
+            .num_epochs(2)
+            .threads_per_rank(1)
+            .timeout(30)
+            .monitor(monitor)
+            .run()
+        )
+        out["streamed"] = [m.epoch for m in iter(handle.next_metrics, None)]  # must end
+        state = handle.join()
+        out["params"] = [p.flatten().tolist() for p in state.params]
+        out["monitor"] = monitor.calls
+    except BaseException:
+        out["error"] = traceback.format_exc()
+    results.put(out)
