@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
@@ -30,17 +29,15 @@ from flodl.data.memory import (
 )
 from flodl.data.sampling import DEFAULT_SEED, epoch_order, shard_bounds
 from flodl.data.sources import Source, TensorSource, as_source, require_samples
+from flodl.smoke import SMOKE_BATCHES, smoke_enabled
 
 Mode = Literal["auto", "resident", "streaming"]
 _MODES = ("auto", "resident", "streaming")
-#: Batches per epoch when ``FLODL_SMOKE`` is set (``fdl check`` smoke runs).
-SMOKE_BATCHES = 2
 
 
 def smoke_cap() -> int | None:
     """Batches per epoch allowed by ``FLODL_SMOKE`` (unset, empty or ``0`` → no cap)."""
-    value = os.environ.get("FLODL_SMOKE", "").strip()
-    return None if value in ("", "0") else SMOKE_BATCHES
+    return SMOKE_BATCHES if smoke_enabled() else None
 
 
 def _check_int(value: Any, what: str, minimum: int, error: type[Exception]) -> int:

@@ -14,6 +14,6 @@ from flodl.monitor.record import EpochRecord as EpochRecord
 from flodl.monitor.resources import GpuSnapshot as GpuSnapshot
 from flodl.monitor.resources import ResourceSample as ResourceSample
 from flodl.monitor.resources import ResourceSampler as ResourceSampler
-from flodl.monitor.smoke import SmokeBudgetReached
+from flodl.smoke import SmokeBudgetReached
 
 __all__ = ["Monitor", "MonitorError", "MonitorServerError", "SmokeBudgetReached"]

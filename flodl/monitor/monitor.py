@@ -21,8 +21,8 @@ from flodl.monitor.page import render_page, svg_data_uri
 from flodl.monitor.record import EpochRecord
 from flodl.monitor.resources import ResourceSample, ResourceSampler, hardware_summary
 from flodl.monitor.server import DashboardServer
-from flodl.monitor.smoke import SMOKE_EPOCHS, SmokeBudgetReached, smoke_enabled
 from flodl.monitor.tensorboard import write_scalars
+from flodl.smoke import SMOKE_EPOCHS, SmokeBudgetReached, smoke_enabled
 
 __all__ = ["MetricSource", "Monitor"]
 
@@ -59,7 +59,8 @@ class Monitor:
     Under ``FLODL_SMOKE=1`` (``fdl check``), once the second epoch of a loop that planned more is
     logged, :meth:`log` finishes the monitor and raises :class:`~flodl.monitor.SmokeBudgetReached`
     (a ``SystemExit`` with code 0): the script ends there, successfully, and code after the
-    training loop does not run.
+    training loop does not run. Something that runs the loop itself and must finish its own
+    epochs (``fl.Trainer`` does) sets :attr:`ends_smoke_runs` to False.
 
     >>> import flodl as fl
     >>> mon = fl.Monitor(3, stream=None)
@@ -84,6 +85,8 @@ class Monitor:
             raise MonitorError(f"Monitor(num_epochs={num_epochs!r}): need a positive integer")
         self.num_epochs = num_epochs
         self.rank = _rank_from_env() if rank is None else rank
+        #: Under ``FLODL_SMOKE``, end a hand-written loop once its budget is logged (see above).
+        self.ends_smoke_runs = True
         self._stream_arg = stream
         self._color_arg = color
         self._started = time.monotonic()
@@ -313,17 +316,15 @@ class Monitor:
         """Under ``FLODL_SMOKE``: this loop has logged its 2 epochs and planned more.
 
         Only a loop the user wrote is stopped here: ``fl.Trainer`` runs exactly the budget
-        itself (and its callbacks and checkpoints must still run), and an exception raised on
-        any thread but the main one would end that thread, not the run.
+        itself (its callbacks and checkpoints must still run) and turns :attr:`ends_smoke_runs`
+        off; an exception raised on any thread but the main one would end that thread, not the
+        run.
         """
         if not smoke_enabled() or len(self._records) < SMOKE_EPOCHS:
             return False
         if epoch + 1 >= self.num_epochs:
             return False
-        if threading.current_thread() is not threading.main_thread():
-            return False
-        caller = sys._getframe(2).f_globals.get("__name__", "")
-        return not caller.startswith("flodl.")
+        return self.ends_smoke_runs and threading.current_thread() is threading.main_thread()
 
     def _stop_for_smoke(self) -> None:
         self.finish()

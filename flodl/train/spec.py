@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flodl.data.loader import smoke_cap
+from flodl.smoke import SMOKE_EPOCHS
 from flodl.train.messages import ApplyPolicy, AverageBackend
-
-SMOKE_EPOCHS = 2  # the project-wide FLODL_SMOKE contract: <= 2 epochs of <= 2 batches per rank
 
 
 @dataclass

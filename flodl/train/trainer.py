@@ -278,6 +278,8 @@ class TrainerBuilder:
         once; ``handle.join()`` waits. A monitor is finished when training ends, failed or not."""
         spec = self._validate()
         metrics_fn, monitor = self._metrics_fn, self._monitor
+        if hasattr(monitor, "ends_smoke_runs"):
+            monitor.ends_smoke_runs = False  # this run keeps to the smoke budget itself
 
         def on_epoch(metrics: EpochMetrics) -> None:
             handle._on_epoch(metrics)

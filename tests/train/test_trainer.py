@@ -227,6 +227,18 @@ def test_smoke_mode_caps_epochs_and_batches(monkeypatch, tmp_path):
     assert toy.batches_per_rank_and_epoch(tmp_path / "batches.log") == {(0, 0): 2, (0, 1): 2}
 
 
+def test_smoke_mode_with_a_real_monitor_finishes_the_run_and_its_callbacks(monkeypatch, tmp_path):
+    # The Trainer keeps to the smoke budget itself: the Monitor it logs to (planned for 50 epochs)
+    # must not end the process after the second epoch, so checkpoints and join() still happen.
+    monkeypatch.setenv("FLODL_SMOKE", "1")
+    mon = fl.Monitor(50, stream=None, gpu=False)
+    versions = []
+    builder().num_epochs(50).monitor(mon).checkpoint_every(
+        2, lambda v, m: versions.append(v)
+    ).run().join()
+    assert len(mon.history) == 2 and versions == [2]
+
+
 @pytest.mark.multiproc
 def test_smoke_mode_caps_every_rank_not_every_chunk(monkeypatch, tmp_path):
     # Cadence dispatches an epoch in chunks: the cap is per rank and epoch, not per chunk.

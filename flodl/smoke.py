@@ -1,18 +1,21 @@
-"""The monitor's share of the ``FLODL_SMOKE`` contract: a hand-written loop stops after 2 epochs.
+"""The ``FLODL_SMOKE`` contract, in one place.
 
-Under ``FLODL_SMOKE=1`` (what ``fdl check`` sets) a training script runs at most 2 epochs of at
-most 2 batches each: ``fl.data.DataLoader`` caps the batches, ``fl.Trainer`` caps its own loop,
-and a loop you wrote yourself is ended by the :class:`~flodl.Monitor` that logs it.
+Under ``FLODL_SMOKE=1`` (what ``fdl check`` sets) a training script runs at most
+:data:`SMOKE_EPOCHS` epochs of at most :data:`SMOKE_BATCHES` batches each (per rank):
+``fl.data.DataLoader`` caps the batches, ``fl.Trainer`` caps its own loop, and a loop you wrote
+yourself is ended by the :class:`~flodl.Monitor` that logs it.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["SMOKE_EPOCHS", "SmokeBudgetReached", "smoke_enabled"]
+__all__ = ["SMOKE_BATCHES", "SMOKE_EPOCHS", "SmokeBudgetReached", "smoke_enabled"]
 
 #: Epochs a training script runs when ``FLODL_SMOKE`` is set.
 SMOKE_EPOCHS = 2
+#: Batches per epoch (per rank) when ``FLODL_SMOKE`` is set.
+SMOKE_BATCHES = 2
 
 
 def smoke_enabled() -> bool:
