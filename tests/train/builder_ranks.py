@@ -6,13 +6,11 @@ takes the launcher path, and puts what it observed on the result queue.
 
 from __future__ import annotations
 
-import os
 import traceback
-
-import torch
 
 import flodl as fl
 from tests.train import toy
+from tests.train.launched import act_as_launched_rank
 
 
 class CallLog:
@@ -29,14 +27,7 @@ class CallLog:
 
 
 def scenario(rank: int, world: int, port: int, results) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
-    torch.set_num_threads(1)
+    act_as_launched_rank(rank, world, port)
     out: dict = {"rank": rank}
     try:
         monitor = CallLog()

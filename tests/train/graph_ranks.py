@@ -6,13 +6,13 @@ same path as under torchrun, runs the scenario, and puts its observations on the
 
 from __future__ import annotations
 
-import os
 import traceback
 
 import torch
 from torch import nn
 
 import flodl as fl
+from tests.train.launched import act_as_launched_rank
 
 
 def graph() -> fl.Graph:
@@ -26,14 +26,7 @@ def params_of(model: nn.Module) -> list[list[float]]:
 
 
 def scenario(rank: int, world: int, port: int, results) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
-    torch.set_num_threads(1)
+    act_as_launched_rank(rank, world, port)
     out: dict = {"rank": rank}
     try:
         torch.manual_seed(100 + rank)  # different initial weights per rank

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import copy
-import queue
 import re
-import socket
 import subprocess
 import sys
 
@@ -16,6 +14,7 @@ from torch import nn
 import flodl as fl
 from flodl.train.errors import TrainerConfigError
 from tests.train import graph_ranks
+from tests.train.launched import run_launched
 
 
 def make_graph(seed: int = 0) -> fl.Graph:
@@ -217,34 +216,9 @@ def test_epoch_without_a_loader_and_wrong_loaders_are_clear_errors():
 
 
 # ------------------------------------------------------------------ several ranks
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_ranks_share_weights_partition_data_and_agree_on_missing_gradients():
-    ctx = torch.multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    procs = [
-        ctx.Process(target=graph_ranks.scenario, args=(r, 2, port, results), daemon=True)
-        for r in range(2)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        outs = sorted((results.get(timeout=90) for _ in procs), key=lambda o: o["rank"])
-    except queue.Empty:
-        pytest.fail("a Graph-mode rank did not report within 90 s")
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    for out in outs:
-        assert "error" not in out, out["error"]
+    outs = run_launched(graph_ranks.scenario, 2, timeout=90)
     zero, one = outs
     assert zero["world"] == one["world"] == 2 and zero["distributed"]
     assert zero["after_setup"] == one["after_setup"]  # rank 0's initial weights everywhere

@@ -636,33 +636,10 @@ def test_a_monitor_gets_every_ranks_own_resources_and_no_el_che_under_sync():
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_under_a_launcher_metrics_end_and_only_rank_0_logs_and_finishes_the_monitor():
-    import queue
-    import socket
-
     from tests.train import builder_ranks
+    from tests.train.launched import run_launched
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = torch.multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(target=builder_ranks.scenario, args=(r, 2, port, results), daemon=True)
-        for r in range(2)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        outs = sorted((results.get(timeout=180) for _ in procs), key=lambda o: o["rank"])
-    except queue.Empty:
-        pytest.fail("a launched rank did not report within 180 s")
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    for out in outs:
-        assert "error" not in out, out["error"]
+    outs = run_launched(builder_ranks.scenario, 2, timeout=180)
     zero, one = outs
     assert zero["streamed"] == [0, 1] and one["streamed"] == []  # epochs are rank 0's to report
     assert zero["monitor"] == ["log 0", "log 1", "finish"] and one["monitor"] == []
