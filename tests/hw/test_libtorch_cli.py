@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from fdl.variants import load_table
 from tests.hw.conftest import fdl_env, libtorch_zip
+from tests.hw.loopback import sha256
 
 NEWEST = load_table().newest.torch
 CPU_PATH = f"/libtorch/cpu/libtorch-shared-with-deps-{NEWEST}+cpu.zip"
@@ -94,6 +96,24 @@ def test_list_info_activate_remove(mirror, run_fdl):
     assert removed.returncode == 0 and "was the active variant" in removed.stderr
     assert (home / ".active").read_text() == ""
     assert (home / "precompiled" / "cpu" / "lib").is_dir()  # the other one is untouched
+
+
+@pytest.mark.parametrize("ranges", [True, False], ids=["range", "no-range"])
+def test_a_dropped_transfer_is_resumed_and_the_archive_installs(mirror, run_fdl, ranges):
+    # The mirror cuts the connection mid-archive once; the same command retries and installs.
+    # With Range support only the missing bytes are asked for; without, it starts over cleanly.
+    server, env, work, home = mirror
+    body = libtorch_zip(extra={"libtorch/lib/libc10.so": os.urandom(300_000)})
+    server.add(CPU_PATH, body, ranges=ranges, drop_after=120_000, drops_left=1)
+    result = run_fdl("libtorch", "download", "--cpu", env=env, cwd=work)
+    assert result.returncode == 0, result.stderr
+    lib = home / "precompiled" / "cpu" / "lib"
+    assert (lib / "libtorch.so").is_file() and (lib / "libc10.so").stat().st_size == 300_000
+    gets = server.gets(CPU_PATH)
+    assert len(gets) == 2 and "Range" not in gets[0]
+    assert gets[1].get("Range") == "bytes=120000-"  # asked for the rest either way…
+    arch = dict(line.split("=", 1) for line in (lib.parent / ".arch").read_text().splitlines())
+    assert arch["sha256"] == sha256(body)  # …and what installed is exactly the archive
 
 
 def test_zip_slip_archive_installs_nothing(mirror, run_fdl, tmp_path):
