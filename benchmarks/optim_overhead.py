@@ -5,8 +5,8 @@
 - clipping: ``fl.optim.clip_grad_norm`` (returns a float) vs ``torch.nn.utils.clip_grad_norm_``
   followed by ``.item()`` (what a loop that logs the norm does) on a 48-tensor MLP, in the
   common case where the norm is under the limit (flodl then skips the multiply; torch does not).
-- optimizer step: ``fl.optim.Adam`` (foreach on CPU) vs ``torch.optim.Adam`` with its CPU
-  default (per-tensor loop), and torch's CPU fused kernel for reference.
+- optimizer step: ``fl.optim.Adam`` (fused on CPU) vs ``torch.optim.Adam`` with its CPU
+  default (per-tensor loop), and ``foreach=True`` for reference.
 """
 
 from __future__ import annotations
@@ -88,12 +88,13 @@ def clip_cases() -> dict[str, object]:
 def adam_cases() -> dict[str, object]:
     a, b, c = _with_grads(_mlp()), _with_grads(_mlp()), _with_grads(_mlp())
     ours = fl.optim.Adam(a.parameters(), lr=1e-3)
+    assert ours.defaults["fused"], "fl.optim.Adam should pick the CPU fused kernel"
     theirs = torch.optim.Adam(b.parameters(), lr=1e-3)
-    fused = torch.optim.Adam(c.parameters(), lr=1e-3, fused=True)  # CPU fused kernel (torch >= 2.4)
+    foreach = torch.optim.Adam(c.parameters(), lr=1e-3, foreach=True)
     return {
         "torch Adam (CPU default)": theirs.step,
-        "fl.optim.Adam (foreach)": ours.step,
-        "torch Adam fused=True on CPU": fused.step,
+        "fl.optim.Adam (fused)": ours.step,
+        "torch Adam foreach=True": foreach.step,
     }
 
 

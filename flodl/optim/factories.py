@@ -1,7 +1,9 @@
 """``Adam`` / ``AdamW`` / ``SGD`` factories that pick torch's fastest kernel for where the params live.
 
-On CUDA every parameter update of a group runs as one fused multi-tensor kernel (``fused=True``);
-elsewhere the ``foreach`` implementation batches the per-tensor ops. The factories return plain
+Wherever torch has fused kernels (CUDA and the CPU among them) every parameter update of a group
+runs as one fused multi-tensor kernel (``fused=True``); elsewhere the ``foreach`` implementation
+batches the per-tensor ops. On the CPU, fused is 2-6x faster than foreach for Adam/AdamW and
+1.5-2.5x for SGD with momentum (``benchmarks/optim_overhead.py``). The factories return plain
 ``torch.optim`` optimizers, so everything torch offers (``state_dict``, param groups, schedulers)
 works unchanged. Build the optimizer *after* moving the model to its device, as in torch.
 """
@@ -20,6 +22,18 @@ __all__ = ["SGD", "Adam", "AdamW", "kernel_choice"]
 
 # dtypes torch's fused Adam/AdamW/SGD kernels accept.
 _FUSED_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+def _fused_device_types() -> frozenset[str]:
+    """Device types with fused optimizer kernels in this torch (CUDA and CPU since torch 2.4)."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    except ImportError:  # a torch that moved the helper: the two we know
+        return frozenset({"cuda", "cpu"})
+    return frozenset(_get_fused_kernels_supported_devices())
+
+
+_FUSED_DEVICES = _fused_device_types()
 
 
 def _flat_params(params: Iterable[Any]) -> tuple[list[Any], list[Any]]:
@@ -46,18 +60,24 @@ def _flat_params(params: Iterable[Any]) -> tuple[list[Any], list[Any]]:
 def kernel_choice(tensors: Iterable[Any]) -> dict[str, bool]:
     """The implementation keyword torch should use for ``tensors``: ``fused`` or ``foreach``.
 
-    ``{"fused": True}`` when every tensor is a floating-point CUDA tensor, else
-    ``{"foreach": True}``. Only ``.device`` and ``.dtype`` are read.
+    ``{"fused": True}`` when every tensor is floating point and they all live on one device type
+    with fused kernels (CUDA, CPU, ...), else ``{"foreach": True}``. Only ``.device`` and
+    ``.dtype`` are read.
 
     >>> import torch
     >>> kernel_choice([torch.zeros(2)])
+    {'fused': True}
+    >>> kernel_choice([torch.zeros(2, dtype=torch.int64)])
     {'foreach': True}
     """
     tensors = list(tensors)
-    on_cuda = bool(tensors) and all(
-        t.device.type == "cuda" and t.dtype in _FUSED_DTYPES for t in tensors
+    device_types = {t.device.type for t in tensors}
+    fused = (
+        len(device_types) == 1
+        and device_types <= _FUSED_DEVICES
+        and all(t.dtype in _FUSED_DTYPES for t in tensors)
     )
-    return {"fused": True} if on_cuda else {"foreach": True}
+    return {"fused": True} if fused else {"foreach": True}
 
 
 def _build(cls: type[Optimizer], params: Iterable[Any], kwargs: dict[str, Any]) -> Optimizer:
@@ -82,14 +102,14 @@ def Adam(  # named like the torch class it builds
     weight_decay: float = 0.0,
     **kwargs: Any,
 ) -> torch.optim.Adam:
-    """``torch.optim.Adam`` with the fused kernel on CUDA and ``foreach`` elsewhere.
+    """``torch.optim.Adam`` with the fused kernel where torch has one (CUDA, CPU), else ``foreach``.
 
     Defaults are torch's (and the original's): betas (0.9, 0.999), eps 1e-8. Any other
     ``torch.optim.Adam`` keyword passes through; an explicit ``fused=``/``foreach=`` wins.
 
     >>> import torch, flodl as fl
     >>> opt = fl.optim.Adam(torch.nn.Linear(2, 1).parameters(), lr=0.01)
-    >>> opt.param_groups[0]["foreach"], opt.param_groups[0]["fused"]
+    >>> opt.param_groups[0]["fused"], opt.param_groups[0]["foreach"]
     (True, None)
     """
     kwargs.update(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)

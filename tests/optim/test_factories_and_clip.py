@@ -25,8 +25,9 @@ def fake(device: str, dtype: torch.dtype = torch.float32) -> SimpleNamespace:
         ([fake("cuda:0", torch.float16)], {"fused": True}),
         ([fake("cuda:0"), fake("cpu")], {"foreach": True}),  # mixed devices
         ([fake("cuda:0", torch.int64)], {"foreach": True}),  # fused kernels are float-only
-        ([fake("cpu")], {"foreach": True}),
-        ([fake("meta")], {"foreach": True}),
+        ([fake("cpu"), fake("cpu", torch.float64)], {"fused": True}),  # CPU fused kernels
+        ([fake("cpu", torch.int64)], {"foreach": True}),
+        ([fake("meta")], {"foreach": True}),  # no fused kernels there
         ([], {"foreach": True}),
     ],
 )
@@ -47,13 +48,13 @@ def model() -> torch.nn.Module:
         (fl.optim.SGD, torch.optim.SGD, {"lr": 0.01, "momentum": 0.9}),
     ],
 )
-def test_factories_use_foreach_on_cpu_and_train_like_torch(factory, cls, kwargs):
+def test_factories_use_fused_on_cpu_and_train_like_torch(factory, cls, kwargs):
     x, y = torch.randn(32, 4, generator=torch.Generator().manual_seed(1)), torch.ones(32, 1)
     ours_model, ref_model = model(), model()
     ours = factory(ours_model.parameters(), **kwargs)
     ref = cls(ref_model.parameters(), **kwargs, foreach=False)
     assert type(ours) is cls
-    assert ours.param_groups[0]["foreach"] is True and not ours.param_groups[0]["fused"]
+    assert ours.param_groups[0]["fused"] is True and not ours.param_groups[0]["foreach"]
     for m, opt in ((ours_model, ours), (ref_model, ref)):
         for _ in range(5):
             opt.zero_grad()
@@ -66,16 +67,16 @@ def test_factories_use_foreach_on_cpu_and_train_like_torch(factory, cls, kwargs)
 @pytest.mark.parametrize(
     ("factory", "module", "kernel"),
     [
-        (fl.optim.Adam, "torch.optim.adam", "_multi_tensor_adam"),
-        (fl.optim.AdamW, "torch.optim.adam", "_multi_tensor_adam"),  # AdamW runs Adam's kernels
-        (fl.optim.SGD, "torch.optim.sgd", "_multi_tensor_sgd"),
+        (fl.optim.Adam, "torch.optim.adam", "_fused_adam"),
+        (fl.optim.AdamW, "torch.optim.adam", "_fused_adam"),  # AdamW runs Adam's kernels
+        (fl.optim.SGD, "torch.optim.sgd", "_fused_sgd"),
     ],
 )
-def test_the_foreach_choice_reaches_torchs_step(factory, module, kernel, monkeypatch):
-    """Not just a recorded option: torch's step really dispatches to the multi-tensor kernel."""
+def test_the_fused_choice_reaches_torchs_step_on_cpu(factory, module, kernel, monkeypatch):
+    """Not just a recorded option: torch's step really dispatches to the fused kernel."""
     net = model()
     opt = factory(net.parameters(), lr=0.01)
-    assert opt.defaults["foreach"] is True and not opt.defaults["fused"]
+    assert opt.defaults["fused"] is True and not opt.defaults["foreach"]
     calls = []
     module = importlib.import_module(module)
     real = getattr(module, kernel)
