@@ -43,3 +43,27 @@ def test_the_harness_finds_blocks(tmp_path):
     page = tmp_path / "p.md"
     page.write_text("x\n```python\na = 1\n```\n```python no-run\nb\n```\n```bash\nc\n```\n")
     assert python_blocks(page) == [(3, "a = 1\n")]
+
+
+LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)\)")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_relative_links_resolve(page):
+    """Every relative link on the page names a file or folder of the repository."""
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))  # code blocks hold no links
+    broken = []
+    for match in LINK.finditer(text):
+        target = match.group("target").split("#", 1)[0]
+        if not target or re.match(r"^[a-z][a-z0-9+.-]*:", target):  # an anchor or a URL
+            continue
+        if not (page.parent / target).exists():
+            broken.append(match.group(0))
+    assert not broken, f"links to nothing: {broken}"
+
+
+def test_the_link_check_sees_a_broken_link(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("[ok](p.md) [gone](nowhere.md) [web](https://example.org)\n")
+    with pytest.raises(AssertionError, match=r"nowhere\.md"):
+        test_relative_links_resolve(page)
