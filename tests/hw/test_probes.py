@@ -248,34 +248,12 @@ def test_cpu_model_and_driver_from_the_kernel_when_nvidia_smi_is_broken(tmp_path
 @pytest.fixture(scope="module")
 def fake_nvml(tmp_path_factory):
     """libnvidia-ml.so.1 built from tests/hw/fixtures/fake_nvml_driver.c (2 x L4, driver 550)."""
-    import shutil
-    import subprocess
     from pathlib import Path
 
-    from tests.conftest import require
+    from tests import fake_nvml
 
-    try:
-        import pynvml  # noqa: F401
-    except ImportError:
-        require("nvml", "nvidia-ml-py is not installed (pip install nvidia-ml-py)")
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        require("nvml", "no C compiler to build the fake NVML library")
-    lib_dir = tmp_path_factory.mktemp("nvml")
     source = Path(__file__).parent / "fixtures" / "fake_nvml_driver.c"
-    subprocess.run(
-        [
-            compiler,
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-o",
-            str(lib_dir / "libnvidia-ml.so.1"),
-            str(source),
-        ],
-        check=True,
-    )
-    return lib_dir
+    return fake_nvml.build(source, tmp_path_factory.mktemp("nvml"))
 
 
 def test_nvml_lists_the_gpus_when_nvidia_smi_is_absent(run_fdl, tmp_path, fake_nvml):

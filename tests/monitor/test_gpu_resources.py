@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 import torch
 
 import flodl as fl
-from tests.conftest import require
+from tests import fake_nvml
 
 GiB = 1024**3
 
@@ -39,27 +38,7 @@ print(json.dumps({"line": out.getvalue(), "resources": record.to_json()["resourc
 
 @pytest.fixture(scope="module")
 def fake_driver(tmp_path_factory) -> Path:
-    try:
-        import pynvml  # noqa: F401  (the real package; only the driver below is fake)
-    except ImportError as err:
-        require("nvml", f"nvidia-ml-py is not installed ({err}); it is in the dev extra")
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        require("nvml", "no C compiler (cc/gcc) to build the fake NVML driver library")
-    lib_dir = tmp_path_factory.mktemp("nvml")
-    subprocess.run(
-        [
-            compiler,
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-o",
-            str(lib_dir / "libnvidia-ml.so.1"),
-            str(FIXTURE),
-        ],
-        check=True,
-    )
-    return lib_dir
+    return fake_nvml.build(FIXTURE, tmp_path_factory.mktemp("nvml"))
 
 
 @pytest.mark.slow  # a subprocess importing torch
