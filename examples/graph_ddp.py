@@ -3,10 +3,15 @@
     python examples/graph_ddp.py                                        # one device
     torchrun --standalone --nproc-per-node 2 examples/graph_ddp.py      # two ranks, same code
     torchrun --standalone --nproc-per-node 2 examples/graph_ddp.py --verify
+    torchrun --standalone --nproc-per-node 2 examples/graph_ddp.py --el-che --slow-rank 1
 
 Every rank runs this whole script on its own shard of the data; ``model.step()`` averages the
 gradients, so every rank prints the same parameter digest. ``--verify`` first checks numerically
 that the averaged gradient of two half batches equals the full-batch gradient.
+
+``--el-che`` turns on El Che (on by itself when the ranks' GPUs differ): every rank reads the
+whole epoch order and takes its share of each window, a faster rank more batches than a slower
+one. ``--slow-rank R`` makes rank R three times slower per batch, as a weaker GPU would be.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import argparse
 import copy
 import hashlib
 import os
+import time
 
 import torch
 from torch import nn
@@ -75,6 +81,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--verify", action="store_true")
+    parser.add_argument("--el-che", action="store_true", help="per-rank batch counts (El Che)")
+    parser.add_argument("--slow-rank", type=int, default=None, help="make this rank 3x slower")
     args = parser.parse_args()
 
     torch.manual_seed(int(os.environ.get("RANK", "0")))  # differs per rank on purpose
@@ -84,6 +92,7 @@ def main() -> None:
         None,
         lambda params: torch.optim.Adam(params, lr=1e-2),
         scheduler=fl.optim.MultiStepLR(1e-2, [40, 80], 0.5),
+        config=fl.DdpConfig() if args.el_che else None,
     )  # rank 0's initial parameters are now on every rank
     rank = model.rank
     x, y = make_data()
@@ -93,17 +102,23 @@ def main() -> None:
             flush=True,
         )
 
-    model.set_data_loader(fl.data.DataLoader.from_tensors(x, y).batch_size(32))  # this rank's shard
+    # This rank's shard (with El Che: the whole epoch order, shared out window by window).
+    model.set_data_loader(fl.data.DataLoader.from_tensors(x, y).batch_size(32))
     start = full_loss(model, x, y)
+    batches = 0
     for epoch in range(args.epochs):
         for inputs, targets in model.epoch(epoch):
-            loss = nn.functional.mse_loss(model(inputs), targets)  # this rank's shard only
+            started = time.perf_counter()
+            loss = nn.functional.mse_loss(model(inputs), targets)  # this rank's batches only
             loss.backward()
+            if rank == args.slow_rank:  # a weaker device: three times the compute time
+                time.sleep(2 * (time.perf_counter() - started))
+            batches += 1
             model.step()  # average gradients, sync buffers, scheduled LR, optimizer step
     end = full_loss(model, x, y)
     model.finish()  # wait for every rank, release the process group
     print(
-        f"rank {rank}: world {model.world_size} steps {model.training_step} "
+        f"rank {rank}: world {model.world_size} steps {model.training_step} batches {batches} "
         f"loss {start:.4f} -> {end:.4f} digest {digest(model)}",
         flush=True,
     )

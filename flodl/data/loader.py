@@ -263,6 +263,7 @@ class DataLoader:
         self._rank, self._world_size, self._ratios = rank, world_size, ratios
         self._offset, self._shard = shard_bounds(num_samples, rank, world_size, ratios, drop_last)
         self._next_epoch = 0
+        self._subset_plan: tuple[int, list[torch.Tensor]] | None = None
         self._resident: tuple[torch.Tensor, ...] | None = None
         self._depth = prefetch or 0
         self._mode_reason = ""
@@ -400,7 +401,35 @@ class DataLoader:
         """
         epoch = _check_int(epoch, "epoch", 0, LoaderConfigError)
         self._next_epoch = epoch + 1
-        plan = self._plan(epoch)
+        return self._iterate(self._plan(epoch), epoch)
+
+    def epoch_subset(self, epoch: int, positions: Sequence[int]) -> EpochIterator:
+        """Only the batches at ``positions`` (0-based, in order) of epoch ``epoch``.
+
+        For schedulers that hand out an epoch's batches piecewise, e.g. El Che windows in Graph
+        mode, where each rank takes its share of every window from the same epoch order. The
+        epoch's order is computed once and reused while the positions stay in that epoch.
+
+        >>> import torch, flodl as fl
+        >>> loader = fl.data.DataLoader.from_tensors(torch.arange(8)).batch_size(2).build()
+        >>> whole = [b[0].tolist() for b in loader.epoch(3)]
+        >>> [b[0].tolist() for b in loader.epoch_subset(3, [1, 3])] == [whole[1], whole[3]]
+        True
+        """
+        epoch = _check_int(epoch, "epoch", 0, LoaderConfigError)
+        cached = self._subset_plan
+        if cached is None or cached[0] != epoch:
+            cached = self._subset_plan = (epoch, self._plan(epoch))
+        plan = cached[1]
+        bad = [p for p in positions if not 0 <= int(p) < len(plan)]
+        if bad:
+            raise LoaderConfigError(
+                f"epoch_subset: batch positions {bad[:5]} are outside this epoch's "
+                f"{len(plan)} batches (0..{len(plan) - 1})"
+            )
+        return self._iterate([plan[int(p)] for p in positions], epoch)
+
+    def _iterate(self, plan: list[torch.Tensor], epoch: int) -> EpochIterator:
         if self._resident is not None:
             return ResidentEpoch(self._resident, plan, self._index)
         if self._user_depth is None:  # re-probe: the model may have taken memory since build

@@ -35,6 +35,7 @@ class TrainingSession(Protocol):
     is_distributed: bool
     device: torch.device
     optimizer: torch.optim.Optimizer | None
+    el_che: Any
 
     def step(self, graph: nn.Module) -> None: ...
     def set_scheduler(self, scheduler: Any, lr_scale: float | None) -> None: ...
@@ -135,3 +136,13 @@ class TrainingMethods:
             return session.device
         first = next(self.parameters(), None)  # type: ignore[attr-defined]
         return first.device if first is not None else torch.device("cpu")
+
+    @property
+    def has_el_che(self) -> bool:
+        """Whether ranks run El Che's per-rank batch counts (see ``fl.DdpConfig``)."""
+        return self._attached("el_che", None) is not None
+
+    @property
+    def el_che(self) -> Any:
+        """The El Che state (``batch_counts``, ``anchor``) while it runs, else None."""
+        return self._attached("el_che", None)

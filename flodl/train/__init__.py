@@ -7,6 +7,7 @@ from flodl.train.context import current as current  # fl.train.current(): not to
 from flodl.train.context import record_scalar as record_scalar
 from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
+from flodl.train.graph_cadence import DdpConfig
 from flodl.train.graph_mode import GraphSession
 from flodl.train.messages import ApplyPolicy, AverageBackend
 from flodl.train.metrics import EpochMetrics
@@ -16,6 +17,7 @@ from flodl.train.trainer import Trainer, TrainerBuilder, TrainingHandle
 __all__ = [
     "ApplyPolicy",
     "AverageBackend",
+    "DdpConfig",
     "ElChe",
     "EpochMetrics",
     "GraphSession",

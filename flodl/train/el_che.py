@@ -180,19 +180,40 @@ class ElChe:
     def clamp_total(self, limit: int) -> list[int]:
         """Counts scaled down to sum to ``limit`` (near an epoch's end), proportions kept.
 
+        Every rank keeps at least one batch, so ``limit`` must be at least ``world``.
+
         >>> ElChe(2, 10).with_speed_ratio(1, 2.0).clamp_total(15)
         [10, 5]
         """
+        if limit < self.world:
+            raise TrainerConfigError(
+                f"clamp_total: {limit} batches cannot give each of {self.world} ranks one"
+            )
         total = self.total_batches
         if total <= limit:
             return list(self.batch_counts)
         scale = limit / total
         counts = [max(math.floor(c * scale), 1) for c in self.batch_counts]
+        while sum(counts) > limit:  # the floor of 1 overshot: trim the largest
+            counts[counts.index(max(counts))] -= 1
         r = 0
         while sum(counts) < limit:
             counts[r % self.world] += 1
             r += 1
         return counts
+
+    def window(self, remaining: int) -> list[int] | None:
+        """Each rank's batches for the next window when ``remaining`` batches are left in the
+        epoch: the counts, scaled down near the end; None when fewer batches than ranks remain
+        (every rank needs one per window, so the epoch ends there).
+
+        >>> el = ElChe(2, 10).with_speed_ratio(1, 2.0)
+        >>> el.window(100), el.window(6), el.window(1)
+        ([20, 10], [4, 2], None)
+        """
+        if remaining < self.world:
+            return None
+        return self.clamp_total(remaining)
 
     def nudge_anchor_down(self, factor: float) -> None:
         """Shrink the anchor by ``factor`` in [0.1, 1] (never grows it; may go below min_anchor)."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import warnings
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -21,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from flodl.train.errors import TrainerConfigError
+from flodl.train.graph_cadence import Cadence, DdpConfig, devices_differ
 from flodl.train.launch import under_launcher
 
 BUCKET_BYTES = 25 * 1024 * 1024  # like DistributedDataParallel's default bucket cap
@@ -34,6 +37,7 @@ def setup(
     scheduler: Any = None,
     lr_scale: float = 1.0,
     timeout: float = 60.0,
+    config: DdpConfig | None = None,
 ) -> GraphSession:
     """See :meth:`flodl.Trainer.setup`."""
     from flodl.graph import Graph
@@ -58,10 +62,16 @@ def setup(
         )
     if timeout <= 0:
         raise TrainerConfigError(f"Trainer.setup: timeout must be > 0 seconds, got {timeout}")
+    if config is not None and not isinstance(config, DdpConfig):
+        raise TrainerConfigError(
+            f"Trainer.setup: config must be an fl.DdpConfig, got {type(config).__name__}"
+        )
     session = GraphSession(_join_group(timeout))
+    session.max_grad_norm = None if config is None else config.max_grad_norm
     if session.is_distributed:
         model.to(session.device)
         _broadcast(list(model.parameters()) + list(model.buffers()), session.group)
+        session.configure_el_che(config)
     else:
         session.device = model.device  # single device: the model stays where the user put it
     if optim_factory is not None:
@@ -145,6 +155,8 @@ class GraphSession:
         self.scheduler: Any = None
         self.lr_scale = 1.0
         self.loader: Any = None
+        self.cadence: Cadence | None = None
+        self.max_grad_norm: float | None = None
         if topology is None:
             self.rank, self.world_size, self.group = 0, 1, None
             self.device = torch.device("cpu")
@@ -152,12 +164,53 @@ class GraphSession:
             self.rank, self.world_size, self.device, self.group = topology
         self.is_distributed = self.world_size > 1
 
+    def configure_el_che(self, config: DdpConfig | None) -> None:
+        """El Che on when a config asks for it, or, without one, when the ranks' devices differ
+        (the original's rule: ``setup`` on heterogeneous GPUs, ``setup_with`` always)."""
+        wanted = (
+            config.el_che_enabled if config is not None else devices_differ(self.device, self.group)
+        )
+        if wanted:
+            self.cadence = Cadence(
+                (config or DdpConfig()).el_che(self.world_size),
+                self.rank,
+                self.group,
+                max_grad_norm=self.max_grad_norm,
+                average=average_gradients,
+                broadcast=_broadcast,
+            )
+
+    @property
+    def el_che(self) -> Any:
+        """The El Che state (batch counts, anchor) when El Che runs, else None."""
+        return None if self.cadence is None else self.cadence.el_che
+
     # -------------------------------------------------------------- optimisation
     def step(self, graph: nn.Module) -> None:
+        if self.cadence is not None:
+            if self.cadence.in_window:
+                self.cadence.step(graph, self._optimizer_step)
+                return
+            # A step outside model.epoch()'s windows: the loop feeds the model itself, so El Che
+            # has no counts to run (the original disables it here too, on every rank alike).
+            warnings.warn(
+                "El Che is off for the rest of this run: model.step() was called outside "
+                "model.epoch() — iterate model.epoch(e) to train with per-rank batch counts, or "
+                "pass fl.DdpConfig(max_anchor=0) to run lockstep on purpose",
+                stacklevel=3,
+            )
+            self.cadence = None
         if self.is_distributed:
             params = [p for p in graph.parameters() if p.requires_grad]
             average_gradients(params, self.world_size, self.group)
             _broadcast(list(graph.buffers()), self.group)
+        if self.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(
+                [p for p in graph.parameters() if p.requires_grad], self.max_grad_norm
+            )
+        self._optimizer_step()
+
+    def _optimizer_step(self) -> None:
         if self.optimizer is None:
             return
         if self.scheduler is not None:  # LR from the pre-increment step
@@ -200,14 +253,26 @@ class GraphSession:
     def set_data_loader(self, graph: nn.Module, loader: Any) -> None:
         from flodl.data import DataLoader, DataLoaderBuilder
 
+        # With El Che every rank reads the whole epoch order and takes its share of each window;
+        # without, each rank iterates its own fixed shard.
+        rank, world = (0, 1) if self.cadence is not None else (self.rank, self.world_size)
         if isinstance(loader, DataLoaderBuilder):
-            loader = loader.partition(self.rank, self.world_size).device(self.device).build()
+            loader = loader.partition(rank, world).device(self.device).build()
         if not isinstance(loader, DataLoader):
             raise TrainerConfigError(
                 f"set_data_loader: expected an fl.data.DataLoader or its builder "
                 f"(fl.data.DataLoader.from_tensors(...).batch_size(n)), got {type(loader).__name__}"
             )
-        if (loader.rank, loader.world_size) != (self.rank, self.world_size):
+        if self.cadence is not None and loader.world_size != 1:
+            raise TrainerConfigError(
+                "set_data_loader: El Che hands each rank its share of every window from the "
+                f"whole dataset, but this loader is partitioned (rank {loader.rank} of "
+                f"{loader.world_size}) — build it without .partition(), or pass the builder unbuilt"
+            )
+        if self.cadence is None and (loader.rank, loader.world_size) != (
+            self.rank,
+            self.world_size,
+        ):
             raise TrainerConfigError(
                 f"set_data_loader: the loader is partitioned as rank {loader.rank} of "
                 f"{loader.world_size} but this process is rank {self.rank} of {self.world_size} — "
@@ -219,6 +284,12 @@ class GraphSession:
             )
             dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=self.group)
             most, fewest = int(counts[0]), -int(counts[1])
+            if most != fewest and self.cadence is not None:
+                raise TrainerConfigError(
+                    f"set_data_loader: the ranks' loaders hold {fewest} to {most} batches per "
+                    "epoch; El Che splits one epoch order between ranks, so every rank needs the "
+                    "same dataset and batch size"
+                )
             if most != fewest:
                 raise TrainerConfigError(
                     f"set_data_loader: ranks would run {fewest} to {most} batches per epoch; every "
@@ -226,13 +297,17 @@ class GraphSession:
                     "drop_last(True) (the default) and no partition ratios"
                 )
         self.loader = loader
+        self._graph = weakref.ref(graph)
 
     def epoch(self, epoch: int) -> Any:
         if self.loader is None:
             raise TrainerConfigError(
                 "model.epoch(): no data loader — call model.set_data_loader(loader) first"
             )
-        return self.loader.epoch(epoch)
+        graph = self._graph()
+        if self.cadence is None or graph is None:
+            return self.loader.epoch(epoch)
+        return self.cadence.epoch(self.loader, epoch, graph, self._optimizer_step)
 
 
 def _scheduled_lr(scheduler: Any, step: int) -> float:

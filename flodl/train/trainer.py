@@ -27,6 +27,7 @@ import torch
 from flodl.data.sources import as_source, require_samples
 from flodl.train.checkpointing import SaveFdl
 from flodl.train.errors import TrainerConfigError
+from flodl.train.graph_cadence import DdpConfig
 from flodl.train.graph_mode import GraphSession
 from flodl.train.graph_mode import setup as setup_graph
 from flodl.train.launch import (
@@ -364,6 +365,7 @@ class Trainer:
         scheduler: Any = None,
         lr_scale: float = 1.0,
         timeout: float = 60.0,
+        config: DdpConfig | None = None,
     ) -> GraphSession:
         """Graph mode: prepare ``model`` (an ``fl.Graph``) for your own loop ending in ``model.step()``.
 
@@ -375,7 +377,10 @@ class Trainer:
         called: in one process per rank, each rank's script builds its own model (it may be None).
         ``optim_factory(params)`` builds the optimizer (None: ``step()`` only syncs gradients).
         ``scheduler`` (``.lr(step)`` or ``step -> lr``) sets the LR at every step, × ``lr_scale``.
-        ``timeout`` bounds every collective. Returns the session (also reachable through the model).
+        ``timeout`` bounds every collective. ``config`` (:class:`~flodl.DdpConfig`) turns on El
+        Che, per-rank batch counts for mixed devices, which is otherwise on only when the ranks'
+        devices differ (see docs/ddp.md, "El Che in Graph mode"). Returns the session (also
+        reachable through the model).
 
         >>> import torch, flodl as fl
         >>> from torch import nn
@@ -392,6 +397,7 @@ class Trainer:
             scheduler=scheduler,
             lr_scale=lr_scale,
             timeout=timeout,
+            config=config,
         )
 
     @staticmethod

@@ -200,3 +200,23 @@ def test_batches_are_delivered_on_the_target_device(mode):
     assert len(batches) == 3
     assert all(t.device.type == "meta" for b in batches for t in b)
     assert batches[0]["x"].shape == (4, 3)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_epoch_subset_yields_exactly_the_chosen_batches_of_that_epoch(mode):
+    dl = loader(n=100, bs=10, mode=mode, seed=5)
+    whole = [b["i"].tolist() for b in dl.epoch(2)]
+    # Windows of an epoch handed out piecewise (El Che): together they are the epoch, in order.
+    pieces = [dl.epoch_subset(2, range(a, b)) for a, b in [(0, 3), (3, 4), (4, 10)]]
+    assert [b["i"].tolist() for piece in pieces for b in piece] == whole
+    assert [b["i"].tolist() for b in dl.epoch_subset(2, [7, 1])] == [whole[7], whole[1]]
+    assert [b["i"].tolist() for b in dl.epoch_subset(3, [0])] == [
+        next(iter(dl.epoch(3)))["i"].tolist()
+    ]
+    assert list(dl.epoch_subset(2, [])) == []
+
+
+def test_epoch_subset_refuses_positions_outside_the_epoch():
+    dl = loader(n=100, bs=10)
+    with pytest.raises(fl.data.LoaderConfigError, match=r"positions \[10, -1\] are outside"):
+        dl.epoch_subset(0, [0, 10, -1])

@@ -6,7 +6,10 @@ same path as under torchrun, runs the scenario, and puts its observations on the
 
 from __future__ import annotations
 
+import hashlib
+import time
 import traceback
+import warnings
 
 import torch
 from torch import nn
@@ -34,6 +37,7 @@ def scenario(rank: int, world: int, port: int, results) -> None:
         fl.Trainer.setup(model, None, lambda p: torch.optim.SGD(p, lr=0.1), timeout=20)
         out["world"] = model.world_size
         out["distributed"] = model.is_distributed
+        out["has_el_che"] = model.has_el_che  # same device kind on both ranks: lockstep
         out["after_setup"] = params_of(model)
 
         # Every sample once across ranks per epoch, equal batch counts, shards change per epoch.
@@ -65,6 +69,74 @@ def scenario(rank: int, world: int, port: int, results) -> None:
             out["uneven_error"] = str(err)
         model.finish()
         out["finished"] = not torch.distributed.is_initialized()
+    except BaseException:
+        out["error"] = traceback.format_exc()
+    results.put(out)
+
+
+def el_che_scenario(rank: int, world: int, port: int, results) -> None:
+    """El Che in Graph mode: rank 1 is 3x slower per batch (an injected sleep)."""
+    act_as_launched_rank(rank, world, port)
+    out: dict = {"rank": rank}
+    try:
+        torch.manual_seed(7)
+        model = graph()
+        lr = 0.05
+        config = fl.DdpConfig(speed_hint=(1, 2.0))
+        session = fl.Trainer.setup(
+            model, None, lambda p: torch.optim.SGD(p, lr=lr), config=config, timeout=30
+        )
+        out["has_el_che"] = model.has_el_che
+        out["first_counts"] = list(model.el_che.batch_counts)
+        n = 800
+        g = torch.Generator().manual_seed(3)
+        x = torch.randn(n, 3, generator=g)
+        y = x @ torch.tensor([[1.0], [-2.0], [0.5]])
+        ids = torch.arange(n)
+        model.set_data_loader(fl.data.DataLoader.from_tensors(x=x, y=y, id=ids).batch_size(4))
+        loss_fn = nn.functional.mse_loss
+        out["loss_before"] = loss_fn(model(x), y).item()
+
+        seen, first_window = [], None
+        before = [p.detach().clone() for p in model.parameters()]
+        for batch in model.epoch(0):
+            seen += batch["id"].tolist()
+            loss_fn(model(batch["x"]), batch["y"]).backward()
+            time.sleep(0.012 if rank == 1 else 0.004)
+            grads = [p.grad.clone() for p in model.parameters()]
+            model.step()
+            if first_window is None and model.training_step == 1:
+                first_window = grads  # this rank's summed gradients of the first window
+                after = [p.detach().clone() for p in model.parameters()]
+                out["first_update"] = [
+                    ((b - a) / lr).flatten().tolist() for b, a in zip(before, after, strict=True)
+                ]
+                out["first_grad_sum"] = [gr.flatten().tolist() for gr in grads]
+        out["seen"] = seen
+        out["history"] = list(session.cadence.history)
+        out["steps"] = model.training_step
+        out["loss_after"] = loss_fn(model(x), y).item()
+
+        # Both ranks leave epoch 1 after 3 batches: what ran is synced, not dropped or hung.
+        steps = model.training_step
+        for i, batch in enumerate(model.epoch(1)):
+            loss_fn(model(batch["x"]), batch["y"]).backward()
+            if i == 2:
+                break
+            model.step()
+        out["steps_after_break"] = model.training_step - steps
+
+        # A step outside model.epoch(): El Che turns off (on every rank alike), lockstep goes on.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loss_fn(model(x[:8]), y[:8]).backward()
+            model.step()
+        out["off_warning"] = [str(w.message) for w in caught]
+        out["has_el_che_after"] = model.has_el_che
+        out["digest"] = hashlib.sha256(
+            b"".join(t.detach().numpy().tobytes() for t in model.state_dict().values())
+        ).hexdigest()[:16]
+        model.finish()
     except BaseException:
         out["error"] = traceback.format_exc()
     results.put(out)

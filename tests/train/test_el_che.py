@@ -179,3 +179,22 @@ def test_no_valid_timing_stays_uncalibrated():
     el.report_timing([0.0, 0.0], [0, 0], 10.0)
     assert not el.calibrated
     assert el.batch_counts == [10, 10]
+
+
+def test_clamp_total_trims_the_largest_when_the_floor_of_one_overshoots():
+    el = ElChe(3, 10)
+    el.batch_counts = [1, 1, 100]
+    assert el.clamp_total(3) == [1, 1, 1]
+    assert el.clamp_total(5) == [1, 1, 3]
+    with pytest.raises(TrainerConfigError, match="cannot give each of 3 ranks one"):
+        el.clamp_total(2)
+
+
+def test_window_scales_near_the_epoch_end_and_ends_below_one_batch_per_rank():
+    el = ElChe(2, 10).with_speed_ratio(1, 3.0)
+    assert el.window(1000) == [30, 10]
+    assert el.window(40) == [30, 10]
+    counts = el.window(9)
+    assert sum(counts) == 9 and counts[0] > counts[1] >= 1
+    assert el.window(2) == [1, 1]
+    assert el.window(1) is None and el.window(0) is None

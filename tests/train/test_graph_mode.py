@@ -215,12 +215,61 @@ def test_epoch_without_a_loader_and_wrong_loaders_are_clear_errors():
         model.set_data_loader(shard)
 
 
+# ------------------------------------------------------------------ DdpConfig (El Che knobs)
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_anchor": -1}, "max_anchor must be an integer >= 0"),
+        ({"overhead_target": 0}, "overhead_target must be a number > 0"),
+        ({"max_grad_norm": float("nan")}, "max_grad_norm must be a finite number > 0"),
+        ({"speed_hint": 2.0}, r"speed_hint must be \(slow_rank, ratio\)"),
+    ],
+)
+def test_ddp_config_rejects_bad_knobs(kwargs, message):
+    with pytest.raises(TrainerConfigError, match=message):
+        fl.DdpConfig(**kwargs)
+
+
+def test_ddp_config_builds_the_graph_mode_el_che():
+    el = fl.DdpConfig(overhead_target=0.9, max_anchor=50).el_che(2)
+    assert (el.anchor, el.max_anchor, el.overhead_target, el.batch_counts) == (
+        10,
+        50,
+        0.5,
+        [10, 10],
+    )
+    assert fl.DdpConfig(max_anchor=4).el_che(3).batch_counts == [4, 4, 4]  # cap below 10 pins it
+    assert fl.DdpConfig(speed_hint=(0, 2.5)).el_che(2).batch_counts == [10, 25]
+    assert not fl.DdpConfig(max_anchor=0).el_che_enabled
+    with pytest.raises(TrainerConfigError, match="slow_rank 2 is not a rank"):
+        fl.DdpConfig(speed_hint=(2, 2.0)).el_che(2)
+
+
+def test_config_on_one_device_keeps_lockstep_and_clips_the_gradient():
+    model = make_graph()
+    x, y = regression()
+    with pytest.raises(TrainerConfigError, match=r"config must be an fl\.DdpConfig"):
+        fl.Trainer.setup(model, None, sgd, config={"max_anchor": 0})
+    fl.Trainer.setup(
+        model, None, lambda p: torch.optim.SGD(p, lr=1.0), config=fl.DdpConfig(max_grad_norm=0.01)
+    )
+    assert not model.has_el_che and model.el_che is None  # El Che needs several ranks
+    before = [p.detach().clone() for p in model.parameters()]
+    (100 * nn.functional.mse_loss(model(x), y)).backward()
+    model.step()
+    moved = torch.cat(
+        [(p.detach() - b).flatten() for p, b in zip(model.parameters(), before, strict=True)]
+    )
+    assert moved.norm().item() == pytest.approx(0.01, rel=1e-4)  # lr 1 × clipped norm
+
+
 # ------------------------------------------------------------------ several ranks
 @pytest.mark.slow
 def test_two_ranks_share_weights_partition_data_and_agree_on_missing_gradients():
     outs = run_launched(graph_ranks.scenario, 2, timeout=90)
     zero, one = outs
     assert zero["world"] == one["world"] == 2 and zero["distributed"]
+    assert not zero["has_el_che"] and not one["has_el_che"]  # same device kind: lockstep
     assert zero["after_setup"] == one["after_setup"]  # rank 0's initial weights everywhere
     for epoch in range(2):  # every sample once across ranks, same batch count per rank
         assert sorted(zero["epochs"][epoch] + one["epochs"][epoch]) == list(range(64))
@@ -262,7 +311,9 @@ def test_torchrun_example_trains_identical_ranks_and_averages_gradients_exactly(
     assert sorted(r for r, _ in checks) == ["0", "1"]
     assert all(float(d) < 1e-5 for _, d in checks)  # averaged half batches == full batch
     runs = re.findall(
-        r"rank (\d): world (\d) steps (\d+) loss ([\d.]+) -> ([\d.]+) digest ([0-9a-f]{16})", out
+        r"rank (\d): world (\d) steps (\d+) batches \d+ loss ([\d.]+) -> ([\d.]+) "
+        r"digest ([0-9a-f]{16})",
+        out,
     )
     assert sorted(r for r, *_ in runs) == ["0", "1"]
     assert {(w, s) for _, w, s, *_ in runs} == {("2", "32")}  # 1024 / 2 ranks / 32 × 2 epochs
@@ -271,10 +322,29 @@ def test_torchrun_example_trains_identical_ranks_and_averages_gradients_exactly(
         assert float(end) < float(start) / 4
 
 
+@pytest.mark.slow
+def test_torchrun_example_with_el_che_gives_the_slow_rank_fewer_batches(repo_root):
+    out = run_example(repo_root, "--epochs", "2", "--el-che", "--slow-rank", "1", ranks=2)
+    runs = {
+        r: (int(steps), int(batches), float(start), float(end), d)
+        for r, steps, batches, start, end, d in re.findall(
+            r"rank (\d): world 2 steps (\d+) batches (\d+) loss ([\d.]+) -> ([\d.]+) "
+            r"digest ([0-9a-f]{16})",
+            out,
+        )
+    }
+    (steps0, fast, start, end, digest0), (steps1, slow, _, _, digest1) = runs["0"], runs["1"]
+    assert steps0 == steps1 < 64 / 2  # one step per window, not per batch
+    assert fast + slow >= 2 * (32 - 1)  # both epochs shared out (32 batches each, bar the last)
+    assert fast > 1.5 * slow  # the slow rank did not hold the fast one to lockstep
+    assert end < start  # few, large steps (one per window): it trains, slowly on this tiny set
+    assert digest0 == digest1
+
+
 def test_example_runs_on_one_device(repo_root):
     out = run_example(repo_root, "--epochs", "1", "--verify")
     assert "rank 0: gradient check max abs diff 0.000e+00" in out
-    assert re.search(r"rank 0: world 1 steps 32 loss", out)
+    assert re.search(r"rank 0: world 1 steps 32 batches 32 loss", out)
 
 
 @pytest.mark.parametrize("name", ["flodl.graph.training", "flodl.train.trainer"])
@@ -284,3 +354,36 @@ def test_docstring_examples(name):
 
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.slow
+def test_el_che_gives_the_faster_rank_more_batches_and_averages_every_batch():
+    outs = run_launched(graph_ranks.el_che_scenario, 2, timeout=120)
+    zero, one = outs
+    assert zero["has_el_che"] and one["has_el_che"]
+    assert zero["first_counts"] == one["first_counts"] == [20, 10]  # the speed hint
+    # Both ranks synced the same windows; the counts track the 3x speed ratio after calibration.
+    assert zero["history"] == one["history"] and len(zero["history"]) >= 3
+    assert zero["history"][0] == [20, 10]
+    later = zero["history"][1:-1]  # the last window is scaled down to the epoch's remainder
+    assert later and all(2.0 <= a / b <= 4.5 for a, b in later), zero["history"]
+    assert zero["steps"] == one["steps"] == len(zero["history"])
+    # Every sample at most once per epoch across ranks, and all but the last batch's worth.
+    seen = zero["seen"] + one["seen"]
+    assert len(seen) == len(set(seen)) >= 800 - 4
+    assert len(zero["seen"]) > 2 * len(one["seen"])  # the fast rank was not held to lockstep
+    # The first window's update is the mean gradient over its 30 batches, on both ranks.
+    expected = [
+        [(a + b) / 30 for a, b in zip(g0, g1, strict=True)]
+        for g0, g1 in zip(zero["first_grad_sum"], one["first_grad_sum"], strict=True)
+    ]
+    for out in outs:
+        for got, want in zip(out["first_update"], expected, strict=True):
+            assert got == pytest.approx(want, rel=1e-4, abs=1e-6)
+    assert zero["loss_after"] < zero["loss_before"] / 4
+    # Leaving an epoch mid-window syncs what ran (one step on both); a step outside model.epoch()
+    # turns El Che off everywhere; the ranks end with identical weights and buffers.
+    assert zero["steps_after_break"] == one["steps_after_break"] == 1
+    assert any("El Che is off" in w for w in zero["off_warning"])
+    assert not zero["has_el_che_after"] and not one["has_el_che_after"]
+    assert zero["digest"] == one["digest"]

@@ -1,0 +1,221 @@
+"""El Che in Graph mode: heterogeneous ranks run different batch counts per window.
+
+Every rank iterates the same epoch order. Each window takes ``sum(counts)`` batches from it and
+gives rank r the next ``counts[r]`` of them (the slowest rank runs ``anchor``, faster ones
+proportionally more). ``model.step()`` after a batch that is not the last of the rank's window
+only lets gradients accumulate; after the last one it synchronises: per-rank compute times and
+batch counts are summed across ranks (each rank fills its own slot), gradients are summed and
+divided by the window's total batch count, so with per-batch mean losses the update is the mean
+gradient over every batch of the window, on every rank, whatever its count. El Che then
+recalibrates the counts from the measured times, identically on every rank.
+
+Decisions and the differences from the original are in docs/ddp.md ("El Che in Graph mode").
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from flodl.train.el_che import ElChe
+from flodl.train.errors import TrainerConfigError
+
+GRAPH_ANCHOR = 10  # the original's Graph mode starts every window at 10 batches on the slow rank
+
+
+@dataclass(frozen=True)
+class DdpConfig:
+    """Graph-mode multi-device knobs for ``fl.Trainer.setup(..., config=DdpConfig(...))``.
+
+    Passing a config turns El Che on (as the original's ``setup_with``) unless ``max_anchor=0``;
+    without one, El Che is on only when the ranks' devices differ (heterogeneous GPUs).
+
+    Args:
+        speed_hint: ``(slow_rank, ratio)``: seed the counts before any timing (the slow rank runs
+            the anchor, the others ``ratio`` times as many); corrected after the first window.
+        overhead_target: tolerated sync cost as a fraction of compute time ([0.01, 0.50]).
+        max_anchor: cap of the slow rank's batches per window (default 200); 0 turns El Che off.
+        max_grad_norm: clip the window's averaged gradient to this norm before the step.
+
+    >>> import flodl as fl
+    >>> fl.DdpConfig(speed_hint=(1, 2.0), max_anchor=50).el_che_enabled
+    True
+    >>> fl.DdpConfig(max_anchor=0).el_che_enabled
+    False
+    """
+
+    speed_hint: tuple[int, float] | None = None
+    overhead_target: float = 0.10
+    max_anchor: int = 200
+    max_grad_norm: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_anchor, int) or self.max_anchor < 0:
+            raise TrainerConfigError(
+                f"DdpConfig.max_anchor must be an integer >= 0 (0 turns El Che off), got "
+                f"{self.max_anchor!r}"
+            )
+        if not (isinstance(self.overhead_target, int | float) and self.overhead_target > 0):
+            raise TrainerConfigError(
+                f"DdpConfig.overhead_target must be a number > 0, got {self.overhead_target!r}"
+            )
+        if self.max_grad_norm is not None and not (
+            isinstance(self.max_grad_norm, int | float)
+            and math.isfinite(self.max_grad_norm)
+            and self.max_grad_norm > 0
+        ):
+            raise TrainerConfigError(
+                f"DdpConfig.max_grad_norm must be a finite number > 0 or None, got "
+                f"{self.max_grad_norm!r}"
+            )
+        if self.speed_hint is not None and (
+            not isinstance(self.speed_hint, tuple) or len(self.speed_hint) != 2
+        ):
+            raise TrainerConfigError(
+                f"DdpConfig.speed_hint must be (slow_rank, ratio), got {self.speed_hint!r}"
+            )
+
+    @property
+    def el_che_enabled(self) -> bool:
+        return self.max_anchor != 0
+
+    def el_che(self, world: int) -> ElChe:
+        """The El Che state this config describes for ``world`` ranks."""
+        el = ElChe(
+            world,
+            min(GRAPH_ANCHOR, self.max_anchor),
+            overhead_target=self.overhead_target,
+            max_anchor=self.max_anchor,
+        )
+        if self.speed_hint is not None:
+            el.with_speed_ratio(*self.speed_hint)
+        return el
+
+
+def devices_differ(device: torch.device, group: Any) -> bool:
+    """Whether the ranks train on different kinds of device (e.g. a 4090 beside a 3060)."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    code = zlib.crc32(name.encode())
+    wire = torch.tensor([code, -code], dtype=torch.int64, device=device)
+    dist.all_reduce(wire, op=dist.ReduceOp.MAX, group=group)
+    return int(wire[0]) != -int(wire[1])
+
+
+@dataclass
+class _Window:
+    counts: list[int]
+    started: float
+    yielded: int = 0
+    last_yielded: bool = False
+    synced: bool = False
+
+
+class Cadence:
+    """The El Che side of a Graph-mode session: windows out of ``model.epoch()``, syncs in
+    ``model.step()``. Collective calls go through ``average`` (gradients) and ``broadcast``
+    (buffers), which the session provides."""
+
+    def __init__(
+        self,
+        el_che: ElChe,
+        rank: int,
+        group: Any,
+        *,
+        max_grad_norm: float | None,
+        average: Callable[[list[nn.Parameter], int, Any], None],
+        broadcast: Callable[[list[torch.Tensor], Any], None],
+    ) -> None:
+        self.el_che = el_che
+        self.rank = rank
+        self.group = group
+        self.max_grad_norm = max_grad_norm
+        self._average = average
+        self._broadcast = broadcast
+        self._window: _Window | None = None
+        self._last_sync_ms = 0.0
+        self.history: list[list[int]] = []  # counts of every synced window (actual batches)
+
+    @property
+    def in_window(self) -> bool:
+        return self._window is not None and not self._window.synced
+
+    # -------------------------------------------------------------- data
+    def epoch(
+        self, loader: Any, epoch: int, graph: nn.Module, step: Callable[[], None]
+    ) -> Iterator:
+        """This rank's batches of ``epoch``, window by window (see the module docstring)."""
+        total = len(loader)
+        done = 0
+        try:
+            while (counts := self.el_che.window(total - done)) is not None:
+                first = done + sum(counts[: self.rank])
+                mine = range(first, first + counts[self.rank])
+                self._window = window = _Window(counts, time.perf_counter())
+                with loader.epoch_subset(epoch, mine) as batches:
+                    for i, batch in enumerate(batches):
+                        window.yielded += 1
+                        window.last_yielded = i == counts[self.rank] - 1
+                        yield batch
+                if not window.synced:  # the loop body skipped step() after the last batch
+                    self.sync(graph, step)
+                done += sum(counts)
+        finally:
+            # Leaving mid-window (break, exception) still syncs what ran, so the peers' step()
+            # is matched and no accumulated gradient is dropped (the original's epoch-end flush).
+            if self._window is not None and not self._window.synced and self._window.yielded:
+                self.sync(graph, step)
+            self._window = None
+
+    # -------------------------------------------------------------- optimisation
+    def step(self, graph: nn.Module, step: Callable[[], None]) -> None:
+        """``model.step()`` inside a window: accumulate, or sync after the window's last batch."""
+        window = self._window
+        assert window is not None
+        if window.last_yielded:
+            self.sync(graph, step)
+
+    def sync(self, graph: nn.Module, optimizer_step: Callable[[], None]) -> None:
+        window = self._window
+        assert window is not None and not window.synced
+        window.synced = True
+        arrived = time.perf_counter()
+        world = self.el_che.world
+        # One slot per rank: compute ms, batches run, and the previous sync's cost (each rank
+        # measured its own; El Che gets the max, so every rank feeds it the same numbers).
+        facts = torch.zeros(3 * world, dtype=torch.float64)
+        facts[self.rank] = (arrived - window.started) * 1000.0
+        facts[world + self.rank] = window.yielded
+        facts[2 * world + self.rank] = self._last_sync_ms
+        wire = facts.to(_device_of(graph))
+        dist.all_reduce(wire, group=self.group)
+        facts = wire.cpu()
+        # That first collective absorbed the wait for the slowest rank: the sync's own cost (what
+        # El Che weighs against compute) is timed from here.
+        start = time.perf_counter()
+        wall_ms = facts[:world].tolist()
+        actual = [int(n) for n in facts[world : 2 * world].tolist()]
+        sync_ms = max(facts[2 * world :].tolist())
+        total = sum(actual)
+        params = [p for p in graph.parameters() if p.requires_grad]
+        self._average(params, max(total, 1), self.group)  # Σ over every batch / total batches
+        self._broadcast(list(graph.buffers()), self.group)
+        self._last_sync_ms = (time.perf_counter() - start) * 1000.0
+        if self.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+        optimizer_step()
+        self.el_che.report_timing(wall_ms, actual, sync_ms)
+        self.history.append(actual)
+
+
+def _device_of(graph: nn.Module) -> torch.device:
+    for p in graph.parameters():
+        return p.device
+    return torch.device("cpu")
