@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 
 from flodl.train.errors import TrainerConfigError
 from flodl.train.metrics import EpochMetrics
-from flodl.train.runtime import FINAL_KEY, rank_main, run_single, wait_final
+from flodl.train.runtime import FINAL_KEY, CoordinatorGone, rank_main, run_single, wait_final
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState, TrainingError
 from flodl.train.transport import KeyStream
@@ -350,12 +350,18 @@ def run_under_launcher(spec: TrainSpec, on_epoch: Callable[[EpochMetrics], None]
     dist.broadcast_object_list(port_box, src=0)
     port = port_box[0]
     feed = MetricsFeed(host, port, on_epoch) if rank == 0 else None
+    gone = False
     try:
-        return rank_main(rank, world, spec, host, port, device)
+        return rank_main(rank, world, spec, host, port, device, watch_coordinator=True)
+    except CoordinatorGone:
+        gone = True  # rank 0's store would block every call: skip the release handshake
+        raise
     finally:
         if feed is not None:
             feed.close()
-        if master is None:
+        if gone:
+            pass
+        elif master is None:
             dist.TCPStore(host, port, is_master=False).add("released", 1)
         else:  # keep the control store alive until every rank has read the result
             master.add("released", 1)

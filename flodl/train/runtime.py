@@ -35,6 +35,7 @@ from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState, TrainingError
 from flodl.train.transport import (
     CoordinatorChannel,
+    CoordinatorLost,
     GlooCollective,
     Heartbeat,
     KeyWriter,
@@ -126,8 +127,15 @@ def rank_main(
     host: str,
     port: int,
     device: str,
+    *,
+    watch_coordinator: bool = False,
 ) -> TrainedState:
-    """One rank's process: join the group, train under the coordinator, return the final state."""
+    """One rank's process: join the group, train under the coordinator, return the final state.
+
+    ``watch_coordinator`` (under a launcher, where no supervising process of ours watches rank 0):
+    a rank waiting for work gives up once rank 0's control store has been silent for the run's
+    timeout, raising :class:`CoordinatorGone` instead of waiting forever.
+    """
     torch_device = torch.device(device)
     threads = spec.threads_per_rank or max(1, (os.cpu_count() or 1) // world)
     if torch_device.type == "cpu":
@@ -144,9 +152,12 @@ def rank_main(
             world_size=world,
             timeout=timedelta(seconds=spec.timeout),
         )
-    coordinator = None
+    coordinator = channel = None
+    watched = watch_coordinator and rank != 0
     try:
-        channel = RankChannel(host, port, rank)
+        channel = RankChannel(
+            host, port, rank, watch=heartbeat if watched else None, limit=spec.timeout
+        )
         if rank == 0:
             coordinator = CoordinatorThread(spec, world, host, port)
         worker = _build(spec, rank, world, torch_device, channel, GlooCollective(world))
@@ -154,15 +165,26 @@ def rank_main(
             coordinator.start()
         try:
             worker.run()
+        except CoordinatorLost as err:
+            raise CoordinatorGone(str(err), rank=0) from None
         finally:
             channel.close()
         return wait_final(store, spec.timeout)
     finally:
         if coordinator is not None:
             coordinator.join(spec.timeout)
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        heartbeat.stop()
+        if (
+            channel is not None and channel.lost
+        ):  # the peers are blocked on rank 0: leave the group to the process exit
+            heartbeat.stop(timeout=0)
+        else:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            heartbeat.stop()
+
+
+class CoordinatorGone(TrainingError):
+    """Under a launcher: rank 0 (coordinator and control store) stopped answering."""
 
 
 def wait_final(store: dist.TCPStore, timeout: float) -> TrainedState:

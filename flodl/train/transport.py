@@ -16,6 +16,7 @@ from __future__ import annotations
 import pickle
 import queue
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -129,13 +130,33 @@ class Sender:
             self._thread.join(timeout)
 
 
-class RankChannel:
-    """A rank's end: send to the coordinator (never blocking), receive control messages."""
+class CoordinatorLost(RuntimeError):
+    """Rank 0's control store stopped answering while this rank waited for its next message."""
 
-    def __init__(self, host: str, port: int, rank: int) -> None:
+
+class RankChannel:
+    """A rank's end: send to the coordinator (never blocking), receive control messages.
+
+    With ``watch`` (a :class:`Heartbeat`) and ``limit`` seconds, :meth:`wait` raises
+    :class:`CoordinatorLost` once the store has not answered the heartbeat for ``limit`` seconds:
+    a frozen rank 0 (SIGSTOP, a hang in native code) holds the store, and a store call to a
+    frozen server blocks forever, whatever its timeout, so the silence is the only sign.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        rank: int,
+        *,
+        watch: Heartbeat | None = None,
+        limit: float | None = None,
+    ) -> None:
         self._inbox: queue.Queue = queue.Queue()
         self._reader = KeyStream(host, port, f"ctl/{rank}", self._inbox)
         self._sender = Sender(KeyWriter(client(host, port), f"up/{rank}"), f"flodl-send-{rank}")
+        self._watch, self._limit = watch, limit
+        self.lost = False
 
     def send(self, msg: Any) -> None:
         self._sender.put(msg)
@@ -152,9 +173,20 @@ class RankChannel:
         try:
             return self._inbox.get(timeout=timeout)
         except queue.Empty:
-            return None
+            pass
+        if self._watch is not None and self._limit is not None:
+            silent = self._watch.silent_for()
+            if silent > self._limit:
+                self.lost = True
+                raise CoordinatorLost(
+                    f"rank 0 stopped responding: its control store has not answered for "
+                    f"{silent:.0f} s (its process is frozen, blocked in native code, or gone)"
+                )
+        return None
 
     def close(self) -> None:
+        if self.lost:  # every store call would block forever: leave the threads (daemons) be
+            return
         self._sender.close()
         self._reader.stop()
 
@@ -195,6 +227,7 @@ class Heartbeat:
         self._store = client(host, port, timeout=30)
         self._key = f"hb/{rank}"
         self._stop = threading.Event()
+        self._answered = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="flodl-heartbeat", daemon=True)
         self._thread.start()
 
@@ -204,11 +237,16 @@ class Heartbeat:
                 self._store.add(self._key, 1)
             except RuntimeError:  # the store went away: the job is over
                 return
+            self._answered = time.monotonic()
             self._stop.wait(HEARTBEAT_INTERVAL)
 
-    def stop(self) -> None:
+    def silent_for(self) -> float:
+        """Seconds since the control store last answered this heartbeat."""
+        return time.monotonic() - self._answered
+
+    def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=timeout)
 
 
 class GlooCollective:

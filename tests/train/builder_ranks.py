@@ -48,3 +48,34 @@ def scenario(rank: int, world: int, port: int, results) -> None:
     except BaseException:
         out["error"] = traceback.format_exc()
     results.put(out)
+
+
+def frozen_rank0_scenario(
+    rank: int, world: int, port: int, results, policy: str = "CADENCE", backend: str = "CPU"
+) -> None:
+    """Rank 0 freezes (SIGSTOP) mid-training under a launcher; rank 1 reports what it saw."""
+    import time
+
+    act_as_launched_rank(rank, world, port)
+    out: dict = {"rank": rank}
+    started = time.monotonic()
+    try:
+        (
+            fl.Trainer.builder(toy.make_model, toy.make_sgd, toy.freezing_rank0_step)
+            .dataset(toy.regression_data())
+            .batch_size(16)
+            .num_epochs(3)
+            .policy(fl.ApplyPolicy[policy])
+            .backend(fl.AverageBackend[backend])
+            .threads_per_rank(1)
+            .timeout(8)
+            .run()
+            .join()
+        )
+    except fl.TrainingError as err:
+        out["training_error"] = str(err)
+        out["error_rank"] = err.rank
+    except BaseException:
+        out["error"] = traceback.format_exc()
+    out["seconds"] = time.monotonic() - started
+    results.put(out)

@@ -30,9 +30,16 @@ def act_as_launched_rank(rank: int, world: int, port: int) -> None:
 
 
 def run_launched(
-    scenario: Callable[..., None], world: int = 2, *, timeout: float = 180
+    scenario: Callable[..., None],
+    world: int = 2,
+    *,
+    timeout: float = 180,
+    reporting: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Every rank's observations, by rank; fails the test if a rank errs or stays silent."""
+    """Every rank's observations, by rank; fails the test if a rank errs or stays silent.
+
+    ``reporting``: how many ranks report (a scenario may freeze some); the rest are killed.
+    """
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -44,12 +51,19 @@ def run_launched(
     ]
     for p in procs:
         p.start()
+    outs: list[dict[str, Any]] = []
     try:
-        outs = sorted((results.get(timeout=timeout) for _ in procs), key=lambda o: o["rank"])
+        expected = world if reporting is None else reporting
+        outs = sorted(
+            (results.get(timeout=timeout) for _ in range(expected)), key=lambda o: o["rank"]
+        )
     except queue.Empty:
         pytest.fail(f"a launched rank did not report within {timeout:.0f} s")
     finally:
-        for p in procs:
+        reported = {o["rank"] for o in outs}
+        for rank, p in enumerate(procs):
+            if reporting is not None and rank not in reported:
+                p.kill()  # frozen or silent on purpose
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()

@@ -662,3 +662,19 @@ def test_a_spec_a_rank_cannot_unpickle_is_reported_with_its_traceback():
         handle.join()
     assert "RuntimeError: RebuiltNowhere cannot be rebuilt in this process" in info.value.details
     assert_no_process_left(handle.pids)
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_under_a_launcher_a_frozen_rank_0_fails_the_waiting_peer_within_the_timeout():
+    # No supervising process of ours under torchrun: the peer itself notices that rank 0's
+    # control store stopped answering its heartbeat, instead of waiting for work forever.
+    from tests.train import builder_ranks
+    from tests.train.launched import run_launched
+
+    (out,) = run_launched(builder_ranks.frozen_rank0_scenario, 2, timeout=120, reporting=1)
+    assert out["rank"] == 1
+    assert "rank 0 stopped responding" in out["training_error"]
+    assert out["error_rank"] == 0
+    assert out["seconds"] < 8 + 30  # the run's 8 s timeout, plus start-up; not forever
