@@ -2,12 +2,17 @@
 
 Every rank iterates the same epoch order. Each window takes ``sum(counts)`` batches from it and
 gives rank r the next ``counts[r]`` of them (the slowest rank runs ``anchor``, faster ones
-proportionally more). ``model.step()`` after a batch that is not the last of the rank's window
-only lets gradients accumulate; after the last one it synchronises: per-rank compute times and
-batch counts are summed across ranks (each rank fills its own slot), gradients are summed and
-divided by the window's total batch count, so with per-batch mean losses the update is the mean
-gradient over every batch of the window, on every rank, whatever its count. El Che then
-recalibrates the counts from the measured times, identically on every rank.
+proportionally more). After the rank's last batch of a window, ``model.step()`` synchronises:
+per-rank compute times and batch counts are summed across ranks (each rank fills its own slot),
+then, by ``DdpConfig.average``:
+
+- ``"gradients"`` (the original): earlier steps of the window only let gradients accumulate; they
+  are summed across ranks and divided by the window's total batch count, so with per-batch mean
+  losses the one optimizer step of the window uses the mean gradient over all its batches.
+- ``"params"`` (local SGD): every step runs the rank's own optimizer; the sync replaces every
+  rank's parameters by their batch-count weighted mean.
+
+El Che then recalibrates the counts from the measured times, identically on every rank.
 
 Decisions and the differences from the original are in docs/ddp.md ("El Che in Graph mode").
 """
@@ -29,6 +34,7 @@ from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
 
 GRAPH_ANCHOR = 10  # the original's Graph mode starts every window at 10 batches on the slow rank
+AVERAGES = ("gradients", "params")
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,12 @@ class DdpConfig:
             the anchor, the others ``ratio`` times as many); corrected after the first window.
         overhead_target: tolerated sync cost as a fraction of compute time ([0.01, 0.50]).
         max_anchor: cap of the slow rank's batches per window (default 200); 0 turns El Che off.
-        max_grad_norm: clip the window's averaged gradient to this norm before the step.
+        max_grad_norm: clip the gradient to this norm before every optimizer step.
+        average: what El Che averages at the end of a window. ``"gradients"`` (the original):
+            gradients accumulate over the window, one optimizer step per window with the mean
+            gradient of all its batches. ``"params"`` (local SGD, as Builder mode's CADENCE):
+            every batch steps the rank's own optimizer, and the window ends with the batch-count
+            weighted mean of the ranks' parameters; many more steps per epoch.
 
     >>> import flodl as fl
     >>> fl.DdpConfig(speed_hint=(1, 2.0), max_anchor=50).el_che_enabled
@@ -56,8 +67,13 @@ class DdpConfig:
     overhead_target: float = 0.10
     max_anchor: int = 200
     max_grad_norm: float | None = None
+    average: str = "gradients"
 
     def __post_init__(self) -> None:
+        if self.average not in AVERAGES:
+            raise TrainerConfigError(
+                f"DdpConfig.average must be one of {', '.join(AVERAGES)}, got {self.average!r}"
+            )
         if not isinstance(self.max_anchor, int) or self.max_anchor < 0:
             raise TrainerConfigError(
                 f"DdpConfig.max_anchor must be an integer >= 0 (0 turns El Che off), got "
@@ -114,6 +130,7 @@ class _Window:
     counts: list[int]
     started: float
     yielded: int = 0
+    stepped: int = 0
     last_yielded: bool = False
     synced: bool = False
 
@@ -132,8 +149,10 @@ class Cadence:
         max_grad_norm: float | None,
         average: Callable[[list[nn.Parameter], int, Any], None],
         broadcast: Callable[[list[torch.Tensor], Any], None],
+        local_steps: bool = False,
     ) -> None:
         self.el_che = el_che
+        self.local_steps = local_steps
         self.rank = rank
         self.group = group
         self.max_grad_norm = max_grad_norm
@@ -176,11 +195,20 @@ class Cadence:
 
     # -------------------------------------------------------------- optimisation
     def step(self, graph: nn.Module, step: Callable[[], None]) -> None:
-        """``model.step()`` inside a window: accumulate, or sync after the window's last batch."""
+        """``model.step()`` inside a window: accumulate (or, averaging parameters, step the
+        rank's own optimizer), and sync after the window's last batch."""
         window = self._window
         assert window is not None
+        if self.local_steps:
+            self._local_step(graph, step)
         if window.last_yielded:
             self.sync(graph, step)
+
+    def _local_step(self, graph: nn.Module, step: Callable[[], None]) -> None:
+        assert self._window is not None
+        self._clip(graph)
+        step()
+        self._window.stepped = self._window.yielded
 
     def sync(self, graph: nn.Module, optimizer_step: Callable[[], None]) -> None:
         window = self._window
@@ -204,15 +232,42 @@ class Cadence:
         actual = [int(n) for n in facts[world : 2 * world].tolist()]
         sync_ms = max(facts[2 * world :].tolist())
         total = sum(actual)
-        params = [p for p in graph.parameters() if p.requires_grad]
-        self._average(params, max(total, 1), self.group)  # Σ over every batch / total batches
-        self._broadcast(list(graph.buffers()), self.group)
-        self._last_sync_ms = (time.perf_counter() - start) * 1000.0
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-        optimizer_step()
+        if self.local_steps:
+            if window.stepped < window.yielded:  # the loop skipped step() after its last batch
+                self._local_step(graph, optimizer_step)
+            _weighted_mean(list(graph.parameters()), window.yielded, max(total, 1), self.group)
+            self._broadcast(list(graph.buffers()), self.group)
+            self._last_sync_ms = (time.perf_counter() - start) * 1000.0
+        else:
+            params = [p for p in graph.parameters() if p.requires_grad]
+            self._average(params, max(total, 1), self.group)  # Σ over every batch / total
+            self._broadcast(list(graph.buffers()), self.group)
+            self._last_sync_ms = (time.perf_counter() - start) * 1000.0
+            self._clip(graph)
+            optimizer_step()
         self.el_che.report_timing(wall_ms, actual, sync_ms)
         self.history.append(actual)
+
+    def _clip(self, graph: nn.Module) -> None:
+        if self.max_grad_norm is not None:
+            params = [p for p in graph.parameters() if p.requires_grad]
+            nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+
+
+def _weighted_mean(params: list[nn.Parameter], weight: int, total: int, group: Any) -> None:
+    """In place on every rank: Σ_r weight_r · θ_r / total (a rank's weight is its batch count).
+    Frozen parameters are left alone (identical everywhere since setup); one collective per dtype."""
+    by_dtype: dict[torch.dtype, list[nn.Parameter]] = {}
+    for p in params:
+        if p.requires_grad:
+            by_dtype.setdefault(p.dtype, []).append(p)
+    with torch.no_grad():
+        for group_params in by_dtype.values():
+            flat = torch.cat([p.detach().reshape(-1) for p in group_params]) * (weight / total)
+            dist.all_reduce(flat, group=group)
+            sizes = [p.numel() for p in group_params]
+            for p, chunk in zip(group_params, flat.split(sizes), strict=True):
+                p.copy_(chunk.view_as(p))
 
 
 def _device_of(graph: nn.Module) -> torch.device:

@@ -178,6 +178,7 @@ class GraphSession:
                 max_grad_norm=self.max_grad_norm,
                 average=average_gradients,
                 broadcast=_broadcast,
+                local_steps=(config or DdpConfig()).average == "params",
             )
 
     @property

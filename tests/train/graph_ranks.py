@@ -74,7 +74,7 @@ def scenario(rank: int, world: int, port: int, results) -> None:
     results.put(out)
 
 
-def el_che_scenario(rank: int, world: int, port: int, results) -> None:
+def el_che_scenario(rank: int, world: int, port: int, results, average: str = "gradients") -> None:
     """El Che in Graph mode: rank 1 is 3x slower per batch (an injected sleep)."""
     act_as_launched_rank(rank, world, port)
     out: dict = {"rank": rank}
@@ -82,7 +82,7 @@ def el_che_scenario(rank: int, world: int, port: int, results) -> None:
         torch.manual_seed(7)
         model = graph()
         lr = 0.05
-        config = fl.DdpConfig(speed_hint=(1, 2.0))
+        config = fl.DdpConfig(speed_hint=(1, 2.0), average=average)
         session = fl.Trainer.setup(
             model, None, lambda p: torch.optim.SGD(p, lr=lr), config=config, timeout=30
         )
@@ -115,6 +115,7 @@ def el_che_scenario(rank: int, world: int, port: int, results) -> None:
         out["seen"] = seen
         out["history"] = list(session.cadence.history)
         out["steps"] = model.training_step
+        out["batches"] = len(seen) // 4
         out["loss_after"] = loss_fn(model(x), y).item()
 
         # Both ranks leave epoch 1 after 3 batches: what ran is synced, not dropped or hung.
