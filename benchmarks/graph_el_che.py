@@ -34,19 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
+from ddp_cadence import FAST_MS, SLOW_MS, TRUE_W, regression_data  # the same task and slowdown
 from harness import write_report
 from torch import nn
 
 import flodl as fl
-
-FAST_MS, SLOW_MS = 10.0, 20.0
-TRUE_W = torch.tensor([[2.0, -1.0, 0.5, 3.0, -2.0, 1.0, 0.0, 1.5]])
-
-
-def regression_data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, TRUE_W.shape[1], generator=g)
-    return x, x @ TRUE_W.T + 0.05 * torch.randn(n, 1, generator=g)
 
 
 def rank_body(rank: int, port: int, config: str, n: int, bs: int, epochs: int, out) -> None:
