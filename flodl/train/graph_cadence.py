@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from flodl.train.collectives import average_gradients, broadcast_from_rank_zero, weighted_mean_
 from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
 
@@ -127,7 +128,6 @@ def devices_differ(device: torch.device, group: Any) -> bool:
 
 @dataclass
 class _Window:
-    counts: list[int]
     started: float
     yielded: int = 0
     stepped: int = 0
@@ -137,27 +137,22 @@ class _Window:
 
 class Cadence:
     """The El Che side of a Graph-mode session: windows out of ``model.epoch()``, syncs in
-    ``model.step()``. Collective calls go through ``average`` (gradients) and ``broadcast``
-    (buffers), which the session provides."""
+    ``model.step()``. ``step`` callables are the session's local step (clip, LR, optimizer)."""
 
     def __init__(
         self,
         el_che: ElChe,
         rank: int,
+        device: torch.device,
         group: Any,
         *,
-        max_grad_norm: float | None,
-        average: Callable[[list[nn.Parameter], int, Any], None],
-        broadcast: Callable[[list[torch.Tensor], Any], None],
         local_steps: bool = False,
     ) -> None:
         self.el_che = el_che
-        self.local_steps = local_steps
         self.rank = rank
+        self.device = device
         self.group = group
-        self.max_grad_norm = max_grad_norm
-        self._average = average
-        self._broadcast = broadcast
+        self.local_steps = local_steps
         self._window: _Window | None = None
         self._last_sync_ms = 0.0
         self.history: list[list[int]] = []  # counts of every synced window (actual batches)
@@ -177,7 +172,7 @@ class Cadence:
             while (counts := self.el_che.window(total - done)) is not None:
                 first = done + sum(counts[: self.rank])
                 mine = range(first, first + counts[self.rank])
-                self._window = window = _Window(counts, time.perf_counter())
+                self._window = window = _Window(time.perf_counter())
                 with loader.epoch_subset(epoch, mine) as batches:
                     for i, batch in enumerate(batches):
                         window.yielded += 1
@@ -200,15 +195,10 @@ class Cadence:
         window = self._window
         assert window is not None
         if self.local_steps:
-            self._local_step(graph, step)
+            step()
+            window.stepped = window.yielded
         if window.last_yielded:
             self.sync(graph, step)
-
-    def _local_step(self, graph: nn.Module, step: Callable[[], None]) -> None:
-        assert self._window is not None
-        self._clip(graph)
-        step()
-        self._window.stepped = self._window.yielded
 
     def sync(self, graph: nn.Module, optimizer_step: Callable[[], None]) -> None:
         window = self._window
@@ -222,7 +212,7 @@ class Cadence:
         facts[self.rank] = (arrived - window.started) * 1000.0
         facts[world + self.rank] = window.yielded
         facts[2 * world + self.rank] = self._last_sync_ms
-        wire = facts.to(_device_of(graph))
+        wire = facts.to(self.device)
         dist.all_reduce(wire, group=self.group)
         facts = wire.cpu()
         # That first collective absorbed the wait for the slowest rank: the sync's own cost (what
@@ -232,45 +222,17 @@ class Cadence:
         actual = [int(n) for n in facts[world : 2 * world].tolist()]
         sync_ms = max(facts[2 * world :].tolist())
         total = sum(actual)
+        params = list(graph.parameters())
         if self.local_steps:
             if window.stepped < window.yielded:  # the loop skipped step() after its last batch
-                self._local_step(graph, optimizer_step)
-            _weighted_mean(list(graph.parameters()), window.yielded, max(total, 1), self.group)
-            self._broadcast(list(graph.buffers()), self.group)
-            self._last_sync_ms = (time.perf_counter() - start) * 1000.0
+                optimizer_step()
+            weighted_mean_(params, window.yielded, max(total, 1), self.group)
         else:
-            params = [p for p in graph.parameters() if p.requires_grad]
-            self._average(params, max(total, 1), self.group)  # Σ over every batch / total
-            self._broadcast(list(graph.buffers()), self.group)
-            self._last_sync_ms = (time.perf_counter() - start) * 1000.0
-            self._clip(graph)
+            live = [p for p in params if p.requires_grad]
+            average_gradients(live, max(total, 1), self.group)  # Σ over every batch / total
+        broadcast_from_rank_zero(list(graph.buffers()), self.group)
+        self._last_sync_ms = (time.perf_counter() - start) * 1000.0
+        if not self.local_steps:
             optimizer_step()
         self.el_che.report_timing(wall_ms, actual, sync_ms)
         self.history.append(actual)
-
-    def _clip(self, graph: nn.Module) -> None:
-        if self.max_grad_norm is not None:
-            params = [p for p in graph.parameters() if p.requires_grad]
-            nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-
-
-def _weighted_mean(params: list[nn.Parameter], weight: int, total: int, group: Any) -> None:
-    """In place on every rank: Σ_r weight_r · θ_r / total (a rank's weight is its batch count).
-    Frozen parameters are left alone (identical everywhere since setup); one collective per dtype."""
-    by_dtype: dict[torch.dtype, list[nn.Parameter]] = {}
-    for p in params:
-        if p.requires_grad:
-            by_dtype.setdefault(p.dtype, []).append(p)
-    with torch.no_grad():
-        for group_params in by_dtype.values():
-            flat = torch.cat([p.detach().reshape(-1) for p in group_params]) * (weight / total)
-            dist.all_reduce(flat, group=group)
-            sizes = [p.numel() for p in group_params]
-            for p, chunk in zip(group_params, flat.split(sizes), strict=True):
-                p.copy_(chunk.view_as(p))
-
-
-def _device_of(graph: nn.Module) -> torch.device:
-    for p in graph.parameters():
-        return p.device
-    return torch.device("cpu")

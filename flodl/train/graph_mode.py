@@ -14,7 +14,7 @@ import os
 import sys
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -22,11 +22,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from flodl.train.collectives import average_gradients, broadcast_from_rank_zero
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_cadence import Cadence, DdpConfig, devices_differ
 from flodl.train.launch import under_launcher
-
-BUCKET_BYTES = 25 * 1024 * 1024  # like DistributedDataParallel's default bucket cap
 
 
 def setup(
@@ -70,7 +69,7 @@ def setup(
     session.max_grad_norm = None if config is None else config.max_grad_norm
     if session.is_distributed:
         model.to(session.device)
-        _broadcast(list(model.parameters()) + list(model.buffers()), session.group)
+        broadcast_from_rank_zero(list(model.parameters()) + list(model.buffers()), session.group)
         session.configure_el_che(config)
     else:
         session.device = model.device  # single device: the model stays where the user put it
@@ -167,18 +166,17 @@ class GraphSession:
     def configure_el_che(self, config: DdpConfig | None) -> None:
         """El Che on when a config asks for it, or, without one, when the ranks' devices differ
         (the original's rule: ``setup`` on heterogeneous GPUs, ``setup_with`` always)."""
-        wanted = (
-            config.el_che_enabled if config is not None else devices_differ(self.device, self.group)
-        )
-        if wanted:
+        if config is None:
+            if not devices_differ(self.device, self.group):
+                return
+            config = DdpConfig()
+        if config.el_che_enabled:
             self.cadence = Cadence(
-                (config or DdpConfig()).el_che(self.world_size),
+                config.el_che(self.world_size),
                 self.rank,
+                self.device,
                 self.group,
-                max_grad_norm=self.max_grad_norm,
-                average=average_gradients,
-                broadcast=_broadcast,
-                local_steps=(config or DdpConfig()).average == "params",
+                local_steps=config.average == "params",
             )
 
     @property
@@ -190,7 +188,7 @@ class GraphSession:
     def step(self, graph: nn.Module) -> None:
         if self.cadence is not None:
             if self.cadence.in_window:
-                self.cadence.step(graph, self._optimizer_step)
+                self.cadence.step(graph, lambda: self._optimizer_step(graph))
                 return
             # A step outside model.epoch()'s windows: the loop feeds the model itself, so El Che
             # has no counts to run (the original disables it here too, on every rank alike).
@@ -204,14 +202,14 @@ class GraphSession:
         if self.is_distributed:
             params = [p for p in graph.parameters() if p.requires_grad]
             average_gradients(params, self.world_size, self.group)
-            _broadcast(list(graph.buffers()), self.group)
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(
-                [p for p in graph.parameters() if p.requires_grad], self.max_grad_norm
-            )
-        self._optimizer_step()
+            broadcast_from_rank_zero(list(graph.buffers()), self.group)
+        self._optimizer_step(graph)
 
-    def _optimizer_step(self) -> None:
+    def _optimizer_step(self, graph: nn.Module) -> None:
+        """The local part of a step: clip, scheduled LR, optimizer step, zero_grad."""
+        if self.max_grad_norm is not None:
+            params = [p for p in graph.parameters() if p.requires_grad]
+            nn.utils.clip_grad_norm_(params, self.max_grad_norm)
         if self.optimizer is None:
             return
         if self.scheduler is not None:  # LR from the pre-increment step
@@ -308,84 +306,9 @@ class GraphSession:
         graph = self._graph()
         if self.cadence is None or graph is None:
             return self.loader.epoch(epoch)
-        return self.cadence.epoch(self.loader, epoch, graph, self._optimizer_step)
+        return self.cadence.epoch(self.loader, epoch, graph, lambda: self._optimizer_step(graph))
 
 
 def _scheduled_lr(scheduler: Any, step: int) -> float:
     lr = getattr(scheduler, "lr", None)
     return float(lr(step) if callable(lr) else scheduler(step))
-
-
-# ------------------------------------------------------------------ collectives
-def _buckets(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
-    """Indices of ``tensors`` grouped by (dtype, device), each group cut at BUCKET_BYTES."""
-    groups: dict[tuple[torch.dtype, torch.device], list[list[int]]] = {}
-    sizes: dict[tuple[torch.dtype, torch.device], int] = {}
-    for i, t in enumerate(tensors):
-        key = (t.dtype, t.device)
-        nbytes = t.numel() * t.element_size()
-        if key not in groups or sizes[key] + nbytes > BUCKET_BYTES:
-            groups.setdefault(key, []).append([])
-            sizes[key] = 0
-        groups[key][-1].append(i)
-        sizes[key] += nbytes
-    return [b for bs in groups.values() for b in bs if b]
-
-
-def _flat_collective(tensors: Sequence[torch.Tensor], op: Callable[[torch.Tensor], Any]) -> None:
-    """Run ``op`` on each bucket flattened into one tensor, then copy the result back in place."""
-    for bucket in _buckets(tensors):
-        parts = [tensors[i] for i in bucket]
-        flat = torch.cat([t.reshape(-1) for t in parts])
-        op(flat)
-        for t, chunk in zip(parts, flat.split([t.numel() for t in parts]), strict=True):
-            t.copy_(chunk.view_as(t))
-
-
-def _broadcast(tensors: list[torch.Tensor], group: Any) -> None:
-    """Overwrite every rank's tensors with rank 0's (parameters at setup, buffers every step).
-
-    Done as an all_reduce SUM of rank 0's values and zeros from the others (exact: x + 0 = x):
-    a symmetric collective, because ranks whose last collective was gloo's one-sided broadcast
-    aborted now and then at exit ("terminate called without an active exception").
-    """
-    first = dist.get_rank(group) == 0
-
-    def from_rank_zero(flat: torch.Tensor) -> None:
-        wire = flat.to(torch.uint8) if flat.dtype == torch.bool else flat  # gloo sums no bools
-        if not first:
-            wire.zero_()
-        dist.all_reduce(wire, group=group)
-        if wire is not flat:
-            flat.copy_(wire.bool())
-
-    with torch.no_grad():
-        _flat_collective([t.data for t in tensors], from_rank_zero)
-
-
-def average_gradients(params: Sequence[nn.Parameter], world: int, group: Any) -> None:
-    """Mean of every parameter's gradient across ranks, in place.
-
-    Ranks agree first on which parameters have a gradient anywhere (one small all_reduce): those
-    with none on every rank (frozen, or unused by every rank's forward) are skipped; a rank
-    without a gradient for a parameter another rank has contributes zeros.
-    """
-    device = params[0].device if params else torch.device("cpu")
-    has = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=device)
-    dist.all_reduce(has, group=group)
-    live = [p for p, n in zip(params, has.tolist(), strict=True) if n > 0]
-    for p in live:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        elif p.grad.is_sparse:
-            raise TrainerConfigError(
-                "model.step(): sparse gradients are not averaged by Graph mode — use dense "
-                "embeddings (sparse=False) or torch DistributedDataParallel"
-            )
-    with torch.no_grad():
-
-        def reduce(flat: torch.Tensor) -> None:
-            dist.all_reduce(flat, group=group)
-            flat.div_(world)
-
-        _flat_collective([p.grad for p in live], reduce)  # type: ignore[misc]

@@ -359,15 +359,22 @@ def run_under_launcher(spec: TrainSpec, on_epoch: Callable[[EpochMetrics], None]
     finally:
         if feed is not None:
             feed.close()
-        if gone:
-            pass
-        elif master is None:
-            dist.TCPStore(host, port, is_master=False).add("released", 1)
-        else:  # keep the control store alive until every rank has read the result
-            master.add("released", 1)
-            deadline = time.monotonic() + spec.timeout
-            while master.add("released", 0) < world and time.monotonic() < deadline:
-                time.sleep(0.05)
+        if not gone:
+            _release(master, host, port, world, spec.timeout)
+
+
+def _release(
+    master: dist.TCPStore | None, host: str, port: int, world: int, timeout: float
+) -> None:
+    """Say this rank is done; rank 0 keeps its control store up until every rank has said so
+    (until then a peer may still be reading the result)."""
+    if master is None:
+        dist.TCPStore(host, port, is_master=False).add("released", 1)
+        return
+    master.add("released", 1)
+    deadline = time.monotonic() + timeout
+    while master.add("released", 0) < world and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def run_local(

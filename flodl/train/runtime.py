@@ -173,10 +173,8 @@ def rank_main(
     finally:
         if coordinator is not None:
             coordinator.join(spec.timeout)
-        if (
-            channel is not None and channel.lost
-        ):  # the peers are blocked on rank 0: leave the group to the process exit
-            heartbeat.stop(timeout=0)
+        if channel is not None and channel.lost:  # every call to rank 0 would block: leave
+            heartbeat.stop(timeout=0)  # the group and the threads to the process exit
         else:
             if dist.is_initialized():
                 dist.destroy_process_group()
