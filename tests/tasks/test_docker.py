@@ -168,14 +168,19 @@ exit 5
 """
 
 
-def test_compose_backend_command_line(run_fdl, docker_project, tmp_path):
+def fake_docker_env(tmp_path, script: str, log) -> dict[str, str]:
+    """PATH with a `docker` that runs ``script`` first, and where it logs."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "docker"
-    fake.write_text(FAKE_DOCKER)
+    fake.write_text(script)
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_DOCKER_LOG": str(log)}
+
+
+def test_compose_backend_command_line(run_fdl, docker_project, tmp_path):
     log = tmp_path / "argv.txt"
-    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_DOCKER_LOG": str(log)}
+    env = fake_docker_env(tmp_path, FAKE_DOCKER, log)
     result = run_fdl("args", "--", "a b", cwd=docker_project, env=env)
     assert result.returncode == 5  # the compose process's exit code
     argv = log.read_text().splitlines()
@@ -199,17 +204,9 @@ exit 14
 
 
 def test_compose_backend_unreachable_daemon_is_fdls_error(run_fdl, docker_project, tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "docker"
-    fake.write_text(FAKE_DOCKER_NO_DAEMON)
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     log = tmp_path / "ran.txt"
-    env = {
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "FAKE_DOCKER_LOG": str(log),
-        "DOCKER_HOST": "unix:///gone.sock",
-    }
+    env = fake_docker_env(tmp_path, FAKE_DOCKER_NO_DAEMON, log)
+    env["DOCKER_HOST"] = "unix:///gone.sock"
     result = run_fdl("args", cwd=docker_project, env=env)
     assert result.returncode == 3, result.stderr  # fdl's "unavailable", not compose's 14
     assert result.stderr.startswith(
