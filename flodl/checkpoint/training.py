@@ -454,6 +454,7 @@ def load_training_state(
     strict_shapes: bool = True,
     restore_rng: bool = True,
     data_rng: Rng | None = None,
+    require_verified: bool = False,
 ) -> TrainingState:
     """Restore what :func:`save_training_state` wrote: all of it, or — on any error — none of it.
 
@@ -463,6 +464,7 @@ def load_training_state(
     missing); optimizer, scheduler and ``data_rng`` state are replaced; the global RNG states are
     restored when ``restore_rng``. A pure scheduler is checked against the stored schedule and
     left as it is: resume it at the returned ``step``. Returns ``epoch``, ``step`` and ``extra``.
+    ``require_verified=True`` refuses a file without an integrity trailer (nothing is applied).
     """
     params = list(model.named_parameters())
     buffers = list(model.named_buffers())
@@ -479,6 +481,8 @@ def load_training_state(
             ),
         )
     source = reader.name
+    if require_verified:
+        api.check_verified(decoded, source)
     meta = decoded.tensors.get(META_ENTRY)
     if meta is None:
         raise CheckpointError(
