@@ -163,7 +163,7 @@ def test_rust_compatible_save_checkpoint_writes_the_originals_bytes(tmp_path):
 def test_rust_compatible_refuses_dtypes_the_original_lacks(tmp_path, dtype):
     path = tmp_path / "m.fdl"
     path.write_bytes(b"previous")
-    with pytest.raises(fl.CheckpointError, match="'mask'.*Rust original.*dtype"):
+    with pytest.raises(fl.CheckpointError, match=r"'mask'.*Rust original.*dtype"):
         fl.save_checkpoint(
             path, {"w": torch.ones(2), "mask": torch.ones(2, dtype=dtype)}, rust_compatible=True
         )
@@ -172,11 +172,11 @@ def test_rust_compatible_refuses_dtypes_the_original_lacks(tmp_path, dtype):
 
 
 def test_rust_compatible_refuses_gzip_the_name_does_not_announce(tmp_path):
-    with pytest.raises(fl.CheckpointError, match="does not end in .gz"):
+    with pytest.raises(fl.CheckpointError, match=r"does not end in \.gz"):
         fl.save_checkpoint(
             tmp_path / "m.fdl", {"w": torch.ones(1)}, compress=True, rust_compatible=True
         )
-    with pytest.raises(fl.CheckpointError, match="ends in .gz"):
+    with pytest.raises(fl.CheckpointError, match=r"ends in \.gz"):
         fl.save_checkpoint(
             tmp_path / "m.fdl.gz", {"w": torch.ones(1)}, compress=False, rust_compatible=True
         )
@@ -192,7 +192,7 @@ def test_rust_compatible_refuses_gzip_the_name_does_not_announce(tmp_path):
 
 
 def test_compress_without_gz_name_warns_in_flodl_mode(tmp_path):
-    with pytest.warns(fl.CheckpointWarning, match="does not end in .gz"):
+    with pytest.warns(fl.CheckpointWarning, match=r"does not end in \.gz"):
         fl.save_checkpoint(tmp_path / "m.fdl", {"w": torch.ones(1)}, compress=True)
     assert (tmp_path / "m.fdl").read_bytes()[:2] == b"\x1f\x8b"
     assert fl.read_checkpoint(tmp_path / "m.fdl")["w"].tolist() == [1.0]
@@ -200,7 +200,7 @@ def test_compress_without_gz_name_warns_in_flodl_mode(tmp_path):
 
 def test_node_without_rust_counterpart_raises_naming_it(tmp_path):
     g = fl.FlowBuilder(nn.Linear(2, 2)).through(lambda t: t * 2).through(nn.Linear(2, 2)).build()
-    with pytest.raises(fl.RustMappingError, match="node 'fn_2'.*no counterpart"):
+    with pytest.raises(fl.RustMappingError, match=r"node 'fn_2'.*no counterpart"):
         g.structural_hash(scheme="rust")
     with pytest.raises(fl.RustMappingError, match="fn_2"):
         g.save_checkpoint(tmp_path / "m.fdl", rust_compatible=True)
@@ -216,7 +216,7 @@ def test_node_without_rust_counterpart_raises_naming_it(tmp_path):
 
 
 def test_rust_file_for_another_graph_is_refused_with_the_names(tmp_path):
-    g, r = _pair(chain)
+    _, r = _pair(chain)
     other = fl.FlowBuilder(nn.Linear(4, 8)).tag("hidden").through(nn.Linear(8, 2)).build()
     r.save_checkpoint(tmp_path / "rust.fdl")
     before = [p.clone() for p in other.parameters()]
