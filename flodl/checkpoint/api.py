@@ -26,6 +26,7 @@ from flodl.checkpoint.streams import (
 HASH_OPT_OUT = "pass structural_hash=None to load the matching entries anyway"
 VERIFIED = "checksums verified"
 UNVERIFIED = "not verified: no integrity trailer"
+SKIPPED = "not verified: checksums skipped (verify=False)"
 NO_MATCH_OPT_OUT = "pass allow_no_match=True to accept a load that changes nothing"
 
 
@@ -62,6 +63,7 @@ class LoadReport:
     mismatches: list[Mismatch] = field(default_factory=list)
     version: int = fmt.WRITE_VERSION
     verified: bool = False
+    checks_skipped: bool = False  # the file has checksums, but verify=False skipped them
 
     @property
     def complete(self) -> bool:
@@ -72,8 +74,11 @@ class LoadReport:
 
     @property
     def integrity(self) -> str:
-        """``"checksums verified"`` or ``"not verified: no integrity trailer"``."""
-        return VERIFIED if self.verified else UNVERIFIED
+        """``"checksums verified"``, ``"not verified: no integrity trailer"``, or
+        ``"not verified: checksums skipped (verify=False)"``."""
+        if self.verified:
+            return VERIFIED
+        return SKIPPED if self.checks_skipped else UNVERIFIED
 
     def __repr__(self) -> str:
         return (
@@ -298,6 +303,7 @@ def load_checkpoint(
     strict_shapes: bool = True,
     require_verified: bool = False,
     allow_no_match: bool = False,
+    verify: bool = True,
     _hash_opt_out: str = HASH_OPT_OUT,
     _alternates: dict[bytes, Rename] | None = None,
 ) -> LoadReport:
@@ -314,6 +320,14 @@ def load_checkpoint(
     in which no file entry matches any target name is an error naming a few names from each
     side (``allow_no_match=True`` accepts it). ``require_verified=True`` refuses a file with no
     integrity trailer (see :class:`LoadReport`).
+
+    A plain file given by path is memory-mapped: payloads are checksummed and copied straight
+    from the page cache into the targets, with no read() copies or staging buffers (a file
+    truncated in place by another program during the load can then crash the process, as with
+    any memory map; flodl's own saves replace files atomically and never do that).
+    ``verify=False`` skips hashing the payloads (everything else is still checked: bounds,
+    shapes, dtypes, names, the header and trailer digests), so a flipped bit inside tensor data
+    goes unnoticed; the report then says ``not verified: checksums skipped (verify=False)``.
 
     >>> import io, torch, flodl as fl
     >>> buf = io.BytesIO()
@@ -337,9 +351,11 @@ def load_checkpoint(
         rename.append(alternate)
 
     targets = loadable(params, buffers, lambda name: rename[0](name) if rename else name)
+    if require_verified and not verify:
+        raise CheckpointError("require_verified=True needs the checksums that verify=False skips")
     try:
-        with open_source(src) as reader:
-            decoded = codec.decode(reader, keep=targets, on_header=on_header)
+        with open_source(src, mapped=True) as reader:
+            decoded = codec.decode(reader, keep=targets, on_header=on_header, verify=verify)
     except _Mismatched as refused:
         from flodl.checkpoint.explain import explain_names
 
@@ -446,7 +462,11 @@ def plan_load(
     Shapes are compared on the entry headers; only entries that pass are expected among
     ``decoded.tensors`` (decode them with :func:`loadable`).
     """
-    report = LoadReport(version=decoded.header.version, verified=decoded.checksummed)
+    report = LoadReport(
+        version=decoded.header.version,
+        verified=decoded.checksummed,
+        checks_skipped=decoded.trailer and not decoded.checksummed,
+    )
     entries = {e.name: e for e in decoded.entries}
     claimed: set[str] = set()
     plan: Plan = []

@@ -105,6 +105,7 @@ class CheckpointMethods:
         strict_shapes: bool = True,
         require_verified: bool = False,
         allow_no_match: bool = False,
+        verify: bool = True,
     ) -> LoadReport:
         """Load a checkpoint saved from this architecture; returns a :class:`LoadReport`.
 
@@ -115,7 +116,8 @@ class CheckpointMethods:
         the equivalent graph) is accepted under strict checking too, and its entry names
         (``tag/param``, ``node_id/param``) are mapped to this graph's. A load that matches no
         entry at all is an error unless ``allow_no_match=True``; ``require_verified=True``
-        refuses a file with no integrity trailer. Nothing is modified when the load fails.
+        refuses a file with no integrity trailer; ``verify=False`` skips hashing the payloads
+        (see :func:`flodl.load_checkpoint`). Nothing is modified when the load fails.
         """
         return load_checkpoint(
             path,
@@ -125,6 +127,7 @@ class CheckpointMethods:
             strict_shapes=strict_shapes,
             require_verified=require_verified,
             allow_no_match=allow_no_match,
+            verify=verify,
             _hash_opt_out=_OPT_OUT,
             _alternates=_rust_alternate(self) if strict_hash else None,
         )

@@ -470,16 +470,30 @@ def load_training_state(
     buffers = list(model.named_buffers())
     expected = _hash_of(model) if strict_hash else None
     cut = len(MODEL_PREFIX)
-    with open_source(src) as reader:
+    model_entry = api.loadable(
+        params, buffers, lambda n: n[cut:] if n.startswith(MODEL_PREFIX) else None
+    )
+
+    def wanted(info: codec.EntryInfo) -> bool:
+        # Only what this call applies is materialised: the optimizer's tensors are hashed and
+        # passed over when no optimizer is given (the file is mapped, so that costs no copy).
+        if info.name.startswith(OPTIMIZER_PREFIX):
+            return optimizer is not None
+        return model_entry(info)
+
+    with open_source(src, mapped=True) as reader:
         decoded = codec.decode(
             reader,
-            keep=api.loadable(
-                params, buffers, lambda n: n[cut:] if n.startswith(MODEL_PREFIX) else None
-            ),
+            keep=wanted,
             on_header=lambda h: api.check_hash(
                 h, expected, source=reader.name, opt_out="pass strict_hash=False to load anyway"
             ),
         )
+    # Model tensors are copied into the model; everything else outlives the load, so it gets
+    # its own memory instead of viewing the mapped file.
+    decoded.tensors = {
+        n: t if n.startswith(MODEL_PREFIX) else t.clone() for n, t in decoded.tensors.items()
+    }
     source = reader.name
     if require_verified:
         api.check_verified(decoded, source)
