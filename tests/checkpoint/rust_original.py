@@ -230,6 +230,25 @@ class RustFlow:
         self.current = [aid]
         return self
 
+    def also_with(self, skip: Module, main: Module) -> RustFlow:
+        prev = self.current[0]
+        sid = self._module(skip)
+        mid = self._module(main)
+        aid = self._add("add", 2)
+        self.edges += [
+            (prev, "output", sid, "input"),
+            (prev, "output", mid, "input"),
+            (sid, "output", aid, "input_0"),
+            (mid, "output", aid, "input_1"),
+        ]
+        self.current = [aid]
+        return self
+
+    def tag_group(self, name: str) -> RustFlow:
+        for i, stream in enumerate(self.current):
+            self.taps[f"{name}_{i}"] = stream
+        return self
+
     def split(self, *modules: Module) -> RustFlow:
         prev = self.current[0]
         branches = []

@@ -81,7 +81,43 @@ def nested():
     return g, r
 
 
-GRAPHS = [chain, branches, nested]
+def mixed():
+    embed, conv, norm = nn.Embedding(10, 4), nn.Conv2d(2, 3, 3), nn.LayerNorm(4)
+    skip, main = nn.Linear(4, 4), nn.Linear(4, 4)
+    a, b = nn.Linear(4, 4), nn.Linear(4, 4)
+    shared = nn.Linear(4, 4)  # one module used twice: its parameters are saved once
+    g = (
+        fl.FlowBuilder(embed)
+        .through(norm)
+        .also_with(skip, main)
+        .tag("res")
+        .split(a, b)
+        .tag_group("heads")
+        .merge(fl.MergeOp.ADD)
+        .through(shared)
+        .through(nn.Dropout(0.1))
+        .through(shared)
+        .fork(conv)
+        .build()
+    )
+    r = (
+        ro.RustFlow(ro.Module.of(embed))
+        .through(ro.Module.of(norm))
+        .also_with(ro.Module.of(skip), ro.Module.of(main))
+        .tag("res")
+        .split(ro.Module.of(a), ro.Module.of(b))
+        .tag_group("heads")
+        .merge()
+        .through(ro.Module.of(shared))
+        .through(ro.Module.of(nn.Dropout(0.1)))
+        .through(ro.Module.of(shared))
+        .fork(ro.Module.of(conv))
+        .build()
+    )
+    return g, r
+
+
+GRAPHS = [chain, branches, nested, mixed]
 
 
 @pytest.mark.parametrize("build", GRAPHS, ids=lambda f: f.__name__)
