@@ -14,6 +14,7 @@ from flodl.checkpoint import codec
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.codec import EntryInfo, Header, NamedTensors
 from flodl.checkpoint.errors import CheckpointError, CheckpointWarning
+from flodl.checkpoint.explain import explain_names
 from flodl.checkpoint.streams import (
     Destination,
     Source,
@@ -274,14 +275,14 @@ def hash_mismatch(
 Rename = Callable[[str], str]
 
 
-class _Mismatched(Exception):
+class Mismatched(Exception):
     """Internal: the header's hash was refused; the entry names are read to explain why."""
 
     def __init__(self, header: Header):
         self.header = header
 
 
-def _entries_again(src: Source, start: int | None) -> list[EntryInfo] | None:
+def entries_again(src: Source, start: int | None) -> list[EntryInfo] | None:
     """The entry table of ``src`` read a second time (None when the source cannot rewind)."""
     if start is not None:
         src.seek(start)  # type: ignore[union-attr]
@@ -339,7 +340,7 @@ def load_checkpoint(
     (['w'], ['old'], ['b'], [1.0, 1.0])
     """
     params, buffers = _all_named(named_params, named_buffers)
-    start = src.tell() if not is_path(src) and _seekable(src) else None  # type: ignore[union-attr]
+    start = src.tell() if not is_path(src) and seekable(src) else None  # type: ignore[union-attr]
     rename: list[Rename] = []
 
     def on_header(header: Header) -> None:
@@ -347,7 +348,7 @@ def load_checkpoint(
             return
         alternate = (_alternates or {}).get(header.hash)
         if alternate is None:
-            raise _Mismatched(header)
+            raise Mismatched(header)
         rename.append(alternate)
 
     targets = loadable(params, buffers, lambda name: rename[0](name) if rename else name)
@@ -356,10 +357,8 @@ def load_checkpoint(
     try:
         with open_source(src, mapped=True) as reader:
             decoded = codec.decode(reader, keep=targets, on_header=on_header, verify=verify)
-    except _Mismatched as refused:
-        from flodl.checkpoint.explain import explain_names
-
-        entries = _entries_again(src, start)
+    except Mismatched as refused:
+        entries = entries_again(src, start)
         explanation = "" if entries is None else explain_names(entries, params, buffers)
         raise hash_mismatch(
             refused.header,
@@ -381,7 +380,7 @@ def load_checkpoint(
     return report
 
 
-def _seekable(src: object) -> bool:
+def seekable(src: object) -> bool:
     try:
         return bool(getattr(src, "seekable", lambda: False)())
     except (OSError, ValueError):

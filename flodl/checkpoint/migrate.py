@@ -126,6 +126,9 @@ def migrate_checkpoint_file(
         if t in chosen
     ]
     prepared = codec.prepare(out)
+    from flodl.checkpoint.api import check_compression
+
+    compress = check_compression(dst, compress, rust_compatible=False)
     with open_destination(dst, compress=compress) as f:
         codec.encode(f, prepared, fmt.ZERO_HASH, checksum=checksum)
     return report

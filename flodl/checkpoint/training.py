@@ -19,7 +19,14 @@ from flodl.checkpoint import api, codec, tree
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.errors import CheckpointError
 from flodl.checkpoint.optimizer import apply_optimizer, decode_optimizer, encode_optimizer
-from flodl.checkpoint.streams import Destination, Source, open_destination, open_source
+from flodl.checkpoint.streams import (
+    Destination,
+    Source,
+    describe,
+    is_path,
+    open_destination,
+    open_source,
+)
 from flodl.random import Rng, RngError
 
 META_ENTRY = "training.json"
@@ -481,14 +488,29 @@ def load_training_state(
             return optimizer is not None
         return model_entry(info)
 
-    with open_source(src, mapped=True) as reader:
-        decoded = codec.decode(
-            reader,
-            keep=wanted,
-            on_header=lambda h: api.check_hash(
-                h, expected, source=reader.name, opt_out="pass strict_hash=False to load anyway"
-            ),
-        )
+    start = src.tell() if not is_path(src) and api.seekable(src) else None  # type: ignore[union-attr]
+
+    def on_header(header: codec.Header) -> None:
+        if not api.hash_matches(header, expected):
+            raise api.Mismatched(header)
+
+    try:
+        with open_source(src, mapped=True) as reader:
+            decoded = codec.decode(reader, keep=wanted, on_header=on_header)
+    except api.Mismatched as refused:
+        entries = api.entries_again(src, start)
+        model_entries = [
+            replace(e, name=e.name[cut:]) for e in entries or () if e.name.startswith(MODEL_PREFIX)
+        ]
+        raise api.hash_mismatch(
+            refused.header,
+            expected,
+            source=describe(src),
+            opt_out="pass strict_hash=False to load anyway",
+            explanation=""
+            if entries is None
+            else api.explain_names(model_entries, params, buffers),
+        ) from None
     # Model tensors are copied into the model; everything else outlives the load, so it gets
     # its own memory instead of viewing the mapped file.
     decoded.tensors = {

@@ -198,3 +198,12 @@ def test_a_shape_only_mismatch_is_still_the_shape_error(tmp_path):
         tmp_path / "m.fdl", {"weight": torch.ones(3, 3)}, strict_shapes=False
     )
     assert report.loaded == [] and report.mismatches
+
+
+def test_training_state_mismatch_explains_the_renamed_tag(tmp_path):
+    old = _graph("hidden")
+    fl.save_training_state(tmp_path / "t.fdl", old, epoch=1)
+    with pytest.raises(fl.CheckpointError) as err:
+        fl.load_training_state(tmp_path / "t.fdl", _graph("encoder"))
+    assert "renamed tag or label ('hidden' -> 'encoder')" in str(err.value)
+    assert "strict_hash=False" in str(err.value)
