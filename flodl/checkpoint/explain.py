@@ -21,7 +21,11 @@ _SPLIT = re.compile(r"[./]")
 
 
 def few(names: list[str], shown: int = SHOWN) -> str:
-    """``'a', 'b', 'c' and 5 more (8 entries)`` — a few names from a list."""
+    """``'a', 'b', 'c' and 5 more (8 entries)`` — a few names from a list.
+
+    >>> few(["w", "b", "x", "y", "z"], shown=2)
+    "'w', 'b' and 3 more (5 entries)"
+    """
     if not names:
         return "no entries"
     head = ", ".join(repr(n) for n in names[:shown])

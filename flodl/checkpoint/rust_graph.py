@@ -328,6 +328,14 @@ def rust_layout(graph: Any) -> RustLayout:
     """Hash and entry names of ``graph`` as the original computes them.
 
     Raises :class:`RustMappingError` naming the first node with no counterpart.
+
+    >>> import flodl as fl
+    >>> from torch import nn
+    >>> from flodl.checkpoint.rust_graph import rust_layout
+    >>> g = fl.FlowBuilder(nn.Linear(2, 3)).tag("h").through(nn.ReLU()).build()
+    >>> layout = rust_layout(g)
+    >>> layout.params, layout.hash == g.structural_hash(scheme="rust")
+    ([('h/weight', 'h.weight'), ('h/bias', 'h.bias')], True)
     """
     if not hasattr(graph, "nodes") or not hasattr(graph, "tag_map"):
         raise RustMappingError(

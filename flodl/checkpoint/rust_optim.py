@@ -117,7 +117,15 @@ def _groups(out: bytearray, optimizer: torch.optim.Optimizer) -> None:
 
 
 def encode_rust_optimizer(optimizer: torch.optim.Optimizer) -> bytes:
-    """The bytes the original's ``save_state`` writes for the equivalent optimizer."""
+    """The bytes the original's ``save_state`` writes for the equivalent optimizer.
+
+    >>> import torch
+    >>> from flodl.checkpoint.rust_optim import encode_rust_optimizer
+    >>> opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.5)
+    >>> data = encode_rust_optimizer(opt)  # count, lr, weight_decay, no velocity, no groups
+    >>> len(data), data[:4]
+    (25, b'\\x01\\x00\\x00\\x00')
+    """
     kind = rust_kind(optimizer)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     states = [optimizer.state.get(p, {}) for p in params]
