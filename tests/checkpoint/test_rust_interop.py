@@ -448,3 +448,28 @@ def test_sidecar_config_written_and_read_as_the_original_does(tmp_path):
     assert fl.read_source_config(tmp_path / "plain.fdl") is None
     with pytest.raises(fl.CheckpointError, match="text"):
         g.set_source_config({"model_type": "bert"})
+
+
+def test_rust_file_of_a_child_loads_into_the_composed_graph(tmp_path):
+    torch.manual_seed(0)
+    a, b = nn.Linear(4, 6), nn.Linear(6, 6)
+    rust_child = ro.RustFlow(ro.Module.of(a)).tag("proj").through(ro.Module.of(b)).build()
+    trained = {id(t): torch.randn_like(t) for _, t in rust_child.named_parameters()}
+    ro.save_checkpoint_file(
+        tmp_path / "child.fdl",
+        [(n, trained[id(t)]) for n, t in rust_child.named_parameters()],
+        structural_hash=rust_child.structural_hash(),
+    )
+    child = (
+        fl.FlowBuilder(nn.Linear(4, 6)).tag("proj").through(nn.Linear(6, 6)).label("enc").build()
+    )
+    parent = fl.FlowBuilder(child).through(nn.Linear(6, 2)).build()
+    report = parent.load_subgraph_checkpoint("enc", tmp_path / "child.fdl")
+    assert report.loaded == [
+        "enc.proj.weight",
+        "enc.proj.bias",
+        "enc.linear_2.weight",
+        "enc.linear_2.bias",
+    ]
+    assert torch.equal(parent.get_parameter("enc.proj.weight"), trained[id(a.weight)])
+    assert torch.equal(parent.get_parameter("enc.linear_2.bias"), trained[id(b.bias)])
