@@ -97,6 +97,12 @@ def test_require_verified_refuses_unverified_files_everywhere(tmp_path):
     with pytest.raises(fl.CheckpointError, match=PHRASE):
         fl.load_optimizer_state(opt2, tmp_path / "o.fdl", require_verified=True)
 
+    with pytest.raises(fl.CheckpointError, match=PHRASE):
+        fl.migrate_checkpoint_file(
+            plain, tmp_path / "out.fdl", target.named_parameters(), require_verified=True
+        )
+    assert not (tmp_path / "out.fdl").exists()
+
 
 def test_require_verified_accepts_checksummed_files(tmp_path):
     model = _model()
