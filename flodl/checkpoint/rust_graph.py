@@ -156,7 +156,8 @@ def _leaf_name(graph: Any, node: Any, module: nn.Module) -> str:
 
 
 def _tensors(module: nn.Module, buffers: bool) -> list[_Tensor]:
-    """A module's own parameters (or buffers) in the original's order (None in graphs' nodes)."""
+    """A module's parameters (or buffers) as the original lists them: a leaf's own, a graph's over
+    its nodes in execution order, each tensor once (torch-only buffers left out)."""
     from flodl.graph.graph import Graph
 
     if isinstance(module, Graph):
