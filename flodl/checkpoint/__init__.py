@@ -16,19 +16,23 @@ from flodl.checkpoint.api import (
     read_checkpoint,
     save_checkpoint,
 )
-from flodl.checkpoint.errors import CheckpointError
+from flodl.checkpoint.errors import CheckpointError, CheckpointWarning
 from flodl.checkpoint.interop import fdl_to_safetensors, safetensors_to_fdl
 from flodl.checkpoint.methods import CheckpointMethods as CheckpointMethods
 from flodl.checkpoint.migrate import MigrateReport, migrate_checkpoint_file
 from flodl.checkpoint.optimizer import load_optimizer_state, save_optimizer_state
+from flodl.checkpoint.rust_graph import RustMappingError
+from flodl.checkpoint.sidecar import read_source_config, sidecar_config_path
 from flodl.checkpoint.training import TrainingState, load_training_state, save_training_state
 
 __all__ = [
     "CheckpointError",
     "CheckpointInfo",
+    "CheckpointWarning",
     "LoadReport",
     "MigrateReport",
     "Mismatch",
+    "RustMappingError",
     "TrainingState",
     "checkpoint_info",
     "checkpoint_keys",
@@ -39,8 +43,10 @@ __all__ = [
     "load_training_state",
     "migrate_checkpoint_file",
     "read_checkpoint",
+    "read_source_config",
     "safetensors_to_fdl",
     "save_checkpoint",
     "save_optimizer_state",
     "save_training_state",
+    "sidecar_config_path",
 ]

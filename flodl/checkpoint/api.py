@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import torch
@@ -11,10 +13,22 @@ import torch
 from flodl.checkpoint import codec
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.codec import EntryInfo, Header, NamedTensors
-from flodl.checkpoint.errors import CheckpointError
-from flodl.checkpoint.streams import Destination, Source, open_destination, open_source
+from flodl.checkpoint.errors import CheckpointError, CheckpointWarning
+from flodl.checkpoint.explain import explain_names
+from flodl.checkpoint.streams import (
+    Destination,
+    Source,
+    describe,
+    is_path,
+    open_destination,
+    open_source,
+)
 
 HASH_OPT_OUT = "pass structural_hash=None to load the matching entries anyway"
+VERIFIED = "checksums verified"
+UNVERIFIED = "not verified: no integrity trailer"
+SKIPPED = "not verified: checksums skipped (verify=False)"
+NO_MATCH_OPT_OUT = "pass allow_no_match=True to accept a load that changes nothing"
 
 
 @dataclass(frozen=True)
@@ -39,7 +53,10 @@ class LoadReport:
     """What a load did: ``loaded`` (model order), ``skipped`` (file entries the model lacks, file
     order), ``missing`` (model entries absent from the file; they keep their values) and
     ``mismatches`` (see :class:`Mismatch`). ``verified`` is True when the file carried an
-    integrity trailer and every checksum matched."""
+    integrity trailer and every checksum matched; when False (a file from the Rust original, one
+    written with ``checksum=False`` or ``rust_compatible=True``, or one cut exactly where its
+    trailer began) the repr and ``str`` say ``not verified: no integrity trailer``, and
+    ``require_verified=True`` on any load refuses such a file."""
 
     loaded: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -47,6 +64,7 @@ class LoadReport:
     mismatches: list[Mismatch] = field(default_factory=list)
     version: int = fmt.WRITE_VERSION
     verified: bool = False
+    checks_skipped: bool = False  # the file has checksums, but verify=False skipped them
 
     @property
     def complete(self) -> bool:
@@ -55,11 +73,25 @@ class LoadReport:
             m.kind == "dtype" for m in self.mismatches
         )
 
+    @property
+    def integrity(self) -> str:
+        """``"checksums verified"``, ``"not verified: no integrity trailer"``, or
+        ``"not verified: checksums skipped (verify=False)"``."""
+        if self.verified:
+            return VERIFIED
+        return SKIPPED if self.checks_skipped else UNVERIFIED
+
+    def __repr__(self) -> str:
+        return (
+            f"LoadReport(loaded={self.loaded!r}, skipped={self.skipped!r}, "
+            f"missing={self.missing!r}, mismatches={self.mismatches!r}, version={self.version}, "
+            f"verified={self.verified}, integrity={self.integrity!r})"
+        )
+
     def __str__(self) -> str:
         lines = [
             f"loaded {len(self.loaded)}, skipped {len(self.skipped)}, missing {len(self.missing)}, "
-            f"mismatched {len(self.mismatches)} "
-            f"(v{self.version}, {'checksums verified' if self.verified else 'no checksums in file'})"
+            f"mismatched {len(self.mismatches)} (v{self.version}, {self.integrity})"
         ]
         for label, items in (("skipped", self.skipped), ("missing", self.missing)):
             if items:
@@ -81,6 +113,23 @@ class CheckpointInfo:
     def names(self) -> list[str]:
         return [e.name for e in self.entries]
 
+    @property
+    def integrity(self) -> str:
+        """``"checksums verified"`` or ``"not verified: no integrity trailer"``."""
+        return VERIFIED if self.verified else UNVERIFIED
+
+
+def check_verified(decoded: codec.Decoded, source: str) -> None:
+    """Refuse a file without an integrity trailer (``require_verified=True``)."""
+    if not decoded.checksummed:
+        raise CheckpointError(
+            f"{UNVERIFIED} — the file carries no checksums (written by the Rust original, with "
+            "checksum=False or rust_compatible=True, or cut exactly where its trailer began), "
+            "so corruption cannot be ruled out; nothing was loaded. Pass require_verified=False "
+            "to load it unverified",
+            source=source,
+        )
+
 
 def _all_named(
     named_params: NamedTensors | None, named_buffers: NamedTensors | None
@@ -96,17 +145,24 @@ def save_checkpoint(
     named_buffers: NamedTensors | None = None,
     structural_hash: str | bytes | None = None,
     *,
-    checksum: bool = True,
+    checksum: bool | None = None,
     compress: bool | None = None,
     fsync: bool = True,
+    rust_compatible: bool = False,
 ) -> None:
     """Write named tensors to ``dest`` (a path or a binary file object) in the ``.fdl`` format.
 
     Parameters come first, then buffers, each in the order given. A path is written atomically
     (a crash mid-save leaves the previous file intact) and gzip-compressed when it ends in
-    ``.gz`` (``compress`` overrides). ``checksum=False`` writes exactly the Rust original's v2
-    bytes, without flodl's integrity trailer. ``fsync=False`` skips the flushes to disk: the
-    write stays atomic against a crashed or killed process, but not against power loss.
+    ``.gz`` (``compress`` overrides; ``compress=True`` on a name without ``.gz`` warns, since the
+    Rust original picks gzip by extension and would read such a file as bad magic).
+    ``checksum=False`` leaves out flodl's integrity trailer. ``fsync=False`` skips the flushes to
+    disk: the write stays atomic against a crashed or killed process, but not against power loss.
+
+    ``rust_compatible=True`` writes exactly the bytes the Rust original writes (version 2, no
+    trailer) and refuses, naming the entry, anything it could not read back: a dtype outside its
+    six (float16, bfloat16, float32, float64, int32, int64), or gzip that the name does not
+    announce with ``.gz`` (or plain bytes under a ``.gz`` name).
 
     >>> import io, torch, flodl as fl
     >>> buf = io.BytesIO()
@@ -114,32 +170,129 @@ def save_checkpoint(
     >>> _ = buf.seek(0)
     >>> fl.checkpoint_keys(buf)
     ['w', 'step']
+    >>> try:
+    ...     fl.save_checkpoint(io.BytesIO(), {"mask": torch.ones(2, dtype=torch.bool)},
+    ...                        rust_compatible=True)
+    ... except fl.CheckpointError as err:
+    ...     print(str(err)[:53])
+    cannot write 'mask' for the Rust original: dtype bool
     """
     params, buffers = _all_named(named_params, named_buffers)
     both = params + buffers
     codec.named_list(both, "named_params + named_buffers")  # names must be unique across both
     digest = fmt.encode_hash(structural_hash)
+    if rust_compatible:
+        if checksum:
+            raise CheckpointError(
+                "rust_compatible=True writes the original's bytes, which have no integrity "
+                "trailer — drop checksum=True"
+            )
+        checksum = False
+        check_rust_dtypes(both)
+    compress = check_compression(dest, compress, rust_compatible=rust_compatible)
     prepared = codec.prepare(both)
     with open_destination(dest, compress=compress, fsync=fsync) as f:
-        codec.encode(f, prepared, digest, checksum=checksum)
+        codec.encode(f, prepared, digest, checksum=checksum is not False)
+
+
+def check_rust_dtypes(named: list[tuple[str, torch.Tensor]]) -> None:
+    """Refuse, naming the entry, a dtype the Rust original has no tag for."""
+    for name, tensor in named:
+        tag = fmt.TAG_OF_DTYPE.get(tensor.dtype)
+        if tag not in fmt.ORIGINAL_TAGS:
+            known = ", ".join(fmt.dtype_name(fmt.DTYPE_TAGS[t]) for t in sorted(fmt.ORIGINAL_TAGS))
+            raise CheckpointError(
+                f"cannot write {name!r} for the Rust original: dtype "
+                f"{fmt.dtype_name(tensor.dtype)} has no tag there (it reads only {known}) "
+                "— cast it first, or save without rust_compatible=True"
+            )
+
+
+def check_compression(
+    dest: Destination, compress: bool | None, *, rust_compatible: bool
+) -> bool | None:
+    """Check ``compress`` against the destination's name (the original decides by ``.gz``)."""
+    if not is_path(dest):
+        if rust_compatible and compress:
+            raise CheckpointError(
+                "rust_compatible=True with compress=True on a file object: the Rust original "
+                "gunzips only files whose name ends in .gz — save to a path ending in .gz"
+            )
+        return compress
+    name = os.fspath(dest)  # type: ignore[arg-type]
+    gz_name = name.endswith(".gz")
+    if compress is None or compress == gz_name:
+        return compress
+    if compress:
+        problem = (
+            f"compress=True on {name!r}, whose name does not end in .gz: the Rust original "
+            "picks gzip by extension and reads this file as bad magic"
+        )
+    else:
+        problem = (
+            f"compress=False on {name!r}, whose name ends in .gz: the Rust original would try "
+            "to gunzip it"
+        )
+    if rust_compatible:
+        raise CheckpointError(f"{problem} — rename the file or drop compress=", source=name)
+    warnings.warn(f"{problem}; flodl reads it either way", CheckpointWarning, stacklevel=3)
+    return compress
+
+
+def hash_matches(header: Header, expected: str | bytes | None) -> bool:
+    """True unless both the file and the model carry a hash and they differ (zero = no hash)."""
+    if expected is None:
+        return True
+    wanted = fmt.encode_hash(expected)
+    return wanted == fmt.ZERO_HASH or header.hash == fmt.ZERO_HASH or wanted == header.hash
 
 
 def check_hash(
     header: Header, expected: str | bytes | None, *, source: str, opt_out: str = HASH_OPT_OUT
 ) -> None:
     """Fail when both the file and the model carry a hash and they differ (zero = no hash)."""
-    if expected is None:
-        return
-    wanted = fmt.encode_hash(expected)
-    if wanted == fmt.ZERO_HASH or header.hash == fmt.ZERO_HASH or wanted == header.hash:
-        return
+    if not hash_matches(header, expected):
+        raise hash_mismatch(header, expected, source=source, opt_out=opt_out)
+
+
+def hash_mismatch(
+    header: Header,
+    expected: str | bytes | None,
+    *,
+    source: str,
+    opt_out: str,
+    explanation: str = "",
+) -> CheckpointError:
     model = expected.hex() if isinstance(expected, bytes | bytearray) else str(expected)
-    raise CheckpointError(
+    return CheckpointError(
         f"checkpoint architecture mismatch: file={header.hash.hex()} model={model} "
-        f"— the file was saved from a different architecture; {opt_out}",
+        f"— the file was saved from a different architecture{explanation}; {opt_out}",
         source=source,
         offset=8,
     )
+
+
+Rename = Callable[[str], str]
+
+
+class Mismatched(Exception):
+    """Internal: the header's hash was refused; the entry names are read to explain why."""
+
+    def __init__(self, header: Header):
+        self.header = header
+
+
+def entries_again(src: Source, start: int | None) -> list[EntryInfo] | None:
+    """The entry table of ``src`` read a second time (None when the source cannot rewind)."""
+    if start is not None:
+        src.seek(start)  # type: ignore[union-attr]
+    elif not is_path(src):
+        return None
+    try:
+        with open_source(src) as reader:
+            return codec.decode(reader, payloads=False).entries
+    except CheckpointError:
+        return None
 
 
 def load_checkpoint(
@@ -149,7 +302,11 @@ def load_checkpoint(
     structural_hash: str | bytes | None = None,
     *,
     strict_shapes: bool = True,
+    require_verified: bool = False,
+    allow_no_match: bool = False,
+    verify: bool = True,
     _hash_opt_out: str = HASH_OPT_OUT,
+    _alternates: dict[bytes, Rename] | None = None,
 ) -> LoadReport:
     """Load ``src`` into the given tensors, matching by name; returns a :class:`LoadReport`.
 
@@ -159,6 +316,19 @@ def load_checkpoint(
     ``strict_shapes=False``, which skips those entries and reports them. Only entries with a
     target of the same name and shape are materialised (decided from the entry's header); the
     others stream past unallocated, so memory is bounded by the targets, not by the file.
+
+    A hash mismatch names the entries that differ and the likely cause (a renamed tag). A load
+    in which no file entry matches any target name is an error naming a few names from each
+    side (``allow_no_match=True`` accepts it). ``require_verified=True`` refuses a file with no
+    integrity trailer (see :class:`LoadReport`).
+
+    A plain file given by path is memory-mapped: payloads are checksummed and copied straight
+    from the page cache into the targets, with no read() copies or staging buffers (a file
+    truncated in place by another program during the load can then crash the process, as with
+    any memory map; flodl's own saves replace files atomically and never do that).
+    ``verify=False`` skips hashing the payloads (everything else is still checked: bounds,
+    shapes, dtypes, names, the header and trailer digests), so a flipped bit inside tensor data
+    goes unnoticed; the report then says ``not verified: checksums skipped (verify=False)``.
 
     >>> import io, torch, flodl as fl
     >>> buf = io.BytesIO()
@@ -170,19 +340,86 @@ def load_checkpoint(
     (['w'], ['old'], ['b'], [1.0, 1.0])
     """
     params, buffers = _all_named(named_params, named_buffers)
-    with open_source(src) as reader:
-        decoded = codec.decode(
-            reader,
-            keep=loadable(params, buffers),
-            on_header=lambda h: check_hash(
-                h, structural_hash, source=reader.name, opt_out=_hash_opt_out
-            ),
-        )
+    start = src.tell() if not is_path(src) and seekable(src) else None  # type: ignore[union-attr]
+    rename: list[Rename] = []
+
+    def on_header(header: Header) -> None:
+        if hash_matches(header, structural_hash):
+            return
+        alternate = (_alternates or {}).get(header.hash)
+        if alternate is None:
+            raise Mismatched(header)
+        rename.append(alternate)
+
+    targets = loadable(params, buffers, lambda name: rename[0](name) if rename else name)
+    if require_verified and not verify:
+        raise CheckpointError("require_verified=True needs the checksums that verify=False skips")
+    try:
+        with open_source(src, mapped=True) as reader:
+            decoded = codec.decode(reader, keep=targets, on_header=on_header, verify=verify)
+    except Mismatched as refused:
+        entries = entries_again(src, start)
+        explanation = "" if entries is None else explain_names(entries, params, buffers)
+        raise hash_mismatch(
+            refused.header,
+            structural_hash,
+            source=describe(src),
+            opt_out=_hash_opt_out,
+            explanation=explanation,
+        ) from None
+    if require_verified:
+        check_verified(decoded, reader.name)
+    if rename:
+        decoded = renamed(decoded, rename[0])
     report, plan = plan_load(
         decoded, params, buffers, strict_shapes=strict_shapes, source=reader.name
     )
+    if not allow_no_match:
+        check_some_match(report, decoded, params, buffers, source=reader.name)
     commit(plan)
     return report
+
+
+def seekable(src: object) -> bool:
+    try:
+        return bool(getattr(src, "seekable", lambda: False)())
+    except (OSError, ValueError):
+        return False
+
+
+def renamed(decoded: codec.Decoded, rename: Rename) -> codec.Decoded:
+    """``decoded`` with every entry under the name ``rename`` gives it."""
+    return codec.Decoded(
+        decoded.header,
+        [replace(e, name=rename(e.name)) for e in decoded.entries],
+        {rename(n): t for n, t in decoded.tensors.items()},
+        decoded.checksummed,
+    )
+
+
+def check_some_match(
+    report: LoadReport,
+    decoded: codec.Decoded,
+    params: list[tuple[str, torch.Tensor]],
+    buffers: list[tuple[str, torch.Tensor]],
+    *,
+    source: str,
+) -> None:
+    """Refuse a load in which no file entry matched any target by name (it would change nothing)."""
+    if report.loaded or report.mismatches or not (params or buffers) or not decoded.entries:
+        return
+    from flodl.checkpoint.explain import few, name_style_hint
+
+    file_names = [e.name for e in decoded.entries]
+    model_names = [n for n, _ in [*params, *buffers]]
+    raise CheckpointError(
+        f"no entry of the file matches a model name, so nothing was loaded — the file has "
+        f"{few(file_names)}; the model has {few(model_names)}"
+        f"{name_style_hint(file_names, model_names)}. Rename the entries with "
+        f"fl.migrate_checkpoint_file(src, dst, model.named_parameters(), model.named_buffers()), "
+        f"or {NO_MATCH_OPT_OUT}",
+        source=source,
+    )
 
 
 Plan = list[tuple[torch.Tensor, torch.Tensor]]
@@ -224,7 +461,11 @@ def plan_load(
     Shapes are compared on the entry headers; only entries that pass are expected among
     ``decoded.tensors`` (decode them with :func:`loadable`).
     """
-    report = LoadReport(version=decoded.header.version, verified=decoded.checksummed)
+    report = LoadReport(
+        version=decoded.header.version,
+        verified=decoded.checksummed,
+        checks_skipped=decoded.trailer and not decoded.checksummed,
+    )
     entries = {e.name: e for e in decoded.entries}
     claimed: set[str] = set()
     plan: Plan = []
@@ -294,7 +535,9 @@ def _plain_memcpy(target: torch.Tensor, value: torch.Tensor) -> bool:
     )
 
 
-def read_checkpoint(src: Source, *, max_bytes: int | None = None) -> dict[str, torch.Tensor]:
+def read_checkpoint(
+    src: Source, *, max_bytes: int | None = None, require_verified: bool = False
+) -> dict[str, torch.Tensor]:
     """Every entry of ``src`` as a CPU tensor, in file order (verified like :func:`load_checkpoint`).
 
     Every payload is materialised, so memory grows with the file's *decompressed* size: a small
@@ -317,7 +560,10 @@ def read_checkpoint(src: Source, *, max_bytes: int | None = None) -> dict[str, t
         return True
 
     with open_source(src) as reader:
-        return codec.decode(reader, keep=within_budget).tensors
+        decoded = codec.decode(reader, keep=within_budget)
+    if require_verified:
+        check_verified(decoded, reader.name)
+    return decoded.tensors
 
 
 def checkpoint_version(src: Source) -> int:

@@ -29,3 +29,7 @@ class CheckpointError(FlodlError):
             where.append(f"offset {offset}")
         prefix = f"{', '.join(where)}: " if where else ""
         super().__init__(prefix + message)
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was written in a way another reader may not expect (see the message)."""

@@ -14,12 +14,14 @@ the composed model's names; ``skipped`` lists the file's own names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import ClassVar
 
 from flodl.checkpoint.api import LoadReport, load_checkpoint, save_checkpoint
 from flodl.checkpoint.errors import CheckpointError
-from flodl.checkpoint.streams import Destination, Source, describe
+from flodl.checkpoint.sidecar import write_source_config
+from flodl.checkpoint.streams import Destination, Source, describe, is_path
 
 _OPT_OUT = "pass strict_hash=False to load the matching entries anyway (a partial load)"
 
@@ -32,26 +34,90 @@ class CheckpointMethods:
     # they are deliberately not stubbed here, so the mixin never shadows nn.Module's methods.
 
     def save_checkpoint(
-        self, path: Destination, *, checksum: bool = True, compress: bool | None = None
+        self,
+        path: Destination,
+        *,
+        checksum: bool | None = None,
+        compress: bool | None = None,
+        rust_compatible: bool = False,
     ) -> None:
-        """Save parameters, then buffers, with this model's structural hash (atomic for paths)."""
-        save_checkpoint(
-            path,
-            list(self.named_parameters()),  # type: ignore[attr-defined]
-            list(self.named_buffers()),  # type: ignore[attr-defined]
-            _structural_hash(self),
-            checksum=checksum,
-            compress=compress,
-        )
+        """Save parameters, then buffers, with this model's structural hash (atomic for paths).
+
+        ``rust_compatible=True`` writes the file the Rust original writes for the equivalent
+        graph: its entry names (``tag/param``, ``node_id/param``), its structural hash
+        (``structural_hash(scheme="rust")``) and its exact bytes; a step with no counterpart
+        there raises, naming the node. When :attr:`source_config` is set, its text is written
+        verbatim next to a path as ``<stem>.config.json``, as the original does.
+        """
+        if rust_compatible:
+            from flodl.checkpoint.rust_graph import rust_layout
+
+            layout = rust_layout(self)
+            named = dict([*self.named_parameters(), *self.named_buffers()])  # type: ignore[attr-defined]
+            save_checkpoint(
+                path,
+                [(rust, named[py]) for rust, py in layout.params],
+                [(rust, named[py]) for rust, py in layout.buffers],
+                layout.hash,
+                checksum=checksum,
+                compress=compress,
+                rust_compatible=True,
+            )
+        else:
+            save_checkpoint(
+                path,
+                list(self.named_parameters()),  # type: ignore[attr-defined]
+                list(self.named_buffers()),  # type: ignore[attr-defined]
+                _structural_hash(self),
+                checksum=checksum,
+                compress=compress,
+            )
+        if self.source_config is not None and is_path(path):
+            write_source_config(path, self.source_config)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ source config sidecar
+    @property
+    def source_config(self) -> str | None:
+        """Text describing where the model came from (e.g. a Hugging Face ``config.json``).
+
+        When set, :meth:`save_checkpoint` writes it verbatim to ``<stem>.config.json`` beside
+        the checkpoint (``model.fdl`` and ``model.fdl.gz`` both give ``model.config.json``), the
+        sidecar the Rust original writes; :func:`flodl.checkpoint.read_source_config` reads it.
+        flodl never interprets the text.
+        """
+        return self.__dict__.get("_source_config")
+
+    def set_source_config(self, content: str) -> None:
+        """Attach ``content`` (any text) as :attr:`source_config`."""
+        if not isinstance(content, str):
+            raise CheckpointError(f"source_config must be text, got {type(content).__name__}")
+        self.__dict__["_source_config"] = content
+
+    def clear_source_config(self) -> None:
+        """Drop :attr:`source_config`: later saves write no sidecar."""
+        self.__dict__.pop("_source_config", None)
 
     def load_checkpoint(
-        self, path: Source, *, strict_hash: bool = True, strict_shapes: bool = True
+        self,
+        path: Source,
+        *,
+        strict_hash: bool = True,
+        strict_shapes: bool = True,
+        require_verified: bool = False,
+        allow_no_match: bool = False,
+        verify: bool = True,
     ) -> LoadReport:
         """Load a checkpoint saved from this architecture; returns a :class:`LoadReport`.
 
         A file saved from a different architecture (both hashes set and different) is an error
-        unless ``strict_hash=False``, which loads whatever matches by name and shape (transfer
-        learning). Nothing is modified when the load fails.
+        that names the entries that differ and the likely cause, unless ``strict_hash=False``,
+        which loads whatever matches by name and shape (transfer learning). A file carrying this
+        graph's Rust hash (``structural_hash(scheme="rust")``: written by the Rust original for
+        the equivalent graph) is accepted under strict checking too, and its entry names
+        (``tag/param``, ``node_id/param``) are mapped to this graph's. A load that matches no
+        entry at all is an error unless ``allow_no_match=True``; ``require_verified=True``
+        refuses a file with no integrity trailer; ``verify=False`` skips hashing the payloads
+        (see :func:`flodl.load_checkpoint`). Nothing is modified when the load fails.
         """
         return load_checkpoint(
             path,
@@ -59,11 +125,22 @@ class CheckpointMethods:
             list(self.named_buffers()),  # type: ignore[attr-defined]
             _structural_hash(self) if strict_hash else None,
             strict_shapes=strict_shapes,
+            require_verified=require_verified,
+            allow_no_match=allow_no_match,
+            verify=verify,
             _hash_opt_out=_OPT_OUT,
+            _alternates=_rust_alternate(self) if strict_hash else None,
         )
 
     def load_subgraph_checkpoint(
-        self, label: str, path: Source, *, strict_hash: bool = True, strict_shapes: bool = True
+        self,
+        label: str,
+        path: Source,
+        *,
+        strict_hash: bool = True,
+        strict_shapes: bool = True,
+        require_verified: bool = False,
+        allow_no_match: bool = False,
     ) -> LoadReport:
         """Load a checkpoint saved from the child ``label`` on its own into that child.
 
@@ -94,13 +171,28 @@ class CheckpointMethods:
             list(child.named_buffers()),
             _structural_hash(child) if strict_hash else None,
             strict_shapes=strict_shapes,
+            require_verified=require_verified,
+            allow_no_match=allow_no_match,
             _hash_opt_out=_OPT_OUT,
+            _alternates=_rust_alternate(child) if strict_hash else None,
         )
         prefix = f"{label}{self.subgraph_name_separator}"
         report.loaded = [prefix + n for n in report.loaded]
         report.missing = [prefix + n for n in report.missing]
         report.mismatches = [replace(m, name=prefix + m.name) for m in report.mismatches]
         return report
+
+
+def _rust_alternate(module: object) -> dict[bytes, Callable[[str], str]] | None:
+    """The Rust hash of ``module`` and how to rename the original's entries (None: no mapping)."""
+    from flodl.checkpoint.rust_graph import RustMappingError, rust_layout
+
+    try:
+        layout = rust_layout(module)
+    except (RustMappingError, AttributeError):
+        return None
+    names = {**layout.aliases, **dict(layout.params + layout.buffers)}
+    return {bytes.fromhex(layout.hash): lambda name: names.get(name, name)}
 
 
 def _structural_hash(module: object) -> str | None:

@@ -68,12 +68,14 @@ def migrate_checkpoint_file(
     *,
     checksum: bool = True,
     compress: bool | None = None,
+    require_verified: bool = False,
 ) -> MigrateReport:
     """Rewrite ``src`` under the names of the given model tensors, into ``dst`` (never in place).
 
     Pass 1 keeps entries whose name and shape match; pass 2 assigns each remaining model entry
     the first unused file entry (file order) with the same shape and dtype. The output is v2 in
     model order with no structural hash (it was not produced from this exact architecture).
+    ``require_verified=True`` refuses a source without an integrity trailer (nothing is written).
 
     >>> import io, torch, flodl as fl
     >>> old = io.BytesIO()
@@ -95,6 +97,10 @@ def migrate_checkpoint_file(
     )
     with open_source(src) as reader:
         decoded = codec.decode(reader)
+    if require_verified:
+        from flodl.checkpoint.api import check_verified
+
+        check_verified(decoded, reader.name)
     entries = decoded.entries
     by_name = {e.name: i for i, e in enumerate(entries)}
     used = [False] * len(entries)
@@ -126,6 +132,9 @@ def migrate_checkpoint_file(
         if t in chosen
     ]
     prepared = codec.prepare(out)
+    from flodl.checkpoint.api import check_compression
+
+    compress = check_compression(dst, compress, rust_compatible=False)
     with open_destination(dst, compress=compress) as f:
         codec.encode(f, prepared, fmt.ZERO_HASH, checksum=checksum)
     return report

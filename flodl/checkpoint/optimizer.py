@@ -17,7 +17,14 @@ import torch
 from flodl.checkpoint import codec, tree
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.errors import CheckpointError
-from flodl.checkpoint.streams import Destination, Source, open_destination, open_source
+from flodl.checkpoint.streams import (
+    CHUNK_BYTES,
+    Destination,
+    Reader,
+    Source,
+    open_destination,
+    open_source,
+)
 
 META_ENTRY = "optimizer.json"
 FORMAT = "flodl.optimizer"
@@ -153,10 +160,15 @@ def save_optimizer_state(
     optimizer: torch.optim.Optimizer,
     dest: Destination,
     *,
+    format: str = "fdl",
     checksum: bool = True,
     compress: bool | None = None,
 ) -> None:
     """Save ``optimizer.state_dict()`` to ``dest`` as a ``.fdl`` file (atomic for paths, no pickle).
+
+    ``format="rust"`` writes the Rust original's ``save_state`` stream instead (SGD, Adam,
+    AdamW and RMSprop; see :mod:`flodl.checkpoint.rust_optim` for the mapping), which the
+    original's ``load_state_file`` reads; :func:`load_optimizer_state` recognises either.
 
     >>> import io, torch, flodl as fl
     >>> w = torch.nn.Parameter(torch.ones(3))
@@ -168,6 +180,17 @@ def save_optimizer_state(
     >>> fresh.param_groups[0]["lr"], int(fresh.state[w]["step"])
     (0.1, 1)
     """
+    if format == "rust":
+        from flodl.checkpoint.api import check_compression
+        from flodl.checkpoint.rust_optim import encode_rust_optimizer
+
+        data = encode_rust_optimizer(optimizer)
+        compress = check_compression(dest, compress, rust_compatible=True)
+        with open_destination(dest, compress=compress) as f:
+            f.write(data)
+        return
+    if format != "fdl":
+        raise CheckpointError(f"unknown optimizer state format {format!r}: use 'fdl' or 'rust'")
     doc, tensors = encode_optimizer(optimizer, "optimizer/")
     entries = codec.named_list(
         [(META_ENTRY, tree.to_bytes_tensor(doc)), *tensors], "optimizer state"
@@ -177,10 +200,34 @@ def save_optimizer_state(
         codec.encode(f, prepared, fmt.ZERO_HASH, checksum=checksum)
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer, src: Source) -> None:
-    """Restore state saved by :func:`save_optimizer_state`; the optimizer is untouched on error."""
+def load_optimizer_state(
+    optimizer: torch.optim.Optimizer, src: Source, *, require_verified: bool = False
+) -> None:
+    """Restore state saved by :func:`save_optimizer_state` (either format, recognised from the
+    content: a ``.fdl`` file starts with ``FDLC``, the original's stream has no magic); the
+    optimizer is untouched on error. ``require_verified=True`` refuses anything without an
+    integrity trailer, the original's streams included."""
     with open_source(src) as reader:
-        decoded = codec.decode(reader)
+        head = reader.read_upto(len(fmt.MAGIC))
+        if head != fmt.MAGIC:
+            data = head + _rest(reader)
+            from flodl.checkpoint.rust_optim import decode_rust_optimizer
+
+            if require_verified:
+                raise CheckpointError(
+                    "not verified: no integrity trailer — this is the Rust original's optimizer "
+                    "stream, which has no checksums; pass require_verified=False to load it",
+                    source=reader.name,
+                )
+            state_dict = decode_rust_optimizer(data, optimizer, reader.name)
+            apply_optimizer(optimizer, state_dict, reader.name)
+            return
+        reader.pos = 0
+        decoded = codec.decode(_Replay(reader, head))
+    if require_verified:
+        from flodl.checkpoint.api import check_verified
+
+        check_verified(decoded, reader.name)
     meta = decoded.tensors.get(META_ENTRY)
     if meta is None:
         raise CheckpointError(
@@ -191,3 +238,29 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, src: Source) -> None:
     doc = tree.from_bytes_tensor(meta, META_ENTRY)
     state_dict = decode_optimizer(doc, decoded.tensors, optimizer, reader.name)
     apply_optimizer(optimizer, state_dict, reader.name)
+
+
+def _rest(reader: Reader) -> bytes:
+    """Everything left in ``reader`` (the original's optimizer streams are read whole)."""
+    chunks = []
+    while chunk := reader.read_upto(CHUNK_BYTES):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class _Replay(Reader):
+    """``reader`` with the bytes already sniffed from it served again first."""
+
+    def __init__(self, reader: Reader, head: bytes):
+        super().__init__(reader._f, name=reader.name, size=reader.size, gzipped=reader.gzipped)
+        self._head = head
+
+    def _readinto(self, view: memoryview) -> int:
+        n = 0
+        if self._head:
+            n = min(len(view), len(self._head))
+            view[:n] = self._head[:n]
+            self._head = self._head[n:]
+            if n == len(view):
+                return n
+        return n + super()._readinto(view[n:])

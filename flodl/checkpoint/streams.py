@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import mmap
 import os
 import secrets
 import threading
@@ -201,9 +202,67 @@ class Reader:
         )
 
 
+class MappedReader(Reader):
+    """A :class:`Reader` over a memory-mapped plain file: payloads are views, not copies.
+
+    The mapping is private and copy-on-write, so a tensor viewing it can be written without
+    touching the file; the pages come from the page cache as they are first read (by the
+    checksum, then by the copy into the model), with no read() copies and no staging buffers.
+    """
+
+    def __init__(self, mapped: mmap.mmap, *, name: str):
+        super().__init__(io.BytesIO(), name=name, size=len(mapped), gzipped=False)
+        self._map = mapped
+        self._view = memoryview(mapped)
+
+    def read_upto(self, n: int) -> bytes:
+        data = self._view[self.pos : self.pos + n].tobytes()
+        self.pos += len(data)
+        return data
+
+    def read_payload(self, n: int, what: str, hasher: Any) -> torch.Tensor:
+        self.check_available(n, what)
+        hasher.update(self._view[self.pos : self.pos + n])
+        if n:
+            out = torch.frombuffer(self._map, dtype=torch.uint8, count=n, offset=self.pos)
+        else:
+            out = torch.empty(0, dtype=torch.uint8)
+        self.pos += n
+        return out
+
+    def skip_payload(self, n: int, what: str, hasher: Any) -> None:
+        self.check_available(n, what)
+        hasher.update(self._view[self.pos : self.pos + n])
+        self.pos += n
+
+    def seek_past(self, n: int, what: str) -> None:
+        self.check_available(n, what)
+        self.pos += n
+
+    def release(self) -> None:
+        """Drop this reader's own reference (tensors viewing the map keep it alive)."""
+        self._view.release()
+
+
+def _mapped(f: BinaryIO, size: int | None) -> mmap.mmap | None:
+    """A private read-write (copy-on-write) map of the whole file, or None when impossible."""
+    if not size or not hasattr(mmap, "MAP_PRIVATE"):
+        return None
+    try:
+        return mmap.mmap(
+            f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
+        )
+    except (OSError, ValueError):
+        return None
+
+
 @contextlib.contextmanager
-def open_source(src: Source) -> Iterator[Reader]:
-    """A :class:`Reader` over ``src``; gzip is detected from the content (and implied by ``.gz``)."""
+def open_source(src: Source, *, mapped: bool = False) -> Iterator[Reader]:
+    """A :class:`Reader` over ``src``; gzip is detected from the content (and implied by ``.gz``).
+
+    ``mapped=True`` memory-maps a plain (not gzip) file given by path: payloads come back as
+    views of the map (see :class:`MappedReader`); other sources are read as usual.
+    """
     name = describe(src)
     with contextlib.ExitStack() as stack:
         if is_path(src):
@@ -240,6 +299,13 @@ def open_source(src: Source) -> Iterator[Reader]:
         if gzipped:
             f = stack.enter_context(gzip.GzipFile(fileobj=f, mode="rb"))  # type: ignore[assignment]
             size = None
+        elif mapped and is_path(src) and (region := _mapped(f, size)) is not None:
+            reader = MappedReader(region, name=name)
+            try:
+                yield reader
+            finally:
+                reader.release()
+            return
         yield Reader(f, name=name, size=size, gzipped=gzipped)
 
 

@@ -19,7 +19,14 @@ from flodl.checkpoint import api, codec, tree
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.errors import CheckpointError
 from flodl.checkpoint.optimizer import apply_optimizer, decode_optimizer, encode_optimizer
-from flodl.checkpoint.streams import Destination, Source, open_destination, open_source
+from flodl.checkpoint.streams import (
+    Destination,
+    Source,
+    describe,
+    is_path,
+    open_destination,
+    open_source,
+)
 from flodl.random import Rng, RngError
 
 META_ENTRY = "training.json"
@@ -454,6 +461,7 @@ def load_training_state(
     strict_shapes: bool = True,
     restore_rng: bool = True,
     data_rng: Rng | None = None,
+    require_verified: bool = False,
 ) -> TrainingState:
     """Restore what :func:`save_training_state` wrote: all of it, or — on any error — none of it.
 
@@ -463,22 +471,54 @@ def load_training_state(
     missing); optimizer, scheduler and ``data_rng`` state are replaced; the global RNG states are
     restored when ``restore_rng``. A pure scheduler is checked against the stored schedule and
     left as it is: resume it at the returned ``step``. Returns ``epoch``, ``step`` and ``extra``.
+    ``require_verified=True`` refuses a file without an integrity trailer (nothing is applied).
     """
     params = list(model.named_parameters())
     buffers = list(model.named_buffers())
     expected = _hash_of(model) if strict_hash else None
     cut = len(MODEL_PREFIX)
-    with open_source(src) as reader:
-        decoded = codec.decode(
-            reader,
-            keep=api.loadable(
-                params, buffers, lambda n: n[cut:] if n.startswith(MODEL_PREFIX) else None
-            ),
-            on_header=lambda h: api.check_hash(
-                h, expected, source=reader.name, opt_out="pass strict_hash=False to load anyway"
-            ),
-        )
+    model_entry = api.loadable(
+        params, buffers, lambda n: n[cut:] if n.startswith(MODEL_PREFIX) else None
+    )
+
+    def wanted(info: codec.EntryInfo) -> bool:
+        # Only what this call applies is materialised: the optimizer's tensors are hashed and
+        # passed over when no optimizer is given (the file is mapped, so that costs no copy).
+        if info.name.startswith(OPTIMIZER_PREFIX):
+            return optimizer is not None
+        return model_entry(info)
+
+    start = src.tell() if not is_path(src) and api.seekable(src) else None  # type: ignore[union-attr]
+
+    def on_header(header: codec.Header) -> None:
+        if not api.hash_matches(header, expected):
+            raise api.Mismatched(header)
+
+    try:
+        with open_source(src, mapped=True) as reader:
+            decoded = codec.decode(reader, keep=wanted, on_header=on_header)
+    except api.Mismatched as refused:
+        entries = api.entries_again(src, start)
+        model_entries = [
+            replace(e, name=e.name[cut:]) for e in entries or () if e.name.startswith(MODEL_PREFIX)
+        ]
+        raise api.hash_mismatch(
+            refused.header,
+            expected,
+            source=describe(src),
+            opt_out="pass strict_hash=False to load anyway",
+            explanation=""
+            if entries is None
+            else api.explain_names(model_entries, params, buffers),
+        ) from None
+    # Model tensors are copied into the model; everything else outlives the load, so it gets
+    # its own memory instead of viewing the mapped file.
+    decoded.tensors = {
+        n: t if n.startswith(MODEL_PREFIX) else t.clone() for n, t in decoded.tensors.items()
+    }
     source = reader.name
+    if require_verified:
+        api.check_verified(decoded, source)
     meta = decoded.tensors.get(META_ENTRY)
     if meta is None:
         raise CheckpointError(

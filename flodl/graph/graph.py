@@ -452,10 +452,21 @@ class Graph(
         return self._epoch_count
 
     # ------------------------------------------------------------------ identity
-    def structural_hash(self) -> str:
+    def structural_hash(self, scheme: str = "flodl") -> str:
         """SHA-256 hex of the architecture: modules, hyper-parameters, shapes, wiring, and plain
-        callables by their code (see :mod:`flodl.graph.hashing` for exactly what it covers)."""
-        return self._hash
+        callables by their code (see :mod:`flodl.graph.hashing` for exactly what it covers).
+
+        ``scheme="rust"`` gives the hash the Rust original computes for the equivalent graph
+        (what its checkpoints carry; see :mod:`flodl.checkpoint.rust_graph` for the mapping),
+        and raises naming the first node with no counterpart there.
+        """
+        if scheme == "flodl":
+            return self._hash
+        if scheme == "rust":
+            from flodl.checkpoint.rust_graph import rust_structural_hash
+
+            return rust_structural_hash(self)
+        raise ValueError(f"unknown structural hash scheme {scheme!r}: use 'flodl' or 'rust'")
 
     def short_hash(self) -> str:
         """The first 8 characters of :meth:`structural_hash`."""

@@ -12,7 +12,16 @@ import torch
 import flodl as fl
 from tests.checkpoint.layout import header
 
-MODULES = ["errors", "api", "migrate", "optimizer"]
+MODULES = [
+    "errors",
+    "api",
+    "migrate",
+    "optimizer",
+    "sidecar",
+    "rust_graph",
+    "rust_optim",
+    "explain",
+]
 
 
 def test_checkpoint_error_is_a_flodl_error_and_all_names_are_exported():
