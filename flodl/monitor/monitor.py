@@ -137,6 +137,9 @@ class Monitor:
     def serve(self, port: int = 3000, host: str = "127.0.0.1", *, max_clients: int = 16) -> str:
         """Start the live dashboard on a background thread and return its URL.
 
+        ``max_clients`` is how many live streams (browser tabs) are served at once; the page,
+        ``/api/history`` and the graph are always answered, however many tabs are open, and a
+        client that stalls is dropped without slowing the others or the training loop.
         Binds loopback by default; pass ``host="0.0.0.0"`` only on a trusted network (there is no
         authentication), or better, forward the port over SSH. ``port=0`` picks a free port.
         Raises :class:`MonitorServerError` when the port is taken. Only rank 0 serves (others
