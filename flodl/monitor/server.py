@@ -74,6 +74,7 @@ class EventLog:
     def __init__(self) -> None:
         self.run_token = secrets.token_hex(4)
         self._events: list[tuple[str, str]] = []  # (event name, JSON data)
+        self._frames: list[bytes] = []  # each event as sent, encoded once for every client
         self._cond = threading.Condition()
         self._complete = False
         self._closed = False
@@ -87,6 +88,7 @@ class EventLog:
         payload = strict_json(data)
         with self._cond:
             self._events.append((event, payload))
+            self._frames.append(self.frame(len(self._events), event, payload))
             if event == "complete":
                 self._complete = True
             self._cond.notify_all()
@@ -116,13 +118,12 @@ class EventLog:
         """SSE frames for the events after ``cursor`` (about ``limit`` bytes at most, at least
         one event) and the new cursor."""
         with self._cond:
-            pending = self._events[cursor:]
+            pending = self._frames[cursor:]
         out, size = [], 0
-        for number, (event, data) in enumerate(pending, cursor + 1):
-            frame = self.frame(number, event, data)
+        for frame in pending:
             out.append(frame)
             size += len(frame)
-            cursor = number
+            cursor += 1
             if size >= limit:
                 break
         return b"".join(out), cursor
