@@ -100,7 +100,12 @@ class ExtractLimits:
 
 
 def _gib(n: float) -> str:
-    return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / 1024**2:.1f} MiB"
+    """A size for an error message: ``3.21 GiB``, ``8.0 MiB``, ``7.9 KiB``, ``512 B``."""
+    if n >= 1024**3:
+        return f"{n / 1024**3:.2f} GiB"
+    if n >= 1024**2:
+        return f"{n / 1024**2:.1f} MiB"
+    return f"{n / 1024:.1f} KiB" if n >= 1024 else f"{int(n)} B"
 
 
 def _refuse_bomb(archive: Path, what: str, hint: str) -> UnsafeArchiveError:
