@@ -159,6 +159,7 @@ class Monitor:
             return ""
         if self._server is not None:
             return self._server.url
+        _ = self.hardware  # probed once here, not inside the first page request
         server = DashboardServer(self._live_page, host=host, port=port, max_clients=max_clients)
         self._server = self._owned["server"] = server
         for record in self._records:  # a dashboard started mid-run still shows the whole run
