@@ -456,13 +456,23 @@ class DashboardServer:
         self._queue(conn, now)
         self._write(conn)
 
-    def _queue(self, conn: _Conn, now: float) -> None:
-        """Refill an idle stream's buffer from the log; end it once the run is complete."""
+    def _queue(
+        self, conn: _Conn, now: float, batches: dict[int, tuple[bytes, int]] | None = None
+    ) -> None:
+        """Refill an idle stream's buffer from the log; end it once the run is complete.
+
+        ``batches``: frames already joined this round, by cursor (most streams share one, so a
+        new epoch is joined once, not once per client)."""
         if conn.out or conn.ending:
             return
         count, complete, closed = self.log.state
         if conn.cursor < count:
-            data, conn.cursor = self.log.frames(conn.cursor, STREAM_BATCH_BYTES)
+            batch = batches.get(conn.cursor) if batches is not None else None
+            if batch is None:
+                batch = self.log.frames(conn.cursor, STREAM_BATCH_BYTES)
+                if batches is not None:
+                    batches[conn.cursor] = batch
+            data, conn.cursor = batch
             conn.out += data
             conn.idle_since = now
         elif complete or closed:
@@ -474,12 +484,13 @@ class DashboardServer:
 
     def _fan_out(self) -> None:
         now = time.monotonic()
+        batches: dict[int, tuple[bytes, int]] = {}
         for conn in [c for c in self._conns.values() if c.kind == "stream"]:
             if not conn.out:
-                self._queue(conn, now)
-                self._write(conn)
+                self._queue(conn, now, batches)
+                self._write(conn, batches)
 
-    def _write(self, conn: _Conn) -> None:
+    def _write(self, conn: _Conn, batches: dict[int, tuple[bytes, int]] | None = None) -> None:
         while conn.out:
             try:
                 sent = conn.sock.send(conn.out)
@@ -491,7 +502,7 @@ class DashboardServer:
             del conn.out[:sent]
             conn.since = time.monotonic()
             if not conn.out and conn.kind == "stream":
-                self._queue(conn, conn.since)  # more is waiting in the log: keep going
+                self._queue(conn, conn.since, batches)  # more is waiting in the log: keep going
         if conn.out:
             self._selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
             return
