@@ -3,7 +3,8 @@ with backoff, check size and sha256, then rename into place.
 
 * A server that stops sending fails the download after ``stall_timeout`` seconds without a byte
   (default 60, also ``FDL_STALL_TIMEOUT``), retries included: each attempt waits at most a third
-  of it, and the backoff between attempts counts too. Any byte that arrives resets the clock.
+  of it, and the backoff between attempts counts too. Only bytes past the furthest point received
+  so far reset the clock (a server that resends the same prefix and hangs still runs out).
 
 * A ``.part`` survives Ctrl-C and errors; the next call resumes it. Its validator (ETag or
   Last-Modified) is kept in ``<dest>.part.json`` and sent as ``If-Range``, so a file that changed
@@ -66,6 +67,9 @@ def stall_timeout(value: float | str | None = None) -> float:
     if not (seconds > 0 and math.isfinite(seconds)):
         raise FdlUsageError(f"{source} {value!r} is not a positive number of seconds", "e.g. 60")
     return seconds
+
+
+_resolve_stall = stall_timeout  # ``download`` has a parameter of that name
 
 
 @dataclass
@@ -236,9 +240,7 @@ def download(
     """
     import requests
 
-    from fdl.downloads.engine import stall_timeout as resolve_stall
-
-    budget = resolve_stall(stall_timeout)
+    budget = _resolve_stall(stall_timeout)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
