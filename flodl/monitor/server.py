@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import errno
+import os
 import ipaddress
 import secrets
 import selectors
@@ -60,7 +61,8 @@ MAX_HEAD_BYTES = 16 * 1024  # a longer request head is refused (431)
 SLOW_CLIENT_SECS = 30.0  # a client that accepts no byte of its pending output for this long goes
 REPLY_TIMEOUT_SECS = 10.0  # the same for a page/history/graph answer
 MAX_PENDING = 512  # connections still sending their request or reading an answer; oldest dropped
-STREAM_BATCH_BYTES = 256 * 1024  # what one stream buffers at once (the rest stays in the log)
+STREAM_BATCH_BYTES = 256 * 1024
+SERVER_NICE = 5  # the server thread yields the CPU to training when cores are busy  # what one stream buffers at once (the rest stays in the log)
 # Graph views are documents made from user strings: no script, no plugin, an opaque origin.
 _INERT_DOCUMENT = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox"
@@ -299,6 +301,9 @@ class DashboardServer:
             self._wake_w.send(b"\0")
 
     def _run(self) -> None:
+        if hasattr(os, "setpriority"):  # Linux: nice applies to this thread alone
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SERVER_NICE)
         try:
             while not self._closed:
                 for key, mask in self._selector.select(PEER_CHECK_SECS):
