@@ -31,8 +31,8 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import errno
-import os
 import ipaddress
+import os
 import secrets
 import selectors
 import socket
