@@ -301,7 +301,7 @@ class DashboardServer:
             self._wake_w.send(b"\0")
 
     def _run(self) -> None:
-        if hasattr(os, "setpriority"):  # Linux: nice applies to this thread alone
+        if sys.platform.startswith("linux"):  # there (only) a thread id is a valid target
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SERVER_NICE)
         try:
