@@ -370,8 +370,12 @@ class DashboardServer:
             return
         except OSError:
             data = b""
-        if not data:
-            self._drop(conn)
+        if data:
+            return
+        if conn.kind == "reply" and conn.out:  # a client that half-closed after its request
+            self._selector.modify(conn.sock, selectors.EVENT_WRITE, conn)  # still gets its answer
+            return
+        self._drop(conn)
 
     def _read_head(self, conn: _Conn) -> None:
         try:
@@ -509,7 +513,8 @@ class DashboardServer:
             if not conn.out and conn.kind == "stream":
                 self._queue(conn, conn.since, batches)  # more is waiting in the log: keep going
         if conn.out:
-            self._selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            events = selectors.EVENT_WRITE if conn.kind == "reply" else selectors.EVENT_READ
+            self._selector.modify(conn.sock, events | selectors.EVENT_WRITE, conn)
             return
         if conn.kind == "reply" or conn.ending:
             self._drop(conn, graceful=True)

@@ -432,6 +432,24 @@ def test_malformed_and_oversized_requests_get_clear_status_codes(served):
     assert raw(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").startswith(b"HTTP/1.1 200 OK")
 
 
+def test_a_client_that_half_closes_after_its_request_still_gets_the_whole_answer(served):
+    """``printf 'GET …' | nc -N``: the request, then end-of-file, then the answer is read."""
+    blob = "x" * 65536
+    for k in range(100):  # a 6.5 MB history: more than the socket buffers hold at once
+        served._server.log.publish("epoch", {"epoch": k + 1, "blob": blob})
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(30)
+        s.connect(("127.0.0.1", served._server.port))
+        s.sendall(b"GET /api/history HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        time.sleep(0.3)  # the server sees the end-of-file while most of the answer is unsent
+        answer = b"".join(iter(lambda: s.recv(1 << 20), b""))
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    assert [e["epoch"] for e in json.loads(body)] == list(range(1, 101))
+
+
 SERVE_AND_LEAVE = """
 import sys
 import flodl as fl
