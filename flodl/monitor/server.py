@@ -334,7 +334,12 @@ class DashboardServer:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # e.g. out of descriptors: try again on the next round
+            except OSError:  # out of descriptors: free the oldest unanswered one, never spin
+                pending = [c for c in self._conns.values() if c.kind != "stream"]
+                if pending:
+                    self._drop(min(pending, key=lambda c: c.since))
+                else:
+                    time.sleep(0.05)
                 return
             sock.setblocking(False)
             conn = _Conn(sock, "head", time.monotonic())

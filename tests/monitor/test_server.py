@@ -384,6 +384,49 @@ def test_half_open_sockets_do_not_lock_out_the_page_and_time_out(sse, monkeypatc
         mon.close()
 
 
+SERVE_WITH_FEW_DESCRIPTORS = """
+import resource, sys
+import flodl as fl
+mon = fl.Monitor(3, stream=None, gpu=False)
+print(mon.serve(port=0), flush=True)
+mon.log(0, 0.1, {"loss": 1.0})
+used = len(__import__("os").listdir("/proc/self/fd"))
+resource.setrlimit(resource.RLIMIT_NOFILE, (used + 24, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+print("limited", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.slow  # a subprocess importing torch
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_out_of_descriptors_the_oldest_half_open_socket_makes_room_for_the_page():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE_WITH_FEW_DESCRIPTORS],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    guard = threading.Timer(120, proc.kill)
+    guard.start()
+    idle: list[socket.socket] = []
+    try:
+        url = proc.stdout.readline().strip()
+        assert proc.stdout.readline().strip() == "limited"
+        port = int(urlsplit(url).port)
+        for _ in range(60):  # more half-open sockets than the server has descriptors left
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        status, _, body = request(url, "/api/history")
+        assert status == 200 and json.loads(body)[0]["epoch"] == 1
+        assert request(url, "/")[0] == 200
+    finally:
+        for s in idle:
+            s.close()
+        guard.cancel()
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.slow  # waits out the slow-client deadline while 26 MB stream to the other client
 def test_a_client_that_stops_reading_is_dropped_and_others_keep_up(sse, monkeypatch):
     monkeypatch.setattr(server_module, "SLOW_CLIENT_SECS", 3.0)
