@@ -43,17 +43,42 @@ def download_variant(
     activate: bool = True,
     force: bool = False,
     verify: bool = True,
+    sha256: str | None = None,
+    require_verified: bool | None = None,
     dry_run: bool = False,
     mirror: str | None = None,
     progress: bool = True,
+    stall_timeout: str | float | None = None,
+    max_extract_size: str | None = None,
+    max_extract_ratio: str | None = None,
 ) -> dict:
     """Resolve, download and install one pre-built variant (shared with ``fdl setup --libtorch``).
 
-    Returns what happened (the ``--json`` document of ``fdl libtorch download``).
+    ``require_verified`` None reads ``FDL_REQUIRE_VERIFIED``. Every bad value (a malformed hash,
+    stall timeout or limit) is a usage error before anything is downloaded. Returns what happened
+    (the ``--json`` document of ``fdl libtorch download``).
     """
+    from fdl.downloads import ExtractLimits
+    from fdl.downloads import stall_timeout as resolve_stall
     from fdl.errors import FdlUsageError
     from fdl.libtorch_home import install_prebuilt
+    from fdl.libtorch_home.install import expected_hash, require_verified_default
     from fdl.variants import load_table
+
+    if sha256 and not verify:
+        raise FdlUsageError("--sha256 and --no-verify contradict each other", "choose one")
+    if require_verified is None:
+        require_verified = require_verified_default()
+    if require_verified and not verify:
+        raise FdlUsageError(
+            "--no-verify contradicts --require-verified (or FDL_REQUIRE_VERIFIED)", "choose one"
+        )
+    if sha256:
+        from fdl.libtorch_home.install import check_sha256
+
+        sha256 = check_sha256(sha256)
+    stall = resolve_stall(stall_timeout)
+    limits = ExtractLimits.resolve(max_extract_size, max_extract_ratio)
 
     table = load_table()
     if version:
@@ -73,6 +98,12 @@ def download_variant(
     _say(f"libtorch {release.torch} ({tag}, {build.arch_list})")
     _say(f"  URL:  {url}")
     _say(f"  Path: {home.variant_dir('precompiled/' + tag)}")
+    expected, source = expected_hash(release, build, platform, verify=verify, sha256=sha256)
+    if expected:
+        against = "--sha256" if sha256 else "fdl's release table"
+        _say(f"  sha256 ({against}): {expected}")
+    else:
+        _say("  sha256: none known for this file (it will not be verified)")
     summary = {
         "torch": release.torch,
         "tag": tag,
@@ -80,6 +111,7 @@ def download_variant(
         "url": url,
         "path": str(home.variant_dir("precompiled/" + tag)),
         "dry_run": dry_run,
+        "verification": {"checked": False, "source": source, "expected": expected, "sha256": None},
     }
     if dry_run:
         _say("dry run: nothing downloaded")
@@ -93,21 +125,34 @@ def download_variant(
         force=force,
         activate=activate,
         verify=verify,
+        sha256=sha256,
+        require_verified=require_verified,
         mirror=mirror,
         progress=progress,
+        stall_timeout=stall,
+        limits=limits,
     )
+    verification = result.verification
     summary.update(
         variant=result.variant,
         downloaded=not result.skipped,
         activated=result.activated,
         sha256=result.sha256,
+        verification=verification.to_json() if verification else None,
         resumed_from=result.resumed_from,
     )
     if result.skipped:
         _say(f"already installed: {result.variant} (torch {release.torch}); --force re-downloads")
     else:
-        resumed = f", resumed at {result.resumed_from} bytes" if result.resumed_from else ""
-        _say(f"installed {result.variant} (sha256 {result.sha256}{resumed})")
+        resumed = f" (resumed at {result.resumed_from} bytes)" if result.resumed_from else ""
+        _say(f"installed {result.variant}{resumed}")
+    if verification is not None:
+        if verification.checked:
+            _say(f"  {verification.describe()}")
+        else:
+            from fdl import console
+
+            console.warn(f"{result.variant}: {verification.describe()}")
     if result.activated:
         _say(f"active: {result.variant} ({home.active_file})")
     lib = result.path / "lib"
@@ -119,7 +164,11 @@ def register(app: typer.Typer, make_group) -> None:
     group = make_group("libtorch", "Manage pre-built libtorch (C++) installations.")
     app.add_typer(group)
 
-    @group.command("download", help="Download a pre-built libtorch (resumable, verified).")
+    @group.command(
+        "download",
+        help="Download a pre-built libtorch (resumable; its sha256 is checked when one is pinned "
+        "or given with --sha256, and the result says which).",
+    )
     def download(
         cpu: Annotated[bool, typer.Option("--cpu", help="The CPU build.")] = False,
         cuda: Annotated[
@@ -152,8 +201,51 @@ def register(app: typer.Typer, make_group) -> None:
             ),
         ] = None,
         no_verify: Annotated[
-            bool, typer.Option("--no-verify", help="Skip the pinned sha256 check.")
+            bool,
+            typer.Option("--no-verify", help="Skip the sha256 pinned in fdl's release table."),
         ] = False,
+        sha256: Annotated[
+            str | None,
+            typer.Option(
+                "--sha256",
+                metavar="HEX",
+                help="Check the archive against this sha256 (wins over a pinned one).",
+            ),
+        ] = None,
+        require_verified: Annotated[
+            bool,
+            typer.Option(
+                "--require-verified",
+                help="Refuse a file with no known sha256 (also FDL_REQUIRE_VERIFIED=1).",
+            ),
+        ] = False,
+        stall_timeout: Annotated[
+            str | None,
+            typer.Option(
+                "--stall-timeout",
+                metavar="SECONDS",
+                help="Give up after this long without data, retries included "
+                "(default 60; also FDL_STALL_TIMEOUT).",
+            ),
+        ] = None,
+        max_extract_size: Annotated[
+            str | None,
+            typer.Option(
+                "--max-extract-size",
+                metavar="SIZE",
+                help="Refuse an archive that unpacks to more (default 32G; also "
+                "FDL_MAX_EXTRACT_SIZE).",
+            ),
+        ] = None,
+        max_extract_ratio: Annotated[
+            str | None,
+            typer.Option(
+                "--max-extract-ratio",
+                metavar="N",
+                help="Refuse an archive that unpacks to more than N times its size (default "
+                "50; also FDL_MAX_EXTRACT_RATIO).",
+            ),
+        ] = None,
         json_out: Annotated[
             bool,
             typer.Option("--json", help="What was installed, as JSON on stdout (no progress bar)."),
@@ -190,9 +282,14 @@ def register(app: typer.Typer, make_group) -> None:
             activate=not no_activate,
             force=force,
             verify=not no_verify,
+            sha256=sha256,
+            require_verified=True if require_verified else None,
             dry_run=dry_run,
             mirror=mirror,
             progress=not json_out,
+            stall_timeout=stall_timeout,
+            max_extract_size=max_extract_size,
+            max_extract_ratio=max_extract_ratio,
         )
         if json_out:
             import json
@@ -256,6 +353,12 @@ def register(app: typer.Typer, make_group) -> None:
         ):
             if key in arch:
                 console.out(f"{label + ':':<9} {arch[key]}")
+        if "sha256" in arch:
+            from fdl.libtorch_home.install import SOURCE_TABLE, Verification
+
+            v = Verification.from_arch(arch)
+            against = "fdl's release table" if v.source == SOURCE_TABLE else "a --sha256 hash"
+            console.out(f"{'Verified:':<9} " + (f"yes, against {against}" if v.checked else "no"))
 
     @group.command("activate", help="Set the active variant.")
     def activate(

@@ -1,6 +1,16 @@
-"""fdl's download engine: resumable, verified, with pip-style progress; safe zip extraction."""
+"""fdl's download engine: resumable, sha256-checked when a hash is known, with pip-style progress
+and a bounded stall time; bounded, safe zip extraction."""
 
-from fdl.downloads.archive import UnsafeArchiveError, extract_zip
-from fdl.downloads.engine import DownloadResult, download
+from fdl.downloads.archive import ExtractLimits, UnsafeArchiveError, extract_zip, parse_size
+from fdl.downloads.engine import DownloadError, DownloadResult, download, stall_timeout
 
-__all__ = ["DownloadResult", "UnsafeArchiveError", "download", "extract_zip"]
+__all__ = [
+    "DownloadError",
+    "DownloadResult",
+    "ExtractLimits",
+    "UnsafeArchiveError",
+    "download",
+    "extract_zip",
+    "parse_size",
+    "stall_timeout",
+]

@@ -1,28 +1,141 @@
-"""Extract a zip safely: CRC-checked, every member confined to the target, then an atomic rename.
+"""Extract a zip safely: bounded, CRC-checked, every member confined to the target, then an atomic
+rename.
 
 Rejected: absolute paths, drive letters, ``..`` components, symlinks whose target leaves the
 installed tree (resolved with every link of the archive in place, so chains of links that each look
 harmless are caught), and any member written beneath a symlink. Extraction happens in a temporary
 sibling directory; only a complete, valid tree is renamed to ``dest`` (an existing ``dest`` is
 replaced only then).
+
+Bounded (zip bombs): before anything is written, the total uncompressed size the archive declares
+must stay under :attr:`ExtractLimits.max_size`, its ratio to the archive's size under
+:attr:`ExtractLimits.max_ratio`, and fit on the disk; while writing, the bytes actually produced are
+counted against the same bounds, so an archive whose headers lie is stopped too. Every member is
+decompressed exactly once, and its CRC is checked as it is written (no separate test pass).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
-from fdl.errors import FdlError
+from fdl.errors import ExitCode, FdlError, FdlUsageError
+
+MAX_SIZE_ENV = "FDL_MAX_EXTRACT_SIZE"
+MAX_RATIO_ENV = "FDL_MAX_EXTRACT_RATIO"
+# Real libtorch archives unpack to 2-4 GB (CUDA builds, about twice their download) and at most
+# ~4x their size; these bounds leave a wide margin for growth while stopping a zip bomb (deflate
+# reaches ~1000x) long before the disk fills.
+DEFAULT_MAX_SIZE = 32 * 1024**3
+DEFAULT_MAX_RATIO = 50.0
+SPARE_BYTES = 64 << 20  # keep this much disk free beyond the extracted tree
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
 class UnsafeArchiveError(FdlError):
     pass
+
+
+def parse_size(text: str, what: str) -> int:
+    """``"32G"``, ``"500M"``, ``"1.5GB"``, ``"1048576"`` → bytes (binary units); a usage error
+    naming ``what`` otherwise."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if not match or float(match[1]) <= 0:
+        raise FdlUsageError(
+            f"{what} {text!r} is not a size", "write it like 32G, 500M or a number of bytes"
+        )
+    return int(float(match[1]) * _UNITS[match[2].lower()])
+
+
+def _positive(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise FdlUsageError(f"{what} {text!r} is not a positive number", "e.g. 50")
+    return value
+
+
+@dataclass(frozen=True)
+class ExtractLimits:
+    """How much an archive may unpack to: ``max_size`` bytes in total, and at most ``max_ratio``
+    times the archive's own size.
+
+    >>> ExtractLimits.resolve(max_size="8G").max_size == 8 * 1024**3
+    True
+    """
+
+    max_size: int = DEFAULT_MAX_SIZE
+    max_ratio: float = DEFAULT_MAX_RATIO
+
+    @classmethod
+    def resolve(
+        cls, max_size: str | int | None = None, max_ratio: str | float | None = None
+    ) -> ExtractLimits:
+        """The given values, else ``FDL_MAX_EXTRACT_SIZE`` / ``FDL_MAX_EXTRACT_RATIO``, else the
+        defaults (32 GiB, 50x)."""
+        size = max_size if max_size is not None else os.environ.get(MAX_SIZE_ENV) or None
+        ratio = max_ratio if max_ratio is not None else os.environ.get(MAX_RATIO_ENV) or None
+        source = "--max-extract-size" if max_size is not None else MAX_SIZE_ENV
+        rsource = "--max-extract-ratio" if max_ratio is not None else MAX_RATIO_ENV
+        return cls(
+            max_size=DEFAULT_MAX_SIZE
+            if size is None
+            else size
+            if isinstance(size, int)
+            else parse_size(size, source),
+            max_ratio=DEFAULT_MAX_RATIO if ratio is None else _positive(str(ratio), rsource),
+        )
+
+
+def _gib(n: float) -> str:
+    """A size for an error message: ``3.21 GiB``, ``8.0 MiB``, ``7.9 KiB``, ``512 B``."""
+    if n >= 1024**3:
+        return f"{n / 1024**3:.2f} GiB"
+    if n >= 1024**2:
+        return f"{n / 1024**2:.1f} MiB"
+    return f"{n / 1024:.1f} KiB" if n >= 1024 else f"{int(n)} B"
+
+
+def _refuse_bomb(archive: Path, what: str, hint: str) -> UnsafeArchiveError:
+    return UnsafeArchiveError(f"{archive.name} {what}; refusing to extract (a zip bomb?)", hint)
+
+
+def _check_bounds(archive: Path, declared: int, limits: ExtractLimits, where: Path) -> None:
+    """Before writing anything: the declared total against the caps and the free disk space."""
+    packed = max(1, archive.stat().st_size)
+    if declared > limits.max_size:
+        raise _refuse_bomb(
+            archive,
+            f"unpacks to {_gib(declared)}, over the {_gib(limits.max_size)} limit",
+            f"if you trust it, raise the limit: --max-extract-size or {MAX_SIZE_ENV}",
+        )
+    if declared > limits.max_ratio * packed:
+        raise _refuse_bomb(
+            archive,
+            f"unpacks to {declared / packed:.0f}x its size ({_gib(declared)} from "
+            f"{_gib(packed)}), over the {limits.max_ratio:g}x limit",
+            f"if you trust it, raise the limit: --max-extract-ratio or {MAX_RATIO_ENV}",
+        )
+    free = shutil.disk_usage(where).free
+    if declared + SPARE_BYTES > free:
+        raise FdlError(
+            f"not enough disk space in {where} to extract {archive.name}: it unpacks to "
+            f"{_gib(declared)}, {_gib(free)} free",
+            "free some space or choose another location (--path)",
+            ExitCode.UNAVAILABLE,
+        )
 
 
 def _member_path(name: str) -> PurePosixPath:
@@ -109,7 +222,41 @@ def _check_links_resolve_inside(root: Path, links: list[tuple[Path, str, str]]) 
             raise _refuse_link(name, target)
 
 
-def _write_file(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> None:
+class _Budget:
+    """Bytes actually produced so far, against the caps (headers can lie about sizes)."""
+
+    def __init__(self, archive: Path, limits: ExtractLimits) -> None:
+        self.archive = archive
+        self.cap = min(limits.max_size, int(limits.max_ratio * max(1, archive.stat().st_size)))
+        self.limits = limits
+        self.written = 0
+
+    def spend(self, n: int, info: zipfile.ZipInfo) -> None:
+        self.written += n
+        if self.written > self.cap:
+            raise _refuse_bomb(
+                self.archive,
+                f"produced more than its limit while extracting {info.filename!r} "
+                f"({_gib(self.written)}; limits {_gib(self.limits.max_size)}, "
+                f"{self.limits.max_ratio:g}x)",
+                "if you trust it, raise --max-extract-size / --max-extract-ratio",
+            )
+
+
+def _copy(src: Any, out: Any, info: zipfile.ZipInfo, budget: _Budget) -> None:
+    produced = 0
+    while block := src.read(1 << 20):
+        produced += len(block)
+        if produced > info.file_size:
+            raise UnsafeArchiveError(
+                f"archive member {info.filename!r} is larger than its header says",
+                "the archive is malformed; refusing to extract",
+            )
+        budget.spend(len(block), info)
+        out.write(block)
+
+
+def _write_file(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, budget: _Budget) -> None:
     # O_NOFOLLOW: an earlier symlink member with the same name must not redirect the write.
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
     try:
@@ -120,18 +267,34 @@ def _write_file(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> Non
             "refusing to extract",
         ) from err
     with zf.open(info) as src, os.fdopen(fd, "wb") as out:
-        shutil.copyfileobj(src, out, 1 << 20)
+        _copy(src, out, info, budget)
     mode = (info.external_attr >> 16) & 0o777
     if mode:
         target.chmod(mode | 0o600)
 
 
-def extract_zip(archive: Path | str, dest: Path | str, *, strip: str | None = None) -> Path:
+def _corrupt(archive: Path, err: BaseException) -> FdlError:
+    return FdlError(f"{archive} is corrupt ({err})", "delete it and download again")
+
+
+def extract_zip(
+    archive: Path | str,
+    dest: Path | str,
+    *,
+    strip: str | None = None,
+    limits: ExtractLimits | None = None,
+    check: Callable[[Path], None] | None = None,
+) -> Path:
     """Extract ``archive`` into ``dest`` atomically and return ``dest``.
 
     ``strip``: a single top-level directory to unwrap if the archive has one (``"libtorch"``).
+    ``limits``: the caps on what it may unpack to (default :meth:`ExtractLimits.resolve`: the
+    environment, else 32 GiB and 50x). ``check``: called with the extracted tree before it
+    replaces ``dest``; raising refuses the archive and leaves ``dest`` as it was. On any refusal
+    nothing is left behind (no staging directory, no partial tree).
     """
     archive, dest = Path(archive), Path(dest)
+    limits = limits or ExtractLimits.resolve()
     try:
         zf = zipfile.ZipFile(archive)
     except (zipfile.BadZipFile, OSError) as err:
@@ -139,16 +302,11 @@ def extract_zip(archive: Path | str, dest: Path | str, *, strip: str | None = No
             f"{archive} is not a valid zip archive ({err})", "delete it and download again"
         ) from err
     with zf:
-        try:
-            bad = zf.testzip()
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:
-            bad = f"? ({err})"
-        if bad is not None:
-            raise FdlError(
-                f"{archive} is corrupt (CRC error in {bad})", "delete it and download again"
-            )
-        members = [(info, _member_path(info.filename)) for info in zf.infolist()]
+        infos = zf.infolist()
+        members = [(info, _member_path(info.filename)) for info in infos]
         dest.parent.mkdir(parents=True, exist_ok=True)
+        _check_bounds(archive, sum(i.file_size for i in infos), limits, dest.parent)
+        budget = _Budget(archive, limits)
         staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.extract-", dir=dest.parent))
         try:
             links: list[tuple[Path, str, str]] = []
@@ -158,18 +316,28 @@ def extract_zip(archive: Path | str, dest: Path | str, *, strip: str | None = No
                     continue
                 parent = _real_dir(staging, rel.parent, info.filename)
                 target = parent / rel.name
-                if _is_symlink(info):
-                    link = zf.read(info).decode("utf-8", "replace")
-                    _check_link(rel, link, info.filename)
-                    if os.path.lexists(target):
-                        raise UnsafeArchiveError(
-                            f"archive member {info.filename!r} appears twice",
-                            "refusing to extract",
-                        )
-                    target.symlink_to(link)
-                    links.append((target, link, info.filename))
-                    continue
-                _write_file(zf, info, target)
+                try:
+                    if _is_symlink(info):
+                        if info.file_size > 4096:
+                            raise UnsafeArchiveError(
+                                f"symlink {info.filename!r} has a {info.file_size}-byte target",
+                                "refusing to extract",
+                            )
+                        link = zf.read(info).decode("utf-8", "replace")
+                        budget.spend(len(link), info)
+                    else:
+                        _write_file(zf, info, target, budget)
+                        continue
+                except (zipfile.BadZipFile, zlib.error, EOFError) as err:
+                    raise _corrupt(archive, err) from err
+                _check_link(rel, link, info.filename)
+                if os.path.lexists(target):
+                    raise UnsafeArchiveError(
+                        f"archive member {info.filename!r} appears twice",
+                        "refusing to extract",
+                    )
+                target.symlink_to(link)
+                links.append((target, link, info.filename))
             root = staging
             if strip:
                 inner = staging / strip
@@ -177,6 +345,8 @@ def extract_zip(archive: Path | str, dest: Path | str, *, strip: str | None = No
                 if inner.is_dir() and not inner.is_symlink() and len(entries) == 1:
                     root = inner
             _check_links_resolve_inside(root, links)
+            if check is not None:
+                check(root)
             old = None
             if dest.exists():
                 old = dest.with_name(f".{dest.name}.old-{os.getpid()}")

@@ -1,6 +1,11 @@
 """Download a (large) file: stream to ``<dest>.part``, resume with ``Range``/``If-Range``, retry
 with backoff, check size and sha256, then rename into place.
 
+* A server that stops sending fails the download after ``stall_timeout`` seconds without a byte
+  (default 60, also ``FDL_STALL_TIMEOUT``), retries included: each attempt waits at most a third
+  of it, and the backoff between attempts counts too. Only bytes past the furthest point received
+  so far reset the clock (a server that resends the same prefix and hangs still runs out).
+
 * A ``.part`` survives Ctrl-C and errors; the next call resumes it. Its validator (ETag or
   Last-Modified) is kept in ``<dest>.part.json`` and sent as ``If-Range``, so a file that changed
   on the server restarts from zero (the server answers 200) instead of being spliced.
@@ -19,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
+import os
 import queue
 import shutil
 import threading
@@ -28,11 +35,41 @@ from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from fdl.errors import ExitCode, FdlError
 
 CHUNK = 1 << 20  # the most one socket read returns
 SPARE_BYTES = 64 << 20  # keep this much disk free beyond the download
+STALL_ENV = "FDL_STALL_TIMEOUT"
+DEFAULT_STALL_TIMEOUT = 60.0
+STALL_ATTEMPTS = 3  # each attempt's read timeout is this fraction of the stall budget
+
+
+def stall_timeout(value: float | str | None = None) -> float:
+    """Seconds a download may go without receiving a byte: ``value``, else ``FDL_STALL_TIMEOUT``,
+    else 60. A usage error for anything but a positive number.
+
+    >>> stall_timeout("5")
+    5.0
+    """
+    from fdl.errors import FdlUsageError
+
+    source = "--stall-timeout"
+    if value is None:
+        value, source = os.environ.get(STALL_ENV) or None, STALL_ENV
+    if value is None:
+        return DEFAULT_STALL_TIMEOUT
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = 0.0
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise FdlUsageError(f"{source} {value!r} is not a positive number of seconds", "e.g. 60")
+    return seconds
+
+
+_resolve_stall = stall_timeout  # ``download`` has a parameter of that name
 
 
 @dataclass
@@ -46,6 +83,10 @@ class DownloadResult:
 
 class DownloadError(FdlError):
     pass
+
+
+class ChecksumMismatch(DownloadError):
+    """The downloaded file's sha256 is not the expected one (the file was deleted)."""
 
 
 def _meta_path(part: Path) -> Path:
@@ -185,16 +226,21 @@ def download(
     retries: int = 4,
     backoff: float = 1.0,
     progress: bool = True,
-    timeout: float = 30.0,
+    stall_timeout: float | str | None = None,
     session: Any = None,
     label: str | None = None,
 ) -> DownloadResult:
     """Download ``url`` to ``dest`` (resuming ``dest.part``); returns size and sha256.
 
+    ``expected_sha256``: checked before the file is renamed into place (a mismatch deletes it).
+    ``stall_timeout``: seconds without a byte before giving up, retries included (see
+    :func:`stall_timeout`). ``retries``: how many more attempts after a dropped connection.
+
     >>> # download("https://…/libtorch-….zip", "/tmp/libtorch.zip")  # doctest: +SKIP
     """
     import requests
 
+    budget = _resolve_stall(stall_timeout)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
@@ -202,11 +248,20 @@ def download(
     transferred = 0
     attempt = 0
     hasher = _Hasher()
+    clock = _StallClock()
     resumed_from: int | None = None  # where the first attempt appended (0: from scratch)
     while True:
         try:
+            read_timeout = max(0.05, min(budget / STALL_ATTEMPTS, budget - clock.silent()))
             received, offset = _fetch(
-                http, url, part, hasher, timeout=timeout, progress=progress, label=label
+                http,
+                url,
+                part,
+                hasher,
+                timeout=read_timeout,
+                progress=progress,
+                label=label,
+                clock=clock,
             )
             transferred += received
             resumed_from = offset if resumed_from is None else resumed_from
@@ -217,10 +272,18 @@ def download(
             requests.exceptions.ChunkedEncodingError,
             _Incomplete,
         ) as err:
-            attempt += 1
             if resumed_from is None:
                 resumed_from = getattr(err, "offset", 0)
             transferred += getattr(err, "received", 0)
+            if _is_stall(err):
+                silent = clock.silent()
+                if silent >= budget * 0.99:
+                    raise _stall_error(url, part, silent, budget) from err
+                time.sleep(min(backoff * 2**attempt, max(0.0, budget - silent)))
+                if clock.silent() >= budget * 0.99:
+                    raise _stall_error(url, part, clock.silent(), budget) from err
+                continue
+            attempt += 1
             if attempt > retries:
                 have = part.stat().st_size if part.exists() else 0
                 hint = (
@@ -245,15 +308,57 @@ def download(
     sha = hasher.digest.hexdigest()
     if expected_sha256 and sha != expected_sha256.lower():
         _discard(part)
-        raise DownloadError(
-            f"sha256 mismatch for {url}: expected {expected_sha256}, got {sha}",
-            "the file is corrupt or was replaced upstream; the partial file was deleted — retry, "
-            "or pass --no-verify if you trust this mirror",
+        raise ChecksumMismatch(
+            f"sha256 mismatch for {url}: expected {expected_sha256.lower()}, got {sha}",
+            "the file is corrupt, was replaced upstream, or the expected hash is wrong; "
+            "the downloaded file was deleted",
         )
     part.replace(dest)
     with contextlib.suppress(FileNotFoundError):
         _meta_path(part).unlink()
     return DownloadResult(dest, size, sha, resumed_from or 0, transferred)
+
+
+class _StallClock:
+    """When the file last grew past the furthest byte received so far (or the download started).
+
+    Bytes received again after a restart from zero are not progress: a server that sends the same
+    prefix and then hangs on every attempt still runs out of time.
+    """
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.furthest = 0
+
+    def reached(self, position: int) -> None:
+        if position > self.furthest:
+            self.furthest = position
+            self.last = time.monotonic()
+
+    def silent(self) -> float:
+        return time.monotonic() - self.last
+
+
+def _is_stall(err: BaseException) -> bool:
+    import requests
+
+    if isinstance(err, _Stalled | requests.Timeout):
+        return True
+    # urllib3 reports a read timeout inside a streamed (decoded) body as a ConnectionError
+    return isinstance(err, requests.ConnectionError) and "timed out" in str(err).lower()
+
+
+def _stall_error(url: str, part: Path, silent: float, budget: float) -> DownloadError:
+    server = urlsplit(url).netloc or url
+    have = part.stat().st_size if part.exists() else 0
+    kept = f" ({have} bytes kept in {part})" if have else ""
+    return DownloadError(
+        f"download of {url} stalled: {server} sent nothing for {silent:.0f} s "
+        f"(stall timeout {budget:g} s)",
+        f"re-run the same command to resume{kept}; if the server is only slow, raise "
+        f"--stall-timeout or {STALL_ENV}; or use another mirror (--mirror / FDL_TORCH_MIRROR)",
+        ExitCode.UNAVAILABLE,
+    )
 
 
 class _Incomplete(Exception):
@@ -266,6 +371,10 @@ class _Incomplete(Exception):
         super().__init__(message)
         self.offset = offset
         self.received = received
+
+
+class _Stalled(_Incomplete):
+    """No byte arrived within the read timeout."""
 
 
 def _short(err: BaseException) -> str:
@@ -286,6 +395,7 @@ def _fetch(
     timeout: float,
     progress: bool,
     label: str | None,
+    clock: _StallClock,
 ) -> tuple[int, int]:
     """One attempt: resume or start ``part``; returns (bytes received from the network, the
     offset it appended at). Raises ``_Incomplete`` on short reads."""
@@ -357,9 +467,11 @@ def _fetch(
                     out.write(chunk)
                     feed(chunk)
                     received += len(chunk)
+                    clock.reached(have + received)
                     advance(len(chunk))
         except _Incomplete as err:
-            raise _Incomplete(str(err), offset=have, received=received) from err
+            kind = type(err)
+            raise kind(str(err), offset=have, received=received) from err
         if encoded:
             wire = _wire_bytes(resp)
             if length is not None and wire is not None and wire != length:
@@ -395,6 +507,8 @@ def _body(resp: Any) -> Iterator[bytes]:
     while True:
         try:
             chunk = fp.read1(CHUNK)
+        except TimeoutError as err:
+            raise _Stalled(f"no data for the read timeout: {_short(err)}") from err
         except (OSError, HTTPException) as err:
             raise _Incomplete(f"connection lost: {_short(err)}") from err
         if not chunk:

@@ -1,16 +1,72 @@
-"""Install a pre-built libtorch variant: download (resumable), verify, extract, record, activate."""
+"""Install a pre-built libtorch variant: download (resumable), check its sha256 when one is known,
+extract (bounded), record, activate.
+
+What "verified" means is recorded, never implied: a sha256 is checked only when one is known for
+the exact file — pinned in fdl's release table, or given by the user (``--sha256``). PyTorch
+publishes no checksums for its libtorch archives, so most downloads are not verified; the digest of
+what was installed is recorded either way, and ``require_verified`` refuses to download a file
+that has no known hash.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from fdl.errors import FdlError
+from fdl.errors import FdlError, FdlUsageError
 from fdl.libtorch_home.layout import LibtorchHome, read_arch, write_atomic
 from fdl.variants.table import Build, Release, VariantTable
 
 LIBRARIES = ("libtorch.so", "libtorch.dylib", "torch.lib")
+REQUIRE_VERIFIED_ENV = "FDL_REQUIRE_VERIFIED"
+# where an expected sha256 came from (``.arch`` ``sha256_source`` and ``--json``)
+SOURCE_TABLE = "release-table"
+SOURCE_USER = "user"
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Whether the archive's sha256 was checked, against what, and what it was."""
+
+    checked: bool
+    source: str | None  # SOURCE_TABLE, SOURCE_USER, or None when nothing was checked
+    expected: str | None
+    sha256: str | None  # the digest of the installed archive (None if unknown)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "checked": self.checked,
+            "source": self.source,
+            "expected": self.expected,
+            "sha256": self.sha256,
+        }
+
+    def describe(self) -> str:
+        """One line for a human."""
+        if self.checked:
+            against = "fdl's release table" if self.source == SOURCE_TABLE else "--sha256"
+            return f"sha256 checked against {against}: {self.sha256}"
+        return (
+            f"NOT verified (no known sha256 for this file; PyTorch publishes none); "
+            f"its sha256 is {self.sha256 or 'unknown'}"
+        )
+
+    @classmethod
+    def from_arch(cls, arch: dict[str, str]) -> Verification:
+        """What an installed variant's ``.arch`` says (older files: ``sha256_pinned``)."""
+        source = arch.get("sha256_source")
+        if source is None:
+            source = SOURCE_TABLE if arch.get("sha256_pinned") == "yes" else "none"
+        checked = arch.get("sha256_verified", "yes" if source != "none" else "no") == "yes"
+        return cls(
+            checked,
+            source if checked else None,
+            arch.get("sha256") if checked else None,
+            arch.get("sha256"),
+        )
 
 
 @dataclass
@@ -22,6 +78,57 @@ class InstallResult:
     skipped: bool  # already installed, not re-downloaded
     activated: bool
     resumed_from: int = 0
+    verification: Verification | None = None
+
+
+def check_sha256(value: str) -> str:
+    """A user-supplied sha256: 64 hex digits (``sha256:`` prefix allowed), lower-cased."""
+    text = value.strip().lower().removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{64}", text):
+        raise FdlUsageError(
+            f"--sha256 {value!r} is not a sha256", "give the 64 hex digits of the archive's sha256"
+        )
+    return text
+
+
+def require_verified_default() -> bool:
+    """``FDL_REQUIRE_VERIFIED`` set to 1/true/yes/on."""
+    return os.environ.get(REQUIRE_VERIFIED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def expected_hash(
+    release: Release,
+    build: Build,
+    platform: str,
+    *,
+    verify: bool = True,
+    sha256: str | None = None,
+) -> tuple[str | None, str | None]:
+    """(expected sha256, its source) for this file: the user's, else the table's pin."""
+    if sha256:
+        return check_sha256(sha256), SOURCE_USER
+    pinned = release.libtorch_sha256.get(f"{platform}/{build.tag}") if verify else None
+    return (pinned.lower(), SOURCE_TABLE) if pinned else (None, None)
+
+
+def _libtorch_layout(url: str):
+    def check(root: Path) -> None:
+        if not any((root / "lib" / lib).exists() for lib in LIBRARIES):
+            raise FdlError(
+                f"no libtorch library in the archive's lib/ ({url})",
+                "the archive layout is not libtorch's; check the mirror",
+            )
+
+    return check
+
+
+def _forget(archive: Path) -> None:
+    """Remove a refused archive (and ``.downloads`` itself when that leaves it empty)."""
+    for path in (archive, archive.with_name(archive.name + ".part")):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    with contextlib.suppress(OSError):
+        archive.parent.rmdir()
 
 
 def install_prebuilt(
@@ -34,21 +141,46 @@ def install_prebuilt(
     force: bool = False,
     activate: bool = True,
     verify: bool = True,
+    sha256: str | None = None,
+    require_verified: bool = False,
     mirror: str | None = None,
     progress: bool = True,
+    stall_timeout: float | str | None = None,
+    limits=None,
 ) -> InstallResult:
+    """Download, check, extract and record one pre-built variant (see the module docstring).
+
+    Nothing is left behind when the archive is refused (a wrong sha256, over the extraction
+    limits, an unsafe member, not libtorch's layout): no staging directory, no file in
+    ``.downloads``, and an installed variant is left as it was.
+    """
     from fdl.downloads import download, extract_zip
+    from fdl.downloads.engine import ChecksumMismatch
 
     variant = f"precompiled/{build.tag}"
     target = home.variant_dir(variant)
     url = table.libtorch_url(release, build.tag, platform, mirror)
+    expected, source = expected_hash(release, build, platform, verify=verify, sha256=sha256)
     existing = read_arch(target)
     if home.is_installed(variant) and existing.get("torch") == release.torch and not force:
         if activate:
             home.activate(variant)  # the original returned without activating
-        return InstallResult(variant, target, url, existing.get("sha256"), True, activate)
+        return InstallResult(
+            variant,
+            target,
+            url,
+            existing.get("sha256"),
+            True,
+            activate,
+            verification=Verification.from_arch(existing),
+        )
+    if expected is None and require_verified:
+        raise FdlError(
+            f"no sha256 is known for {Path(url).name.replace('%2B', '+')} and unverified "
+            f"downloads are refused (--require-verified or {REQUIRE_VERIFIED_ENV})",
+            "pass --sha256 HEX with a hash from a source you trust; nothing was downloaded",
+        )
 
-    pinned = release.libtorch_sha256.get(f"{platform}/{build.tag}") if verify else None
     cache = home.path / ".downloads"
     archive = cache / Path(url).name.replace("%2B", "+")
     if force:
@@ -56,13 +188,24 @@ def install_prebuilt(
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
     label = f"libtorch {release.torch}+{build.tag}"
-    result = download(url, archive, expected_sha256=pinned, progress=progress, label=label)
-    extract_zip(archive, target, strip="libtorch")
-    if not any((target / "lib" / lib).exists() for lib in LIBRARIES):
-        raise FdlError(
-            f"no libtorch library in {target / 'lib'} after extracting {url}",
-            "the archive layout is not libtorch's; check the mirror",
+    try:
+        result = download(
+            url,
+            archive,
+            expected_sha256=expected,
+            progress=progress,
+            label=label,
+            stall_timeout=stall_timeout,
         )
+    except ChecksumMismatch:
+        _forget(archive)
+        raise
+    try:
+        extract_zip(archive, target, strip="libtorch", limits=limits, check=_libtorch_layout(url))
+    except FdlError:
+        _forget(archive)
+        raise
+    verification = Verification(expected is not None, source, expected, result.sha256)
     arch = {
         "cuda": build.cuda or "none",
         "torch": release.torch,
@@ -71,10 +214,14 @@ def install_prebuilt(
         "variant": build.tag,
         "url": url,
         "sha256": result.sha256,
-        "sha256_pinned": "yes" if pinned else "no",
+        "sha256_verified": "yes" if verification.checked else "no",
+        "sha256_source": source or "none",
+        "sha256_pinned": "yes" if source == SOURCE_TABLE else "no",
     }
     write_atomic(target / ".arch", "".join(f"{k}={v}\n" for k, v in arch.items()))
-    archive.unlink(missing_ok=True)
+    _forget(archive)
     if activate:
         home.activate(variant)
-    return InstallResult(variant, target, url, result.sha256, False, activate, result.resumed_from)
+    return InstallResult(
+        variant, target, url, result.sha256, False, activate, result.resumed_from, verification
+    )

@@ -83,13 +83,23 @@ class Monitor:
     ) -> None:
         if not isinstance(num_epochs, int) or num_epochs < 1:
             raise MonitorError(f"Monitor(num_epochs={num_epochs!r}): need a positive integer")
+        if isinstance(start_epoch, bool) or not isinstance(start_epoch, int):
+            raise MonitorError(f"Monitor(start_epoch={start_epoch!r}): need an int")
+        if not 0 <= start_epoch <= num_epochs:
+            raise MonitorError(
+                f"Monitor(num_epochs={num_epochs}, start_epoch={start_epoch}): start_epoch must "
+                "lie in [0, num_epochs]"
+            )
         self.num_epochs = num_epochs
+        #: The first epoch this run trains (0, or where a resumed run picks up).
+        self.start_epoch = start_epoch
         self.rank = _rank_from_env() if rank is None else rank
         #: Under ``FLODL_SMOKE``, end a hand-written loop once its budget is logged (see above).
         self.ends_smoke_runs = True
         self._stream_arg = stream
         self._color_arg = color
         self._started = time.monotonic()
+        self._last_log = self._started  # log(epoch, metrics) times an epoch from here
         self._started_wall = time.time()
         self._eta = EtaEstimator(num_epochs, started_at=self._started, start_epoch=start_epoch)
         self._records: list[EpochRecord] = []
@@ -137,6 +147,9 @@ class Monitor:
     def serve(self, port: int = 3000, host: str = "127.0.0.1", *, max_clients: int = 16) -> str:
         """Start the live dashboard on a background thread and return its URL.
 
+        ``max_clients`` is how many live streams (browser tabs) are served at once; the page,
+        ``/api/history`` and the graph are always answered, however many tabs are open, and a
+        client that stalls is dropped without slowing the others or the training loop.
         Binds loopback by default; pass ``host="0.0.0.0"`` only on a trusted network (there is no
         authentication), or better, forward the port over SSH. ``port=0`` picks a free port.
         Raises :class:`MonitorServerError` when the port is taken. Only rank 0 serves (others
@@ -146,6 +159,7 @@ class Monitor:
             return ""
         if self._server is not None:
             return self._server.url
+        _ = self.hardware  # probed once here, not inside the first page request
         server = DashboardServer(self._live_page, host=host, port=port, max_clients=max_clients)
         self._server = self._owned["server"] = server
         for record in self._records:  # a dashboard started mid-run still shows the whole run
@@ -271,21 +285,65 @@ class Monitor:
     # -- logging ------------------------------------------------------------------------------
 
     def log(
-        self, epoch: int, elapsed: float, metrics: Mapping[str, Any] | MetricSource
+        self,
+        epoch: int,
+        elapsed: float | Mapping[str, Any] | MetricSource | None = None,
+        metrics: Mapping[str, Any] | MetricSource | None = None,
     ) -> EpochRecord:
-        """Record zero-based ``epoch`` that took ``elapsed`` seconds, print its line, push it to
-        the dashboard. ``metrics`` is a mapping of name -> number (a float, int or one-element
-        tensor) or a Graph-like object whose ``latest_metrics()`` gives its last flush."""
+        """Record zero-based ``epoch``, print its line, push it to the dashboard.
+
+        ``mon.log(epoch, metrics)`` times the epoch itself: the seconds since the previous
+        ``log`` returned (or since the Monitor was created). ``mon.log(epoch, elapsed, metrics)`` gives
+        the time explicitly. ``metrics`` is a mapping of name -> number (a float, int or
+        one-element tensor) or a Graph-like object whose ``latest_metrics()`` gives its last
+        flush. ``epoch`` must lie in ``[start_epoch, num_epochs)``; outside it
+        :class:`MonitorError` names it and nothing is recorded.
+
+        >>> import flodl as fl
+        >>> mon = fl.Monitor(2, stream=None)
+        >>> mon.log(0, {"loss": 0.5}).duration >= 0.0  # timed since the Monitor was created
+        True
+        >>> mon.log(1, 0.25, {"loss": 0.4}).duration  # or given
+        0.25
+        >>> mon.log(2, {"loss": 0.3})
+        Traceback (most recent call last):
+          ...
+        flodl.monitor.errors.MonitorError: Monitor.log: epoch 2 is outside [0, 2) ...
+        >>> mon.close()
+        """
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise MonitorError(f"Monitor.log: epoch must be a zero-based int, got {epoch!r}")
-        try:
-            duration = float(elapsed)
-        except (TypeError, ValueError):
+        if not self.start_epoch <= epoch < self.num_epochs:
+            hint = (
+                "epochs are zero-based: log epoch - 1, or loop over range(num_epochs)"
+                if epoch == self.num_epochs
+                else "pass num_epochs (and start_epoch when resuming) to fl.Monitor to match "
+                "the loop"
+            )
             raise MonitorError(
-                f"Monitor.log(epoch={epoch}): elapsed must be seconds as a number, got {elapsed!r}"
-            ) from None
-        values = _resolve_metrics(epoch, metrics)
+                f"Monitor.log: epoch {epoch} is outside [{self.start_epoch}, {self.num_epochs}) "
+                f"(Monitor(num_epochs={self.num_epochs}, start_epoch={self.start_epoch})) — "
+                f"{hint}; nothing was recorded"
+            )
+        if metrics is None and isinstance(elapsed, (Mapping, MetricSource)):
+            elapsed, metrics = None, elapsed
+        if metrics is None:
+            raise MonitorError(
+                f"Monitor.log(epoch={epoch}): no metrics — call mon.log(epoch, {{'loss': ...}}) "
+                "or mon.log(epoch, seconds, {'loss': ...})"
+            )
         now = time.monotonic()
+        if elapsed is None:
+            duration = now - self._last_log
+        else:
+            try:
+                duration = float(elapsed)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise MonitorError(
+                    f"Monitor.log(epoch={epoch}): elapsed must be seconds as a number, "
+                    f"got {elapsed!r}"
+                ) from None
+        values = _resolve_metrics(epoch, metrics)
         eta = self._eta.update(epoch, now)
         resources = self._sampler.sample()
         record = EpochRecord(
@@ -308,6 +366,7 @@ class Monitor:
             print(line, file=stream, flush=True)
         if self._server is not None:
             self._server.log.publish("epoch", record.to_json())
+        self._last_log = time.monotonic()  # the next epoch starts now (this call not counted)
         if self._smoke_budget_spent(epoch):
             self._stop_for_smoke()
         return record

@@ -1,4 +1,4 @@
-"""The live dashboard server: stdlib HTTP on a daemon thread, Server-Sent Events from an event log.
+"""The live dashboard server: one event-loop thread, Server-Sent Events from an event log.
 
 Every event (an epoch, new metadata, a new graph, completion) is appended to one log and numbered.
 Each SSE client keeps a cursor into the log and sends what lies past it, so a client that joins
@@ -8,25 +8,42 @@ replayed everything again on reconnect). Ids carry a per-run token so an id from
 same port, a previous script) triggers a full replay instead of a wrong resume.
 
 Hardening over the original: binds loopback unless told otherwise, checks the ``Host`` header when
-bound to loopback (DNS rebinding), no CORS header, a content security policy, a bounded number of
-connections and SSE clients, request timeouts, and ``close()`` really closes the port and ends every
-stream.
+bound to loopback (DNS rebinding), no CORS header, a content security policy, and ``close()`` really
+closes the port and ends every stream.
+
+Capacity. One thread runs a ``selectors`` loop that owns every socket: it accepts, reads request
+heads, answers, and writes the SSE streams (non-blocking, each client with its own cursor and a
+bounded output buffer). So:
+
+* ``max_clients`` is exactly the number of concurrent ``/events`` streams; the page,
+  ``/api/history`` and the graph are answered whatever the streams do (they never wait for a slot);
+* a client that connects and sends nothing, or dribbles its request (slow-loris), holds a socket
+  and a few bytes, never a thread, and is dropped after ``HEAD_TIMEOUT_SECS``; past
+  ``MAX_PENDING`` such connections the oldest is dropped, so a flood cannot lock out a real client;
+* a client that stops reading its stream is dropped after ``SLOW_CLIENT_SECS`` without a byte
+  written (its browser reconnects and resumes with ``Last-Event-ID``), never slowing the others;
+* the training thread only appends to the log and wakes the loop (one byte on a socket pair): the
+  fan-out to every client happens on the loop thread, not inside ``Monitor.log``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import errno
 import ipaddress
+import os
 import secrets
-import select
+import selectors
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.client import HTTPMessage, parse_headers
+from io import BytesIO
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,9 +53,16 @@ from flodl.monitor.page import content_security_policy, strict_json
 __all__ = ["DashboardServer", "EventLog"]
 
 KEEPALIVE_SECS = 15.0
-# How often an idle stream checks whether its client hung up: a closed tab frees its slot (the
-# number of streams is bounded) within this, not at the next keepalive write.
+# How often the loop looks at deadlines and keepalives when nothing happens. A closed tab frees its
+# slot at once (the loop sees its end-of-file), not at the next check.
 PEER_CHECK_SECS = 1.0
+HEAD_TIMEOUT_SECS = 10.0  # a client has this long to send its request line and headers
+MAX_HEAD_BYTES = 16 * 1024  # a longer request head is refused (431)
+SLOW_CLIENT_SECS = 30.0  # a client that accepts no byte of its pending output for this long goes
+REPLY_TIMEOUT_SECS = 10.0  # the same for a page/history/graph answer
+MAX_PENDING = 512  # connections still sending their request or reading an answer; oldest dropped
+STREAM_BATCH_BYTES = 256 * 1024
+SERVER_NICE = 5  # the server thread yields the CPU to training when cores are busy  # what one stream buffers at once (the rest stays in the log)
 # Graph views are documents made from user strings: no script, no plugin, an opaque origin.
 _INERT_DOCUMENT = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox"
@@ -52,23 +76,59 @@ class EventLog:
     def __init__(self) -> None:
         self.run_token = secrets.token_hex(4)
         self._events: list[tuple[str, str]] = []  # (event name, JSON data)
+        self._frames: list[bytes] = []  # each event as sent, encoded once for every client
         self._cond = threading.Condition()
         self._complete = False
         self._closed = False
+        self._listeners: list[Callable[[], None]] = []
+
+    def subscribe(self, wake: Callable[[], None]) -> None:
+        """Call ``wake()`` (cheap, non-blocking) after every publish and on close."""
+        self._listeners.append(wake)
 
     def publish(self, event: str, data: Any) -> int:
         payload = strict_json(data)
         with self._cond:
             self._events.append((event, payload))
+            self._frames.append(self.frame(len(self._events), event, payload))
             if event == "complete":
                 self._complete = True
             self._cond.notify_all()
-            return len(self._events)
+            count = len(self._events)
+        for wake in self._listeners:
+            wake()
+        return count
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        for wake in self._listeners:
+            wake()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._events)
+
+    @property
+    def state(self) -> tuple[int, bool, bool]:
+        """(number of events, complete, closed)."""
+        with self._cond:
+            return len(self._events), self._complete, self._closed
+
+    def frames(self, cursor: int, limit: int) -> tuple[bytes, int]:
+        """SSE frames for the events after ``cursor`` (about ``limit`` bytes at most, at least
+        one event) and the new cursor."""
+        with self._cond:
+            pending = self._frames[cursor:]
+        out, size = [], 0
+        for frame in pending:
+            out.append(frame)
+            size += len(frame)
+            cursor += 1
+            if size >= limit:
+                break
+        return b"".join(out), cursor
 
     def resume_point(self, last_event_id: str | None) -> int:
         """How many events a client with this ``Last-Event-ID`` has already seen."""
@@ -99,184 +159,64 @@ class EventLog:
         return f"id: {self.run_token}-{number}\nevent: {event}\ndata: {data}\n\n".encode()
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    allow_reuse_address = True  # only lets a new server reuse a port in TIME_WAIT, never share it
+@dataclass(eq=False)
+class _Conn:
+    """One client socket, owned by the loop thread."""
 
-    def __init__(self, address: tuple[str, int], handler: type, dashboard: DashboardServer):
-        self.dashboard = dashboard
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        # the listen() backlog (socketserver's default is 5): a page load opens several
-        # connections at once, and past the backlog the kernel drops SYNs, so clients stall a
-        # second or more before retrying. As many as we would serve at once.
-        self.request_queue_size = dashboard.max_connections
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.dashboard._enter_connection(request):
-            # over the limit: refuse at once rather than park a thread per connection
-            with contextlib.suppress(OSError):
-                request.sendall(
-                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-                    b"Retry-After: 5\r\nConnection: close\r\n\r\n"
-                )
-            self.shutdown_request(request)
-            return
-        thread = threading.Thread(
-            target=self.process_request_thread,
-            args=(request, client_address),
-            name="flodl-dashboard-conn",
-            daemon=True,
-        )
-        self.dashboard._track(thread)
-        thread.start()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A browser closing a tab mid-response is normal; anything else gets one line on stderr
-        (never a traceback in the middle of the training output)."""
-        err = sys.exc_info()[1]
-        if isinstance(err, ConnectionError | TimeoutError):
-            return
-        print(f"  warning: dashboard request failed: {err!r}", file=sys.stderr)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.dashboard._leave_connection(request)
+    sock: socket.socket
+    kind: str  # "head" (reading the request), "reply" (writing an answer), "stream" (SSE)
+    since: float  # when it connected (head) or last made progress (reply, stream)
+    inbuf: bytearray = field(default_factory=bytearray)
+    out: bytearray = field(default_factory=bytearray)
+    cursor: int = 0  # stream: events already queued for it
+    idle_since: float = 0.0  # stream: when anything was last queued (for keepalives)
+    ending: bool = False  # stream: close once ``out`` is written
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-    timeout = 10  # seconds an idle or slow client may hold its thread
-    server_version = "flodl-monitor"
-    sys_version = ""
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
 
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: training output is on stdout
-        pass
 
-    def do_HEAD(self) -> None:
-        self._dispatch(head=True)
+def _response_head(status: int, headers: list[tuple[str, str]]) -> bytes:
+    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, '')}"]
+    lines.append("Server: flodl-monitor")
+    lines.append(f"Date: {email.utils.formatdate(usegmt=True)}")
+    lines += [f"{k}: {v}" for k, v in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    def do_GET(self) -> None:
-        self._dispatch(head=False)
 
-    def _dispatch(self, *, head: bool) -> None:
-        dash = self.server.dashboard
-        if not dash.host_allowed(self.headers.get("Host")):
-            self._send(HTTPStatus.FORBIDDEN, b"forbidden host\n", "text/plain; charset=utf-8", head)
-            return
-        path = urlsplit(self.path).path
-        if path == "/events" and not head:
-            self._stream_events()
-        elif path in ("/", "/index.html"):
-            page, nonce = dash.render()
-            self._send(
-                HTTPStatus.OK,
-                page.encode(),
-                "text/html; charset=utf-8",
-                head,
-                {"Content-Security-Policy": content_security_policy(nonce)},
-            )
-        elif path == "/api/history":
-            body = ("[" + ",".join(dash.log.history("epoch")) + "]").encode()
-            self._send(HTTPStatus.OK, body, "application/json", head)
-        elif path == "/graph.svg" and (svg := dash.svg) is not None:
-            # opened directly, an SVG is a document: keep any script in it inert
-            self._send(HTTPStatus.OK, svg.encode(), "image/svg+xml", head, _INERT_DOCUMENT)
-        elif path == "/graph.html" and (view := dash.graph_html) is not None:
-            self._send(
-                HTTPStatus.OK, view.encode(), "text/html; charset=utf-8", head, _INERT_DOCUMENT
-            )
-        else:
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8", head)
+_COMMON = [
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+]
 
-    def _common_headers(self) -> None:
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("Cache-Control", "no-store")
 
-    def _send(
-        self,
-        status: HTTPStatus,
-        body: bytes,
-        content_type: str,
-        head: bool,
-        extra: dict[str, str] | None = None,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")  # no idle keep-alive threads to wait for
-        self.close_connection = True
-        self._common_headers()
-        for key, value in (extra or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
+def _answer(
+    status: int,
+    body: bytes,
+    content_type: str,
+    head: bool = False,
+    extra: dict[str, str] | None = None,
+) -> bytes:
+    headers = [
+        ("Content-Type", content_type),
+        ("Content-Length", str(len(body))),
+        ("Connection", "close"),  # one request per connection: nothing idles on keep-alive
+        *_COMMON,
+        *(extra or {}).items(),
+    ]
+    return _response_head(status, headers) + (b"" if head else body)
 
-    def _stream_events(self) -> None:
-        dash = self.server.dashboard
-        if not dash._enter_stream():
-            self._send(
-                HTTPStatus.SERVICE_UNAVAILABLE,
-                b"too many dashboard clients; close another tab\n",
-                "text/plain; charset=utf-8",
-                False,
-                {"Retry-After": "5"},
-            )
-            return
-        self.close_connection = True
-        try:
-            self.send_response(HTTPStatus.OK)
-            self.send_header("Content-Type", "text/event-stream")
-            self._common_headers()
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(b"retry: 2000\n\n")
-            self.wfile.flush()
-            cursor = dash.log.resume_point(self.headers.get("Last-Event-ID"))
-            idle_since = time.monotonic()
-            while True:
-                batch, complete, closed = dash.log.wait_past(cursor, PEER_CHECK_SECS)
-                if batch:
-                    self.wfile.write(b"".join(dash.log.frame(*event) for event in batch))
-                    cursor = batch[-1][0]
-                    idle_since = time.monotonic()
-                elif complete or closed:
-                    self.wfile.flush()
-                    return
-                elif self._peer_hung_up():
-                    return
-                elif time.monotonic() - idle_since >= KEEPALIVE_SECS:
-                    # keeps proxies from timing out, and notices a client that vanished
-                    # without a FIN (a reset or a dead network)
-                    self.wfile.write(b": keepalive\n\n")
-                    idle_since = time.monotonic()
-                self.wfile.flush()
-        except (OSError, ValueError):
-            return  # the client went away (reset, broken pipe, timeout, closed file)
-        finally:
-            dash._leave_stream()
 
-    def _peer_hung_up(self) -> bool:
-        """Whether the client closed its end (an SSE client never sends after its request, so a
-        readable socket means end-of-file or an error)."""
-        try:
-            return (
-                _readable_now(self.connection) and self.connection.recv(1, socket.MSG_PEEK) == b""
-            )
-        except (OSError, ValueError):
-            return True
+def _plain(status: int, text: str, extra: dict[str, str] | None = None) -> bytes:
+    return _answer(status, text.encode(), "text/plain; charset=utf-8", extra=extra)
 
 
 class DashboardServer:
     """Serves the dashboard page, ``/events``, ``/api/history``, ``/graph.svg`` and ``/graph.html``.
 
     ``render`` builds the page (live mode) on each request; the monitor publishes into ``log``.
+    ``max_clients`` bounds the concurrent SSE streams only (see the module docstring).
     """
 
     def __init__(
@@ -286,40 +226,34 @@ class DashboardServer:
         host: str = "127.0.0.1",
         port: int = 3000,
         max_clients: int = 16,
-        max_connections: int = 64,
         log: EventLog | None = None,
     ) -> None:
+        if isinstance(max_clients, bool) or not isinstance(max_clients, int) or max_clients < 1:
+            raise MonitorServerError(
+                f"max_clients={max_clients!r}: need a positive number of dashboard streams"
+            )
         self.render = render
         self.log = log or EventLog()
         self.svg: str | None = None
         self.graph_html: str | None = None  # the graph's HTML view, when there is no SVG
         self.max_clients = max_clients
-        self.max_connections = max_connections
-        self._counts_lock = threading.Lock()
+        self._conns: dict[socket.socket, _Conn] = {}  # loop thread only
         self._streams = 0
-        self._sockets: set[socket.socket] = set()
-        self._threads: set[threading.Thread] = set()  # handler threads, joined by close()
         self._closed = False
-        try:
-            self._httpd = _Server((host, port), _Handler, self)
-        except OSError as err:
-            if err.errno == errno.EADDRINUSE:
-                raise MonitorServerError(
-                    f"cannot serve the dashboard: port {port} on {host} is already in use — "
-                    "stop the other process, pass another port, or port=0 to pick a free one"
-                ) from None
-            raise MonitorServerError(
-                f"cannot serve the dashboard on {host}:{port}: {err.strerror or err} — "
-                'check the host (default "127.0.0.1") and port'
-            ) from None
+        self._listener = _listen(host, port, backlog=max(128, 2 * max_clients))
         self.host = host
-        self.port = int(self._httpd.server_address[1])
+        self.port = int(self._listener.getsockname()[1])
         self.loopback = _is_loopback(host)
+        self._selector = selectors.DefaultSelector()  # epoll/kqueue: no descriptor limit
+        self._wake_r, self._wake_w = socket.socketpair()
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            sock.setblocking(False)
+        self._selector.register(self._listener, selectors.EVENT_READ, "accept")
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._wake_pending = False
+        self.log.subscribe(self._wake)
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.2},
-            name=f"flodl-dashboard:{self.port}",
-            daemon=True,
+            target=self._run, name=f"flodl-dashboard:{self.port}", daemon=True
         )
         self._thread.start()
 
@@ -343,37 +277,9 @@ class DashboardServer:
             host = host.rsplit(":", 1)[0]
         return host in _LOOPBACK_NAMES or _is_loopback(host)
 
-    def _enter_stream(self) -> bool:
-        with self._counts_lock:
-            if self._streams >= self.max_clients or self._closed:
-                return False
-            self._streams += 1
-            return True
-
-    def _leave_stream(self) -> None:
-        with self._counts_lock:
-            self._streams -= 1
-
-    def _enter_connection(self, sock: socket.socket) -> bool:
-        with self._counts_lock:
-            if len(self._sockets) >= self.max_connections:
-                return False
-            self._sockets.add(sock)
-            return True
-
-    def _leave_connection(self, sock: socket.socket) -> None:
-        with self._counts_lock:
-            self._sockets.discard(sock)
-            self._threads.discard(threading.current_thread())
-
-    def _track(self, thread: threading.Thread) -> None:
-        with self._counts_lock:
-            self._threads.add(thread)
-
     @property
     def active_streams(self) -> int:
-        with self._counts_lock:
-            return self._streams
+        return self._streams
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop accepting, end every SSE stream, free the port; idempotent."""
@@ -381,26 +287,325 @@ class DashboardServer:
             return
         self._closed = True
         self.log.close()
-        self._httpd.shutdown()
+        self._wake()
         self._thread.join(timeout)
-        self._httpd.server_close()
-        with self._counts_lock:  # serve_forever has stopped: no new handler thread can start
-            handlers = list(self._threads)
-            for sock in self._sockets:  # wake threads blocked reading from idle clients
+
+    # -- the loop (everything below runs on the loop thread) -----------------------------------
+
+    def _wake(self) -> None:
+        """Called by publishing threads: one byte wakes the loop (cheap; never blocks)."""
+        if self._wake_pending:
+            return
+        self._wake_pending = True
+        with contextlib.suppress(OSError):  # full (a wake is pending anyway) or closed
+            self._wake_w.send(b"\0")
+
+    def _run(self) -> None:
+        if sys.platform.startswith("linux"):  # there (only) a thread id is a valid target
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SERVER_NICE)
+        try:
+            while not self._closed:
+                for key, mask in self._selector.select(PEER_CHECK_SECS):
+                    if key.data == "accept":
+                        self._accept()
+                    elif key.data == "wake":
+                        self._drain_wake()
+                    else:
+                        try:
+                            self._ready(key.data, mask)
+                        except Exception as err:  # one bad client never stops the dashboard
+                            _warn(f"dashboard request failed: {err!r}")
+                            self._drop(key.data)
+                self._fan_out()
+                self._sweep(time.monotonic())
+        finally:
+            self._shutdown()
+
+    def _drain_wake(self) -> None:
+        self._wake_pending = False
+        with contextlib.suppress(OSError):
+            while self._wake_r.recv(4096):
+                pass
+
+    def _accept(self) -> None:
+        for _ in range(64):  # a burst of connections, without starving the rest of the loop
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors: free the oldest unanswered one, never spin
+                pending = [c for c in self._conns.values() if c.kind != "stream"]
+                if pending:
+                    self._drop(min(pending, key=lambda c: c.since))
+                else:
+                    time.sleep(0.05)
+                return
+            sock.setblocking(False)
+            conn = _Conn(sock, "head", time.monotonic())
+            self._conns[sock] = conn
+            self._selector.register(sock, selectors.EVENT_READ, conn)
+            self._evict_pending()
+
+    def _evict_pending(self) -> None:
+        """Past MAX_PENDING unanswered connections, drop the oldest (a flood of half-open
+        sockets then only ever pushes out itself, never a client that sends its request)."""
+        pending = [c for c in self._conns.values() if c.kind != "stream"]
+        if len(pending) > MAX_PENDING:
+            for conn in sorted(pending, key=lambda c: c.since)[: len(pending) - MAX_PENDING]:
+                self._drop(conn)
+
+    def _ready(self, conn: _Conn, mask: int) -> None:
+        if conn.sock not in self._conns:
+            return  # dropped earlier in this round
+        if mask & selectors.EVENT_READ:
+            if conn.kind == "head":
+                self._read_head(conn)
+            else:
+                self._read_ignored(conn)
+        if conn.sock in self._conns and mask & selectors.EVENT_WRITE:
+            self._write(conn)
+
+    def _read_ignored(self, conn: _Conn) -> None:
+        """A reply or stream client has nothing more to say: data is discarded, end-of-file or
+        an error means it is gone (a closed tab frees its stream slot at once)."""
+        try:
+            data = conn.sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data:
+            return
+        if conn.kind == "reply" and conn.out:  # a client that half-closed after its request
+            self._selector.modify(conn.sock, selectors.EVENT_WRITE, conn)  # still gets its answer
+            return
+        self._drop(conn)
+
+    def _read_head(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(8192)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn)
+            return
+        conn.inbuf += data
+        end = conn.inbuf.find(b"\r\n\r\n")
+        if end < 0:
+            end = conn.inbuf.find(b"\n\n")
+        if end < 0:
+            if len(conn.inbuf) > MAX_HEAD_BYTES:
+                self._reply(conn, _plain(431, "request header too large\n"))
+            return
+        if end > MAX_HEAD_BYTES:
+            self._reply(conn, _plain(431, "request header too large\n"))
+            return
+        self._route(conn, bytes(conn.inbuf[:end]))
+
+    def _route(self, conn: _Conn, head: bytes) -> None:
+        parsed = _parse_head(head)
+        if parsed is None:
+            self._reply(conn, _plain(400, "bad request\n"))
+            return
+        method, target, headers = parsed
+        if method not in ("GET", "HEAD"):
+            self._reply(conn, _plain(501, f"unsupported method {method!r}\n"))
+            return
+        is_head = method == "HEAD"
+        if not self.host_allowed(headers.get("Host")):
+            self._reply(
+                conn, _answer(403, b"forbidden host\n", "text/plain; charset=utf-8", is_head)
+            )
+            return
+        path = urlsplit(target).path
+        if path == "/events" and not is_head:
+            self._open_stream(conn, headers.get("Last-Event-ID"))
+        elif path in ("/", "/index.html"):
+            page, nonce = self.render()
+            policy = {"Content-Security-Policy": content_security_policy(nonce)}
+            self._reply(
+                conn, _answer(200, page.encode(), "text/html; charset=utf-8", is_head, policy)
+            )
+        elif path == "/api/history":
+            body = ("[" + ",".join(self.log.history("epoch")) + "]").encode()
+            self._reply(conn, _answer(200, body, "application/json", is_head))
+        elif path == "/graph.svg" and (svg := self.svg) is not None:
+            # opened directly, an SVG is a document: keep any script in it inert
+            self._reply(conn, _answer(200, svg.encode(), "image/svg+xml", is_head, _INERT_DOCUMENT))
+        elif path == "/graph.html" and (view := self.graph_html) is not None:
+            self._reply(
+                conn,
+                _answer(200, view.encode(), "text/html; charset=utf-8", is_head, _INERT_DOCUMENT),
+            )
+        else:
+            self._reply(conn, _answer(404, b"not found\n", "text/plain; charset=utf-8", is_head))
+
+    def _reply(self, conn: _Conn, data: bytes) -> None:
+        conn.kind, conn.since, conn.inbuf = "reply", time.monotonic(), bytearray()
+        conn.out += data
+        self._write(conn)
+
+    def _open_stream(self, conn: _Conn, last_event_id: str | None) -> None:
+        if self._streams >= self.max_clients or self._closed:
+            self._reply(
+                conn,
+                _plain(
+                    503,
+                    "too many dashboard clients; close another tab\n",
+                    {"Retry-After": "5"},
+                ),
+            )
+            return
+        self._streams += 1
+        now = time.monotonic()
+        conn.kind, conn.since, conn.idle_since, conn.inbuf = "stream", now, now, bytearray()
+        conn.cursor = self.log.resume_point(last_event_id)
+        head = _response_head(
+            200, [("Content-Type", "text/event-stream"), *_COMMON, ("Connection", "close")]
+        )
+        conn.out += head + b"retry: 2000\n\n"
+        self._queue(conn, now)
+        self._write(conn)
+
+    def _queue(
+        self, conn: _Conn, now: float, batches: dict[int, tuple[bytes, int]] | None = None
+    ) -> None:
+        """Refill an idle stream's buffer from the log; end it once the run is complete.
+
+        ``batches``: frames already joined this round, by cursor (most streams share one, so a
+        new epoch is joined once, not once per client)."""
+        if conn.out or conn.ending:
+            return
+        count, complete, closed = self.log.state
+        if conn.cursor < count:
+            batch = batches.get(conn.cursor) if batches is not None else None
+            if batch is None:
+                batch = self.log.frames(conn.cursor, STREAM_BATCH_BYTES)
+                if batches is not None:
+                    batches[conn.cursor] = batch
+            data, conn.cursor = batch
+            conn.out += data
+            conn.idle_since = now
+        elif complete or closed:
+            conn.ending = True
+        elif now - conn.idle_since >= KEEPALIVE_SECS:
+            # keeps proxies from timing out, and notices a client that vanished without a FIN
+            conn.out += b": keepalive\n\n"
+            conn.idle_since = now
+
+    def _fan_out(self) -> None:
+        now = time.monotonic()
+        batches: dict[int, tuple[bytes, int]] = {}
+        for conn in [c for c in self._conns.values() if c.kind == "stream"]:
+            if not conn.out:
+                self._queue(conn, now, batches)
+                self._write(conn, batches)
+
+    def _write(self, conn: _Conn, batches: dict[int, tuple[bytes, int]] | None = None) -> None:
+        while conn.out:
+            try:
+                sent = conn.sock.send(conn.out)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self._drop(conn)
+                return
+            del conn.out[:sent]
+            conn.since = time.monotonic()
+            if not conn.out and conn.kind == "stream":
+                self._queue(conn, conn.since, batches)  # more is waiting in the log: keep going
+        if conn.out:
+            events = selectors.EVENT_WRITE if conn.kind == "reply" else selectors.EVENT_READ
+            self._selector.modify(conn.sock, events | selectors.EVENT_WRITE, conn)
+            return
+        if conn.kind == "reply" or conn.ending:
+            self._drop(conn, graceful=True)
+            return
+        self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+
+    def _sweep(self, now: float) -> None:
+        """Drop clients past their deadline: a request not sent in time, an answer or a stream
+        the client stopped reading."""
+        limits = {
+            "head": HEAD_TIMEOUT_SECS,
+            "reply": REPLY_TIMEOUT_SECS,
+            "stream": SLOW_CLIENT_SECS,
+        }
+        for conn in list(self._conns.values()):
+            waiting = conn.kind != "stream" or bool(conn.out)
+            if waiting and now - conn.since > limits[conn.kind]:
+                self._drop(conn)  # a dropped stream reconnects and resumes (Last-Event-ID)
+
+    def _drop(self, conn: _Conn, *, graceful: bool = False) -> None:
+        if self._conns.pop(conn.sock, None) is None:
+            return
+        if conn.kind == "stream":
+            self._streams -= 1
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(conn.sock)
+        if graceful:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):
+            conn.sock.close()
+
+    def _shutdown(self) -> None:
+        """Close the port, then every connection (streams get what is buffered, then a FIN)."""
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(self._listener)
+        self._listener.close()
+        for conn in list(self._conns.values()):
+            if conn.kind == "stream" and conn.out:
                 with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-        for thread in handlers:
-            thread.join(timeout)
+                    conn.sock.send(conn.out)
+            self._drop(conn, graceful=conn.kind == "stream")
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
 
 
-def _readable_now(sock: socket.socket) -> bool:
-    """Whether ``sock`` has data, end-of-file or an error pending (without waiting). poll(), not
-    select(): select() fails on descriptors past 1024, which a busy training process can reach."""
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        return bool(poller.poll(0))
-    return bool(select.select([sock], [], [], 0)[0])  # Windows: no poll(), and no such limit
+def _warn(message: str) -> None:
+    """One line on stderr (never a traceback in the middle of the training output)."""
+    print(f"  warning: {message}", file=sys.stderr)
+
+
+def _parse_head(head: bytes) -> tuple[str, str, HTTPMessage] | None:
+    """(method, target, headers) of a request head, or None when it is not HTTP/1.x."""
+    line, _, rest = head.partition(b"\n")
+    parts = line.decode("latin-1").strip().split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        return None
+    try:
+        headers = parse_headers(BytesIO(rest + b"\r\n\r\n"))
+    except Exception:  # malformed header lines: a bad request, never a crashed loop
+        return None
+    return parts[0], parts[1], headers
+
+
+def _listen(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # only lets a new server reuse a port in TIME_WAIT, never share one that is listening
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        # a page load opens several connections at once; past the backlog the kernel drops SYNs
+        sock.listen(min(backlog, socket.SOMAXCONN))
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise MonitorServerError(
+                f"cannot serve the dashboard: port {port} on {host} is already in use — "
+                "stop the other process, pass another port, or port=0 to pick a free one"
+            ) from None
+        raise MonitorServerError(
+            f"cannot serve the dashboard on {host}:{port}: {err.strerror or err} — "
+            'check the host (default "127.0.0.1") and port'
+        ) from None
+    return sock
 
 
 def _is_loopback(host: str) -> bool:

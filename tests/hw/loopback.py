@@ -19,6 +19,7 @@ class Served:
     drops_left: int = 0  # …this many times
     content_type: str = "application/octet-stream"
     stall_after: int | None = None  # send this many bytes, then hang (until the server stops)
+    stall_at: int | None = None  # every response hangs at this offset of the file (a dead mirror)
     announce_length: int | None = None  # lie about Content-Length (e.g. a huge file)
     content_encoding: str | None = None  # sent as Content-Encoding; ``body`` is already encoded
 
@@ -80,8 +81,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
-        if served.stall_after is not None:
-            self.wfile.write(chunk[: served.stall_after])
+        stall = served.stall_after
+        if served.stall_at is not None:
+            stall = max(0, served.stall_at - start)
+        if stall is not None:
+            self.wfile.write(chunk[:stall])
             self.wfile.flush()
             self.server.stopping.wait(60)  # type: ignore[attr-defined]
             self.close_connection = True

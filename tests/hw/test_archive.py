@@ -156,3 +156,102 @@ def test_symlink_loop_is_refused(tmp_path):
     with pytest.raises(UnsafeArchiveError, match="symlink 'libtorch/lib/a'"):
         extract_zip(write(tmp_path, data), tmp_path / "out", strip="libtorch")
     assert not (tmp_path / "out").exists()
+
+
+def zeros_zip(tmp_path, size: int):
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+        zf.writestr("libtorch/lib/libtorch.so", b"\x7fELF")
+        zf.writestr("libtorch/lib/zeros.bin", bytes(size))
+    return write(tmp_path, buf.getvalue())
+
+
+def test_a_bomb_by_ratio_is_refused_before_anything_is_written(tmp_path):
+    from fdl.downloads import ExtractLimits
+
+    archive = zeros_zip(tmp_path, 32 << 20)
+    with pytest.raises(UnsafeArchiveError, match=r"unpacks to \d+x its size.*over the 50x limit"):
+        extract_zip(archive, tmp_path / "out", strip="libtorch")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zip"]  # no staging, no output
+    limits = ExtractLimits(max_ratio=5000)  # an archive the user trusts
+    assert (
+        extract_zip(archive, tmp_path / "out", strip="libtorch", limits=limits) / "lib"
+    ).is_dir()
+
+
+def test_a_bomb_by_size_is_refused(tmp_path):
+    from fdl.downloads import ExtractLimits
+
+    archive = zeros_zip(tmp_path, 4 << 20)
+    limits = ExtractLimits(max_size=1 << 20, max_ratio=10_000)
+    with pytest.raises(UnsafeArchiveError, match=r"unpacks to 4.0 MiB, over the 1.0 MiB limit"):
+        extract_zip(archive, tmp_path / "out", strip="libtorch", limits=limits)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zip"]
+
+
+def test_limits_come_from_the_environment_unless_given(monkeypatch):
+    from fdl.downloads import ExtractLimits
+    from fdl.errors import FdlUsageError
+
+    assert ExtractLimits.resolve() == ExtractLimits(32 * 1024**3, 50.0)
+    monkeypatch.setenv("FDL_MAX_EXTRACT_SIZE", "1.5G")
+    monkeypatch.setenv("FDL_MAX_EXTRACT_RATIO", "8")
+    assert ExtractLimits.resolve() == ExtractLimits(int(1.5 * 1024**3), 8.0)
+    assert ExtractLimits.resolve("500M", 3).max_size == 500 * 1024**2
+    monkeypatch.setenv("FDL_MAX_EXTRACT_SIZE", "big")
+    with pytest.raises(FdlUsageError, match="FDL_MAX_EXTRACT_SIZE 'big' is not a size"):
+        ExtractLimits.resolve()
+
+
+def test_not_enough_disk_for_the_unpacked_tree_is_refused(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    archive = zeros_zip(tmp_path, 8 << 20)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(10**12, 10**12, 1 << 20))
+    from fdl.downloads import ExtractLimits
+
+    with pytest.raises(FdlError, match=r"not enough disk space.*unpacks to 8\.0 MiB") as err:
+        extract_zip(archive, tmp_path / "out", limits=ExtractLimits(max_ratio=10_000))
+    assert err.value.code == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zip"]
+
+
+def test_each_member_is_decompressed_once_and_no_test_pass_runs(tmp_path, monkeypatch):
+    import zipfile
+
+    archive = write(tmp_path, libtorch_zip())
+    opened: list[str] = []
+    real_open = zipfile.ZipFile.open
+
+    def counting_open(self, name, *args, **kw):
+        opened.append(name if isinstance(name, str) else name.filename)
+        return real_open(self, name, *args, **kw)
+
+    def no_testzip(self):
+        raise AssertionError("testzip() decompresses everything a second time")
+
+    monkeypatch.setattr(zipfile.ZipFile, "open", counting_open)
+    monkeypatch.setattr(zipfile.ZipFile, "testzip", no_testzip)
+    extract_zip(archive, tmp_path / "out", strip="libtorch")
+    assert sorted(opened) == sorted(set(opened)) and len(opened) == 4  # 4 files, once each
+
+
+def test_a_failed_check_leaves_the_previous_tree(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("previous install")
+
+    def refuse(root):
+        assert (root / "lib" / "libtorch.so").is_file()  # it sees the extracted tree
+        raise FdlError("not what we wanted")
+
+    with pytest.raises(FdlError, match="not what we wanted"):
+        extract_zip(
+            write(tmp_path, libtorch_zip()), tmp_path / "out", strip="libtorch", check=refuse
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zip", "out"]
+    assert (tmp_path / "out" / "keep.txt").read_text() == "previous install"

@@ -211,3 +211,33 @@ def test_truncated_encoded_body_is_retried(server, tmp_path):
     download(f"{server.url}/f.bin", tmp_path / "f.bin", backoff=0, progress=False)
     assert (tmp_path / "f.bin").read_bytes() == BODY
     assert len(server.gets("/f.bin")) == 3 and served.drops_left == 0
+
+
+@pytest.mark.parametrize("ranges", [True, False], ids=["range", "no-range"])
+def test_a_stalled_server_fails_within_the_stall_timeout(server, tmp_path, monkeypatch, ranges):
+    # every answer hangs at the same byte: resumed (range) or sent again from zero (no-range)
+    served = server.add("/f.bin", BODY, stall_at=300_000, ranges=ranges)
+    monkeypatch.setenv("FDL_STALL_TIMEOUT", "0.9")  # the environment sets the budget
+    with pytest.raises(DownloadError) as err:
+        download(f"{server.url}/f.bin", tmp_path / "f.bin", backoff=0.1, progress=False)
+    message = str(err.value)
+    assert err.value.code == 3
+    assert f"stalled: {server.url.removeprefix('http://')} sent nothing for" in message
+    assert "stall timeout 0.9 s" in message and "FDL_STALL_TIMEOUT" in message
+    assert "re-run the same command to resume (300000 bytes kept" in message
+    assert len(server.gets("/f.bin")) >= 2  # it retried within the budget before giving up
+    served.stall_at = None
+    result = download(f"{server.url}/f.bin", tmp_path / "f.bin", progress=False, stall_timeout=5)
+    assert result.resumed_from == (300_000 if ranges else 0)
+    assert (tmp_path / "f.bin").read_bytes() == BODY
+
+
+def test_stall_timeout_values():
+    from fdl.downloads import stall_timeout
+    from fdl.errors import FdlUsageError
+
+    assert stall_timeout() == 60.0  # the default total budget
+    assert stall_timeout("2.5") == 2.5
+    for bad in ("0", "-1", "nan", "soon"):
+        with pytest.raises(FdlUsageError, match="not a positive number of seconds"):
+            stall_timeout(bad)

@@ -35,6 +35,8 @@ def test_download_installs_records_and_activates(mirror, run_fdl):
     arch = dict(line.split("=", 1) for line in (variant / ".arch").read_text().splitlines())
     assert arch["torch"] == NEWEST and arch["cuda"] == "none" and arch["archs"] == "cpu"
     assert len(arch["sha256"]) == 64 and arch["sha256_pinned"] == "no"  # recorded for later
+    assert arch["sha256_verified"] == "no" and arch["sha256_source"] == "none"  # and said so
+    assert "NOT verified" in " ".join(result.stderr.split())
     assert not (home / ".downloads" / f"libtorch-shared-with-deps-{NEWEST}+cpu.zip").exists()
 
 
@@ -200,10 +202,11 @@ def test_pinned_sha256_mismatch_installs_nothing_unless_no_verify(mirror, run_fd
     result = run_fdl("libtorch", "download", "--cpu", env=env, cwd=work)
     assert result.returncode == 1 and "sha256 mismatch" in result.stderr
     assert not (home / "precompiled" / "cpu").exists() and not (home / ".active").exists()
-    assert not list((home / ".downloads").iterdir())  # the bad file is gone, not resumable
+    assert not (home / ".downloads").exists()  # the bad file is gone, not resumable
     trusted = run_fdl("libtorch", "download", "--cpu", "--no-verify", env=env, cwd=work)
     assert trusted.returncode == 0, trusted.stderr
-    assert "sha256_pinned=no" in (home / "precompiled" / "cpu" / ".arch").read_text()
+    arch = (home / "precompiled" / "cpu" / ".arch").read_text()
+    assert "sha256_pinned=no" in arch and "sha256_verified=no" in arch
 
 
 @pytest.mark.parametrize(

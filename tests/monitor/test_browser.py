@@ -285,3 +285,39 @@ def test_archive_opens_offline_with_the_same_charts(browser, artifacts, tmp_path
     assert page.evaluate("() => document.querySelector('img[src=x]') === null")
     screenshot(page, artifacts / "monitor-archive.png")
     assert problems == []
+
+
+def test_axis_labels_never_repeat_and_match_the_python_rules(browser, artifacts, tmp_path):
+    from flodl.monitor.axis import axis_ticks
+    from tests.monitor.axis_cases import ranges
+
+    mon = fl.Monitor(6, stream=None)
+    for epoch in range(6):  # the ranges that used to read "1s / 1s / 1s" and "1% / 1% / 0%"
+        metrics = {"acc %": 0.3 + 0.18 * epoch, "tiny": 2.5e-5 + 3e-6 * epoch}
+        mon.log(epoch, 1.0 + 0.01 * epoch, metrics)
+    mon.finish()
+    page, problems = open_page(browser, mon.save_html(tmp_path / "report.html").as_uri())
+    page.wait_for_function(rows(6), timeout=WAIT_MS)
+    drawn = dict(
+        page.eval_on_selector_all(
+            "canvas", "cs => cs.map(c => [c.dataset.metric || c.id, c.dataset.yLabels])"
+        )
+    )
+    assert set(drawn) == {"acc %", "tiny", "chart-duration", "chart-resources"}
+    for name, text in drawn.items():
+        labels = text.split("|")
+        assert len(labels) >= 2 and len(set(labels)) == len(labels), (name, labels)
+    assert all(label.endswith("s") for label in drawn["chart-duration"].split("|"))
+    assert drawn["chart-resources"] == "0%|50%|100%"
+    screenshot(page, artifacts / "monitor-axis-labels.png")
+    # the page's JavaScript gives exactly the Python rules' ticks and labels, over 3000 ranges
+    cases = ranges()
+    in_browser = page.evaluate(
+        "cs => cs.map(([lo, hi, kind]) => window.flodlDashboard.axisTicks(lo, hi, kind, 4))", cases
+    )
+    expected = [[[value, label] for value, label in axis_ticks(*case)] for case in cases]
+    mismatched = [
+        (c, js, py) for c, js, py in zip(cases, in_browser, expected, strict=True) if js != py
+    ]
+    assert mismatched == [], mismatched[:3]
+    assert problems == []

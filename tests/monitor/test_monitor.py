@@ -125,6 +125,59 @@ def test_bad_input_is_a_clear_error_and_records_nothing(args, message):
     assert mon.history == []
 
 
+def test_log_times_the_epoch_when_elapsed_is_omitted(graph_cls):
+    import time
+
+    mon = quiet()
+    time.sleep(0.05)  # "the first epoch": timed from the Monitor's creation
+    first = mon.log(0, {"loss": 1.0})
+    assert first.duration >= 0.05
+    before = time.monotonic()
+    time.sleep(0.02)
+    second = mon.log(1, graph_cls())  # a graph works in the two-argument form too
+    after = time.monotonic()
+    assert 0.02 <= second.duration <= after - before + 1e-6  # since the previous log, not before
+    assert second.metrics == {"loss": 1.0, "enc.acc": 0.5}
+    third = mon.log(2, 0.25, graph_cls())  # the explicit three-argument form keeps working
+    assert third.duration == 0.25
+    mon.close()
+
+
+def test_log_keywords_and_a_missing_metrics_argument():
+    mon = quiet()
+    assert mon.log(0, metrics={"loss": 1.0}).metrics == {"loss": 1.0}
+    assert mon.log(1, elapsed=2.0, metrics={"loss": 0.5}).duration == 2.0
+    with pytest.raises(fl.MonitorError, match=r"no metrics — call mon.log\(epoch, "):
+        mon.log(2, 0.5)
+    assert [r.epoch for r in mon.history] == [0, 1]  # nothing added by the failed call
+    mon.close()
+
+
+@pytest.mark.parametrize(
+    ("start", "epoch", "message"),
+    [
+        (0, 3, r"epoch 3 is outside \[0, 3\) .* epochs are zero-based"),
+        (0, 7, r"epoch 7 is outside \[0, 3\) .* pass num_epochs"),
+        (2, 1, r"epoch 1 is outside \[2, 3\) \(Monitor\(num_epochs=3, start_epoch=2\)\)"),
+    ],
+)
+def test_an_epoch_outside_the_run_is_an_error_that_records_nothing(start, epoch, message):
+    out = io.StringIO()
+    mon = fl.Monitor(3, start_epoch=start, stream=out)
+    with pytest.raises(fl.MonitorError, match=message):
+        mon.log(epoch, 0.1, {"loss": 1.0})
+    assert mon.history == [] and out.getvalue() == ""  # no line, no record
+    mon.log(2, 0.1, {"loss": 1.0})  # the last epoch of the run is fine
+    assert "epoch 3/3" in out.getvalue()
+    mon.close()
+
+
+def test_start_epoch_must_lie_in_the_run():
+    with pytest.raises(fl.MonitorError, match=r"start_epoch must lie in \[0, num_epochs\]"):
+        fl.Monitor(3, start_epoch=4)
+    fl.Monitor(3, start_epoch=3, stream=None).close()  # a finished run resumed: nothing to log
+
+
 def test_bad_num_epochs():
     with pytest.raises(fl.MonitorError, match="positive integer"):
         fl.Monitor(0)

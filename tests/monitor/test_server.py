@@ -317,29 +317,180 @@ def test_finishing_twice_sends_one_complete_event(served, sse):
     assert [e.event for e in events] == ["epoch", "complete"]
 
 
-def test_connections_past_the_limit_get_503_with_retry_after(sse):
-    """64 connections are served at once; the next one is refused at once, not parked."""
+def test_max_clients_is_what_the_user_gets_and_the_page_is_always_served(sse, tiny_graph):
+    """Every stream slot taken (past the old hidden cap of 64): one more stream is refused, but
+    the page, the history and the graph are still answered."""
     mon = fl.Monitor(2, stream=None)
     try:
-        mon.serve(port=0, max_clients=64)  # so the connection limit, not the stream one, binds
-        server = mon._server
-        assert server.max_connections == 64
-        if shutil.which("ss"):  # the kernel's view of the listen() backlog (Send-Q)
-            listing = subprocess.run(
-                ["ss", "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True
-            ).stdout.split()
-            assert listing[:3] == ["LISTEN", "0", "64"], listing
-        held = [sse(mon.url, timeout=30) for _ in range(64)]  # streams hold their connections
+        mon.serve(port=0, max_clients=70)
+        mon.watch(tiny_graph)
+        log_epochs(mon, 0, 1)
+        held = [sse(mon.url, timeout=30) for _ in range(70)]
         assert {c.response.status for c in held} == {200}
-        status, headers, body = request(mon.url, "/api/history")
-        assert (status, headers["Retry-After"], body) == (503, "5", b"")
+        assert wait_for(lambda: mon._server.active_streams == 70)
+        status, headers, body = request(mon.url, "/events")
+        assert (status, headers["Retry-After"]) == (503, "5") and b"too many" in body
+        for _ in range(20):  # the page never waits for a stream slot
+            assert request(mon.url, "/")[0] == 200
+            assert json.loads(request(mon.url, "/api/history")[2])[0]["epoch"] == 1
+            assert request(mon.url, "/graph.svg")[0] == 200
         held.pop().close()
-        # the freed slot is usable again (the server notices the close asynchronously)
-        assert wait_for(lambda: request(mon.url, "/api/history")[0] == 200)
-        for c in held:
+        assert wait_for(lambda: mon._server.active_streams == 69)
+        again = sse(mon.url)
+        assert again.response.status == 200
+        assert [e.event for e in again.take(2)] == ["meta", "epoch"]
+        for c in [*held, again]:
             c.close()
     finally:
         mon.close()
+
+
+def test_max_clients_must_be_positive():
+    mon = fl.Monitor(1, stream=None)
+    with pytest.raises(fl.MonitorServerError, match="max_clients=0"):
+        mon.serve(port=0, max_clients=0)
+    mon.close()
+
+
+def test_half_open_sockets_do_not_lock_out_the_page_and_time_out(sse, monkeypatch):
+    """70 connections that send nothing and 70 that dribble half a request (slow-loris) hold
+    no thread: the page, the history and a stream are served at once; each is dropped after its
+    own header timeout."""
+    monkeypatch.setattr(server_module, "HEAD_TIMEOUT_SECS", 1.0)
+    mon = fl.Monitor(2, stream=None)
+    sockets: list[socket.socket] = []
+    try:
+        mon.serve(port=0, max_clients=4)
+        log_epochs(mon, 0, 1)
+        port = mon._server.port
+        for k in range(140):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if k % 2:
+                s.sendall(b"GET / HTTP/1.1\r\nHost: local")  # never finished
+            sockets.append(s)
+        assert request(mon.url, "/")[0] == 200
+        assert request(mon.url, "/api/history")[0] == 200
+        client = sse(mon.url)
+        assert client.response.status == 200 and client.take(1)[0].json["epoch"] == 1
+        for s in sockets:  # the server hangs up on each (a bounded wait: the socket timeout)
+            assert s.recv(1) == b""
+        assert client.response.status == 200
+        log_epochs(mon, 1, 2)
+        assert client.take(1)[0].json["epoch"] == 2  # the stream was not a casualty
+        client.close()
+    finally:
+        for s in sockets:
+            s.close()
+        mon.close()
+
+
+SERVE_WITH_FEW_DESCRIPTORS = """
+import resource, sys
+import flodl as fl
+mon = fl.Monitor(3, stream=None, gpu=False)
+print(mon.serve(port=0), flush=True)
+mon.log(0, 0.1, {"loss": 1.0})
+used = len(__import__("os").listdir("/proc/self/fd"))
+resource.setrlimit(resource.RLIMIT_NOFILE, (used + 24, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+print("limited", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.slow  # a subprocess importing torch
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_out_of_descriptors_the_oldest_half_open_socket_makes_room_for_the_page():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE_WITH_FEW_DESCRIPTORS],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    guard = threading.Timer(120, proc.kill)
+    guard.start()
+    idle: list[socket.socket] = []
+    try:
+        url = proc.stdout.readline().strip()
+        assert proc.stdout.readline().strip() == "limited"
+        port = int(urlsplit(url).port)
+        for _ in range(60):  # more half-open sockets than the server has descriptors left
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        status, _, body = request(url, "/api/history")
+        assert status == 200 and json.loads(body)[0]["epoch"] == 1
+        assert request(url, "/")[0] == 200
+    finally:
+        for s in idle:
+            s.close()
+        guard.cancel()
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow  # waits out the slow-client deadline while 26 MB stream to the other client
+def test_a_client_that_stops_reading_is_dropped_and_others_keep_up(sse, monkeypatch):
+    monkeypatch.setattr(server_module, "SLOW_CLIENT_SECS", 3.0)
+    mon = fl.Monitor(2, stream=None)
+    try:
+        mon.serve(port=0)
+        server = mon._server
+        stuck = socket.socket()
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.connect(("127.0.0.1", server.port))
+        stuck.sendall(b"GET /events HTTP/1.1\r\nHost: localhost\r\n\r\n")  # then never reads
+        reader = sse(mon.url, timeout=30)
+        assert wait_for(lambda: server.active_streams == 2)
+        blob = "x" * 65536
+
+        def publish() -> None:  # 26 MB: far more than the stuck client's socket buffers hold
+            for k in range(400):
+                server.log.publish("epoch", {"epoch": k + 1, "blob": blob})
+
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        got = [e.json["epoch"] for e in reader.take(400)]  # read while it is published
+        publisher.join()
+        assert got == list(range(1, 401))  # the reader got everything, in order
+        assert wait_for(lambda: server.active_streams == 1)  # the stuck one was dropped
+        reader.close()
+        stuck.close()
+    finally:
+        mon.close()
+
+
+def test_malformed_and_oversized_requests_get_clear_status_codes(served):
+    port = served._server.port
+
+    def raw(data: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(data)
+            chunks = []
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+            return b"".join(chunks)
+
+    assert raw(b"HELLO\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    huge = b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Pad: " + b"a" * 40_000 + b"\r\n\r\n"
+    assert raw(huge).startswith(b"HTTP/1.1 431 ")
+    assert raw(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").startswith(b"HTTP/1.1 200 OK")
+
+
+def test_a_client_that_half_closes_after_its_request_still_gets_the_whole_answer(served):
+    """``printf 'GET …' | nc -N``: the request, then end-of-file, then the answer is read."""
+    blob = "x" * 65536
+    for k in range(100):  # a 6.5 MB history: more than the socket buffers hold at once
+        served._server.log.publish("epoch", {"epoch": k + 1, "blob": blob})
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(30)
+        s.connect(("127.0.0.1", served._server.port))
+        s.sendall(b"GET /api/history HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        time.sleep(0.3)  # the server sees the end-of-file while most of the answer is unsent
+        answer = b"".join(iter(lambda: s.recv(1 << 20), b""))
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    assert [e["epoch"] for e in json.loads(body)] == list(range(1, 101))
 
 
 SERVE_AND_LEAVE = """

@@ -133,7 +133,7 @@
     tickElapsed();
     renderMetricCharts(recs);
     drawChart($("chart-duration"), [{ name: "epoch time", color: PALETTE[0],
-      points: recs.map((r) => [r.epoch, r.duration]) }], { fmt: fmtDur });
+      points: recs.map((r) => [r.epoch, r.duration]) }], { fmt: fmtDur, axis: "duration" });
     renderResources(recs);
     renderTable(recs);
   }
@@ -163,7 +163,7 @@
       const points = recs.map((r) => [r.epoch, name in r.metrics ? r.metrics[name] : null]);
       const lastPoint = points.filter((p) => p[1] !== null).at(-1);
       chart.last.textContent = lastPoint ? fmtVal(lastPoint[1]) : "–";
-      drawChart(chart.canvas, [{ name, color: chart.color, points }], { fmt: fmtVal });
+      drawChart(chart.canvas, [{ name, color: chart.color, points }], { fmt: fmtVal, axis: "value" });
     });
   }
 
@@ -175,7 +175,7 @@
       { name: "GPU", color: PALETTE[1], points: recs.map((r) => [r.epoch, r.resources.gpu ?? null]) },
       { name: "VRAM", color: PALETTE[3], points: recs.map((r) => [r.epoch, pct(r.resources.vram_alloc, r.resources.vram_total)]) },
     ].filter((s) => s.points.some((p) => p[1] !== null));
-    drawChart($("chart-resources"), series, { fmt: (v) => fmtPct(v), yMin: 0, yMax: 100, legend: true });
+    drawChart($("chart-resources"), series, { fmt: (v) => fmtPct(v), axis: "percent", yMin: 0, yMax: 100, legend: true });
 
     const bars = $("resource-bars");
     bars.replaceChildren();
@@ -238,6 +238,78 @@
     table.replaceChild(body, table.tBodies[0]);
   }
 
+  // ---- y-axis ticks: the same algorithm as flodl.monitor.axis (the tests compare the two) ----
+  // Ticks on a nice step; each label shows the decimals its step needs, so neighbours differ.
+  const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
+  const pow10 = (k) => (k >= 0 ? Number("1e" + k) : 1 / Number("1e" + -k));
+  const round12 = (v) => { const r = +v.toPrecision(12); return r === 0 ? 0 : r; };
+
+  function niceAxisStep(span, count, kind) {
+    const raw = span / Math.max(1, count);
+    const e = Math.floor(Math.log10(raw));
+    if (kind === "duration" && raw > 1) {
+      for (const s of TIME_STEPS) if (s >= raw) return [s, 0];
+      const [hours, he] = niceAxisStep(raw / 3600, 1, "value");
+      return [round12(hours * 3600), Math.max(0, he)];
+    }
+    const n = raw / pow10(e);
+    if (n > 5) return [round12(pow10(e + 1)), e + 1];
+    return [round12((n <= 1 ? 1 : n <= 2 ? 2 : 5) * pow10(e)), e];
+  }
+
+  function clock(t, step) {
+    const sign = t < 0 ? "-" : "";
+    t = Math.abs(Math.round(t));
+    const h = Math.floor(t / 3600), m = Math.floor((t % 3600) / 60), s = t % 60;
+    const two = (x) => String(x).padStart(2, "0");
+    if (h === 0) return sign + m + "m " + two(s) + "s";
+    if (step % 60 === 0) return sign + h + "h " + two(m) + "m";
+    return sign + h + "h " + two(m) + "m " + two(s) + "s";
+  }
+
+  function axisNumbers(ticks, e, extra) {
+    const biggest = Math.max(...ticks.map(Math.abs));
+    if (biggest === 0) return ticks.map(() => "0");
+    if (biggest >= 1e6 || biggest < 1e-3) {
+      const p = Math.max(0, Math.floor(Math.log10(biggest)) - e) + extra;
+      return ticks.map((t) => (t === 0 ? "0" : t.toExponential(p).replace("e+", "e")));
+    }
+    return ticks.map((t) => t.toFixed(Math.max(0, -e) + extra));
+  }
+
+  function axisLabels(ticks, step, e, kind, extra) {
+    const biggest = Math.max(...ticks.map(Math.abs));
+    const fixed = (v, d) => v.toFixed(d);
+    if (kind === "percent") return axisNumbers(ticks, e, extra).map((l) => l + "%");
+    if (kind === "duration") {
+      if (biggest >= 60 && step >= 1) return ticks.map((t) => (t === 0 ? "0s" : clock(t, step)));
+      if (biggest < 1e-6) return axisNumbers(ticks, e, extra).map((l) => l + "s");
+      if (biggest < 1e-3) return ticks.map((t) => fixed(t * 1e6, Math.max(0, -(e + 6)) + extra) + "µs");
+      if (biggest < 1) return ticks.map((t) => fixed(t * 1e3, Math.max(0, -(e + 3)) + extra) + "ms");
+      return ticks.map((t) => fixed(t, Math.max(0, -e) + extra) + "s");
+    }
+    return axisNumbers(ticks, e, extra);
+  }
+
+  function axisTicks(lo, hi, kind, count) {
+    if (!(isFinite(lo) && isFinite(hi)) || hi <= lo) return [];
+    let step = 0, e = 0, ticks = [];
+    for (const parts of [count || 4, 2 * (count || 4), 4 * (count || 4)]) {  // finer if < 2 fit
+      [step, e] = niceAxisStep(hi - lo, parts, kind);
+      const first = Math.ceil(lo / step - 1e-9), last = Math.floor(hi / step + 1e-9);
+      ticks = [];
+      for (let k = first; k <= last; k++) ticks.push(round12(k * step));
+      if (ticks.length >= 2) break;
+    }
+    if (!ticks.length) return [];
+    let labels = [];
+    for (let extra = 0; extra <= 4; extra++) {
+      labels = axisLabels(ticks, step, e, kind, extra);
+      if (new Set(labels).size === labels.length) break;
+    }
+    return ticks.map((t, i) => [t, labels[i]]);
+  }
+
   // ---- a small canvas line chart with hover ----
   function niceStep(range, count) {
     const raw = range / Math.max(1, count), mag = Math.pow(10, Math.floor(Math.log10(raw)));
@@ -288,14 +360,14 @@
     ctx.fillStyle = muted;
     ctx.strokeStyle = line;
     ctx.lineWidth = 1;
-    // y grid and labels
-    const ystep = niceStep(L.y1 - L.y0, 4);
+    // y grid and labels (distinct at every scale; the drawn labels are kept for tests)
     ctx.textAlign = "right"; ctx.textBaseline = "middle";
-    for (let k = Math.ceil(L.y0 / ystep); k * ystep <= L.y1 + 1e-12; k++) {
-      const y = +(k * ystep).toPrecision(12);  // 0.1, not 0.09999999 (which would print as 99ms)
+    const yticks = axisTicks(L.y0, L.y1, opts.axis || "value", 4);
+    canvas.dataset.yLabels = yticks.map((t) => t[1]).join("|");
+    for (const [y, label] of yticks) {
       const py = Math.round(L.sy(y)) + 0.5;
       ctx.beginPath(); ctx.moveTo(L.box.left, py); ctx.lineTo(L.box.right, py); ctx.stroke();
-      ctx.fillText(opts.fmt(Math.abs(y) < ystep * 1e-9 ? 0 : y), L.box.left - 6, py);
+      ctx.fillText(label, L.box.left - 6, py);
     }
     // x labels (1-based epochs, integers)
     ctx.textAlign = "center"; ctx.textBaseline = "top";
@@ -389,5 +461,5 @@
     source.addEventListener("error", () => { if (!state.complete) setStatus("disconnected", "Reconnecting…"); });
     setInterval(() => { if (!state.complete) tickElapsed(); }, 1000);
   }
-  window.flodlDashboard = { state, records };  // for tests and the curious
+  window.flodlDashboard = { state, records, axisTicks };  // for tests and the curious
 })();
