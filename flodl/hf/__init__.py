@@ -1,6 +1,7 @@
 """``flodl.hf``: HuggingFace encoders as flodl graphs — load, predict, fine-tune, export.
 
-Six BERT-family architectures (BERT, RoBERTa, DistilBERT, ALBERT, XLM-RoBERTa) with five heads
+Six BERT-family architectures (BERT, RoBERTa, DistilBERT, ALBERT, XLM-RoBERTa, DeBERTa-v2)
+with five heads
 each (the bare encoder, sequence and token classification, extractive QA, masked LM), loaded from
 a HuggingFace directory or hub id into an ``fl.Graph`` with the same weights and outputs as
 ``transformers``::
@@ -41,6 +42,11 @@ from flodl.hf.model import (
     BertForSequenceClassification,
     BertForTokenClassification,
     BertModel,
+    DebertaV2ForMaskedLM,
+    DebertaV2ForQuestionAnswering,
+    DebertaV2ForSequenceClassification,
+    DebertaV2ForTokenClassification,
+    DebertaV2Model,
     DistilBertForMaskedLM,
     DistilBertForQuestionAnswering,
     DistilBertForSequenceClassification,
@@ -80,6 +86,11 @@ __all__ = [
     "BertForSequenceClassification",
     "BertForTokenClassification",
     "BertModel",
+    "DebertaV2ForMaskedLM",
+    "DebertaV2ForQuestionAnswering",
+    "DebertaV2ForSequenceClassification",
+    "DebertaV2ForTokenClassification",
+    "DebertaV2Model",
     "DistilBertForMaskedLM",
     "DistilBertForQuestionAnswering",
     "DistilBertForSequenceClassification",

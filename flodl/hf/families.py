@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
 from flodl.graph.builder import FlowBuilder
 from flodl.graph.graph import Graph
+from flodl.hf import deberta as D
 from flodl.hf import layers as L
 from flodl.hf.errors import HfConfigError
 
@@ -162,7 +163,13 @@ class Family:
     shared_layer: bool = False
     token_types: bool = True
     mask_token: str = "[MASK]"
-    extra: dict[str, Any] = field(default_factory=dict)
+    custom_encoder: Callable[[Config], Graph] | None = None
+    embeddings_take_mask: bool = False
+    table_variant: Callable[[Config], Table] | None = None
+
+    def table_for(self, raw: dict[str, Any]) -> Table:
+        """The name table for this configuration (DeBERTa's MLM head has two layouts)."""
+        return self.table_variant(self.config(raw)) if self.table_variant else self.table
 
     def class_name(self, head: str) -> str:
         return self.class_prefix + HEAD_CLASS_SUFFIX[head]
@@ -173,12 +180,15 @@ class Family:
     def build(self, cfg: Config, head: str, *, pooler: bool = True) -> Graph:
         """The graph for ``head`` (one of ``base``, ``seqcls``, ``tokcls``, ``qa``, ``mlm``)."""
         embeddings = self.embeddings(cfg)
-        encoder = self._encoder(cfg)
+        encoder = self.custom_encoder(cfg) if self.custom_encoder else self._encoder(cfg)
+        refs = {"token_type_ids": "token_type_ids"}
+        if self.embeddings_take_mask:
+            refs["attention_mask"] = "attention_mask"
         flow = (
             FlowBuilder()
             .input("attention_mask", "token_type_ids")
             .through(embeddings)
-            .using(token_type_ids="token_type_ids")
+            .using(**refs)
             .tag("embeddings")
             .through(encoder)
             .using("attention_mask")
@@ -497,8 +507,145 @@ ALBERT = Family(
     ],
 )
 
+
+# DeBERTa-v2/v3: disentangled attention, relative-position table shared by every layer
+def _deberta_check(cfg: Config) -> None:
+    if int(cfg.get("conv_kernel_size", 0)) > 0:
+        raise HfConfigError(
+            "DeBERTa-v2 with conv_kernel_size > 0 (the xlarge models' convolution layer) is not "
+            "supported"
+        )
+    head_size = cfg.get("attention_head_size")
+    if head_size is not None and int(head_size) * cfg.heads != cfg.dim:
+        raise HfConfigError("DeBERTa-v2 with a custom attention_head_size is not supported")
+
+
+def _deberta_relative(cfg: Config) -> tuple[bool, int, int]:
+    relative = bool(cfg.get("relative_attention", False))
+    max_rel = int(cfg.get("max_relative_positions", -1))
+    if max_rel < 1:
+        max_rel = cfg.max_positions
+    buckets = int(cfg.get("position_buckets", -1))
+    return relative, buckets, max_rel
+
+
+def _pos_att_type(cfg: Config) -> list[str]:
+    value = cfg.get("pos_att_type", [])
+    if isinstance(value, str):
+        value = [v.strip() for v in value.lower().split("|")]
+    return [str(v) for v in value]
+
+
+def _deberta_embeddings(cfg: Config) -> nn.Module:
+    _deberta_check(cfg)
+    return D.DebertaEmbeddings(
+        cfg.vocab,
+        int(cfg.get("embedding_size", cfg.dim)),
+        cfg.dim,
+        cfg.max_positions,
+        int(cfg.get("type_vocab_size", 0)),
+        bool(cfg.get("position_biased_input", True)),
+        cfg.eps,
+        cfg.dropout,
+        cfg.pad_token_id if cfg.pad_token_id is not None else 0,
+    )
+
+
+def _deberta_layer(cfg: Config) -> nn.Module:
+    relative, buckets, max_rel = _deberta_relative(cfg)
+    attention = D.DisentangledSelfAttention(
+        cfg.dim, cfg.heads, cfg.attn_dropout, cfg.dropout, _pos_att_type(cfg),
+        bool(cfg.get("share_att_key", False)), relative, buckets, max_rel,
+    )  # fmt: skip
+    return D.DebertaLayer(attention, cfg.dim, cfg.inner, cfg.act, cfg.eps, cfg.dropout)
+
+
+def _deberta_encoder(cfg: Config) -> Graph:
+    relative, buckets, max_rel = _deberta_relative(cfg)
+    flow = FlowBuilder().input("attention_mask")
+    refs: tuple[str, ...] = ("attention_mask",)
+    if relative:
+        norm = "layer_norm" in str(cfg.get("norm_rel_ebd", "none")).lower()
+        size = (buckets if buckets > 0 else max_rel) * 2
+        table = D.RelativeEmbeddings(size, cfg.dim, cfg.eps, norm)
+        flow = flow.fork(table).tag("rel_embeddings")
+        refs = ("attention_mask", "rel_embeddings")
+    for i in range(cfg.layers):
+        flow = flow.through(_deberta_layer(cfg)).using(*refs).tag(f"layer_{i}")
+    return flow.label("encoder").build()
+
+
+def _deberta_seqcls(cfg: Config, emb: nn.Module) -> FlowBuilder:
+    pooler_dim = int(cfg.get("pooler_hidden_size", cfg.dim))
+    if pooler_dim != cfg.dim:
+        raise HfConfigError("DeBERTa-v2 with pooler_hidden_size != hidden_size is not supported")
+    return (
+        FlowBuilder(
+            D.ContextPooler(
+                cfg.dim,
+                str(cfg.get("pooler_hidden_act", "gelu")),
+                float(cfg.get("pooler_dropout", 0.0)),
+            )
+        )
+        .tag("pooler")
+        .through(nn.Dropout(float(cfg.get("cls_dropout", cfg.dropout))))
+        .through(nn.Linear(cfg.dim, cfg.num_labels))
+        .tag("classifier")
+    )
+
+
+_DEBERTA_TABLE: Table = [
+    ("embeddings.", "{p}embeddings."),
+    ("encoder.rel_embeddings.embeddings.", "{p}encoder.rel_embeddings."),
+    ("encoder.rel_embeddings.LayerNorm.", "{p}encoder.LayerNorm."),
+    ("encoder.layer_{i}.", "{p}encoder.layer.{i}."),
+    ("head.pooler.", "pooler."),
+    ("head.classifier.", "classifier."),
+    ("head.qa_outputs.", "qa_outputs."),
+    ("head.decoder.bias", "cls.predictions.bias"),
+    ("head.transform.", "cls.predictions.transform."),
+]
+
+
+def _deberta_table(cfg: Config) -> Table:
+    if cfg.get("legacy", True):
+        return _DEBERTA_TABLE
+    return [
+        *_DEBERTA_TABLE[:-2],
+        ("head.decoder.bias", "lm_predictions.lm_head.bias"),
+        ("head.transform.", "lm_predictions.lm_head."),
+    ]
+
+
+def _deberta_mlm(cfg: Config, emb: nn.Module) -> FlowBuilder:
+    legacy = cfg.get("legacy", True)
+    out = int(cfg.get("embedding_size", cfg.dim)) if legacy else cfg.dim
+    return _mlm_head(lambda c: c.act, lambda c: out)(cfg, emb)
+
+
+DEBERTA_V2 = Family(
+    model_type="deberta-v2",
+    prefix="deberta",
+    class_prefix="DebertaV2",
+    config_aliases={},
+    embeddings=_deberta_embeddings,
+    layer=_deberta_layer,
+    heads={
+        "base": lambda cfg, emb: None,
+        "seqcls": _deberta_seqcls,
+        "tokcls": lambda cfg, emb: _token_head(cfg.dropout)(cfg, emb),
+        "qa": _span_head(),
+        "mlm": _deberta_mlm,
+    },
+    table=_DEBERTA_TABLE,
+    table_variant=_deberta_table,
+    custom_encoder=_deberta_encoder,
+    embeddings_take_mask=True,
+    mask_token="[MASK]",
+)
+
 FAMILIES: dict[str, Family] = {
-    f.model_type: f for f in (BERT, ROBERTA, DISTILBERT, ALBERT, XLM_ROBERTA)
+    f.model_type: f for f in (BERT, ROBERTA, DISTILBERT, ALBERT, XLM_ROBERTA, DEBERTA_V2)
 }
 
 

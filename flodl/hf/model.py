@@ -401,6 +401,11 @@ XLMRobertaForSequenceClassification = _REGISTRY[("xlm-roberta", "seqcls")]
 XLMRobertaForTokenClassification = _REGISTRY[("xlm-roberta", "tokcls")]
 XLMRobertaForQuestionAnswering = _REGISTRY[("xlm-roberta", "qa")]
 XLMRobertaForMaskedLM = _REGISTRY[("xlm-roberta", "mlm")]
+DebertaV2Model = _REGISTRY[("deberta-v2", "base")]
+DebertaV2ForSequenceClassification = _REGISTRY[("deberta-v2", "seqcls")]
+DebertaV2ForTokenClassification = _REGISTRY[("deberta-v2", "tokcls")]
+DebertaV2ForQuestionAnswering = _REGISTRY[("deberta-v2", "qa")]
+DebertaV2ForMaskedLM = _REGISTRY[("deberta-v2", "mlm")]
 
 
 # ---------------------------------------------------------------------------------- auto

@@ -37,13 +37,14 @@ class LoadReport:
 
 def hf_names(model: nn.Module, family: Family, prefix: str) -> dict[str, str]:
     """Graph name → HF name for every parameter and persistent buffer (tied weights once)."""
+    rows = family.table_for(getattr(model, "config", {}))
     names = [n for n, _ in model.named_parameters()]
     params = {id(p) for p in model.parameters()}
     state = model.state_dict(keep_vars=True)
     names += [n for n, t in state.items() if n not in names and id(t) not in params]
     table: dict[str, str] = {}
     for name in names:
-        hf = rename(name, family.table, prefix, to_hf=True)
+        hf = rename(name, rows, prefix, to_hf=True)
         if hf is None:
             raise WeightsError(
                 f"graph parameter {name!r} has no HuggingFace name in the {family.model_type} "
@@ -81,7 +82,7 @@ def read_header(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     return out
 
 
-def choose_prefix(model: nn.Module, family: Family, wanted: str, keys: set[str]) -> str:
+def choose_prefix(family: Family, wanted: str, keys: set[str]) -> str:
     """The backbone prefix the file uses: ``wanted``, or the other one (a base-model checkpoint
     loaded into a task model, or a task checkpoint into the bare encoder), as transformers does."""
     probe = "embeddings.word_embeddings.weight"
@@ -106,7 +107,7 @@ def load_into(
 
     header = read_header(path)
     keys = {_legacy(k): k for k in header}
-    prefix = choose_prefix(model, family, prefix, set(keys))
+    prefix = choose_prefix(family, prefix, set(keys))
     table = hf_names(model, family, prefix)
     state = model.state_dict(keep_vars=True)
     missing, mismatched, initialized = [], [], []
