@@ -105,10 +105,6 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelFiles:
                     local_files_only=local_only,
                 )
             )
-        except EntryNotFoundError:
-            if required:
-                raise HfHubError(f"{repo_id!r} has no {filename}") from None
-            return None
         except LocalEntryNotFoundError as err:
             if not required:
                 return None
@@ -118,6 +114,10 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelFiles:
                 f"(revision {revision or 'main'}); download it once online, or unset "
                 "HF_HUB_OFFLINE"
             ) from err
+        except EntryNotFoundError:
+            if required:
+                raise HfHubError(f"{repo_id!r} has no {filename}") from None
+            return None
         except Exception as err:  # network errors, unknown repos, gated repos...
             if not required:
                 return None

@@ -121,17 +121,14 @@ def load_into(
         shape = header[keys[hf]][0]
         if tuple(state[name].shape) != shape:
             mismatched.append(f"{hf}: checkpoint {list(shape)} vs model {list(state[name].shape)}")
-    head_present = [n for n in table if n.startswith("head.") and n not in initialized]
-    if initialized and head_present:  # a head is either all in the checkpoint or all fresh
-        missing += [table[n] for n in initialized]
-        initialized = []
     if missing or mismatched:
         parts = [f"{source or path}: the checkpoint does not fit the model; nothing was loaded"]
         if missing:
             parts.append(f"missing keys ({len(missing)}): {_listing(sorted(missing))}")
         if mismatched:
             parts.append(f"shape mismatches ({len(mismatched)}): {_listing(mismatched)}")
-        if missing and all(table[n] in missing for n in table if n.startswith("head.")):
+        head_keys = {table[n] for n in table if n.startswith("head.")}
+        if missing and set(missing) <= head_keys and not init_head:
             parts.append("to start a new task head from a base checkpoint, pass init_head=True")
         raise WeightsError("\n  ".join(parts), missing=sorted(missing), mismatched=mismatched)
     used = {table[n] for n in table if n not in initialized}
