@@ -10,11 +10,12 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from flodl.hf import parity
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-WORDS = (
-    "the a is of in to and paris france capital city river seine flows through "
-    "where does what good bad great awful movie film love hate fab lives latent writes "
-    "code rust python deep learning framework".split()
-)
+WORDS = [
+    *("the", "a", "is", "of", "in", "to", "and", "paris", "france", "capital", "city"),
+    *("river", "seine", "flows", "through", "where", "does", "what", "good", "bad", "great"),
+    *("awful", "movie", "film", "love", "hate", "fab", "lives", "latent", "writes", "code"),
+    *("rust", "python", "deep", "learning", "framework"),
+]
 VOCAB = SPECIAL + WORDS + ["##s", "##ing", "##ed"]
 
 
@@ -24,6 +25,7 @@ def wordpiece_tokenizer() -> Tokenizer:
     tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.add_special_tokens(SPECIAL)  # kept whole: "[MASK]" is one token, never lowercased
     cls, sep = vocab["[CLS]"], vocab["[SEP]"]
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",

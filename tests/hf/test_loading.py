@@ -42,7 +42,7 @@ def test_missing_key_is_named_and_nothing_is_loaded(bert_seqcls):
     assert err.value.missing == ["bert.encoder.layer.1.output.dense.weight"]
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # not one weight written
-    with pytest.raises(fh.WeightsError, match="layer.1.output.dense.weight"):
+    with pytest.raises(fh.WeightsError, match=r"layer\.1\.output\.dense\.weight"):
         fh.AutoModelForSequenceClassification.from_pretrained(bert_seqcls)
 
 
@@ -112,9 +112,9 @@ def test_family_and_model_type_errors(bert_seqcls, tmp_path):
         fh.RobertaForSequenceClassification.from_pretrained(bert_seqcls)
     config = json.loads((bert_seqcls / "config.json").read_text())
     (bert_seqcls / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
-    with pytest.raises(fh.HfConfigError, match="unsupported model_type 'gpt2'.*bert.*deberta-v2"):
+    with pytest.raises(fh.HfConfigError, match=r"unsupported model_type .gpt2.*bert.*deberta-v2"):
         fh.AutoModel.from_pretrained(bert_seqcls)
-    with pytest.raises(fh.HfHubError, match="no config.json"):
+    with pytest.raises(fh.HfHubError, match=r"no config\.json"):
         fh.AutoModel.from_pretrained(tmp_path)
 
 
