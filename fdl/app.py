@@ -144,9 +144,9 @@ def _global_options(
 
 
 def _register_commands() -> None:
-    from fdl.commands import api_ref, check, config, diagnose, init, libtorch, setup, skill
+    from fdl.commands import add, api_ref, check, config, diagnose, hf, init, libtorch, setup, skill
 
-    for module in (diagnose, setup, libtorch, init, config, api_ref, skill, check):
+    for module in (diagnose, setup, libtorch, init, add, config, api_ref, skill, check, hf):
         module.register(app, _group)
 
 

@@ -177,7 +177,7 @@ class Family:
     def config(self, raw: dict[str, Any]) -> Config:
         return Config(raw, self.config_aliases)
 
-    def build(self, cfg: Config, head: str, *, pooler: bool = True) -> Graph:
+    def build(self, cfg: Config, head: str) -> Graph:
         """The graph for ``head`` (one of ``base``, ``seqcls``, ``tokcls``, ``qa``, ``mlm``)."""
         embeddings = self.embeddings(cfg)
         encoder = self.custom_encoder(cfg) if self.custom_encoder else self._encoder(cfg)
@@ -195,7 +195,7 @@ class Family:
             .tag("hidden_states")
         )
         if head == "base":
-            head_flow = self.heads["base"](cfg, embeddings) if pooler else None
+            head_flow = self.heads["base"](cfg, embeddings)
             if head_flow is not None:
                 flow = flow.fork(head_flow.label("head").build()).tag("pooled")
         else:

@@ -23,7 +23,7 @@ from flodl.hf import hub
 from flodl.hf.errors import HfConfigError, HfHubError, TokenizerError
 from flodl.hf.families import FAMILIES, Family, family_of
 from flodl.hf.tokenizer import HfTokenizer
-from flodl.hf.weights import LoadReport, export_tensors, load_into, read_header
+from flodl.hf.weights import LoadReport, export_tensors, load_into
 
 _DTYPES = {
     "float32": torch.float32,
@@ -73,11 +73,11 @@ class HfModel(Graph):
         return family
 
     @classmethod
-    def _build(cls, raw: dict[str, Any], *, pooler: bool = True) -> HfModel:
+    def _build(cls, raw: dict[str, Any]) -> HfModel:
         family = cls._family_for(raw)
         target = model_class(family.model_type, cls.head_kind)
         cfg = family.config(raw)
-        graph = family.build(cfg, cls.head_kind, pooler=pooler)
+        graph = family.build(cfg, cls.head_kind)
         graph.__class__ = target
         model: HfModel = graph  # type: ignore[assignment]
         model.config = dict(raw)
@@ -123,13 +123,18 @@ class HfModel(Graph):
                 else ""
             )
             raise HfHubError(f"{files.source} has no {hub.WEIGHTS}{hint}")
-        header = read_header(files.weights)
         family = cls._family_for(raw)
-        pooler = cls.head_kind != "base" or any(".pooler." in f".{k}" for k in header)
-        model = cls._build(raw, pooler=pooler)
+        model = cls._build(raw)
         prefix = "" if cls.head_kind == "base" else family.prefix + "."
+        # The bare encoder's only head is its pooler: like transformers, a checkpoint without
+        # one (saved from a task model that never used it) gets a freshly initialised pooler.
         model.load_report = load_into(
-            model, family, files.weights, prefix, init_head=init_head, source=files.source
+            model,
+            family,
+            files.weights,
+            prefix,
+            init_head=init_head or cls.head_kind == "base",
+            source=files.source,
         )
         if files.tokenizer is not None:
             model.tokenizer = HfTokenizer.from_file(files.tokenizer)
