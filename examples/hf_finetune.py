@@ -3,6 +3,7 @@
     python examples/hf_finetune.py                       # a tiny BERT made here, no download
     python examples/hf_finetune.py --model bert-base-uncased --init-head   # a real checkpoint
     python examples/hf_finetune.py --builder             # the same training, fl.Trainer.builder
+    python examples/hf_finetune.py --builder --ranks 2   # ... on two CPU processes
 
 Without ``--model`` a tiny BERT (random weights, 2 layers) and a WordPiece tokenizer are written
 to ``OUT/base`` and fine-tuned from there. The loop freezes the embeddings by label path, gives
@@ -14,6 +15,7 @@ code on CPU, one GPU or N ranks under torchrun), then exports the fine-tuned mod
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 from pathlib import Path
@@ -108,30 +110,40 @@ def train_setup_head(model: fl.hf.HfModel, texts, labels, steps: int, batch: int
     return losses
 
 
-def train_builder(model_path: Path, texts, labels, epochs: int, batch: int) -> fl.hf.HfModel:
-    """The framework's loop: fl.Trainer.builder over the tokenized dataset."""
+def load_on(model_path: Path, device) -> fl.hf.HfModel:
+    """The model factory of the builder path: each rank loads the checkpoint on its device."""
+    torch.manual_seed(0)
+    return fl.hf.AutoModelForSequenceClassification.from_pretrained(model_path, device=device)
+
+
+def classification_step(model: fl.hf.HfModel, batch) -> torch.Tensor:
+    ids, mask, target = batch
+    return F.cross_entropy(model(ids, attention_mask=mask), target)
+
+
+def adamw(params) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=2e-3)
+
+
+def train_builder(model_path: Path, texts, labels, epochs: int, batch: int, ranks: int):
+    """The framework's loop: fl.Trainer.builder over the tokenized dataset (``ranks`` CPU
+    processes when > 1; the factories are module-level so spawned ranks can import them)."""
     tokenizer = fl.hf.HfTokenizer.from_file(model_path)
     enc = tokenizer.encode(texts)
-    data = (enc.input_ids, enc.attention_mask, torch.tensor(labels))
-
-    def make_model(device):
-        torch.manual_seed(0)
-        return fl.hf.AutoModelForSequenceClassification.from_pretrained(model_path, device=device)
-
-    def train_step(model, batch):
-        ids, mask, target = batch
-        return F.cross_entropy(model(ids, attention_mask=mask), target)
-
-    handle = (
-        fl.Trainer.builder(make_model, lambda p: torch.optim.AdamW(p, lr=2e-3), train_step)
-        .dataset(lambda: data)
+    factory = functools.partial(load_on, model_path)
+    builder = (
+        fl.Trainer.builder(factory, adamw, classification_step)
+        .dataset((enc.input_ids, enc.attention_mask, torch.tensor(labels)))
         .batch_size(batch)
         .num_epochs(epochs)
-        .run()
     )
+    if ranks > 1:
+        builder.devices(["cpu"] * ranks)
+    handle = builder.run()
     for metrics in iter(handle.next_metrics, None):
         print(f"epoch {metrics.epoch}: loss {metrics.avg_loss:.4f}")
-    model = handle.join().load_into(make_model("cpu"))
+    model = handle.join().load_into(load_on(model_path, "cpu"))
+    print(f"trained on {handle.world_size} rank(s)")
     return model.eval()
 
 
@@ -143,6 +155,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--builder", action="store_true", help="train with fl.Trainer.builder")
+    parser.add_argument("--ranks", type=int, default=1, help="with --builder: CPU processes")
     args = parser.parse_args()
     out = Path(args.out)
     model_path = Path(args.model) if args.model else make_tiny_model(out / "base")
@@ -151,7 +164,7 @@ def main() -> None:
 
     if args.builder:
         epochs = max(1, args.steps * args.batch // len(texts))
-        model = train_builder(model_path, texts, labels, epochs, args.batch)
+        model = train_builder(model_path, texts, labels, epochs, args.batch, args.ranks)
     else:
         model = load(model_path, args.init_head)
         print(f"accuracy before: {accuracy(model, test_texts, test_labels):.2f}")

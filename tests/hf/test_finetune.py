@@ -48,7 +48,15 @@ def test_builder_trains_a_head(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", [[], ["--builder"]], ids=["setup_head", "builder"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        [],
+        ["--builder"],
+        pytest.param(["--builder", "--ranks", "2"], marks=pytest.mark.multiproc),
+    ],
+    ids=["setup_head", "builder", "builder-2-ranks"],
+)
 def test_the_worked_example(mode, repo_root, tmp_path):
     from tests.conftest import clean_env
 
@@ -59,6 +67,8 @@ def test_the_worked_example(mode, repo_root, tmp_path):
         check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    if "--ranks" in mode:
+        assert "trained on 2 rank(s)" in result.stdout
     accuracy = float(re.search(r"accuracy after: ([\d.]+)", result.stdout).group(1))
     assert accuracy >= 0.9, result.stdout
     t = parity.transformers_module()
