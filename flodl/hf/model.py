@@ -52,6 +52,18 @@ class HfModel(Graph):
     """Base class of every ``flodl.hf`` model (an ``fl.Graph``); use a task class or an Auto class.
 
     Label paths: ``embeddings``, ``encoder``, ``encoder.layer_<i>``, ``head`` (see docs/hf.md).
+
+    >>> import torch, flodl as fl, flodl.hf
+    >>> config = {"model_type": "bert", "vocab_size": 30, "hidden_size": 8,
+    ...           "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 16,
+    ...           "id2label": {"0": "no", "1": "yes"}}
+    >>> model = fl.hf.AutoModelForSequenceClassification.from_config(config)
+    >>> type(model).__name__, isinstance(model, fl.Graph)
+    ('BertForSequenceClassification', True)
+    >>> model(torch.tensor([[2, 5, 7, 3]])).shape
+    torch.Size([1, 2])
+    >>> model.freeze("embeddings") > 0, model.validate_path("encoder.layer_1").kind.name
+    (True, 'TAG')
     """
 
     head_kind: ClassVar[str] = "base"
@@ -156,10 +168,6 @@ class HfModel(Graph):
     def id2label(self) -> dict[int, str]:
         """Class index → label name, from ``config.json`` (``LABEL_<i>`` when it has none)."""
         return self.family.config(self.config).id2label
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.parameters()).device
 
     # ------------------------------------------------------------------ running
     def forward(  # type: ignore[override]
