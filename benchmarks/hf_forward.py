@@ -44,6 +44,21 @@ MODELS = {
         },
     ),
     "distilbert-base tokcls": ("distilbert", "AutoModelForTokenClassification", {}),
+    "deberta-v3-base seqcls": (
+        "deberta-v2",
+        "AutoModelForSequenceClassification",
+        {
+            "relative_attention": True,
+            "position_buckets": 256,
+            "max_relative_positions": -1,
+            "pos_att_type": ["p2c", "c2p"],
+            "position_biased_input": False,
+            "norm_rel_ebd": "layer_norm",
+            "share_att_key": True,
+            "type_vocab_size": 0,
+            "vocab_size": 128100,
+        },
+    ),
 }
 SMOKE = {
     "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -53,7 +68,9 @@ SMOKE = {
 
 def make_config(family: str, overrides: dict[str, object]):
     t = transformers_module()
-    cls = {"bert": t.BertConfig, "distilbert": t.DistilBertConfig}[family]
+    cls = {"bert": t.BertConfig, "distilbert": t.DistilBertConfig, "deberta-v2": t.DebertaV2Config}[
+        family
+    ]
     config = cls(num_labels=3)
     for key, value in overrides.items():
         if hasattr(config, key):
@@ -100,10 +117,17 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     parser.add_argument("--quick", action="store_true", help="3 rounds")
     parser.add_argument("--smoke", action="store_true", help="tiny model, one round")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--models", default="", help="comma-separated names (default: all)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rounds = 1 if args.smoke else 3 if args.quick else args.rounds
     models = {"tiny bert seqcls": MODELS["bert-base seqcls"]} if args.smoke else MODELS
+    if args.models:
+        wanted = [m.strip() for m in args.models.split(",")]
+        unknown = [m for m in wanted if m not in MODELS]
+        if unknown:
+            parser.error(f"unknown model(s) {unknown}; known: {list(MODELS)}")
+        models = {m: MODELS[m] for m in wanted}
     out = args.out
     if args.smoke and out is None:
         out = Path(__file__).resolve().parent / "results" / "smoke"

@@ -80,6 +80,8 @@ class DebertaEmbeddings(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        if self.position_embeddings is not None:
+            L.check_length(input_ids, self.position_embeddings.num_embeddings)
         x = self.word_embeddings(input_ids)
         if self.position_embeddings is not None:
             positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)

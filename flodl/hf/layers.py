@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flodl.hf.errors import HfConfigError
+from flodl.hf.errors import HfConfigError, HfError
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -72,6 +72,16 @@ def _merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, s, h * d)
 
 
+def check_length(input_ids: torch.Tensor, limit: int) -> None:
+    """A clear error for a sequence longer than the position table (instead of an index error)."""
+    if input_ids.shape[-1] > limit:
+        raise HfError(
+            f"a sequence of {input_ids.shape[-1]} tokens is longer than this model's {limit} "
+            "positions (max_position_embeddings): truncate it, e.g. "
+            "HfTokenizer.from_file(path, max_length=...)"
+        )
+
+
 # ---------------------------------------------------------------------------------- embeddings
 class Embeddings(nn.Module):
     """Word + absolute position (+ token type) embeddings, LayerNorm, dropout.
@@ -104,6 +114,8 @@ class Embeddings(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.roberta_positions = roberta_positions
         self.padding_idx = pad_token_id if pad_token_id is not None else 0
+        # RoBERTa's positions start after padding_idx, so it fits padding_idx + 1 fewer tokens
+        self.max_length = max_positions - (self.padding_idx + 1 if roberta_positions else 0)
 
     def positions(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.roberta_positions:
@@ -114,6 +126,7 @@ class Embeddings(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
+        check_length(input_ids, self.max_length)
         x = self.word_embeddings(input_ids)
         if self.token_type_embeddings is not None:
             if token_type_ids is None:

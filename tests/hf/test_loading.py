@@ -156,3 +156,11 @@ def test_call_convention_is_the_same_for_every_family(tmp_path):
         assert torch.equal(by_position, by_keyword) and by_keyword.shape == (2, 9, 3)
         default_mask = model(input_ids=inputs["input_ids"])
         assert default_mask.shape == (2, 9, 3)
+
+
+def test_a_sequence_longer_than_the_positions_is_a_clear_error(tmp_path):
+    parity.make_reference("roberta", "base", tmp_path)  # 70 positions, padding_idx 1
+    model = fh.AutoModel.from_pretrained(tmp_path)
+    assert model(torch.randint(5, 90, (1, 68))).shape == (1, 68, 32)
+    with pytest.raises(fh.HfError, match="69 tokens is longer than this model's 68 positions"):
+        model(torch.randint(5, 90, (1, 69)))
