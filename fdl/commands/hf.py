@@ -174,8 +174,8 @@ def register(app: typer.Typer, make_group) -> None:
             files = hub.resolve(name_or_path)
         except HfError as err:
             raise _flodl_error(err) from err
-        if files.weights is not None and not force:
-            raise FdlError(f"{files.weights} already exists", "nothing to convert (or --force)")
+        if files.weights and not force:
+            raise FdlError(f"{files.weights[0]} already exists", "nothing to convert (or --force)")
         folder = files.config.parent
         legacy = files.legacy_weights or folder / hub.LEGACY_WEIGHTS
         if not legacy.is_file():

@@ -7,6 +7,7 @@ call time). With ``HF_HUB_OFFLINE=1`` only the cache is read, and an id that is 
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,15 +18,18 @@ CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 LEGACY_WEIGHTS = "pytorch_model.bin"
 TOKENIZER = "tokenizer.json"
+WEIGHTS_INDEX = "model.safetensors.index.json"
 
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """Where a model's files are: ``config``, ``weights`` and (when present) ``tokenizer``."""
+    """Where a model's files are: ``config``, ``weights`` (one ``model.safetensors``, or the
+    shards a ``model.safetensors.index.json`` lists; empty when there are none) and, when
+    present, ``tokenizer``."""
 
     source: str
     config: Path
-    weights: Path | None
+    weights: list[Path]
     tokenizer: Path | None
     legacy_weights: Path | None = None
 
@@ -49,17 +53,31 @@ def offline() -> bool:
     )
 
 
+def shard_names(index: Path) -> list[str]:
+    """The shard files a ``model.safetensors.index.json`` maps weights to, in order."""
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise HfHubError(f"{index}: not a safetensors index ({err})") from err
+    return sorted(set(weight_map.values()))
+
+
 def _local(directory: Path) -> ModelFiles:
     config = directory / CONFIG
     if not config.is_file():
         raise HfHubError(f"{directory} has no {CONFIG}: not a HuggingFace model directory")
-    weights = directory / WEIGHTS
+    weights = [directory / WEIGHTS] if (directory / WEIGHTS).is_file() else []
+    if not weights and (directory / WEIGHTS_INDEX).is_file():
+        weights = [directory / name for name in shard_names(directory / WEIGHTS_INDEX)]
+        absent = [w.name for w in weights if not w.is_file()]
+        if absent:
+            raise HfHubError(f"{directory}: shard(s) listed in {WEIGHTS_INDEX} missing: {absent}")
     legacy = directory / LEGACY_WEIGHTS
     tokenizer = directory / TOKENIZER
     return ModelFiles(
         source=str(directory),
         config=config,
-        weights=weights if weights.is_file() else None,
+        weights=weights,
         tokenizer=tokenizer if tokenizer.is_file() else None,
         legacy_weights=legacy if legacy.is_file() else None,
     )
@@ -71,8 +89,8 @@ def resolve(name_or_path: str | os.PathLike[str], revision: str | None = None) -
     >>> import tempfile, json, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (d / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    >>> resolve(d).weights is None
-    True
+    >>> resolve(d).weights
+    []
     """
     path = Path(name_or_path).expanduser()
     if path.is_dir():
@@ -125,8 +143,13 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelFiles:
 
     config = fetch(CONFIG, required=True)
     assert config is not None
-    weights = fetch(WEIGHTS, required=False)
-    legacy = None if weights is not None else fetch(LEGACY_WEIGHTS, required=False)
+    single = fetch(WEIGHTS, required=False)
+    weights = [single] if single is not None else []
+    if not weights:
+        index = fetch(WEIGHTS_INDEX, required=False)
+        if index is not None:
+            weights = [fetch(name, required=True) for name in shard_names(index)]  # type: ignore[misc]
+    legacy = None if weights else fetch(LEGACY_WEIGHTS, required=False)
     return ModelFiles(
         source=repo_id,
         config=config,

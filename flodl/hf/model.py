@@ -128,13 +128,13 @@ class HfModel(Graph):
         """
         files = hub.resolve(name_or_path, revision)
         raw = _read_config(files.config)
-        if files.weights is None:
+        if not files.weights:
             hint = (
                 f"; it has {hub.LEGACY_WEIGHTS}: convert it with `fdl hf convert {name_or_path}`"
                 if files.legacy_weights is not None
                 else ""
             )
-            raise HfHubError(f"{files.source} has no {hub.WEIGHTS}{hint}")
+            raise HfHubError(f"{files.source} has no {hub.WEIGHTS} (nor sharded weights){hint}")
         family = cls._family_for(raw)
         model = cls._build(raw)
         prefix = "" if cls.head_kind == "base" else family.prefix + "."

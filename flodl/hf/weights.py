@@ -82,6 +82,17 @@ def read_header(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     return out
 
 
+def read_headers(paths: list[Path]) -> tuple[dict[str, tuple[int, ...]], dict[str, Path]]:
+    """Shapes and the file holding each key, over one file or every shard."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    where: dict[str, Path] = {}
+    for path in paths:
+        for key, (shape, _) in read_header(path).items():
+            shapes[key] = shape
+            where[key] = path
+    return shapes, where
+
+
 def choose_prefix(family: Family, wanted: str, keys: set[str]) -> str:
     """The backbone prefix the file uses: ``wanted``, or the other one (a base-model checkpoint
     loaded into a task model, or a task checkpoint into the bare encoder), as transformers does."""
@@ -96,17 +107,19 @@ def choose_prefix(family: Family, wanted: str, keys: set[str]) -> str:
 def load_into(
     model: nn.Module,
     family: Family,
-    path: Path,
+    path: Path | list[Path],
     prefix: str,
     *,
     init_head: bool = False,
     source: str = "",
 ) -> LoadReport:
-    """Validate ``path`` against ``model`` and copy every weight in, or raise and copy none."""
+    """Validate ``path`` (a safetensors file, or every shard of one) against ``model`` and copy
+    every weight in, or raise and copy none."""
     from safetensors import safe_open
 
-    header = read_header(path)
-    keys = {_legacy(k): k for k in header}
+    paths = [path] if isinstance(path, Path) else list(path)
+    shapes, where = read_headers(paths)
+    keys = {_legacy(k): k for k in shapes}
     prefix = choose_prefix(family, prefix, set(keys))
     table = hf_names(model, family, prefix)
     state = model.state_dict(keep_vars=True)
@@ -118,11 +131,11 @@ def load_into(
             else:
                 missing.append(hf)
             continue
-        shape = header[keys[hf]][0]
+        shape = shapes[keys[hf]]
         if tuple(state[name].shape) != shape:
             mismatched.append(f"{hf}: checkpoint {list(shape)} vs model {list(state[name].shape)}")
     if missing or mismatched:
-        parts = [f"{source or path}: the checkpoint does not fit the model; nothing was loaded"]
+        parts = [f"{source or paths[0]}: the checkpoint does not fit the model; nothing was loaded"]
         if missing:
             parts.append(f"missing keys ({len(missing)}): {_listing(sorted(missing))}")
         if mismatched:
@@ -133,20 +146,24 @@ def load_into(
         raise WeightsError("\n  ".join(parts), missing=sorted(missing), mismatched=mismatched)
     used = {table[n] for n in table if n not in initialized}
     report = LoadReport(
-        source=source or str(path),
+        source=source or str(paths[0]),
         unexpected=sorted(keys[k] for k in keys if k not in used),
         initialized=initialized,
     )
-    with safe_open(str(path), framework="pt") as f, torch.no_grad():
-        for name, hf in table.items():
-            if name in initialized:
-                continue
-            target = state[name]
-            value = f.get_tensor(keys[hf])
-            if target.dtype != value.dtype and target.is_floating_point():
-                target.data = target.data.to(value.dtype)
-            target.copy_(value)
-            report.loaded.append(name)
+    by_file: dict[Path, list[str]] = {}
+    for name, hf in table.items():
+        if name not in initialized:
+            by_file.setdefault(where[keys[hf]], []).append(name)
+    with torch.no_grad():
+        for file, names in by_file.items():
+            with safe_open(str(file), framework="pt") as f:
+                for name in names:
+                    target = state[name]
+                    value = f.get_tensor(keys[table[name]])
+                    if target.dtype != value.dtype and target.is_floating_point():
+                        target.data = target.data.to(value.dtype)
+                    target.copy_(value)
+                    report.loaded.append(name)
     if report.unexpected:
         log.warning(
             "%s: %d checkpoint key(s) not used by %s: %s",

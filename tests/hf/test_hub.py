@@ -60,3 +60,13 @@ def test_offline_and_not_cached_names_the_id_and_the_cache(offline_home):
 def test_a_path_that_is_not_a_directory(tmp_path):
     with pytest.raises(fh.HfHubError, match="not a model directory"):
         fh.AutoModel.from_pretrained(tmp_path / "missing" / "dir")
+
+
+def test_sharded_hub_checkpoint_from_the_cache(offline_home, tmp_path):
+    reference = parity.make_reference("albert", "seqcls", tmp_path / "one")
+    reference.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    populate_cache(offline_home, "tiny-org/sharded-albert", tmp_path / "sharded")
+    model = fh.AutoModelForSequenceClassification.from_pretrained("tiny-org/sharded-albert")
+    ids = parity.sample_inputs()["input_ids"]
+    whole = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path / "one")
+    assert torch.equal(model(ids), whole(ids))

@@ -164,3 +164,17 @@ def test_a_sequence_longer_than_the_positions_is_a_clear_error(tmp_path):
     assert model(torch.randint(5, 90, (1, 68))).shape == (1, 68, 32)
     with pytest.raises(fh.HfError, match="69 tokens is longer than this model's 68 positions"):
         model(torch.randint(5, 90, (1, 69)))
+
+
+def test_sharded_checkpoints_load(tmp_path):
+    reference = parity.make_reference("bert", "mlm", tmp_path / "one")
+    reference.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    shards = sorted(p.name for p in (tmp_path / "sharded").glob("model-*.safetensors"))
+    assert len(shards) > 1 and (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
+    whole = fh.AutoModelForMaskedLM.from_pretrained(tmp_path / "one")
+    model = fh.AutoModelForMaskedLM.from_pretrained(tmp_path / "sharded")
+    ids = parity.sample_inputs()["input_ids"]
+    assert torch.equal(model(ids), whole(ids))
+    (tmp_path / "sharded" / shards[-1]).unlink()
+    with pytest.raises(fh.HfHubError, match="missing"):
+        fh.AutoModelForMaskedLM.from_pretrained(tmp_path / "sharded")
