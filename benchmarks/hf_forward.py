@@ -44,7 +44,7 @@ MODELS = {
         },
     ),
     "distilbert-base tokcls": ("distilbert", "AutoModelForTokenClassification", {}),
-    "deberta-v3-base seqcls": (
+    "deberta-v3 L6 seqcls": (
         "deberta-v2",
         "AutoModelForSequenceClassification",
         {
@@ -56,7 +56,8 @@ MODELS = {
             "norm_rel_ebd": "layer_norm",
             "share_att_key": True,
             "type_vocab_size": 0,
-            "vocab_size": 128100,
+            "vocab_size": 30522,
+            "num_hidden_layers": 6,
         },
     ),
 }
