@@ -138,6 +138,15 @@ class DisentangledSelfAttention(nn.Module):
                 self.pos_query_proj = nn.Linear(dim, dim)
         self.pos_dropout = nn.Dropout(dropout)
         self.dropout = nn.Dropout(attn_dropout)
+        self._positions: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+    def _relative_positions(self, size: int, device: torch.device) -> torch.Tensor:
+        """``[1, 1, S, S]`` bucketed relative positions, computed once per length and device."""
+        key = (size, device)
+        if key not in self._positions:
+            rel = relative_positions(size, self.buckets, self.max_relative, device)
+            self._positions = {key: rel.unsqueeze(1)}  # keep one: lengths vary batch to batch
+        return self._positions[key]
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -168,7 +177,7 @@ class DisentangledSelfAttention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, rel: torch.Tensor, _scale: float
     ) -> torch.Tensor:
         size = q.size(-2)
-        rel_pos = relative_positions(size, self.buckets, self.max_relative, q.device).unsqueeze(1)
+        rel_pos = self._relative_positions(size, q.device)
         span = self.span
         rel = rel[0 : span * 2, :].unsqueeze(0)
         repeat = q.size(0) // self.heads

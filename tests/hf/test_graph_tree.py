@@ -119,3 +119,19 @@ def test_copy_and_pickle_keep_the_class_and_the_outputs(bert):
 def test_tree_summary_names_the_parts(bert):
     text = bert.tree_summary()
     assert "encoder" in text and "head" in text
+
+
+def test_deberta_trains_after_an_inference_mode_forward(tmp_path):
+    """DeBERTa caches its relative positions per length: a cache filled under inference_mode
+    (predict) must not break a later training step."""
+    parity.make_reference("deberta-v2", "seqcls", tmp_path)
+    model = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path)
+    inputs, labels = _batch()
+    with torch.inference_mode():
+        expected = model(**inputs)
+    model.train()
+    F.cross_entropy(model(**inputs), labels).backward()
+    assert all(p.grad is not None for p in model.parameters_at("encoder.layer_0"))
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(**inputs), expected)
