@@ -6,6 +6,7 @@ Every model is one ``fl.Graph`` with the same label paths whatever the family::
     encoder               a labelled child graph; its input ``attention_mask``
     encoder.layer_<i>     layer i (ALBERT: every layer is the one shared ``encoder.layer_0``)
     head                  a labelled child graph: pooler, classifier, span or vocabulary head
+                          (absent from the bare DistilBERT and DeBERTa-v2 encoders: no pooler)
 
 Each family's **name table** (:attr:`Family.table`) maps graph parameter names to the names
 ``transformers`` writes. Rows are prefixes; ``{i}`` is a layer index and ``{p}`` the backbone
