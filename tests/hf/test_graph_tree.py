@@ -135,3 +135,16 @@ def test_deberta_trains_after_an_inference_mode_forward(tmp_path):
     model.eval()
     with torch.no_grad():
         assert torch.allclose(model(**inputs), expected)
+
+
+def test_whole_model_fdl_checkpoint_round_trips(bert, tmp_path):
+    """A fine-tuned head saved as a .fdl checkpoint loads into a fresh model of the config."""
+    with torch.no_grad():
+        bert.subgraph("head").classifier.bias.add_(1.0)
+    bert.save_checkpoint(tmp_path / "model.fdl")
+    fresh = fh.AutoModelForSequenceClassification.from_config(bert.config)
+    assert fresh.structural_hash() == bert.structural_hash()
+    fresh.load_checkpoint(tmp_path / "model.fdl")
+    inputs, _ = _batch()
+    with torch.no_grad():
+        assert torch.equal(fresh.eval()(**inputs), bert(**inputs))
