@@ -127,6 +127,13 @@ class HfModel(Graph):
         mode, like ``transformers``.
         """
         files = hub.resolve(name_or_path, revision)
+        return cls._from_files(files, device=device, dtype=dtype, init_head=init_head)
+
+    @classmethod
+    def _from_files(
+        cls, files: hub.ModelFiles, *, device: Any, dtype: torch.dtype | None, init_head: bool
+    ) -> HfModel:
+        name_or_path = files.source
         raw = _read_config(files.config)
         if not files.weights:
             hint = (
@@ -442,9 +449,7 @@ class _Auto:
         files = hub.resolve(name_or_path, revision)
         family = family_of(_read_config(files.config))
         target = model_class(family.model_type, cls.head_kind)
-        return target.from_pretrained(
-            name_or_path, revision=revision, device=device, dtype=dtype, init_head=init_head
-        )
+        return target._from_files(files, device=device, dtype=dtype, init_head=init_head)
 
     @classmethod
     def from_config(
