@@ -110,3 +110,27 @@ def test_export_copies_the_tokenizer_and_pickles(tmp_path):
     )
     twin = pickle.loads(pickle.dumps(model))
     assert twin.predict(["good film"]) == model.predict(["good film"])
+
+
+def test_tokenizer_pairs_padding_and_truncation(tmp_path):
+    wordpiece_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    tok = fh.HfTokenizer.from_file(tmp_path)
+    enc = tok.encode(["where does the river flow"], pairs=["the seine flows"])
+    assert enc.tokens[0][0] == "[CLS]" and enc.tokens[0].count("[SEP]") == 2
+    assert enc.sequence_ids[0][0] is None and set(enc.sequence_ids[0][1:6]) == {0}
+    assert enc.token_type_ids[0].tolist()[-4:] == [1, 1, 1, 1]
+    batch = tok.encode(["good", "the movie was good"])
+    assert batch.input_ids.shape == (2, 6) and batch.attention_mask[0].tolist() == [
+        1,
+        1,
+        1,
+        0,
+        0,
+        0,
+    ]
+    short = fh.HfTokenizer.from_file(tmp_path / "tokenizer.json", max_length=4)
+    assert short.encode(["the movie was really good"]).input_ids.shape == (1, 4)
+    with pytest.raises(fh.TokenizerError, match="1 texts but 2 pair texts"):
+        tok.encode(["a"], pairs=["b", "c"])
+    with pytest.raises(fh.TokenizerError, match="no tokenizer file"):
+        fh.HfTokenizer.from_file(tmp_path / "missing.json")
