@@ -162,7 +162,6 @@ class Family:
     table: Table
     encoder_entry: Callable[[Config], nn.Module] | None = None
     shared_layer: bool = False
-    token_types: bool = True
     mask_token: str = "[MASK]"
     custom_encoder: Callable[[Config], Graph] | None = None
     embeddings_take_mask: bool = False
@@ -445,7 +444,6 @@ DISTILBERT = Family(
         ("head.transform.LayerNorm.", "vocab_layer_norm."),
         ("head.decoder.bias", "vocab_projector.bias"),
     ],
-    token_types=False,
 )
 
 
