@@ -145,18 +145,32 @@ def _global_options(
 
 def _register_commands() -> None:
     from fdl.commands import (
+        add,
         api_ref,
         check,
         checkpoint,
         config,
         diagnose,
+        hf,
         init,
         libtorch,
         setup,
         skill,
     )
 
-    for module in (diagnose, setup, libtorch, init, config, api_ref, skill, check, checkpoint):
+    for module in (
+        diagnose,
+        setup,
+        libtorch,
+        init,
+        add,
+        config,
+        api_ref,
+        skill,
+        check,
+        checkpoint,
+        hf,
+    ):
         module.register(app, _group)
 
 

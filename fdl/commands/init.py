@@ -44,18 +44,37 @@ def register(app: typer.Typer, make_group) -> None:
         dry_run: Annotated[
             bool, typer.Option("--dry-run", help="With --update: show the diff, change nothing.")
         ] = False,
+        with_hf: Annotated[
+            bool,
+            typer.Option(
+                "--with-hf", help="Include HuggingFace support (as 'fdl add hf' does afterwards)."
+            ),
+        ] = False,
     ) -> None:
         if docker and native:
             raise FdlUsageError("--docker and --native are mutually exclusive", "pick one")
         if dry_run and not update:
             raise FdlUsageError("--dry-run only applies to --update", "add --update")
         mode = "docker" if docker else "native" if native else None
+        if update and with_hf:
+            raise FdlUsageError("--with-hf applies to a new project", "inside one: fdl add hf")
         if update:
             _update(Path(name or "."), mode, cuda, dry_run)
         else:
             if name is None:
                 raise FdlUsageError("missing the project name", "e.g. fdl init my-model")
             _create(name, mode, cuda)
+            if with_hf:
+                _add_feature(Path(name).resolve(), "hf")
+
+
+def _add_feature(root: Path, feature: str) -> None:
+    from rich.markup import escape
+
+    from fdl import console
+    from fdl.scaffold import features
+
+    features.report(feature, features.add(root, feature), lambda line: console.info(escape(line)))
 
 
 def _ask_mode() -> str:

@@ -401,6 +401,62 @@ class Trainer:
         )
 
     @staticmethod
+    def setup_head(
+        model: torch.nn.Module,
+        optim_factory: Callable[[Any], torch.optim.Optimizer],
+        *,
+        param_groups: dict[str, Any] | None = None,
+        scheduler: Any = None,
+        lr_scale: float = 1.0,
+        timeout: float = 60.0,
+        config: DdpConfig | None = None,
+    ) -> GraphSession:
+        """Graph mode for a task model (a ``flodl.hf`` head, or any ``fl.Graph``): the same loop
+        on CPU, one GPU or N ranks, ending in ``model.step()``.
+
+        As :meth:`setup` with no replica factory (each rank loads its own copy), plus what
+        fine-tuning wants: the optimizer gets only the parameters that train (frozen ones, e.g.
+        after ``model.freeze("embeddings")``, are left out), or, with ``param_groups``
+        (``{path: lr or options}``), one group per label path through
+        :func:`fl.optim.param_groups` (frozen parameters left out of every group).
+
+        >>> import torch, flodl as fl
+        >>> from torch import nn
+        >>> model = fl.FlowBuilder(nn.Linear(4, 4)).tag("body").through(nn.Linear(4, 1)).build()
+        >>> _ = model.freeze("body")
+        >>> session = fl.Trainer.setup_head(model, lambda p: torch.optim.AdamW(p, lr=1e-3))
+        >>> sum(len(g["params"]) for g in session.optimizer.param_groups)
+        2
+        """
+        from flodl.optim import param_groups as groups_by_path
+
+        if not callable(optim_factory):
+            raise TrainerConfigError(
+                "Trainer.setup_head: optim_factory must be callable (params -> optimizer), got "
+                f"{type(optim_factory).__name__}"
+            )
+
+        def trainable(params: Any) -> torch.optim.Optimizer:
+            if param_groups is not None:
+                groups = []
+                for group in groups_by_path(model, param_groups):
+                    kept = [p for p in group["params"] if p.requires_grad]
+                    if kept:
+                        groups.append({**group, "params": kept})
+                return optim_factory(groups)
+            return optim_factory([p for p in params if p.requires_grad])
+
+        return setup_graph(
+            model,
+            None,
+            trainable,
+            scheduler=scheduler,
+            lr_scale=lr_scale,
+            timeout=timeout,
+            config=config,
+        )
+
+    @staticmethod
     def builder(
         model_factory: Callable, optim_factory: Callable, train_step: Callable
     ) -> TrainerBuilder:

@@ -1,0 +1,190 @@
+"""Move weights between a graph and HuggingFace-named safetensors files, all or nothing.
+
+:func:`load_into` reads only the file's header first (names, shapes), checks every name and shape
+the graph needs, and raises :class:`~flodl.hf.errors.WeightsError` naming the missing keys and the
+shape mismatches before any weight is written, so a failed load never leaves a model half loaded.
+Keys the graph does not use are tolerated and reported (as ``transformers`` does: a base-model
+checkpoint often carries a pretraining head). Legacy ``LayerNorm.gamma``/``.beta`` names are read
+as ``weight``/``bias``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from flodl.hf.errors import WeightsError
+from flodl.hf.families import Family, rename
+
+log = logging.getLogger("flodl.hf")
+_SHOWN = 20
+
+
+@dataclass
+class LoadReport:
+    """What a load did: ``loaded`` graph names, ``unexpected`` checkpoint keys it ignored, and
+    ``initialized`` graph names left at their fresh initialisation (only with ``init_head``)."""
+
+    source: str
+    loaded: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    initialized: list[str] = field(default_factory=list)
+
+
+def hf_names(model: nn.Module, family: Family, prefix: str) -> dict[str, str]:
+    """Graph name → HF name for every parameter and persistent buffer (tied weights once)."""
+    rows = family.table_for(getattr(model, "config", {}))
+    names = [n for n, _ in model.named_parameters()]
+    params = {id(p) for p in model.parameters()}
+    state = model.state_dict(keep_vars=True)
+    names += [n for n, t in state.items() if n not in names and id(t) not in params]
+    table: dict[str, str] = {}
+    for name in names:
+        hf = rename(name, rows, prefix, to_hf=True)
+        if hf is None:
+            raise WeightsError(
+                f"graph parameter {name!r} has no HuggingFace name in the {family.model_type} "
+                "table",
+                missing=[],
+                mismatched=[],
+            )
+        table[name] = hf
+    return table
+
+
+def _legacy(key: str) -> str:
+    if key.endswith(".gamma"):
+        return key[: -len("gamma")] + "weight"
+    if key.endswith(".beta"):
+        return key[: -len("beta")] + "bias"
+    return key
+
+
+def _listing(items: list[str]) -> str:
+    shown = ", ".join(items[:_SHOWN])
+    more = f" ... and {len(items) - _SHOWN} more" if len(items) > _SHOWN else ""
+    return shown + more
+
+
+def read_header(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Names → (shape, dtype) from a safetensors header, without reading any tensor data."""
+    from safetensors import safe_open
+
+    out = {}
+    with safe_open(str(path), framework="pt") as f:
+        for key in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+            s = f.get_slice(key)
+            out[key] = (tuple(s.get_shape()), s.get_dtype())
+    return out
+
+
+def read_headers(paths: list[Path]) -> tuple[dict[str, tuple[int, ...]], dict[str, Path]]:
+    """Shapes and the file holding each key, over one file or every shard."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    where: dict[str, Path] = {}
+    for path in paths:
+        for key, (shape, _) in read_header(path).items():
+            shapes[key] = shape
+            where[key] = path
+    return shapes, where
+
+
+def choose_prefix(family: Family, wanted: str, keys: set[str]) -> str:
+    """The backbone prefix the file uses: ``wanted``, or the other one (a base-model checkpoint
+    loaded into a task model, or a task checkpoint into the bare encoder), as transformers does."""
+    probe = "embeddings.word_embeddings.weight"
+    for prefix in (wanted, "" if wanted else family.prefix + "."):
+        hf = rename(probe, family.table, prefix, to_hf=True)
+        if hf in keys:
+            return prefix
+    return wanted
+
+
+def load_into(
+    model: nn.Module,
+    family: Family,
+    path: Path | list[Path],
+    prefix: str,
+    *,
+    init_head: bool = False,
+    source: str = "",
+) -> LoadReport:
+    """Validate ``path`` (a safetensors file, or every shard of one) against ``model`` and copy
+    every weight in, or raise and copy none."""
+    from safetensors import safe_open
+
+    paths = [path] if isinstance(path, Path) else list(path)
+    shapes, where = read_headers(paths)
+    keys = {_legacy(k): k for k in shapes}
+    prefix = choose_prefix(family, prefix, set(keys))
+    table = hf_names(model, family, prefix)
+    state = model.state_dict(keep_vars=True)
+    missing, mismatched, initialized = [], [], []
+    for name, hf in table.items():
+        if hf not in keys:
+            if init_head and name.startswith("head."):
+                initialized.append(name)
+            else:
+                missing.append(hf)
+            continue
+        shape = shapes[keys[hf]]
+        if tuple(state[name].shape) != shape:
+            mismatched.append(f"{hf}: checkpoint {list(shape)} vs model {list(state[name].shape)}")
+    if missing or mismatched:
+        parts = [f"{source or paths[0]}: the checkpoint does not fit the model; nothing was loaded"]
+        if missing:
+            parts.append(f"missing keys ({len(missing)}): {_listing(sorted(missing))}")
+        if mismatched:
+            parts.append(f"shape mismatches ({len(mismatched)}): {_listing(mismatched)}")
+        head_keys = {table[n] for n in table if n.startswith("head.")}
+        if missing and set(missing) <= head_keys and not init_head:
+            parts.append("to start a new task head from a base checkpoint, pass init_head=True")
+        raise WeightsError("\n  ".join(parts), missing=sorted(missing), mismatched=mismatched)
+    used = {table[n] for n in table if n not in initialized}
+    report = LoadReport(
+        source=source or str(paths[0]),
+        unexpected=sorted(keys[k] for k in keys if k not in used),
+        initialized=initialized,
+    )
+    by_file: dict[Path, list[str]] = {}
+    for name, hf in table.items():
+        if name not in initialized:
+            by_file.setdefault(where[keys[hf]], []).append(name)
+    with torch.no_grad():
+        for file, names in by_file.items():
+            with safe_open(str(file), framework="pt") as f:
+                for name in names:
+                    target = state[name]
+                    value = f.get_tensor(keys[table[name]])
+                    if target.dtype != value.dtype and target.is_floating_point():
+                        target.data = target.data.to(value.dtype)
+                    target.copy_(value)
+                    report.loaded.append(name)
+    if report.unexpected:
+        log.warning(
+            "%s: %d checkpoint key(s) not used by %s: %s",
+            report.source,
+            len(report.unexpected),
+            type(model).__name__,
+            _listing(report.unexpected),
+        )
+    if report.initialized:
+        log.warning(
+            "%s: task head not in the checkpoint, freshly initialised: %s",
+            report.source,
+            _listing(report.initialized),
+        )
+    return report
+
+
+def export_tensors(model: nn.Module, family: Family, prefix: str) -> dict[str, torch.Tensor]:
+    """The model's weights under HF names, contiguous, on CPU (tied weights written once)."""
+    state = model.state_dict()
+    return {
+        hf: state[name].detach().to("cpu").contiguous()
+        for name, hf in hf_names(model, family, prefix).items()
+    }

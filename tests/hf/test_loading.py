@@ -1,0 +1,180 @@
+"""Loading: every key and shape checked before any weight is written; clear errors; dtypes."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import flodl as fl
+import flodl.hf as fh
+from flodl.hf import parity
+from flodl.hf.weights import load_into
+
+
+@pytest.fixture
+def bert_seqcls(tmp_path):
+    parity.make_reference("bert", "seqcls", tmp_path / "src")
+    return tmp_path / "src"
+
+
+def _rewrite(directory, change):
+    tensors = load_file(directory / "model.safetensors")
+    change(tensors)
+    save_file(tensors, directory / "model.safetensors")
+
+
+def _snapshot(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_missing_key_is_named_and_nothing_is_loaded(bert_seqcls):
+    model = fh.BertForSequenceClassification.from_config(bert_seqcls)
+    before = _snapshot(model)
+    _rewrite(bert_seqcls, lambda t: t.pop("bert.encoder.layer.1.output.dense.weight"))
+    with pytest.raises(fh.WeightsError) as err:
+        load_into(model, model.family, bert_seqcls / "model.safetensors", "bert.")
+    assert "bert.encoder.layer.1.output.dense.weight" in str(err.value)
+    assert "nothing was loaded" in str(err.value)
+    assert err.value.missing == ["bert.encoder.layer.1.output.dense.weight"]
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # not one weight written
+    with pytest.raises(fh.WeightsError, match=r"layer\.1\.output\.dense\.weight"):
+        fh.AutoModelForSequenceClassification.from_pretrained(bert_seqcls)
+
+
+def test_shape_mismatch_names_both_shapes(bert_seqcls):
+    _rewrite(bert_seqcls, lambda t: t.update({"classifier.weight": torch.zeros(5, 32)}))
+    with pytest.raises(fh.WeightsError) as err:
+        fh.AutoModelForSequenceClassification.from_pretrained(bert_seqcls)
+    assert "classifier.weight: checkpoint [5, 32] vs model [3, 32]" in str(err.value)
+    assert err.value.mismatched and not err.value.missing
+    assert isinstance(err.value, fl.FlodlError)
+
+
+def test_extra_keys_are_tolerated_and_reported(bert_seqcls, caplog):
+    _rewrite(bert_seqcls, lambda t: t.update({"cls.seq_relationship.weight": torch.zeros(2, 32)}))
+    with caplog.at_level(logging.WARNING, logger="flodl.hf"):
+        model = fh.AutoModelForSequenceClassification.from_pretrained(bert_seqcls)
+    assert model.load_report.unexpected == ["cls.seq_relationship.weight"]
+    assert "cls.seq_relationship.weight" in caplog.text
+
+
+def test_legacy_gamma_beta_names_load(bert_seqcls):
+    reference = fh.AutoModelForSequenceClassification.from_pretrained(bert_seqcls)
+
+    def legacy(t):
+        for key in [k for k in t if k.endswith("LayerNorm.weight")]:
+            t[key[: -len("weight")] + "gamma"] = t.pop(key)
+        for key in [k for k in t if k.endswith("LayerNorm.bias")]:
+            t[key[: -len("bias")] + "beta"] = t.pop(key)
+
+    _rewrite(bert_seqcls, legacy)
+    model = fh.AutoModelForSequenceClassification.from_pretrained(bert_seqcls)
+    ids = parity.sample_inputs()["input_ids"]
+    assert torch.equal(model(ids), reference(ids))
+
+
+def test_base_checkpoint_into_a_task_head(tmp_path):
+    """Fine-tuning starts from a base checkpoint: the head is new, only with init_head=True."""
+    parity.make_reference("bert", "base", tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["id2label"] = {"0": "no", "1": "yes"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(fh.WeightsError, match="init_head=True") as err:
+        fh.AutoModelForSequenceClassification.from_pretrained(tmp_path)
+    assert "classifier.weight" in str(err.value)
+    model = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path, init_head=True)
+    assert set(model.load_report.initialized) == {
+        "head.classifier.weight",
+        "head.classifier.bias",
+    }
+    base = fh.AutoModel.from_pretrained(tmp_path)
+    ids = parity.sample_inputs()["input_ids"]
+    assert torch.equal(model.subgraph("encoder").layer_1.output.dense.weight,
+                       base.subgraph("encoder").layer_1.output.dense.weight)  # fmt: skip
+    assert model(ids).shape == (2, 2) and model.id2label == {0: "no", 1: "yes"}
+
+
+def test_task_checkpoint_into_the_bare_encoder(bert_seqcls):
+    base = fh.AutoModel.from_pretrained(bert_seqcls)
+    assert base.load_report.unexpected == ["classifier.bias", "classifier.weight"]
+    assert isinstance(base, fh.BertModel) and isinstance(base, fl.Graph)
+
+
+def test_family_and_model_type_errors(bert_seqcls, tmp_path):
+    with pytest.raises(
+        fh.HfConfigError, match="RobertaForSequenceClassification loads model_type 'roberta'"
+    ):
+        fh.RobertaForSequenceClassification.from_pretrained(bert_seqcls)
+    config = json.loads((bert_seqcls / "config.json").read_text())
+    (bert_seqcls / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
+    with pytest.raises(fh.HfConfigError, match=r"unsupported model_type .gpt2.*bert.*deberta-v2"):
+        fh.AutoModel.from_pretrained(bert_seqcls)
+    with pytest.raises(fh.HfHubError, match=r"no config\.json"):
+        fh.AutoModel.from_pretrained(tmp_path)
+
+
+def test_legacy_bin_only_points_to_convert(bert_seqcls):
+    (bert_seqcls / "model.safetensors").rename(bert_seqcls / "pytorch_model.bin")
+    with pytest.raises(fh.HfHubError, match="fdl hf convert"):
+        fh.AutoModel.from_pretrained(bert_seqcls)
+
+
+def test_dtype_and_device(bert_seqcls):
+    ref = fh.AutoModelForSequenceClassification.from_pretrained(bert_seqcls)
+    model = fh.AutoModelForSequenceClassification.from_pretrained(
+        bert_seqcls, dtype=torch.float64, device="cpu"
+    )
+    assert {p.dtype for p in model.parameters()} == {torch.float64}
+    ids = parity.sample_inputs()["input_ids"]
+    assert torch.allclose(model(ids).float(), ref(ids), atol=1e-5)
+    assert not model.training  # eval mode, like transformers
+
+
+def test_fp16_checkpoint_keeps_its_dtype(bert_seqcls, tmp_path):
+    model = fh.AutoModelForSequenceClassification.from_pretrained(bert_seqcls)
+    model.half().save_pretrained(tmp_path / "half")
+    assert json.loads((tmp_path / "half" / "config.json").read_text())["dtype"] == "float16"
+    back = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path / "half")
+    assert {p.dtype for p in back.parameters()} == {torch.float16}
+    assert all(
+        torch.equal(a, b) for a, b in zip(back.parameters(), model.parameters(), strict=True)
+    )
+
+
+def test_call_convention_is_the_same_for_every_family(tmp_path):
+    inputs = parity.sample_inputs()
+    for family in fh.FAMILIES:
+        parity.make_reference(family, "tokcls", tmp_path / family)
+        model = fh.AutoModelForTokenClassification.from_pretrained(tmp_path / family)
+        by_position = model(inputs["input_ids"], inputs["attention_mask"], inputs["token_type_ids"])
+        by_keyword = model(**inputs)
+        assert torch.equal(by_position, by_keyword) and by_keyword.shape == (2, 9, 3)
+        default_mask = model(input_ids=inputs["input_ids"])
+        assert default_mask.shape == (2, 9, 3)
+
+
+def test_a_sequence_longer_than_the_positions_is_a_clear_error(tmp_path):
+    parity.make_reference("roberta", "base", tmp_path)  # 70 positions, padding_idx 1
+    model = fh.AutoModel.from_pretrained(tmp_path)
+    assert model(torch.randint(5, 90, (1, 68))).shape == (1, 68, 32)
+    with pytest.raises(fh.HfError, match="69 tokens is longer than this model's 68 positions"):
+        model(torch.randint(5, 90, (1, 69)))
+
+
+def test_sharded_checkpoints_load(tmp_path):
+    reference = parity.make_reference("bert", "mlm", tmp_path / "one")
+    reference.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    shards = sorted(p.name for p in (tmp_path / "sharded").glob("model-*.safetensors"))
+    assert len(shards) > 1 and (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
+    whole = fh.AutoModelForMaskedLM.from_pretrained(tmp_path / "one")
+    model = fh.AutoModelForMaskedLM.from_pretrained(tmp_path / "sharded")
+    ids = parity.sample_inputs()["input_ids"]
+    assert torch.equal(model(ids), whole(ids))
+    (tmp_path / "sharded" / shards[-1]).unlink()
+    with pytest.raises(fh.HfHubError, match="missing"):
+        fh.AutoModelForMaskedLM.from_pretrained(tmp_path / "sharded")
