@@ -4,7 +4,7 @@ Contract: DESIGN.md §3.1. Everything in ``__all__`` is re-exported as ``flodl.<
 """
 
 from flodl.graph.builder import FlowBuilder, LoopBuilder, MapBuilder
-from flodl.graph.errors import BuildIssue, GraphBuildError, GraphInputError
+from flodl.graph.errors import BuildIssue, GraphBuildError, GraphInputError, TraceError
 from flodl.graph.graph import Graph, UnknownTagError
 from flodl.graph.merge import MergeOp
 from flodl.graph.paths import PathError, PathKind, PathTarget
@@ -29,6 +29,7 @@ __all__: list[str] = [
     "PathKind",
     "PathTarget",
     "Profile",
+    "TraceError",
     "TrainingNotSetUpError",
     "Trend",
     "TrendGroup",

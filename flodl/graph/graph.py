@@ -27,6 +27,7 @@ from flodl.graph.hashing import structural_hash
 from flodl.graph.nodes import Node
 from flodl.graph.observe import Metrics, ObservationMethods
 from flodl.graph.profile import ProfilingMethods, now, record
+from flodl.graph.traces import TraceMethods
 from flodl.graph.training import TrainingMethods
 from flodl.graph.tree import TreeMethods
 from flodl.graph.visual import VisualMethods
@@ -158,6 +159,7 @@ def _is_free(name: str) -> bool:
 class Graph(
     TreeMethods,
     ObservationMethods,
+    TraceMethods,
     ProfilingMethods,
     VisualMethods,
     CheckpointMethods,
@@ -417,6 +419,14 @@ class Graph(
         for module in self.modules():
             if not isinstance(module, Graph) and callable(getattr(module, "reset_state", None)):
                 module.reset_state()
+
+    def _needs_reset(self) -> bool:
+        """Whether :meth:`reset_state` would change anything (a loop skips it otherwise)."""
+        return any(g._state for g in self._graphs()) or any(
+            callable(getattr(m, "reset_state", None))
+            for m in self.modules()
+            if not isinstance(m, Graph)
+        )
 
     def detach_state(self) -> None:
         """Cut the autograd history of state and tagged values, keeping their values (all levels)."""

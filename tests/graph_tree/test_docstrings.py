@@ -13,6 +13,7 @@ MODULES = [
     "flodl.graph.observe",
     "flodl.graph.trend",
     "flodl.graph.profile",
+    "flodl.graph.traces",
     "flodl.graph.visual",
     "flodl.optim.param_groups",
 ]
