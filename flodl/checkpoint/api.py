@@ -99,6 +99,7 @@ def save_checkpoint(
     checksum: bool = True,
     compress: bool | None = None,
     fsync: bool = True,
+    background: bool = False,
 ) -> None:
     """Write named tensors to ``dest`` (a path or a binary file object) in the ``.fdl`` format.
 
@@ -107,6 +108,8 @@ def save_checkpoint(
     ``.gz`` (``compress`` overrides). ``checksum=False`` writes exactly the Rust original's v2
     bytes, without flodl's integrity trailer. ``fsync=False`` skips the flushes to disk: the
     write stays atomic against a crashed or killed process, but not against power loss.
+    ``background=True`` (a path only) copies the tensors to CPU and returns; a background thread
+    writes the file (see :mod:`flodl.checkpoint.background`; ``fl.checkpoint.flush()`` waits).
 
     >>> import io, torch, flodl as fl
     >>> buf = io.BytesIO()
@@ -115,6 +118,14 @@ def save_checkpoint(
     >>> fl.checkpoint_keys(buf)
     ['w', 'step']
     """
+    if background:
+        from flodl.checkpoint.background import save_in_background
+
+        options = {"checksum": checksum, "compress": compress, "fsync": fsync}
+        save_in_background(
+            save_checkpoint, dest, named_params, named_buffers, structural_hash, **options
+        )
+        return
     params, buffers = _all_named(named_params, named_buffers)
     both = params + buffers
     codec.named_list(both, "named_params + named_buffers")  # names must be unique across both

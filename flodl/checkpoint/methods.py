@@ -32,9 +32,17 @@ class CheckpointMethods:
     # they are deliberately not stubbed here, so the mixin never shadows nn.Module's methods.
 
     def save_checkpoint(
-        self, path: Destination, *, checksum: bool = True, compress: bool | None = None
+        self,
+        path: Destination,
+        *,
+        checksum: bool = True,
+        compress: bool | None = None,
+        background: bool = False,
     ) -> None:
-        """Save parameters, then buffers, with this model's structural hash (atomic for paths)."""
+        """Save parameters, then buffers, with this model's structural hash (atomic for paths).
+
+        ``background=True`` returns once the tensors are copied to CPU and writes the file on a
+        background thread (``fl.checkpoint.flush()`` waits for it and raises its error)."""
         save_checkpoint(
             path,
             list(self.named_parameters()),  # type: ignore[attr-defined]
@@ -42,6 +50,7 @@ class CheckpointMethods:
             _structural_hash(self),
             checksum=checksum,
             compress=compress,
+            background=background,
         )
 
     def load_checkpoint(

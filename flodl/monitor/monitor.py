@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
 
+from flodl.checkpoint.background import flush as checkpoint_flush
 from flodl.monitor.errors import MonitorError
 from flodl.monitor.eta import EtaEstimator
 from flodl.monitor.format import digit_count, epoch_line, finish_line, format_eta, format_metric
@@ -353,7 +354,10 @@ class Monitor:
 
     def finish(self) -> None:
         """Print the summary, write the HTML archive if ``save_html`` named one, and tell the
-        dashboard the run is complete (it keeps serving until :meth:`close` or process exit)."""
+        dashboard the run is complete (it keeps serving until :meth:`close` or process exit).
+
+        Then waits for pending background checkpoint saves (``fl.checkpoint.flush()``) and
+        raises the first one that failed."""
         first_finish = self._finished_at is None
         if first_finish:
             self._finished_at = time.monotonic()
@@ -367,6 +371,7 @@ class Monitor:
                 self._say(f"  warning: failed to save the dashboard archive: {err}", err=True)
         if self._server is not None and first_finish:
             self._server.log.publish("complete", self._complete_json())
+        checkpoint_flush()
 
     def finish_with(self, graph: Any) -> None:
         """Like :meth:`finish`, after taking the graph's final SVG (``graph.svg()``)."""

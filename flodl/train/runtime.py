@@ -17,7 +17,9 @@ import torch
 import torch.distributed as dist
 
 from flodl.data.sources import as_source, require_samples
+from flodl.log import get_logger, set_rank
 from flodl.train.averaging import final_state
+from flodl.train.checkpointing import flush_checkpoints
 from flodl.train.coordinator import Coordinator, CoordinatorConfig
 from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
@@ -45,6 +47,9 @@ from flodl.train.transport import (
 from flodl.train.worker import FINAL_ROUND, Worker
 
 FINAL_KEY = "final"
+
+
+log = get_logger("flodl.train")
 
 
 def _build(
@@ -111,7 +116,8 @@ def run_single(
             try:
                 spec.checkpoint_fn(epoch + 1, worker.model)
             except Exception:
-                traceback.print_exc()
+                log.exception("checkpoint %d failed; training goes on", epoch + 1)
+    flush_checkpoints()
     return TrainedState(
         [p.cpu().clone() for p in worker.params()], [b.cpu().clone() for b in worker.buffers()]
     )
@@ -136,6 +142,7 @@ def rank_main(
     a rank waiting for work gives up once rank 0's control store has been silent for the run's
     timeout, raising :class:`CoordinatorGone` instead of waiting forever.
     """
+    set_rank(rank)
     torch_device = torch.device(device)
     threads = spec.threads_per_rank or max(1, (os.cpu_count() or 1) // world)
     if torch_device.type == "cpu":
@@ -163,12 +170,14 @@ def rank_main(
         worker = _build(spec, rank, world, torch_device, channel, GlooCollective(world))
         if coordinator is not None:
             coordinator.start()
+        log.info("rank %d of %d joined on %s", rank, world, device)
         try:
             worker.run()
         except CoordinatorLost as err:
             raise CoordinatorGone(str(err), rank=0) from None
         finally:
             channel.close()
+            flush_checkpoints()  # a rank process may end with os._exit: no atexit flush there
         return wait_final(store, spec.timeout)
     finally:
         if coordinator is not None:

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 
 from flodl.data.sources import as_source, require_samples
-from flodl.train.checkpointing import SaveFdl
+from flodl.log import get_logger
+from flodl.train.checkpointing import SaveFdl, flush_checkpoints
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_cadence import DdpConfig
 from flodl.train.graph_mode import GraphSession
@@ -42,6 +43,8 @@ from flodl.train.metrics import EpochMetrics
 from flodl.train.runtime import coordinator_for
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState
+
+log = get_logger("flodl.train")
 
 
 class TrainingHandle:
@@ -296,6 +299,7 @@ class TrainerBuilder:
                 )
 
         def finish() -> None:
+            flush_checkpoints()  # background saves of this process, before the monitor's end
             if monitor is not None and hasattr(monitor, "finish"):
                 _guarded(monitor.finish)
 
@@ -332,10 +336,8 @@ def _guarded(fn: Callable, *args: Any) -> None:
     """Run a user callback; a failing one is reported and training goes on."""
     try:
         fn(*args)
-    except Exception as err:
-        import traceback
-
-        traceback.print_exception(err)
+    except Exception:
+        log.exception("%s failed; training goes on", getattr(fn, "__qualname__", repr(fn)))
 
 
 def _finishing(finish: Callable[[], None], fn: Callable, *args: Any) -> Any:

@@ -19,6 +19,7 @@ import torch
 from flodl.data.batch import Batch
 from flodl.data.sampling import make_partition
 from flodl.data.sources import as_source, require_samples
+from flodl.log import get_logger
 from flodl.train import context
 from flodl.train.messages import (
     ApplyPolicy,
@@ -38,6 +39,8 @@ from flodl.train.messages import (
     Update,
 )
 from flodl.train.metrics import MetricsMsg
+
+log = get_logger("flodl.train")
 
 FINAL_ROUND = -1
 
@@ -240,7 +243,7 @@ class Worker:
                     try:
                         self.checkpoint_fn(version, self.model)
                     except Exception:  # a failed checkpoint must not stop training
-                        traceback.print_exc()
+                        log.exception("checkpoint %d failed; training goes on", version)
             case Throttle():
                 return self._throttled()
             case Shutdown():
