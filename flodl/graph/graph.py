@@ -12,6 +12,7 @@ import contextlib
 import difflib
 import itertools
 import linecache
+import logging
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -31,8 +32,10 @@ from flodl.graph.traces import TraceMethods
 from flodl.graph.training import TrainingMethods
 from flodl.graph.tree import TreeMethods
 from flodl.graph.visual import VisualMethods
+from flodl.log import get_logger
 
 _MISSING = object()
+log = get_logger("flodl.graph")
 _SOURCE_IDS = itertools.count(1)
 
 
@@ -228,6 +231,14 @@ class Graph(
             child._composed = True
         self._install()
         self._hash = structural_hash(self)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "built graph %s[%s]: %d nodes, %s parameters",
+                f"'{label}' " if label else "",
+                self._hash[:8],
+                len(nodes),
+                f"{sum(p.numel() for p in self.parameters()):,}",
+            )
         return self
 
     def _register(self, modules: dict[str, nn.Module]) -> None:

@@ -18,6 +18,7 @@ from flodl.monitor.errors import MonitorError
 from flodl.monitor.eta import EtaEstimator
 from flodl.monitor.format import digit_count, epoch_line, finish_line, format_eta, format_metric
 from flodl.monitor.graph_view import render_graph_view
+from flodl.monitor.messages import MessageLog
 from flodl.monitor.page import render_page, svg_data_uri
 from flodl.monitor.record import EpochRecord
 from flodl.monitor.resources import ResourceSample, ResourceSampler, hardware_summary
@@ -107,7 +108,13 @@ class Monitor:
         self._archive_path: Path | None = None
         self._finished_at: float | None = None
         self._server: DashboardServer | None = None
-        self._owned: dict[str, Any] = {"sampler": self._sampler, "server": None}
+        self._messages = MessageLog(self._started)
+        self._owned: dict[str, Any] = {
+            "sampler": self._sampler,
+            "server": None,
+            "messages": self._messages,
+        }
+        self._messages.attach()
         self._finalizer = weakref.finalize(self, _release, self._owned)
 
     # -- output -------------------------------------------------------------------------------
@@ -461,7 +468,9 @@ class Monitor:
         )
 
     def write_log(self, path: str | os.PathLike[str]) -> Path:
-        """A plain-text log: one ``epoch e/T  name=value  [time]`` line per epoch and the total."""
+        """A plain-text log: one ``epoch e/T  name=value  [time]`` line per epoch and the total,
+        then the records flodl logged while the monitor was open (``# messages``: elapsed
+        seconds, level, logger, message; what reaches stderr at the current verbosity)."""
         width = digit_count(self.num_epochs)
         lines = ["# flodl training log"]
         for r in self._records:
@@ -472,6 +481,9 @@ class Monitor:
         if self._records:
             end = self._finished_at or time.monotonic()
             lines.append(f"# total: {format_eta(end - self._started)}")
+        messages = self._messages.lines()
+        if messages:
+            lines += ["# messages", *messages]
         path = Path(path)
         _atomic_write(path, "\n".join(lines) + "\n")
         return path
@@ -485,6 +497,9 @@ def _release(owned: dict[str, Any]) -> None:
     sampler, owned["sampler"] = owned.get("sampler"), None
     if sampler is not None:
         sampler.close()
+    messages, owned["messages"] = owned.get("messages"), None
+    if messages is not None:
+        messages.detach()
 
 
 def _rank_from_env() -> int:

@@ -19,6 +19,7 @@ import math
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -282,6 +283,13 @@ class TrainerBuilder:
         once; ``handle.join()`` waits. A monitor is finished when training ends, failed or not."""
         spec = self._validate()
         metrics_fn, monitor = self._metrics_fn, self._monitor
+        started = time.monotonic()
+        log.info(
+            "trainer: %d epochs, batch size %d per device, policy %s",
+            spec.epochs(),
+            spec.batch_size,
+            spec.policy.name.lower() if hasattr(spec.policy, "name") else spec.policy,
+        )
         if hasattr(monitor, "ends_smoke_runs"):
             monitor.ends_smoke_runs = False  # this run keeps to the smoke budget itself
 
@@ -300,6 +308,7 @@ class TrainerBuilder:
 
         def finish() -> None:
             flush_checkpoints()  # background saves of this process, before the monitor's end
+            log.info("trainer: training ended after %.1f s", time.monotonic() - started)
             if monitor is not None and hasattr(monitor, "finish"):
                 _guarded(monitor.finish)
 
@@ -314,6 +323,7 @@ class TrainerBuilder:
             handle._join = lambda: state
             return handle
         devices = resolve_devices(spec.devices)
+        log.info("trainer: %d device(s): %s", len(devices), ", ".join(map(str, devices)))
         check_for_world(spec, len(devices))
         handle = TrainingHandle(len(devices), devices)
         if len(devices) == 1:

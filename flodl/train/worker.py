@@ -19,7 +19,7 @@ import torch
 from flodl.data.batch import Batch
 from flodl.data.sampling import make_partition
 from flodl.data.sources import as_source, require_samples
-from flodl.log import get_logger
+from flodl.log import TRACE, get_logger
 from flodl.train import context
 from flodl.train.messages import (
     ApplyPolicy,
@@ -186,10 +186,13 @@ class Worker:
             self._epoch_batches[plan.epoch] = done + n_batches
         start = time.perf_counter()
         loss_sum = 0.0
+        tracing = log.isEnabledFor(TRACE)
         for b in range(n_batches):
             batch = self.fetch(indices[b * self.batch_size : (b + 1) * self.batch_size])
             loss, ms = self.train_batch(batch)
             loss_sum += loss
+            if tracing:
+                log.log(TRACE, "epoch %d batch %d: loss %.6g (%.2f ms)", plan.epoch, b, loss, ms)
             if self.channel is not None:
                 self.channel.send(BatchTiming(self.rank, ms, self.local_step, loss))
                 waited = time.perf_counter()
@@ -198,6 +201,14 @@ class Worker:
                 if stop == "shutdown":
                     return None
         idle, self.idle_ms = self.idle_ms, 0.0
+        log.debug(
+            "epoch %d: %d batches, mean loss %.6g, %.1f ms (%.1f ms waiting)",
+            plan.epoch,
+            n_batches,
+            loss_sum / n_batches if n_batches else 0.0,
+            (time.perf_counter() - start) * 1e3,
+            idle,
+        )
         now = time.perf_counter()
         wall, self._last_report = (now - self._last_report) * 1e3, now
         return MetricsMsg(

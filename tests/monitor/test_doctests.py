@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["format", "eta", "resources", "monitor", "tensorboard", "graph_view"]
+MODULES = ["format", "eta", "resources", "monitor", "tensorboard", "graph_view", "messages"]
 
 
 @pytest.mark.parametrize("name", MODULES)
