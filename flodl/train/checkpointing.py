@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -11,6 +12,7 @@ from flodl import checkpoint
 from flodl.checkpoint import save_checkpoint
 from flodl.checkpoint.methods import CheckpointMethods
 from flodl.log import get_logger
+from flodl.monitor import timeline
 
 log = get_logger("flodl.train")
 
@@ -44,6 +46,12 @@ class SaveFdl:
             save_checkpoint(dest, params, buffers, background=self.background)
         if not self.background:
             log.info("checkpoint saved: %s (version %d)", dest, version)
+
+
+def checkpoint_saved(fn: Any, version: int) -> None:
+    """Emit the timeline's ``checkpoint_saved`` event (with the path when ``fn`` is a SaveFdl)."""
+    path = str(fn.path(version)) if isinstance(fn, SaveFdl) else None
+    timeline.emit("checkpoint_saved", version=version, path=path)
 
 
 def flush_checkpoints() -> None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from flodl.monitor import timeline
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_cadence import Cadence, DdpConfig, devices_differ
@@ -200,9 +202,13 @@ class GraphSession:
             )
             self.cadence = None
         if self.is_distributed:
+            start = time.perf_counter()
+            timeline.emit("sync_start", mode="graph")
             params = [p for p in graph.parameters() if p.requires_grad]
             average_gradients(params, self.world_size, self.group)
             broadcast_from_rank_zero(list(graph.buffers()), self.group)
+            ms = (time.perf_counter() - start) * 1e3
+            timeline.emit("sync_end", mode="graph", duration_ms=ms)
         self._optimizer_step(graph)
 
     def _optimizer_step(self, graph: nn.Module) -> None:
@@ -305,8 +311,39 @@ class GraphSession:
             )
         graph = self._graph()
         if self.cadence is None or graph is None:
-            return self.loader.epoch(epoch)
-        return self.cadence.epoch(self.loader, epoch, graph, lambda: self._optimizer_step(graph))
+            batches = self.loader.epoch(epoch)
+        else:
+            step = lambda: self._optimizer_step(graph)  # noqa: E731
+            batches = self.cadence.epoch(self.loader, epoch, graph, step)
+        return _EpochEnd(batches, epoch)
+
+
+class _EpochEnd:
+    """An epoch's batches as given (``len``, ``with``, ``close`` pass through), plus the
+    timeline's ``epoch_end`` event once iteration has consumed them all."""
+
+    def __init__(self, batches: Any, epoch: int) -> None:
+        self._batches, self._epoch = batches, epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self._batches
+        timeline.emit("epoch_end", epoch=self._epoch)
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __enter__(self) -> _EpochEnd:
+        enter = getattr(self._batches, "__enter__", None)
+        if enter is not None:
+            enter()
+        return self
+
+    def __exit__(self, *exc: object) -> Any:
+        leave = getattr(self._batches, "__exit__", None)
+        return leave(*exc) if leave is not None else None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._batches, name)
 
 
 def _scheduled_lr(scheduler: Any, step: int) -> float:

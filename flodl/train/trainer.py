@@ -27,6 +27,7 @@ import torch
 
 from flodl.data.sources import as_source, require_samples
 from flodl.log import get_logger
+from flodl.monitor import timeline
 from flodl.train.checkpointing import SaveFdl, flush_checkpoints
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_cadence import DdpConfig
@@ -293,7 +294,11 @@ class TrainerBuilder:
         if hasattr(monitor, "ends_smoke_runs"):
             monitor.ends_smoke_runs = False  # this run keeps to the smoke budget itself
 
+        spec.timeline_events = timeline.timelines_running()
+
         def on_epoch(metrics: EpochMetrics) -> None:
+            timeline.deliver(metrics.events)  # what spawned ranks forwarded with this epoch
+            timeline.emit("epoch_end", epoch=metrics.epoch, loss=metrics.avg_loss)
             handle._on_epoch(metrics)
             if metrics_fn is not None:
                 _guarded(metrics_fn, metrics)

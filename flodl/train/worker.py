@@ -20,7 +20,9 @@ from flodl.data.batch import Batch
 from flodl.data.sampling import make_partition
 from flodl.data.sources import as_source, require_samples
 from flodl.log import TRACE, get_logger
+from flodl.monitor import timeline
 from flodl.train import context
+from flodl.train.checkpointing import checkpoint_saved
 from flodl.train.messages import (
     ApplyPolicy,
     BatchTiming,
@@ -223,6 +225,7 @@ class Worker:
             resources=self._sampler.sample().to_json() if self._sampler is not None else {},
             idle_ms=idle,
             wall_ms=wall,
+            events=forwarded.drain() if (forwarded := timeline.forwarder()) is not None else [],
         )
 
     # -- control ---------------------------------------------------------------------------------
@@ -255,6 +258,8 @@ class Worker:
                         self.checkpoint_fn(version, self.model)
                     except Exception:  # a failed checkpoint must not stop training
                         log.exception("checkpoint %d failed; training goes on", version)
+                    else:
+                        checkpoint_saved(self.checkpoint_fn, version)
             case Throttle():
                 return self._throttled()
             case Shutdown():
@@ -338,6 +343,7 @@ class Worker:
     def _collective_average(self, version: int) -> None:
         assert self.collective is not None and self.channel is not None
         start = time.perf_counter()
+        timeline.emit("sync_start", mode="builder", version=version)
         params = self.params()
         flat = torch.nn.utils.parameters_to_vector(params)
         before = flat.clone() if self.policy is not ApplyPolicy.SYNC else None
@@ -356,11 +362,10 @@ class Worker:
             divergence = float((before - flat).norm()) / norm if norm > 1e-10 else 0.0
         self.version = version
         self.steps_since_avg = 0
-        self.channel.send(
-            SyncAck(
-                self.rank, version, self.local_step, divergence, (time.perf_counter() - start) * 1e3
-            )
-        )
+        sync_ms = (time.perf_counter() - start) * 1e3
+        timeline.emit("sync_end", mode="builder", version=version, duration_ms=sync_ms)
+        log.debug("sync %d: %.2f ms", version, sync_ms)
+        self.channel.send(SyncAck(self.rank, version, self.local_step, divergence, sync_ms))
 
 
 def _describe(err: BaseException, worker: Worker) -> str:
