@@ -24,6 +24,8 @@ from flodl.monitor.record import EpochRecord
 from flodl.monitor.resources import ResourceSample, ResourceSampler, hardware_summary
 from flodl.monitor.server import DashboardServer
 from flodl.monitor.tensorboard import write_scalars
+from flodl.monitor.timeline import Timeline
+from flodl.monitor.timeline_page import render_timeline
 from flodl.smoke import SMOKE_EPOCHS, SmokeBudgetReached, smoke_enabled
 
 __all__ = ["MetricSource", "Monitor"]
@@ -97,6 +99,7 @@ class Monitor:
         self._records: list[EpochRecord] = []
         self._pending_ranks: dict[int, ResourceSample] = {}
         self._sampler = ResourceSampler(gpu=gpu)
+        self._gpu = gpu
         self._hardware: str | None = None
         self.label: str | None = None
         self.hash: str | None = None
@@ -109,6 +112,9 @@ class Monitor:
         self._finished_at: float | None = None
         self._server: DashboardServer | None = None
         self._messages = MessageLog(self._started)
+        #: The :class:`~flodl.monitor.Timeline` shown at ``/timeline.html`` (see
+        #: :meth:`attach_timeline`), or None.
+        self.timeline: Timeline | None = None
         self._owned: dict[str, Any] = {
             "sampler": self._sampler,
             "server": None,
@@ -156,6 +162,7 @@ class Monitor:
             return self._server.url
         server = DashboardServer(self._live_page, host=host, port=port, max_clients=max_clients)
         self._server = self._owned["server"] = server
+        self._serve_timeline()
         for record in self._records:  # a dashboard started mid-run still shows the whole run
             server.log.publish("epoch", record.to_json())
         server.svg, server.graph_html = self._svg, self._graph_html
@@ -170,6 +177,27 @@ class Monitor:
             )
         return server.url
 
+    def attach_timeline(
+        self, timeline: Timeline | None = None, *, poll_interval_ms: float = 100
+    ) -> Timeline:
+        """Show a :class:`~flodl.monitor.Timeline` on the dashboard (``/timeline.html``, linked
+        from the page) and next to the HTML archive (``<archive>.timeline.html``, written by
+        :meth:`finish`). Without ``timeline`` the monitor creates one sampling every
+        ``poll_interval_ms`` and stops it at :meth:`close`; a given one is started if it is not
+        running and left to its owner. Returns the timeline."""
+        if timeline is None:
+            timeline = Timeline(poll_interval_ms, gpu=self._gpu)
+            self._owned["timeline"] = timeline
+        self.timeline = timeline.start()
+        self._serve_timeline()
+        self._publish_meta()
+        return timeline
+
+    def _serve_timeline(self) -> None:
+        if self._server is not None and self.timeline is not None:
+            timeline, title = self.timeline, self._title("Timeline")
+            self._server.timeline_page = lambda: render_timeline(timeline, title=title)
+
     @property
     def url(self) -> str | None:
         """The dashboard URL while it is served, else None."""
@@ -183,6 +211,7 @@ class Monitor:
 
     def _boot(self, mode: str) -> dict[str, Any]:
         return {
+            "timeline": self.timeline is not None,
             "mode": mode,
             "label": self.label,
             "hash": self.hash,
@@ -374,6 +403,10 @@ class Monitor:
             try:
                 self._write_html(self._archive_path)
                 self._say(f"  saved: {self._archive_path}")
+                if self.timeline is not None:
+                    page = self._archive_path.with_name(self._archive_path.stem + ".timeline.html")
+                    self.timeline.save_html(page)
+                    self._say(f"  saved: {page}")
             except OSError as err:
                 self._say(f"  warning: failed to save the dashboard archive: {err}", err=True)
         if self._server is not None and first_finish:
@@ -497,6 +530,9 @@ def _release(owned: dict[str, Any]) -> None:
     sampler, owned["sampler"] = owned.get("sampler"), None
     if sampler is not None:
         sampler.close()
+    timeline, owned["timeline"] = owned.get("timeline"), None
+    if timeline is not None:
+        timeline.stop()
     messages, owned["messages"] = owned.get("messages"), None
     if messages is not None:
         messages.detach()

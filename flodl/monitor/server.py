@@ -186,6 +186,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/graph.svg" and (svg := dash.svg) is not None:
             # opened directly, an SVG is a document: keep any script in it inert
             self._send(HTTPStatus.OK, svg.encode(), "image/svg+xml", head, _INERT_DOCUMENT)
+        elif path == "/timeline.html" and (timeline := dash.timeline_page) is not None:
+            page, nonce = timeline()  # the Monitor's Timeline as it is now
+            csp = {"Content-Security-Policy": content_security_policy(nonce)}
+            self._send(HTTPStatus.OK, page.encode(), "text/html; charset=utf-8", head, csp)
         elif path == "/graph.html" and (view := dash.graph_html) is not None:
             self._send(
                 HTTPStatus.OK, view.encode(), "text/html; charset=utf-8", head, _INERT_DOCUMENT
@@ -293,6 +297,7 @@ class DashboardServer:
         self.log = log or EventLog()
         self.svg: str | None = None
         self.graph_html: str | None = None  # the graph's HTML view, when there is no SVG
+        self.timeline_page: Callable[[], tuple[str, str]] | None = None  # /timeline.html
         self.max_clients = max_clients
         self.max_connections = max_connections
         self._counts_lock = threading.Lock()

@@ -245,7 +245,11 @@ class Timeline:
         self._mono0 = time.monotonic()
         self._wall0 = time.time()
         self._samples: collections.deque[TimelineSample] = collections.deque(maxlen=max_samples)
-        self._events: collections.deque[TimelineEvent] = collections.deque(maxlen=max_events)
+        # (wall time, kind, rank, data): appended without a lock (deque.append is atomic) and
+        # turned into TimelineEvents when read, so an event costs the training thread ~1 us.
+        self._events: collections.deque[tuple[float, str, int | None, dict[str, Any]]] = (
+            collections.deque(maxlen=max_events)
+        )
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -308,15 +312,14 @@ class Timeline:
 
     def event(self, kind: str, **data: Any) -> TimelineEvent:
         """Record an event now (``kind`` in lower_snake_case, ``data`` JSON values)."""
-        ev = TimelineEvent(self.elapsed_ms(), kind, current_rank(), _check_event(kind, data))
-        with self._lock:
-            self._events.append(ev)
-        return ev
+        checked = _check_event(kind, data)
+        wall = self._wall0 + (time.monotonic() - self._mono0)
+        rank = current_rank()
+        self._events.append((wall, kind, rank, checked))
+        return TimelineEvent((wall - self._wall0) * 1e3, kind, rank, checked)
 
     def _receive(self, wall: float, kind: str, rank: int | None, data: dict[str, Any]) -> None:
-        ev = TimelineEvent((wall - self._wall0) * 1e3, kind, rank, data)
-        with self._lock:
-            self._events.append(ev)
+        self._events.append((wall, kind, rank, data))
 
     def add_events(self, events: Iterable[dict[str, Any]]) -> None:
         """Add events emitted elsewhere (``{"wall", "kind", "rank", "data"}``, as ranks send them),
@@ -334,8 +337,8 @@ class Timeline:
     @property
     def events(self) -> list[TimelineEvent]:
         """Every event, in time order."""
-        with self._lock:
-            return sorted(self._events, key=lambda e: e.t_ms)
+        raw = sorted(self._events, key=lambda e: e[0])  # copied in C: atomic
+        return [TimelineEvent((w - self._wall0) * 1e3, k, r, d) for w, k, r, d in raw]
 
     def events_of(self, kind: str) -> list[TimelineEvent]:
         return [e for e in self.events if e.kind == kind]

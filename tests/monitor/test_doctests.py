@@ -7,7 +7,16 @@ import importlib
 
 import pytest
 
-MODULES = ["format", "eta", "resources", "monitor", "tensorboard", "graph_view", "messages"]
+MODULES = [
+    "format",
+    "eta",
+    "resources",
+    "monitor",
+    "tensorboard",
+    "graph_view",
+    "messages",
+    "timeline",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
