@@ -28,6 +28,7 @@ from flodl.graph.hashing import structural_hash
 from flodl.graph.nodes import Node
 from flodl.graph.observe import Metrics, ObservationMethods
 from flodl.graph.profile import ProfilingMethods, now, record
+from flodl.graph.timing import TimingMethods
 from flodl.graph.traces import TraceMethods
 from flodl.graph.training import TrainingMethods
 from flodl.graph.tree import TreeMethods
@@ -164,6 +165,7 @@ class Graph(
     ObservationMethods,
     TraceMethods,
     ProfilingMethods,
+    TimingMethods,
     VisualMethods,
     CheckpointMethods,
     TrainingMethods,
@@ -455,13 +457,25 @@ class Graph(
                 module.detach_state()
 
     def end_step(self) -> None:
-        """Close a training step: ``detach_state()`` (the truncated-BPTT boundary) and count it."""
+        """Close a training step: ``detach_state()`` (the truncated-BPTT boundary) and count it;
+        while profiling, also buffer the step's node timings (``collect_timings``)."""
         self.detach_state()
+        if self._profiling:
+            self.collect_timings()
         self._step_count += 1
 
+    def end_sequence(self) -> None:
+        """Close an independent sequence: forget all state (``reset_state()``), so the next
+        forward starts fresh. ``end_step`` keeps state across steps (truncated BPTT); call this
+        between sequences. A graph without forward references has nothing to forget."""
+        self.reset_state()
+
     def end_epoch(self) -> None:
-        """Close an epoch: ``flush()`` every metric of the whole tree, and count the epoch."""
+        """Close an epoch: ``flush()`` every metric of the whole tree (and, while profiling, the
+        timing buffers: ``flush_timings``), and count the epoch."""
         self.flush()
+        if self._profiling:
+            self.flush_timings()
         self._epoch_count += 1
 
     @property

@@ -268,6 +268,22 @@ class Monitor:
         self._take_svg(graph, warn=False)
         self._publish_meta()
 
+    def watch_profiled(self, graph: Any) -> None:
+        """Like :meth:`watch`, but the graph is drawn as a heat map of its last profiled forward
+        (``graph.svg_with_profile()``: nodes green to red by time, each with its duration).
+        Call ``graph.enable_profiling()`` and run a forward first; without a profile (or without
+        Graphviz) the dashboard shows what :meth:`watch` shows."""
+        self.watch(graph)
+        render = getattr(graph, "svg_with_profile", None)
+        if not callable(render):
+            return
+        try:
+            svg = render()
+        except Exception:  # no profile yet, no Graphviz: the plain view stays
+            return
+        if isinstance(svg, str) and svg.strip():
+            self.set_svg(svg)
+
     def _take_svg(self, graph: Any, *, warn: bool) -> None:
         view, error = render_graph_view(graph)
         fallback = view is not None and view.kind == "html" and self._svg is None

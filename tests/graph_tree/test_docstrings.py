@@ -14,6 +14,7 @@ MODULES = [
     "flodl.graph.trend",
     "flodl.graph.profile",
     "flodl.graph.traces",
+    "flodl.graph.timing",
     "flodl.graph.visual",
     "flodl.optim.param_groups",
 ]
