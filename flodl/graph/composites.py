@@ -71,12 +71,20 @@ class Loop(nn.Module):
         self.named_traces: dict[str, list[torch.Tensor]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        state = nn.Module.__getstate__(self)
+        state = nn.Module.__getstate__(self).copy()
         state["traces"], state["named_traces"] = [], {}  # per-forward values, never saved
+        state.pop("_hook_cache", None)  # bound methods of the body: found again after loading
         return state
 
     def _hooks(self) -> tuple[Any, Any]:
-        """(what resets the body before a run or None, the body's ``trace`` or None)."""
+        """(what resets the body before a run or None, the body's ``trace`` or None), looked up
+        once per loop (a module's methods do not change between forward passes)."""
+        cached = self.__dict__.get("_hook_cache")
+        if cached is None or cached[0] is not self.body:
+            cached = self.__dict__["_hook_cache"] = (self.body, *self._find_hooks())
+        return cached[1], cached[2]
+
+    def _find_hooks(self) -> tuple[Any, Any]:
         body = self.body
         reset = getattr(body, "reset", None)
         if not callable(reset):
