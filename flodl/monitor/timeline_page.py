@@ -121,6 +121,7 @@ def render_timeline(timeline: Timeline, *, title: str = "flodl timeline") -> tup
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{html.escape(content_security_policy(nonce))}">
+<link rel="icon" href="data:,">
 <title>{html.escape(title)}</title><style>{_STYLE}</style></head>
 <body><h1>{html.escape(title)}</h1>
 <div class="sub">red: GPU idle gaps (&lt;5% for 0.5 s or more); blue: syncs per rank</div>
