@@ -23,12 +23,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from flodl.log import get_logger, set_rank
 from flodl.monitor import timeline
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_cadence import Cadence, DdpConfig, devices_differ
 from flodl.train.launch import under_launcher
 
+log = get_logger("flodl.train")
 
 def setup(
     model: nn.Module,
@@ -70,11 +72,20 @@ def setup(
     session = GraphSession(_join_group(timeout))
     session.max_grad_norm = None if config is None else config.max_grad_norm
     if session.is_distributed:
+        set_rank(session.rank)
         model.to(session.device)
         broadcast_from_rank_zero(list(model.parameters()) + list(model.buffers()), session.group)
         session.configure_el_che(config)
+        log.info(
+            "graph mode: rank %d of %d on %s, %s",
+            session.rank,
+            session.world_size,
+            session.device,
+            "El Che" if session.cadence is not None else "lockstep",
+        )
     else:
         session.device = model.device  # single device: the model stays where the user put it
+        log.info("graph mode: one process, training on %s", model.device)
     if optim_factory is not None:
         session.optimizer = optim_factory(model.parameters())
         if not isinstance(session.optimizer, torch.optim.Optimizer):
