@@ -32,6 +32,7 @@ from flodl.train.launch import under_launcher
 
 log = get_logger("flodl.train")
 
+
 def setup(
     model: nn.Module,
     replica_factory: Callable[[torch.device], nn.Module] | None,
