@@ -124,7 +124,11 @@ def _global_options(
     verbose: Annotated[
         int,
         typer.Option(
-            "--verbose", "-v", count=True, show_default=False, help="More output (-vv: debug)."
+            "--verbose",
+            "-v",
+            count=True,
+            show_default=False,
+            help="More output (-vv: debug, -vvv: trace).",
         ),
     ] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Errors only.")] = False,

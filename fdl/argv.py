@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from fdl.errors import FdlUsageError
 
-_VERBOSITY = {"-q": 0, "--quiet": 0, "-v": 2, "-vv": 3, "-vvv": 3, "--verbose": 2}
+_VERBOSITY = {"-q": 0, "--quiet": 0, "-v": 2, "-vv": 3, "-vvv": 4, "--verbose": 2}
 
 
 @dataclass

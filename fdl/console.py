@@ -4,7 +4,9 @@ Data goes to stdout, messages and progress to stderr. Colour follows, in order: 
 then ``NO_COLOR`` (any non-empty value: off), then ``FORCE_COLOR`` (on), then whether the stream
 is a terminal. When colour is off nothing fdl prints carries an ANSI escape — not even bold.
 
-Verbosity: ``-q`` = 0 (errors only), default = 1, ``-v`` = 2, ``-vv`` = 3 (debug).
+Verbosity: ``-q`` = 0 (errors only), default = 1, ``-v`` = 2, ``-vv`` = 3 (debug), ``-vvv`` = 4
+(trace). Programs fdl runs see it as ``FLODL_VERBOSITY`` on flodl's scale, one lower: ``-q`` 0
+(quiet), ``-v`` 1 (info), ``-vv`` 2 (debug), ``-vvv`` 3 (trace); unset by default.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-QUIET, NORMAL, VERBOSE, DEBUG = 0, 1, 2, 3
+QUIET, NORMAL, VERBOSE, DEBUG, TRACE = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -49,8 +51,8 @@ def configure(*, verbosity: int, no_color: bool, env: str | None) -> None:
     settings.env = env
     if no_color:
         os.environ["NO_COLOR"] = "1"
-    if verbosity != NORMAL:
-        os.environ["FLODL_VERBOSITY"] = str(verbosity)
+    if verbosity != NORMAL:  # flodl's scale has no "normal": quiet 0, info 1, debug 2, trace 3
+        os.environ["FLODL_VERBOSITY"] = str(max(verbosity - 1, 0))
     if settings.color is False:
         # Typer renders help with its own rich console; no colour system means no escapes at all.
         import typer.rich_utils

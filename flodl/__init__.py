@@ -12,12 +12,13 @@ Each subsystem lives in its own subpackage (see docs/index.md); the names a user
 every day are re-exported here through each subpackage's ``__all__``.
 """
 
-from flodl import checkpoint, data, device, graph, monitor, nn, optim, random, train
+from flodl import checkpoint, data, device, graph, log, monitor, nn, optim, random, train
 from flodl._version import __version__
 from flodl.checkpoint import *  # noqa: F403  (re-export: each subpackage's __all__ is its public face)
 from flodl.device import *  # noqa: F403
 from flodl.errors import FlodlError
 from flodl.graph import *  # noqa: F403
+from flodl.log import set_verbosity, verbosity
 from flodl.monitor import *  # noqa: F403
 from flodl.random import *  # noqa: F403
 from flodl.train import *  # noqa: F403
@@ -29,11 +30,14 @@ __all__ = [
     "data",
     "device",
     "graph",
+    "log",
     "monitor",
     "nn",
     "optim",
     "random",
+    "set_verbosity",
     "train",
+    "verbosity",
     *checkpoint.__all__,
     *device.__all__,
     *graph.__all__,
@@ -41,3 +45,5 @@ __all__ = [
     *random.__all__,
     *train.__all__,
 ]
+
+log.configure_from_env()  # FLODL_VERBOSITY (set by ``fdl -q/-v/-vv/-vvv``)

@@ -2,7 +2,8 @@
 
 Contract: DESIGN.md §3.3; format spec and examples: docs/checkpoints.md. Names listed in
 ``__all__`` are re-exported as ``flodl.<name>``. ``flodl.checkpoint.methods.CheckpointMethods``
-is the mixin that gives ``fl.Graph`` its checkpoint methods.
+is the mixin that gives ``fl.Graph`` its checkpoint methods. Background saves:
+``fl.checkpoint.CpuWorker``, ``fl.checkpoint.ModelSnapshot`` and ``fl.checkpoint.flush()``.
 """
 
 from flodl.checkpoint.api import (
@@ -16,6 +17,9 @@ from flodl.checkpoint.api import (
     read_checkpoint,
     save_checkpoint,
 )
+from flodl.checkpoint.background import CpuWorker as CpuWorker
+from flodl.checkpoint.background import ModelSnapshot as ModelSnapshot
+from flodl.checkpoint.background import flush as flush
 from flodl.checkpoint.errors import CheckpointError, CheckpointWarning
 from flodl.checkpoint.interop import fdl_to_safetensors, safetensors_to_fdl
 from flodl.checkpoint.methods import CheckpointMethods as CheckpointMethods

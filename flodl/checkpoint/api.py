@@ -149,6 +149,7 @@ def save_checkpoint(
     compress: bool | None = None,
     fsync: bool = True,
     rust_compatible: bool = False,
+    background: bool = False,
 ) -> None:
     """Write named tensors to ``dest`` (a path or a binary file object) in the ``.fdl`` format.
 
@@ -163,6 +164,8 @@ def save_checkpoint(
     trailer) and refuses, naming the entry, anything it could not read back: a dtype outside its
     six (float16, bfloat16, float32, float64, int32, int64), or gzip that the name does not
     announce with ``.gz`` (or plain bytes under a ``.gz`` name).
+    ``background=True`` (a path only) copies the tensors to CPU and returns; a background thread
+    writes the file (see :mod:`flodl.checkpoint.background`; ``fl.checkpoint.flush()`` waits).
 
     >>> import io, torch, flodl as fl
     >>> buf = io.BytesIO()
@@ -177,6 +180,19 @@ def save_checkpoint(
     ...     print(str(err)[:53])
     cannot write 'mask' for the Rust original: dtype bool
     """
+    if background:
+        from flodl.checkpoint.background import save_in_background
+
+        options = {
+            "checksum": checksum,
+            "compress": compress,
+            "fsync": fsync,
+            "rust_compatible": rust_compatible,
+        }
+        save_in_background(
+            save_checkpoint, dest, named_params, named_buffers, structural_hash, **options
+        )
+        return
     params, buffers = _all_named(named_params, named_buffers)
     both = params + buffers
     codec.named_list(both, "named_params + named_buffers")  # names must be unique across both

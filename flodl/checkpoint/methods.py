@@ -40,6 +40,7 @@ class CheckpointMethods:
         checksum: bool | None = None,
         compress: bool | None = None,
         rust_compatible: bool = False,
+        background: bool = False,
     ) -> None:
         """Save parameters, then buffers, with this model's structural hash (atomic for paths).
 
@@ -48,6 +49,9 @@ class CheckpointMethods:
         (``structural_hash(scheme="rust")``) and its exact bytes; a step with no counterpart
         there raises, naming the node. When :attr:`source_config` is set, its text is written
         verbatim next to a path as ``<stem>.config.json``, as the original does.
+
+        ``background=True`` returns once the tensors are copied to CPU and writes the file on a
+        background thread (``fl.checkpoint.flush()`` waits for it and raises its error).
         """
         if rust_compatible:
             from flodl.checkpoint.rust_graph import rust_layout
@@ -62,6 +66,7 @@ class CheckpointMethods:
                 checksum=checksum,
                 compress=compress,
                 rust_compatible=True,
+                background=background,
             )
         else:
             save_checkpoint(
@@ -71,6 +76,7 @@ class CheckpointMethods:
                 _structural_hash(self),
                 checksum=checksum,
                 compress=compress,
+                background=background,
             )
         if self.source_config is not None and is_path(path):
             write_source_config(path, self.source_config)  # type: ignore[arg-type]

@@ -29,7 +29,10 @@ from flodl.data.memory import (
 )
 from flodl.data.sampling import DEFAULT_SEED, epoch_order, shard_bounds
 from flodl.data.sources import Source, TensorSource, as_source, require_samples
+from flodl.log import get_logger
 from flodl.smoke import SMOKE_BATCHES, smoke_enabled
+
+log = get_logger("flodl.data")
 
 Mode = Literal["auto", "resident", "streaming"]
 _MODES = ("auto", "resident", "streaming")
@@ -268,6 +271,15 @@ class DataLoader:
         self._depth = prefetch or 0
         self._mode_reason = ""
         self._place(mode)
+        log.info(
+            "DataLoader: %d samples (this shard: %d), batch size %d, %s on %s (%s)",
+            num_samples,
+            self._shard,
+            self._batch_size,
+            self.mode,
+            self._device,
+            self._mode_reason,
+        )
 
     # -- construction -------------------------------------------------------------------------
 

@@ -4,9 +4,10 @@ Contract: DESIGN.md §3.1. Everything in ``__all__`` is re-exported as ``flodl.<
 """
 
 from flodl.graph.builder import FlowBuilder, LoopBuilder, MapBuilder
-from flodl.graph.errors import BuildIssue, GraphBuildError, GraphInputError
+from flodl.graph.errors import BuildIssue, GraphBuildError, GraphInputError, TraceError
 from flodl.graph.graph import Graph, UnknownTagError
 from flodl.graph.merge import MergeOp
+from flodl.graph.observe import Reduce
 from flodl.graph.paths import PathError, PathKind, PathTarget
 from flodl.graph.profile import LevelTiming, NodeTiming, Profile
 from flodl.graph.training import TrainingNotSetUpError
@@ -29,6 +30,8 @@ __all__: list[str] = [
     "PathKind",
     "PathTarget",
     "Profile",
+    "Reduce",
+    "TraceError",
     "TrainingNotSetUpError",
     "Trend",
     "TrendGroup",

@@ -178,7 +178,7 @@ def generate(
         elif node.kind == "merge":
             expr = node.options["op"].expression([var[i] for i in node.inputs])
             w.emit(f"{v} = {expr}", 2, node.id)
-        elif node.kind == "loop" and node.options["kind"] == "for_n":
+        elif node.kind == "loop" and node.options["kind"] == "for_n" and module.inlinable():
             body = f"_b_{node.id}"
             w.emit(f"{body} = {own}.body", 2, node.id)
             refs = []

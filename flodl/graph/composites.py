@@ -42,6 +42,14 @@ class Loop(nn.Module):
     samples keep the state they had when they halted while the others go on, so a sample's result
     does not depend on the rest of its batch. The loop stops when every sample has halted or
     after ``max_iter`` iterations. Every iteration is on the autograd tape (BPTT).
+
+    Body state: before each run of the loop the body is reset — its ``reset()`` method when it
+    has one, else ``reset_state()`` (a Graph body: its forward-reference state) — so a stateful
+    body starts every forward pass fresh, as in the Rust original.
+
+    Traces: a body that defines ``trace(self)`` is asked after every iteration; it returns a
+    tensor (kept in :attr:`traces`), a dict of named tensors (kept per name in
+    :attr:`named_traces`) or None. Each run of the loop replaces the previous run's traces.
     """
 
     node_name = "loop"
@@ -59,6 +67,77 @@ class Loop(nn.Module):
             self.cond = cond
         self.kind = kind
         self.n = n
+        self.traces: list[torch.Tensor] = []
+        self.named_traces: dict[str, list[torch.Tensor]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = nn.Module.__getstate__(self).copy()
+        state["traces"], state["named_traces"] = [], {}  # per-forward values, never saved
+        state.pop("_hook_cache", None)  # bound methods of the body: found again after loading
+        return state
+
+    def _hooks(self) -> tuple[Any, Any]:
+        """(what resets the body before a run or None, the body's ``trace`` or None), looked up
+        once per loop (a module's methods do not change between forward passes)."""
+        cached = self.__dict__.get("_hook_cache")
+        if cached is None or cached[0] is not self.body:
+            cached = self.__dict__["_hook_cache"] = (self.body, *self._find_hooks())
+        return cached[1], cached[2]
+
+    def _find_hooks(self) -> tuple[Any, Any]:
+        body = self.body
+        reset = getattr(body, "reset", None)
+        if not callable(reset):
+            needs = getattr(body, "_needs_reset", None)  # a Graph: skip one with no state at all
+            reset = getattr(body, "reset_state", None)
+            if not callable(reset) or (callable(needs) and not needs()):
+                reset = None
+        trace = getattr(body, "trace", None)
+        return reset, trace if callable(trace) else None
+
+    def inlinable(self) -> bool:
+        """True when nothing must happen around the iterations (no reset, no trace): the
+        generated forward may then unroll a ``for_n`` loop itself instead of calling :meth:`run`."""
+        return self._hooks() == (None, None)
+
+    def _begin(self) -> Any:
+        """Start a run: forget the previous run's traces, reset the body; return the tracer."""
+        reset, trace = self._hooks()
+        self.__dict__["traces"], self.__dict__["named_traces"] = [], {}
+        if reset is not None:
+            reset()
+        return trace
+
+    def _keep_trace(self, trace: Any, i: int) -> None:
+        try:
+            value = trace()
+        except Exception as exc:
+            _note(exc, f"trace() after iteration {i + 1}")
+            raise
+        if value is None:
+            return
+        if isinstance(value, torch.Tensor):
+            self.traces.append(value)
+        elif isinstance(value, dict):
+            for name, tensor in value.items():
+                if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
+                    raise TypeError(
+                        f"{type(self.body).__name__}.trace() returned a dict with {name!r}: "
+                        f"{type(tensor).__name__}; a named trace maps str -> tensor"
+                    )
+                self.named_traces.setdefault(name, []).append(tensor)
+        else:
+            raise TypeError(
+                f"{type(self.body).__name__}.trace() must return a tensor, a dict of named "
+                f"tensors or None, got {type(value).__name__}"
+            )
+
+    def detach_state(self) -> None:
+        """Cut the autograd history of the kept traces (``graph.detach_state`` calls this)."""
+        self.__dict__["traces"] = [t.detach() for t in self.traces]
+        self.__dict__["named_traces"] = {
+            k: [t.detach() for t in v] for k, v in self.named_traces.items()
+        }
 
     def extra_repr(self) -> str:
         return f"kind={self.kind}, {'n' if self.kind == 'for_n' else 'max_iter'}={self.n}"
@@ -99,9 +178,12 @@ class Loop(nn.Module):
     def run(self, x: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         state = x
+        trace = self._begin()
         if self.kind == "for_n":
             for i in range(self.n):
                 state = self._step(state, args, kwargs, i)
+                if trace is not None:
+                    self._keep_trace(trace, i)
             return state
         done: torch.Tensor | None = None
         for i in range(self.n):
@@ -111,6 +193,8 @@ class Loop(nn.Module):
                     break
             new = self._step(state, args, kwargs, i)
             state = new if done is None else self._keep(done, state, new)
+            if trace is not None:
+                self._keep_trace(trace, i)
             if self.kind == "until" and i < self.n - 1:
                 stop, done = self._check_halt(state, i, done)
                 if stop:

@@ -56,3 +56,20 @@ class GraphBuildError(FlodlError):
 
 class GraphInputError(FlodlError, TypeError):
     """A graph was called with a missing or unexpected input (also a ``TypeError``)."""
+
+
+class TraceError(FlodlError, KeyError):
+    """A loop-trace name that names no loop or published trace, or one two loops publish.
+
+    >>> import flodl as fl
+    >>> from torch import nn
+    >>> g = fl.FlowBuilder(nn.Linear(2, 2)).tag("out").build()
+    >>> try:
+    ...     g.traces("out")
+    ... except fl.TraceError as err:
+    ...     print(err)
+    traces('out'): the tag is on a module node, not on a loop
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0])

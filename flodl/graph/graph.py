@@ -12,6 +12,7 @@ import contextlib
 import difflib
 import itertools
 import linecache
+import logging
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -27,11 +28,15 @@ from flodl.graph.hashing import structural_hash
 from flodl.graph.nodes import Node
 from flodl.graph.observe import Metrics, ObservationMethods
 from flodl.graph.profile import ProfilingMethods, now, record
+from flodl.graph.timing import TimingMethods
+from flodl.graph.traces import TraceMethods
 from flodl.graph.training import TrainingMethods
 from flodl.graph.tree import TreeMethods
 from flodl.graph.visual import VisualMethods
+from flodl.log import get_logger
 
 _MISSING = object()
+log = get_logger("flodl.graph")
 _SOURCE_IDS = itertools.count(1)
 
 
@@ -158,7 +163,9 @@ def _is_free(name: str) -> bool:
 class Graph(
     TreeMethods,
     ObservationMethods,
+    TraceMethods,
     ProfilingMethods,
+    TimingMethods,
     VisualMethods,
     CheckpointMethods,
     TrainingMethods,
@@ -226,6 +233,14 @@ class Graph(
             child._composed = True
         self._install()
         self._hash = structural_hash(self)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "built graph %s[%s]: %d nodes, %s parameters",
+                f"'{label}' " if label else "",
+                self._hash[:8],
+                len(nodes),
+                f"{sum(p.numel() for p in self.parameters()):,}",
+            )
         return self
 
     def _register(self, modules: dict[str, nn.Module]) -> None:
@@ -418,6 +433,14 @@ class Graph(
             if not isinstance(module, Graph) and callable(getattr(module, "reset_state", None)):
                 module.reset_state()
 
+    def _needs_reset(self) -> bool:
+        """Whether :meth:`reset_state` would change anything (a loop skips it otherwise)."""
+        return any(g._state for g in self._graphs()) or any(
+            callable(getattr(m, "reset_state", None))
+            for m in self.modules()
+            if not isinstance(m, Graph)
+        )
+
     def detach_state(self) -> None:
         """Cut the autograd history of state and tagged values, keeping their values (all levels)."""
         for graph in self._graphs():
@@ -434,13 +457,25 @@ class Graph(
                 module.detach_state()
 
     def end_step(self) -> None:
-        """Close a training step: ``detach_state()`` (the truncated-BPTT boundary) and count it."""
+        """Close a training step: ``detach_state()`` (the truncated-BPTT boundary) and count it;
+        while profiling, also buffer the step's node timings (``collect_timings``)."""
         self.detach_state()
+        if self._profiling:
+            self.collect_timings()
         self._step_count += 1
 
+    def end_sequence(self) -> None:
+        """Close an independent sequence: forget all state (``reset_state()``), so the next
+        forward starts fresh. ``end_step`` keeps state across steps (truncated BPTT); call this
+        between sequences. A graph without forward references has nothing to forget."""
+        self.reset_state()
+
     def end_epoch(self) -> None:
-        """Close an epoch: ``flush()`` every metric of the whole tree, and count the epoch."""
+        """Close an epoch: ``flush()`` every metric of the whole tree (and, while profiling, the
+        timing buffers: ``flush_timings``), and count the epoch."""
         self.flush()
+        if self._profiling:
+            self.flush_timings()
         self._epoch_count += 1
 
     @property

@@ -10,6 +10,7 @@ matches nothing raises :class:`~flodl.graph.paths.PathError` before anything cha
 from __future__ import annotations
 
 import difflib
+import enum
 import math
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,36 @@ from flodl.graph.trend import Trend, TrendGroup
 
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
+
+
+class Reduce(enum.StrEnum):
+    """How :meth:`ObservationMethods.collect_with` turns a tagged tensor into one number."""
+
+    MEAN = "mean"
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    NORM = "norm"
+
+    def apply(self, value: torch.Tensor) -> float:
+        t = value.detach()
+        if t.numel() == 1:
+            return float(t.reshape(()).item())
+        if not t.is_floating_point():  # integer or bool tags: reduce exactly
+            t = t.to(torch.float64)
+        elif t.dtype in (torch.float16, torch.bfloat16):
+            t = t.float()
+        if self is Reduce.MEAN:
+            out = t.mean()
+        elif self is Reduce.SUM:
+            out = t.sum()
+        elif self is Reduce.MAX:
+            out = t.max()
+        elif self is Reduce.MIN:
+            out = t.min()
+        else:
+            out = torch.linalg.vector_norm(t)
+        return float(out.item())
 
 
 @dataclass
@@ -138,28 +169,58 @@ class ObservationMethods:
         >>> list(g.collect("out"))
         ['out']
         """
+        return self._collect(tags, Reduce.MEAN, "collect")
+
+    def collect_with(
+        self, tags: str | list[str] | tuple[str, ...], reduce: str
+    ) -> dict[str, float]:
+        """Like :meth:`collect`, reducing each tagged tensor with ``reduce``: ``"mean"``,
+        ``"sum"``, ``"max"``, ``"min"`` or ``"norm"`` (the L2 norm of all its elements; a
+        :class:`Reduce` works too). A one-element value is taken as is. The epoch value
+        (``flush``) is the mean over the batches, as for every metric.
+
+        >>> import torch, flodl as fl
+        >>> from torch import nn
+        >>> g = fl.FlowBuilder(nn.Identity()).tag("x").build()
+        >>> _ = g(torch.tensor([3.0, -4.0]))
+        >>> g.collect_with("x", "norm"), g.collect_with(["x"], "min")
+        ({'x': 5.0}, {'x': -4.0})
+        """
+        names = (tags,) if isinstance(tags, str) else tuple(tags)
+        try:
+            reducer = Reduce(reduce)
+        except ValueError:
+            choices = ", ".join(repr(r.value) for r in Reduce)
+            raise ValueError(
+                f"collect_with: reduce must be one of {choices}, got {reduce!r}"
+            ) from None
+        return self._collect(names, reducer, "collect_with")
+
+    def _collect(self, tags: tuple[str, ...], reduce: Reduce, method: str) -> dict[str, float]:
         root = self._tree()
         if not tags:
-            raise PathError("collect() needs at least one tag (or tag group) name", "")
+            raise PathError(f"{method}() needs at least one tag (or tag group) name", "")
         pending: list[tuple[Graph, str, float]] = []
         collected: dict[str, float] = {}
         for name in self._expand(tags):
             target = root.validate_path(name)
             if target.kind is not PathKind.TAG:
                 raise PathError(
-                    f'collect: "{name}" resolves to a {target.kind.value}, not a tag', name
+                    f'{method}: "{name}" resolves to a {target.kind.value}, not a tag', name
                 )
             value = target.graph.tagged(target.name)
             if value is None:
                 raise ValueError(
-                    f"collect: tag '{name}' has no value yet — run a forward pass before collecting"
+                    f"{method}: tag '{name}' has no value yet — run a forward pass before collecting"
                 )
             if isinstance(value, torch.Tensor):
                 if value.numel() == 0:
-                    raise ValueError(f"collect: tag '{name}' holds an empty tensor (no mean)")
-                number = float(value.detach().float().mean().item())
+                    raise ValueError(
+                        f"{method}: tag '{name}' holds an empty tensor (no {reduce.value})"
+                    )
+                number = reduce.apply(value)
             else:
-                number = to_float(f"collect('{name}')", value)
+                number = to_float(f"{method}('{name}')", value)
             pending.append((target.graph, target.name, number))
             collected[name] = number
         for graph, local, number in pending:

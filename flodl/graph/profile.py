@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
@@ -89,9 +90,9 @@ class Profile:
         entry and auxiliary inputs run no code and give 0.0. A name that matches no node raises
         :class:`~flodl.graph.paths.PathError` (a typo must not read as "costs nothing").
         """
-        head, dot, rest = name.partition(".") if isinstance(name, str) else ("", "", "")
-        if dot and head in self.children:
-            return self.children[head].timing(rest)
+        inner = self._child_of(name)
+        if inner is not None:
+            return inner[0].timing(inner[1])
         for n in self.nodes:
             if name == n.id or name in n.tags:
                 return n.seconds
@@ -107,6 +108,17 @@ class Profile:
             str(name),
             close,
         )
+
+    def _child_of(self, name: object) -> tuple[Profile, str] | None:
+        """(child profile, rest of the name) for ``child.rest`` — the longest matching child key
+        (keys of graphs inside composites have dots: ``loop_2.body``)."""
+        if not isinstance(name, str):
+            return None
+        keys = [k for k in self.children if name.startswith(k + ".")]
+        if not keys:
+            return None
+        key = max(keys, key=len)
+        return self.children[key], name[len(key) + 1 :]
 
     def names(self) -> list[str]:
         """Every name ``timing`` accepts: node ids, tags, then nested graphs' names as paths."""
@@ -146,6 +158,20 @@ def levels(graph: Graph) -> dict[str, int]:
         sources = [leaf.source for r in node.refs for leaf in r.leaves()]
         deps = list(node.inputs) + [s for s in sources if s is not None]
         out[node.id] = 1 + max((out.get(d, -1) for d in deps), default=-1)
+    return out
+
+
+COMPOSITE_KINDS = ("loop", "gate", "switch", "map")
+
+
+def _top_graphs(module: nn.Module) -> list[tuple[str, Graph]]:
+    """The Graphs inside ``module`` that are not inside another Graph there (path, graph)."""
+    from flodl.graph.graph import Graph
+
+    out: list[tuple[str, Graph]] = []
+    for path, sub in module.named_modules():
+        if path and isinstance(sub, Graph) and not any(path.startswith(p + ".") for p, _ in out):
+            out.append((path, sub))
     return out
 
 
@@ -191,8 +217,16 @@ def record(graph: Graph, raw: list[tuple[str, float]], total: float) -> None:
     children: dict[str, Profile] = {}
     for node in graph.nodes:
         module = graph.module_of(node.id) if node.attr else None
-        if isinstance(module, Graph) and module._last_profile is not None:
-            children[module.label or node.id] = module._last_profile
+        if isinstance(module, Graph):
+            if module._last_profile is not None:
+                children[module.label or node.id] = module._last_profile
+        elif module is not None and node.kind in COMPOSITE_KINDS:
+            # Graphs used as loop bodies, gate experts, switch branches, map bodies: keyed by
+            # their path below the node ("loop_2.body", "gate_3.experts.1"). A loop body's
+            # profile is that of its last iteration; the loop node's time covers them all.
+            for path, sub in _top_graphs(module):
+                if sub._last_profile is not None:
+                    children[f"{node.id}.{path}"] = sub._last_profile
     graph._last_profile = Profile(total, tuple(nodes), level_rows, children, untimed)
 
 

@@ -71,6 +71,20 @@ class TreeMethods:
         module = self.validate_path(path).module
         return list(module.named_parameters()) if module is not None else []
 
+    def named_buffers_at(self, path: str) -> list[tuple[str, Any]]:
+        """``(name, buffer)`` pairs at ``path``, named relative to it (BatchNorm running stats,
+        ...); [] for a node that runs no module.
+
+        >>> import flodl as fl
+        >>> from torch import nn
+        >>> enc = fl.FlowBuilder(nn.Linear(2, 4)).through(nn.BatchNorm1d(4)).tag("bn").label("enc").build()
+        >>> model = fl.FlowBuilder(enc).through(nn.Linear(4, 1)).build()
+        >>> [name for name, _ in model.named_buffers_at("enc.bn")]
+        ['running_mean', 'running_var', 'num_batches_tracked']
+        """
+        module = self.validate_path(path).module
+        return list(module.named_buffers()) if module is not None else []
+
     def freeze(self, path: str) -> int:
         """Stop training everything at ``path`` (``requires_grad = False``); returns the count.
 

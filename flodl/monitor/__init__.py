@@ -14,6 +14,10 @@ from flodl.monitor.record import EpochRecord as EpochRecord
 from flodl.monitor.resources import GpuSnapshot as GpuSnapshot
 from flodl.monitor.resources import ResourceSample as ResourceSample
 from flodl.monitor.resources import ResourceSampler as ResourceSampler
+from flodl.monitor.timeline import Timeline as Timeline
+from flodl.monitor.timeline import TimelineEvent as TimelineEvent
+from flodl.monitor.timeline import TimelineSample as TimelineSample
+from flodl.monitor.timeline import TimelineSummary as TimelineSummary
 from flodl.smoke import SmokeBudgetReached
 
 __all__ = ["Monitor", "MonitorError", "MonitorServerError", "SmokeBudgetReached"]

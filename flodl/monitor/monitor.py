@@ -13,15 +13,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
 
+from flodl.checkpoint.background import flush as checkpoint_flush
 from flodl.monitor.errors import MonitorError
 from flodl.monitor.eta import EtaEstimator
 from flodl.monitor.format import digit_count, epoch_line, finish_line, format_eta, format_metric
 from flodl.monitor.graph_view import render_graph_view
+from flodl.monitor.messages import MessageLog
 from flodl.monitor.page import render_page, svg_data_uri
 from flodl.monitor.record import EpochRecord
 from flodl.monitor.resources import ResourceSample, ResourceSampler, hardware_summary
 from flodl.monitor.server import DashboardServer
 from flodl.monitor.tensorboard import write_scalars
+from flodl.monitor.timeline import Timeline
+from flodl.monitor.timeline_page import render_timeline
 from flodl.smoke import SMOKE_EPOCHS, SmokeBudgetReached, smoke_enabled
 
 __all__ = ["MetricSource", "Monitor"]
@@ -105,6 +109,7 @@ class Monitor:
         self._records: list[EpochRecord] = []
         self._pending_ranks: dict[int, ResourceSample] = {}
         self._sampler = ResourceSampler(gpu=gpu)
+        self._gpu = gpu
         self._hardware: str | None = None
         self.label: str | None = None
         self.hash: str | None = None
@@ -116,7 +121,16 @@ class Monitor:
         self._archive_path: Path | None = None
         self._finished_at: float | None = None
         self._server: DashboardServer | None = None
-        self._owned: dict[str, Any] = {"sampler": self._sampler, "server": None}
+        self._messages = MessageLog(self._started)
+        #: The :class:`~flodl.monitor.Timeline` shown at ``/timeline.html`` (see
+        #: :meth:`attach_timeline`), or None.
+        self.timeline: Timeline | None = None
+        self._owned: dict[str, Any] = {
+            "sampler": self._sampler,
+            "server": None,
+            "messages": self._messages,
+        }
+        self._messages.attach()
         self._finalizer = weakref.finalize(self, _release, self._owned)
 
     # -- output -------------------------------------------------------------------------------
@@ -162,6 +176,7 @@ class Monitor:
         _ = self.hardware  # probed once here, not inside the first page request
         server = DashboardServer(self._live_page, host=host, port=port, max_clients=max_clients)
         self._server = self._owned["server"] = server
+        self._serve_timeline()
         for record in self._records:  # a dashboard started mid-run still shows the whole run
             server.log.publish("epoch", record.to_json())
         server.svg, server.graph_html = self._svg, self._graph_html
@@ -176,6 +191,27 @@ class Monitor:
             )
         return server.url
 
+    def attach_timeline(
+        self, timeline: Timeline | None = None, *, poll_interval_ms: float = 100
+    ) -> Timeline:
+        """Show a :class:`~flodl.monitor.Timeline` on the dashboard (``/timeline.html``, linked
+        from the page) and next to the HTML archive (``<archive>.timeline.html``, written by
+        :meth:`finish`). Without ``timeline`` the monitor creates one sampling every
+        ``poll_interval_ms`` and stops it at :meth:`close`; a given one is started if it is not
+        running and left to its owner. Returns the timeline."""
+        if timeline is None:
+            timeline = Timeline(poll_interval_ms, gpu=self._gpu)
+            self._owned["timeline"] = timeline
+        self.timeline = timeline.start()
+        self._serve_timeline()
+        self._publish_meta()
+        return timeline
+
+    def _serve_timeline(self) -> None:
+        if self._server is not None and self.timeline is not None:
+            timeline, title = self.timeline, self._title("Timeline")
+            self._server.timeline_page = lambda: render_timeline(timeline, title=title)
+
     @property
     def url(self) -> str | None:
         """The dashboard URL while it is served, else None."""
@@ -189,6 +225,7 @@ class Monitor:
 
     def _boot(self, mode: str) -> dict[str, Any]:
         return {
+            "timeline": self.timeline is not None,
             "mode": mode,
             "label": self.label,
             "hash": self.hash,
@@ -244,6 +281,22 @@ class Monitor:
                 pass
         self._take_svg(graph, warn=False)
         self._publish_meta()
+
+    def watch_profiled(self, graph: Any) -> None:
+        """Like :meth:`watch`, but the graph is drawn as a heat map of its last profiled forward
+        (``graph.svg_with_profile()``: nodes green to red by time, each with its duration).
+        Call ``graph.enable_profiling()`` and run a forward first; without a profile (or without
+        Graphviz) the dashboard shows what :meth:`watch` shows."""
+        self.watch(graph)
+        render = getattr(graph, "svg_with_profile", None)
+        if not callable(render):
+            return
+        try:
+            svg = render()
+        except Exception:  # no profile yet, no Graphviz: the plain view stays
+            return
+        if isinstance(svg, str) and svg.strip():
+            self.set_svg(svg)
 
     def _take_svg(self, graph: Any, *, warn: bool) -> None:
         view, error = render_graph_view(graph)
@@ -412,7 +465,10 @@ class Monitor:
 
     def finish(self) -> None:
         """Print the summary, write the HTML archive if ``save_html`` named one, and tell the
-        dashboard the run is complete (it keeps serving until :meth:`close` or process exit)."""
+        dashboard the run is complete (it keeps serving until :meth:`close` or process exit).
+
+        Then waits for pending background checkpoint saves (``fl.checkpoint.flush()``) and
+        raises the first one that failed."""
         first_finish = self._finished_at is None
         if first_finish:
             self._finished_at = time.monotonic()
@@ -422,10 +478,15 @@ class Monitor:
             try:
                 self._write_html(self._archive_path)
                 self._say(f"  saved: {self._archive_path}")
+                if self.timeline is not None:
+                    page = self._archive_path.with_name(self._archive_path.stem + ".timeline.html")
+                    self.timeline.save_html(page)
+                    self._say(f"  saved: {page}")
             except OSError as err:
                 self._say(f"  warning: failed to save the dashboard archive: {err}", err=True)
         if self._server is not None and first_finish:
             self._server.log.publish("complete", self._complete_json())
+        checkpoint_flush()
 
     def finish_with(self, graph: Any) -> None:
         """Like :meth:`finish`, after taking the graph's final SVG (``graph.svg()``)."""
@@ -515,7 +576,9 @@ class Monitor:
         )
 
     def write_log(self, path: str | os.PathLike[str]) -> Path:
-        """A plain-text log: one ``epoch e/T  name=value  [time]`` line per epoch and the total."""
+        """A plain-text log: one ``epoch e/T  name=value  [time]`` line per epoch and the total,
+        then the records flodl logged while the monitor was open (``# messages``: elapsed
+        seconds, level, logger, message; what reaches stderr at the current verbosity)."""
         width = digit_count(self.num_epochs)
         lines = ["# flodl training log"]
         for r in self._records:
@@ -526,6 +589,9 @@ class Monitor:
         if self._records:
             end = self._finished_at or time.monotonic()
             lines.append(f"# total: {format_eta(end - self._started)}")
+        messages = self._messages.lines()
+        if messages:
+            lines += ["# messages", *messages]
         path = Path(path)
         _atomic_write(path, "\n".join(lines) + "\n")
         return path
@@ -539,6 +605,12 @@ def _release(owned: dict[str, Any]) -> None:
     sampler, owned["sampler"] = owned.get("sampler"), None
     if sampler is not None:
         sampler.close()
+    timeline, owned["timeline"] = owned.get("timeline"), None
+    if timeline is not None:
+        timeline.stop()
+    messages, owned["messages"] = owned.get("messages"), None
+    if messages is not None:
+        messages.detach()
 
 
 def _rank_from_env() -> int:

@@ -134,7 +134,8 @@ class ResourceSample:
 class _Nvml:
     """NVML handles plus a daemon thread averaging utilisation between samples."""
 
-    def __init__(self, poll_interval: float) -> None:
+    def __init__(self, poll_interval: float | None) -> None:
+        """``poll_interval`` None: no averaging thread (the caller reads :meth:`instant`)."""
         import pynvml  # nvidia-ml-py; ImportError when absent
 
         pynvml.nvmlInit()  # NVMLError without a driver
@@ -148,7 +149,7 @@ class _Nvml:
         self._stop = threading.Event()
         self._poll_interval = poll_interval
         self._thread: threading.Thread | None = None
-        if count:
+        if count and poll_interval is not None:
             self._thread = threading.Thread(
                 target=self._poll, name="flodl-gpu-util-poller", daemon=True
             )
@@ -183,10 +184,21 @@ class _Nvml:
             used, vram_total = int(mem.used), int(mem.total)
         return util, used, vram_total
 
+    def instant(self, index: int) -> tuple[int | None, int | None, int | None]:
+        """(utilisation now, used bytes, total bytes) of device ``index``; None: unreadable."""
+        handle = self.handles[index]
+        util = used = total = None
+        with contextlib.suppress(self.nv.NVMLError):
+            util = int(self.nv.nvmlDeviceGetUtilizationRates(handle).gpu)
+        with contextlib.suppress(self.nv.NVMLError):
+            mem = self.nv.nvmlDeviceGetMemoryInfo(handle)
+            used, total = int(mem.used), int(mem.total)
+        return util, used, total
+
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=2 * self._poll_interval + 1)
+            self._thread.join(timeout=2 * (self._poll_interval or 0) + 1)
         with contextlib.suppress(Exception):
             self.nv.nvmlShutdown()
 

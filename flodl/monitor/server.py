@@ -213,7 +213,7 @@ def _plain(status: int, text: str, extra: dict[str, str] | None = None) -> bytes
 
 
 class DashboardServer:
-    """Serves the dashboard page, ``/events``, ``/api/history``, ``/graph.svg`` and ``/graph.html``.
+    """Serves the dashboard page, ``/events``, ``/api/history``, ``/graph.svg``, ``/graph.html`` and ``/timeline.html``.
 
     ``render`` builds the page (live mode) on each request; the monitor publishes into ``log``.
     ``max_clients`` bounds the concurrent SSE streams only (see the module docstring).
@@ -236,6 +236,7 @@ class DashboardServer:
         self.log = log or EventLog()
         self.svg: str | None = None
         self.graph_html: str | None = None  # the graph's HTML view, when there is no SVG
+        self.timeline_page: Callable[[], tuple[str, str]] | None = None  # /timeline.html
         self.max_clients = max_clients
         self._conns: dict[socket.socket, _Conn] = {}  # loop thread only
         self._streams = 0
@@ -435,6 +436,12 @@ class DashboardServer:
         elif path == "/graph.svg" and (svg := self.svg) is not None:
             # opened directly, an SVG is a document: keep any script in it inert
             self._reply(conn, _answer(200, svg.encode(), "image/svg+xml", is_head, _INERT_DOCUMENT))
+        elif path == "/timeline.html" and (timeline := self.timeline_page) is not None:
+            page, nonce = timeline()  # the Monitor's Timeline as it is now
+            policy = {"Content-Security-Policy": content_security_policy(nonce)}
+            self._reply(
+                conn, _answer(200, page.encode(), "text/html; charset=utf-8", is_head, policy)
+            )
         elif path == "/graph.html" and (view := self.graph_html) is not None:
             self._reply(
                 conn,

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from flodl import checkpoint
 from flodl.checkpoint import save_checkpoint
+from flodl.checkpoint.methods import CheckpointMethods
+from flodl.log import get_logger
+from flodl.monitor import timeline
+
+log = get_logger("flodl.train")
 
 
 @dataclass(frozen=True)
@@ -15,10 +22,14 @@ class SaveFdl:
     """Write ``<directory>/checkpoint-<version>.fdl`` atomically (picklable: it crosses to ranks).
 
     A Graph's file carries its structural hash, so ``graph.load_checkpoint`` checks the
-    architecture; any other module's file loads with ``fl.load_checkpoint``.
+    architecture; any other module's file loads with ``fl.load_checkpoint``. With
+    ``background`` (the default) training waits only for a CPU copy of the tensors; the file is
+    written on a background thread (see ``fl.checkpoint.flush``), and the end of training waits
+    for it.
     """
 
     directory: str = "checkpoints"
+    background: bool = True
 
     def path(self, version: int) -> Path:
         return Path(self.directory) / f"checkpoint-{version:04d}.fdl"
@@ -26,7 +37,27 @@ class SaveFdl:
     def __call__(self, version: int, model: torch.nn.Module) -> None:
         dest = self.path(version)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if hasattr(model, "save_checkpoint"):
+        if isinstance(model, CheckpointMethods):
+            model.save_checkpoint(dest, background=self.background)
+        elif hasattr(model, "save_checkpoint"):
             model.save_checkpoint(dest)
         else:
-            save_checkpoint(dest, list(model.named_parameters()), list(model.named_buffers()))
+            params, buffers = list(model.named_parameters()), list(model.named_buffers())
+            save_checkpoint(dest, params, buffers, background=self.background)
+        if not self.background:
+            log.info("checkpoint saved: %s (version %d)", dest, version)
+
+
+def checkpoint_saved(fn: Any, version: int) -> None:
+    """Emit the timeline's ``checkpoint_saved`` event (with the path when ``fn`` is a SaveFdl)."""
+    path = str(fn.path(version)) if isinstance(fn, SaveFdl) else None
+    timeline.emit("checkpoint_saved", version=version, path=path)
+
+
+def flush_checkpoints() -> None:
+    """Wait for the background checkpoint writes of this process. A failed one is logged, not
+    raised: a checkpoint failure never fails a training run (the Trainer's contract)."""
+    try:
+        checkpoint.flush()
+    except Exception:
+        log.exception("a background checkpoint save failed")

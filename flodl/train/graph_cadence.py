@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from flodl.monitor import timeline
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero, weighted_mean_
 from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
@@ -205,6 +206,7 @@ class Cadence:
         assert window is not None and not window.synced
         window.synced = True
         arrived = time.perf_counter()
+        timeline.emit("sync_start", mode="graph")
         world = self.el_che.world
         # One slot per rank: compute ms, batches run, and the previous sync's cost (each rank
         # measured its own; El Che gets the max, so every rank feeds it the same numbers).
@@ -234,5 +236,9 @@ class Cadence:
         self._last_sync_ms = (time.perf_counter() - start) * 1000.0
         if not self.local_steps:
             optimizer_step()
+        timeline.emit("sync_end", mode="graph", duration_ms=(time.perf_counter() - arrived) * 1e3)
+        anchor = self.el_che.anchor
         self.el_che.report_timing(wall_ms, actual, sync_ms)
+        if self.el_che.anchor != anchor:
+            timeline.emit("anchor_changed", **{"from": anchor, "to": self.el_che.anchor})
         self.history.append(actual)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -22,10 +23,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from flodl.log import get_logger, set_rank
+from flodl.monitor import timeline
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_cadence import Cadence, DdpConfig, devices_differ
 from flodl.train.launch import under_launcher
+
+log = get_logger("flodl.train")
 
 
 def setup(
@@ -68,11 +73,20 @@ def setup(
     session = GraphSession(_join_group(timeout))
     session.max_grad_norm = None if config is None else config.max_grad_norm
     if session.is_distributed:
+        set_rank(session.rank)
         model.to(session.device)
         broadcast_from_rank_zero(list(model.parameters()) + list(model.buffers()), session.group)
         session.configure_el_che(config)
+        log.info(
+            "graph mode: rank %d of %d on %s, %s",
+            session.rank,
+            session.world_size,
+            session.device,
+            "El Che" if session.cadence is not None else "lockstep",
+        )
     else:
         session.device = model.device  # single device: the model stays where the user put it
+        log.info("graph mode: one process, training on %s", model.device)
     if optim_factory is not None:
         session.optimizer = optim_factory(model.parameters())
         if not isinstance(session.optimizer, torch.optim.Optimizer):
@@ -200,9 +214,13 @@ class GraphSession:
             )
             self.cadence = None
         if self.is_distributed:
+            start = time.perf_counter()
+            timeline.emit("sync_start", mode="graph")
             params = [p for p in graph.parameters() if p.requires_grad]
             average_gradients(params, self.world_size, self.group)
             broadcast_from_rank_zero(list(graph.buffers()), self.group)
+            ms = (time.perf_counter() - start) * 1e3
+            timeline.emit("sync_end", mode="graph", duration_ms=ms)
         self._optimizer_step(graph)
 
     def _optimizer_step(self, graph: nn.Module) -> None:
@@ -305,8 +323,39 @@ class GraphSession:
             )
         graph = self._graph()
         if self.cadence is None or graph is None:
-            return self.loader.epoch(epoch)
-        return self.cadence.epoch(self.loader, epoch, graph, lambda: self._optimizer_step(graph))
+            batches = self.loader.epoch(epoch)
+        else:
+            step = lambda: self._optimizer_step(graph)  # noqa: E731
+            batches = self.cadence.epoch(self.loader, epoch, graph, step)
+        return _EpochEnd(batches, epoch)
+
+
+class _EpochEnd:
+    """An epoch's batches as given (``len``, ``with``, ``close`` pass through), plus the
+    timeline's ``epoch_end`` event once iteration has consumed them all."""
+
+    def __init__(self, batches: Any, epoch: int) -> None:
+        self._batches, self._epoch = batches, epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self._batches
+        timeline.emit("epoch_end", epoch=self._epoch)
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __enter__(self) -> _EpochEnd:
+        enter = getattr(self._batches, "__enter__", None)
+        if enter is not None:
+            enter()
+        return self
+
+    def __exit__(self, *exc: object) -> Any:
+        leave = getattr(self._batches, "__exit__", None)
+        return leave(*exc) if leave is not None else None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._batches, name)
 
 
 def _scheduled_lr(scheduler: Any, step: int) -> float:

@@ -23,6 +23,8 @@ class MetricsMsg:
     resources: dict[str, Any] = field(default_factory=dict)
     idle_ms: float = 0.0  # waiting (for work, an averaging, a throttle) since the last report
     wall_ms: float = 0.0  # wall time since the last report (idle_ms is part of it)
+    # Timeline events this rank's process emitted since its last report (when forwarding).
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -46,6 +48,8 @@ class EpochMetrics:
     # for a peer at an averaging, throttled): a fast rank held back by a slow one shows here.
     per_rank_wall_ms: list[float] = field(default_factory=list)
     per_rank_idle_ms: list[float] = field(default_factory=list)
+    # Timeline events the ranks forwarded with this epoch (``{"wall", "kind", "rank", "data"}``).
+    events: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def per_rank_idle_share(self) -> list[float]:
@@ -105,8 +109,10 @@ def aggregate_epoch_metrics(
     resources: list[dict[str, Any]] = [{} for _ in range(world)]
     idle = [0.0] * world
     wall = [0.0] * world
+    events: list[dict[str, Any]] = []
     for msg in messages:
         r = msg.rank
+        events += msg.events
         if msg.resources:
             resources[r] = msg.resources
         idle[r] += msg.idle_ms
@@ -147,4 +153,5 @@ def aggregate_epoch_metrics(
         per_rank_batches=batches,
         per_rank_wall_ms=wall,
         per_rank_idle_ms=idle,
+        events=sorted(events, key=lambda e: e["wall"]),
     )

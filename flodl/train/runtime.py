@@ -17,7 +17,10 @@ import torch
 import torch.distributed as dist
 
 from flodl.data.sources import as_source, require_samples
+from flodl.log import get_logger, set_rank
+from flodl.monitor import timeline
 from flodl.train.averaging import final_state
+from flodl.train.checkpointing import checkpoint_saved, flush_checkpoints
 from flodl.train.coordinator import Coordinator, CoordinatorConfig
 from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
@@ -45,6 +48,9 @@ from flodl.train.transport import (
 from flodl.train.worker import FINAL_ROUND, Worker
 
 FINAL_KEY = "final"
+
+
+log = get_logger("flodl.train")
 
 
 def _build(
@@ -111,7 +117,10 @@ def run_single(
             try:
                 spec.checkpoint_fn(epoch + 1, worker.model)
             except Exception:
-                traceback.print_exc()
+                log.exception("checkpoint %d failed; training goes on", epoch + 1)
+            else:
+                checkpoint_saved(spec.checkpoint_fn, epoch + 1)
+    flush_checkpoints()
     return TrainedState(
         [p.cpu().clone() for p in worker.params()], [b.cpu().clone() for b in worker.buffers()]
     )
@@ -136,6 +145,7 @@ def rank_main(
     a rank waiting for work gives up once rank 0's control store has been silent for the run's
     timeout, raising :class:`CoordinatorGone` instead of waiting forever.
     """
+    set_rank(rank)
     torch_device = torch.device(device)
     threads = spec.threads_per_rank or max(1, (os.cpu_count() or 1) // world)
     if torch_device.type == "cpu":
@@ -154,6 +164,10 @@ def rank_main(
         )
     coordinator = channel = None
     watched = watch_coordinator and rank != 0
+    # Spawned ranks send their timeline events to the training process with their metrics (a
+    # rank whose own script runs a Timeline, under a launcher, records them there instead).
+    forwarding = spec.timeline_events and not timeline.timelines_running()
+    forwarder = timeline.EventForwarder().install() if forwarding else None
     try:
         channel = RankChannel(
             host, port, rank, watch=heartbeat if watched else None, limit=spec.timeout
@@ -163,14 +177,18 @@ def rank_main(
         worker = _build(spec, rank, world, torch_device, channel, GlooCollective(world))
         if coordinator is not None:
             coordinator.start()
+        log.info("rank %d of %d joined on %s", rank, world, device)
         try:
             worker.run()
         except CoordinatorLost as err:
             raise CoordinatorGone(str(err), rank=0) from None
         finally:
             channel.close()
+            flush_checkpoints()  # a rank process may end with os._exit: no atexit flush there
         return wait_final(store, spec.timeout)
     finally:
+        if forwarder is not None:
+            forwarder.remove()
         if coordinator is not None:
             coordinator.join(spec.timeout)
         if channel is not None and channel.lost:  # every call to rank 0 would block: leave
@@ -247,6 +265,16 @@ class CoordinatorThread(threading.Thread):
     def _publish(self, metrics: EpochMetrics) -> None:
         self._metrics.put(metrics)
 
+    def _note_anchor(self) -> None:
+        """A timeline event (and a debug line) when El Che moved the anchor."""
+        el_che = self.coord.el_che
+        anchor = None if el_che is None else el_che.anchor
+        before = getattr(self, "_anchor", anchor)
+        self._anchor = anchor
+        if anchor != before:
+            log.debug("El Che anchor %s -> %s", before, anchor)
+            timeline.emit("anchor_changed", **{"from": before, "to": anchor})
+
     def run(self) -> None:
         finals: dict[int, Snapshot] = {}
         errors: list[tuple[int, str]] = []
@@ -276,6 +304,7 @@ class CoordinatorThread(threading.Thread):
                         self._dispatch(Exiting(rank, error), now, finals, errors, exited, last_seen)
                 for metrics in coord.take_epochs():
                     self._publish(metrics)
+                self._note_anchor()
                 # Silence counts only while a rank owes something (metrics, an ack, a snapshot):
                 # a rank idly waiting for the others' work is not stuck.
                 for r in range(self.world):

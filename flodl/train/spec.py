@@ -43,6 +43,7 @@ class TrainSpec:
     timeout: float = 60.0  # process-group and no-progress timeout, seconds
     threads_per_rank: int | None = None
     monitor_resources: bool = False  # ranks sample their resources for the monitor
+    timeline_events: bool = False  # ranks forward timeline events (a Timeline runs in the caller)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -19,13 +19,16 @@ import math
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from flodl.data.sources import as_source, require_samples
-from flodl.train.checkpointing import SaveFdl
+from flodl.log import get_logger
+from flodl.monitor import timeline
+from flodl.train.checkpointing import SaveFdl, flush_checkpoints
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_cadence import DdpConfig
 from flodl.train.graph_mode import GraphSession
@@ -42,6 +45,8 @@ from flodl.train.metrics import EpochMetrics
 from flodl.train.runtime import coordinator_for
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState
+
+log = get_logger("flodl.train")
 
 
 class TrainingHandle:
@@ -279,10 +284,21 @@ class TrainerBuilder:
         once; ``handle.join()`` waits. A monitor is finished when training ends, failed or not."""
         spec = self._validate()
         metrics_fn, monitor = self._metrics_fn, self._monitor
+        started = time.monotonic()
+        log.info(
+            "trainer: %d epochs, batch size %d per device, policy %s",
+            spec.epochs(),
+            spec.batch_size,
+            spec.policy.name.lower() if hasattr(spec.policy, "name") else spec.policy,
+        )
         if hasattr(monitor, "ends_smoke_runs"):
             monitor.ends_smoke_runs = False  # this run keeps to the smoke budget itself
 
+        spec.timeline_events = timeline.timelines_running()
+
         def on_epoch(metrics: EpochMetrics) -> None:
+            timeline.deliver(metrics.events)  # what spawned ranks forwarded with this epoch
+            timeline.emit("epoch_end", epoch=metrics.epoch, loss=metrics.avg_loss)
             handle._on_epoch(metrics)
             if metrics_fn is not None:
                 _guarded(metrics_fn, metrics)
@@ -296,6 +312,8 @@ class TrainerBuilder:
                 )
 
         def finish() -> None:
+            flush_checkpoints()  # background saves of this process, before the monitor's end
+            log.info("trainer: training ended after %.1f s", time.monotonic() - started)
             if monitor is not None and hasattr(monitor, "finish"):
                 _guarded(monitor.finish)
 
@@ -310,6 +328,7 @@ class TrainerBuilder:
             handle._join = lambda: state
             return handle
         devices = resolve_devices(spec.devices)
+        log.info("trainer: %d device(s): %s", len(devices), ", ".join(map(str, devices)))
         check_for_world(spec, len(devices))
         handle = TrainingHandle(len(devices), devices)
         if len(devices) == 1:
@@ -332,10 +351,8 @@ def _guarded(fn: Callable, *args: Any) -> None:
     """Run a user callback; a failing one is reported and training goes on."""
     try:
         fn(*args)
-    except Exception as err:
-        import traceback
-
-        traceback.print_exception(err)
+    except Exception:
+        log.exception("%s failed; training goes on", getattr(fn, "__qualname__", repr(fn)))
 
 
 def _finishing(finish: Callable[[], None], fn: Callable, *args: Any) -> Any:

@@ -19,7 +19,10 @@ import torch
 from flodl.data.batch import Batch
 from flodl.data.sampling import make_partition
 from flodl.data.sources import as_source, require_samples
+from flodl.log import TRACE, get_logger
+from flodl.monitor import timeline
 from flodl.train import context
+from flodl.train.checkpointing import checkpoint_saved
 from flodl.train.messages import (
     ApplyPolicy,
     BatchTiming,
@@ -38,6 +41,8 @@ from flodl.train.messages import (
     Update,
 )
 from flodl.train.metrics import MetricsMsg
+
+log = get_logger("flodl.train")
 
 FINAL_ROUND = -1
 
@@ -183,10 +188,13 @@ class Worker:
             self._epoch_batches[plan.epoch] = done + n_batches
         start = time.perf_counter()
         loss_sum = 0.0
+        tracing = log.isEnabledFor(TRACE)
         for b in range(n_batches):
             batch = self.fetch(indices[b * self.batch_size : (b + 1) * self.batch_size])
             loss, ms = self.train_batch(batch)
             loss_sum += loss
+            if tracing:
+                log.log(TRACE, "epoch %d batch %d: loss %.6g (%.2f ms)", plan.epoch, b, loss, ms)
             if self.channel is not None:
                 self.channel.send(BatchTiming(self.rank, ms, self.local_step, loss))
                 waited = time.perf_counter()
@@ -195,6 +203,14 @@ class Worker:
                 if stop == "shutdown":
                     return None
         idle, self.idle_ms = self.idle_ms, 0.0
+        log.debug(
+            "epoch %d: %d batches, mean loss %.6g, %.1f ms (%.1f ms waiting)",
+            plan.epoch,
+            n_batches,
+            loss_sum / n_batches if n_batches else 0.0,
+            (time.perf_counter() - start) * 1e3,
+            idle,
+        )
         now = time.perf_counter()
         wall, self._last_report = (now - self._last_report) * 1e3, now
         return MetricsMsg(
@@ -209,6 +225,7 @@ class Worker:
             resources=self._sampler.sample().to_json() if self._sampler is not None else {},
             idle_ms=idle,
             wall_ms=wall,
+            events=forwarded.drain() if (forwarded := timeline.forwarder()) is not None else [],
         )
 
     # -- control ---------------------------------------------------------------------------------
@@ -240,7 +257,9 @@ class Worker:
                     try:
                         self.checkpoint_fn(version, self.model)
                     except Exception:  # a failed checkpoint must not stop training
-                        traceback.print_exc()
+                        log.exception("checkpoint %d failed; training goes on", version)
+                    else:
+                        checkpoint_saved(self.checkpoint_fn, version)
             case Throttle():
                 return self._throttled()
             case Shutdown():
@@ -324,6 +343,7 @@ class Worker:
     def _collective_average(self, version: int) -> None:
         assert self.collective is not None and self.channel is not None
         start = time.perf_counter()
+        timeline.emit("sync_start", mode="builder", version=version)
         params = self.params()
         flat = torch.nn.utils.parameters_to_vector(params)
         before = flat.clone() if self.policy is not ApplyPolicy.SYNC else None
@@ -342,11 +362,10 @@ class Worker:
             divergence = float((before - flat).norm()) / norm if norm > 1e-10 else 0.0
         self.version = version
         self.steps_since_avg = 0
-        self.channel.send(
-            SyncAck(
-                self.rank, version, self.local_step, divergence, (time.perf_counter() - start) * 1e3
-            )
-        )
+        sync_ms = (time.perf_counter() - start) * 1e3
+        timeline.emit("sync_end", mode="builder", version=version, duration_ms=sync_ms)
+        log.debug("sync %d: %.2f ms", version, sync_ms)
+        self.channel.send(SyncAck(self.rank, version, self.local_step, divergence, sync_ms))
 
 
 def _describe(err: BaseException, worker: Worker) -> str:

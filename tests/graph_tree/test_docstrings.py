@@ -13,6 +13,8 @@ MODULES = [
     "flodl.graph.observe",
     "flodl.graph.trend",
     "flodl.graph.profile",
+    "flodl.graph.traces",
+    "flodl.graph.timing",
     "flodl.graph.visual",
     "flodl.optim.param_groups",
 ]

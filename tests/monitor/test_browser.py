@@ -321,3 +321,29 @@ def test_axis_labels_never_repeat_and_match_the_python_rules(browser, artifacts,
     ]
     assert mismatched == [], mismatched[:3]
     assert problems == []
+
+
+def test_timeline_page_draws_offline_and_from_the_dashboard(browser, artifacts, tmp_path):
+    mon = fl.Monitor(2, stream=None)
+    url = mon.serve(port=0)
+    timeline = mon.attach_timeline(poll_interval_ms=10)
+    run = TinyRun()
+    for epoch in range(2):
+        timeline.event("sync_start", mode="builder")
+        run.epoch(mon, epoch)
+        timeline.event("sync_end", mode="builder", duration_ms=3.0)
+        timeline.event("custom", label=HOSTILE)  # data is text on the page, never markup
+    page, problems = open_page(browser, url)
+    page.wait_for_selector("#timeline-link:not([hidden])", timeout=WAIT_MS)
+    live, live_problems = open_page(browser, url.rstrip("/") + "/timeline.html")
+    assert inked_pixels(live, "#lanes") > 0
+    assert live_problems == [] and problems == []
+    timeline.stop()
+    saved = timeline.save_html(tmp_path / "timeline.html")
+    offline, offline_problems = open_page(browser, saved.as_uri())
+    assert inked_pixels(offline, "#lanes") > 0
+    assert offline.evaluate("() => document.querySelector('img[src=x]') === null")
+    assert "sync_end 2" in offline.text_content("table")
+    screenshot(offline, artifacts / "timeline.png")
+    assert offline_problems == []
+    mon.close()

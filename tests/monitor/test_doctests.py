@@ -7,7 +7,17 @@ import importlib
 
 import pytest
 
-MODULES = ["format", "eta", "resources", "monitor", "tensorboard", "graph_view", "axis"]
+MODULES = [
+    "format",
+    "eta",
+    "resources",
+    "monitor",
+    "tensorboard",
+    "graph_view",
+    "messages",
+    "timeline",
+    "axis",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

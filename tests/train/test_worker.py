@@ -322,7 +322,7 @@ def test_two_workers_averaged_by_hand_end_identical():
 # -- item 53: checkpoints ------------------------------------------------------------------------
 
 
-def test_checkpoint_calls_the_function_on_rank_0_and_survives_its_failure(capsys):
+def test_checkpoint_calls_the_function_on_rank_0_and_survives_its_failure(caplog):
     calls = []
     w0 = make_worker(0, checkpoint_fn=lambda v, m: calls.append((v, m)))
     assert w0.handle(Checkpoint(3)) is None
@@ -336,7 +336,9 @@ def test_checkpoint_calls_the_function_on_rank_0_and_survives_its_failure(capsys
 
     failing = make_worker(0, checkpoint_fn=broken)
     assert failing.handle(Checkpoint(5)) is None  # training goes on
-    assert "disk full" in capsys.readouterr().err
+    failure = [r for r in caplog.records if r.name == "flodl.train" and r.exc_info]
+    assert "checkpoint 5 failed" in failure[0].getMessage()
+    assert "disk full" in str(failure[0].exc_info[1])
 
 
 # -- items 34–38: LR schedules ------------------------------------------------------------------

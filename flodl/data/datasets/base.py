@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from flodl.data.errors import DatasetFormatError, DatasetShapeError
+from flodl.log import get_logger
 
 
 class InMemoryDataset:
@@ -66,6 +67,7 @@ def read_bytes(path: Path, what: str) -> bytes:
     if not path.is_file():
         raise DatasetFormatError(f"{what}: {path} does not exist — download it first")
     raw = path.read_bytes()
+    get_logger("flodl.data").debug("%s: read %s (%d bytes)", what, path, len(raw))
     if raw[:2] == b"\x1f\x8b":
         try:
             return gzip.decompress(raw)

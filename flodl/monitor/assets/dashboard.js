@@ -78,6 +78,7 @@
     document.title = "flodl" + (meta.label ? " " + meta.label : "") +
       (boot.mode === "archive" ? " — Training Report" : " — Training Dashboard");
     $("hardware").textContent = meta.hardware || "";
+    $("timeline-link").hidden = !(meta.timeline && boot.mode !== "archive");
     if (meta.total) state.total = meta.total;
     if (meta.meta && Object.keys(meta.meta).length) {
       $("meta").textContent = JSON.stringify(meta.meta, null, 2);

@@ -1,0 +1,176 @@
+"""flodl's logging: silent by default, FLODL_VERBOSITY / fl.set_verbosity, rank prefixes."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import flodl as fl
+from flodl import log as flog
+
+REPO = Path(__file__).resolve().parents[1]
+
+# One line per level, through the loggers the library uses.
+_EMIT = textwrap.dedent(
+    """
+    import logging
+    import flodl as fl
+    from flodl.log import TRACE, get_logger
+    log = get_logger("flodl.train")
+    log.log(TRACE, "mark-trace")
+    log.debug("mark-debug")
+    log.info("mark-info")
+    log.warning("mark-warning")
+    log.error("mark-error")
+    print("verbosity", fl.verbosity())
+    """
+)
+MARKS = ["mark-trace", "mark-debug", "mark-info", "mark-warning", "mark-error"]
+
+
+def run_child(env_value: str | None, code: str = _EMIT) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    env.pop("FLODL_VERBOSITY", None)
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    if env_value is not None:
+        env["FLODL_VERBOSITY"] = env_value
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    yield
+    fl.set_verbosity(None)
+    flog.set_rank(None)
+
+
+@pytest.mark.parametrize(
+    ("env_value", "shown"),
+    [
+        (None, ["mark-warning", "mark-error"]),  # the default: nothing below WARNING
+        ("0", ["mark-error"]),
+        ("1", ["mark-info", "mark-warning", "mark-error"]),
+        ("debug", ["mark-debug", "mark-info", "mark-warning", "mark-error"]),
+        ("3", MARKS),
+    ],
+    ids=["unset", "0-quiet", "1-info", "2-debug", "3-trace"],
+)
+def test_each_verbosity_shows_exactly_its_levels_on_stderr(env_value, shown):
+    child = run_child(env_value)
+    assert child.returncode == 0, child.stderr
+    assert [m for m in MARKS if m in child.stderr] == shown
+    assert "mark" not in child.stdout  # records never go to stdout
+
+
+def test_a_bad_environment_value_is_a_warning_and_the_default_applies():
+    child = run_child("loud")
+    assert child.returncode == 0
+    assert "ignoring FLODL_VERBOSITY='loud'" in child.stderr
+    assert "verbosity None" in child.stdout
+    assert "mark-info" not in child.stderr and "mark-warning" in child.stderr
+
+
+def test_set_verbosity_names_and_numbers():
+    for value, level in [("quiet", 0), ("info", 1), ("debug", 2), ("trace", 3), (2, 2), ("1", 1)]:
+        fl.set_verbosity(value)
+        assert fl.verbosity() == level
+    assert logging.getLogger("flodl").level == logging.INFO
+    with pytest.raises(ValueError, match=r"0\.\.3"):
+        fl.set_verbosity(4)
+    with pytest.raises(ValueError, match="'quiet'"):
+        fl.set_verbosity("loud")
+    assert fl.verbosity() == 1  # a rejected value changes nothing
+    fl.set_verbosity(None)
+    assert fl.verbosity() is None and logging.getLogger("flodl").propagate
+
+
+def test_one_handler_however_often_it_is_set():
+    out = io.StringIO()
+    for _ in range(3):
+        fl.set_verbosity("info", stream=out)
+    flog.get_logger("flodl.graph").info("once")
+    assert out.getvalue().count("once") == 1
+
+
+def test_rank_attribute_and_prefix():
+    out = io.StringIO()
+    fl.set_verbosity("info", stream=out)
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record)
+
+    keep = Keep()
+    logging.getLogger("flodl").addHandler(keep)
+    try:
+        flog.get_logger("flodl.train").info("single process")
+        flog.set_rank(1)
+        flog.get_logger("flodl.train").warning("from a rank")
+    finally:
+        logging.getLogger("flodl").removeHandler(keep)
+    assert [r.rank for r in seen] == [None, 1]
+    assert out.getvalue().splitlines() == [
+        "flodl.train: single process",
+        "[rank 1] warning: flodl.train: from a rank",
+    ]
+
+
+def test_rank_comes_from_the_launcher_environment(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    assert flog.current_rank() == 3
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert flog.current_rank() is None
+
+
+def test_the_library_logs_graph_builds_trainer_runs_and_loaders():
+    out = io.StringIO()
+    fl.set_verbosity("info", stream=out)
+    fl.FlowBuilder(nn.Linear(2, 3)).label("enc").build()
+    fl.data.DataLoader.from_tensors(torch.zeros(8, 2)).batch_size(4).build()
+    text = out.getvalue()
+    assert "flodl.graph: built graph 'enc' [" in text and "9 parameters" in text
+    assert "flodl.data: DataLoader: 8 samples" in text
+
+
+def test_monitor_write_log_includes_the_records_of_the_run(tmp_path):
+    fl.set_verbosity("info", stream=io.StringIO())
+    mon = fl.Monitor(1, stream=None, gpu=False)
+    fl.FlowBuilder(nn.Linear(2, 2)).label("probe").build()
+    mon.log(0, 0.5, {"loss": 1.0})
+    path = mon.write_log(tmp_path / "run.log")
+    mon.close()
+    fl.FlowBuilder(nn.Linear(2, 2)).label("after").build()  # the closed monitor keeps nothing
+    text = path.read_text()
+    assert "epoch 1/1" in text and "# messages" in text
+    assert "INFO flodl.graph: built graph 'probe'" in text and "'after'" not in text
+
+
+@pytest.mark.parametrize(
+    ("flag", "exported"), [("-q", "0"), ("-v", "1"), ("-vv", "2"), ("-vvv", "3")]
+)
+def test_fdl_flags_export_flodl_verbosity(monkeypatch, flag, exported):
+    from fdl import console
+    from fdl.argv import split_global_flags
+
+    monkeypatch.delenv("FLODL_VERBOSITY", raising=False)
+    verbosity = split_global_flags([flag, "diagnose"]).verbosity
+    console.configure(verbosity=verbosity, no_color=False, env=None)
+    try:
+        assert os.environ["FLODL_VERBOSITY"] == exported
+        assert flog.parse_verbosity(os.environ["FLODL_VERBOSITY"]) == int(exported)
+    finally:
+        console.configure(verbosity=console.NORMAL, no_color=False, env=None)

@@ -1,0 +1,44 @@
+"""Rank body for the Graph-mode timeline test (spawned processes import it by name)."""
+
+from __future__ import annotations
+
+import io
+import traceback
+
+import torch
+from torch import nn
+
+import flodl as fl
+from tests.train.launched import act_as_launched_rank
+
+
+def graph_mode_events(rank: int, world: int, port: int, results) -> None:
+    """Each rank runs a Timeline around two Graph-mode epochs (lockstep, then El Che) and reports
+    what it recorded, plus the lines its flodl logging wrote."""
+    act_as_launched_rank(rank, world, port)
+    out: dict = {"rank": rank}
+    lines = io.StringIO()
+    try:
+        fl.set_verbosity("info", stream=lines)
+        with fl.monitor.Timeline(poll_interval_ms=20, gpu=False) as tl:
+            torch.manual_seed(0)
+            model = fl.FlowBuilder(nn.Linear(3, 1)).build()
+            fl.Trainer.setup(model, None, lambda p: torch.optim.SGD(p, lr=0.05), timeout=30)
+            x = torch.randn(32, 3)
+            model.set_data_loader(fl.data.DataLoader.from_tensors(x).batch_size(4))
+            for (batch,) in model.epoch(0):  # lockstep: one sync per step
+                model(batch).pow(2).mean().backward()
+                model.step()
+        events = tl.events
+        out["kinds"] = sorted({e.kind for e in events})
+        out["syncs"] = [e.data for e in events if e.kind == "sync_end"]
+        out["sync_ranks"] = sorted({e.rank for e in events if e.kind.startswith("sync")})
+        out["epoch_ends"] = [e.data for e in events if e.kind == "epoch_end"]
+        out["samples"] = len(tl.samples)
+        out["log"] = lines.getvalue().splitlines()
+        model.finish()
+    except BaseException:
+        out["error"] = traceback.format_exc()
+    finally:
+        fl.set_verbosity(None)
+    results.put(out)
