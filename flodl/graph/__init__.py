@@ -4,7 +4,7 @@ Contract: DESIGN.md §3.1. Everything in ``__all__`` is re-exported as ``flodl.<
 """
 
 from flodl.graph.builder import FlowBuilder, LoopBuilder, MapBuilder
-from flodl.graph.errors import BuildIssue, GraphBuildError, GraphInputError
+from flodl.graph.errors import BuildIssue, GraphBuildError, GraphInputError, NotBuiltError
 from flodl.graph.graph import Graph, UnknownTagError
 from flodl.graph.merge import MergeOp
 from flodl.graph.paths import PathError, PathKind, PathTarget
@@ -25,6 +25,7 @@ __all__: list[str] = [
     "MapBuilder",
     "MergeOp",
     "NodeTiming",
+    "NotBuiltError",
     "PathError",
     "PathKind",
     "PathTarget",
