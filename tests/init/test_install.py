@@ -321,3 +321,22 @@ def test_flodl_from_a_make_dist_wheel_makes_projects_that_install_anywhere(tmp_p
         # the same code as the wheel make dist built (repacked from the installed files)
         assert bundled.read("fdl/scaffold/bundle.py") == built.read("fdl/scaffold/bundle.py")
     assert json.loads((elsewhere / "checkpoints" / "state.json").read_text()) == {"epoch": 1}
+
+
+def test_docker_images_install_the_bundled_wheel():
+    from fdl.scaffold.render import render
+
+    bundled = Answers(
+        "demo", "demo", "docker", "cu126", "", "2.13.0", flodl_wheel=wheel_name(), flodl_origin="x"
+    )
+    files = {k: v.decode() for k, v in render(bundled).items()}
+    for image in ("Dockerfile", "Dockerfile.cuda"):
+        assert "COPY .fdl/wheels /tmp/flodl-wheels" in files[image]
+        assert (
+            f'--find-links /tmp/flodl-wheels "flodl=={metadata.version("flodl")}"' in files[image]
+        )
+    assert "!.fdl/wheels" in files[".dockerignore"].splitlines()  # *.fdl would drop .fdl/
+    plain = render(Answers("demo", "demo", "docker", "cu126", "", "2.13.0"))
+    for image in ("Dockerfile", "Dockerfile.cuda"):
+        text = plain[image].decode()
+        assert "COPY .fdl/wheels" not in text and 'pip install "flodl>=' in text
