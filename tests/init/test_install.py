@@ -340,3 +340,17 @@ def test_docker_images_install_the_bundled_wheel():
     for image in ("Dockerfile", "Dockerfile.cuda"):
         text = plain[image].decode()
         assert "COPY .fdl/wheels" not in text and 'pip install "flodl>=' in text
+
+
+def test_update_rewrites_constraints_for_the_machine_it_runs_on(run_fdl, tmp_path):
+    no_gpu = {"PATH": f"{make_bin(tmp_path, None)}{os.pathsep}/usr/bin:/bin", "FDL_NVML": "0"}
+    project = init(run_fdl, tmp_path, env=no_gpu)
+    again = run_fdl("init", "--update", cwd=project, env=no_gpu)
+    assert again.returncode == 0 and "nothing to update" in again.stderr  # same code, same bytes
+    gpu = {"PATH": f"{make_bin(tmp_path, 'gtx1060')}{os.pathsep}/usr/bin:/bin", "FDL_NVML": "0"}
+    moved = run_fdl("init", "--update", cwd=project, env=gpu)
+    assert moved.returncode == 0, moved.stderr
+    assert "update    constraints.txt" in moved.stderr
+    assert "+cu126" in (project / "constraints.txt").read_text()
+    recorded = tomllib.loads((project / ".fdl/project.toml").read_text())["answers"]
+    assert recorded["torch_pin"].endswith("+cu126")
