@@ -121,9 +121,11 @@ class FlowBuilder:
         )
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached for attributes a FlowBuilder lacks: name .build() for a module's.
-        if not name.startswith("__") and (hasattr(nn.Module, name) or name == "training"):
-            call = "()" if callable(getattr(nn.Module, name, None)) else ""
+        # Only reached for attributes a FlowBuilder lacks: name .build() for a graph's.
+        from flodl.graph.graph import Graph
+
+        if not name.startswith("__") and (hasattr(Graph, name) or name == "training"):
+            call = "()" if callable(getattr(Graph, name, None)) else ""
             raise NotBuiltError(
                 f"FlowBuilder has no .{name}{call}: it describes a graph, and .build() returns "
                 f"the module (an fl.Graph, a torch.nn.Module) that has it: "

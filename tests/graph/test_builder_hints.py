@@ -36,6 +36,8 @@ def test_calling_an_unbuilt_builder_names_build():
         lambda b: b.to("cpu"),
         lambda b: b.eval(),
         lambda b: b.state_dict(),
+        lambda b: b.save_checkpoint("model.fdl"),  # a Graph method, not only nn.Module's
+        lambda b: b.tagged("features"),
     ],
 )
 def test_using_an_unbuilt_builder_as_a_module_names_build(use):
