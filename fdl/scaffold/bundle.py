@@ -177,7 +177,9 @@ def build_wheel() -> tuple[str, bytes]:
 
 
 def _skipped(relative: Path) -> bool:
-    return "__pycache__" in relative.parts or relative.suffix in (".pyc", ".pyo")
+    """Bytecode caches and hidden files (editor and OS droppings) stay out of the wheel."""
+    hidden = any(part.startswith(".") for part in relative.parts)
+    return hidden or "__pycache__" in relative.parts or relative.suffix in (".pyc", ".pyo")
 
 
 def _walk(folder: Traversable, parts: tuple[str, ...]) -> list[tuple[tuple[str, ...], bytes]]:

@@ -354,3 +354,20 @@ def test_update_rewrites_constraints_for_the_machine_it_runs_on(run_fdl, tmp_pat
     assert "+cu126" in (project / "constraints.txt").read_text()
     recorded = tomllib.loads((project / ".fdl/project.toml").read_text())["answers"]
     assert recorded["torch_pin"].endswith("+cu126")
+
+
+def test_the_bundled_wheel_holds_the_files_of_the_wheel_make_dist_builds(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", str(tmp_path)],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
+    (built,) = tmp_path.glob("flodl-*.whl")
+    _, bundled = build_wheel()
+
+    def files(archive: zipfile.ZipFile) -> dict[str, bytes]:
+        return {n: archive.read(n) for n in archive.namelist() if ".dist-info/" not in n}
+
+    with zipfile.ZipFile(built) as a, zipfile.ZipFile(io.BytesIO(bundled)) as b:
+        assert files(b) == files(a)
