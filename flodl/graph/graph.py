@@ -105,7 +105,12 @@ def _operand_shapes(graph: Graph, node: Node, values: dict[str, Any]) -> str:
         )
         value = values.get(name)
         shape = tuple(value.shape) if hasattr(value, "shape") else type(value).__name__
-        role = f"branch {k}" if node.kind == "merge" else ("the stream", "the residual")[k]
+        if node.kind == "merge":
+            role = f"branch {k}"
+        elif node.method == "also_with":
+            role = ("the skip path", "the main path")[k]
+        else:
+            role = ("the stream", "the residual")[k]
         lines.append(f"    {role}: shape {shape} from '{source}', added by {producer.where}")
     return "\n".join(lines)
 

@@ -136,3 +136,9 @@ def test_a_cat_merge_and_a_residual_name_their_operands():
     residual = fl.FlowBuilder(nn.Linear(2, 3)).also(nn.Linear(3, 5)).build()
     notes = error_notes(residual, torch.randn(2, 2))
     assert "the stream: shape (2, 3)" in notes and "the residual: shape (2, 5)" in notes
+
+
+def test_an_also_with_shape_error_names_the_skip_and_main_paths():
+    model = fl.FlowBuilder(nn.Linear(2, 3)).also_with(nn.Linear(3, 4), nn.Linear(3, 6)).build()
+    notes = error_notes(model, torch.randn(2, 2))
+    assert "the skip path: shape (2, 4)" in notes and "the main path: shape (2, 6)" in notes
