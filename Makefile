@@ -1,6 +1,7 @@
 # The two commands of the README's Quickstart, plus the helpers they stand on.
 #   make demo  — set up .venv and run the main job
 #   make test  — ruff (lint + format check) and the whole pytest suite
+#   make dist  — the wheel and sdist in dist/ (pip install dist/flodl-*.whl anywhere)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,7 +9,7 @@ PY := $(VENV)/bin/python
 # torch is pinned by constraints.txt so pip never pulls a multi-GB CUDA build on a CPU machine.
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench dist clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +34,11 @@ format: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
+
+dist: $(VENV)/.installed
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
+	@ls dist
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .ruff_cache demo-output

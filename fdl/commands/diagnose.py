@@ -87,14 +87,28 @@ def render_text(report: dict[str, Any]) -> list[str | tuple[str, str]]:
                 f"  GPU {c['gpu']} ({c['sm'] or 'sm ?'}):  torch {_VERDICT[c['torch']]}, "
                 f"libtorch {_VERDICT[c['libtorch']]}"
             )
-    rec = report["recommendation"]
+    rec, judged = report["recommendation"], report.get("verdict")
+    if judged:
+        lines += ["", ("Verdict", "bold")]
+        style = {"fine": "green", "works": "yellow", "fix": "red"}[judged["status"]]
+        lines.append((f"  {judged['status']}: {judged['summary']}", style))
     if rec:
-        lines += ["", ("Recommendation", "bold")]
+        needed = judged is None or judged["status"] == "fix"
+        title = "Recommendation" if needed else "The build fdl setup would install (optional)"
+        lines += ["", (title, "bold")]
         lines.append(f"  torch {rec['torch']} + {rec['tag']} ({rec['status']})")
         lines += [f"  - {r}" for r in rec["reasons"]]
         lines += [(f"  ! {w}", "yellow") for w in rec["warnings"]]
         lines += [f"  alternative: {a}" for a in rec["alternatives"]]
-        lines.append("  Install it: fdl setup")
+        if needed:
+            lines.append("  Fix it: fdl setup")
+        elif judged["newer"]:
+            lines.append(
+                f"  torch {judged['newer']} is newer than the installed release: an optional "
+                "upgrade, not a fix (fdl setup installs it)"
+            )
+        else:
+            lines.append("  Nothing to do.")
     return lines
 
 

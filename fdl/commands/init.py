@@ -10,6 +10,9 @@ import typer
 
 from fdl.errors import FdlUsageError
 
+# The generated README's install command (a fresh virtualenv; see constraints.txt).
+INSTALL_COMMAND = "python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e . pytest ruff"
+
 
 def register(app: typer.Typer, make_group) -> None:
     @app.command(
@@ -126,6 +129,40 @@ def _gpu_image(answers, cuda: str | None, *, announce: bool = True):
     return answers
 
 
+def _install(answers, *, announce: bool = True):
+    """``answers`` with how the project installs: the torch build for this machine
+    (``constraints.txt``) and, unless the running flodl came from a package index, a bundled
+    wheel of it (see ``fdl.scaffold.bundle`` for why)."""
+    import dataclasses
+
+    from rich.markup import escape
+
+    from fdl import console
+    from fdl.scaffold.bundle import detect_origin, wheel_name
+    from fdl.scaffold.torch_pin import choose_torch
+
+    pin = choose_torch()
+    origin = detect_origin()
+    answers = dataclasses.replace(
+        answers,
+        torch_pin=pin.requirement,
+        torch_index=pin.index_url,
+        torch_reason=pin.reason,
+        flodl_wheel="" if origin.from_index else wheel_name(),
+        flodl_origin=origin.describe(),
+    )
+    if announce:
+        console.info(escape(f"torch: {pin.requirement} in constraints.txt ({pin.reason})"))
+        if answers.flodl_wheel:
+            console.info(
+                escape(
+                    f"flodl: from {origin.describe()}; bundled as .fdl/wheels/"
+                    f"{answers.flodl_wheel} so the project installs on any machine"
+                )
+            )
+    return answers
+
+
 def _create(name: str, mode: str | None, cuda: str | None) -> None:
     from fdl import console
     from fdl.scaffold.create import create
@@ -139,6 +176,7 @@ def _create(name: str, mode: str | None, cuda: str | None) -> None:
     check_target(target)  # before asking anything
     mode = mode or _ask_mode()
     answers = _gpu_image(Answers(name, package, mode), cuda)  # type: ignore[arg-type]
+    answers = _install(answers)
     files = create(target, answers)
     from rich.markup import escape
 
@@ -160,8 +198,8 @@ def _create(name: str, mode: str | None, cuda: str | None) -> None:
     console.info("\nNext:\n" + "\n".join(f"  {step}" for step in steps))
     if mode != "docker":
         console.info(
-            "\nTasks run with the 'python' on your PATH: use the environment flodl is installed in"
-            " (or, in a new one: pip install -e . pytest ruff)."
+            "\nTasks run with the 'python' on your PATH: use the environment flodl is installed in,"
+            " or make one with the install command in the project's README:\n  " + INSTALL_COMMAND
         )
     console.info(f"Then edit src/{package}/model.py (the model) and src/{package}/train.py (data).")
 
@@ -187,6 +225,7 @@ def _update(start: Path, mode: str | None, cuda: str | None, dry_run: bool) -> N
     if mode:
         answers = dataclasses.replace(answers, mode=mode)  # type: ignore[arg-type]
     answers = _gpu_image(answers, cuda)
+    answers = _install(answers)
     changes = update.plan(root, answers, recorded)
     for change in changes:
         if change.status in ("create", "update", "conflict"):
@@ -200,7 +239,7 @@ def _update(start: Path, mode: str | None, cuda: str | None, dry_run: bool) -> N
                 "skipped": "  (you deleted it; not recreated)",
             }.get(change.status, "")
             console.info(escape(f"  {change.status:<9} {change.path}{note}"))
-    if not any(c.status in ("create", "update", "conflict") for c in changes):
+    if not any(c.status in ("create", "update", "conflict", "removed") for c in changes):
         console.info("  nothing to update")
     if dry_run:
         console.info("Dry run: nothing written.")

@@ -89,4 +89,62 @@ def build_report(machine: Machine, home, plan) -> dict[str, Any]:
         compat.append(entry)
     data["compatibility"] = compat
     data["recommendation"] = plan.to_dict() if plan is not None else None
+    data["verdict"] = verdict(machine, plan, compat)
     return data
+
+
+def verdict(machine: Machine, plan, compat: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Whether the installed torch suits this machine — judged on the hardware, not on age.
+
+    ``status``: ``fine`` (the right kind of build: nothing to do), ``works`` (runs, but another
+    build suits the machine better: optional), ``fix`` (a GPU cannot be used, or no torch:
+    ``fdl setup`` fixes it). ``newer``: a newer release of the same build, always optional.
+    """
+    from fdl.variants.table import version_key
+
+    if plan is None:
+        return None
+    installed = machine.torch
+    gpus = machine.nvidia.gpus
+    if installed is None:
+        return _verdict("fix", f"torch is not installed: fdl setup installs torch {plan.torch} + "
+                        f"{plan.tag}", None)  # fmt: skip
+    newer = plan.torch if version_key(plan.torch) > version_key(installed.public_version) else None
+    cpu_build = installed.tag == "cpu" or (installed.tag or "").startswith(("rocm", "xpu"))
+    if not gpus:
+        if cpu_build or installed.tag is None:
+            return _verdict(
+                "fine",
+                f"torch {installed.version} is the right build: no NVIDIA GPU here, and it runs "
+                "on the CPU",
+                newer,
+            )
+        return _verdict(
+            "works",
+            f"torch {installed.version} is a CUDA build on a machine without an NVIDIA GPU: it "
+            "runs on the CPU, but carries GBs of CUDA libraries; the CPU build is smaller "
+            "(fdl setup)",
+            newer,
+        )
+    if cpu_build:
+        return _verdict(
+            "fix",
+            f"torch {installed.version} is a CPU build: the GPUs stay unused; fdl setup installs "
+            f"torch {plan.torch} + {plan.tag}",
+            None,
+        )
+    missing = [str(c["gpu"]) for c in compat if c["torch"] in ("none", "cpu-build")]
+    if missing:
+        return _verdict(
+            "fix",
+            f"torch {installed.version} has no kernels for GPU {', '.join(missing)}: fdl setup "
+            f"installs torch {plan.torch} + {plan.tag}",
+            None,
+        )
+    return _verdict(
+        "fine", f"torch {installed.version} runs on every GPU here ({len(gpus)})", newer
+    )
+
+
+def _verdict(status: str, summary: str, newer: str | None) -> dict[str, Any]:
+    return {"status": status, "summary": summary, "newer": newer}

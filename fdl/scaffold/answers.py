@@ -16,6 +16,7 @@ from fdl.errors import FdlError
 from fdl.scaffold.render import Answers
 
 ANSWERS_PATH = ".fdl/project.toml"
+_INSTALL_KEYS = ("torch_pin", "torch_index", "torch_reason", "flodl_wheel", "flodl_origin")
 
 
 def digest(content: bytes) -> str:
@@ -39,6 +40,11 @@ def dump(answers: Answers, files: dict[str, bytes]) -> bytes:
         f"cuda = {q(answers.cuda)}",
         f"cuda_reason = {q(answers.cuda_reason)}",
         f"torch = {q(answers.torch)}",
+        f"torch_pin = {q(answers.torch_pin)}",
+        f"torch_index = {q(answers.torch_index)}",
+        f"torch_reason = {q(answers.torch_reason)}",
+        f"flodl_wheel = {q(answers.flodl_wheel)}",
+        f"flodl_origin = {q(answers.flodl_origin)}",
         "",
         "[files]  # SHA-256 of each file as generated",
         *(f"{q(path)} = {q(digest(content))}" for path, content in sorted(files.items())),
@@ -59,6 +65,7 @@ def load(root: Path) -> tuple[Answers, str, dict[str, str]]:
             raw.get("cuda", ""),
             raw.get("cuda_reason", ""),
             raw.get("torch", ""),
+            *(str(raw.get(key, "")) for key in _INSTALL_KEYS),
         )
         version = str(data.get("template", {}).get("fdl_version", "?"))
         return answers, version, dict(data.get("files", {}))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fdl.errors import FdlError
 from fdl.scaffold import answers as answers_file
-from fdl.scaffold.render import Answers, render
+from fdl.scaffold.render import WHEELS_DIR, Answers, render
 
 
 def check_target(target: Path) -> None:
@@ -31,6 +31,11 @@ def check_target(target: Path) -> None:
 def project_files(answers: Answers, templates: Traversable | None = None) -> dict[str, bytes]:
     """The rendered project plus its answers file."""
     files = render(answers, templates)
+    if answers.flodl_wheel:
+        from fdl.scaffold.bundle import build_wheel
+
+        name, wheel = build_wheel()
+        files[f"{WHEELS_DIR}/{name}"] = wheel
     files[answers_file.ANSWERS_PATH] = answers_file.dump(answers, files)
     return files
 

@@ -19,6 +19,9 @@ from fdl.resources import bundled_dir
 
 Mode = Literal["native", "docker"]
 DOCKER_ONLY = frozenset({"Dockerfile", "Dockerfile.cuda", "docker-compose.yml", ".dockerignore"})
+WHEELS_DIR = (
+    ".fdl/wheels"  # a bundled flodl wheel (fdl.scaffold.bundle), committed with the project
+)
 DOCKER_PYTHON = "3.12"  # the images' base (python:3.12-slim); torch must have wheels for it
 
 
@@ -32,6 +35,12 @@ class Answers:
     cuda: str = ""  # the GPU image's torch build (Docker mode; fdl.scaffold.cuda chooses it)
     cuda_reason: str = ""
     torch: str = ""  # the GPU image's torch release; "" (answers of older fdl): unpinned
+    # How the project installs (fdl.scaffold.torch_pin, fdl.scaffold.bundle); "": not chosen.
+    torch_pin: str = ""  # constraints.txt's torch line for the machine, e.g. torch==2.13.0+cpu
+    torch_index: str = ""  # the wheel index that has it ("" on macOS: PyPI's)
+    torch_reason: str = ""
+    flodl_wheel: str = ""  # the bundled wheel's name under .fdl/wheels ("": flodl from an index)
+    flodl_origin: str = ""  # where the running flodl came from, in words
 
     @property
     def docker(self) -> bool:
@@ -43,9 +52,15 @@ class Answers:
                 "a Docker project needs the CUDA build of its GPU image",
                 "pass cuda= (e.g. fdl.scaffold.cuda.choose_cuda(None).tag), as fdl init does",
             )
+        from urllib.parse import urlparse
+
+        index = urlparse(self.torch_index)
         return {
             **asdict(self),
             "docker": self.docker,
+            "torch_trusted_host": (index.hostname or "") if index.scheme == "http" else "",
+            "flodl_version": __version__,
+            "wheels_dir": WHEELS_DIR,
             "flodl_requirement": flodl_requirement(__version__),
             "fdl_version": __version__,
             "docker_python": DOCKER_PYTHON,

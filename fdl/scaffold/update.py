@@ -11,6 +11,8 @@ hash recorded when fdl last wrote it, and the new rendering:
 ``conflict``       you edited it and the template changed too: the new version is written
                    next to it as ``<file>.fdl-new`` for you to merge; yours is untouched
 ``skipped``        you deleted a file fdl generated: not recreated
+``removed``        a bundled flodl wheel the new rendering replaces (or no longer needs,
+                   flodl now coming from a package index), unedited: deleted
 =================  ===================================================================
 """
 
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from fdl.scaffold import answers as answers_file
 from fdl.scaffold.create import project_files
-from fdl.scaffold.render import Answers
+from fdl.scaffold.render import WHEELS_DIR, Answers
 
 CONFLICT_SUFFIX = ".fdl-new"
 
@@ -68,6 +70,13 @@ def plan(
         else:
             status = "conflict"
         changes.append(Change(path, status, old, new))
+    rendered = {change.path for change in changes}
+    for path, base in sorted(recorded.items()):
+        target = root / path
+        if path.startswith(f"{WHEELS_DIR}/") and path not in rendered and target.is_file():
+            old = target.read_bytes()
+            if answers_file.digest(old) == base:
+                changes.append(Change(path, "removed", old, b""))
     return changes
 
 
@@ -76,9 +85,11 @@ def apply(root: Path, answers: Answers, changes: list[Change]) -> None:
     for change in changes:
         if change.status in ("create", "update"):
             _write_atomic(root / change.path, change.new)
+        elif change.status == "removed":
+            (root / change.path).unlink(missing_ok=True)
         elif change.status == "conflict":
             _write_atomic(root / (change.path + CONFLICT_SUFFIX), change.new)
-    rendered = {change.path: change.new for change in changes}
+    rendered = {change.path: change.new for change in changes if change.status != "removed"}
     _write_atomic(root / answers_file.ANSWERS_PATH, answers_file.dump(answers, rendered))
 
 

@@ -281,18 +281,17 @@ def _run_compose(
         argv += ["-w", workdir]
     argv += [service.name, "sh", "-c", script]
     env = interpolation_env(service.compose_file.parent)
-    return wait_child(subprocess.Popen(argv, cwd=service.compose_file.parent, env=env))
+    from fdl.tasks.child import spawn
+
+    return wait_child(spawn(argv, cwd=service.compose_file.parent, env=env))
 
 
 def wait_child(child: subprocess.Popen[Any]) -> int:
-    """Wait for ``child`` (Ctrl-C reaches it too: same process group) and return its exit code."""
-    while True:
-        try:
-            code = child.wait()
-            break
-        except KeyboardInterrupt:
-            continue  # the child got the SIGINT as well; let it decide how to exit
-    return 128 - code if code < 0 else code
+    """Wait for ``child`` (started by ``fdl.tasks.child.spawn``), forwarding fdl's signals to its
+    process group; returns its exit code (128 + N when signal N ended it)."""
+    from fdl.tasks.child import wait
+
+    return wait(child)
 
 
 def require_daemon() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +110,7 @@ def run_tokens(tokens: list[str], builtins: Collection[str]) -> int:
 def execute(outcome: object, project_root: Path) -> int:
     """Carry out a dispatch outcome; returns the exit code (a child's, unchanged)."""
     from fdl.tasks import dispatch, help
+    from fdl.tasks.child import exec_form, spawn
     from fdl.tasks.compose import compose_run
     from fdl.tasks.docker import in_container, run_in_service, wait_child
 
@@ -125,8 +125,8 @@ def execute(outcome: object, project_root: Path) -> int:
         if command.docker and not in_container():
             return run_in_service(command.docker, script, command.declared_in, env)
         console.detail(escape(f"fdl: {script}"))
-        child = subprocess.Popen(
-            ["sh", "-c", script], cwd=command.declared_in, env=os.environ | env
+        child = spawn(
+            ["sh", "-c", exec_form(script)], cwd=command.declared_in, env=os.environ | env
         )
         return wait_child(child)
     assert isinstance(outcome, dispatch.ExecEntry)
@@ -137,7 +137,7 @@ def execute(outcome: object, project_root: Path) -> int:
         return run_in_service(manifest.docker, shlex.join(argv), manifest.root, env)
     console.info(escape(f"fdl: {shlex.join(argv)}"))
     try:
-        child = subprocess.Popen(argv, cwd=manifest.root, env=os.environ | env)
+        child = spawn(argv, cwd=manifest.root, env=os.environ | env)
     except OSError as err:
         raise FdlError(
             f"cannot run '{argv[0]}' (entry of {manifest.file}): {err.strerror}",

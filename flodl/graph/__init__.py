@@ -4,7 +4,13 @@ Contract: DESIGN.md §3.1. Everything in ``__all__`` is re-exported as ``flodl.<
 """
 
 from flodl.graph.builder import FlowBuilder, LoopBuilder, MapBuilder
-from flodl.graph.errors import BuildIssue, GraphBuildError, GraphInputError, TraceError
+from flodl.graph.errors import (
+    BuildIssue,
+    GraphBuildError,
+    GraphInputError,
+    NotBuiltError,
+    TraceError,
+)
 from flodl.graph.graph import Graph, UnknownTagError
 from flodl.graph.merge import MergeOp
 from flodl.graph.observe import Reduce
@@ -26,6 +32,7 @@ __all__: list[str] = [
     "MapBuilder",
     "MergeOp",
     "NodeTiming",
+    "NotBuiltError",
     "PathError",
     "PathKind",
     "PathTarget",

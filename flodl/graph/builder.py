@@ -19,7 +19,7 @@ from flodl.graph import callsite
 from flodl.graph.callsite import CallSite
 from flodl.graph.codegen import RESERVED_NAMES
 from flodl.graph.composites import Gate, Loop, Map, Switch
-from flodl.graph.errors import BuildIssue, GraphBuildError
+from flodl.graph.errors import BuildIssue, GraphBuildError, NotBuiltError
 from flodl.graph.merge import MergeOp
 from flodl.graph.nodes import Node, Ref
 from flodl.nn.fn import Fn
@@ -96,6 +96,7 @@ class FlowBuilder:
         self._internal: dict[str, CallSite | None] = {}
         self._built = False
         self._failed_split = False  # so that the merge closing a broken split adds no noise
+        self._unfinished: dict[int, tuple[str, CallSite | None]] = {}  # loop_body/map not ended
         if entry is None:
             node = self._add_node("identity", "identity", "FlowBuilder", site, [])
         else:
@@ -105,6 +106,32 @@ class FlowBuilder:
             node = self._add_module_node(module, "FlowBuilder", site, [])
         self._streams = [node.id]
         self._on_target = node.id
+
+    # ------------------------------------------------------------------ misuse
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotBuiltError(
+            "a FlowBuilder is a description, not a module, so it cannot be called: "
+            ".build() returns the module (model = fl.FlowBuilder(...)...build(); model(x))"
+        )
+
+    def __iter__(self) -> Any:
+        raise NotBuiltError(
+            "a FlowBuilder is not iterable (an optimizer wants the parameters of a module): "
+            ".build() returns the module: torch.optim.Adam(builder.build().parameters())"
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes a FlowBuilder lacks: name .build() for a graph's.
+        from flodl.graph.graph import Graph
+
+        if not name.startswith("__") and (hasattr(Graph, name) or name == "training"):
+            call = "()" if callable(getattr(Graph, name, None)) else ""
+            raise NotBuiltError(
+                f"FlowBuilder has no .{name}{call}: it describes a graph, and .build() returns "
+                f"the module (an fl.Graph, a torch.nn.Module) that has it: "
+                f"model = builder.build(); model.{name}{call}"
+            )
+        raise AttributeError(f"'FlowBuilder' object has no attribute '{name}'")
 
     # ------------------------------------------------------------------ internals
     def _fail(self, rule: str, site: CallSite | None, method: str, hint: str = "") -> FlowBuilder:
@@ -484,6 +511,12 @@ class FlowBuilder:
         """Repeat ``body``: finish with ``.for_n(n)``, ``.while_cond(cond, max_iter)`` or ``.until_cond(...)``."""
         return LoopBuilder(self, body, callsite.capture())
 
+    def _open(self, pending: object, method: str, site: CallSite | None) -> None:
+        self._unfinished[id(pending)] = (method, site)
+
+    def _close(self, pending: object) -> None:
+        self._unfinished.pop(id(pending), None)
+
     def _add_loop(
         self, body: Step, kind: str, n: int, cond: Step | None, site: CallSite | None
     ) -> FlowBuilder:
@@ -585,6 +618,16 @@ class FlowBuilder:
                 ]
             )
         issues = list(self._issues)
+        for method, where in self._unfinished.values():
+            ends = _ENDINGS[method]
+            issues.append(
+                BuildIssue(
+                    f"{method}(...) was never finished, so it is not part of the graph",
+                    where,
+                    method,
+                    f"end it with {ends}: builder.{method}(body).{ends.split(',')[0][1:]}",
+                )
+            )
         issues += self._unresolved()
         if len(self._streams) > 1:
             issues.append(
@@ -790,34 +833,65 @@ def _ref_call_problem(module: nn.Module, refs: list[Ref]) -> str | None:
     return None
 
 
-class LoopBuilder:
-    """Returned by :meth:`FlowBuilder.loop_body`; finish it to get the FlowBuilder back."""
+_ENDINGS = {
+    "loop_body": ".for_n(n), .while_cond(cond, max_iter) or .until_cond(cond, max_iter)",
+    "map": ".each(), .over(tag) or .slices(n)",
+}
+
+
+class _Pending:
+    """A step that needs one more call (loop_body, map) before the chain goes on."""
+
+    _method = ""
 
     def __init__(self, builder: FlowBuilder, body: Step, site: CallSite | None) -> None:
         self._builder = builder
         self._body = body
         self._site = site
+        builder._open(self, self._method, site)
+
+    def _finish(self) -> FlowBuilder:
+        self._builder._close(self)
+        return self._builder
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes this object lacks, e.g. .through() right after loop_body.
+        if not name.startswith("__") and hasattr(FlowBuilder, name):
+            where = f" at {self._site}" if self._site else ""
+            ends = _ENDINGS[self._method]
+            first = ends.split(",")[0]
+            raise NotBuiltError(
+                f".{self._method}(...){where} is not finished, so it has no .{name}(): end it "
+                f"with {ends} first, e.g. .{self._method}(body){first}.{name}(...)"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute '{name}'")
+
+
+class LoopBuilder(_Pending):
+    """Returned by :meth:`FlowBuilder.loop_body`; finish it to get the FlowBuilder back."""
+
+    _method = "loop_body"
 
     def for_n(self, n: int) -> FlowBuilder:
         """Run the body exactly ``n`` times (gradients flow through every iteration)."""
-        return self._builder._add_loop(self._body, "for_n", n, None, callsite.capture())
+        return self._finish()._add_loop(self._body, "for_n", n, None, callsite.capture())
 
     def while_cond(self, cond: Step, max_iter: int) -> FlowBuilder:
         """Check ``cond`` before each iteration (``> 0`` halts): the body runs 0..max_iter times."""
-        return self._builder._add_loop(self._body, "while", max_iter, cond, callsite.capture())
+        return self._finish()._add_loop(self._body, "while", max_iter, cond, callsite.capture())
 
     def until_cond(self, cond: Step, max_iter: int) -> FlowBuilder:
         """Check ``cond`` after each iteration (``> 0`` halts): the body runs 1..max_iter times."""
-        return self._builder._add_loop(self._body, "until", max_iter, cond, callsite.capture())
+        return self._finish()._add_loop(self._body, "until", max_iter, cond, callsite.capture())
 
 
-class MapBuilder:
+class MapBuilder(_Pending):
     """Returned by :meth:`FlowBuilder.map`; finish with ``each``, ``over`` or ``slices``."""
 
+    _method = "map"
+
     def __init__(self, builder: FlowBuilder, body: Step, site: CallSite | None) -> None:
-        self._builder = builder
-        self._body = body
-        self._site = site
+        super().__init__(builder, body, site)
         self._batched = False
 
     def batched(self) -> MapBuilder:
@@ -827,14 +901,14 @@ class MapBuilder:
 
     def each(self) -> FlowBuilder:
         """Apply the body to each element along dim 0 of the stream; outputs are concatenated."""
-        return self._builder._add_map(self._body, "each", self._batched, callsite.capture())
+        return self._finish()._add_map(self._body, "each", self._batched, callsite.capture())
 
     def over(self, tag: str) -> FlowBuilder:
         """Apply the body to each element of a tagged value (a tensor along dim 0, or a list)."""
         site = callsite.capture()
-        return self._builder._add_map(self._body, "over", self._batched, site, _text(tag))
+        return self._finish()._add_map(self._body, "over", self._batched, site, _text(tag))
 
     def slices(self, n: int) -> FlowBuilder:
         """Split the last dim into ``n`` slices, apply the body to each, concatenate the results."""
         site = callsite.capture()
-        return self._builder._add_map(self._body, "slices", self._batched, site, n=n)
+        return self._finish()._add_map(self._body, "slices", self._batched, site, n=n)

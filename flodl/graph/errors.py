@@ -73,3 +73,19 @@ class TraceError(FlodlError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class NotBuiltError(FlodlError, TypeError, AttributeError):
+    """A builder was used as what it describes: an unbuilt :class:`~flodl.FlowBuilder` called or
+    used as a module, or an unfinished ``loop_body(...)`` / ``map(...)`` used as a FlowBuilder.
+    The message names the call that finishes it (also a ``TypeError`` and an ``AttributeError``,
+    what Python raises for such mistakes).
+
+    >>> import flodl as fl
+    >>> from torch import nn
+    >>> try:
+    ...     fl.FlowBuilder(nn.Linear(2, 2)).parameters()
+    ... except fl.NotBuiltError as err:
+    ...     print(str(err).split(":")[0])
+    FlowBuilder has no .parameters()
+    """

@@ -86,14 +86,38 @@ def _add_node_note(graph: Graph, exc: BaseException) -> None:
         trail: list[tuple[Graph, Node, str]] = exc.__dict__.setdefault("_flodl_trail", [])
     except AttributeError:
         return
+    if not trail and node.kind in ("merge", "add"):
+        exc.__dict__["_flodl_operands"] = _operand_shapes(graph, node, tb.tb_frame.f_locals)
     trail.append((graph, node, inner or detail))
-    note = _render_note(trail)
+    note = _render_note(trail) + exc.__dict__.get("_flodl_operands", "")
     notes = getattr(exc, "__notes__", None)
     old = exc.__dict__.get("_flodl_note")
     if notes is not None and old in notes:
         notes.remove(old)
     exc.__dict__["_flodl_note"] = note
     exc.add_note(note)
+
+
+def _operand_shapes(graph: Graph, node: Node, values: dict[str, Any]) -> str:
+    """Each operand of a merge (or a residual add) with its shape and the builder call that
+    made it: a shape mismatch names every branch, not only the merge."""
+    what = f"merge ({node.options['op']!r})" if node.kind == "merge" else "residual add"
+    lines = [f"\n  the {what} combines:"]
+    for k, source in enumerate(node.inputs):
+        producer = graph.node(source)
+        name = {"identity": "input", "input": producer.options.get("name")}.get(
+            producer.kind, f"v_{source}"
+        )
+        value = values.get(name)
+        shape = tuple(value.shape) if hasattr(value, "shape") else type(value).__name__
+        if node.kind == "merge":
+            role = f"branch {k}"
+        elif node.method == "also_with":
+            role = ("the skip path", "the main path")[k]
+        else:
+            role = ("the stream", "the residual")[k]
+        lines.append(f"    {role}: shape {shape} from '{source}', added by {producer.where}")
+    return "\n".join(lines)
 
 
 def _hop(graph: Graph, node: Node, inner: Graph) -> str:

@@ -32,3 +32,15 @@ def test_getting_started_runs(tmp_path):
     assert json.loads((checkpoints / "state.json").read_text()) == {"epoch": 2}
     assert "resumed from checkpoints" in result.stdout
     assert "# fdl.ci.yml:" in result.stdout  # config show ci: provenance of the overlay
+
+
+def test_the_page_starts_with_the_library_then_the_cli():
+    # The python blocks run in tests/test_docs.py; here: the walkthrough comes first, and
+    # covers a graph, the Monitor and a checkpoint round-trip, before any fdl command.
+    text = PAGE.read_text(encoding="utf-8")
+    first_python, first_bash = text.index("```python"), text.index("```bash")
+    assert first_python < first_bash
+    library = text[:first_bash]
+    for step in ("fl.FlowBuilder(", ".build()", "fl.Monitor(", "monitor.log(",
+                 ".save_checkpoint(", ".load_checkpoint(", "start_epoch="):  # fmt: skip
+        assert step in library, step

@@ -14,7 +14,7 @@ from fdl.tasks.docker import load_service
 from fdl.tasks.manifest import load_manifest
 
 COMMON = {
-    ".gitignore", "README.md", "fdl.ci.yml", "fdl.yml.example", "pyproject.toml",
+    ".gitignore", "README.md", "constraints.txt", "fdl.ci.yml", "fdl.yml.example", "pyproject.toml",
     "src/my_model/__init__.py", "src/my_model/model.py", "src/my_model/train.py",
     "tests/test_model.py", "tests/test_train.py",
 }  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fdl.scaffold.bundle import wheel_name
 from tests.cli.test_wheel import installed_wheel, run_in  # noqa: F401  (the fixture)
 from tests.init.test_render import COMMON, DOCKER
 
@@ -16,4 +17,6 @@ def test_installed_fdl_init_renders_every_template(installed_wheel):  # noqa: F8
     assert result.returncode == 0, result.stderr
     root = installed_wheel / "my-model"
     written = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
-    assert written == COMMON | DOCKER | {".fdl/project.toml"}
+    # installed from a wheel file (no package index): that flodl is bundled with the project
+    bundled = {f".fdl/wheels/{wheel_name()}"}
+    assert written == COMMON | DOCKER | {".fdl/project.toml"} | bundled

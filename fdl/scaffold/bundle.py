@@ -1,0 +1,223 @@
+"""Where the running flodl came from, and a wheel of it for projects that cannot name that origin.
+
+A project made by ``fdl init`` must install on a fresh machine with one command. When the running
+flodl came from a package index, the project's requirement (``flodl>=0.1,<0.2``) resolves there.
+Any other origin — a checkout (editable or not), a local wheel, a git URL — is only a path or a
+URL this machine knows: a ``file://`` path does not exist elsewhere, a private or moved git URL
+fails, and an editable checkout may hold changes no URL names. So the project gets a wheel of the
+*running* flodl (``.fdl/wheels/flodl-VERSION-py3-none-any.whl``, committed with it) and installs
+it through ``--find-links``: exactly the code that generated the project, offline.
+
+The origin is read from PEP 610's ``direct_url.json`` of the installed distribution; when the
+running code is not that distribution (e.g. a checkout first on ``PYTHONPATH``), it is a source
+tree. The wheel is packed from the running ``flodl`` and ``fdl`` packages (pure Python), with the
+same layout as the wheel ``make dist`` builds, deterministically: the same code gives the same
+bytes, so ``fdl init --update`` only replaces it when flodl changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import io
+import json
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from importlib import metadata
+from importlib.abc import Traversable
+from pathlib import Path
+
+from fdl import __version__
+from fdl.resources import BUNDLED, bundled_dir
+
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: identical code gives an identical wheel
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where the running flodl comes from.
+
+    ``kind``: ``index`` (a package index: the project's requirement resolves anywhere),
+    ``editable`` / ``directory`` (a checkout), ``archive`` (a wheel or sdist file or URL),
+    ``vcs`` (a git URL) or ``source`` (imported from a source tree that is not installed).
+    """
+
+    kind: str
+    url: str = ""
+
+    @property
+    def from_index(self) -> bool:
+        return self.kind == "index"
+
+    def describe(self) -> str:
+        """One line, e.g. ``an editable checkout (file:///src/flodl-python)``.
+
+        >>> Origin("index").describe()
+        'a package index'
+        """
+        words = {
+            "index": "a package index",
+            "editable": "an editable checkout",
+            "directory": "a checkout",
+            "archive": "a wheel or source archive",
+            "vcs": "a version-control URL",
+            "source": "a source tree on the Python path",
+        }[self.kind]
+        return f"{words} ({self.url})" if self.url else words
+
+
+def running_packages() -> dict[str, Path]:
+    """The directories of the ``flodl`` and ``fdl`` packages this process imports."""
+    found = {}
+    for name in ("flodl", "fdl"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            from fdl.errors import ExitCode, FdlError
+
+            raise FdlError(
+                f"cannot locate the running '{name}' package",
+                "reinstall flodl",
+                ExitCode.UNAVAILABLE,
+            )
+        found[name] = Path(next(iter(spec.submodule_search_locations))).resolve()
+    return found
+
+
+def detect_origin(distribution: metadata.Distribution | None = None) -> Origin:
+    """Where the running flodl came from (PEP 610 ``direct_url.json``; see the module docstring)."""
+    if distribution is None:
+        try:
+            distribution = metadata.distribution("flodl")
+        except metadata.PackageNotFoundError:
+            return Origin("source", running_packages()["flodl"].parent.as_uri())
+    raw = distribution.read_text("direct_url.json")
+    if raw is None:
+        kind, url = "index", ""
+    else:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = {}
+        url = str(data.get("url", ""))
+        if "vcs_info" in data:
+            kind = "vcs"
+        elif "archive_info" in data:
+            kind = "archive"
+        elif data.get("dir_info", {}).get("editable"):
+            kind = "editable"
+        else:
+            kind = "directory"
+    running = running_packages()["flodl"]
+    if kind != "editable" and not _installs(distribution, running):
+        return Origin("source", running.parent.as_uri())
+    if kind == "editable" and url.startswith("file://"):
+        # An editable install points at its checkout: is that the code running here?
+        checkout = Path(url.removeprefix("file://")).resolve()
+        if running.parent != checkout:
+            return Origin("source", running.parent.as_uri())
+    return Origin(kind, url)
+
+
+def _installs(distribution: metadata.Distribution, package_dir: Path) -> bool:
+    """Whether ``distribution`` installed the files of ``package_dir`` (the running package)."""
+    init = package_dir / "__init__.py"
+    for file in distribution.files or ():
+        if file.name == "__init__.py" and file.parent.name == package_dir.name:
+            try:
+                if Path(str(distribution.locate_file(file))).resolve() == init:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def wheel_name(version: str = __version__) -> str:
+    """The bundled wheel's file name.
+
+    >>> wheel_name("0.1.0")
+    'flodl-0.1.0-py3-none-any.whl'
+    """
+    return f"flodl-{version.replace('-', '_')}-py3-none-any.whl"
+
+
+def build_wheel() -> tuple[str, bytes]:
+    """A wheel of the running flodl (``flodl`` + ``fdl`` + fdl's bundled data): (name, bytes)."""
+    packages = running_packages()
+    entries: dict[str, bytes] = {}
+    for name, folder in packages.items():
+        for path in sorted(folder.rglob("*")):
+            relative = path.relative_to(folder)
+            if not path.is_file() or _skipped(relative):
+                continue
+            if name == "fdl" and relative.parts[0] == "_bundled":
+                continue  # added below from wherever this install keeps it
+            entries[f"{name}/{relative.as_posix()}"] = path.read_bytes()
+    for data in BUNDLED:
+        for relative, content in _walk(bundled_dir(data), ()):
+            if not _skipped(Path(*relative)):
+                entries["/".join(("fdl", "_bundled", data, *relative))] = content
+    info = f"flodl-{__version__.replace('-', '_')}.dist-info"
+    entries[f"{info}/METADATA"] = _metadata(packages["flodl"]).encode("utf-8")
+    entries[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: fdl init\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    entries[f"{info}/entry_points.txt"] = b"[console_scripts]\nfdl = fdl.main:main\n"
+    record = [f"{path},sha256={_b64(content)},{len(content)}" for path, content in entries.items()]
+    entries[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path, content in entries.items():
+            item = zipfile.ZipInfo(path, _EPOCH)
+            item.external_attr = 0o644 << 16
+            item.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(item, content)
+    return wheel_name(), buffer.getvalue()
+
+
+def _skipped(relative: Path) -> bool:
+    """Bytecode caches and hidden files (editor and OS droppings) stay out of the wheel."""
+    hidden = any(part.startswith(".") for part in relative.parts)
+    return hidden or "__pycache__" in relative.parts or relative.suffix in (".pyc", ".pyo")
+
+
+def _walk(folder: Traversable, parts: tuple[str, ...]) -> list[tuple[tuple[str, ...], bytes]]:
+    found = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.is_dir():
+            found += _walk(entry, (*parts, entry.name))
+        else:
+            found.append(((*parts, entry.name), entry.read_bytes()))
+    return found
+
+
+def _b64(content: bytes) -> str:
+    digest = hashlib.sha256(content).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _metadata(flodl_dir: Path) -> str:
+    """Core metadata: from the checkout's ``pyproject.toml`` when running from one, else from
+    the installed distribution (its ``Requires-Dist`` without extras)."""
+    requires_python, requires = ">=3.11", []
+    pyproject = flodl_dir.parent / "pyproject.toml"
+    project = {}
+    if pyproject.is_file():
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+    if project.get("name") == "flodl":
+        requires_python = project.get("requires-python", requires_python)
+        requires = list(project.get("dependencies", []))
+    else:
+        dist = metadata.distribution("flodl")
+        requires_python = dist.metadata.get("Requires-Python") or requires_python
+        requires = [r for r in dist.requires or () if "extra ==" not in r.replace("'", '"')]
+    lines = [
+        "Metadata-Version: 2.1",
+        "Name: flodl",
+        f"Version: {__version__}",
+        "Summary: Describe networks, don't assemble them (bundled by fdl init).",
+        f"Requires-Python: {requires_python}",
+        *(f"Requires-Dist: {r}" for r in requires),
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,64 @@
+"""``fdl diagnose`` judges the installed torch on the hardware: a working CPU build on a machine
+without a GPU is fine, and a newer release is an option, never a fix."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from importlib import metadata
+
+from fdl.hardware import detect
+from fdl.hardware.python_env import TorchInstall
+from fdl.hardware.report import verdict
+from fdl.variants import load_table, resolve
+from fdl.variants.table import version_key
+from tests.hw.test_diagnose_cli import diagnose
+
+INSTALLED = metadata.version("torch")  # this environment's torch: a CPU build (constraints.txt)
+
+
+def test_cpu_build_without_a_gpu_is_fine_and_a_newer_release_is_optional(run_fdl, tmp_path):
+    assert INSTALLED.endswith("+cpu")
+    result = diagnose(run_fdl, tmp_path, None)  # no nvidia-smi on PATH
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert f"fine: torch {INSTALLED} is the right build" in out
+    assert "Fix it" not in out and "Recommendation" not in out
+    assert "(optional)" in out
+    newest = load_table().releases[0].torch
+    if version_key(newest) > version_key(INSTALLED.split("+")[0]):
+        assert f"torch {newest} is newer than the installed release: an optional upgrade" in out
+    else:
+        assert "Nothing to do." in out
+    report = json.loads(diagnose(run_fdl, tmp_path, None, "--json").stdout)
+    assert report["verdict"]["status"] == "fine"
+
+
+def test_a_cpu_build_on_a_gpu_machine_needs_fixing(run_fdl, tmp_path):
+    result = diagnose(run_fdl, tmp_path, "gtx1060")
+    assert result.returncode == 0, result.stderr
+    assert f"fix: torch {INSTALLED} is a CPU build: the GPUs stay unused" in result.stdout
+    assert "Recommendation" in result.stdout and "Fix it: fdl setup" in result.stdout
+    report = json.loads(diagnose(run_fdl, tmp_path, "gtx1060", "--json").stdout)
+    assert report["verdict"] == {
+        "status": "fix",
+        "summary": report["verdict"]["summary"],
+        "newer": None,
+    }
+
+
+def cpu_machine(torch: TorchInstall | None):
+    machine = detect(docker=False)
+    machine = dataclasses.replace(machine, nvidia=dataclasses.replace(machine.nvidia, gpus=[]))
+    return dataclasses.replace(machine, torch=torch)
+
+
+def test_a_cuda_build_without_a_gpu_works_and_no_torch_needs_fixing():
+    cuda = TorchInstall("2.13.0+cu126", "cu126", "12.6", None)
+    machine = cpu_machine(cuda)
+    plan = resolve(machine.target())
+    judged = verdict(machine, plan, [])
+    assert judged["status"] == "works" and "the CPU build is smaller" in judged["summary"]
+    missing = cpu_machine(None)
+    assert verdict(missing, plan, [])["status"] == "fix"
+    assert verdict(machine, None, []) is None  # nothing to judge against
