@@ -75,9 +75,20 @@ def _load(file: Path, env: str | None, stamp: tuple[int, int]) -> tuple[Any, str
 
 
 def command_names(builtins: Collection[str]) -> list[str]:
-    """Names of the project's commands (empty outside a project)."""
+    """Names of the project's commands, shadowing ones included (empty outside a project)."""
     manifest = _manifest()
-    return [n for n in manifest.commands if n not in builtins] if manifest else []
+    return list(manifest.commands) if manifest else []
+
+
+def shadowed(builtins: Collection[str]) -> set[str]:
+    """Built-in names the project's root manifest declares as its own commands.
+
+    Outside a project this costs a few ``stat`` calls; inside, the manifest is read once.
+    """
+    if manifest_file() is None:
+        return set()
+    manifest = _manifest(quiet=True)
+    return {n for n in manifest.commands if n in builtins} if manifest else set()
 
 
 def task_command(name: str, builtins: Collection[str]) -> _click.Command | None:
@@ -85,7 +96,7 @@ def task_command(name: str, builtins: Collection[str]) -> _click.Command | None:
 
     A manifest that fails to load still yields a command, so that running it reports the error.
     """
-    if name in builtins or manifest_file() is None:
+    if manifest_file() is None:
         return None
     manifest = _manifest(quiet=True)
     if manifest is None:
@@ -144,6 +155,11 @@ class TaskCommand(TyperCommand):
     def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
         ctx.args = list(args)
         return ctx.args
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The whole description for ``fdl --help``: click would cut it at its first ". ", which
+        splits "Train the model (e.g. ...)" after "e.g."; the help formatter wraps it instead."""
+        return " ".join((self.help or "").split())
 
     def invoke(self, ctx: _click.Context) -> int:
         from fdl.tasks.runner import run_tokens

@@ -82,14 +82,18 @@ def _base_command_names(file: Path) -> set[str]:
     return set(commands) if isinstance(commands, dict) else set()
 
 
+RESERVED = ("builtin",)  # 'fdl builtin NAME' reaches a shadowed built-in: never a project command
+
+
 def load_root(selection: Selection, builtins: Collection[str]) -> Manifest:
-    """The root manifest with its overlay; a root command may not hide a built-in."""
+    """The root manifest with its overlay. A root command may shadow a built-in (``fdl builtin
+    NAME`` still runs that one), but not take the reserved name ``builtin``."""
     manifest = load_manifest(selection.file, selection.env)
     for name in manifest.commands:
-        if name in builtins:
+        if name in RESERVED:
             raise manifest.merged.error(
                 ("commands", name),
-                f"'{name}' is a built-in fdl command and would never run",
+                f"'{name}' is reserved: 'fdl builtin NAME' runs fdl's own command NAME",
                 "rename the command",
             )
     return manifest
