@@ -117,28 +117,45 @@ def execute(outcome: object, project_root: Path) -> int:
     from fdl.tasks import dispatch, help
     from fdl.tasks.compose import compose_run
     from fdl.tasks.docker import in_container, run_in_service, wait_child
+    from fdl.tasks.schema import check_argv, check_preset
 
-    env = {"FDL_PROJECT_ROOT": str(project_root)}
     if isinstance(outcome, dispatch.ShowHelp):
         console.out(help.render(outcome))
         return ExitCode.OK
+    env = {"FDL_PROJECT_ROOT": str(project_root)}
     if isinstance(outcome, dispatch.RunScript):
         command = outcome.command
         assert command.run is not None
-        script = compose_run(command.run, command.append, outcome.args, no_append=outcome.no_append)
+        args = outcome.args
+        schema = dispatch.run_schema(command, refresh=outcome.refresh_schema)
+        if schema is not None:
+            args = check_argv(args, schema, usage=f"see 'fdl {outcome.qualified} --help'")
+        script = compose_run(command.run, command.append, args, no_append=outcome.no_append)
         if command.docker and not in_container():
-            return run_in_service(command.docker, script, command.declared_in, env)
+            return run_in_service(command.docker, script, command.declared_in, project_root)
         console.detail(escape(f"fdl: {script}"))
         child = subprocess.Popen(
             ["sh", "-c", script], cwd=command.declared_in, env=os.environ | env
         )
-        return wait_child(child)
+        return _finish(wait_child(child), script)
     assert isinstance(outcome, dispatch.ExecEntry)
     manifest = outcome.manifest
-    argv = dispatch.entry_argv(manifest, outcome.preset, outcome.args)
+    args = outcome.args
+    schema = dispatch.entry_schema(manifest, refresh=outcome.refresh_schema)
+    if schema is not None:
+        usage = f"see 'fdl {outcome.qualified} --help'"
+        args = check_argv(args, schema, usage=usage)
+        if outcome.preset is not None:
+            check_preset(outcome.preset.name, outcome.preset.options, schema)
+    argv = dispatch.entry_argv(manifest, outcome.preset, args)
     if manifest.docker and not in_container():
-        console.info(escape(f"fdl: [{manifest.docker}] {shlex.join(argv)}"))
-        return run_in_service(manifest.docker, shlex.join(argv), manifest.root, env)
+        assert manifest.entry is not None
+        flags = dispatch.entry_args(manifest, outcome.preset, args)
+        line = " ".join([manifest.entry.strip(), *(_shell_word(a) for a in flags)])
+        console.info(escape(f"fdl: [{manifest.docker}] {line}"))
+        return run_in_service(
+            manifest.docker, line, manifest.root, project_root, enter=manifest.root
+        )
     console.info(escape(f"fdl: {shlex.join(argv)}"))
     try:
         child = subprocess.Popen(argv, cwd=manifest.root, env=os.environ | env)
@@ -147,4 +164,16 @@ def execute(outcome: object, project_root: Path) -> int:
             f"cannot run '{argv[0]}' (entry of {manifest.file}): {err.strerror}",
             "check the 'entry:' line and that the program is installed",
         ) from err
-    return wait_child(child)
+    return _finish(wait_child(child), shlex.join(argv))
+
+
+def _shell_word(word: str) -> str:
+    """Quote as the original's ``shell_join`` did: only words with a space, a ``"`` or nothing."""
+    if " " in word or '"' in word or not word:
+        return "'" + word.replace("'", "'\\''") + "'"
+    return word
+
+
+def _finish(code: int, line: str) -> int:
+    """A child's exit code, with a hint when a Python child could not import flodl or torch."""
+    return code
