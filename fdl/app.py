@@ -203,9 +203,19 @@ class BuiltinCommand(typer.core.TyperCommand):
 
 
 def _register_commands() -> None:
-    from fdl.commands import api_ref, check, config, diagnose, init, libtorch, setup, skill
+    from fdl.commands import (
+        api_ref,
+        check,
+        config,
+        diagnose,
+        init,
+        libtorch,
+        schema,
+        setup,
+        skill,
+    )
 
-    for module in (diagnose, setup, libtorch, init, config, api_ref, skill, check):
+    for module in (diagnose, setup, libtorch, init, config, schema, api_ref, skill, check):
         module.register(app, _group)
     app.registered_commands.append(
         typer.models.CommandInfo(

@@ -38,6 +38,7 @@ class RunScript:
     qualified: str
     no_append: bool = False
     refresh_schema: bool = False
+    own: list[str] = field(default_factory=list)  # typed options before '--' (with a schema)
 
 
 @dataclass
@@ -120,7 +121,7 @@ def walk(manifest: Manifest, tokens: list[str], env: str | None = None) -> Outco
                     f"command '{qualified}' takes no arguments of its own (got: {shown})",
                     f"forward them to the script after '--': fdl {qualified} -- {shown}",
                 )
-            return RunScript(command, own_args + forwarded, qualified, no_append, refresh)
+            return RunScript(command, forwarded, qualified, no_append, refresh, own_args)
         if command.kind == "preset":
             if not enclosing_entry:
                 raise FdlError(
@@ -202,6 +203,22 @@ def completions(manifest: Manifest, tokens: list[str], env: str | None = None) -
             return {}  # a run script or a preset: its arguments are free-form
         current = load_child(command, env)
     return {name: command.description or "" for name, command in current.commands.items()}
+
+
+def completion_schema(manifest: Manifest, tokens: list[str], env: str | None = None) -> Any:
+    """The typed options where ``tokens`` lead (cache only: completion never runs a program)."""
+    current, command = manifest, None
+    for token in tokens:
+        if token.startswith("-"):
+            continue
+        command = current.commands.get(token)
+        if command is None:
+            break
+        if command.kind == "path":
+            current, command = load_child(command, env), None
+        elif command.kind == "run":
+            return run_schema(command, probe=False)
+    return entry_schema(current, probe=False) if current is not manifest else None
 
 
 def _strip_leading_separator(tail: list[str]) -> list[str]:

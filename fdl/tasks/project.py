@@ -170,16 +170,26 @@ class TaskCommand(TyperCommand):
         """The child commands and presets after ``fdl bench <TAB>`` (or ``fdl ci <TAB>``)."""
         from typer._click.shell_completion import CompletionItem
 
-        from fdl.tasks.dispatch import completions
+        from fdl.tasks.dispatch import completion_schema, completions
         from fdl.tasks.runner import load_root, select
+        from fdl.tasks.schema import completion_words
 
         tokens = [ctx.info_name or self.name or "", *ctx.args]
         try:
             selection = select(tokens, self.builtins)
             manifest = load_root(selection, self.builtins)
-            found = completions(manifest, selection.tokens, selection.env)
+            words = [t for t in selection.tokens if not t.startswith("-")]
+            found = completions(manifest, words, selection.env) if words == selection.tokens else {}
+            schema = completion_schema(manifest, selection.tokens, selection.env)
         except (FdlError, OSError):  # a broken manifest: no completions, never a traceback
             return []
+        if schema is not None:
+            previous = ctx.args[-1] if ctx.args else None
+            typed = completion_words(schema, previous)
+            if previous and previous.startswith("-") and typed and not typed[0][0].startswith("-"):
+                found = dict(typed)  # the values of the option just typed
+            elif incomplete.startswith("-") or not found:
+                found = {**found, **dict(typed)}
         return [
             CompletionItem(name, help=text or None)
             for name, text in found.items()

@@ -126,10 +126,11 @@ def execute(outcome: object, project_root: Path) -> int:
     if isinstance(outcome, dispatch.RunScript):
         command = outcome.command
         assert command.run is not None
-        args = outcome.args
+        own = outcome.own
         schema = dispatch.run_schema(command, refresh=outcome.refresh_schema)
         if schema is not None:
-            args = check_argv(args, schema, usage=f"see 'fdl {outcome.qualified} --help'")
+            own = check_argv(own, schema, usage=f"see 'fdl {outcome.qualified} --help'")
+        args = [*own, *outcome.args]
         script = compose_run(command.run, command.append, args, no_append=outcome.no_append)
         if command.docker and not in_container():
             return run_in_service(command.docker, script, command.declared_in, project_root)
