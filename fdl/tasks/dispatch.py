@@ -157,7 +157,19 @@ def entry_target(manifest: Manifest) -> Any:
         manifest.docker,
         manifest.layer_files,
         compile=manifest.compile,
+        env=_env(manifest.python),
     )
+
+
+def _env(python: Any) -> dict[str, str]:
+    import os
+
+    from fdl.tasks.interpreter import task_env
+
+    try:
+        return task_env(python, dict(os.environ))
+    except FdlError:
+        return dict(os.environ)  # reported when the command runs
 
 
 def run_target(command: Command) -> Any:
@@ -165,7 +177,17 @@ def run_target(command: Command) -> Any:
     from fdl.tasks.schema_cache import Target
 
     assert command.run is not None
-    return Target(command.name, command.declared_in, command.run, command.docker, [])
+    from fdl.tasks.discover import manifest_in
+
+    manifest = manifest_in(command.declared_in)
+    return Target(
+        command.name,
+        command.declared_in,
+        command.run,
+        command.docker,
+        [manifest] if manifest else [],
+        env=_env(command.python),
+    )
 
 
 def entry_schema(manifest: Manifest, *, refresh: bool = False, probe: bool = True) -> Any:

@@ -31,15 +31,9 @@ Kind = Literal["run", "path", "preset"]
 
 SECTIONS = ("ddp", "training", "output")
 TOP_KEYS = (
-    "description",
-    "commands",
-    "entry",
-    "docker",
-    "arg-name",
-    "schema",
-    "compile",
+    "description", "commands", "entry", "docker", "arg-name", "schema", "compile", "python",
     *SECTIONS,
-)
+)  # fmt: skip
 COMMAND_KEYS = ("description", "run", "append", "path", "docker", "options", "schema", *SECTIONS)
 
 
@@ -59,6 +53,7 @@ class Command:
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)  # ddp/training/output
     schema: Schema | None = None  # run kind: typed options of the script (inline)
     probe_schema: bool = False  # run kind: 'schema: probe' asks the script for --fdl-schema
+    python: Path | None = None  # the declaring manifest's 'python:' interpreter
 
 
 @dataclass
@@ -76,6 +71,7 @@ class Manifest:
     schema: Schema | None = None  # inline 'schema:' (a probed one may replace it at run time)
     compile: bool = False
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)  # ddp/training/output
+    python: Path | None = None  # 'python:': the interpreter tasks find first on PATH
 
     @property
     def root(self) -> Path:
@@ -103,8 +99,11 @@ def _validate(file: Path, env: str | None, merged: Merged) -> Manifest:
     if not isinstance(raw_commands, dict):
         raise merged.error(("commands",), "must be a mapping of command names to commands")
     commands = {}
+    python_text = _optional_str(merged, ("python",))
+    python = (file.parent / Path(python_text).expanduser()).absolute() if python_text else None
     for name, spec in raw_commands.items():
         commands[name] = _command(merged, name, spec, file.parent)
+        commands[name].python = python
     compile_ = data.get("compile", False)
     if compile_ is not None and not isinstance(compile_, bool):
         raise merged.error(("compile",), f"must be true or false, got {compile_!r}")
@@ -120,6 +119,7 @@ def _validate(file: Path, env: str | None, merged: Merged) -> Manifest:
         schema=_schema(merged, ("schema",), data.get("schema")),
         compile=bool(compile_),
         sections=_sections(merged, (), data),
+        python=python,
     )
 
 

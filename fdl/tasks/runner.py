@@ -109,14 +109,15 @@ def run_tokens(tokens: list[str], builtins: Collection[str]) -> int:
         console.out(help.render(dispatch.ShowHelp(manifest, None, "")))
         return ExitCode.OK
     outcome = dispatch.walk(manifest, selection.tokens, selection.env)
-    return execute(outcome, manifest.root)
+    return execute(outcome, manifest.root, manifest.python)
 
 
-def execute(outcome: object, project_root: Path) -> int:
+def execute(outcome: object, project_root: Path, root_python: Path | None = None) -> int:
     """Carry out a dispatch outcome; returns the exit code (a child's, unchanged)."""
     from fdl.tasks import dispatch, help
     from fdl.tasks.compose import compose_run
     from fdl.tasks.docker import in_container, run_in_service, wait_child
+    from fdl.tasks.interpreter import task_env
     from fdl.tasks.schema import check_argv, check_preset
 
     if isinstance(outcome, dispatch.ShowHelp):
@@ -135,10 +136,9 @@ def execute(outcome: object, project_root: Path) -> int:
         if command.docker and not in_container():
             return run_in_service(command.docker, script, command.declared_in, project_root)
         console.detail(escape(f"fdl: {script}"))
-        child = subprocess.Popen(
-            ["sh", "-c", script], cwd=command.declared_in, env=os.environ | env
-        )
-        return _finish(wait_child(child), script)
+        full_env = task_env(command.python or root_python, dict(os.environ) | env)
+        child = subprocess.Popen(["sh", "-c", script], cwd=command.declared_in, env=full_env)
+        return _finish(wait_child(child), script, command.declared_in, full_env)
     assert isinstance(outcome, dispatch.ExecEntry)
     manifest = outcome.manifest
     args = outcome.args
@@ -158,14 +158,15 @@ def execute(outcome: object, project_root: Path) -> int:
             manifest.docker, line, manifest.root, project_root, enter=manifest.root
         )
     console.info(escape(f"fdl: {shlex.join(argv)}"))
+    full_env = task_env(manifest.python or root_python, dict(os.environ) | env)
     try:
-        child = subprocess.Popen(argv, cwd=manifest.root, env=os.environ | env)
+        child = subprocess.Popen(argv, cwd=manifest.root, env=full_env)
     except OSError as err:
         raise FdlError(
             f"cannot run '{argv[0]}' (entry of {manifest.file}): {err.strerror}",
             "check the 'entry:' line and that the program is installed",
         ) from err
-    return _finish(wait_child(child), shlex.join(argv))
+    return _finish(wait_child(child), shlex.join(argv), manifest.root, full_env)
 
 
 def _shell_word(word: str) -> str:
@@ -175,6 +176,12 @@ def _shell_word(word: str) -> str:
     return word
 
 
-def _finish(code: int, line: str) -> int:
-    """A child's exit code, with a hint when a Python child could not import flodl or torch."""
+def _finish(code: int, line: str, cwd: Path, env: dict[str, str]) -> int:
+    """A child's exit code, with a note when its Python could not import flodl or torch."""
+    if code not in (0, 130):
+        from fdl.tasks.interpreter import explain_failure
+
+        note = explain_failure(line, cwd, env)
+        if note:
+            console.warn(escape(note))
     return code

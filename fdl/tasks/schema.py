@@ -425,9 +425,7 @@ def option_lines(schema: Schema) -> list[str]:
             flag += f" <{spec.scalar_type.upper()}>" + (
                 "..." if spec.type.startswith("list[") else ""
             )
-        rows.append(
-            (flag, _describe(spec.type, spec.description, spec.choices, spec.default, spec.env))
-        )
+        rows.append((flag, _describe(None, spec.description, spec.choices, spec.default, spec.env)))
     if not rows:
         return []
     width = min(max(len(flag) for flag, _ in rows), 34) + 2
@@ -435,10 +433,13 @@ def option_lines(schema: Schema) -> list[str]:
 
 
 def _describe(
-    kind: str, text: str | None, choices: list[Any] | None, default: Any, env: str | None
+    kind: str | None, text: str | None, choices: list[Any] | None, default: Any, env: str | None
 ) -> str:
     parts = [text or ""]
-    parts.append(f"[{kind}]" if not choices else f"[{'|'.join(display(c) for c in choices)}]")
+    if choices:
+        parts.append(f"[{'|'.join(display(c) for c in choices)}]")
+    elif kind:
+        parts.append(f"[{kind}]")
     if default is not None:
         parts.append(f"(default: {display(default)})")
     if env:

@@ -16,6 +16,7 @@ original's rule). Help listings and shell completion never probe: they read the 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ class Target:
     docker: str | None
     references: list[Path]  # files whose change makes the cache stale (manifest layers)
     compile: bool = False
+    env: dict[str, str] | None = None  # the task's environment (its PATH picks 'python')
 
     @property
     def cache_file(self) -> Path:
@@ -81,8 +83,13 @@ def script_files(program: str, directory: Path) -> list[Path]:
     return found
 
 
-def _stamps(target: Target) -> dict[str, list[int]]:
-    stamps = {}
+def _stamps(target: Target) -> dict[str, Any]:
+    import shutil
+
+    path = (target.env or os.environ).get("PATH")
+    stamps: dict[str, Any] = {
+        f"which {name}": shutil.which(name, path=path) for name in ("python", "python3")
+    }  # activating another environment changes the answer
     for path in [*target.references, *script_files(target.program, target.directory)]:
         try:
             stat = path.stat()
@@ -172,6 +179,7 @@ def probe(target: Target) -> tuple[Schema | None, str | None]:
         done = subprocess.run(
             argv,
             cwd=cwd,
+            env=target.env,
             capture_output=True,
             text=True,
             timeout=PROBE_TIMEOUT_S,

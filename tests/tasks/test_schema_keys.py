@@ -163,7 +163,7 @@ def test_run_command_with_a_schema_takes_typed_options(proj):
 
 def test_help_shows_typed_options_defaults_and_effective_config(proj):
     train = fdl(proj, "train", "--help").stdout
-    assert "-n, --epochs <INT>" in train and "Epoch count [int] (default: 10)" in train
+    assert "-n, --epochs <INT>" in train and "Epoch count (default: 10)" in train
     assert "--model <STRING>" in train and "[mlp|cnn]" in train and "[env: MODEL]" in train
     assert "--tag <STRING>..." in train and "unknown options are errors" in train
     bench = fdl(proj, "bench", "-h").stdout
