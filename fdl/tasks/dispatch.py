@@ -102,7 +102,7 @@ def walk(manifest: Manifest, tokens: list[str], env: str | None = None) -> Outco
     refresh = REFRESH_SCHEMA in before_separator(tail)
     if refresh:
         tail.remove(REFRESH_SCHEMA)
-    current, enclosing_entry = manifest, False
+    current, enclosing_entry = manifest, manifest.entry is not None  # presets run an entry
     qualified = name
     if name not in current.commands:
         raise unknown_command(current, name, "")
