@@ -212,10 +212,11 @@ def _register_commands() -> None:
         libtorch,
         schema,
         setup,
+        shell,
         skill,
     )
 
-    for module in (diagnose, setup, libtorch, init, config, schema, api_ref, skill, check):
+    for module in (diagnose, setup, libtorch, init, config, schema, api_ref, skill, check, shell):
         module.register(app, _group)
     app.registered_commands.append(
         typer.models.CommandInfo(
