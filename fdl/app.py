@@ -157,7 +157,12 @@ def _global_options(
     ] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Errors only.")] = False,
     no_color: Annotated[
-        bool, typer.Option("--no-color", help="No colours or styles (also: NO_COLOR=1).")
+        bool,
+        typer.Option("--no-color", "--no-ansi", help="No colours or styles (also: NO_COLOR=1)."),
+    ] = False,
+    ansi: Annotated[
+        bool,
+        typer.Option("--ansi", help="Colours and styles even when not a terminal (over NO_COLOR)."),
     ] = False,
     env: Annotated[
         str | None,
@@ -209,6 +214,7 @@ def _register_commands() -> None:
         config,
         diagnose,
         init,
+        install,
         libtorch,
         schema,
         setup,
@@ -216,7 +222,8 @@ def _register_commands() -> None:
         skill,
     )
 
-    for module in (diagnose, setup, libtorch, init, config, schema, api_ref, skill, check, shell):
+    modules = (diagnose, setup, libtorch, init, install, config, schema, api_ref, skill, check)
+    for module in (*modules, shell):
         module.register(app, _group)
     app.registered_commands.append(
         typer.models.CommandInfo(
