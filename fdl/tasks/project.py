@@ -88,7 +88,11 @@ def shadowed(builtins: Collection[str]) -> set[str]:
     if manifest_file() is None:
         return set()
     manifest = _manifest(quiet=True)
-    return {n for n in manifest.commands if n in builtins} if manifest else set()
+    if manifest is None:
+        return set()
+    return {
+        n for n in manifest.commands if n in builtins and n != "builtin"
+    }  # 'builtin' is reserved
 
 
 def task_command(name: str, builtins: Collection[str]) -> _click.Command | None:

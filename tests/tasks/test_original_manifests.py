@@ -281,7 +281,7 @@ def test_entries_build_the_originals_inner_command_line(tree, fdl):
         )
     ]
     # benchmarks (via 'bench: path: ./benchmarks/'): 'bash run.sh' is probed through the service
-    bench, calls = fdl(tree, "bench", "cpu-publish")
+    bench, calls = fdl(tree, "bench", "--refresh-schema", "cpu-publish")  # probe now, cached or not
     assert bench.returncode == 0, bench.stderr
     assert [inner(c) for c in calls][-1] == original_entry_line(
         "/workspace",
@@ -291,7 +291,9 @@ def test_entries_build_the_originals_inner_command_line(tree, fdl):
     )
     assert any(inner(c) == "bash run.sh --fdl-schema" for c in calls[:-1])
     # flodl-hf export: compile: true lets fdl probe the cargo entry
-    export, calls = fdl(tree, "flodl-hf", "export", "--hub", "bert-base-uncased")
+    export, calls = fdl(
+        tree, "flodl-hf", "export", "--refresh-schema", "--hub", "bert-base-uncased"
+    )
     assert export.returncode == 0, export.stderr
     entry = (
         "cargo run --release --manifest-path /workspace/flodl-hf/Cargo.toml "

@@ -202,6 +202,7 @@ def test_builtin_is_a_reserved_command_name(run_fdl, project):
     result = run_fdl("ok", cwd=root)
     assert result.returncode == 1
     assert "commands.builtin: 'builtin' is reserved" in result.stderr
+    assert run_fdl("builtin", "config", "--help", cwd=root).returncode == 0  # still fdl's
 
 
 def test_outside_a_project_unknown_commands_stay_unknown(run_fdl, tmp_path):
