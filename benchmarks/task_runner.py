@@ -1,7 +1,9 @@
 """Task-runner overhead: `fdl <task>` for a trivial `run: 'true'` against the same script run by
 `sh -c`, `python -c pass` (the interpreter's floor) and `fdl --help` outside a project (fdl's own
-start-up), plus `fdl --help` inside one.
-Interleaved in the same run; the project lives in a temp directory."""
+start-up), plus `fdl --help` inside one, and `fdl --help` in two hostile projects: a 450-byte manifest of
+nested YAML aliases (expands to 9**9 values unbounded) and a 10 MB manifest. Both must answer (with
+a warning naming the problem) in well under 2 s. Interleaved in the same run; the projects live in
+temp directories."""
 
 from __future__ import annotations
 
@@ -19,13 +21,35 @@ commands:
   noop: {description: does nothing, run: 'true'}
   sub:
 """
+BOMB = (
+    "x-a: &a ["
+    + ", ".join(["lol"] * 9)
+    + "]\n"
+    + "".join(
+        f"x-{n}: &{n} [" + ", ".join([f"*{p}"] * 9) + "]\n"
+        for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+)
 CHILD = "entry: 'true'\ncommands:\n  quick: {options: {epochs: 1}}\n"
 
 
 def main(rounds: int = 11) -> list[dict[str, object]]:
     repo = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as elsewhere:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        tempfile.TemporaryDirectory() as elsewhere,
+        tempfile.TemporaryDirectory() as bomb,
+        tempfile.TemporaryDirectory() as huge,
+    ):
+        (Path(bomb) / "fdl.yml").write_text(BOMB)
+        line = "  c{i}: {{description: command number {i}, run: echo {i}}}\n"
+        with open(Path(huge) / "fdl.yml", "w") as out:
+            out.write("commands:\n")
+            i = 0
+            while out.tell() < 10_000_000:
+                out.write(line.format(i=i))
+                i += 1
         root = Path(tmp)
         (root / "fdl.yml").write_text(MANIFEST)
         (root / "sub").mkdir()
@@ -39,6 +63,8 @@ def main(rounds: int = 11) -> list[dict[str, object]]:
                 "fdl sub quick (preset)": subprocess_case([*fdl, "sub", "quick"], root, env),
                 "fdl --help (project)": subprocess_case([*fdl, "--help"], root, env),
                 "fdl --help (no project)": subprocess_case([*fdl, "--help"], Path(elsewhere), env),
+                "fdl --help (alias bomb)": subprocess_case([*fdl, "--help"], Path(bomb), env),
+                "fdl --help (10 MB manifest)": subprocess_case([*fdl, "--help"], Path(huge), env),
             },
             rounds=rounds,
             inner=3,

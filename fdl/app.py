@@ -53,15 +53,28 @@ _PLAIN = None  # rich_markup_mode: click's own help layout (see the module docst
 
 
 class FdlRootGroup(FdlGroup):
-    """The top-level group: built-ins, then the commands of the nearest fdl.yml (task runner)."""
+    """The top-level group: built-ins, then the commands of the nearest fdl.yml (task runner).
+
+    Name clashes: inside a project, a project command with a built-in's name (``check`` is the
+    common one) runs the project's command — the project is where that word was given a meaning;
+    the built-in stays reachable as ``fdl builtin NAME``, and ``fdl --help`` marks both rows.
+    ``builtin`` itself is reserved. (The Rust original had no ``check`` built-in, so its manifests
+    declaring ``check:`` ran their own command; this rule keeps them working unchanged.)
+    """
+
+    def builtin_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The built-in ``cmd_name``, whatever the project declares."""
+        return super().get_command(ctx, cmd_name)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         builtin = super().get_command(ctx, cmd_name)
-        return builtin or project.task_command(cmd_name, set(self.commands))
+        if builtin is not None and cmd_name not in project.shadowed(set(self.commands)):
+            return builtin
+        return project.task_command(cmd_name, set(self.commands)) or builtin
 
     def list_commands(self, ctx: Any) -> list[str]:
         builtins = super().list_commands(ctx)
-        return builtins + project.command_names(set(builtins))
+        return builtins + [n for n in project.command_names(set(builtins)) if n not in builtins]
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         self.epilog = project.epilog()
@@ -70,16 +83,31 @@ class FdlRootGroup(FdlGroup):
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         """One section per help panel: the built-ins, then the project's fdl.yml commands."""
         sections: dict[str, list[tuple[str, str]]] = {}
-        for name in self.list_commands(ctx):
-            command = self.get_command(ctx, name)
-            if command is None or command.hidden:
+        shadowed = project.shadowed(set(self.commands))
+        names = super().list_commands(ctx)
+        names += [n for n in project.command_names(set(names)) if n not in names]
+        rows: list[tuple[str, Any, str]] = []
+        for name in names:
+            builtin = super().get_command(ctx, name)
+            if builtin is not None:
+                note = f"[shadowed here: 'fdl builtin {name}'] " if name in shadowed else ""
+                rows.append((name, builtin, note))
+        for name in names:
+            if name in shadowed or super().get_command(ctx, name) is None:
+                command = project.task_command(name, set(self.commands))
+                note = f"[shadows the built-in '{name}'] " if name in shadowed else ""
+                if command is not None:
+                    rows.append((name, command, note))
+        for name, command, note in rows:
+            if command.hidden:
                 continue
             panel = getattr(command, "rich_help_panel", None) or "Commands"
             # the whole first sentence, wrapped, rather than click's one truncated line
-            sections.setdefault(panel, []).append((name, command.get_short_help_str(200)))
-        for panel, rows in sections.items():
+            text = note + command.get_short_help_str(200)
+            sections.setdefault(panel, []).append((name, text))
+        for panel, entries in sections.items():
             with formatter.section(panel):
-                formatter.write_dl(rows)
+                formatter.write_dl(entries)
 
 
 def _group(name: str, help_text: str) -> typer.Typer:
@@ -133,7 +161,12 @@ def _global_options(
     ] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Errors only.")] = False,
     no_color: Annotated[
-        bool, typer.Option("--no-color", help="No colours or styles (also: NO_COLOR=1).")
+        bool,
+        typer.Option("--no-color", "--no-ansi", help="No colours or styles (also: NO_COLOR=1)."),
+    ] = False,
+    ansi: Annotated[
+        bool,
+        typer.Option("--ansi", help="Colours and styles even when not a terminal (over NO_COLOR)."),
     ] = False,
     env: Annotated[
         str | None,
@@ -147,6 +180,37 @@ def _global_options(
     """
 
 
+class BuiltinCommand(typer.core.TyperCommand):
+    """``fdl builtin NAME [ARGS]``: run fdl's own ``NAME`` even where the project declares one."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.args = list(args)
+        return ctx.args
+
+    def invoke(self, ctx: Any) -> Any:
+        root = ctx.find_root()
+        group = root.command
+        names = [
+            n
+            for n in group.list_commands(root)
+            if n != "builtin" and group.builtin_command(root, n)
+        ]
+        if not ctx.args or ctx.args[0] in HELP_FLAGS:
+            typer.echo(ctx.get_help().rstrip() + "\n\nBuilt-ins: " + ", ".join(names))
+            return 0
+        name, rest = ctx.args[0], ctx.args[1:]
+        command = group.builtin_command(root, name) if name != "builtin" else None
+        if command is None:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = (
+                f"did you mean 'fdl builtin {close[0]}'?"
+                if close
+                else "built-ins: " + ", ".join(names)
+            )
+            raise FdlUsageError(f"'{name}' is not a built-in fdl command", hint)
+        return command.main(args=rest, prog_name=f"fdl {name}", standalone_mode=False)
+
+
 def _register_commands() -> None:
     from fdl.commands import (
         add,
@@ -157,25 +221,43 @@ def _register_commands() -> None:
         diagnose,
         hf,
         init,
+        install,
         libtorch,
+        schema,
         setup,
+        shell,
         skill,
     )
 
-    for module in (
+    modules = (
         diagnose,
         setup,
         libtorch,
         init,
         add,
+        install,
         config,
+        schema,
         api_ref,
         skill,
         check,
         checkpoint,
         hf,
-    ):
+    )
+    for module in (*modules, shell):
         module.register(app, _group)
+    app.registered_commands.append(
+        typer.models.CommandInfo(
+            name="builtin",
+            cls=BuiltinCommand,
+            help="Run fdl's own COMMAND even where the project's fdl.yml declares one of that "
+            "name.",
+            context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+            add_help_option=False,
+            options_metavar="COMMAND [ARGS]...",
+            callback=lambda: None,
+        )
+    )
 
 
 _register_commands()

@@ -25,6 +25,7 @@ class GlobalFlags:
     verbosity: int | None = None
     version: bool = False
     no_color: bool = False
+    ansi: bool = False  # --ansi: colour even when not a terminal (the original's flag)
     env: str | None = None
     rest: list[str] = field(default_factory=list)
 
@@ -47,8 +48,10 @@ def split_global_flags(argv: list[str]) -> GlobalFlags:
             flags.verbosity = _VERBOSITY[arg]
         elif arg in ("-V", "--version") and not command_seen:
             flags.version = True
-        elif arg == "--no-color":
-            flags.no_color = True
+        elif arg in ("--no-color", "--no-ansi"):  # --no-ansi: the original's spelling
+            flags.no_color, flags.ansi = True, False
+        elif arg == "--ansi":
+            flags.ansi, flags.no_color = True, False
         elif arg == "--env" or arg.startswith("--env="):
             if arg == "--env":
                 value = next(args, (None, None))[1]

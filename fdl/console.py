@@ -35,8 +35,14 @@ settings = Settings()
 _consoles: dict[bool, Console] = {}
 
 
-def resolve_color(no_color_flag: bool) -> bool | None:
-    """``False`` when colour is off for sure, ``True`` when forced on, ``None`` for auto."""
+def resolve_color(no_color_flag: bool, ansi_flag: bool = False) -> bool | None:
+    """``False`` when colour is off for sure, ``True`` when forced on, ``None`` for auto.
+
+    ``--ansi`` (the Rust original's flag) forces colour on, over ``NO_COLOR`` and a pipe;
+    ``--no-ansi`` is ``--no-color``; the last of them on the command line wins.
+    """
+    if ansi_flag:
+        return True
     if no_color_flag or os.environ.get("NO_COLOR", ""):
         return False
     if os.environ.get("FORCE_COLOR", ""):
@@ -44,13 +50,16 @@ def resolve_color(no_color_flag: bool) -> bool | None:
     return None
 
 
-def configure(*, verbosity: int, no_color: bool, env: str | None) -> None:
+def configure(*, verbosity: int, no_color: bool, env: str | None, ansi: bool = False) -> None:
     """Apply global flags; export them so nested ``fdl`` calls and child processes agree."""
     settings.verbosity = verbosity
-    settings.color = resolve_color(no_color)
+    settings.color = resolve_color(no_color, ansi)
     settings.env = env
     if no_color:
         os.environ["NO_COLOR"] = "1"
+    if ansi:
+        os.environ.pop("NO_COLOR", None)
+        os.environ["FORCE_COLOR"] = "1"
     if verbosity != NORMAL:  # flodl's scale has no "normal": quiet 0, info 1, debug 2, trace 3
         os.environ["FLODL_VERBOSITY"] = str(max(verbosity - 1, 0))
     if settings.color is False:

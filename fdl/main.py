@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         verbosity=console.NORMAL if flags.verbosity is None else flags.verbosity,
         no_color=flags.no_color,
         env=flags.env,
+        ansi=flags.ansi,
     )
 
     if flags.version:
@@ -63,4 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.error("interrupted")
         return ExitCode.INTERRUPTED
+    _update_notice(args)
     return result if isinstance(result, int) else ExitCode.OK
+
+
+def _update_notice(args: list[str]) -> None:
+    """One line on stderr when a newer flodl was found (cached; see fdl.update_check)."""
+    if os.environ.get("_FDL_COMPLETE") or args[:1] in (["install"], ["version"]):
+        return
+    from fdl.update_check import notice
+
+    line = notice()
+    if line:
+        console.info(f"note: {line}")

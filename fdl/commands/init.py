@@ -24,7 +24,9 @@ def register(app: typer.Typer, make_group) -> None:
         name: Annotated[
             str | None,
             typer.Argument(
-                help="Project directory and name (letters, digits, '-', '_').", show_default=False
+                help="Project directory and name (letters, digits, '-', '_'; at most 64); '.' "
+                "scaffolds into the current directory (empty, or only .git) named after it.",
+                show_default=False,
             ),
         ] = None,
         docker: Annotated[
@@ -169,19 +171,22 @@ def _create(name: str, mode: str | None, cuda: str | None) -> None:
     from fdl.scaffold.names import validate
     from fdl.scaffold.render import Answers
 
-    package = validate(name)
+    here = name == "."
     target = Path(name).resolve()
-    from fdl.scaffold.create import check_target
+    if here:  # 'fdl init .': the current directory, named after it
+        name = target.name
+    package = validate(name)
+    from fdl.scaffold.create import check_here, check_target, create_here
 
-    check_target(target)  # before asking anything
+    (check_here if here else check_target)(target)  # before asking anything
     mode = mode or _ask_mode()
     answers = _gpu_image(Answers(name, package, mode), cuda)  # type: ignore[arg-type]
     answers = _install(answers)
-    files = create(target, answers)
+    files = create_here(target, answers) if here else create(target, answers)
     from rich.markup import escape
 
     console.info(f"Created [bold]{name}[/] ({mode}, {len(files)} files) in {escape(str(target))}")
-    steps = [f"cd {name}"]
+    steps = [] if here else [f"cd {name}"]
     if mode == "docker":
         steps += [
             "fdl train -- --epochs 1     # builds the CPU image on first use, trains in it",

@@ -10,7 +10,8 @@ import typer
 from fdl.errors import FdlUsageError
 
 _TOOL_HELP = (
-    "claude, cursor, codex or copilot (repeatable). Default: the tools found in the project."
+    "claude (alias: claude-code), cursor, codex or copilot (repeatable). Default: the tools "
+    "found in the project."
 )
 _DIR_HELP = "The project directory (default: the current directory)."
 
@@ -44,6 +45,9 @@ def _version() -> str:
         return find_source().version()
     except FdlError:
         return "unknown"
+
+
+TOOL_ALIASES = {"claude-code": "claude"}  # the original fdl's tool name
 
 
 def register(app: typer.Typer, make_group) -> None:
@@ -111,7 +115,8 @@ def register(app: typer.Typer, make_group) -> None:
 
         chosen = _skill(skill)
         directory = _project(directory)
-        tools = list(dict.fromkeys(tool or []))
+        # 'claude-code' is the Rust original's name for the tool: accepted as an alias of 'claude'
+        tools = list(dict.fromkeys(TOOL_ALIASES.get(t, t) for t in tool or []))
         for name in tools:
             if name not in skills.TOOLS:
                 raise FdlUsageError(

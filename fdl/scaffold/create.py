@@ -72,3 +72,48 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+VCS_ENTRIES = {".git", ".hg", ".svn", ".bzr", ".jj"}
+
+
+def check_here(target: Path) -> None:
+    """``fdl init .``: the directory must be empty or hold only version-control metadata."""
+    other = sorted(p.name for p in target.iterdir() if p.name not in VCS_ENTRIES)
+    if other:
+        shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+        raise FdlError(
+            f"'{target}' is not empty (it holds {shown})",
+            "'fdl init .' only fills an empty directory (or one with just .git); "
+            "use 'fdl init NAME' to create a new one, or 'fdl init --update' inside a project",
+        )
+
+
+def create_here(target: Path, answers: Answers) -> list[str]:
+    """Render ``answers`` into the existing, empty (or VCS-only) directory ``target``: staged
+    next to it, then moved in entry by entry; on failure the moved entries are removed again."""
+    check_here(target)
+    files = project_files(answers)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.fdl-init-", dir=target.parent))
+    moved: list[Path] = []
+    try:
+        write_tree(staging, files)
+        for entry in sorted(staging.iterdir()):
+            destination = target / entry.name
+            entry.rename(destination)
+            moved.append(destination)
+    except BaseException as err:
+        for path in moved:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise FdlError(
+                f"could not create the project in '{target}': {err.strerror or err}",
+                "nothing was left behind; fix the cause and run again",
+            ) from err
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return list(files)

@@ -11,6 +11,12 @@ from fdl.errors import FdlUsageError
 _ALLOWED = re.compile(r"^[A-Za-z0-9_-]+$")
 # Package names that would shadow what the project imports.
 _SHADOWING = {"flodl", "fdl", "torch", "numpy", "test", "tests", "src"}
+MAX_LENGTH = 64  # a directory, a package and a distribution name: keep it typeable
+# Device names Windows reserves in every directory (any case): such a folder cannot be created
+# or cloned there.
+_WINDOWS_RESERVED = {"con", "prn", "aux", "nul"} | {
+    f"{p}{i}" for p in ("com", "lpt") for i in range(1, 10)
+}
 
 
 def package_name(name: str) -> str:
@@ -26,11 +32,23 @@ def validate(name: str) -> str:
     """Check ``name`` and return its package name; raise a usage error saying what to change."""
     if not name:
         raise FdlUsageError("the project name is empty", "e.g. fdl init my-model")
+    if len(name) > MAX_LENGTH:
+        raise FdlUsageError(
+            f"project name '{name[:20]}...' is {len(name)} characters long; "
+            f"the limit is {MAX_LENGTH}",
+            "pick a shorter name (it names the directory, the package and the distribution)",
+        )
     if not _ALLOWED.match(name):
         bad = sorted({c for c in name if not re.match(r"[A-Za-z0-9_-]", c)})
         raise FdlUsageError(
             f"project name '{name}' contains {', '.join(repr(c) for c in bad)}",
             "use only letters, digits, '-' and '_' (e.g. my-model)",
+        )
+    if name.lower() in _WINDOWS_RESERVED:
+        raise FdlUsageError(
+            f"project name '{name}' is a device name Windows reserves (con, prn, aux, nul, "
+            "com1-9, lpt1-9)",
+            "such a folder cannot be created or cloned on Windows; pick another name",
         )
     package = package_name(name)
     if not package[0].isalpha():

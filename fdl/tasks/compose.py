@@ -11,18 +11,22 @@ wins for most tools)::
 from __future__ import annotations
 
 import re
-import shlex
 
-_SAFE = re.compile(r"^[A-Za-z0-9_\-./:=+@,%]+$")
+_SAFE = re.compile(r"^[A-Za-z0-9_\-./:=+@,]+$")
 
 
 def quote(token: str) -> str:
-    """POSIX-quote ``token`` only when it needs it.
+    """POSIX-quote ``token`` only when it needs it, exactly as the Rust original did (the same
+    safe characters; an embedded ``'`` becomes ``'\\''``), so command lines match it.
 
     >>> [quote(t) for t in ["-k", "a b", ""]]
     ['-k', "'a b'", "''"]
+    >>> print(quote("it's"))
+    'it'\\''s'
     """
-    return token if _SAFE.match(token) else shlex.quote(token)
+    if _SAFE.match(token):
+        return token
+    return "'" + token.replace("'", "'\\''") + "'"
 
 
 def split_append(append: str | None) -> tuple[str, str, bool]:
@@ -50,10 +54,9 @@ def compose_run(
     if "--" in user_args:
         index = user_args.index("--")
         user_pre, user_post = user_args[:index], user_args[index + 1 :]
-        user_separator = True
     else:
-        user_pre, user_post, user_separator = user_args, [], False
+        user_pre, user_post = user_args, []
     parts = [run.strip(), pre, *(quote(t) for t in user_pre)]
-    if had_separator or post or user_separator:
+    if had_separator or post or user_post:  # a bare trailing "--" adds nothing (as the original)
         parts += ["--", post, *(quote(t) for t in user_post)]
     return " ".join(part for part in parts if part)

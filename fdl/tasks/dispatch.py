@@ -7,12 +7,17 @@
 - preset: the enclosing manifest's ``entry:`` runs with the preset's ``options:`` and the tail.
 
 Unlike the Rust original, ``-h`` after ``--`` is forwarded, not taken as fdl's help.
+
+``--refresh-schema`` before ``--`` (any kind) re-asks the program for its ``--fdl-schema`` first.
+A run command with a ``schema:`` takes its declared options before ``--`` too
+(``fdl train --epochs 5``): they are checked against the schema and forwarded.
 """
 
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from typing import Any
 
 from fdl.errors import FdlError, FdlUsageError
 from fdl.tasks.discover import example_in, manifest_in
@@ -21,6 +26,7 @@ from fdl.tasks.manifest import Command, Manifest, load_manifest
 
 HELP_FLAGS = ("-h", "--help")
 NO_APPEND = "--no-append"  # before a run command's '--': drop its 'append:' this time
+REFRESH_SCHEMA = "--refresh-schema"  # before '--': probe the program's --fdl-schema again
 
 
 @dataclass
@@ -31,6 +37,8 @@ class RunScript:
     args: list[str]
     qualified: str
     no_append: bool = False
+    refresh_schema: bool = False
+    own: list[str] = field(default_factory=list)  # typed options before '--' (with a schema)
 
 
 @dataclass
@@ -41,6 +49,7 @@ class ExecEntry:
     preset: Command | None
     args: list[str]
     qualified: str
+    refresh_schema: bool = False
 
 
 @dataclass
@@ -51,6 +60,7 @@ class ShowHelp:
     command: Command | None
     qualified: str
     enclosing: Manifest | None = field(default=None)
+    refresh_schema: bool = False
 
 
 Outcome = RunScript | ExecEntry | ShowHelp
@@ -89,7 +99,10 @@ def unknown_command(manifest: Manifest, name: str, qualified: str) -> FdlUsageEr
 def walk(manifest: Manifest, tokens: list[str], env: str | None = None) -> Outcome:
     """Resolve ``tokens`` (``[name, *tail]``) against ``manifest``; see the module docstring."""
     name, tail = tokens[0], tokens[1:]
-    current, enclosing_entry = manifest, False
+    refresh = REFRESH_SCHEMA in before_separator(tail)
+    if refresh:
+        tail.remove(REFRESH_SCHEMA)
+    current, enclosing_entry = manifest, manifest.entry is not None  # presets run an entry
     qualified = name
     if name not in current.commands:
         raise unknown_command(current, name, "")
@@ -98,17 +111,17 @@ def walk(manifest: Manifest, tokens: list[str], env: str | None = None) -> Outco
         own_args = before_separator(tail)
         if command.kind == "run":
             if any(flag in own_args for flag in HELP_FLAGS):
-                return ShowHelp(current, command, qualified)
+                return ShowHelp(current, command, qualified, refresh_schema=refresh)
             no_append = NO_APPEND in own_args
             own_args = [token for token in own_args if token != NO_APPEND]
-            if own_args:
+            forwarded = tail[tail.index("--") + 1 :] if "--" in tail else []
+            if own_args and command.schema is None and not command.probe_schema:
                 shown = " ".join(own_args)
                 raise FdlUsageError(
                     f"command '{qualified}' takes no arguments of its own (got: {shown})",
                     f"forward them to the script after '--': fdl {qualified} -- {shown}",
                 )
-            forwarded = tail[tail.index("--") + 1 :] if "--" in tail else []
-            return RunScript(command, forwarded, qualified, no_append)
+            return RunScript(command, forwarded, qualified, no_append, refresh, own_args)
         if command.kind == "preset":
             if not enclosing_entry:
                 raise FdlError(
@@ -117,8 +130,8 @@ def walk(manifest: Manifest, tokens: list[str], env: str | None = None) -> Outco
                     "in a child fdl.yml that has an 'entry:'",
                 )
             if any(flag in own_args for flag in HELP_FLAGS):
-                return ShowHelp(current, command, qualified)
-            return ExecEntry(current, command, _strip_leading_separator(tail), qualified)
+                return ShowHelp(current, command, qualified, refresh_schema=refresh)
+            return ExecEntry(current, command, _strip_leading_separator(tail), qualified, refresh)
         child = load_child(command, env)
         if tail and tail[0] in child.commands:
             name, tail = tail[0], tail[1:]
@@ -128,8 +141,78 @@ def walk(manifest: Manifest, tokens: list[str], env: str | None = None) -> Outco
         if any(flag in own_args for flag in HELP_FLAGS) or (
             not tail and child.entry is None and child.commands
         ):
-            return ShowHelp(child, None, qualified, enclosing=current)
-        return ExecEntry(child, None, _strip_leading_separator(tail), qualified)
+            return ShowHelp(child, None, qualified, enclosing=current, refresh_schema=refresh)
+        return ExecEntry(child, None, _strip_leading_separator(tail), qualified, refresh)
+
+
+def entry_target(manifest: Manifest) -> Any:
+    """The schema-cache target of a child manifest's ``entry:`` (named after its directory)."""
+    from fdl.tasks.schema_cache import Target
+
+    assert manifest.entry is not None
+    return Target(
+        manifest.root.name or "root",
+        manifest.root,
+        manifest.entry,
+        manifest.docker,
+        manifest.layer_files,
+        compile=manifest.compile,
+        env=_env(manifest.python),
+    )
+
+
+def _env(python: Any) -> dict[str, str]:
+    import os
+
+    from fdl.tasks.interpreter import task_env
+
+    try:
+        return task_env(python, dict(os.environ))
+    except FdlError:
+        return dict(os.environ)  # reported when the command runs
+
+
+def run_target(command: Command) -> Any:
+    """The schema-cache target of a run command marked ``schema: probe``."""
+    from fdl.tasks.schema_cache import Target
+
+    assert command.run is not None
+    from fdl.tasks.discover import manifest_in
+
+    manifest = manifest_in(command.declared_in)
+    return Target(
+        command.name,
+        command.declared_in,
+        command.run,
+        command.docker,
+        [manifest] if manifest else [],
+        env=_env(command.python),
+    )
+
+
+def entry_schema(manifest: Manifest, *, refresh: bool = False, probe: bool = True) -> Any:
+    """The typed options of ``manifest``'s entry: its own ``--fdl-schema`` (cached; probed when
+    ``probe``), else the inline ``schema:``."""
+    from fdl.tasks import schema_cache
+
+    if manifest.entry is None:
+        return manifest.schema
+    target = entry_target(manifest)
+    if not probe:
+        return schema_cache.cached_schema(target) or manifest.schema
+    return schema_cache.schema_for(target, manifest.schema, refresh=refresh)
+
+
+def run_schema(command: Command, *, refresh: bool = False, probe: bool = True) -> Any:
+    """The typed options of a run command: inline ``schema:``, or probed for ``schema: probe``."""
+    from fdl.tasks import schema_cache
+
+    if not command.probe_schema:
+        return command.schema
+    target = run_target(command)
+    if not probe:
+        return schema_cache.cached_schema(target)
+    return schema_cache.schema_for(target, None, refresh=refresh)
 
 
 def completions(manifest: Manifest, tokens: list[str], env: str | None = None) -> dict[str, str]:
@@ -144,15 +227,47 @@ def completions(manifest: Manifest, tokens: list[str], env: str | None = None) -
     return {name: command.description or "" for name, command in current.commands.items()}
 
 
+def completion_schema(manifest: Manifest, tokens: list[str], env: str | None = None) -> Any:
+    """The typed options where ``tokens`` lead (cache only: completion never runs a program)."""
+    current, command = manifest, None
+    for token in tokens:
+        if token.startswith("-"):
+            continue
+        command = current.commands.get(token)
+        if command is None:
+            break
+        if command.kind == "path":
+            current, command = load_child(command, env), None
+        elif command.kind == "run":
+            return run_schema(command, probe=False)
+    return entry_schema(current, probe=False) if current is not manifest else None
+
+
 def _strip_leading_separator(tail: list[str]) -> list[str]:
     return tail[1:] if tail[:1] == ["--"] else tail
 
 
+def entry_args(manifest: Manifest, preset: Command | None, args: list[str]) -> list[str]:
+    """The arguments after a child's ``entry:``: its ``ddp:``/``training:``/``output:`` defaults
+    merged with the preset's, the preset's ``options:``, then ``args`` (last, so they win) —
+    the Rust original's ``config_to_args`` (see :mod:`fdl.tasks.config_args`)."""
+    from fdl.tasks import config_args
+
+    sections = {
+        name: config_args.merge(
+            manifest.sections.get(name, {}), preset.sections.get(name, {}) if preset else {}
+        )
+        for name in config_args.SECTIONS
+    }
+    options = preset.options if preset else {}
+    return [*config_args.config_to_args(**sections, options=options), *args]
+
+
 def entry_argv(manifest: Manifest, preset: Command | None, args: list[str]) -> list[str]:
-    """The argv of a child's ``entry:`` for a preset (options become flags) and user args.
+    """The argv of a child's ``entry:`` for a preset and user args (see :func:`entry_args`).
 
     Option ``batch_size: 32`` becomes ``--batch-size 32``; ``true`` a bare flag; ``false`` and
-    ``null`` nothing; a list repeats the flag. User arguments come last, so they win.
+    ``null`` nothing; a list one JSON string (``["a","b"]``), as the original passed it.
     """
     import shlex
 
@@ -161,13 +276,4 @@ def entry_argv(manifest: Manifest, preset: Command | None, args: list[str]) -> l
             f"{manifest.file} has no 'entry:' to run",
             "add 'entry: <program>' to it, or call one of its commands",
         )
-    argv = shlex.split(manifest.entry)
-    for key, value in (preset.options if preset else {}).items():
-        flag = "--" + str(key).replace("_", "-")
-        values = value if isinstance(value, list) else [value]
-        for item in values:
-            if item is True:
-                argv.append(flag)
-            elif item is not None and item is not False:
-                argv += [flag, str(item)]
-    return argv + args
+    return shlex.split(manifest.entry) + entry_args(manifest, preset, args)

@@ -4,7 +4,7 @@ The compose file (``compose.yaml`` / ``docker-compose.yml``, nearest to the comm
 of truth for the service: image, build, mounts, working directory, environment, user, GPUs.
 Two backends run it:
 
-- ``compose`` — ``docker compose run --rm <service> sh -c <script>`` when the Compose CLI is
+- ``compose`` — ``docker compose run --rm <service> bash -c <script>`` when the Compose CLI is
   installed: full fidelity, including interactive shells (``fdl shell``).
 - ``sdk`` — the Docker SDK for Python when it is not: fdl reads the service itself (the common
   keys: ``image``, ``build``, ``volumes``, ``working_dir``, ``environment``, ``user``,
@@ -15,6 +15,17 @@ Two backends run it:
 ``FDL_DOCKER_BACKEND=compose|sdk`` forces one. Containers get ``FDL_CONTAINER=<service>``: an
 ``fdl`` started inside one runs ``docker:`` commands directly instead of nesting containers (a
 ``/.dockerenv`` check would misfire in dev containers and Docker-in-Docker).
+
+Semantics follow the Rust original, whose manifests rely on them:
+
+- the script runs in the service's own ``working_dir`` (fdl adds no ``-w``); an ``entry:`` of a
+  child manifest is preceded by ``cd <container project root>/<child dir> &&``;
+- ``FDL_PROJECT_ROOT`` is the container path of the project root (the bind mount of the
+  compose file's directory, ``/workspace`` by convention), so programs can re-anchor paths;
+- the script runs under ``bash -c`` — under ``sh -c``, with a note on stderr, when the image has no
+  bash;
+- the compose process gets the active libtorch's ``LIBTORCH_CPU_PATH``, ``LIBTORCH_HOST_PATH``,
+  ``CUDA_VERSION`` and ``CUDA_TAG`` (for ``${...}`` in the compose file), as the original did.
 """
 
 from __future__ import annotations
@@ -35,6 +46,19 @@ from fdl.errors import ExitCode, FdlError
 
 COMPOSE_NAMES = ("compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml")
 CONTAINER_MARK = "FDL_CONTAINER"
+DEFAULT_CONTAINER_ROOT = "/workspace"  # where 'fdl init' compose files mount the project
+# bash when the image has it, else sh with a note; the script is "$1" (one argv word, unparsed)
+SHELL_PICK = (
+    'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; fi; '
+    'echo "fdl: this image has no bash; running the command with sh" >&2; exec sh -c "$1"'
+)
+
+
+def shell_argv(script: str) -> list[str]:
+    """The container command for ``script``: ``bash -c script``, falling back to ``sh -c``."""
+    return ["sh", "-c", SHELL_PICK, "fdl-shell", script]
+
+
 SDK_KEYS = {
     "image", "build", "volumes", "working_dir", "environment", "user", "shm_size",
     "network_mode", "deploy", "stdin_open", "tty", "container_name", "command", "env_file",
@@ -98,7 +122,8 @@ def find_compose_file(start: Path) -> Path | None:
 
 
 def interpolation_env(compose_dir: Path) -> dict[str, str]:
-    """Variables for ``${VAR}`` in the compose file: ``.env`` next to it, then the environment.
+    """Variables for ``${VAR}`` in the compose file: ``.env`` next to it, then the environment,
+    then the active libtorch's variables (:func:`libtorch_env`, which the original set last).
 
     ``UID`` and ``GID`` are filled in (they are shell variables, rarely exported) so that
     ``user: "${UID:-1000}:${GID:-1000}"`` runs the container as you.
@@ -113,7 +138,7 @@ def interpolation_env(compose_dir: Path) -> dict[str, str]:
             if line and not line.startswith("#") and "=" in line:
                 key, value = line.split("=", 1)
                 values[key.strip()] = value.strip().strip("'\"")
-    return values | dict(os.environ)
+    return values | dict(os.environ) | libtorch_env(compose_dir)
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
@@ -242,8 +267,51 @@ def compose_cli() -> list[str] | None:
     return [legacy] if legacy else None
 
 
-def run_in_service(service_name: str, script: str, cwd: Path, extra_env: dict[str, str]) -> int:
-    """Run ``script`` with ``sh -c`` in ``service_name``, in the container path of ``cwd``."""
+def container_root(service: Service, project_root: Path) -> str:
+    """The container path of the project root (its bind mount), ``/workspace`` when unmounted."""
+    return service.container_path(project_root) or DEFAULT_CONTAINER_ROOT
+
+
+def libtorch_env(project_root: Path) -> dict[str, str]:
+    """The active libtorch's variables for the compose process (as the original exported them).
+
+    Paths are relative (``./libtorch/...``) when the libtorch home is the project's own, else
+    absolute; ``CUDA_VERSION`` is padded to three parts and ``CUDA_TAG`` is its first two.
+    """
+    from fdl.libtorch_home.layout import find_home, read_arch
+
+    home = find_home(cwd=project_root)
+    try:
+        shown = "./" + str(home.path.relative_to(project_root.resolve()))
+    except ValueError:
+        shown = str(home.path)
+    env = {"LIBTORCH_CPU_PATH": f"{shown}/precompiled/cpu"}
+    active = home.active()
+    if active:
+        env["LIBTORCH_HOST_PATH"] = f"{shown}/{active}"
+        cuda = read_arch(home.variant_dir(active)).get("cuda")
+        if cuda and cuda != "none":
+            version = cuda if cuda.count(".") >= 2 else f"{cuda}.0"
+            env["CUDA_VERSION"] = version
+            env["CUDA_TAG"] = ".".join(version.split(".")[:2])
+    return env
+
+
+def run_in_service(
+    service_name: str,
+    script: str,
+    cwd: Path,
+    project_root: Path,
+    extra_env: dict[str, str] | None = None,
+    *,
+    enter: Path | None = None,
+) -> int:
+    """Run ``script`` in ``service_name`` from the service's ``working_dir``.
+
+    ``enter``: a host directory to ``cd`` into first (its container path, under the project
+    root's mount), as the original did for child entries. ``FDL_PROJECT_ROOT`` is the container
+    path of ``project_root``.
+    """
     compose_file = find_compose_file(cwd)
     if compose_file is None:
         raise FdlError(
@@ -251,19 +319,33 @@ def run_in_service(service_name: str, script: str, cwd: Path, extra_env: dict[st
             "add a docker-compose.yml defining the service (fdl init --docker writes one)",
         )
     service = load_service(compose_file, service_name)
-    workdir = service.container_path(cwd) or service.working_dir
+    root = container_root(service, project_root)
+    if enter is not None:
+        try:
+            relative = enter.resolve().relative_to(project_root.resolve()).as_posix()
+        except ValueError:
+            relative = ""
+        if relative and relative != ".":
+            script = f"cd {root}/{relative} && {script}"
+    env = {"FDL_PROJECT_ROOT": root, **(extra_env or {})}
     backend = choose_backend()
-    console.detail(
-        escape(f"fdl: [{service_name}] {script}  (backend: {backend}, workdir: {workdir})")
-    )
+    console.detail(escape(f"fdl: [{service_name}] {script}  (backend: {backend})"))
     if backend == "compose":
-        return _run_compose(service, script, workdir, extra_env)
-    return _run_sdk(service, script, workdir, extra_env)
+        return _run_compose(service, script, env)
+    return _run_sdk(service, script, service.working_dir, env)
 
 
-def _run_compose(
-    service: Service, script: str, workdir: str | None, extra_env: dict[str, str]
-) -> int:
+def probe_command(service_name: str, script: str, cwd: Path) -> tuple[list[str], Path]:
+    """argv and cwd that run ``script`` once in the service (``--fdl-schema`` probing)."""
+    compose_file = find_compose_file(cwd)
+    cli = compose_cli()
+    if compose_file is None or cli is None:
+        return ["sh", "-c", "echo 'no compose file or Compose CLI to probe with' >&2; exit 3"], cwd
+    argv = [*cli, "-f", str(compose_file), "run", "--rm", "-T", "-e", f"{CONTAINER_MARK}=probe"]
+    return [*argv, service_name, *shell_argv(script)], compose_file.parent
+
+
+def _run_compose(service: Service, script: str, extra_env: dict[str, str]) -> int:
     cli = compose_cli()
     if cli is None:
         raise FdlError(
@@ -277,9 +359,7 @@ def _run_compose(
         argv.append("-T")
     for key, value in {CONTAINER_MARK: service.name, **extra_env}.items():
         argv += ["-e", f"{key}={value}"]
-    if workdir:
-        argv += ["-w", workdir]
-    argv += [service.name, "sh", "-c", script]
+    argv += [service.name, *shell_argv(script)]
     env = interpolation_env(service.compose_file.parent)
     from fdl.tasks.child import spawn
 
@@ -368,7 +448,7 @@ def _run_sdk(service: Service, script: str, workdir: str | None, extra_env: dict
     )
     container = client.containers.create(
         service.image,
-        command=["sh", "-c", script],
+        command=shell_argv(script),
         working_dir=workdir,
         environment={**service.environment, CONTAINER_MARK: service.name, **extra_env},
         user=service.user,

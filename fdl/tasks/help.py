@@ -11,6 +11,7 @@ from fdl.tasks.compose import split_append
 from fdl.tasks.dispatch import ShowHelp, load_child
 from fdl.tasks.layers import list_envs
 from fdl.tasks.manifest import Command, Manifest
+from fdl.tasks.schema import Schema
 
 
 def describe(command: Command, env: str | None = None) -> str:
@@ -50,20 +51,52 @@ def _table(title: str, rows: list[tuple[str, str]]) -> list[str]:
 def render(outcome: ShowHelp) -> str:
     """The help text for a :class:`ShowHelp` outcome."""
     command, manifest = outcome.command, outcome.manifest
+    refresh = outcome.refresh_schema
     if command is None:
-        return _manifest_help(manifest, outcome.qualified)
+        return _manifest_help(manifest, outcome.qualified, refresh)
     if command.kind == "run":
-        return _run_help(command, outcome.qualified)
-    return _preset_help(manifest, command, outcome.qualified)
+        return _run_help(command, outcome.qualified, refresh)
+    return _preset_help(manifest, command, outcome.qualified, refresh)
 
 
-def _run_help(command: Command, qualified: str) -> str:
+def _options(schema: Schema | None) -> list[str]:
+    from fdl.tasks.schema import option_lines
+
+    lines = option_lines(schema) if schema is not None else []
+    if not lines:
+        return []
+    strict = "; unknown options are errors" if schema and schema.strict else ""
+    return ["", f"Options (checked before the program runs{strict}):", *lines]
+
+
+def _defaults(manifest: Manifest, preset: Command | None = None) -> list[str]:
+    rows = []
+    for section in ("ddp", "training", "output"):
+        values = dict(manifest.sections.get(section, {}))
+        if preset is not None:
+            values.update(
+                {k: v for k, v in preset.sections.get(section, {}).items() if v is not None}
+            )
+        rows += [
+            f"  {section}.{key}: {value}" for key, value in values.items() if value is not None
+        ]
+    title = "Effective config:" if preset is not None else "Defaults (become program flags):"
+    return ["", title, *rows] if rows else []
+
+
+def _run_help(command: Command, qualified: str, refresh: bool = False) -> str:
     pre, post, separator = split_append(command.append)
     runs = " ".join(filter(None, [command.run.strip() if command.run else "", pre, "[ARGS...]"]))
     if separator or post:
         runs += " -- " + " ".join(filter(None, [post, "[MORE...]"]))
+    from fdl.tasks.dispatch import run_schema
+
+    schema = run_schema(command, refresh=refresh)
     lines = [f"fdl {qualified}" + (f" — {command.description}" if command.description else "")]
-    lines += ["", f"Usage: fdl {qualified} [--no-append] [-- ARGS... [-- MORE...]]", "", "Runs:"]
+    slot = " [OPTIONS]" if schema is not None else ""
+    lines += ["", f"Usage: fdl {qualified}{slot} [--no-append] [-- ARGS... [-- MORE...]]"]
+    lines += _options(schema)
+    lines += ["", "Runs:"]
     where = f"in service '{command.docker}' (docker)" if command.docker else "on this machine"
     lines += [f"  {runs}", f"  {where}, from {command.declared_in}"]
     lines += [
@@ -75,7 +108,9 @@ def _run_help(command: Command, qualified: str) -> str:
     return "\n".join(lines)
 
 
-def _manifest_help(manifest: Manifest, qualified: str) -> str:
+def _manifest_help(manifest: Manifest, qualified: str, refresh: bool = False) -> str:
+    from fdl.tasks.dispatch import entry_schema
+
     prog = " ".join(filter(None, ["fdl", qualified]))
     title = prog + (f" — {manifest.description}" if manifest.description else "")
     presets = [(n, describe(c)) for n, c in manifest.commands.items() if c.kind == "preset"]
@@ -87,6 +122,8 @@ def _manifest_help(manifest: Manifest, qualified: str) -> str:
     lines = [title, "", f"Usage: {prog}{slot} [ARGS...]"]
     lines += _table("Presets", presets)
     lines += _table("Commands", others)
+    lines += _options(entry_schema(manifest, refresh=refresh) if qualified else manifest.schema)
+    lines += _defaults(manifest)
     if manifest.entry:
         docker = f"  (in service '{manifest.docker}')" if manifest.docker else ""
         lines += [
@@ -99,12 +136,18 @@ def _manifest_help(manifest: Manifest, qualified: str) -> str:
     return "\n".join(lines)
 
 
-def _preset_help(manifest: Manifest, command: Command, qualified: str) -> str:
-    from fdl.tasks.dispatch import entry_argv
+def _preset_help(
+    manifest: Manifest, command: Command, qualified: str, refresh: bool = False
+) -> str:
+    from fdl.tasks.dispatch import entry_argv, entry_schema
 
     title = f"fdl {qualified}" + (f" — {command.description}" if command.description else "")
-    lines = [title, "", f"Usage: fdl {qualified} [ARGS...]", "", "Options:"]
-    lines += [f"  {key}: {value}" for key, value in command.options.items()]
+    lines = [title, "", f"Usage: fdl {qualified} [ARGS...]"]
+    lines += _defaults(manifest, command)
+    if command.options:
+        lines += ["", "Preset options:"]
+        lines += [f"  {key}: {value}" for key, value in command.options.items()]
+    lines += _options(entry_schema(manifest, refresh=refresh))
     if manifest.entry:
         import shlex
 

@@ -6,8 +6,12 @@ A command is one of three kinds:
   compose service to run it in;
 - **path** — ``path: <dir>`` (or nothing at all: the convention ``./<name>/``) whose own
   ``fdl.yml`` continues the command line;
-- **preset** — ``options:`` for the ``entry:`` of the enclosing (child) manifest.
+- **preset** — ``options:`` (and/or ``ddp:``/``training:``/``output:`` overrides) for the
+  ``entry:`` of the enclosing (child) manifest.
 
+A manifest level may also carry ``schema:`` (typed options of its entry, :mod:`fdl.tasks.schema`),
+``compile:`` (allow probing a ``cargo`` entry for ``--fdl-schema``) and ``ddp:``/``training:``/
+``output:`` defaults (:mod:`fdl.tasks.config_args`) — every key the Rust original's manifests use.
 Loading validates everything and reports the file, line and key of the first problem.
 """
 
@@ -18,13 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from fdl.tasks import config_args
 from fdl.tasks.layers import Merged, load_layers, merge
+from fdl.tasks.schema import Schema, SchemaError, parse_schema
 from fdl.tasks.source import KeyPath
 
 Kind = Literal["run", "path", "preset"]
 
-TOP_KEYS = ("description", "commands", "entry", "docker", "arg-name")
-COMMAND_KEYS = ("description", "run", "append", "path", "docker", "options")
+SECTIONS = ("ddp", "training", "output")
+TOP_KEYS = (
+    "description", "commands", "entry", "docker", "arg-name", "schema", "compile", "python",
+    *SECTIONS,
+)  # fmt: skip
+COMMAND_KEYS = ("description", "run", "append", "path", "docker", "options", "schema", *SECTIONS)
 
 
 @dataclass
@@ -40,6 +50,10 @@ class Command:
     docker: str | None = None
     path: Path | None = None  # path kind: the child directory
     options: dict[str, Any] = field(default_factory=dict)
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)  # ddp/training/output
+    schema: Schema | None = None  # run kind: typed options of the script (inline)
+    probe_schema: bool = False  # run kind: 'schema: probe' asks the script for --fdl-schema
+    python: Path | None = None  # the declaring manifest's 'python:' interpreter
 
 
 @dataclass
@@ -54,6 +68,10 @@ class Manifest:
     docker: str | None
     arg_name: str
     commands: dict[str, Command]
+    schema: Schema | None = None  # inline 'schema:' (a probed one may replace it at run time)
+    compile: bool = False
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)  # ddp/training/output
+    python: Path | None = None  # 'python:': the interpreter tasks find first on PATH
 
     @property
     def root(self) -> Path:
@@ -81,9 +99,47 @@ def _validate(file: Path, env: str | None, merged: Merged) -> Manifest:
     if not isinstance(raw_commands, dict):
         raise merged.error(("commands",), "must be a mapping of command names to commands")
     commands = {}
+    python_text = _optional_str(merged, ("python",))
+    python = (file.parent / Path(python_text).expanduser()).absolute() if python_text else None
     for name, spec in raw_commands.items():
         commands[name] = _command(merged, name, spec, file.parent)
-    return Manifest(file, env, merged, description, entry, docker, arg_name, commands)
+        commands[name].python = python
+    compile_ = data.get("compile", False)
+    if compile_ is not None and not isinstance(compile_, bool):
+        raise merged.error(("compile",), f"must be true or false, got {compile_!r}")
+    return Manifest(
+        file,
+        env,
+        merged,
+        description,
+        entry,
+        docker,
+        arg_name,
+        commands,
+        schema=_schema(merged, ("schema",), data.get("schema")),
+        compile=bool(compile_),
+        sections=_sections(merged, (), data),
+        python=python,
+    )
+
+
+def _schema(merged: Merged, key: KeyPath, value: Any) -> Schema | None:
+    if value is None:
+        return None
+    try:
+        return parse_schema(value)
+    except SchemaError as err:
+        raise merged.error((*key, *err.key), err.problem) from None
+
+
+def _sections(merged: Merged, key: KeyPath, spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    def fail(where: tuple[str, ...], problem: str) -> Exception:
+        return merged.error(where, problem)
+
+    return {
+        name: config_args.validate_section(name, spec.get(name), (*key, name), fail)
+        for name in SECTIONS
+    }
 
 
 def _command(merged: Merged, name: str, spec: Any, root: Path) -> Command:
@@ -106,12 +162,15 @@ def _command(merged: Merged, name: str, spec: Any, root: Path) -> Command:
     options = spec.get("options") or {}
     if not isinstance(options, dict):
         raise merged.error((*key, "options"), "must be a mapping of option names to values")
-    for option, value in options.items():
-        if isinstance(value, dict):
-            raise merged.error(
-                (*key, "options", option), "an option value must be a scalar or a list"
-            )
+    sections = _sections(merged, key, spec)
     declared_in = root.resolve()
+    raw_schema = spec.get("schema")
+    if raw_schema is not None and fields["run"] is None:
+        raise merged.error(
+            (*key, "schema"),
+            "'schema:' on a command applies to a 'run:' script",
+            "for an entry, put 'schema:' in the child fdl.yml next to 'entry:'",
+        )
     if fields["run"] is not None and fields["path"] is not None:
         raise merged.error(key, "sets both 'run:' and 'path:'; only one is allowed")
     if fields["run"] is None:
@@ -131,20 +190,24 @@ def _command(merged: Merged, name: str, spec: Any, root: Path) -> Command:
         run=fields["run"],
         append=fields["append"],
         docker=fields["docker"],
+        sections=sections,
     )
+    has_config = bool(options) or any(spec.get(name) is not None for name in SECTIONS)
     if fields["run"] is not None:
-        if options:
-            raise merged.error(
-                (*key, "options"), "'options:' belongs to presets, not to 'run:' scripts"
-            )
+        if has_config:
+            bad = "options" if options else next(n for n in SECTIONS if spec.get(n) is not None)
+            raise merged.error((*key, bad), f"'{bad}:' belongs to presets, not to 'run:' scripts")
+        if raw_schema == "probe":
+            command.probe_schema = True
+        else:
+            command.schema = _schema(merged, (*key, "schema"), raw_schema)
         return command
-    if fields["path"] is not None or not options:
+    if fields["path"] is not None or not has_config:
         command.kind = "path"
         command.path = (declared_in / (fields["path"] or name)).resolve()
-        if options:
-            raise merged.error(
-                (*key, "options"), "'options:' belongs to presets, not to 'path:' commands"
-            )
+        if has_config:
+            bad = "options" if options else next(n for n in SECTIONS if spec.get(n) is not None)
+            raise merged.error((*key, bad), f"'{bad}:' belongs to presets, not to 'path:' commands")
         return command
     command.kind = "preset"
     return command

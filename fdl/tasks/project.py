@@ -75,9 +75,24 @@ def _load(file: Path, env: str | None, stamp: tuple[int, int]) -> tuple[Any, str
 
 
 def command_names(builtins: Collection[str]) -> list[str]:
-    """Names of the project's commands (empty outside a project)."""
+    """Names of the project's commands, shadowing ones included (empty outside a project)."""
     manifest = _manifest()
-    return [n for n in manifest.commands if n not in builtins] if manifest else []
+    return list(manifest.commands) if manifest else []
+
+
+def shadowed(builtins: Collection[str]) -> set[str]:
+    """Built-in names the project's root manifest declares as its own commands.
+
+    Outside a project this costs a few ``stat`` calls; inside, the manifest is read once.
+    """
+    if manifest_file() is None:
+        return set()
+    manifest = _manifest(quiet=True)
+    if manifest is None:
+        return set()
+    return {
+        n for n in manifest.commands if n in builtins and n != "builtin"
+    }  # 'builtin' is reserved
 
 
 def task_command(name: str, builtins: Collection[str]) -> _click.Command | None:
@@ -85,7 +100,7 @@ def task_command(name: str, builtins: Collection[str]) -> _click.Command | None:
 
     A manifest that fails to load still yields a command, so that running it reports the error.
     """
-    if name in builtins or manifest_file() is None:
+    if manifest_file() is None:
         return None
     manifest = _manifest(quiet=True)
     if manifest is None:
@@ -145,6 +160,11 @@ class TaskCommand(TyperCommand):
         ctx.args = list(args)
         return ctx.args
 
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The whole description for ``fdl --help``: click would cut it at its first ". ", which
+        splits "Train the model (e.g. ...)" after "e.g."; the help formatter wraps it instead."""
+        return " ".join((self.help or "").split())
+
     def invoke(self, ctx: _click.Context) -> int:
         from fdl.tasks.runner import run_tokens
 
@@ -154,16 +174,26 @@ class TaskCommand(TyperCommand):
         """The child commands and presets after ``fdl bench <TAB>`` (or ``fdl ci <TAB>``)."""
         from typer._click.shell_completion import CompletionItem
 
-        from fdl.tasks.dispatch import completions
+        from fdl.tasks.dispatch import completion_schema, completions
         from fdl.tasks.runner import load_root, select
+        from fdl.tasks.schema import completion_words
 
         tokens = [ctx.info_name or self.name or "", *ctx.args]
         try:
             selection = select(tokens, self.builtins)
             manifest = load_root(selection, self.builtins)
-            found = completions(manifest, selection.tokens, selection.env)
+            words = [t for t in selection.tokens if not t.startswith("-")]
+            found = completions(manifest, words, selection.env) if words == selection.tokens else {}
+            schema = completion_schema(manifest, selection.tokens, selection.env)
         except (FdlError, OSError):  # a broken manifest: no completions, never a traceback
             return []
+        if schema is not None:
+            previous = ctx.args[-1] if ctx.args else None
+            typed = completion_words(schema, previous)
+            if previous and previous.startswith("-") and typed and not typed[0][0].startswith("-"):
+                found = dict(typed)  # the values of the option just typed
+            elif incomplete.startswith("-") or not found:
+                found = {**found, **dict(typed)}
         return [
             CompletionItem(name, help=text or None)
             for name, text in found.items()

@@ -81,14 +81,18 @@ def _base_command_names(file: Path) -> set[str]:
     return set(commands) if isinstance(commands, dict) else set()
 
 
+RESERVED = ("builtin",)  # 'fdl builtin NAME' reaches a shadowed built-in: never a project command
+
+
 def load_root(selection: Selection, builtins: Collection[str]) -> Manifest:
-    """The root manifest with its overlay; a root command may not hide a built-in."""
+    """The root manifest with its overlay. A root command may shadow a built-in (``fdl builtin
+    NAME`` still runs that one), but not take the reserved name ``builtin``."""
     manifest = load_manifest(selection.file, selection.env)
     for name in manifest.commands:
-        if name in builtins:
+        if name in RESERVED:
             raise manifest.merged.error(
                 ("commands", name),
-                f"'{name}' is a built-in fdl command and would never run",
+                f"'{name}' is reserved: 'fdl builtin NAME' runs fdl's own command NAME",
                 "rename the command",
             )
     return manifest
@@ -104,43 +108,80 @@ def run_tokens(tokens: list[str], builtins: Collection[str]) -> int:
         console.out(help.render(dispatch.ShowHelp(manifest, None, "")))
         return ExitCode.OK
     outcome = dispatch.walk(manifest, selection.tokens, selection.env)
-    return execute(outcome, manifest.root)
+    return execute(outcome, manifest.root, manifest.python)
 
 
-def execute(outcome: object, project_root: Path) -> int:
+def execute(outcome: object, project_root: Path, root_python: Path | None = None) -> int:
     """Carry out a dispatch outcome; returns the exit code (a child's, unchanged)."""
     from fdl.tasks import dispatch, help
     from fdl.tasks.child import exec_form, spawn
     from fdl.tasks.compose import compose_run
     from fdl.tasks.docker import in_container, run_in_service, wait_child
+    from fdl.tasks.interpreter import task_env
+    from fdl.tasks.schema import check_argv, check_preset
 
-    env = {"FDL_PROJECT_ROOT": str(project_root)}
     if isinstance(outcome, dispatch.ShowHelp):
         console.out(help.render(outcome))
         return ExitCode.OK
+    env = {"FDL_PROJECT_ROOT": str(project_root)}
     if isinstance(outcome, dispatch.RunScript):
         command = outcome.command
         assert command.run is not None
-        script = compose_run(command.run, command.append, outcome.args, no_append=outcome.no_append)
+        own = outcome.own
+        schema = dispatch.run_schema(command, refresh=outcome.refresh_schema)
+        if schema is not None:
+            own = check_argv(own, schema, usage=f"see 'fdl {outcome.qualified} --help'")
+        args = [*own, *outcome.args]
+        script = compose_run(command.run, command.append, args, no_append=outcome.no_append)
         if command.docker and not in_container():
-            return run_in_service(command.docker, script, command.declared_in, env)
+            return run_in_service(command.docker, script, command.declared_in, project_root)
         console.detail(escape(f"fdl: {script}"))
-        child = spawn(
-            ["sh", "-c", exec_form(script)], cwd=command.declared_in, env=os.environ | env
-        )
-        return wait_child(child)
+        full_env = task_env(command.python or root_python, dict(os.environ) | env)
+        child = spawn(["sh", "-c", exec_form(script)], cwd=command.declared_in, env=full_env)
+        return _finish(wait_child(child), script, command.declared_in, full_env)
     assert isinstance(outcome, dispatch.ExecEntry)
     manifest = outcome.manifest
-    argv = dispatch.entry_argv(manifest, outcome.preset, outcome.args)
+    args = outcome.args
+    schema = dispatch.entry_schema(manifest, refresh=outcome.refresh_schema)
+    if schema is not None:
+        usage = f"see 'fdl {outcome.qualified} --help'"
+        args = check_argv(args, schema, usage=usage)
+        if outcome.preset is not None:
+            check_preset(outcome.preset.name, outcome.preset.options, schema)
+    argv = dispatch.entry_argv(manifest, outcome.preset, args)
     if manifest.docker and not in_container():
-        console.info(escape(f"fdl: [{manifest.docker}] {shlex.join(argv)}"))
-        return run_in_service(manifest.docker, shlex.join(argv), manifest.root, env)
+        assert manifest.entry is not None
+        flags = dispatch.entry_args(manifest, outcome.preset, args)
+        line = " ".join([manifest.entry.strip(), *(_shell_word(a) for a in flags)])
+        console.info(escape(f"fdl: [{manifest.docker}] {line}"))
+        return run_in_service(
+            manifest.docker, line, manifest.root, project_root, enter=manifest.root
+        )
     console.info(escape(f"fdl: {shlex.join(argv)}"))
+    full_env = task_env(manifest.python or root_python, dict(os.environ) | env)
     try:
-        child = spawn(argv, cwd=manifest.root, env=os.environ | env)
+        child = spawn(argv, cwd=manifest.root, env=full_env)
     except OSError as err:
         raise FdlError(
             f"cannot run '{argv[0]}' (entry of {manifest.file}): {err.strerror}",
             "check the 'entry:' line and that the program is installed",
         ) from err
-    return wait_child(child)
+    return _finish(wait_child(child), shlex.join(argv), manifest.root, full_env)
+
+
+def _shell_word(word: str) -> str:
+    """Quote as the original's ``shell_join`` did: only words with a space, a ``"`` or nothing."""
+    if " " in word or '"' in word or not word:
+        return "'" + word.replace("'", "'\\''") + "'"
+    return word
+
+
+def _finish(code: int, line: str, cwd: Path, env: dict[str, str]) -> int:
+    """A child's exit code, with a note when its Python could not import flodl or torch."""
+    if code not in (0, 130):
+        from fdl.tasks.interpreter import explain_failure
+
+        note = explain_failure(line, cwd, env)
+        if note:
+            console.warn(escape(note))
+    return code

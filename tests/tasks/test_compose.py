@@ -48,7 +48,8 @@ def test_no_append_drops_the_defaults():
 def test_quoting_is_posix_and_minimal():
     assert quote("plain-token_1.2/x:y=z+@,") == "plain-token_1.2/x:y=z+@,"
     assert quote("$HOME") == "'$HOME'"
-    assert quote("it's") == "'it'\"'\"'s'"
+    assert quote("it's") == "'it'\\''s'"  # the original's escape
+    assert quote("50%") == "'50%'"  # '%' is not in the original's safe set
     assert quote('say "hi"') == "'say \"hi\"'"
 
 

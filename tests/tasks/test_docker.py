@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fdl.errors import FdlError
-from fdl.tasks.docker import interpolate, load_service
+from fdl.tasks.docker import interpolate, load_service, shell_argv
 from tests.conftest import require
 
 IMAGE = "fdl-test/busybox:1"
@@ -186,9 +186,10 @@ def test_compose_backend_command_line(run_fdl, docker_project, tmp_path):
     argv = log.read_text().splitlines()
     compose_file = str(docker_project.resolve() / "docker-compose.yml")
     assert argv[:6] == ["compose", "-f", compose_file, "run", "--rm", "-T"]
-    assert argv[argv.index("-w") + 1] == "/workspace"
+    assert "-w" not in argv  # the service's own working_dir, as the original
     assert "FDL_CONTAINER=dev" in argv
-    assert argv[-4:] == ["dev", "sh", "-c", "printf '[%s]' 'a b'"]
+    assert "FDL_PROJECT_ROOT=/workspace" in argv  # the container path of the project root
+    assert argv[-6:] == ["dev", *shell_argv("printf '[%s]' 'a b'")]
 
 
 FAKE_DOCKER_NO_DAEMON = """#!/bin/sh

@@ -177,11 +177,32 @@ def test_malformed_manifest_error_names_file_line_and_key(run_fdl, project):
     assert run_fdl("config", "--help", cwd=root).returncode == 0
 
 
-def test_a_command_may_not_hide_a_builtin(run_fdl, project):
-    root = project({"fdl.yml": "commands:\n  init: {run: echo mine}\n  ok: {run: echo ok}\n"})
+def test_a_project_command_shadows_a_builtin_which_stays_reachable(run_fdl, project):
+    root = project(
+        {
+            "fdl.yml": "commands:\n  check:\n    description: Type check (e.g. cargo check). "
+            "Then more.\n    run: echo project-check\n  ok: {run: echo ok}\n"
+        }
+    )
+    assert run_fdl("check", cwd=root).stdout == "project-check\n"
+    assert run_fdl("ok", cwd=root).stdout == "ok\n"
+    builtin = run_fdl("builtin", "check", "--help", cwd=root)
+    assert builtin.returncode == 0 and "Usage: fdl check [OPTIONS] {script}" in builtin.stdout
+    listing = run_fdl("--help", cwd=root).stdout
+    assert "[shadowed here: 'fdl builtin check']" in listing
+    flat = " ".join(listing.split())
+    # the project's row keeps its whole description (never cut at "e.g.")
+    assert "check [shadows the built-in 'check'] Type check (e.g. cargo check). Then more." in flat
+    wrong = run_fdl("builtin", "chek", cwd=root)
+    assert wrong.returncode == 2 and "did you mean 'fdl builtin check'?" in wrong.stderr
+
+
+def test_builtin_is_a_reserved_command_name(run_fdl, project):
+    root = project({"fdl.yml": "commands:\n  builtin: {run: echo mine}\n  ok: {run: echo ok}\n"})
     result = run_fdl("ok", cwd=root)
     assert result.returncode == 1
-    assert "commands.init: 'init' is a built-in fdl command" in result.stderr
+    assert "commands.builtin: 'builtin' is reserved" in result.stderr
+    assert run_fdl("builtin", "config", "--help", cwd=root).returncode == 0  # still fdl's
 
 
 def test_outside_a_project_unknown_commands_stay_unknown(run_fdl, tmp_path):

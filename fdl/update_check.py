@@ -1,0 +1,221 @@
+"""Is a newer flodl available from where this one came? (``fdl install --check``, the notice).
+
+The origin is read from the installed distribution's PEP 610 record (``direct_url.json``):
+
+- a local directory (``pip install /path`` or ``-e``): the version in that checkout's
+  ``flodl/_version.py``;
+- a wheel file: the newest ``flodl-*.whl`` next to it;
+- a VCS URL (``git+https://...``): the commit its branch points at now (``git ls-remote``),
+  compared with the commit installed;
+- no record: the package index (``FDL_UPDATE_INDEX_URL``, default PyPI's JSON API).
+
+The notice: when fdl runs on a terminal, it prints one line if the last check (at most a day old,
+in ``~/.flodl/update-check.json``) found a newer flodl; a check older than a day is refreshed by a
+detached background process, so fdl never waits for the network — offline, nothing is printed and
+nothing is slower. ``FDL_NO_UPDATE_CHECK=1`` (or ``CI``) turns both off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+DAY_S = 24 * 3600
+TIMEOUT_S = 3.0
+DEFAULT_INDEX = "https://pypi.org/pypi/flodl/json"
+
+
+@dataclass
+class Check:
+    """The outcome of one check."""
+
+    current: str
+    origin: str  # "index", "directory", "wheel", "vcs", "source tree"
+    where: str
+    latest: str | None = None  # a version, or a commit for VCS origins
+    newer: bool = False
+    error: str | None = None
+    upgrade: list[str] | None = None  # the command that installs the newer one
+
+    def describe(self) -> str:
+        if self.error:
+            return f"could not check {self.origin} {self.where}: {self.error}"
+        if self.newer:
+            return f"flodl {self.latest} is available from {self.where} (you have {self.current})"
+        return f"flodl {self.current} is the newest from {self.where}"
+
+
+def version_key(version: str) -> tuple[Any, ...]:
+    """A sortable key for a version string (PEP 440 through ``packaging`` when available)."""
+    try:
+        from packaging.version import Version
+
+        return (0, Version(version))
+    except Exception:
+        return (1, tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.+-]", version)))
+
+
+def _newer(latest: str, current: str) -> bool:
+    try:
+        return version_key(latest) > version_key(current)
+    except TypeError:
+        return False
+
+
+def origin() -> tuple[str, str, dict[str, Any]]:
+    """(kind, where, the direct_url record) of the running flodl."""
+    import importlib.metadata
+
+    try:
+        dist = importlib.metadata.distribution("flodl")
+    except importlib.metadata.PackageNotFoundError:
+        return "source tree", str(Path(__file__).resolve().parent.parent), {}
+    here = Path(__file__).resolve()
+    located = Path(str(dist.locate_file(""))).resolve()
+    record_text = dist.read_text("direct_url.json")
+    record = json.loads(record_text) if record_text else {}
+    if not record and not str(here).startswith(str(located)):
+        return "source tree", str(here.parent.parent), {}
+    url = str(record.get("url", ""))
+    if "vcs_info" in record:
+        return "vcs", url, record
+    if url.startswith("file://"):
+        path = url.removeprefix("file://")
+        return ("wheel" if path.endswith(".whl") else "directory"), path, record
+    return "index", os.environ.get("FDL_UPDATE_INDEX_URL", DEFAULT_INDEX), record
+
+
+def check(current: str | None = None) -> Check:
+    """Look for a newer flodl where this one came from (network calls time out in 3 s)."""
+    from fdl import __version__
+
+    current = current or __version__
+    kind, where, record = origin()
+    result = Check(current, kind, where)
+    try:
+        if kind == "directory":
+            text = (Path(where) / "flodl" / "_version.py").read_text(encoding="utf-8")
+            match = re.search(r"__version__\s*=\s*[\"']([^\"']+)", text)
+            result.latest = match.group(1) if match else None
+            editable = (record.get("dir_info") or {}).get("editable")
+            result.upgrade = None if editable else _pip(where)
+        elif kind == "wheel":
+            folder = Path(where).parent
+            wheels = [w.name.split("-")[1] for w in folder.glob("flodl-*.whl")]
+            result.latest = max(wheels, key=version_key) if wheels else None
+            if result.latest:
+                newest = next(folder.glob(f"flodl-{result.latest}-*.whl"))
+                result.upgrade = _pip(str(newest))
+        elif kind == "vcs":
+            info = record["vcs_info"]
+            ref = info.get("requested_revision") or "HEAD"
+            done = subprocess.run(
+                ["git", "ls-remote", where, ref],
+                capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+            )  # fmt: skip
+            if done.returncode != 0 or not done.stdout.strip():
+                raise OSError((done.stderr.strip() or "no answer").splitlines()[-1])
+            commit = done.stdout.split()[0]
+            result.latest = commit[:12]
+            result.newer = commit != info.get("commit_id")
+            result.upgrade = _pip(f"git+{where}@{ref}")
+            return result
+        elif kind == "index":
+            import urllib.request
+
+            with urllib.request.urlopen(where, timeout=TIMEOUT_S) as response:
+                result.latest = json.loads(response.read(1 << 20))["info"]["version"]
+            result.upgrade = _pip("flodl", upgrade=True)
+        else:
+            result.error = "not installed as a package (update the checkout, e.g. git pull)"
+            return result
+    except (OSError, ValueError, KeyError, subprocess.TimeoutExpired, StopIteration) as err:
+        result.error = str(err) or type(err).__name__
+        return result
+    result.newer = bool(result.latest) and _newer(result.latest, current)
+    return result
+
+
+def _pip(spec: str, *, upgrade: bool = False) -> list[str]:
+    return [sys.executable, "-m", "pip", "install", *(["--upgrade"] if upgrade else []), spec]
+
+
+# --- the notice -----------------------------------------------------------------------------------
+
+
+def cache_file() -> Path:
+    from fdl.libtorch_home.layout import global_root
+
+    return global_root() / "update-check.json"
+
+
+def enabled() -> bool:
+    off = os.environ.get("FDL_NO_UPDATE_CHECK", "").strip().lower() not in ("", "0", "false")
+    return not off and not os.environ.get("CI")
+
+
+def notice(*, stderr_is_tty: bool | None = None, now: float | None = None) -> str | None:
+    """The line to print (or ``None``), and a background refresh when the cache is stale.
+
+    Reads one small file; never touches the network in this process.
+    """
+    if not enabled():
+        return None
+    forced = os.environ.get("FDL_UPDATE_CHECK") == "1"
+    tty = sys.stderr.isatty() if stderr_is_tty is None else stderr_is_tty
+    if not (tty or forced):
+        return None
+    now = time.time() if now is None else now
+    try:
+        cached = json.loads(cache_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cached = {}
+    if now - float(cached.get("checked_at", 0)) > DAY_S:
+        _refresh_in_background()
+    from fdl import __version__
+
+    if cached.get("newer") and cached.get("current") == __version__ and not cached.get("error"):
+        return (
+            f"flodl {cached.get('latest')} is available (you have {__version__}): "
+            "'fdl install' updates, 'fdl install --check' explains; FDL_NO_UPDATE_CHECK=1 hides this"
+        )
+    return None
+
+
+def _refresh_in_background() -> None:
+    """Start ``python -m fdl.update_check`` detached (its own session, no inherited output)."""
+    with contextlib.suppress(OSError):
+        subprocess.Popen(
+            [sys.executable, "-m", "fdl.update_check"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+
+
+def refresh() -> Check:
+    """Check now and record the result (with its time) for the notice."""
+    result = check()
+    path = cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"checked_at": time.time(), **asdict(result)}), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass
+    return result
+
+
+if __name__ == "__main__":  # the background refresh
+    refresh()
