@@ -20,6 +20,7 @@ from flodl.errors import FlodlError
 from flodl.graph import *  # noqa: F403
 from flodl.monitor import *  # noqa: F403
 from flodl.random import *  # noqa: F403
+from flodl.smoke import smoke_enabled
 from flodl.train import *  # noqa: F403
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "nn",
     "optim",
     "random",
+    "smoke_enabled",
     "train",
     *checkpoint.__all__,
     *device.__all__,

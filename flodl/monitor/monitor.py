@@ -22,7 +22,7 @@ from flodl.monitor.record import EpochRecord
 from flodl.monitor.resources import ResourceSample, ResourceSampler, hardware_summary
 from flodl.monitor.server import DashboardServer
 from flodl.monitor.tensorboard import write_scalars
-from flodl.smoke import SMOKE_EPOCHS, SmokeBudgetReached, smoke_enabled
+from flodl.smoke import SMOKE_EPOCHS, SmokeBudgetReached, loops_capped, smoke_enabled
 
 __all__ = ["MetricSource", "Monitor"]
 
@@ -320,7 +320,7 @@ class Monitor:
         off; an exception raised on any thread but the main one would end that thread, not the
         run.
         """
-        if not smoke_enabled() or len(self._records) < SMOKE_EPOCHS:
+        if not smoke_enabled() or loops_capped() or len(self._records) < SMOKE_EPOCHS:
             return False
         if epoch + 1 >= self.num_epochs:
             return False

@@ -72,8 +72,8 @@ def test_invented_names_fail_with_suggestions(run_fdl):
     ) in out
     assert (
         "invented_names.py:8:12: error[unknown-name]: `fl.Sequential` does not exist: fl has no "
-        "name 'Sequential' — did you mean `fl.FlowBuilder(first).through(...).build() "
-        "(or keep torch.nn.Sequential)`?"
+        "name 'Sequential'; in flodl: fl.FlowBuilder(first).through(...).build() (or keep "
+        "torch.nn.Sequential) — did you mean `fl.FlowBuilder(first).through(...).build()`?"
     ) in out
     assert (
         "invented_names.py:9:13: error[unknown-name]: `fl.StateAdd` does not exist: fl has no "
