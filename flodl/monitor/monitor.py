@@ -56,10 +56,11 @@ class Monitor:
     ranks record quietly and send :meth:`sample_resources` to rank 0, which attaches them with
     :meth:`add_rank_resources`.
 
-    Under ``FLODL_SMOKE=1`` (``fdl check``), once the second epoch of a loop that planned more is
+    Under ``FLODL_SMOKE=1`` set by hand, once the second epoch of a loop that planned more is
     logged, :meth:`log` finishes the monitor and raises :class:`~flodl.monitor.SmokeBudgetReached`
-    (a ``SystemExit`` with code 0): the script ends there, successfully, and code after the
-    training loop does not run. Something that runs the loop itself and must finish its own
+    (a ``SystemExit`` with code 0): the script ends there, successfully. ``fdl check`` shortens
+    the script's loops itself, so that the code after them runs too, and the monitor then never
+    stops the run. Something that runs the loop itself and must finish its own
     epochs (``fl.Trainer`` does) sets :attr:`ends_smoke_runs` to False.
 
     >>> import flodl as fl
