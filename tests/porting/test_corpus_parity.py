@@ -156,7 +156,7 @@ def test_ddp_snapshots_model():
         ("lstm_classifier", "build_model"),
         ("lstmcell_lbfgs", "build_model"),
         ("transformer_block", "build_model"),
-    ],  # fmt: skip
+    ],
 )
 def test_ports_pickle_and_torch_save(case, builder, tmp_path):
     port = seeded(getattr(load(case, "port"), builder))
