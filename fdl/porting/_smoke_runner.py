@@ -10,8 +10,8 @@ iterable; a ``while`` counts its iterations). A loop is training-shaped when
 * its body (or a function of the script it calls, transitively) calls ``.backward()``,
   ``.step()``, ``.zero_grad()`` or ``.log(...)`` on something other than ``torch``/``math``/
   ``numpy``; or
-* what it iterates over names a loader, epochs, batches, steps or iterations
-  (``range(args.epochs)``, ``enumerate(train_loader)``, ``range(num_steps)``).
+* its loop variable or what it iterates over names a loader, epochs, batches, steps or
+  iterations (``for epoch in range(10)``, ``enumerate(train_loader)``, ``range(num_steps)``).
 
 Other loops (a model's ``for t in range(x.size(1))``, building layers) run in full. Nothing else
 about the script changes: line numbers, ``__file__``, ``sys.argv`` and ``__main__`` are those of
@@ -123,8 +123,10 @@ def _training_functions(tree: ast.AST) -> set[str]:
 
 
 def _shaped_like_training(loop: ast.For | ast.While, training: set[str]) -> bool:
-    header = loop.iter if isinstance(loop, ast.For) else loop.test
-    text = ast.unparse(header).lower()
+    if isinstance(loop, ast.For):
+        text = f"{ast.unparse(loop.target)} {ast.unparse(loop.iter)}".lower()
+    else:
+        text = ast.unparse(loop.test).lower()
     if any(word in text for word in _TRAINING_WORDS):
         return True
     body = ast.Module(body=list(loop.body), type_ignores=[])
