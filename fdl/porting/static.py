@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +104,14 @@ class _Callable:
     function: str | None = None  # a flodl function's path (not a method): it has no API members
     sig: str = ""  # the signature as source text, "(a, b=1) -> T" (a method's may start "name(")
     name: str = ""
+    returns_many: Any = None  # the flodl entry of X when it returns list[X] / Iterator[X]
+
+
+@dataclass(frozen=True)
+class _Sequence:
+    """A list/sequence/iterator of instances of a flodl class (``monitor.history``)."""
+
+    entry: ApiEntry
 
 
 @dataclass(frozen=True)
@@ -132,7 +141,9 @@ _BUILTIN_BASES = {
     "object": frozenset(),
 }
 
-_Sym = _Module | _Class | _Instance | _Callable | _Value | _UserFunction
+_Sym = _Module | _Class | _Instance | _Callable | _Value | _UserFunction | _Sequence
+
+_CONTAINER = re.compile(r"^(?:list|List|Sequence|Iterator|Iterable|Generator)\[(\w+)(?:,.*)?\]$")
 
 # What iterating a flodl object yields (the reference lists no dunder methods).
 _ITERATES = {
@@ -213,6 +224,18 @@ class ApiIndex:
                 dynamic = dynamic or found.dynamic
                 names |= found.names
         return _Inherited(frozenset(names), bases, dynamic, unreadable)
+
+    def element_entry(self, annotation: str | None) -> ApiEntry | None:
+        """``X``'s entry for an annotation ``list[X]`` / ``Sequence[X]`` / ``Iterator[X]``."""
+        match = _CONTAINER.match(annotation or "")
+        if match is None:
+            return None
+        found = [
+            e
+            for e in {id(e): e for e in self.entries.values()}.values()
+            if e.name == match.group(1) and e.kind == "class"
+        ]
+        return found[0] if len(found) == 1 else None
 
     def instance_of(self, type_path: str | None) -> _Sym:
         entry = self.entries.get(type_path) if type_path else None
@@ -417,6 +440,8 @@ class _Checker(ast.NodeVisitor):
     def _element(self, iterable: ast.expr) -> _Sym | None:
         """What iterating ``iterable`` yields, when it is a flodl iterable."""
         sym = self.resolve(iterable)
+        if isinstance(sym, _Sequence):
+            return _Instance(sym.entry)
         if isinstance(sym, _Instance):
             element = _ITERATES.get(sym.entry.defined_at)
             return self.index.instance_of(element) if element else None
@@ -565,6 +590,8 @@ class _Checker(ast.NodeVisitor):
             if isinstance(func, _Class):
                 return _Instance(func.entry)
             if isinstance(func, _Callable):
+                if func.returns_many is not None:
+                    return _Sequence(func.returns_many)
                 return self.index.instance_of(func.returns_type)
             return None if func is None else _Value()
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
@@ -758,6 +785,9 @@ def _is_dunder(name: str) -> bool:
 
 
 def _member_symbol(member: Member, index: ApiIndex) -> _Sym:
+    many = index.element_entry(member.returns)
     if member.kind in {"method", "classmethod", "staticmethod", "constructor"}:
-        return _Callable(member.returns_type, sig=member.sig, name=member.name)
+        return _Callable(member.returns_type, sig=member.sig, name=member.name, returns_many=many)
+    if many is not None:
+        return _Sequence(many)
     return index.instance_of(member.returns_type)

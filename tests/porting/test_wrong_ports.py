@@ -158,6 +158,16 @@ def test_a_loop_variable_over_a_flodl_iterable_is_checked(run_fdl):
     ) in result.stdout
 
 
+def test_epoch_metrics_in_a_loop_are_checked(run_fdl):
+    result = check(run_fdl, "loop_variable_metrics.py", "--no-run")
+    assert result.returncode == 1
+    assert (
+        "loop_variable_metrics.py:25:19: error[unknown-attribute]: `metrics.loss` does not "
+        "exist: EpochMetrics has no attribute 'loss'"
+    ) in result.stdout
+    assert "did you mean `.avg_loss`?" in result.stdout
+
+
 # ------------------------------------------------------------------ silent behaviour change
 def test_an_evaluation_loader_without_drop_last_warns_at_its_line(run_fdl):
     result = check(run_fdl, "eval_loader_drops_everything.py", "--no-run")
