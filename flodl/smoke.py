@@ -43,10 +43,11 @@ def loops_capped() -> bool:
 class SmokeBudgetReached(SystemExit):
     """The smoke budget is spent: the run ends here, successfully (exit code 0).
 
-    :meth:`flodl.Monitor.log` raises it under ``FLODL_SMOKE=1`` once it has logged
+    :meth:`flodl.Monitor.log` raises it under ``FLODL_SMOKE=1`` set by hand once it has logged
     :data:`SMOKE_EPOCHS` epochs of a run that planned more, after finishing the monitor (summary,
     HTML archive). It is a :class:`SystemExit`, so it passes through ``except Exception`` and the
-    interpreter exits with code 0; code after the training loop does not run in a smoke run.
+    interpreter exits with code 0; code after the training loop does not run then. Under
+    ``fdl check``, which shortens the loops itself, it is never raised and the script runs on.
 
     >>> issubclass(SmokeBudgetReached, SystemExit), SmokeBudgetReached(2).code
     (True, 0)

@@ -6,6 +6,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from fdl.porting.smoke import run_smoke
 from tests.conftest import clean_env
 
@@ -132,3 +134,18 @@ def test_without_a_src_dir_nothing_is_added(tmp_path):
     result = run_smoke(script(inner, "import mypkg\n"), timeout=60)
     assert result.status == "failed"
     assert result.exception["type"] == "ModuleNotFoundError"
+
+
+def test_the_monitor_leaves_a_shortened_loop_alone(monkeypatch):
+    import flodl as fl
+
+    monkeypatch.setenv("FLODL_SMOKE", "1")
+    monitor = fl.Monitor(50, stream=None, gpu=False)
+    monkeypatch.setenv("FLODL_SMOKE_LOOPS_CAPPED", "1")  # what fdl check's runner sets
+    for epoch in range(3):
+        monitor.log(epoch, 0.0, {"loss": 1.0})  # no SmokeBudgetReached: the runner cuts loops
+    assert len(monitor.history) == 3
+    monkeypatch.delenv("FLODL_SMOKE_LOOPS_CAPPED")
+    with pytest.raises(fl.monitor.SmokeBudgetReached):  # by hand, the monitor ends the run
+        monitor.log(3, 0.0, {"loss": 1.0})
+    monitor.close()
