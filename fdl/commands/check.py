@@ -23,8 +23,8 @@ def register(app: typer.Typer, make_group) -> None:
         script_args: Annotated[
             list[str] | None,
             typer.Argument(
-                metavar="[-- ARGS...]",
-                help="Arguments for the script (after --).",
+                metavar="ARGS",
+                help="The script's own arguments, after --: fdl check train.py -- --epochs 3.",
                 show_default=False,
             ),
         ] = None,
