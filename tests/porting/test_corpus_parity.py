@@ -38,9 +38,22 @@ def seeded(make: Callable[[], nn.Module], seed: int = 0) -> nn.Module:
     return make()
 
 
-def pair_parameters(a: nn.Module, b: nn.Module) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    """Each parameter of ``a`` with its twin in ``b``: the first unused one of the same shape and
-    value, in creation order (a port may register them in another order, e.g. ``pos`` first)."""
+def pair_parameters(
+    a: nn.Module, b: nn.Module, rename: dict[str, str] | None = None
+) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Each parameter of ``a`` with its twin in ``b``: by name when ``rename`` maps the original's
+    name prefixes to the port's, else the first unused one of the same shape and value, in
+    order (a port may register them in another order, e.g. ``pos`` first)."""
+    if rename is not None:
+        theirs = dict(b.named_parameters())
+        pairs = []
+        for name, p in a.named_parameters():
+            prefix = next(k for k in rename if name.startswith(k))
+            q = theirs.pop(rename[prefix] + name[len(prefix) :])
+            assert torch.equal(p, q), f"{name}: the weights differ"
+            pairs.append((name, p, q))
+        assert not theirs, f"the port has parameters the original lacks: {list(theirs)}"
+        return pairs
     free = list(b.named_parameters())
     pairs = []
     for name, p in a.named_parameters():
@@ -56,8 +69,14 @@ def flat(value) -> list[torch.Tensor]:
     return [value]
 
 
-def assert_parity(original: nn.Module, port: nn.Module, *inputs: torch.Tensor, **kw) -> None:
-    pairs = pair_parameters(original, port)  # also proves the weights are the same
+def assert_parity(
+    original: nn.Module,
+    port: nn.Module,
+    *inputs: torch.Tensor,
+    rename: dict[str, str] | None = None,
+    **kw,
+) -> None:
+    pairs = pair_parameters(original, port, rename)  # also proves the weights are the same
     for train in (True, False):
         original.train(train)
         port.train(train)
@@ -145,6 +164,19 @@ def test_transformer_block():
     assert_parity(seeded(o.Classifier), seeded(p.build_model), torch.randn(4, 20, 16))
 
 
+def test_resnet_downsample_block():
+    """An earlier corpus case (its scripts train at import: a few steps, then the check)."""
+    o, p = load("resnet_downsample", "original"), load("resnet_downsample", "port")
+    rename = {  # the batch-norm weights are all ones: pair them by name, not by value
+        "stem.": "conv2d_1.",
+        "block.main.": "block.sequential_3.",
+        "block.downsample.": "block.sequential_2.",
+        "head.": "linear_4.",
+    }
+    original, port = seeded(o.ResNetTiny), seeded(p.build_model)
+    assert_parity(original, port, torch.randn(4, 3, 16, 16), rename=rename)
+
+
 def test_ddp_snapshots_model():
     o, p = load("ddp_snapshots", "original"), load("ddp_snapshots", "port")
     assert_parity(seeded(o.build_model), seeded(p.build_model), torch.rand(8, 20))
@@ -172,5 +204,5 @@ def test_ports_pickle_and_torch_save(case, builder, tmp_path):
 def test_every_new_case_has_a_parity_test():
     here = Path(__file__).read_text()
     for case in ("cnn_argparse", "lstm_classifier", "vae", "gan", "lstmcell_lbfgs",
-                 "transformer_block", "ddp_snapshots"):  # fmt: skip
+                 "transformer_block", "ddp_snapshots", "resnet_downsample"):  # fmt: skip
         assert f'load("{case}", "port")' in here
