@@ -46,12 +46,11 @@ PYTORCH_HINTS = {
             "Identity",
             "ModuleList",
             "ModuleDict",
-            "CrossEntropyLoss",
-            "MSELoss",
-            "NLLLoss",
-            "BCELoss",
-            "BCEWithLogitsLoss",
         )
+    },
+    **{
+        name: f"torch.nn.{name} (losses stay PyTorch)"
+        for name in ("CrossEntropyLoss", "MSELoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss")
     },
     "Sequential": "fl.FlowBuilder(first).through(...).build() (or keep torch.nn.Sequential)",
     "Module": "torch.nn.Module (a built fl.Graph is one)",
