@@ -37,6 +37,7 @@ def test_the_corpus_covers_the_required_shapes():
         "lstmcell_lbfgs",
         "transformer_block",
         "ddp_snapshots",
+        "super_resolution",
     }
 
 
@@ -49,6 +50,7 @@ ARGS = {
     "lstmcell_lbfgs": ["--steps", "3", "--future", "20"],
     "transformer_block": ["--epochs", "3"],
     "ddp_snapshots": ["4", "1", "--batch_size", "32"],
+    "super_resolution": ["--upscale_factor", "3", "--nEpochs", "4"],
 }
 
 

@@ -164,6 +164,14 @@ def test_transformer_block():
     assert_parity(seeded(o.Classifier), seeded(p.build_model), torch.randn(4, 20, 16))
 
 
+@pytest.mark.parametrize("upscale", [2, 3])
+def test_super_resolution_with_per_layer_init(upscale):
+    o, p = load("super_resolution", "original"), load("super_resolution", "port")
+    original = seeded(lambda: o.Net(upscale))
+    port = seeded(lambda: p.build_model(upscale))
+    assert_parity(original, port, torch.rand(2, 1, 8, 8))
+
+
 def test_resnet_downsample_block():
     """An earlier corpus case (its scripts train at import: a few steps, then the check)."""
     o, p = load("resnet_downsample", "original"), load("resnet_downsample", "port")
@@ -204,5 +212,5 @@ def test_ports_pickle_and_torch_save(case, builder, tmp_path):
 def test_every_new_case_has_a_parity_test():
     here = Path(__file__).read_text()
     for case in ("cnn_argparse", "lstm_classifier", "vae", "gan", "lstmcell_lbfgs",
-                 "transformer_block", "ddp_snapshots", "resnet_downsample"):  # fmt: skip
+                 "transformer_block", "ddp_snapshots", "resnet_downsample", "super_resolution"):  # fmt: skip
         assert f'load("{case}", "port")' in here
