@@ -21,6 +21,7 @@ from flodl.graph import *  # noqa: F403
 from flodl.log import set_verbosity, verbosity
 from flodl.monitor import *  # noqa: F403
 from flodl.random import *  # noqa: F403
+from flodl.smoke import smoke_enabled
 from flodl.train import *  # noqa: F403
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "optim",
     "random",
     "set_verbosity",
+    "smoke_enabled",
     "train",
     "verbosity",
     *checkpoint.__all__,

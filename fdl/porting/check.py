@@ -1,9 +1,13 @@
-"""``fdl check``: the static name check, then the smoke run, as one report.
+"""``fdl check``: the static check, then the smoke run, as one report.
 
 The report is written for an AI assistant to act on: one line per finding in the compiler-like
 ``file:line:col: severity[code]: message — did you mean `x`?`` form, then the smoke run's
 outcome with the exception, its notes (flodl adds the graph node that failed) and the line of
-the script it came from. ``--json`` gives the same as one document.
+the script it came from, then the coverage of the script's flodl call sites: how many the smoke
+run executed, how many were verified statically against the real signatures, and each one
+verified neither way. Such a call site makes the check fail unless ``allow_unverified``: "ok"
+means every flodl call in the script was either run or checked. ``--json`` gives the same as one
+document.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 from fdl.apiref.model import ApiReference
 from fdl.errors import FdlError
 from fdl.porting.smoke import SmokeResult, run_smoke
-from fdl.porting.static import Finding, check_source
+from fdl.porting.static import CallSite, Finding, analyse
 
 
 @dataclass
@@ -26,6 +30,27 @@ class CheckReport:
     used: list[str] = field(default_factory=list)
     smoke: SmokeResult | None = None
     smoke_skipped: str | None = None  # why the smoke run did not happen
+    call_sites: list[CallSite] = field(default_factory=list)
+    allow_unverified: bool = False
+    args: list[str] = field(default_factory=list)
+
+    def _ran_lines(self) -> set[int]:
+        return set(self.smoke.lines) if self.smoke is not None else set()
+
+    @property
+    def ran(self) -> list[CallSite]:
+        lines = self._ran_lines()
+        return [c for c in self.call_sites if c.ran(lines)]
+
+    @property
+    def verified(self) -> list[CallSite]:
+        return [c for c in self.call_sites if c.verified]
+
+    @property
+    def unverified(self) -> list[CallSite]:
+        """Call sites the smoke run did not execute and the static pass could not bind."""
+        lines = self._ran_lines()
+        return [c for c in self.call_sites if not c.verified and not c.ran(lines)]
 
     @property
     def errors(self) -> int:
@@ -37,7 +62,9 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        return self.errors == 0 and (self.smoke is None or self.smoke.status == "passed")
+        smoke_ok = self.smoke is None or self.smoke.status == "passed"
+        covered = self.allow_unverified or not self.unverified
+        return self.errors == 0 and smoke_ok and covered
 
     def to_dict(self) -> dict:
         return {
@@ -49,13 +76,28 @@ class CheckReport:
             "warnings": self.warnings,
             "findings": [asdict(f) for f in self.findings],
             "used": self.used,
+            "args": self.args,
             "smoke": self.smoke.to_dict() if self.smoke else None,
             "smoke_skipped": self.smoke_skipped,
+            "call_sites": {
+                "total": len(self.call_sites),
+                "ran": len(self.ran),
+                "verified_statically": len(self.verified),
+                "unverified": [asdict(c) for c in self.unverified],
+                "allowed": self.allow_unverified,
+            },
         }
 
 
 def check_script(
-    script: Path, ref: ApiReference, *, run: bool = True, timeout: float = 120.0
+    script: Path,
+    ref: ApiReference,
+    *,
+    run: bool = True,
+    timeout: float = 120.0,
+    args: list[str] | None = None,
+    allow_unverified: bool = False,
+    wall_timeout: float | None = None,
 ) -> CheckReport:
     try:
         source = script.read_text(encoding="utf-8", errors="replace")
@@ -63,14 +105,25 @@ def check_script(
         raise FdlError(
             f"cannot read {script}: {err.strerror or err}", "check the file's permissions"
         ) from err
-    findings, used = check_source(source, str(script), ref)
-    report = CheckReport(str(script), ref.version, ref.api_hash, findings, sorted(used))
+    findings, used, sites = analyse(source, str(script), ref)
+    report = CheckReport(
+        str(script),
+        ref.version,
+        ref.api_hash,
+        findings,
+        sorted(used),
+        call_sites=sites,
+        allow_unverified=allow_unverified,
+        args=list(args or []),
+    )
     if not run:
         report.smoke_skipped = "--no-run"
     elif report.errors:
         report.smoke_skipped = "fix the errors above first"
     else:
-        report.smoke = run_smoke(script, timeout=timeout)
+        report.smoke = run_smoke(
+            script, timeout=timeout, args=report.args, wall_timeout=wall_timeout
+        )
     return report
 
 
@@ -80,27 +133,68 @@ def render_report(report: CheckReport, *, timeout: float) -> str:
     if smoke is None:
         lines.append(f"smoke run: skipped ({report.smoke_skipped})")
     elif smoke.status == "passed":
-        stopped = f" ({smoke.budget_stop['message']})" if smoke.budget_stop else ""
-        lines.append(f"smoke run (FLODL_SMOKE=1): passed in {smoke.seconds:.1f}s{stopped}")
-    elif smoke.status == "timeout":
+        shortened = smoke.shortened_loops
+        budget = (
+            f"; the budget shortened the loop(s) at line(s) {', '.join(map(str, shortened))}"
+            if shortened
+            else ""
+        )
         lines.append(
-            f"{report.script}: error[smoke-timeout]: the smoke run did not finish in {timeout:g}s "
-            "— train through fl.Trainer / fl.Monitor / fl.data.DataLoader (they honour "
-            "FLODL_SMOKE=1), cap your own loops when FLODL_SMOKE is set, or raise --timeout"
+            f"smoke run (FLODL_SMOKE=1): ran to the end in {smoke.seconds:.1f}s "
+            f"({smoke.cpu_seconds:.1f}s CPU){budget}"
+        )
+    elif smoke.status == "timeout":
+        what = (
+            f"used more than {timeout:g}s of CPU time"
+            if smoke.limit == "cpu"
+            else f"did not finish in {smoke.seconds:.0f}s of wall time (it used "
+            f"{smoke.cpu_seconds:.1f}s of CPU: waiting on something?)"
+        )
+        lines.append(
+            f"{report.script}: error[smoke-timeout]: the smoke run {what} — train through "
+            "fl.Trainer / fl.data.DataLoader (they honour FLODL_SMOKE=1), shrink the data when "
+            "fl.smoke_enabled(), or raise --timeout"
         )
         lines += [f"  | {line}" for line in smoke.output_tail[-5:]]
     else:
         lines += _render_failure(report, smoke)
+    lines += _render_coverage(report)
     counts = f"{report.errors} error(s), {report.warnings} warning(s)"
+    unverified = len(report.unverified)
     if report.ok:
-        verdict = f"check ok: {counts}"
+        allowed = f", {unverified} unverified call site(s) allowed" if unverified else ""
+        verdict = f"check ok: {counts}{allowed}"
     elif report.errors:
         verdict = f"check failed: {counts}"
-    else:  # the names are right; the script itself did not run through
-        outcome = "timed out" if smoke is not None and smoke.status == "timeout" else "failed"
+    elif smoke is not None and smoke.status != "passed":
+        outcome = "timed out" if smoke.status == "timeout" else "failed"
         verdict = f"check failed: the smoke run {outcome} ({counts})"
+    else:
+        verdict = (
+            f"check failed: {unverified} flodl call site(s) verified neither by the smoke run "
+            f"nor statically ({counts}); make the run reach them (pass the script's arguments "
+            "after --) or pass --allow-unverified"
+        )
     lines.append(f"{verdict} (flodl {report.package_version}, api {report.api_hash})")
     return "\n".join(lines)
+
+
+def _render_coverage(report: CheckReport) -> list[str]:
+    sites = report.call_sites
+    if not sites:
+        return []
+    ran = "no smoke run" if report.smoke is None else f"{len(report.ran)} ran in the smoke run"
+    lines = [
+        f"flodl call sites: {len(sites)}; {ran}; {len(report.verified)} verified statically "
+        f"against the real signatures; {len(report.unverified)} verified by neither"
+    ]
+    severity = "warning" if report.allow_unverified else "error"
+    for site in report.unverified:
+        lines.append(
+            f"{report.script}:{site.line}: {severity}[unverified-call]: `{site.text}(...)` did "
+            f"not run and cannot be checked statically ({site.why_not})"
+        )
+    return lines
 
 
 def _render_failure(report: CheckReport, smoke: SmokeResult) -> list[str]:
@@ -111,6 +205,19 @@ def _render_failure(report: CheckReport, smoke: SmokeResult) -> list[str]:
             f"{smoke.returncode} after {smoke.seconds:.1f}s"
         ]
         return lines + [f"  | {line}" for line in smoke.output_tail[-8:]]
+    if exc["type"] == "SystemExit":  # sys.exit(n) / argparse: its own message says why
+        lines = [
+            f"{report.script}:{smoke.location['line'] if smoke.location else 1}: "
+            f"error[smoke-failed]: the script exited with code {exc['message'] or smoke.returncode}"
+        ]
+        lines += [f"  | {line}" for line in smoke.output_tail[-6:]]
+        if any(line.startswith("usage:") for line in smoke.output_tail):
+            given = " ".join(report.args) or "none"
+            lines.append(
+                f"  note: its command line was rejected (arguments given: {given}); pass the "
+                "script's arguments after --: fdl check SCRIPT -- --flag value ..."
+            )
+        return lines
     where = smoke.location or (exc["frames"][-1] if exc["frames"] else None)
     place = f"{where['file']}:{where['line']}" if where else report.script
     if smoke.location:

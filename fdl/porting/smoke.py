@@ -1,18 +1,20 @@
-"""The smoke run of ``fdl check``: the script, for real, on a tiny budget, under a timeout.
+"""The smoke run of ``fdl check``: the script, for real, on a tiny budget, to its end.
 
-The child runs with ``FLODL_SMOKE=1``: a training script runs at most 2 epochs of at most 2
-batches each (per rank). ``fl.data.DataLoader`` caps the batches of every epoch, ``fl.Trainer``
-caps its own loop, and a loop you wrote is ended by the ``fl.Monitor`` that logs it: after the 2nd
-epoch it finishes and raises ``SmokeBudgetReached`` (exit code 0), reported here as a pass,
-"stopped by the smoke budget after 2 epochs". Code after that loop does not run. So a real
-training script finishes in seconds and still goes through build, forward, backward, the
-optimizer step and logging. Loops that use none of these can read ``FLODL_SMOKE`` themselves.
-The timeout is the backstop: a script that does not finish in time fails the check, and its
-whole process group is killed.
+The child runs with ``FLODL_SMOKE=1`` under a runner that shortens the script's training-shaped
+loops (epochs, batches, steps) to 2 iterations instead of stopping the script, so evaluation
+and saving code after the training loop runs too (see ``_smoke_runner.py`` for which loops).
+``fl.data.DataLoader`` also caps the batches of every epoch and ``fl.Trainer`` its own loop.
+The runner reports which lines of the script ran; ``fdl check`` uses them to tell which flodl
+call sites the run verified.
 
-The script runs as ``python SCRIPT`` would, from its own directory on ``sys.path``; in a src
-layout (the nearest ``pyproject.toml`` has a ``src/`` beside it) ``src/`` is on the path too, so
-``src/<pkg>/train.py`` can import its own package without being installed.
+The time limit counts the CPU time of the script's whole process tree (the script and every
+process it starts), so a correct script on a loaded machine does not fail for waiting on a
+core; wall time is only a generous backstop (``wall_timeout``, default 4x the limit plus 30 s)
+for a script that hangs without computing. On a limit the whole process group is killed.
+
+The script runs as ``python SCRIPT ARGS`` would, from its own directory on ``sys.path``; in a
+src layout (the nearest ``pyproject.toml`` has a ``src/`` beside it) ``src/`` is on the path
+too, so ``src/<pkg>/train.py`` can import its own package without being installed.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from pathlib import Path
 
 RUNNER = Path(__file__).with_name("_smoke_runner.py")
 SMOKE_ENV = "FLODL_SMOKE"
+LOOP_CAP = 2  # iterations of each training-shaped loop (flodl.smoke.SMOKE_EPOCHS)
 TAIL_LINES = 20
+POLL_S = 0.2
 
 
 @dataclass
@@ -40,64 +44,132 @@ class SmokeResult:
     exception: dict | None = None  # type, module, message, notes, frames (from the runner)
     location: dict | None = None  # the innermost frame inside the script
     output_tail: list[str] = field(default_factory=list)
-    # set when flodl's Monitor ended the run at the smoke budget: {"epochs": 2, "message": ...}
-    budget_stop: dict | None = None
+    cpu_seconds: float = 0.0  # CPU time of the script's process tree
+    lines: list[int] = field(default_factory=list)  # the script's lines that ran
+    shortened_loops: list[int] = field(default_factory=list)  # lines of loops the budget cut
+    limit: str = ""  # on a timeout: "cpu" or "wall"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+def default_wall_timeout(cpu_timeout: float) -> float:
+    return 4 * cpu_timeout + 30
+
+
 def run_smoke(
-    script: Path, *, timeout: float, python: str = sys.executable, args: list[str] | None = None
+    script: Path,
+    *,
+    timeout: float,
+    python: str = sys.executable,
+    args: list[str] | None = None,
+    wall_timeout: float | None = None,
 ) -> SmokeResult:
-    """Run ``script`` with ``FLODL_SMOKE=1`` in its own process group; never raises on failure."""
+    """Run ``script`` with ``FLODL_SMOKE=1`` in its own process group; never raises on failure.
+
+    ``timeout`` is CPU seconds of the process tree; ``wall_timeout`` the wall-clock backstop.
+    """
     script = script.resolve()
+    wall = wall_timeout if wall_timeout is not None else default_wall_timeout(timeout)
     with tempfile.TemporaryDirectory(prefix="fdl-check-") as tmp:
         report = Path(tmp) / "report.json"
+        out_path = Path(tmp) / "output.txt"
         env = {
             **os.environ,
             SMOKE_ENV: "1",
             "FDL_CHECK_REPORT": str(report),
+            "FDL_SMOKE_LOOP_CAP": str(LOOP_CAP),
             "PYTHONUNBUFFERED": "1",
         }
         start = time.perf_counter()
-        proc = subprocess.Popen(
-            [python, str(RUNNER), str(script), *(args or [])],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            errors="replace",
-            env=env,
-            start_new_session=True,  # one group: DDP workers it spawns die with it
-        )
-        try:
-            output, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            output, _ = proc.communicate()
-            return SmokeResult(
-                "timeout", time.perf_counter() - start, None, output_tail=_tail(output)
+        with open(out_path, "w+", encoding="utf-8", errors="replace") as sink:
+            proc = subprocess.Popen(
+                [python, str(RUNNER), str(script), *(args or [])],
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # one group: DDP workers it spawns die with it
             )
-        seconds = time.perf_counter() - start
+            limit, cpu = _wait(proc, timeout, wall)
+            seconds = time.perf_counter() - start
+            sink.flush()
+        output = out_path.read_text(encoding="utf-8", errors="replace")
         document = _read(report) or {}
+    ran = [int(n) for n in document.get("lines", []) if isinstance(n, int)]
+    shortened = [int(n) for n in document.get("shortened_loops", []) if isinstance(n, int)]
+    common = {
+        "output_tail": _tail(output),
+        "cpu_seconds": cpu,
+        "lines": ran,
+        "shortened_loops": shortened,
+    }
+    if limit:
+        return SmokeResult("timeout", seconds, None, limit=limit, **common)
     if proc.returncode == 0:
-        result = SmokeResult("passed", seconds, 0, output_tail=_tail(output))
-        stop = document.get("budget_stop")
-        if isinstance(stop, dict):
-            epochs = stop.get("epochs")
-            after = f" after {epochs} epochs" if isinstance(epochs, int) else ""
-            result.budget_stop = {
-                "epochs": epochs,
-                "message": f"stopped by the smoke budget{after}",
-            }
-        return result
+        return SmokeResult("passed", seconds, 0, **common)
     exception = document.get("exception")
     location = None
     if exception:
-        inside = [f for f in exception["frames"] if Path(f["file"]).resolve() == script]
+        inside = [f for f in exception["frames"] if _same(f["file"], script)]
         location = inside[-1] if inside else None
-    return SmokeResult("failed", seconds, proc.returncode, exception, location, _tail(output))
+    return SmokeResult("failed", seconds, proc.returncode, exception, location, **common)
+
+
+def _same(file: str, script: Path) -> bool:
+    try:
+        return Path(file).resolve() == script
+    except (OSError, ValueError):
+        return False
+
+
+def _wait(proc: subprocess.Popen, cpu_limit: float, wall_limit: float) -> tuple[str, float]:
+    """Wait for ``proc``; kill its group past a limit. Returns (limit hit or "", CPU seconds)."""
+    tree = _Tree(proc.pid)
+    deadline = time.monotonic() + wall_limit
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            finished = True
+        except subprocess.TimeoutExpired:
+            finished = False
+        cpu = tree.cpu_seconds()
+        if finished:
+            return "", cpu
+        if cpu > cpu_limit:
+            _kill_group(proc)
+            proc.wait()
+            return "cpu", cpu
+        if time.monotonic() > deadline:
+            _kill_group(proc)
+            proc.wait()
+            return "wall", cpu
+
+
+class _Tree:
+    """CPU time of a process and all its descendants, live and finished."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.last: dict[int, float] = {}  # pid -> CPU seconds last seen (finished ones keep it)
+
+    def cpu_seconds(self) -> float:
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover - psutil is a dependency of fdl
+            return 0.0
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            procs = []
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            self.last[proc.pid] = times.user + times.system
+        return sum(self.last.values())
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -16,17 +16,36 @@ instance is an error, with two exceptions, which are warnings:
 - when a base outside flodl cannot be read, so its members are unknown.
 
 Names torch's base classes define (``graph.state_dict``) are read from their source and known.
+
+Every call of a flodl callable is a *call site*. Its arguments are bound to the callable's real
+signature (keyword arguments included, :mod:`fdl.porting.calls`); one that binds is *verified
+statically*, one that does not is an error. A call the checker cannot bind (a method a Graph does
+not define, called on the chance that it exists at run time) is verified only if the smoke run
+executes its line; ``fdl check`` lists the call sites verified neither way.
+
+Types flow through assignments, through the script's own functions (``model = build_model()``
+is a Graph when every ``return`` of ``build_model`` is one) and into loop variables over flodl
+iterables (``for batch in loader`` binds a ``fl.data.Batch``).
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from fdl.apiref.model import ApiEntry, ApiReference, Member
+from fdl.porting.calls import call_problem, parse_signature
 from fdl.porting.foreign import foreign_class
+from fdl.porting.hints import (
+    BEHAVIOUR_DEFAULTS,
+    PYTORCH_HINTS,
+    SCHEDULER_HINTS,
+    pytorch_function_hint,
+    syntax_hint,
+)
 
 
 @dataclass
@@ -49,6 +68,20 @@ class Finding:
         return text
 
 
+@dataclass
+class CallSite:
+    """One call of a flodl callable in the script (lines ``line..end_line``)."""
+
+    line: int
+    end_line: int
+    text: str  # the callee as written, e.g. ``model.save_checkpoint``
+    verified: bool  # its arguments were bound to the callable's real signature
+    why_not: str = ""  # when not verified statically: why
+
+    def ran(self, lines: set[int]) -> bool:
+        return any(n in lines for n in range(self.line, self.end_line + 1))
+
+
 # -- symbols: what an expression is known to be ------------------------------------------
 @dataclass(frozen=True)
 class _Module:
@@ -69,6 +102,23 @@ class _Instance:
 class _Callable:
     returns_type: str | None
     function: str | None = None  # a flodl function's path (not a method): it has no API members
+    sig: str = ""  # the signature as source text, "(a, b=1) -> T" (a method's may start "name(")
+    name: str = ""
+    returns_many: Any = None  # the flodl entry of X when it returns list[X] / Iterator[X]
+
+
+@dataclass(frozen=True)
+class _Sequence:
+    """A list/sequence/iterator of instances of a flodl class (``monitor.history``)."""
+
+    entry: ApiEntry
+
+
+@dataclass(frozen=True)
+class _UserFunction:
+    """A function of the script; ``returns``: what every ``return`` statement in it gives."""
+
+    returns: Any = None
 
 
 @dataclass(frozen=True)
@@ -91,7 +141,15 @@ _BUILTIN_BASES = {
     "object": frozenset(),
 }
 
-_Sym = _Module | _Class | _Instance | _Callable | _Value
+_Sym = _Module | _Class | _Instance | _Callable | _Value | _UserFunction | _Sequence
+
+_CONTAINER = re.compile(r"^(?:list|List|Sequence|Iterator|Iterable|Generator)\[(\w+)(?:,.*)?\]$")
+
+# What iterating a flodl object yields (the reference lists no dunder methods).
+_ITERATES = {
+    "flodl.data.loader.DataLoader": "flodl.data.batch.Batch",
+    "flodl.data.epochs.EpochIterator": "flodl.data.batch.Batch",
+}
 
 
 class ApiIndex:
@@ -129,7 +187,12 @@ class ApiIndex:
         if entry.kind == "class":
             return _Class(entry)
         if entry.kind == "function":
-            return _Callable(entry.returns_type, function=path or entry.path)
+            return _Callable(
+                entry.returns_type,
+                function=path or entry.path,
+                sig=entry.signature,
+                name=entry.name,
+            )
         return _Value()
 
     def foreign_members(self, entry: ApiEntry) -> _Inherited:
@@ -162,6 +225,18 @@ class ApiIndex:
                 names |= found.names
         return _Inherited(frozenset(names), bases, dynamic, unreadable)
 
+    def element_entry(self, annotation: str | None) -> ApiEntry | None:
+        """``X``'s entry for an annotation ``list[X]`` / ``Sequence[X]`` / ``Iterator[X]``."""
+        match = _CONTAINER.match(annotation or "")
+        if match is None:
+            return None
+        found = [
+            e
+            for e in {id(e): e for e in self.entries.values()}.values()
+            if e.name == match.group(1) and e.kind == "class"
+        ]
+        return found[0] if len(found) == 1 else None
+
     def instance_of(self, type_path: str | None) -> _Sym:
         entry = self.entries.get(type_path) if type_path else None
         return _Instance(entry) if entry is not None and entry.kind == "class" else _Value()
@@ -169,80 +244,63 @@ class ApiIndex:
 
 def check_source(source: str, filename: str, ref: ApiReference) -> tuple[list[Finding], set[str]]:
     """Findings for ``source`` and the set of flodl paths it uses (modules, names, members)."""
+    findings, used, _ = analyse(source, filename, ref)
+    return findings, used
+
+
+def analyse(
+    source: str, filename: str, ref: ApiReference
+) -> tuple[list[Finding], set[str], list[CallSite]]:
+    """Findings, the flodl paths used, and every flodl call site of ``source``."""
     try:
         tree = ast.parse(source, filename=filename)
+        compile(tree, filename, "exec", dont_inherit=True)  # compile-time errors: __future__
     except SyntaxError as err:
         line = err.lineno or 1
-        return [
-            Finding(
-                filename,
-                line,
-                err.offset or 0,
-                "error",
-                "syntax-error",
-                f"{err.msg} (the script must parse before anything else can be checked)",
-            )
-        ], set()
-    checker = _Checker(filename, ApiIndex(ref))
+        lines = source.splitlines()
+        text = lines[line - 1] if 0 < line <= len(lines) else (err.text or "")
+        hint = syntax_hint(err.msg, text)
+        return (
+            [
+                Finding(
+                    filename,
+                    line,
+                    err.offset or 0,
+                    "error",
+                    "syntax-error",
+                    f"{err.msg}{hint} (the script must compile before anything else can be checked)",
+                )
+            ],
+            set(),
+            [],
+        )
+    index = ApiIndex(ref)
+    first = _Checker(filename, index)
+    first.visit(tree)
+    checker = _Checker(filename, index, returns=first.function_returns)
     checker.visit(tree)
     findings = sorted(checker.findings.values(), key=lambda f: (f.line, f.col, f.code))
-    return findings, checker.used
+    sites = sorted(checker.call_sites.values(), key=lambda c: (c.line, c.text))
+    return findings, checker.used, sites
 
-
-# PyTorch names people reach for on flodl, and where they went (layers stay PyTorch).
-_LAYER = "torch.nn.{name} (layers stay PyTorch)"
-PYTORCH_HINTS = {
-    **{
-        name: _LAYER.format(name=name)
-        for name in (
-            "Linear",
-            "Conv1d",
-            "Conv2d",
-            "Conv3d",
-            "BatchNorm1d",
-            "BatchNorm2d",
-            "LayerNorm",
-            "GroupNorm",
-            "Dropout",
-            "ReLU",
-            "GELU",
-            "SiLU",
-            "Tanh",
-            "Sigmoid",
-            "Softmax",
-            "Embedding",
-            "LSTM",
-            "GRU",
-            "MultiheadAttention",
-            "MaxPool2d",
-            "AvgPool2d",
-            "AdaptiveAvgPool2d",
-            "Flatten",
-            "Identity",
-            "ModuleList",
-            "ModuleDict",
-        )
-    },
-    "Sequential": "fl.FlowBuilder(first).through(...).build() (or keep torch.nn.Sequential)",
-    "Module": "torch.nn.Module (a built fl.Graph is one)",
-    "DataParallel": "fl.Trainer (one process per device)",
-    "DistributedDataParallel": "fl.Trainer (it joins torchrun's group)",
-    "DistributedSampler": "fl.Trainer / fl.data.DataLoader (they partition across ranks)",
-    "SummaryWriter": "fl.Monitor",
-    "save": "graph.save_checkpoint(path) / fl.save_checkpoint",
-    "load": "graph.load_checkpoint(path) / fl.load_checkpoint",
-    "no_grad": "torch.no_grad (unchanged)",
-    "autocast": "torch.autocast (unchanged)",
-}
 
 _DUNDER_OK = {"__name__", "__doc__", "__class__", "__dict__", "__module__", "__qualname__"}
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self, filename: str, index: ApiIndex) -> None:
+    def __init__(
+        self, filename: str, index: ApiIndex, returns: dict[str, _Sym] | None = None
+    ) -> None:
         self.filename = filename
         self.index = index
-        self.scopes: list[dict[str, _Sym | None]] = [{}]
+        self.known_returns = dict(returns or {})
+        self.function_returns: dict[str, _Sym] = {}
+        self.returning: list[list[_Sym | None]] = []
+        self.call_sites: dict[tuple[int, int, str], CallSite] = {}
+        # module-level functions, bound before the body runs (main() may call a later def)
+        self.scopes: list[dict[str, _Sym | None]] = [
+            {name: _UserFunction(sym) for name, sym in self.known_returns.items()}
+        ]
         self.memo: dict[int, _Sym | None] = {}
         self.findings: dict[tuple[int, int, str], Finding] = {}
         self.used: set[str] = set()
@@ -272,11 +330,26 @@ class _Checker(ast.NodeVisitor):
         args = node.args
         params = [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]
         params += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
-        self.bind(node.name, None)
+        top = len(self.scopes) == 1
+        self.bind(node.name, _UserFunction(self.known_returns.get(node.name)) if top else None)
         self.scopes.append(dict.fromkeys(params))
+        self.returning.append([])
         for statement in node.body:
             self.visit(statement)
+        returned = self.returning.pop()
         self.scopes.pop()
+        if (
+            top
+            and returned
+            and isinstance(returned[0], _Instance | _Class)
+            and all(r == returned[0] for r in returned)
+        ):
+            self.function_returns[node.name] = returned[0]
+
+    def visit_Return(self, node: ast.Return) -> None:
+        if self.returning:
+            self.returning[-1].append(self.resolve(node.value) if node.value else None)
+        self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
@@ -338,7 +411,7 @@ class _Checker(ast.NodeVisitor):
     # -- statements that bind names ---------------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:
         sym = self.resolve(node.value)
-        self.generic_visit(node.value)
+        self.visit(node.value)
         for target in node.targets:
             self._bind_target(target, sym)
             self.visit(target)
@@ -346,7 +419,7 @@ class _Checker(ast.NodeVisitor):
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         sym = self.resolve(node.value) if node.value is not None else None
         if node.value is not None:
-            self.generic_visit(node.value)
+            self.visit(node.value)
         self._bind_target(node.target, sym)
 
     def _bind_target(self, target: ast.expr, sym: _Sym | None) -> None:
@@ -358,11 +431,35 @@ class _Checker(ast.NodeVisitor):
 
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         self.visit(node.iter)
-        self._bind_target(node.target, None)
+        self._bind_loop_target(node.target, node.iter)
         for statement in [*node.body, *node.orelse]:
             self.visit(statement)
 
     visit_AsyncFor = visit_For  # type: ignore[assignment]
+
+    def _element(self, iterable: ast.expr) -> _Sym | None:
+        """What iterating ``iterable`` yields, when it is a flodl iterable."""
+        sym = self.resolve(iterable)
+        if isinstance(sym, _Sequence):
+            return _Instance(sym.entry)
+        if isinstance(sym, _Instance):
+            element = _ITERATES.get(sym.entry.defined_at)
+            return self.index.instance_of(element) if element else None
+        return None
+
+    def _bind_loop_target(self, target: ast.expr, iterable: ast.expr) -> None:
+        if (
+            isinstance(iterable, ast.Call)
+            and isinstance(iterable.func, ast.Name)
+            and iterable.func.id == "enumerate"
+            and iterable.args
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+        ):
+            self._bind_target(target.elts[0], None)
+            self._bind_target(target.elts[1], self._element(iterable.args[0]))
+            return
+        self._bind_target(target, self._element(iterable))
 
     def visit_withitem(self, node: ast.withitem) -> None:
         self.visit(node.context_expr)
@@ -377,7 +474,103 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         self.resolve(node)
+        self._check_call(node)
         self.generic_visit(node)
+
+    # -- call sites ---------------------------------------------------------------------------
+    def _site(self, node: ast.Call, text: str, verified: bool, why_not: str = "") -> None:
+        end = getattr(node, "end_lineno", None) or node.lineno
+        # a chain's calls share a statement; each is its own site, keyed by where its name is
+        key = (node.lineno, end, text)
+        self.call_sites.setdefault(key, CallSite(node.lineno, end, text, verified, why_not))
+
+    def _callee_text(self, func: ast.expr) -> str:
+        """The callee as written; a long chain as ``<Type>(...).method``."""
+        text = ast.unparse(func)
+        if len(text) <= 40 or not isinstance(func, ast.Attribute):
+            return text
+        base = self.resolve(func.value)
+        owner = base.entry.name if isinstance(base, _Instance | _Class) else "..."
+        return (
+            f"{owner}(...).{func.attr}" if isinstance(base, _Instance) else f"{owner}.{func.attr}"
+        )
+
+    def _check_call(self, node: ast.Call) -> None:
+        func = self.resolve(node.func)
+        text = self._callee_text(node.func)
+        if isinstance(func, _Class):
+            sig, name = func.entry.signature, func.entry.name
+        elif isinstance(func, _Callable):
+            sig, name = func.sig, func.name or text
+        elif isinstance(node.func, ast.Attribute):
+            self._dynamic_call(node, text)
+            return
+        else:
+            return
+        params = parse_signature(sig[sig.find("(") :] if "(" in sig else "")
+        if params is None:
+            self._site(node, text, False, "its signature is not known")
+            return
+        self._site(node, text, True)
+        problem = call_problem(params, node, name)
+        if problem is not None:
+            message, suggestions = problem
+            self._add(
+                node,
+                {
+                    "severity": "error",
+                    "code": "bad-call",
+                    "message": f"`{text}(...)`: {message} (TypeError at run time)",
+                    "suggestions": suggestions,
+                    "target": text,
+                },
+            )
+        if name == "build" and isinstance(node.func, ast.Attribute):
+            self._behaviour_defaults(node, node.func.value)
+
+    def _dynamic_call(self, node: ast.Call, text: str) -> None:
+        """``obj.name(...)`` on a flodl object whose ``name`` is neither flodl's nor inherited."""
+        assert isinstance(node.func, ast.Attribute)
+        base = self.resolve(node.func.value)
+        name = node.func.attr
+        if not isinstance(base, _Instance | _Class) or _is_dunder(name):
+            return
+        if name in base.entry.members():
+            return
+        if name in self.index.foreign_members(base.entry).names:
+            return  # torch's own (model.parameters()): not flodl's to verify
+        self._site(
+            node,
+            text,
+            False,
+            f"{base.entry.name} defines no '{name}': only the smoke run can show it exists",
+        )
+
+    def _behaviour_defaults(self, node: ast.Call, chain: ast.expr) -> None:
+        """``X.from_...(...).a().b().build()``: defaults that differ from torch's idiom."""
+        called: list[str] = []
+        root = chain
+        while isinstance(root, ast.Call) and isinstance(root.func, ast.Attribute):
+            called.append(root.func.attr)
+            root = root.func.value
+        sym = self.resolve(chain)
+        if not isinstance(sym, _Instance) or not called or not called[-1].startswith("from_"):
+            return
+        notes = [
+            f"{message}: add {suggestion}"
+            for (owner, setter), (message, suggestion) in BEHAVIOUR_DEFAULTS.items()
+            if sym.entry.defined_at == owner and setter not in called
+        ]
+        if notes:
+            self._add(
+                node,
+                {
+                    "severity": "warning",
+                    "code": "behaviour-difference",
+                    "message": "; ".join(notes),
+                    "target": sym.entry.path,
+                },
+            )
 
     def resolve(self, node: ast.expr | None) -> _Sym | None:
         if node is None:
@@ -392,9 +585,13 @@ class _Checker(ast.NodeVisitor):
             return self.lookup(node.id)
         if isinstance(node, ast.Call):
             func = self.resolve(node.func)
+            if isinstance(func, _UserFunction):
+                return func.returns
             if isinstance(func, _Class):
                 return _Instance(func.entry)
             if isinstance(func, _Callable):
+                if func.returns_many is not None:
+                    return _Sequence(func.returns_many)
                 return self.index.instance_of(func.returns_type)
             return None if func is None else _Value()
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
@@ -491,14 +688,28 @@ class _Checker(ast.NodeVisitor):
             for p in paths
         ]
         suggestions = list(dict.fromkeys([*elsewhere, *lowered, *close]))[:4]
-        if name in PYTORCH_HINTS and not elsewhere:
-            suggestions.append(PYTORCH_HINTS[name])
+        message = f"`{written}` does not exist: {self.spell(module)} has no name '{name}'"
+        torch_path = pytorch_function_hint(module, name)
+        if name in SCHEDULER_HINTS and not elsewhere:
+            equivalent, note = SCHEDULER_HINTS[name]
+            suggestions = [self.spell(equivalent)]
+            message += (
+                f"; torch's {name} maps to flodl's pure schedule {self.spell(equivalent)} ({note})"
+            )
+        elif torch_path is not None and not elsewhere:
+            suggestions = [torch_path.split(" ")[0]]
+            message += f"; it stays PyTorch: {torch_path}"
+        elif name in PYTORCH_HINTS and not elsewhere:
+            hint = PYTORCH_HINTS[name]
+            suggestions = [hint.split(" (")[0]]
+            stays = hint.startswith("torch.")
+            message += f"; it stays PyTorch: {hint}" if stays else f"; in flodl: {hint}"
         self._add(
             node,
             {
                 "severity": "error",
                 "code": "unknown-name",
-                "message": f"`{written}` does not exist: {self.spell(module)} has no name '{name}'",
+                "message": message,
                 "suggestions": suggestions,
                 "target": f"{module}.{name}",
             },
@@ -531,7 +742,8 @@ class _Checker(ast.NodeVisitor):
         if grows:
             message = (
                 f"`{written}` is not in {where}: fine if it is set at run time (a child module, "
-                f"parameter or buffer of the {entry.name}); the smoke run checks it"
+                f"parameter or buffer of the {entry.name}), which only a smoke run that "
+                "executes this line can show"
             )
         elif unknowable:
             message += f" in {where} (allowed only if it is set at run time, e.g. a child module)"
@@ -573,6 +785,9 @@ def _is_dunder(name: str) -> bool:
 
 
 def _member_symbol(member: Member, index: ApiIndex) -> _Sym:
+    many = index.element_entry(member.returns)
     if member.kind in {"method", "classmethod", "staticmethod", "constructor"}:
-        return _Callable(member.returns_type)
+        return _Callable(member.returns_type, sig=member.sig, name=member.name, returns_many=many)
+    if many is not None:
+        return _Sequence(many)
     return index.instance_of(member.returns_type)

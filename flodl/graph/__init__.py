@@ -15,6 +15,7 @@ from flodl.graph.graph import Graph, UnknownTagError
 from flodl.graph.merge import MergeOp
 from flodl.graph.observe import Reduce
 from flodl.graph.paths import PathError, PathKind, PathTarget
+from flodl.graph.pickling import GraphPickleError
 from flodl.graph.profile import LevelTiming, NodeTiming, Profile
 from flodl.graph.training import TrainingNotSetUpError
 from flodl.graph.trend import Trend, TrendGroup
@@ -26,6 +27,7 @@ __all__: list[str] = [
     "Graph",
     "GraphBuildError",
     "GraphInputError",
+    "GraphPickleError",
     "GraphvizError",
     "LevelTiming",
     "LoopBuilder",

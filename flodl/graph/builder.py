@@ -52,6 +52,9 @@ def _text(value: Any) -> Any:
     return str.__str__(value) if isinstance(value, str) else value
 
 
+_NO_DEFAULT: Any = object()  # input() without default=: the input is required
+
+
 def _flatten(items: tuple[Any, ...]) -> list[Any]:
     """``split(a, b)`` and ``split([a, b])`` both mean two branches."""
     if len(items) == 1 and isinstance(items[0], list | tuple):
@@ -90,6 +93,9 @@ class FlowBuilder:
         self._tag_sites: dict[str, CallSite | None] = {}
         self._pending: dict[str, list[Ref]] = {}
         self._inputs: list[str] = []
+        self._defaults: dict[str, Any] = {}
+        self._outputs: list[str] = []
+        self._output_site: CallSite | None = None
         self._tag_groups: dict[str, list[str]] = {}
         self._label: str | None = None
         self._label_site: CallSite | None = None
@@ -416,8 +422,14 @@ class FlowBuilder:
         return self
 
     # ------------------------------------------------------------------ cross-connections
-    def input(self, *names: str) -> FlowBuilder:
-        """Declare auxiliary inputs: ``graph(x, ctx=...)``; read them with ``using("ctx")``."""
+    def input(self, *names: str, default: Any = _NO_DEFAULT) -> FlowBuilder:
+        """Declare auxiliary inputs: ``graph(x, ctx=...)``; read them with ``using("ctx")``.
+
+        With ``default=value`` the inputs are optional: ``graph(x)`` passes ``value``, as a
+        hand-written ``forward(self, x, future=0)`` would. The value is kept as is (the same
+        object every call, pickled with the graph) and does not follow ``.to(device)``: use
+        numbers, ``None`` or strings, and build tensors inside the step that reads the input.
+        """
         site = callsite.capture()
         for name in _flatten(names):
             if (
@@ -445,6 +457,8 @@ class FlowBuilder:
                 continue
             node = self._add_node(f"input_{name}", "input", "input", site, [])
             node.options["name"] = name
+            if default is not _NO_DEFAULT:
+                self._defaults[name] = default
             self._inputs.append(name)
             self._set_tag(name, node.id, site)
         return self
@@ -600,6 +614,106 @@ class FlowBuilder:
         self._advance(node)
         return self
 
+    # ------------------------------------------------------------------ sequences and outputs
+    def scan(
+        self, cell: Step, dim: int = 1, state: str | None = None, final: str | None = None
+    ) -> FlowBuilder:
+        """Run ``cell`` once per step along ``dim``, carrying its state: ``nn.LSTMCell`` loops.
+
+        Equal, bit for bit, to the loop written by hand::
+
+            h = <state>                        # None: the cell's own zeros
+            outs = []
+            for x_t in x.unbind(dim):
+                h = cell(x_t, h)               # LSTMCell: (h, c); GRUCell/RNNCell: h
+                outs.append(h[0] if isinstance(h, tuple) else h)
+            x = torch.stack(outs, dim)
+
+        ``state`` names a tag or input defined earlier that holds the initial state (``(h0,
+        c0)`` for an LSTMCell; an input declared with ``default=None`` makes it optional).
+        ``final`` tags the final state (``(h, c)`` for an LSTMCell), e.g. to return it with
+        :meth:`output`. The cell is registered like any step (a ``.tag`` after ``scan`` names
+        it and tags the stacked outputs).
+        """
+        site = callsite.capture()
+        prev = self._single("scan", site)
+        module = self._coerce(cell, "scan", site)
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            return self._fail(f"scan: dim must be an integer (got {dim!r})", site, "scan")
+        source = None
+        if state is not None:
+            state = _text(state)
+            if state not in self._tags:
+                close = difflib.get_close_matches(str(state), list(self._tags), n=1)
+                return self._fail(
+                    f"scan(state={state!r}): no tag or input '{state}' is defined before this scan",
+                    site,
+                    "scan",
+                    f"did you mean '{close[0]}'?"
+                    if close
+                    else "declare it first: .input('h0', default=None), or tag a value earlier",
+                )
+            source = self._tags[state]
+        if final is not None:
+            final = _text(final)
+            if not self._check_tag_name(final, "scan", site) or self._duplicate(
+                final, "scan", site
+            ):
+                return self
+        if prev is None or module is None:
+            return self
+        opts: dict[str, Any] = {"dim": dim, "state": source}
+        node = self._add_module_node(module, "scan", site, [prev], options=opts)
+        node.kind = "scan"
+        if final is not None:
+            holder = self._add_node("scan_state", "scan_state", "scan", site, [node.id])
+            self._set_tag(final, holder.id, site)
+        self._advance(node)
+        return self
+
+    def output(self, *tags: str) -> FlowBuilder:
+        """Return several values: ``graph(x)`` gives the tuple of these tags' values, in order.
+
+        ``.tag("recon").output("recon", "mu", "logvar")`` makes a VAE's forward return
+        ``(recon, mu, logvar)`` like the original model; the stream itself is returned only when
+        tagged and listed. Tags defined later in the chain are fine (they are read at the end of
+        the pass); an input's name returns that input. Call it once.
+        """
+        site = callsite.capture()
+        names = [_text(t) for t in _flatten(tags)]
+        if self._output_site is not None:
+            return self._fail(
+                f"output was already called at {self._output_site}",
+                site,
+                "output",
+                "list every returned tag in one .output(...) call",
+            )
+        if not names:
+            return self._fail("output() needs at least one tag", site, "output")
+        self._outputs = names
+        self._output_site = site
+        return self
+
+    def _check_outputs(self) -> list[BuildIssue]:
+        issues = []
+        for tag in self._outputs:
+            if not isinstance(tag, str) or tag not in self._tags:
+                what = "a tag group" if tag in self._tag_groups else "no such tag"
+                close = difflib.get_close_matches(str(tag), list(self._tags), n=1)
+                issues.append(
+                    BuildIssue(
+                        f"output({tag!r}): {what} in this builder",
+                        self._output_site,
+                        "output",
+                        f"did you mean '{close[0]}'?"
+                        if close
+                        else "tag the value first: .tag(name), then .output(name, ...)",
+                    )
+                )
+        if len(set(self._outputs)) != len(self._outputs):
+            issues.append(BuildIssue("output lists a tag twice", self._output_site, "output"))
+        return issues
+
     # ------------------------------------------------------------------ build
     def build(self) -> Graph:
         """Check the description and return the :class:`Graph`; raises :class:`GraphBuildError`."""
@@ -651,6 +765,7 @@ class FlowBuilder:
         issues += self._check_children()
         issues += self._check_ref_calls()
         issues += self._check_nested_inputs()
+        issues += self._check_outputs()
         if issues:
             raise GraphBuildError(issues)
         self._built = True
@@ -663,6 +778,8 @@ class FlowBuilder:
             tag_groups={k: list(v) for k, v in self._tag_groups.items()},
             label=self._label,
             internal={t for t in self._tags if t.startswith("_")} | set(self._internal),
+            input_defaults=dict(self._defaults),
+            outputs=list(self._outputs),
         )
 
     def _unresolved(self) -> list[BuildIssue]:
@@ -782,7 +899,8 @@ def _missing_inputs(graph: Graph, refs: list[Ref]) -> list[str]:
     aux = list(graph.inputs[1:])
     n_pos = sum(r.keyword is None for r in refs)
     given = set(aux[:n_pos]) | {r.keyword for r in refs if r.keyword}
-    return [name for name in aux if name not in given]
+    optional = set(graph.input_defaults)
+    return [name for name in aux if name not in given and name not in optional]
 
 
 def _receivers(node: Node, module: nn.Module) -> list[tuple[str, nn.Module, list[Ref]]]:

@@ -22,12 +22,13 @@ from torch import nn
 
 from flodl.graph.nodes import Node, Ref
 from flodl.graph.profile import UNTIMED_KINDS
+from flodl.graph.scan import emit_scan, state_local
 from flodl.nn.fn import Fn
 
 INDENT = "    "
 # Names the generated forward uses besides its own ``_``/``v_`` locals: an input named like one
 # of them would shadow it (``input("range")`` would break every loop).
-RESERVED_NAMES = frozenset({"self", "input", "range", "Exception"})
+RESERVED_NAMES = frozenset({"self", "input", "range", "Exception", "isinstance", "tuple"})
 
 
 @dataclass
@@ -89,11 +90,15 @@ def generate(
     tags: dict[str, str],
     inputs: list[str],
     profile: bool = False,
+    defaults: frozenset[str] = frozenset(),
+    outputs: list[str] | None = None,
 ) -> Generated:
     """Source of ``def forward(self, input, <aux inputs>)`` for the described graph.
 
     ``profile=True`` generates the profiling variant: each node's statements are bracketed by
     clock reads (``_now`` synchronises CUDA). The plain variant has no timing code at all.
+    ``defaults`` names the inputs that fall back to ``self._input_defaults[name]`` when not
+    passed; ``outputs`` (node ids) makes ``forward`` return their values as a tuple.
     """
     # Inputs exist from the start of the pass, so refs may read them before their node.
     for node in nodes:
@@ -114,7 +119,10 @@ def generate(
     w.emit("_unexpected_inputs(self, _unexpected)", 2)
     for name in inputs:
         w.emit(f"if {name} is _MISSING:", 1)
-        w.emit(f"_missing_input(self, {literal(name)})", 2)
+        if name in defaults:
+            w.emit(f"{name} = self._input_defaults[{literal(name)}]", 2)
+        else:
+            w.emit(f"_missing_input(self, {literal(name)})", 2)
     # Modules are looked up in the _modules dict directly: nn.Module.__getattr__ costs about a
     # microsecond per call, which is all the overhead a graph would otherwise add.
     w.emit("_m = self._modules", 1)
@@ -217,6 +225,12 @@ def generate(
             w.emit(f"{v} = {own}.run({primary}, {args}, {kwargs})", 2, node.id)
         elif node.kind == "map":
             w.emit(f"{v} = {own}.run({primary})", 2, node.id)
+        elif node.kind == "scan":
+            source = node.options.get("state")
+            initial = var[source] if source is not None else "None"
+            emit_scan(w.emit, node.id, own, primary, node.options["dim"], initial, v, 2)
+        elif node.kind == "scan_state":  # the value is the scan's carried state: no code
+            var[node.id] = state_local(node.inputs[0])
         else:  # pragma: no cover - the builder creates no other kinds
             raise AssertionError(f"unknown node kind {node.kind}")
         for tag in node.options.get("writes_state", ()):
@@ -229,7 +243,11 @@ def generate(
         w.emit(f"self.__dict__['_tagged'] = {{{items}}}", 2)
     if profile:
         w.emit("_prof_done(self, _prof, _now() - _t_start)", 2)
-    w.emit(f"return {var[output]}", 2)
+    if outputs:
+        values = ", ".join(var[node_id] for node_id in outputs)
+        w.emit(f"return ({values}{',' if len(outputs) == 1 else ''})", 2)
+    else:
+        w.emit(f"return {var[output]}", 2)
     w.emit("except Exception as _e:", 1)
     w.emit("_annotate(self, _e)", 2)
     w.emit("raise", 2)

@@ -228,6 +228,8 @@ class Graph(
         tag_groups: dict[str, list[str]],
         label: str | None,
         internal: set[str],
+        input_defaults: dict[str, Any] | None = None,
+        outputs: list[str] | None = None,
     ) -> Graph:
         self = cls.__new__(cls)
         nn.Module.__init__(self)
@@ -238,6 +240,8 @@ class Graph(
         self._inputs = tuple(inputs)
         self._tag_groups = tag_groups
         self._internal = frozenset(internal)
+        self._input_defaults = dict(input_defaults or {})
+        self._outputs = tuple(outputs or ())
         self._composed = False
         self._step_count = 0
         self._epoch_count = 0
@@ -306,6 +310,8 @@ class Graph(
             self._tags,
             list(self._inputs),
             profile=self._profiling,
+            defaults=frozenset(self.input_defaults),
+            outputs=[self._tags[tag] for tag in self.outputs],
         )
         filename = f"<flodl graph {self._label or 'forward'} #{next(_SOURCE_IDS)}>"
         source = generated.source
@@ -334,7 +340,12 @@ class Graph(
         return self._forward_fn(self, *args, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
+        from flodl.graph.pickling import GUARD_KEY, guard
+
+        # First in the state: a step pickle cannot store fails here, named, not deep in pickle.
+        stop = guard(self)
+        state = {GUARD_KEY: stop} if stop is not None else {}
+        state.update(self.__dict__)
         state.pop("_forward_fn", None)
         state["_tagged"] = {}
         state["_state"] = {
@@ -344,6 +355,9 @@ class Graph(
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        from flodl.graph.pickling import GUARD_KEY
+
+        state.pop(GUARD_KEY, None)
         super().__setstate__(state)
         self._install()
 
@@ -371,6 +385,16 @@ class Graph(
     def inputs(self) -> tuple[str, ...]:
         """Input names in call order: ``("input", *auxiliary)``."""
         return ("input", *self._inputs)
+
+    @property
+    def input_defaults(self) -> dict[str, Any]:
+        """Auxiliary inputs declared with ``input(name, default=...)``: name -> default."""
+        return dict(self.__dict__.get("_input_defaults", {}))
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The tags ``forward`` returns as a tuple (``FlowBuilder.output``); empty: the stream."""
+        return tuple(self.__dict__.get("_outputs", ()))
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -438,7 +462,11 @@ class Graph(
         return self._tagged.get(tag)
 
     def _signature(self) -> str:
-        aux = ", ".join(f"{name}=..." for name in self._inputs)
+        defaults = self.input_defaults
+        aux = ", ".join(
+            f"{name}={defaults[name]!r:.20}" if name in defaults else f"{name}=..."
+            for name in self._inputs
+        )
         return f"graph(x{', ' + aux if aux else ''})"
 
     # ------------------------------------------------------------------ state across calls

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from flodl.graph.graph import Graph
 
 
-# Node kinds the profiling forward does not time: they run no code (the value is an argument).
-UNTIMED_KINDS = ("identity", "input")
+# Node kinds the profiling forward does not time: they run no code (the value is an argument,
+# or a scan's carried state, timed with the scan).
+UNTIMED_KINDS = ("identity", "input", "scan_state")
 
 
 def now() -> float:

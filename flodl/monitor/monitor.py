@@ -26,7 +26,7 @@ from flodl.monitor.server import DashboardServer
 from flodl.monitor.tensorboard import write_scalars
 from flodl.monitor.timeline import Timeline
 from flodl.monitor.timeline_page import render_timeline
-from flodl.smoke import SMOKE_EPOCHS, SmokeBudgetReached, smoke_enabled
+from flodl.smoke import SMOKE_EPOCHS, SmokeBudgetReached, loops_capped, smoke_enabled
 
 __all__ = ["MetricSource", "Monitor"]
 
@@ -60,10 +60,11 @@ class Monitor:
     ranks record quietly and send :meth:`sample_resources` to rank 0, which attaches them with
     :meth:`add_rank_resources`.
 
-    Under ``FLODL_SMOKE=1`` (``fdl check``), once the second epoch of a loop that planned more is
+    Under ``FLODL_SMOKE=1`` set by hand, once the second epoch of a loop that planned more is
     logged, :meth:`log` finishes the monitor and raises :class:`~flodl.monitor.SmokeBudgetReached`
-    (a ``SystemExit`` with code 0): the script ends there, successfully, and code after the
-    training loop does not run. Something that runs the loop itself and must finish its own
+    (a ``SystemExit`` with code 0): the script ends there, successfully. ``fdl check`` shortens
+    the script's loops itself, so that the code after them runs too, and the monitor then never
+    stops the run. Something that runs the loop itself and must finish its own
     epochs (``fl.Trainer`` does) sets :attr:`ends_smoke_runs` to False.
 
     >>> import flodl as fl
@@ -432,7 +433,7 @@ class Monitor:
         off; an exception raised on any thread but the main one would end that thread, not the
         run.
         """
-        if not smoke_enabled() or len(self._records) < SMOKE_EPOCHS:
+        if not smoke_enabled() or loops_capped() or len(self._records) < SMOKE_EPOCHS:
             return False
         if epoch + 1 >= self.num_epochs:
             return False

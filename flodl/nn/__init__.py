@@ -1,5 +1,6 @@
 """Graph building blocks PyTorch does not have: ``StateAdd``, routers, selectors, halting
-conditions, ``Reshape``, ``GaussianBlur`` and ``Fn`` (a callable as a module), plus
+conditions, ``Reshape``, ``Select`` (one element of a tuple output), ``Param`` (a learned
+tensor), ``GaussianBlur`` and ``Fn`` (a callable as a module), plus
 ``flodl.nn.functional`` (``focal_loss``, ...) and ``flodl.nn.init``.
 
 Everything PyTorch already has stays PyTorch (``torch.nn.Linear`` is still ``nn.Linear``).
@@ -10,7 +11,9 @@ from flodl.nn import functional, init
 from flodl.nn.blur import GaussianBlur
 from flodl.nn.fn import Fn
 from flodl.nn.halting import LearnedHalt, ThresholdHalt
+from flodl.nn.param import Param
 from flodl.nn.routing import ArgmaxSelector, FixedSelector, SigmoidRouter, SoftmaxRouter
+from flodl.nn.select import Select
 from flodl.nn.shape import Reshape
 from flodl.nn.state import StateAdd
 
@@ -20,7 +23,9 @@ __all__: list[str] = [
     "Fn",
     "GaussianBlur",
     "LearnedHalt",
+    "Param",
     "Reshape",
+    "Select",
     "SigmoidRouter",
     "SoftmaxRouter",
     "StateAdd",

@@ -87,3 +87,51 @@ def test_torchrun_script_trains_on_two_cpu_ranks(tmp_path, first, body):
     assert result.returncode == 0, f"guide.md:{first}\n{result.stderr[-3000:]}"
     ranks = re.findall(r"rank (\d) of (\d): trained", result.stdout)
     assert sorted(ranks) == [("0", "2"), ("1", "2")], result.stdout
+
+
+@pytest.mark.parametrize(
+    "needle",
+    [
+        # per-class scheduler table
+        "`StepLR(opt, step_size, gamma)`",
+        "`CosineAnnealingLR(opt, T_max, eta_min)`",
+        "`OneCycleLR(opt, max_lr, total_steps, pct_start)`",
+        "`ReduceLROnPlateau(opt, patience=, factor=, min_lr=)`",
+        "`ExponentialLR(opt, gamma)`",
+        # DDP translation table
+        "`sampler.set_epoch(epoch)`",
+        "`dist.all_reduce(loss)`",
+        "`dist.barrier()`",
+        "`torchrun --nproc-per-node N script.py`",
+        "Resuming from a snapshot",
+        # the other gaps
+        "### Devices",
+        "### Custom datasets",
+        "### Graph or manual loop?",
+        "### Common errors",
+        "### Tuple outputs",
+        "### A forward returning several values",
+        "### Optional forward arguments",
+        "### Per-time-step cells",
+        "### Learned tensors",
+        "### Per-layer initialisation inside a chain",
+        "### Reaching a layer's parameters",
+        "### LBFGS and other closures",
+        "### `torch.save(model)` and pickling",
+        "### Loops with no fixed epoch count",
+        "### Defaults that differ from the torch idiom",
+        "fdl check my_model_flodl.py -- ",
+        "a parity test next to the port",
+    ],
+)
+def test_the_guide_covers_each_gap(needle):
+    assert needle in GUIDE.read_text(encoding="utf-8")
+
+
+def test_the_instructions_say_to_pass_arguments_and_write_a_parity_test():
+    text = (GUIDE.parent / "instructions.md").read_text(encoding="utf-8")
+    assert "fdl check <port.py> -- <the script's arguments>" in text
+    assert "write a parity test against the original model" in text
+    for adapter in (GUIDE.parent / "adapters").iterdir():
+        body = adapter.read_text(encoding="utf-8")
+        assert "-- <the script's arguments>" in body and "parity test" in body, adapter.name

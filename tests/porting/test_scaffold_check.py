@@ -1,4 +1,5 @@
-"""A freshly scaffolded project's training script passes `fdl check`, stopped by the smoke budget."""
+"""A freshly scaffolded project's training script passes `fdl check`, its loop shortened by the
+smoke budget and the code after the loop run."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ def test_fdl_check_passes_on_a_new_projects_train_py(run_fdl, tmp_path):
     assert report["findings"] == []
     smoke = report["smoke"]
     assert smoke["status"] == "passed"
-    # the loop asked for 20 epochs: the Monitor ended it after 2 (the DataLoader capped batches)
-    assert smoke["budget_stop"]["epochs"] == 2
+    # the loop asked for 20 epochs: the budget shortened it to 2 (the DataLoader capped batches)
+    assert smoke["shortened_loops"]
     assert sum(line.lstrip().startswith("epoch ") for line in smoke["output_tail"]) == 2
-    # the script checkpointed before its Monitor stopped it
+    assert report["call_sites"]["unverified"] == []
+    # the script checkpointed its last epoch
     assert json.loads((project / "checkpoints" / "state.json").read_text()) == {"epoch": 1}

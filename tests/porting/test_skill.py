@@ -39,6 +39,10 @@ def test_claude_install_writes_a_self_contained_skill(run_fdl, tmp_path):
     )
     assert (skill_dir / "guide.md").read_text() == (REPO / "porting_skill/guide.md").read_text()
     assert "Try: /port my_model.py" in result.stderr
+    # the installed skill says to check with the script's arguments and to prove parity
+    assert "-- <the script's arguments>" in body and "parity test" in body
+    instructions = (skill_dir / "instructions.md").read_text()
+    assert "write a parity test against the original model" in instructions
 
 
 def test_reinstall_is_idempotent_and_updates_stale_files(run_fdl, tmp_path):

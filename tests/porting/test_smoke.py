@@ -6,6 +6,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from fdl.porting.smoke import run_smoke
 from tests.conftest import clean_env
 
@@ -68,8 +70,8 @@ def test_a_hanging_script_times_out_and_its_children_are_killed(tmp_path):
         "time.sleep(120)\n",
     )
     start = time.monotonic()
-    result = run_smoke(path, timeout=3)
-    assert result.status == "timeout" and result.returncode is None
+    result = run_smoke(path, timeout=3, wall_timeout=3)  # it sleeps: the wall backstop ends it
+    assert result.status == "timeout" and result.returncode is None and result.limit == "wall"
     assert time.monotonic() - start < 60
     child = int(marker.read_text())
     for _ in range(50):  # the whole process group was killed; give the kernel a moment
@@ -92,21 +94,19 @@ MONITORED_LOOP = (
 )
 
 
-def test_the_monitor_stopping_at_the_budget_is_a_pass_that_says_so(tmp_path, monkeypatch):
+def test_the_budget_shortens_a_monitored_loop_and_the_script_runs_on(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", clean_env()["PYTHONPATH"])  # the child imports this flodl
     result = run_smoke(script(tmp_path, MONITORED_LOOP), timeout=300)
     assert result.status == "passed" and result.returncode == 0, result.output_tail
-    assert result.budget_stop == {
-        "epochs": 2,
-        "message": "stopped by the smoke budget after 2 epochs",
-    }
+    assert result.shortened_loops == [3]
     assert "epoch 1" in result.output_tail and "epoch 2" not in result.output_tail
-    assert "after the loop" not in result.output_tail
+    assert "after the loop" in result.output_tail  # code after the training loop runs
+    assert 6 in result.lines
 
 
 def test_a_plain_exit_0_is_a_pass_without_a_budget_note(tmp_path):
     result = run_smoke(script(tmp_path, "import sys\nsys.exit(0)\n"), timeout=60)
-    assert result.status == "passed" and result.budget_stop is None
+    assert result.status == "passed" and result.shortened_loops == []
 
 
 def test_a_src_layout_script_imports_its_own_package(tmp_path):
@@ -134,3 +134,18 @@ def test_without_a_src_dir_nothing_is_added(tmp_path):
     result = run_smoke(script(inner, "import mypkg\n"), timeout=60)
     assert result.status == "failed"
     assert result.exception["type"] == "ModuleNotFoundError"
+
+
+def test_the_monitor_leaves_a_shortened_loop_alone(monkeypatch):
+    import flodl as fl
+
+    monkeypatch.setenv("FLODL_SMOKE", "1")
+    monitor = fl.Monitor(50, stream=None, gpu=False)
+    monkeypatch.setenv("FLODL_SMOKE_LOOPS_CAPPED", "1")  # what fdl check's runner sets
+    for epoch in range(3):
+        monitor.log(epoch, 0.0, {"loss": 1.0})  # no SmokeBudgetReached: the runner cuts loops
+    assert len(monitor.history) == 3
+    monkeypatch.delenv("FLODL_SMOKE_LOOPS_CAPPED")
+    with pytest.raises(fl.monitor.SmokeBudgetReached):  # by hand, the monitor ends the run
+        monitor.log(3, 0.0, {"loss": 1.0})
+    monitor.close()

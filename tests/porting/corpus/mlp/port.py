@@ -9,7 +9,14 @@ import flodl as fl
 
 fl.manual_seed(0)
 inputs, targets = torch.randn(256, 20), torch.randint(0, 3, (256,))
-loader = fl.data.DataLoader.from_tensors(x=inputs, y=targets).batch_size(32).seed(0).build()
+loader = (
+    fl.data.DataLoader.from_tensors(x=inputs, y=targets)
+    .batch_size(32)
+    .shuffle(True)
+    .drop_last(True)  # 256 = 8 x 32: nothing is dropped
+    .seed(0)
+    .build()
+)
 
 model = (
     fl.FlowBuilder(nn.Linear(20, 64))

@@ -25,14 +25,18 @@ class GlobalMean(nn.Module):
         return x.mean(dim=(2, 3))
 
 
+def build_model() -> fl.Graph:
+    return (
+        fl.FlowBuilder(nn.Conv2d(3, 8, 3, padding=1))
+        .through(basic_block(8, 16, stride=2))
+        .through(GlobalMean())
+        .through(nn.Linear(16, 5))
+        .build()
+    )
+
+
 fl.manual_seed(0)
-model = (
-    fl.FlowBuilder(nn.Conv2d(3, 8, 3, padding=1))
-    .through(basic_block(8, 16, stride=2))
-    .through(GlobalMean())
-    .through(nn.Linear(16, 5))
-    .build()
-)
+model = build_model()
 x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 5, (8,))
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 for _ in range(3):

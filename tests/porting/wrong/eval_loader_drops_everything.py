@@ -1,0 +1,10 @@
+"""Silent behaviour change (fixed): fl.data.DataLoader drops the last partial batch by default;
+a 256-sample test set with batch 1000 yields nothing. Warning at line 9."""
+
+import torch
+
+import flodl as fl
+
+images, labels = torch.randn(256, 4), torch.randint(0, 2, (256,))
+test_loader = fl.data.DataLoader.from_tensors(image=images, label=labels).batch_size(1000).build()
+print("batches:", len(test_loader))
