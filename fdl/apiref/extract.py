@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 
 _SELF_NAMES = {"Self", "typing.Self", "typing_extensions.Self"}
 
+# Bases whose constructor accepts no arguments: a subclass without its own __init__ is built
+# with ``Cls()`` (nn.Module.__init__ rejects any argument).
+_NO_ARGUMENT_BASES = frozenset({"object", "torch.nn.Module", "torch.nn.modules.module.Module"})
+
 
 def extract(source: PackageSource) -> ApiReference:
     """The :class:`ApiReference` of ``source``'s package."""
@@ -191,7 +195,8 @@ class _Extractor:
             entry.signature = _signature(init).removesuffix(" -> None")
         elif any(b.startswith("enum.") for b in entry.bases):
             entry.signature = "(value)"
-        elif not entry.bases:
+        elif not entry.bases or set(entry.bases) <= _NO_ARGUMENT_BASES:
+            # no own __init__ over a base whose constructor takes nothing: ``Cls()`` exactly
             entry.signature = "()"
         else:
             entry.signature = "(...)"

@@ -201,3 +201,11 @@ def test_bad_path_is_a_clear_error(tmp_path, setup, message):
 def test_package_directory_itself_is_accepted():
     source = find_source(FIXTURES / "mini" / "flodl")
     assert source == PackageSource("flodl", (FIXTURES / "mini").resolve())
+
+
+def test_a_module_without_its_own_init_is_built_with_no_arguments():
+    """``fl.nn.StateAdd`` defines no ``__init__``: nn.Module's takes nothing, so the reference
+    says ``StateAdd()`` (``fdl check`` can then verify ``fl.nn.StateAdd()`` call sites)."""
+    ref = extract(find_source(Path(__file__).resolve().parents[2]))
+    assert entry(ref, "flodl.nn.StateAdd").signature == "()"
+    assert entry(ref, "flodl.FlodlError").signature not in ("()", "")  # Exception takes args
