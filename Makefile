@@ -1,6 +1,6 @@
 # The two commands of the README's Quickstart, plus the helpers they stand on.
 #   make demo  — set up .venv and run the main job
-#   make test  — ruff (lint + format check) and the whole pytest suite
+#   make test  — ruff (lint + format check), mypy and the whole pytest suite
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,6 +23,7 @@ demo: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 test: lint
 	$(PY) -m pytest

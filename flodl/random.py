@@ -215,7 +215,7 @@ class Rng:
             found = state.get("bit_generator") if isinstance(state, dict) else state
             raise RngError(f"not an Rng state: expected bit_generator 'PCG64', got {found!r}")
         try:
-            bits = {
+            bits: dict[str, Any] = {
                 "bit_generator": "PCG64",
                 "state": {
                     "state": _bounded(state["state"], 1 << 128),
@@ -232,7 +232,7 @@ class Rng:
                 f"malformed Rng state: {len(buffer)} buffered values, at most {_BUFFER} are possible"
             )
         # Validated in full above, so the two assignments cannot leave a half-loaded generator.
-        self._bits.state = bits
+        self._bits.state = bits  # type: ignore[assignment]  # numpy types it as a private TypedDict
         self._buffer = buffer
 
     def __repr__(self) -> str:
