@@ -36,4 +36,4 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .ruff_cache demo-output
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .mypy_cache demo-output
