@@ -147,7 +147,10 @@ class Rng:
         return self.f64() < p
 
     def normal(self, mean: float = 0.0, std: float = 1.0) -> float:
-        """One Gaussian sample (Box-Muller, two draws, the second value discarded — as the original)."""
+        """One Gaussian sample: Box-Muller from two draws, the second value discarded.
+
+        Discarding it (the Rust original does too) keeps ``normal`` free of a cached value: every
+        call consumes exactly two draws, whatever came before."""
         u1 = 1.0 - self.f64()  # in (0, 1]: log is finite
         u2 = self.f64()
         return mean + std * (math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2))
