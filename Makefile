@@ -1,6 +1,6 @@
 # The two commands of the README's Quickstart, plus the helpers they stand on.
 #   make demo  — set up .venv and run the main job
-#   make test  — ruff (lint + format check) and the whole pytest suite
+#   make test  — ruff (lint + format check), mypy and the whole pytest suite
 #   make dist  — the wheel and sdist in dist/ (pip install dist/flodl-*.whl anywhere)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -24,6 +24,7 @@ demo: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 test: lint
 	$(PY) -m pytest
@@ -41,4 +42,4 @@ dist: $(VENV)/.installed
 	@ls dist
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .ruff_cache demo-output
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .mypy_cache demo-output

@@ -1,6 +1,6 @@
 """FlowBuilder graphs vs the same models written as plain ``nn.Module``s (same weights, same run).
 
-Models and sizes follow the original suite (reference/original-benchmarks.md §2) with CPU-sized
+Models and sizes follow the Rust original's benchmark suite (so the two ports compare) with CPU-sized
 batches (the originals use 128-256 on a GPU; here 16, or 8 for the 1024-wide models, so a round
 takes seconds on one CPU thread). Two measurements per model, interleaved A/B rounds:
 

@@ -50,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         ctx = getattr(err, "ctx", None)
         hint = f"run '{ctx.command_path} --help' for usage" if ctx is not None else None
         message = err.format_message().rstrip(".")
-        if getattr(err, "option_name", None) in ("--version", "-V") and ctx is not None:
+        option = getattr(err, "option_name", None)
+        if option in ("--version", "-V") and ctx is not None:
             # global only before the command word (fdl.argv): never "print fdl's version, exit 0"
-            message = f"'{ctx.command_path}' has no {err.option_name} option"
+            message = f"'{ctx.command_path}' has no {option} option"
             hint = "fdl's own version is 'fdl --version' (before the command)"
             if any("--torch" in getattr(p, "opts", ()) for p in ctx.command.params):
                 hint = "a torch release is given with --torch VERSION; " + hint

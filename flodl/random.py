@@ -147,7 +147,10 @@ class Rng:
         return self.f64() < p
 
     def normal(self, mean: float = 0.0, std: float = 1.0) -> float:
-        """One Gaussian sample (Box-Muller, two draws, the second value discarded — as the original)."""
+        """One Gaussian sample: Box-Muller from two draws, the second value discarded.
+
+        Discarding it (the Rust original does too) keeps ``normal`` free of a cached value: every
+        call consumes exactly two draws, whatever came before."""
         u1 = 1.0 - self.f64()  # in (0, 1]: log is finite
         u2 = self.f64()
         return mean + std * (math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2))
@@ -215,7 +218,7 @@ class Rng:
             found = state.get("bit_generator") if isinstance(state, dict) else state
             raise RngError(f"not an Rng state: expected bit_generator 'PCG64', got {found!r}")
         try:
-            bits = {
+            bits: dict[str, Any] = {
                 "bit_generator": "PCG64",
                 "state": {
                     "state": _bounded(state["state"], 1 << 128),
@@ -232,7 +235,7 @@ class Rng:
                 f"malformed Rng state: {len(buffer)} buffered values, at most {_BUFFER} are possible"
             )
         # Validated in full above, so the two assignments cannot leave a half-loaded generator.
-        self._bits.state = bits
+        self._bits.state = bits  # type: ignore[assignment]  # numpy types it as a private TypedDict
         self._buffer = buffer
 
     def __repr__(self) -> str:

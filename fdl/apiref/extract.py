@@ -44,6 +44,7 @@ def extract(source: PackageSource) -> ApiReference:
     loader = griffe.GriffeLoader(search_paths=[str(source.root)])
     root = loader.load(source.name, try_relative_path=False)
     loader.resolve_aliases(implicit=False, external=False)
+    assert isinstance(root, griffe.Module)  # loading a package by name gives its module
     return _Extractor(source, root).run()
 
 
@@ -81,8 +82,8 @@ class _Extractor:
                     if name not in listed:
                         names.append(name)
                     hidden = _shadowing_import(module, name) is not None
-                    public = exported and name in listed and not hidden
-                    queue.append((sub, f"{public_path}.{name}", public))
+                    shown = exported and name in listed and not hidden
+                    queue.append((sub, f"{public_path}.{name}", shown))
             self.modules[public_path] = ModuleInfo(
                 path=public_path,
                 file=self._relfile(module),

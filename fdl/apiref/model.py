@@ -168,7 +168,7 @@ def compute_api_hash(entries: list[ApiEntry], modules: list[ModuleInfo]) -> str:
     Prose (docstrings, examples) and locations (file, line) are left out, so moving code or
     rewording a docstring does not change it; renaming a parameter does.
     """
-    surface = [
+    surface: list[Any] = [
         [
             e.path,
             e.kind,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -43,7 +43,7 @@ def register(app: typer.Typer, make_group) -> None:
             found = fl.checkpoint_info(path)
         except fl.CheckpointError as exc:
             raise FdlError(str(exc), "the file is damaged or is not a .fdl checkpoint") from exc
-        entries = [
+        entries: list[dict[str, Any]] = [
             {
                 "name": e.name,
                 "shape": list(e.shape),

@@ -84,11 +84,12 @@ def download_variant(
     if version:
         release = table.release(version)
     else:  # the newest release that has this build
-        release = next((r for r in table.releases if r.build(tag)), None)
-        if release is None:
+        newest = next((r for r in table.releases if r.build(tag)), None)
+        if newest is None:
             raise FdlUsageError(
                 f"no torch release in the table has a '{tag}' build", "try --cuda 12.6 or --cpu"
             )
+        release = newest
     build = release.build(tag)
     if build is None:
         tags = ", ".join(b.tag for b in release.builds)

@@ -132,7 +132,7 @@ def register(app: typer.Typer, make_group) -> None:
             installer=installer,
         )
         ran: list[str] = []
-        if same and not force:
+        if installed is not None and same and not force:
             console.info(
                 f"torch {installed.version} is already installed here (--force reinstalls)"
             )

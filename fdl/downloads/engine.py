@@ -189,6 +189,7 @@ def _progress(
         DownloadColumn,
         FileSizeColumn,
         Progress,
+        ProgressColumn,
         SpinnerColumn,
         TextColumn,
         TimeElapsedColumn,
@@ -196,6 +197,7 @@ def _progress(
         TransferSpeedColumn,
     )
 
+    columns: tuple[ProgressColumn, ...]
     if total:
         columns = (
             TextColumn("{task.description}"),
@@ -500,13 +502,13 @@ def _body(resp: Any) -> Iterator[bytes]:
     drop, a stall or Ctrl-C is written. Straight from http.client (``read1``) when the body is not
     content-encoded — urllib3's own chunking costs ~40% of loopback throughput — else decoded by
     urllib3."""
-    fp = getattr(resp.raw, "_fp", None)
-    if _encoded(resp) or not callable(getattr(fp, "read1", None)):
+    read1 = getattr(getattr(resp.raw, "_fp", None), "read1", None)
+    if _encoded(resp) or not callable(read1):
         yield from resp.iter_content(CHUNK)
         return
     while True:
         try:
-            chunk = fp.read1(CHUNK)
+            chunk = read1(CHUNK)
         except TimeoutError as err:
             raise _Stalled(f"no data for the read timeout: {_short(err)}") from err
         except (OSError, HTTPException) as err:

@@ -214,7 +214,10 @@ def probe_nvidia() -> NvidiaReport:
     else:
         report.problems.append("nvidia-smi not found (no NVIDIA driver, or not on PATH)")
 
-    nvml_gpus, nvml_driver, nvml_cuda, nvml_problem = ([], None, None, None)
+    nvml_gpus: list[Gpu] = []
+    nvml_driver: str | None = None
+    nvml_cuda: str | None = None
+    nvml_problem: str | None = None
     if not report.gpus or any(g.cc is None for g in report.gpus):
         nvml_gpus, nvml_driver, nvml_cuda, nvml_problem = _nvml()
         if not report.gpus and nvml_gpus:

@@ -58,7 +58,7 @@ def probe_python() -> PythonEnv:
 
 def _version_py_cuda(dist: metadata.Distribution) -> str | None:
     try:
-        text = open(dist.locate_file("torch/version.py"), encoding="utf-8").read()  # noqa: SIM115
+        text = open(str(dist.locate_file("torch/version.py")), encoding="utf-8").read()  # noqa: SIM115
     except OSError:
         return None
     match = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -71,7 +72,7 @@ def _os_name(family: str) -> str | None:
     return platform.system() or None
 
 
-def detect_wsl(kernel_release: str, environ: dict[str, str] | None = None) -> str | None:
+def detect_wsl(kernel_release: str, environ: Mapping[str, str] | None = None) -> str | None:
     """``"wsl2"``, ``"wsl1"`` or ``None``: the kernel release says (case-insensitively)."""
     environ = os.environ if environ is None else environ
     release = kernel_release.lower()

@@ -33,8 +33,8 @@ def run_tool(argv: list[str], timeout: float = 10.0) -> ToolResult:
         )
     except subprocess.TimeoutExpired:
         return ToolResult(False, reason=f"{argv[0]} did not answer within {timeout:g}s")
-    except OSError as err:
-        return ToolResult(False, reason=f"{argv[0]} could not run: {err.strerror or err}")
+    except OSError as exc:
+        return ToolResult(False, reason=f"{argv[0]} could not run: {exc.strerror or exc}")
     out, err = proc.stdout[:1_000_000], proc.stderr[:100_000]
     if proc.returncode != 0:
         first = (out.strip() or err.strip()).splitlines()[:1]

@@ -62,7 +62,7 @@ class LibtorchHome:
         return variant
 
     def variants(self) -> list[str]:
-        found = []
+        found: list[str] = []
         for kind in KINDS:
             base = self.path / kind
             if base.is_dir():

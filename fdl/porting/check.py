@@ -221,7 +221,7 @@ def _render_failure(report: CheckReport, smoke: SmokeResult) -> list[str]:
     where = smoke.location or (exc["frames"][-1] if exc["frames"] else None)
     place = f"{where['file']}:{where['line']}" if where else report.script
     if smoke.location:
-        place = f"{report.script}:{where['line']}"
+        place = f"{report.script}:{smoke.location['line']}"
     lines = [f"{place}: error[smoke-failed]: {exc['type']}: {exc['message']}"]
     lines += [f"  note: {note}" for note in exc["notes"]]
     if where and where.get("code"):

@@ -351,7 +351,7 @@ class _Checker(ast.NodeVisitor):
             self.returning[-1].append(self.resolve(node.value) if node.value else None)
         self.generic_visit(node)
 
-    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
         self._with_scope(node, [a.arg for a in node.args.args])
@@ -435,7 +435,7 @@ class _Checker(ast.NodeVisitor):
         for statement in [*node.body, *node.orelse]:
             self.visit(statement)
 
-    visit_AsyncFor = visit_For  # type: ignore[assignment]
+    visit_AsyncFor = visit_For
 
     def _element(self, iterable: ast.expr) -> _Sym | None:
         """What iterating ``iterable`` yields, when it is a flodl iterable."""
@@ -652,7 +652,11 @@ class _Checker(ast.NodeVisitor):
     # -- findings ---------------------------------------------------------------------------
     def _add(self, node: ast.AST, finding_args: dict[str, Any]) -> None:
         line, col = getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1
-        if isinstance(node, ast.Attribute) and getattr(node, "end_lineno", None):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.end_lineno is not None
+            and node.end_col_offset is not None
+        ):
             # point at the attribute name itself, not the start of the chain
             line, col = node.end_lineno, node.end_col_offset - len(node.attr) + 1
         finding = Finding(self.filename, line, col, **finding_args)

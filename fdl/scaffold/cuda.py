@@ -88,7 +88,8 @@ def _newest_with(releases: list[Release], tag: str) -> Release:
 
 def _default(newest: Release, why: str) -> CudaChoice:
     cuda = [b for b in newest.builds if b.is_cuda]
-    tag = newest.pypi_default if newest.build(newest.pypi_default or "") else cuda[-1].tag
+    default = newest.pypi_default
+    tag = default if default and newest.build(default) else cuda[-1].tag
     return CudaChoice(
         tag,
         newest.torch,

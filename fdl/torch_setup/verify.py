@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fdl.variants.archs import coverage, parse_cc
+from fdl.variants.archs import ComputeCapability, coverage, parse_cc
 
 if TYPE_CHECKING:
     from fdl.variants import Plan
@@ -99,8 +99,9 @@ def scope_for(plan: Plan, gpus: Sequence[Any] = ()) -> VerifyScope:
     return VerifyScope(len(works), visible, tuple(notes))
 
 
-def _arch_list(arch_list: list[str]) -> tuple[list, list]:
-    sass, ptx = [], []
+def _arch_list(arch_list: list[str]) -> tuple[list[ComputeCapability], list[ComputeCapability]]:
+    sass: list[ComputeCapability] = []
+    ptx: list[ComputeCapability] = []
     for item in arch_list:
         try:
             (ptx if item.startswith("compute_") else sass).append(parse_cc(item))

@@ -317,8 +317,8 @@ def resolve(
             if release is pinned:
                 continue
             if any(c.fits_all for c in _consider(release, target, table)):
-                fit = max(_consider(release, target, table), key=Candidate.rank)
-                pinned_alt = f"torch {release.torch} + {fit.build.tag} fits every GPU"
+                best = max(_consider(release, target, table), key=Candidate.rank)
+                pinned_alt = f"torch {release.torch} + {best.build.tag} fits every GPU"
                 break
         else:
             pinned_alt = None
@@ -440,11 +440,11 @@ def _note_unknowns(plan: Plan, target: Target) -> None:
 
 
 def _python_error(release: Release, python: str):
-    from fdl.errors import FdlError
+    from fdl.errors import ExitCode, FdlError
 
     lo, hi = release.python
     return FdlError(
         f"torch {release.torch} has no wheels for Python {python} (supports {lo}–{hi})",
         "use a supported Python, or pin another torch with --torch",
-        3,
+        ExitCode.UNAVAILABLE,
     )

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fdl.errors import FdlError, FdlUsageError
+from fdl.errors import ExitCode, FdlError, FdlUsageError
 from fdl.variants.archs import ComputeCapability, format_cc, parse_cc
 
 MIRROR_ENV = "FDL_TORCH_MIRROR"
@@ -125,7 +125,7 @@ class VariantTable:
             raise FdlError(
                 f"no pre-built libtorch for {platform}",
                 f"pre-built archives exist for {supported}; build from source otherwise",
-                3,
+                ExitCode.UNAVAILABLE,
             )
         if platform.startswith("macos") and tag != "cpu":
             raise FdlUsageError("libtorch for macOS is CPU-only", "use --cpu")

@@ -1,6 +1,6 @@
 """The safe ``.fdl`` checkpoint format: no pickle, bounded parsing, atomic writes, partial loads.
 
-Contract: DESIGN.md §3.3; format spec and examples: docs/checkpoints.md. Names listed in
+Format spec and examples: docs/checkpoints.md. Names listed in
 ``__all__`` are re-exported as ``flodl.<name>``. ``flodl.checkpoint.methods.CheckpointMethods``
 is the mixin that gives ``fl.Graph`` its checkpoint methods. Background saves:
 ``fl.checkpoint.CpuWorker``, ``fl.checkpoint.ModelSnapshot`` and ``fl.checkpoint.flush()``.

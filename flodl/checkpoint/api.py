@@ -235,7 +235,7 @@ def check_compression(
                 "gunzips only files whose name ends in .gz — save to a path ending in .gz"
             )
         return compress
-    name = os.fspath(dest)  # type: ignore[arg-type]
+    name = os.fspath(dest)
     gz_name = name.endswith(".gz")
     if compress is None or compress == gz_name:
         return compress

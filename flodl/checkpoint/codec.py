@@ -363,7 +363,7 @@ def prepare(named: list[tuple[str, torch.Tensor]]) -> list[Prepared]:
 
 
 def _bytes_view(tensor: torch.Tensor) -> memoryview:
-    return memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
+    return tensor.reshape(-1).view(torch.uint8).numpy().data
 
 
 def encode(f: BinaryIO, entries: list[Prepared], structural_hash: bytes, *, checksum: bool) -> None:

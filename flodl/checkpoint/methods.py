@@ -79,7 +79,7 @@ class CheckpointMethods:
                 background=background,
             )
         if self.source_config is not None and is_path(path):
-            write_source_config(path, self.source_config)  # type: ignore[arg-type]
+            write_source_config(path, self.source_config)
 
     # ------------------------------------------------------------------ source config sidecar
     @property

@@ -51,7 +51,7 @@ class MigrateReport:
 def _same_file(src: Source, dst: Destination) -> bool:
     if not (is_path(src) and is_path(dst)):
         return src is dst
-    a, b = Path(src), Path(dst)  # type: ignore[arg-type]
+    a, b = Path(src), Path(dst)
     if a.resolve() == b.resolve():
         return True
     try:

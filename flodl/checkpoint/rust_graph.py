@@ -186,7 +186,7 @@ def _check(graph: Any) -> list[tuple[Any, str, str | None]]:
     """(node, Rust node id, Rust module name or None) per node, in creation order."""
     from flodl.graph.graph import Graph
 
-    out = []
+    out: list[tuple[Any, str, str | None]] = []
     for expected, node in enumerate(graph.nodes, start=1):
         counter = node.id.rsplit("_", 1)[-1]
         if counter != str(expected):

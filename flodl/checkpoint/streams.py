@@ -21,7 +21,7 @@ import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeGuard
 
 import torch
 
@@ -38,13 +38,13 @@ WRITEBACK_BYTES = 32 * 1024 * 1024  # start writing back to disk after this many
 _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
-def is_path(obj: object) -> bool:
+def is_path(obj: object) -> TypeGuard[str | os.PathLike[str]]:
     return isinstance(obj, str | os.PathLike)
 
 
 def describe(obj: object) -> str:
     if is_path(obj):
-        return os.fspath(obj)  # type: ignore[arg-type]
+        return os.fspath(obj)
     name = getattr(obj, "name", None)
     return name if isinstance(name, str) else "<stream>"
 
@@ -59,7 +59,7 @@ class _Prefixed(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")
         if self._prefix:
             n = min(len(view), len(self._prefix))
@@ -147,12 +147,12 @@ class Reader:
         start = self.pos
         if self.size is not None or n <= CHUNK_BYTES:
             out = torch.empty(n, dtype=torch.uint8)
-            self._fill(memoryview(out.numpy()), hasher, n, what, start)
+            self._fill(out.numpy().data, hasher, n, what, start)
             return out
         chunks = []
         while self.pos - start < n:
             chunk = torch.empty(min(n - (self.pos - start), CHUNK_BYTES), dtype=torch.uint8)
-            self._fill(memoryview(chunk.numpy()), hasher, n, what, start)
+            self._fill(chunk.numpy().data, hasher, n, what, start)
             chunks.append(chunk)
         return torch.cat(chunks)
 
@@ -183,7 +183,7 @@ class Reader:
         start = self.pos
         if self._scratch is None:
             self._scratch = torch.empty(min(max(n, 1), CHUNK_BYTES), dtype=torch.uint8)
-        view = memoryview(self._scratch.numpy())
+        view = self._scratch.numpy().data
         left = n
         while left:
             part = view[: min(left, len(view))]
@@ -267,7 +267,7 @@ def open_source(src: Source, *, mapped: bool = False) -> Iterator[Reader]:
     with contextlib.ExitStack() as stack:
         if is_path(src):
             try:
-                f: BinaryIO = stack.enter_context(open(src, "rb"))  # type: ignore[arg-type]
+                f: BinaryIO = stack.enter_context(open(src, "rb"))
             except OSError as exc:
                 raise CheckpointError(
                     f"cannot open checkpoint: {exc.strerror or exc}", source=name
@@ -289,7 +289,7 @@ def open_source(src: Source, *, mapped: bool = False) -> Iterator[Reader]:
                 f.seek(start)
             else:
                 head = f.read(2)
-                f = io.BufferedReader(_Prefixed(head, f))  # type: ignore[assignment,arg-type]
+                f = io.BufferedReader(_Prefixed(head, f))
         else:
             raise CheckpointError(
                 f"cannot read a checkpoint from {type(src).__name__} "
@@ -370,7 +370,7 @@ def open_destination(
     ``compress=None`` means gzip when the path ends in ``.gz`` (never for file objects).
     """
     if is_path(dest):
-        path = Path(dest)  # type: ignore[arg-type]
+        path = Path(dest)
         gz = path.name.endswith(".gz") if compress is None else compress
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:

@@ -64,7 +64,9 @@ def _rng_state() -> dict[str, Any]:
     try:
         import numpy as np
 
-        name, keys, pos, has_gauss, gauss = np.random.get_state()  # type: ignore[misc]
+        legacy = np.random.get_state(legacy=True)
+        assert isinstance(legacy, tuple)  # the MT19937 tuple form, as legacy=True asks
+        name, keys, pos, has_gauss, gauss = legacy
         state["numpy"] = (name, torch.from_numpy(keys.astype("int64")), pos, has_gauss, gauss)
     except ImportError:  # numpy is a dependency, but the RNG state is optional
         pass

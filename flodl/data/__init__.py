@@ -7,7 +7,7 @@
     for batch in loader.epoch(epoch):
         x, y = batch["image"], batch["label"]
 
-Contract: DESIGN.md §3.5; guide: docs/data-loading.md.
+Guide: docs/data-loading.md.
 """
 
 from flodl.data import datasets

@@ -48,7 +48,7 @@ class Batch(Sequence[torch.Tensor]):
         batch._names = names
         return batch
 
-    def __getitem__(self, key):  # type: ignore[override]
+    def __getitem__(self, key):
         if isinstance(key, str):
             try:
                 return self._tensors[self._index[key]]

@@ -6,6 +6,7 @@ import contextlib
 import queue
 import threading
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 
@@ -200,7 +201,7 @@ class StreamingEpoch(EpochIterator):
             self.close()
             raise StopIteration
         self._position += 1
-        tensors, event = item  # type: ignore[misc]
+        tensors, event = cast("tuple[tuple[torch.Tensor, ...], torch.cuda.Event | None]", item)
         if event is not None:
             current = torch.cuda.current_stream(self._device)
             current.wait_event(event)

@@ -15,7 +15,9 @@ from typing import Protocol
 import psutil
 import torch
 
-#: Fraction of total device memory the resident check allows the dataset to fill (the original's).
+#: Fraction of total device memory the resident check allows the dataset to fill: 90% leaves
+#: room for activations and the allocator's cache (the Rust original's value, kept so a dataset
+#: resident there stays resident here).
 RESIDENT_FRACTION = 0.90
 #: Fraction of *available* host RAM a dataset may take to be kept resident on the CPU. Reading a
 #: map-style dataset into memory holds every sample and then their stacked copy at once, so the

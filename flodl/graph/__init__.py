@@ -1,6 +1,6 @@
 """Declarative graphs: FlowBuilder, Graph, merge ops and the errors of the graph layer.
 
-Contract: DESIGN.md §3.1. Everything in ``__all__`` is re-exported as ``flodl.<name>``.
+Guide: docs/graph-builder.md. Everything in ``__all__`` is re-exported as ``flodl.<name>``.
 """
 
 from flodl.graph.builder import FlowBuilder, LoopBuilder, MapBuilder

@@ -277,8 +277,9 @@ class FlowBuilder:
         self._failed_split = True
         if prev is None or not self._check_count("split", len(branches), "branches", site):
             return self
-        modules = [self._coerce(b, "split", site) for b in branches]
-        if any(m is None for m in modules):
+        coerced = [self._coerce(b, "split", site) for b in branches]
+        modules = [m for m in coerced if m is not None]
+        if len(modules) != len(coerced):
             return self
         self._failed_split = False
         ids = [
@@ -473,7 +474,7 @@ class FlowBuilder:
         ``forward_named(x, refs)`` receives a dict instead.
         """
         site = callsite.capture()
-        wanted = [(_text(tag), None) for tag in tags]
+        wanted: list[tuple[str, str | None]] = [(_text(tag), None) for tag in tags]
         wanted += [(_text(tag), kw) for kw, tag in kw_tags.items()]
         if not wanted:
             return self
@@ -564,8 +565,9 @@ class FlowBuilder:
         if prev is None or not self._check_count(method, len(steps), what, site):
             return self
         router_m = self._coerce(router, method, site)
-        modules = [self._coerce(s, method, site) for s in steps]
-        if router_m is None or any(m is None for m in modules):
+        coerced = [self._coerce(s, method, site) for s in steps]
+        modules = [m for m in coerced if m is not None]
+        if router_m is None or len(modules) != len(coerced):
             return self
         node = self._add_node(method, method, method, site, [prev], options={"n": len(modules)})
         composite = Gate(router_m, modules) if method == "gate" else Switch(router_m, modules)
@@ -606,7 +608,7 @@ class FlowBuilder:
                     else "map.over reads a tag defined earlier in the chain (a backward ref)",
                 )
             source = self._tags[tag]
-        if prev is None or body_m is None:
+        if prev is None or source is None or body_m is None:
             return self
         opts = {"mode": mode, "batched": batched, "n": n, "over": tag or None}
         node = self._add_node("map", "map", method, site, [source], options=opts)
@@ -903,8 +905,11 @@ def _missing_inputs(graph: Graph, refs: list[Ref]) -> list[str]:
     return [name for name in aux if name not in given and name not in optional]
 
 
-def _receivers(node: Node, module: nn.Module) -> list[tuple[str, nn.Module, list[Ref]]]:
-    """(role, module, refs it receives) for each module a node calls directly."""
+def _receivers(node: Node, module: Any) -> list[tuple[str, nn.Module, list[Ref]]]:
+    """(role, module, refs it receives) for each module a node calls directly.
+
+    ``module`` is the node's module, whose type follows ``node.kind`` (a Gate for "gate"...).
+    """
     refs = node.refs
     if node.kind == "loop":
         cond = getattr(module, "cond", None)
@@ -912,10 +917,14 @@ def _receivers(node: Node, module: nn.Module) -> list[tuple[str, nn.Module, list
             [("halting condition", cond, [])] if cond else []
         )
     if node.kind == "gate":
-        experts = [(f"expert {i}", e, []) for i, e in enumerate(module.experts)]
+        experts: list[tuple[str, nn.Module, list[Ref]]] = [
+            (f"expert {i}", e, []) for i, e in enumerate(module.experts)
+        ]
         return [("router", module.router, refs), *experts]
     if node.kind == "switch":
-        branches = [(f"branch {i}", b, []) for i, b in enumerate(module.branches)]
+        branches: list[tuple[str, nn.Module, list[Ref]]] = [
+            (f"branch {i}", b, []) for i, b in enumerate(module.branches)
+        ]
         return [("selector", module.selector, refs), *branches]
     if node.kind == "map":
         return [("map body", module.body, [])]
@@ -943,9 +952,9 @@ def _ref_call_problem(module: nn.Module, refs: list[Ref]) -> str | None:
     except (TypeError, ValueError):
         return None
     positional = [object() for r in refs if r.keyword is None]
-    keywords = {r.keyword: object() for r in refs if r.keyword is not None}
+    named = {r.keyword: object() for r in refs if r.keyword is not None}
     try:
-        signature.bind(object(), *positional, **keywords)
+        signature.bind(object(), *positional, **named)
     except TypeError as exc:
         return f"does not accept them ({exc}; forward{signature})"
     return None

@@ -6,6 +6,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
@@ -33,7 +34,7 @@ def _short(filename: str) -> str:
 
 def capture() -> CallSite | None:
     """The caller's location, skipping frames that belong to the graph package itself."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_PACKAGE_DIR):

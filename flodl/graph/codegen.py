@@ -168,8 +168,9 @@ def generate(
         if timed:
             w.emit("_t = _now()", 2)
         primary = var[node.inputs[0]] if node.inputs else "input"
-        module = modules.get(node.id)
-        own = f"_m[{literal(node.attr)}]" if node.attr else None
+        # the module's type follows node.kind (a Loop for "loop", a Gate for "gate"...)
+        module: Any = modules.get(node.id)
+        own = f"_m[{literal(node.attr)}]" if node.attr else ""  # only kinds with a module use it
         if node.kind in ("identity", "input"):  # the value is an argument of forward
             var[node.id] = "input" if node.kind == "identity" else node.options["name"]
         else:

@@ -235,6 +235,8 @@ class Gate(_Routed):
 
     node_name = "gate"
     roles = ("router", "experts")
+    router: nn.Module
+    experts: nn.ModuleList
 
     def __init__(self, router: nn.Module, experts: list[nn.Module]) -> None:
         super().__init__(router, experts)
@@ -260,6 +262,8 @@ class Switch(_Routed):
 
     node_name = "switch"
     roles = ("selector", "branches")
+    selector: nn.Module
+    branches: nn.ModuleList
 
     def __init__(self, selector: nn.Module, branches: list[nn.Module]) -> None:
         super().__init__(selector, branches)

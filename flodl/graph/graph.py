@@ -210,7 +210,24 @@ class Graph(
     v_linear_1 = _m['hidden'](input)
     """
 
+    # Instance attributes, declared so a type checker does not read them through
+    # nn.Module.__getattr__ (which types every unknown attribute as Tensor | Module).
+    _label: str | None
     _nodes: tuple[Node, ...]
+    _output: str
+    _tags: dict[str, str]
+    _inputs: tuple[str, ...]
+    _tag_groups: dict[str, list[str]]
+    _internal: frozenset[str]
+    _composed: bool
+    _step_count: int
+    _epoch_count: int
+    _tagged: dict[str, Any]
+    _state: dict[str, torch.Tensor | None]
+    _hash: str
+    _code: str
+    _line_nodes: dict[int, tuple[str, str]]
+    _forward_fn: Callable[..., Any]
 
     def __init__(self) -> None:
         raise TypeError("build a Graph with flodl.FlowBuilder(...)...build()")
@@ -245,11 +262,11 @@ class Graph(
         self._composed = False
         self._step_count = 0
         self._epoch_count = 0
-        self._tagged: dict[str, Any] = {}
+        self._tagged = {}
         self._metrics = Metrics()
         self._profiling = False
         self._last_profile = None
-        self._state: dict[str, torch.Tensor | None] = {
+        self._state = {
             leaf.tag: None
             for node in nodes
             for ref in node.refs
@@ -302,7 +319,7 @@ class Graph(
 
     def _install(self) -> None:
         """Generate, compile and bind ``forward`` (also after unpickling or deepcopy)."""
-        modules = {node.id: self.module_of(node.id) for node in self._nodes}
+        modules = {n.id: m for n in self._nodes if (m := self.module_of(n.id)) is not None}
         generated = generate(
             list(self._nodes),
             modules,
@@ -482,8 +499,9 @@ class Graph(
         for graph in self._graphs():
             graph._state = dict.fromkeys(graph._state)
         for module in self.modules():
-            if not isinstance(module, Graph) and callable(getattr(module, "reset_state", None)):
-                module.reset_state()
+            reset = getattr(module, "reset_state", None)
+            if not isinstance(module, Graph) and callable(reset):
+                reset()
 
     def _needs_reset(self) -> bool:
         """Whether :meth:`reset_state` would change anything (a loop skips it otherwise)."""
@@ -505,8 +523,9 @@ class Graph(
                 for k, v in graph._tagged.items()
             }
         for module in self.modules():
-            if not isinstance(module, Graph) and callable(getattr(module, "detach_state", None)):
-                module.detach_state()
+            detach = getattr(module, "detach_state", None)
+            if not isinstance(module, Graph) and callable(detach):
+                detach()
 
     def end_step(self) -> None:
         """Close a training step: ``detach_state()`` (the truncated-BPTT boundary) and count it;

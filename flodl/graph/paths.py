@@ -55,7 +55,7 @@ class PathError(FlodlError, KeyError):
     def __str__(self) -> str:
         return str(self.args[0])
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self):
         return _rebuild, (type(self), self.args[0], self.path)
 
 

@@ -51,7 +51,7 @@ class TimingMethods:
     """``collect_timings``, ``flush_timings``, ``timing_trend(s)`` and the trend files."""
 
     def _timing(self) -> Metrics:
-        return self.__dict__.setdefault("_timing_metrics", Metrics())  # type: ignore[no-any-return]
+        return self.__dict__.setdefault("_timing_metrics", Metrics())
 
     def collect_timings(self, *tags: str) -> dict[str, float]:
         """Buffer the last profiled forward's time (seconds) of ``tags`` — every tagged node of

@@ -35,7 +35,9 @@ class TrainingSession(Protocol):
     is_distributed: bool
     device: torch.device
     optimizer: torch.optim.Optimizer | None
-    el_che: Any
+
+    @property
+    def el_che(self) -> Any: ...
 
     def step(self, graph: nn.Module) -> None: ...
     def set_scheduler(self, scheduler: Any, lr_scale: float | None) -> None: ...

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -250,7 +251,7 @@ def run_dot(source: str, fmt: str = "svg") -> str:
     return done.stdout
 
 
-def _write(path: str | Path | None, text: str) -> None:
+def _write(path: str | os.PathLike[str] | None, text: str) -> None:
     if path is not None:
         target = Path(path)
         tmp = target.with_name(target.name + ".tmp")

@@ -277,6 +277,7 @@ def _span_head(dropout_key: str | None = None) -> Callable[[Config, nn.Module], 
 def _mlm_head(act: Callable[[Config], str], out_dim: Callable[[Config], int]):
     def head(cfg: Config, emb: nn.Module) -> FlowBuilder:
         word = emb.word_embeddings
+        assert isinstance(word, nn.Embedding)  # the decoder shares the embedding's weights
         return (
             FlowBuilder(L.Transform(cfg.dim, out_dim(cfg), act(cfg), cfg.eps))
             .tag("transform")
@@ -412,10 +413,12 @@ def _distil_seqcls(cfg: Config, emb: nn.Module) -> FlowBuilder:
 
 
 def _distil_mlm(cfg: Config, emb: nn.Module) -> FlowBuilder:
+    word = emb.word_embeddings
+    assert isinstance(word, nn.Embedding)  # the decoder shares the embedding's weights
     return (
         FlowBuilder(L.Transform(cfg.dim, cfg.dim, cfg.act, 1e-12))
         .tag("transform")
-        .through(L.TiedDecoder(emb.word_embeddings))
+        .through(L.TiedDecoder(word))
         .tag("decoder")
     )
 

@@ -90,6 +90,9 @@ class Embeddings(nn.Module):
     ``padding_idx + 1``, and padding tokens take ``padding_idx``; ``None`` counts from 0.
     """
 
+    word_embeddings: nn.Embedding
+    token_type_embeddings: nn.Embedding | None
+
     def __init__(
         self,
         vocab_size: int,

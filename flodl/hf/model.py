@@ -177,7 +177,7 @@ class HfModel(Graph):
         return self.family.config(self.config).id2label
 
     # ------------------------------------------------------------------ running
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
@@ -333,6 +333,7 @@ class MaskedLMMixin:
         if mask is None:
             raise TokenizerError("the tokenizer has no mask token ([MASK] or <mask>)")
         mask_id = tok.token_to_id(mask)
+        assert mask_id is not None  # found among the candidates above
         enc = tok.encode([text])
         where = (enc.input_ids[0] == mask_id).nonzero().flatten()
         if len(where) == 0:

@@ -1,6 +1,6 @@
 """The training monitor: one line per epoch, resources, a live dashboard, archives.
 
-Contract: DESIGN.md §3.4; guide: docs/monitor.md. ``Monitor`` and its errors are re-exported at
+Guide: docs/monitor.md. ``Monitor`` and its errors are re-exported at
 the top level (``fl.Monitor``); the helpers stay here (``fl.monitor.format_eta``, ...).
 """
 

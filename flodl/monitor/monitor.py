@@ -140,7 +140,7 @@ class Monitor:
     def _stream(self) -> IO[str] | None:
         if self.rank != 0 or self._stream_arg is None or self._stream_arg is False:
             return None
-        return sys.stdout if self._stream_arg is True else self._stream_arg  # type: ignore[return-value]
+        return sys.stdout if self._stream_arg is True else self._stream_arg
 
     def _color(self, stream: IO[str]) -> bool:
         if self._color_arg is not None:
@@ -471,7 +471,7 @@ class Monitor:
         Then waits for pending background checkpoint saves (``fl.checkpoint.flush()``) and
         raises the first one that failed."""
         first_finish = self._finished_at is None
-        if first_finish:
+        if self._finished_at is None:
             self._finished_at = time.monotonic()
         last = self._records[-1].metrics if self._records else {}
         self._say(finish_line(self._finished_at - self._started, last))

@@ -10,6 +10,7 @@ fields scalars need are encoded here: ``wall_time`` (1, double), ``step`` (2, in
 from __future__ import annotations
 
 import math
+import os
 import socket
 import struct
 import time
@@ -96,7 +97,7 @@ def _record(data: bytes) -> bytes:
 
 
 def write_scalars(
-    logdir: str | Path, steps: Iterable[tuple[int, float, Iterable[tuple[str, float]]]]
+    logdir: str | os.PathLike[str], steps: Iterable[tuple[int, float, Iterable[tuple[str, float]]]]
 ) -> Path:
     """Write ``(step, wall_time, [(tag, value), ...])`` rows to a new event file in ``logdir``."""
     directory = Path(logdir)

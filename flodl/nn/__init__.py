@@ -4,7 +4,7 @@ tensor), ``GaussianBlur`` and ``Fn`` (a callable as a module), plus
 ``flodl.nn.functional`` (``focal_loss``, ...) and ``flodl.nn.init``.
 
 Everything PyTorch already has stays PyTorch (``torch.nn.Linear`` is still ``nn.Linear``).
-Contract: DESIGN.md §3.1.
+Guide: docs/graph-builder.md.
 """
 
 from flodl.nn import functional, init

@@ -58,7 +58,8 @@ def _randn(shape: Shape, device: Device) -> torch.Tensor:
 
 
 def _symmetric(shape: Shape, bound: float, device: Device) -> torch.Tensor:
-    # U(-b, b) as rand * 2b - b, the original's operation order.
+    # U(-b, b) as rand * 2b - b: the Rust original's operation order, so the same seed gives
+    # bit-identical weights in both ports.
     return _rand(shape, device).mul(2.0 * bound).add(-bound)
 
 
@@ -137,7 +138,8 @@ def trunc_normal(
 
 
 def _sequential_sum(values: np.ndarray) -> float:
-    # Left-to-right accumulation, like the original's `dot += x * y` (numpy's sum is pairwise).
+    # Left-to-right accumulation (numpy's sum is pairwise): the Rust original's `dot += x * y`,
+    # kept so orthogonal() rounds exactly as it does there.
     return float(np.cumsum(values)[-1]) if values.size else 0.0
 
 

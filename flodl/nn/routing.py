@@ -7,11 +7,15 @@ whole batch goes to one branch).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
 
-def _sum_refs(x: torch.Tensor, refs: dict[str, torch.Tensor | list[torch.Tensor]]) -> torch.Tensor:
+def _sum_refs(
+    x: torch.Tensor, refs: Mapping[str, torch.Tensor | list[torch.Tensor]]
+) -> torch.Tensor:
     """``x + Σ refs``; a tag group's list of values counts each member."""
     for ref in refs.values():
         for value in ref if isinstance(ref, list | tuple) else (ref,):

@@ -1,7 +1,7 @@
 """Training utilities: learning-rate schedulers as pure calculators, optimizer helpers, clipping.
 
-Contract: DESIGN.md §3.2; formulas: the Rust original's (docs/training.md lists every difference
-from ``torch.optim.lr_scheduler``). ``fl.optim`` is a namespace: use ``fl.optim.CosineScheduler``,
+The scheduler formulas are the Rust original's, so a run ported from it follows the same
+learning-rate curve (docs/training.md lists every difference from ``torch.optim.lr_scheduler``). ``fl.optim`` is a namespace: use ``fl.optim.CosineScheduler``,
 ``fl.optim.apply(sched, opt, step)``, ``fl.optim.Adam(...)``.
 """
 

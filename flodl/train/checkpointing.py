@@ -39,8 +39,8 @@ class SaveFdl:
         dest.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(model, CheckpointMethods):
             model.save_checkpoint(dest, background=self.background)
-        elif hasattr(model, "save_checkpoint"):
-            model.save_checkpoint(dest)
+        elif callable(save := getattr(model, "save_checkpoint", None)):
+            save(dest)
         else:
             params, buffers = list(model.named_parameters()), list(model.named_buffers())
             save_checkpoint(dest, params, buffers, background=self.background)

@@ -329,7 +329,7 @@ class CoordinatorThread(threading.Thread):
         except BaseException:
             errors.append((0, "coordinator failed:\n" + traceback.format_exc()))
             state = None
-        self.channel.store.set(FINAL_KEY, pickle.dumps((state, errors)))
+        self.channel.store.set(FINAL_KEY, pickle.dumps((state, errors)))  # type: ignore[arg-type]  # torch's stub says str; the store takes bytes
         self.channel.close()
 
     def _deaths(self, exited: set[int]) -> list[tuple[int, str]]:

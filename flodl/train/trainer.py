@@ -85,7 +85,7 @@ class TrainingHandle:
 
     def poll_metrics(self) -> list[EpochMetrics]:
         """Every epoch aggregated since the last call, without blocking."""
-        out = []
+        out: list[EpochMetrics] = []
         while True:
             try:
                 item = self._queue.get_nowait()

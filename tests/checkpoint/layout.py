@@ -1,7 +1,8 @@
 """An independent writer of the Rust original's byte layout, and small models for the tests.
 
-``original_bytes`` follows the spec (reference §2.1) directly with ``struct``, sharing no code
-with flodl, so the fixture files it produced pin the format from outside.
+``original_bytes`` writes the original's byte layout (described under "The .fdl format" in
+docs/checkpoints.md) directly with ``struct``, sharing no code with flodl, so the fixture files
+it produced pin the format from outside.
 """
 
 from __future__ import annotations

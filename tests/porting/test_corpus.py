@@ -138,4 +138,4 @@ def test_runtime_shape_error_is_reported_with_its_line(run_fdl, tmp_path):
     assert result.returncode == 1
     assert "shape_error.py:11: error[smoke-failed]: RuntimeError: " in result.stdout
     assert "mat1 and mat2 shapes cannot be multiplied" in result.stdout
-    assert "\n  note: " in result.stdout  # the graph names the node that raised (DESIGN §3.1)
+    assert "\n  note: " in result.stdout  # the graph names the node that raised
