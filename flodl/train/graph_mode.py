@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero
+from flodl.train.config import TIMEOUT, number
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_cadence import Cadence, DdpConfig, devices_differ
 from flodl.train.launch import under_launcher
@@ -36,7 +37,7 @@ def setup(
     *,
     scheduler: Any = None,
     lr_scale: float = 1.0,
-    timeout: float = 60.0,
+    timeout: float = TIMEOUT,
     config: DdpConfig | None = None,
 ) -> GraphSession:
     """See :meth:`flodl.Trainer.setup`."""
@@ -60,8 +61,7 @@ def setup(
             "Trainer.setup: optim_factory must be callable (params -> optimizer) or None, got "
             f"{type(optim_factory).__name__}"
         )
-    if timeout <= 0:
-        raise TrainerConfigError(f"Trainer.setup: timeout must be > 0 seconds, got {timeout}")
+    timeout = number("timeout", timeout, above=0.0)
     if config is not None and not isinstance(config, DdpConfig):
         raise TrainerConfigError(
             f"Trainer.setup: config must be an fl.DdpConfig, got {type(config).__name__}"

@@ -236,10 +236,10 @@ def test_epoch_without_a_loader_and_wrong_loaders_are_clear_errors():
     ("kwargs", "message"),
     [
         ({"max_anchor": -1}, "max_anchor must be an integer >= 0"),
-        ({"overhead_target": 0}, "overhead_target must be a number > 0"),
+        ({"overhead_target": 0}, "overhead_target must be a finite number > 0"),
         ({"max_grad_norm": float("nan")}, "max_grad_norm must be a finite number > 0"),
         ({"speed_hint": 2.0}, r"speed_hint must be \(slow_rank, ratio\)"),
-        ({"average": "weights"}, "average must be one of gradients, params"),
+        ({"average": "weights"}, "average must be one of 'params', 'grads'"),
     ],
 )
 def test_ddp_config_rejects_bad_knobs(kwargs, message):
@@ -351,11 +351,12 @@ def test_torchrun_example_with_el_che_gives_the_slow_rank_fewer_batches(repo_roo
         )
     }
     (steps0, fast, start, end, digest0), (steps1, slow, _, _, digest1) = runs["0"], runs["1"]
-    assert steps0 == steps1 < 64 / 2  # one step per window, not per batch
+    # fl.DdpConfig() averages parameters: every batch is a local step, as on one device.
+    assert (steps0, steps1) == (fast, slow)
     assert fast + slow >= 2 * (32 - 1)  # both epochs shared out (32 batches each, bar the last)
     assert fast > 1.5 * slow  # the slow rank did not hold the fast one to lockstep
-    assert end < start  # few, large steps (one per window): it trains, slowly on this tiny set
-    assert digest0 == digest1
+    assert end < start / 4
+    assert digest0 == digest1  # each window ends with the ranks' weighted mean
 
 
 def test_example_runs_on_one_device(repo_root):
