@@ -200,11 +200,18 @@ class CoordinatorGone(TrainingError):
     """Under a launcher: rank 0 (coordinator and control store) stopped answering."""
 
 
+def first_cause(errors: list[tuple[int, str]]) -> tuple[int, str]:
+    """The error that caused the others: a rank whose averaging failed because a peer stopped
+    (``CollectiveFailed``) reports a consequence, whatever order the reports arrived in."""
+    causes = [e for e in errors if "CollectiveFailed" not in e[1]]
+    return (causes or errors)[0]
+
+
 def wait_final(store: dist.TCPStore, timeout: float) -> TrainedState:
     store.wait([FINAL_KEY], timedelta(seconds=timeout + 15))
     state, errors = pickle.loads(store.get(FINAL_KEY))
     if errors:
-        rank, details = errors[0]
+        rank, details = first_cause(errors)
         raise TrainingError(
             f"training failed on rank {rank}", rank=rank, details=details, partial=state
         )
@@ -347,6 +354,13 @@ class CoordinatorThread(threading.Thread):
         deadline = time.monotonic() + self.spec.timeout
         failed = {r for r, _ in errors}
         while len(exited | failed) < self.world and time.monotonic() < deadline:
+            # A rank the supervising process saw die (or stopped for a silent heartbeat) sends
+            # nothing more: take its death report instead of waiting the timeout for it.
+            for rank, error in self._deaths(exited):
+                exited.add(rank)
+                if rank not in failed:
+                    errors.append((rank, error))
+                    failed.add(rank)
             try:
                 msg = self.channel.inbox.get(timeout=0.05)
             except queue.Empty:

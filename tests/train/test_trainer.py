@@ -615,6 +615,23 @@ def test_a_frozen_rank_0_fails_join_naming_it_and_leaves_no_process():
 
 
 @pytest.mark.multiproc
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("policy", [fl.ApplyPolicy.SYNC, fl.ApplyPolicy.CADENCE])
+def test_a_frozen_rank_1_fails_join_with_the_survivors_partial_state(tmp_path, monkeypatch, policy):
+    # SIGSTOP freezes rank 1 (possibly while rank 0 waits for it in a collective): like a killed
+    # rank, the run fails naming it and rank 0's replica comes back on .partial.
+    monkeypatch.setenv(toy.INJECTED_AT, str(tmp_path / "injected"))
+    handle = two_ranks(toy.freezing_rank1_step, timeout=10, policy=policy).run()
+    with pytest.raises(fl.TrainingError, match="rank 1 stopped responding") as info:
+        handle.join()
+    assert seconds_since_injection(tmp_path / "injected") < 30  # heartbeat limit 5 s, not hung
+    assert info.value.rank == 1
+    assert info.value.partial is not None and len(info.value.partial.params) == 2
+    assert all(torch.isfinite(p).all() for p in info.value.partial.params)
+    assert_no_process_left(handle.pids)
+
+
+@pytest.mark.multiproc
 def test_a_monitor_gets_every_ranks_own_resources_and_no_el_che_under_sync():
     monitor = fl.Monitor(2, stream=None, gpu=False)
     try:

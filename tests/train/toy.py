@@ -252,3 +252,12 @@ def logging_group_lrs(epoch: int, worker) -> None:
     lrs = " ".join(repr(float(g["lr"])) for g in worker.optimizer.param_groups)
     with open(os.environ[GROUP_LOG], "a") as f:
         f.write(f"{worker.rank} {epoch} {lrs}\n")
+
+
+def freezing_rank1_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """Rank 1 stops its own process (SIGSTOP) at its 4th batch; rank 0 stays healthy."""
+    ctx = context.current()
+    if ctx.rank == 1 and ctx.local_step == 3:
+        _mark_injection()
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return mse_step(model, batch)
