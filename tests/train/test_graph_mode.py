@@ -354,7 +354,7 @@ def test_torchrun_example_with_el_che_gives_the_slow_rank_fewer_batches(repo_roo
     # fl.DdpConfig() averages parameters: every batch is a local step, as on one device.
     assert (steps0, steps1) == (fast, slow)
     assert fast + slow >= 2 * (32 - 1)  # both epochs shared out (32 batches each, bar the last)
-    assert fast > 1.5 * slow  # the slow rank did not hold the fast one to lockstep
+    assert fast > slow  # lockstep would split evenly (the ratio itself depends on the load)
     assert end < start / 4
     assert digest0 == digest1  # each window ends with the ranks' weighted mean
 
