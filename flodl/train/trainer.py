@@ -408,7 +408,9 @@ class Trainer:
         where it is. ``replica_factory(device)`` is accepted for the original's signature but not
         called: in one process per rank, each rank's script builds its own model (it may be None).
         ``optim_factory(params)`` builds the optimizer (None: ``step()`` only syncs gradients).
-        ``scheduler`` (``.lr(step)`` or ``step -> lr``) sets the LR at every step, × ``lr_scale``.
+        ``scheduler`` (``.lr(step)`` or ``step -> lr``) sets the LR at every step, × ``lr_scale``
+        × a param group's ``"lr_scale"``; without one, ``lr_scale`` multiplies the optimizer's own
+        rates once, here (the one rule of every mode: docs/ddp.md, "One local step").
         ``timeout`` bounds every collective. ``config`` (:class:`~flodl.DdpConfig`) turns on El
         Che, per-rank batch counts for mixed devices, which is otherwise on only when the ranks'
         devices differ (see docs/ddp.md, "El Che in Graph mode"). Returns the session (also
