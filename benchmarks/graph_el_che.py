@@ -6,10 +6,12 @@ step). Each configuration trains the same epochs of the same data:
 
 - ``lockstep``: ``fl.DdpConfig(max_anchor=0)``: equal shards, every batch synced (the slow rank
   sets the pace of both).
-- ``el_che``: ``fl.DdpConfig()``: each window gives the fast rank about twice the slow rank's
-  batches, one sync and one optimizer step per window (gradients averaged, the original).
-- ``el_che_params``: ``fl.DdpConfig(average="params")``: the same windows, but every batch steps
-  its rank's optimizer and the window ends with the count-weighted mean of the parameters.
+- ``el_che``: ``fl.DdpConfig(average="grads")``: each window gives the fast rank about twice
+  the slow rank's batches, one sync and one optimizer step per window (gradients averaged, the
+  original's behaviour).
+- ``el_che_params``: ``fl.DdpConfig()`` (``average="params"``, the default): the same windows,
+  but every batch steps its rank's optimizer and the window ends with the count-weighted mean of
+  the parameters.
 
 samples/s is every sample trained divided by rank 0's loop time (after setup, which includes a
 collective, so both ranks start together); the final loss is the MSE of the trained model on the
@@ -51,7 +53,7 @@ def rank_body(rank: int, port: int, config: str, n: int, bs: int, epochs: int, o
     model = fl.FlowBuilder(nn.Linear(TRUE_W.shape[1], 1)).build()
     ddp = {
         "lockstep": fl.DdpConfig(max_anchor=0),
-        "el_che": fl.DdpConfig(),
+        "el_che": fl.DdpConfig(average="grads"),
         "el_che_params": fl.DdpConfig(average="params"),
     }[config]
     fl.Trainer.setup(model, None, lambda p: torch.optim.SGD(p, lr=0.02), config=ddp)

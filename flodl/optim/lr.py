@@ -15,6 +15,7 @@ tenth of the rate: ``{"params": ..., "lr_scale": 0.1}``.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -87,24 +88,49 @@ def get_lr(optimizer: Optimizer, group: int = 0) -> float:
     return float(groups[group]["lr"])
 
 
-def apply(scheduler: LRSource, optimizer: Optimizer, step: int) -> float:
+def apply(scheduler: LRSource | Callable[[int], float], optimizer: Optimizer, step: int) -> float:
     """Set ``optimizer``'s learning rate to ``scheduler.lr(step)``; returns that value.
 
-    Each group gets ``lr * group.get("lr_scale", 1.0)``. Call it before ``optimizer.step()``::
+    ``scheduler`` is an object with ``.lr(step)`` or a plain ``step -> lr`` function (as both
+    Trainer modes accept). Each group gets ``lr * group.get("lr_scale", 1.0)``. Call it before ``optimizer.step()``::
 
         for step, batch in enumerate(loader):
             fl.optim.apply(sched, opt, step)
             ...
             opt.step()
     """
-    lr = float(scheduler.lr(step))
+    lr = scheduled_lr(scheduler, step)
+    write_scheduled_lr(optimizer, lr)
+    return lr
+
+
+def scheduled_lr(scheduler: LRSource | Callable[[int], float], step: int) -> float:
+    """``scheduler.lr(step)``, or ``scheduler(step)`` for a plain ``step -> lr`` function.
+
+    >>> import flodl as fl
+    >>> fl.optim.lr.scheduled_lr(lambda step: 0.1 / (step + 1), 1)
+    0.05
+    """
+    method = getattr(scheduler, "lr", None)
+    if callable(method):
+        return float(method(step))
+    if callable(scheduler):
+        return float(scheduler(step))
+    raise OptimError(
+        "expected a scheduler with .lr(step) (e.g. fl.optim.CosineScheduler) or a function "
+        f"step -> lr, got {type(scheduler).__name__}"
+    )
+
+
+def write_scheduled_lr(optimizer: Optimizer, lr: float) -> None:
+    """Set every group of ``optimizer`` to ``lr`` times the group's ``"lr_scale"`` (default 1).
+
+    Every group's value is checked before any is written: a bad ``lr_scale`` in group 1 must not
+    leave group 0 already changed."""
     groups = _check_optimizer(optimizer).param_groups
-    # Every group's value is checked before any is written: a bad lr_scale in group 1 must not
-    # leave group 0 already changed.
     values = [_group_lr(lr, group, index) for index, group in enumerate(groups)]
     for group, value in zip(groups, values, strict=True):
         _write(group, value)
-    return lr
 
 
 def _group_lr(lr: float, group: dict[str, Any], index: int) -> float:

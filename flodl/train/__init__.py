@@ -3,6 +3,7 @@
 Contract: DESIGN.md §3.5; behaviour: reference/original-training-and-ddp.md; decisions: docs/ddp.md.
 """
 
+from flodl.train.config import ElCheConfig
 from flodl.train.context import current as current  # fl.train.current(): not top level
 from flodl.train.context import record_scalar as record_scalar
 from flodl.train.el_che import ElChe
@@ -19,6 +20,7 @@ __all__ = [
     "AverageBackend",
     "DdpConfig",
     "ElChe",
+    "ElCheConfig",
     "EpochMetrics",
     "GraphSession",
     "TrainedState",

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from flodl.data.sampling import partition_sizes
 from flodl.train.averaging import average_snapshots, relative_divergence
+from flodl.train.config import integer, number
 from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
 from flodl.train.guard import ConvergenceGuard, GuardAction
@@ -103,12 +104,17 @@ class CoordinatorConfig:
     max_batches_per_rank: int | None = None  # FLODL_SMOKE: an epoch is this many batches per rank
 
     def __post_init__(self) -> None:
-        if self.world < 1:
-            raise TrainerConfigError(f"world must be >= 1, got {self.world}")
-        if self.num_epochs < 1:
-            raise TrainerConfigError(f"num_epochs must be >= 1, got {self.num_epochs}")
-        if self.batch_size < 1:
-            raise TrainerConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        self.world = integer("world", self.world, least=1)
+        self.num_epochs = integer("num_epochs", self.num_epochs, least=1)
+        self.batch_size = integer("batch_size", self.batch_size, least=1)
+        self.dataset_size = integer("dataset_size", self.dataset_size, least=0)
+        if self.max_batch_diff is not None:
+            self.max_batch_diff = integer("max_batch_diff", self.max_batch_diff, least=0)
+        if self.max_overshoot is not None:
+            self.max_overshoot = integer("max_overshoot", self.max_overshoot, least=0)
+        if self.checkpoint_every is not None:
+            self.checkpoint_every = integer("checkpoint_every", self.checkpoint_every, least=1)
+        self.snapshot_timeout = number("snapshot_timeout", self.snapshot_timeout, above=0.0)
         if self.dataset_size < self.batch_size * self.world:
             raise TrainerConfigError(
                 f"the dataset has {self.dataset_size} samples, fewer than one batch of "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+from flodl.train.config import ANCHOR, MAX_ANCHOR, OVERHEAD_TARGET
 from flodl.train.errors import TrainerConfigError
 
 _DEAD_ZONE = 0.10  # a count changes only when the new target differs by more than 10 %
@@ -38,10 +39,10 @@ class ElChe:
     def __init__(
         self,
         world: int,
-        anchor: int = 10,
+        anchor: int = ANCHOR,
         *,
-        overhead_target: float = 0.10,
-        max_anchor: int = 200,
+        overhead_target: float = OVERHEAD_TARGET,
+        max_anchor: int = MAX_ANCHOR,
         max_batch_diff: int | None = None,
     ) -> None:
         if world < 2:
@@ -53,8 +54,8 @@ class ElChe:
         self.world = world
         self._anchor = anchor
         self.min_anchor = anchor
-        self.max_anchor = 200
-        self.overhead_target = 0.10
+        self.max_anchor = max_anchor
+        self.overhead_target = overhead_target
         self.max_batch_diff = max_batch_diff
         self.batch_counts: list[int] = [anchor] * world
         self.ms_per_batch: list[float] = [0.0] * world

@@ -19,7 +19,6 @@ Decisions and the differences from the original are in docs/ddp.md ("El Che in G
 
 from __future__ import annotations
 
-import math
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -32,19 +31,22 @@ from torch import nn
 
 from flodl.monitor import timeline
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero, weighted_mean_
+from flodl.train.config import ElCheConfig, number
 from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
 
-GRAPH_ANCHOR = 10  # the original's Graph mode starts every window at 10 batches on the slow rank
-AVERAGES = ("gradients", "params")
+AVERAGES = {"params": "params", "gradients": "gradients", "grads": "gradients"}
 
 
 @dataclass(frozen=True)
-class DdpConfig:
+class DdpConfig(ElCheConfig):
     """Graph-mode multi-device knobs for ``fl.Trainer.setup(..., config=DdpConfig(...))``.
 
-    Passing a config turns El Che on (as the original's ``setup_with``) unless ``max_anchor=0``;
-    without one, El Che is on only when the ranks' devices differ (heterogeneous GPUs).
+    The El Che knobs (``anchor``, ``max_anchor``, ``overhead_target``, ``speed_hint``,
+    ``max_batch_diff``) are :class:`~flodl.train.config.ElCheConfig`'s, with the same defaults
+    and checks as Builder mode's setters. Passing a config turns El Che on (as the original's
+    ``setup_with``) unless ``max_anchor=0``; without one, El Che is on only when the ranks'
+    devices differ (heterogeneous GPUs), with this class's defaults.
 
     Args:
         speed_hint: ``(slow_rank, ratio)``: seed the counts before any timing (the slow rank runs
@@ -52,54 +54,38 @@ class DdpConfig:
         overhead_target: tolerated sync cost as a fraction of compute time ([0.01, 0.50]).
         max_anchor: cap of the slow rank's batches per window (default 200); 0 turns El Che off.
         max_grad_norm: clip the gradient to this norm before every optimizer step.
-        average: what El Che averages at the end of a window. ``"gradients"`` (the original):
-            gradients accumulate over the window, one optimizer step per window with the mean
-            gradient of all its batches. ``"params"`` (local SGD, as Builder mode's CADENCE):
-            every batch steps the rank's own optimizer, and the window ends with the batch-count
-            weighted mean of the ranks' parameters; many more steps per epoch.
+        average: what El Che averages at the end of a window. ``"params"`` (the default; local
+            SGD, as Builder mode's CADENCE): every batch steps the rank's own optimizer, and the
+            window ends with the batch-count weighted mean of the ranks' parameters.
+            ``"grads"`` (or ``"gradients"``; the original's behaviour): gradients accumulate over
+            the window, one optimizer step per window with the mean gradient of all its batches
+            — a loop written for one device then takes one step per window, far fewer per epoch.
 
     >>> import flodl as fl
     >>> fl.DdpConfig(speed_hint=(1, 2.0), max_anchor=50).el_che_enabled
     True
     >>> fl.DdpConfig(max_anchor=0).el_che_enabled
     False
+    >>> fl.DdpConfig().average, fl.DdpConfig(average="grads").average
+    ('params', 'gradients')
     """
 
-    speed_hint: tuple[int, float] | None = None
-    overhead_target: float = 0.10
-    max_anchor: int = 200
     max_grad_norm: float | None = None
-    average: str = "gradients"
+    average: str = "params"
+
+    _least_max_anchor = 0  # 0: El Che off
 
     def __post_init__(self) -> None:
-        if self.average not in AVERAGES:
+        super().__post_init__()
+        if not isinstance(self.average, str) or self.average not in AVERAGES:
             raise TrainerConfigError(
-                f"DdpConfig.average must be one of {', '.join(AVERAGES)}, got {self.average!r}"
+                "average must be one of 'params', 'grads' (also spelled 'gradients'), got "
+                f"{self.average!r}"
             )
-        if not isinstance(self.max_anchor, int) or self.max_anchor < 0:
-            raise TrainerConfigError(
-                f"DdpConfig.max_anchor must be an integer >= 0 (0 turns El Che off), got "
-                f"{self.max_anchor!r}"
-            )
-        if not (isinstance(self.overhead_target, int | float) and self.overhead_target > 0):
-            raise TrainerConfigError(
-                f"DdpConfig.overhead_target must be a number > 0, got {self.overhead_target!r}"
-            )
-        if self.max_grad_norm is not None and not (
-            isinstance(self.max_grad_norm, int | float)
-            and math.isfinite(self.max_grad_norm)
-            and self.max_grad_norm > 0
-        ):
-            raise TrainerConfigError(
-                f"DdpConfig.max_grad_norm must be a finite number > 0 or None, got "
-                f"{self.max_grad_norm!r}"
-            )
-        if self.speed_hint is not None and (
-            not isinstance(self.speed_hint, tuple) or len(self.speed_hint) != 2
-        ):
-            raise TrainerConfigError(
-                f"DdpConfig.speed_hint must be (slow_rank, ratio), got {self.speed_hint!r}"
-            )
+        object.__setattr__(self, "average", AVERAGES[self.average])
+        if self.max_grad_norm is not None:
+            norm = number("max_grad_norm", self.max_grad_norm, above=0.0)
+            object.__setattr__(self, "max_grad_norm", norm)
 
     @property
     def el_che_enabled(self) -> bool:
@@ -107,15 +93,7 @@ class DdpConfig:
 
     def el_che(self, world: int) -> ElChe:
         """The El Che state this config describes for ``world`` ranks."""
-        el = ElChe(
-            world,
-            min(GRAPH_ANCHOR, self.max_anchor),
-            overhead_target=self.overhead_target,
-            max_anchor=self.max_anchor,
-        )
-        if self.speed_hint is not None:
-            el.with_speed_ratio(*self.speed_hint)
-        return el
+        return self.build(world)
 
 
 def devices_differ(device: torch.device, group: Any) -> bool:

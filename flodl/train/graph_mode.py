@@ -26,9 +26,11 @@ from torch import nn
 from flodl.log import get_logger, set_rank
 from flodl.monitor import timeline
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero
+from flodl.train.config import TIMEOUT, number
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_cadence import Cadence, DdpConfig, devices_differ
 from flodl.train.launch import under_launcher
+from flodl.train.local_step import LocalStep, check_lr_scale, check_scheduler
 
 log = get_logger("flodl.train")
 
@@ -40,7 +42,7 @@ def setup(
     *,
     scheduler: Any = None,
     lr_scale: float = 1.0,
-    timeout: float = 60.0,
+    timeout: float = TIMEOUT,
     config: DdpConfig | None = None,
 ) -> GraphSession:
     """See :meth:`flodl.Trainer.setup`."""
@@ -64,14 +66,12 @@ def setup(
             "Trainer.setup: optim_factory must be callable (params -> optimizer) or None, got "
             f"{type(optim_factory).__name__}"
         )
-    if timeout <= 0:
-        raise TrainerConfigError(f"Trainer.setup: timeout must be > 0 seconds, got {timeout}")
+    timeout = number("timeout", timeout, above=0.0)
     if config is not None and not isinstance(config, DdpConfig):
         raise TrainerConfigError(
             f"Trainer.setup: config must be an fl.DdpConfig, got {type(config).__name__}"
         )
     session = GraphSession(_join_group(timeout))
-    session.max_grad_norm = None if config is None else config.max_grad_norm
     if session.is_distributed:
         set_rank(session.rank)
         model.to(session.device)
@@ -87,14 +87,20 @@ def setup(
     else:
         session.device = model.device  # single device: the model stays where the user put it
         log.info("graph mode: one process, training on %s", model.device)
+    optimizer = None
     if optim_factory is not None:
-        session.optimizer = optim_factory(model.parameters())
-        if not isinstance(session.optimizer, torch.optim.Optimizer):
+        optimizer = optim_factory(model.parameters())
+        if not isinstance(optimizer, torch.optim.Optimizer):
             raise TrainerConfigError(
                 "Trainer.setup: optim_factory must return a torch.optim.Optimizer, got "
-                f"{type(session.optimizer).__name__}"
+                f"{type(optimizer).__name__}"
             )
-    session.set_scheduler(scheduler, lr_scale)
+    session.local = LocalStep(
+        optimizer,
+        scheduler=check_scheduler(scheduler, "Trainer.setup"),
+        lr_scale=check_lr_scale(lr_scale),
+        max_grad_norm=None if config is None else config.max_grad_norm,
+    )
     model.train()
     attach(model, session)
     return session
@@ -164,12 +170,9 @@ class GraphSession:
 
     def __init__(self, topology: tuple[int, int, torch.device, Any] | None) -> None:
         self.training_step = 0
-        self.optimizer: torch.optim.Optimizer | None = None
-        self.scheduler: Any = None
-        self.lr_scale = 1.0
+        self.local = LocalStep(None)  # the optimizer step, shared with Builder mode
         self.loader: Any = None
         self.cadence: Cadence | None = None
-        self.max_grad_norm: float | None = None
         if topology is None:
             self.rank, self.world_size, self.group = 0, 1, None
             self.device = torch.device("cpu")
@@ -223,18 +226,22 @@ class GraphSession:
             timeline.emit("sync_end", mode="graph", duration_ms=ms)
         self._optimizer_step(graph)
 
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        return self.local.optimizer
+
+    @property
+    def scheduler(self) -> Any:
+        return self.local.scheduler
+
+    @property
+    def lr_scale(self) -> float:
+        return self.local.lr_scale
+
     def _optimizer_step(self, graph: nn.Module) -> None:
         """The local part of a step: clip, scheduled LR, optimizer step, zero_grad."""
-        if self.max_grad_norm is not None:
-            params = [p for p in graph.parameters() if p.requires_grad]
-            nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-        if self.optimizer is None:
-            return
-        if self.scheduler is not None:  # LR from the pre-increment step
-            self._write_lr(_scheduled_lr(self.scheduler, self.training_step) * self.lr_scale)
-        self.optimizer.step()
-        self.optimizer.zero_grad()
-        self.training_step += 1
+        if self.local.run(graph.parameters(), step=self.training_step):
+            self.training_step += 1
 
     def finish(self) -> None:
         """Wait for every rank, then release the group setup created (no-op on one device)."""
@@ -242,29 +249,10 @@ class GraphSession:
             _destroy_group()
 
     def set_scheduler(self, scheduler: Any, lr_scale: float | None) -> None:
-        if scheduler is not None and not (
-            callable(getattr(scheduler, "lr", None)) or callable(scheduler)
-        ):
-            raise TrainerConfigError(
-                f"set_scheduler: expected an object with .lr(step) (e.g. fl.optim.MultiStepLR) or "
-                f"a function step -> lr, got {type(scheduler).__name__}"
-            )
-        self.scheduler = scheduler
-        if lr_scale is not None:
-            if not float(lr_scale) > 0:
-                raise TrainerConfigError(f"lr_scale must be > 0, got {lr_scale}")
-            self.lr_scale = float(lr_scale)
+        self.local.configure(check_scheduler(scheduler, "set_scheduler"), lr_scale)
 
     def set_lr(self, lr: float) -> None:
-        if self.optimizer is not None:
-            self._write_lr(lr)
-
-    def _write_lr(self, lr: float) -> None:
-        from flodl.optim.lr import set_group_lr
-
-        assert self.optimizer is not None
-        for i, group in enumerate(self.optimizer.param_groups):
-            set_group_lr(self.optimizer, i, lr * group.get("lr_scale", 1.0))
+        self.local.set_lr(lr)
 
     # -------------------------------------------------------------- data
     def set_data_loader(self, graph: nn.Module, loader: Any) -> None:
@@ -356,8 +344,3 @@ class _EpochEnd:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._batches, name)
-
-
-def _scheduled_lr(scheduler: Any, step: int) -> float:
-    lr = getattr(scheduler, "lr", None)
-    return float(lr(step) if callable(lr) else scheduler(step))

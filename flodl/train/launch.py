@@ -206,6 +206,7 @@ class SpawnedRun:
         self._result: TrainedState | None = None
         self._error: BaseException | None = None
         self._on_done = on_done
+        self._stuck: dict[int, str] = {}  # ranks stopped for a silent heartbeat: why
         self._thread = threading.Thread(target=self._run, name="flodl-supervisor", daemon=True)
         self._thread.start()
 
@@ -265,16 +266,25 @@ class SpawnedRun:
             alive = [r for r, p in enumerate(self.processes) if p.exitcode is None]
             if (stuck := beats.stuck(alive)) is not None:
                 rank, silent = stuck
-                raise TrainingError(
+                message = (
                     f"rank {rank} stopped responding: no heartbeat for {silent:.0f} s (its process "
                     "is frozen or blocked in native code) — every rank was stopped; if it was "
-                    "busy, give it longer with .timeout(seconds)",
-                    rank=rank,
+                    "busy, give it longer with .timeout(seconds)"
                 )
+                if rank == 0:  # it hosts the coordinator: nobody is left to average survivors
+                    raise TrainingError(message, rank=rank)
+                # Like a killed rank: the frozen one goes (its peers' collectives then fail at
+                # once instead of at their timeout) and the coordinator averages the survivors.
+                self._stuck[rank] = message
+                reported.add(rank)
+                self.store.set(f"dead/{rank}", message)
+                self.processes[rank].kill()
             time.sleep(0.05)
 
     def _death_message(self, rank: int, code: int | None) -> str:
         """``rank N exited with code C`` and, below it, what the rank reported before dying."""
+        if rank in self._stuck:  # killed by us for not responding: say why
+            return self._stuck[rank]
         details = ""
         if self.store.check([f"crash/{rank}"]):
             details = self.store.get(f"crash/{rank}").decode()

@@ -12,6 +12,7 @@ import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -22,7 +23,6 @@ from flodl.monitor import timeline
 from flodl.train.averaging import final_state
 from flodl.train.checkpointing import checkpoint_saved, flush_checkpoints
 from flodl.train.coordinator import Coordinator, CoordinatorConfig
-from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
 from flodl.train.guard import ConvergenceGuard
 from flodl.train.messages import (
@@ -82,7 +82,7 @@ def _build(
         batch_size=spec.batch_size or 1,
         seed=spec.seed,
         policy=spec.policy,
-        scheduler=spec.scheduler_factory(world) if spec.scheduler_factory else None,
+        scheduler=built_scheduler(spec, world),
         lr_scale=scale,
         max_grad_norm=spec.max_grad_norm,
         epoch_fn=spec.epoch_fn,
@@ -92,6 +92,21 @@ def _build(
         collective=collective,
         sample_resources=spec.monitor_resources and world > 1,
     )
+
+
+def built_scheduler(spec: TrainSpec, world: int) -> Any:
+    """The scheduler ``spec.scheduler_factory(world)`` builds (None without a factory), checked."""
+    if spec.scheduler_factory is None:
+        return None
+    scheduler = spec.scheduler_factory(world)
+    if scheduler is None or not (callable(getattr(scheduler, "lr", None)) or callable(scheduler)):
+        raise TrainerConfigError(
+            f"scheduler: the factory returned {type(scheduler).__name__} {scheduler!r}, not a "
+            "scheduler — it must return an object with .lr(step) or a function step -> lr "
+            "(.scheduler() takes a factory world_size -> scheduler, e.g. def make(world): "
+            "return fl.optim.CosineScheduler(...))"
+        )
+    return scheduler
 
 
 def run_single(
@@ -203,11 +218,18 @@ class CoordinatorGone(TrainingError):
     """Under a launcher: rank 0 (coordinator and control store) stopped answering."""
 
 
+def first_cause(errors: list[tuple[int, str]]) -> tuple[int, str]:
+    """The error that caused the others: a rank whose averaging failed because a peer stopped
+    (``CollectiveFailed``) reports a consequence, whatever order the reports arrived in."""
+    causes = [e for e in errors if "CollectiveFailed" not in e[1]]
+    return (causes or errors)[0]
+
+
 def wait_final(store: dist.TCPStore, timeout: float) -> TrainedState:
     store.wait([FINAL_KEY], timedelta(seconds=timeout + 15))
     state, errors = pickle.loads(store.get(FINAL_KEY))
     if errors:
-        rank, details = errors[0]
+        rank, details = first_cause(errors)
         raise TrainingError(
             f"training failed on rank {rank}", rank=rank, details=details, partial=state
         )
@@ -227,21 +249,13 @@ def coordinator_for(spec: TrainSpec, world: int, dataset_size: int) -> Coordinat
         backend=spec.backend,
         progressive=spec.progressive,
         partition_ratios=spec.partition_ratios,
-        max_batch_diff=spec.max_batch_diff,
+        max_batch_diff=spec.el_che.max_batch_diff,
         max_overshoot=spec.max_overshoot,
         checkpoint_every=spec.checkpoint_every,
         snapshot_timeout=spec.snapshot_timeout,
         max_batches_per_rank=spec.max_batches(),
     )
-    el_che = ElChe(
-        world,
-        spec.anchor,
-        overhead_target=spec.overhead_target,
-        max_anchor=spec.max_anchor,
-        max_batch_diff=spec.max_batch_diff,
-    )
-    if spec.speed_hint is not None:
-        el_che.with_speed_ratio(*spec.speed_hint)
+    el_che = spec.el_che.build(world)
     guard = ConvergenceGuard(spec.divergence_threshold, enabled=spec.divergence_guard)
     return Coordinator(cfg, el_che, guard)
 
@@ -369,6 +383,13 @@ class CoordinatorThread(threading.Thread):
         deadline = time.monotonic() + self.spec.timeout
         failed = {r for r, _ in errors}
         while len(exited | failed) < self.world and time.monotonic() < deadline:
+            # A rank the supervising process saw die (or stopped for a silent heartbeat) sends
+            # nothing more: take its death report instead of waiting the timeout for it.
+            for rank, error in self._deaths(exited):
+                exited.add(rank)
+                if rank not in failed:
+                    errors.append((rank, error))
+                    failed.add(rank)
             try:
                 msg = self.channel.inbox.get(timeout=0.05)
             except queue.Empty:

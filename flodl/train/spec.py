@@ -8,6 +8,7 @@ from typing import Any
 
 from flodl.data.loader import smoke_cap
 from flodl.smoke import SMOKE_EPOCHS
+from flodl.train.config import TIMEOUT, ElCheConfig
 from flodl.train.messages import ApplyPolicy, AverageBackend
 
 
@@ -23,16 +24,12 @@ class TrainSpec:
     backend: AverageBackend = AverageBackend.NCCL
     devices: list[str] | None = None
     seed: int = 42
-    anchor: int = 10
-    max_anchor: int = 200
-    overhead_target: float = 0.10
+    el_che: ElCheConfig = field(default_factory=ElCheConfig)  # anchor, max_anchor, ...
     divergence_threshold: float = 0.05
     divergence_guard: bool = True
-    max_batch_diff: int | None = None
     max_overshoot: int | None = None
     progressive: bool | None = None
     partition_ratios: list[float] | None = None
-    speed_hint: tuple[int, float] | None = None
     checkpoint_every: int | None = None
     checkpoint_fn: Callable[[int, Any], None] | None = None
     epoch_fn: Callable[[int, Any], None] | None = None
@@ -40,7 +37,7 @@ class TrainSpec:
     lr_scale_ratio: float = 0.0
     max_grad_norm: float | None = None
     snapshot_timeout: float = 5.0  # CPU averaging: how long to wait for every snapshot
-    timeout: float = 60.0  # process-group and no-progress timeout, seconds
+    timeout: float = TIMEOUT  # process-group and no-progress timeout, seconds
     threads_per_rank: int | None = None
     monitor_resources: bool = False  # ranks sample their resources for the monitor
     timeline_events: bool = False  # ranks forward timeline events (a Timeline runs in the caller)

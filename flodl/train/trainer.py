@@ -15,7 +15,7 @@ GPUs — and a coordinator averages the replicas on the chosen :class:`ApplyPoli
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import os
 import queue
 import threading
@@ -28,6 +28,7 @@ import torch
 from flodl.data.sources import as_source, require_samples
 from flodl.log import get_logger
 from flodl.monitor import timeline
+from flodl.train import config as cfg
 from flodl.train.checkpointing import SaveFdl, flush_checkpoints
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_cadence import DdpConfig
@@ -42,7 +43,7 @@ from flodl.train.launch import (
 )
 from flodl.train.messages import ApplyPolicy, AverageBackend
 from flodl.train.metrics import EpochMetrics
-from flodl.train.runtime import coordinator_for
+from flodl.train.runtime import built_scheduler, coordinator_for
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState
 
@@ -118,7 +119,11 @@ class TrainerBuilder:
     def __init__(
         self, model_factory: Callable, optim_factory: Callable, train_step: Callable
     ) -> None:
-        self._spec = TrainSpec(model_factory, optim_factory, train_step)
+        self._spec = TrainSpec(
+            cfg.function("model_factory", model_factory, signature="device -> nn.Module"),
+            cfg.function("optim_factory", optim_factory, signature="params -> Optimizer"),
+            cfg.function("train_step", train_step, signature="(model, batch) -> loss"),
+        )
         self._monitor: Any = None
         self._metrics_fn: Callable[[EpochMetrics], Any] | None = None
 
@@ -132,6 +137,10 @@ class TrainerBuilder:
             setattr(self._spec, name, value)
         return self
 
+    def _el_che(self, **knobs: Any) -> TrainerBuilder:
+        """A new El Che config with ``knobs`` changed: checked by :class:`ElCheConfig`."""
+        return self._set(el_che=dataclasses.replace(self._spec.el_che, **knobs))
+
     # data and schedule
     def dataset(self, data: Any) -> TrainerBuilder:
         """Anything ``fl.data`` accepts — a tensor, a tuple or dict of tensors, a torch or flodl
@@ -142,42 +151,51 @@ class TrainerBuilder:
 
     def batch_size(self, n: int) -> TrainerBuilder:
         """Per-device batch size."""
-        return self._set(batch_size=_positive("batch_size", n))
+        return self._set(batch_size=cfg.integer("batch_size", n, least=1))
 
     def num_epochs(self, n: int) -> TrainerBuilder:
-        return self._set(num_epochs=_positive("num_epochs", n))
+        return self._set(num_epochs=cfg.integer("num_epochs", n, least=1))
 
     def seed(self, seed: int) -> TrainerBuilder:
         """Seed of the per-epoch sample permutation (default 42)."""
-        return self._set(seed=int(seed))
+        return self._set(seed=cfg.integer("seed", seed))
 
     # devices and averaging
     def devices(self, devices: list[str]) -> TrainerBuilder:
         """Explicit devices, e.g. ``["cuda:0", "cuda:1"]``; ``["cpu", "cpu"]`` forces two CPU ranks."""
-        if not devices:
-            raise TrainerConfigError("devices: give at least one device, e.g. ['cpu']")
-        return self._set(devices=list(devices))
+        if isinstance(devices, str) or not devices:
+            raise TrainerConfigError(
+                f"devices: give a list of at least one device, e.g. ['cpu'], got {devices!r}"
+            )
+        for d in devices:
+            if not isinstance(d, str | torch.device):
+                raise TrainerConfigError(f"devices: {d!r} is not a device name such as 'cuda:0'")
+        return self._set(devices=[str(d) for d in devices])
 
     def policy(self, policy: ApplyPolicy) -> TrainerBuilder:
-        return self._set(policy=ApplyPolicy(policy))
+        return self._set(policy=_member("policy", ApplyPolicy, policy))
 
     def backend(self, backend: AverageBackend) -> TrainerBuilder:
-        return self._set(backend=AverageBackend(backend))
+        return self._set(backend=_member("backend", AverageBackend, backend))
 
     def anchor(self, n: int) -> TrainerBuilder:
-        return self._set(anchor=_positive("anchor", n))
+        """Batches the slowest rank runs per averaging window at the start (default 10)."""
+        return self._el_che(anchor=n)
 
     def max_anchor(self, n: int) -> TrainerBuilder:
-        return self._set(max_anchor=_positive("max_anchor", n))
+        """Cap of the anchor (default 200)."""
+        return self._el_che(max_anchor=n)
 
     def overhead_target(self, fraction: float) -> TrainerBuilder:
         """Averaging cost El Che tolerates, as a fraction of compute time (clamped to
         [0.01, 0.50]); above it the anchor grows."""
-        return self._set(overhead_target=_finite("overhead_target", fraction, above=0.0))
+        return self._el_che(overhead_target=fraction)
 
     def divergence_threshold(self, threshold: float) -> TrainerBuilder:
         """Replica divergence above which a rising trend stops the Async overshoot growing."""
-        return self._set(divergence_threshold=_finite("divergence_threshold", threshold, least=0.0))
+        return self._set(
+            divergence_threshold=cfg.number("divergence_threshold", threshold, least=0.0)
+        )
 
     def no_divergence_guard(self) -> TrainerBuilder:
         return self._set(divergence_guard=False)
@@ -186,46 +204,56 @@ class TrainerBuilder:
         """CPU backend: a rank more than ``n`` batches ahead of the slowest since the last
         averaging waits for it (0 = lockstep); El Che's per-rank counts move by at most ``n`` per
         calibration (both backends)."""
-        return self._set(max_batch_diff=_at_least("max_batch_diff", n, 0))
+        return self._el_che(max_batch_diff=n)
 
     def max_overshoot(self, n: int) -> TrainerBuilder:
         """Progressive dispatch: how many batches past its El Che count a rank may run into the
         next epoch before it waits for the next averaging (default: auto-tuned, 2..15)."""
-        return self._set(max_overshoot=_at_least("max_overshoot", n, 0))
+        return self._set(max_overshoot=cfg.integer("max_overshoot", n, least=0))
 
     def progressive_dispatch(self, on: bool) -> TrainerBuilder:
-        return self._set(progressive=bool(on))
+        return self._set(progressive=cfg.flag("progressive_dispatch", on))
 
     def partition_ratios(self, ratios: list[float]) -> TrainerBuilder:
         """Fixed per-epoch data split, one ratio per rank; needs ``progressive_dispatch(False)``
         with Cadence or Async."""
-        values = [_finite("partition_ratios entry", r, least=0.0) for r in ratios]
+        if isinstance(ratios, str) or not hasattr(ratios, "__iter__"):
+            raise TrainerConfigError(f"partition_ratios must be a list of numbers, got {ratios!r}")
+        values = [cfg.number("partition_ratios entry", r, least=0.0) for r in ratios]
         return self._set(partition_ratios=values)
 
     def speed_hint(self, slow_rank: int, ratio: float) -> TrainerBuilder:
         """Seed El Che before it measures: rank ``slow_rank`` is the slow one, the others run
         ``ratio`` times its batches. The first measurement corrects a wrong hint."""
-        rank = _at_least("speed_hint slow_rank", slow_rank, 0)
-        return self._set(speed_hint=(rank, _finite("speed_hint ratio", ratio, above=0.0)))
+        return self._el_che(speed_hint=(slow_rank, ratio))
 
     # optimisation
     def scheduler(self, factory: Callable[[int], Any]) -> TrainerBuilder:
-        """``factory(world_size)`` returns an object with ``.lr(step)`` (or a callable), queried with
-        the global step (batches of every rank added up)."""
-        return self._set(scheduler_factory=factory)
+        """``factory(world_size)`` returns an object with ``.lr(step)`` (or a ``step -> lr``
+        function), queried with the global step (batches of every rank added up). Pass the
+        factory, not a scheduler: ``.scheduler(fl.optim.CosineScheduler(...))`` is refused at once
+        with the fix, as each rank builds its own."""
+        checked = cfg.factory(
+            "scheduler",
+            factory,
+            signature="world_size -> scheduler",
+            product="scheduler",
+            attribute="lr",
+        )
+        return self._set(scheduler_factory=checked)
 
     def lr_scale_ratio(self, ratio: float) -> TrainerBuilder:
         """LR × (1 + (world − 1) · ratio). Default 0: no scaling (the original defaulted to 1)."""
-        return self._set(lr_scale_ratio=_finite("lr_scale_ratio", ratio, least=0.0))
+        return self._set(lr_scale_ratio=cfg.number("lr_scale_ratio", ratio, least=0.0))
 
     def max_grad_norm(self, norm: float) -> TrainerBuilder:
         """Clip every rank's gradients to this L2 norm after backward, before the step."""
-        return self._set(max_grad_norm=_finite("max_grad_norm", norm, above=0.0))
+        return self._set(max_grad_norm=cfg.number("max_grad_norm", norm, above=0.0))
 
     # callbacks, checkpoints, monitor
     def epoch_fn(self, fn: Callable[[int, Any], None]) -> TrainerBuilder:
         """``fn(epoch, worker)`` in every rank before its first batch of each epoch."""
-        return self._set(epoch_fn=fn)
+        return self._set(epoch_fn=cfg.function("epoch_fn", fn, signature="(epoch, worker) -> None"))
 
     def checkpoint_every(
         self,
@@ -239,15 +267,19 @@ class TrainerBuilder:
         By default writes ``<directory>/checkpoint-<version>.fdl`` atomically; pass
         ``fn(version, model)`` to do something else. Errors are logged; training continues.
         """
-        self._set(checkpoint_every=_positive("checkpoint_every", n))
+        every = cfg.integer("checkpoint_every", n, least=1)
+        if fn is not None:
+            cfg.function("checkpoint_fn", fn, signature="(version, model) -> None")
+        self._set(checkpoint_every=every)
         return self._set(checkpoint_fn=fn if fn is not None else SaveFdl(str(directory)))
 
     def checkpoint_fn(self, fn: Callable[[int, torch.nn.Module], None]) -> TrainerBuilder:
-        return self._set(checkpoint_fn=fn)
+        checked = cfg.function("checkpoint_fn", fn, signature="(version, model) -> None")
+        return self._set(checkpoint_fn=checked)
 
     def metrics_fn(self, fn: Callable[[EpochMetrics], Any]) -> TrainerBuilder:
         """Called once per aggregated epoch in the calling process (errors are logged)."""
-        self._metrics_fn = fn
+        self._metrics_fn = cfg.function("metrics_fn", fn, signature="(EpochMetrics) -> None")
         return self
 
     def monitor(self, monitor: Any) -> TrainerBuilder:
@@ -258,16 +290,16 @@ class TrainerBuilder:
 
     def threads_per_rank(self, n: int) -> TrainerBuilder:
         """Intra-op threads of each CPU rank (default: the machine's cores split between ranks)."""
-        return self._set(threads_per_rank=_positive("threads_per_rank", n))
+        return self._set(threads_per_rank=cfg.integer("threads_per_rank", n, least=1))
 
     def timeout(self, seconds: float) -> TrainerBuilder:
         """How long a collective or a silent rank may stall before the run fails (default 60 s)."""
-        return self._set(timeout=_finite("timeout", seconds, above=0.0))
+        return self._set(timeout=cfg.number("timeout", seconds, above=0.0))
 
     def snapshot_timeout(self, seconds: float) -> TrainerBuilder:
         """CPU backend: how long an averaging round waits for every rank's snapshot before it
         is abandoned and retried later (default 5 s)."""
-        return self._set(snapshot_timeout=_finite("snapshot_timeout", seconds, above=0.0))
+        return self._set(snapshot_timeout=cfg.number("snapshot_timeout", seconds, above=0.0))
 
     # run
     def _validate(self) -> TrainSpec:
@@ -381,7 +413,7 @@ class Trainer:
         *,
         scheduler: Any = None,
         lr_scale: float = 1.0,
-        timeout: float = 60.0,
+        timeout: float = cfg.TIMEOUT,
         config: DdpConfig | None = None,
     ) -> GraphSession:
         """Graph mode: prepare ``model`` (an ``fl.Graph``) for your own loop ending in ``model.step()``.
@@ -393,7 +425,9 @@ class Trainer:
         where it is. ``replica_factory(device)`` is accepted for the original's signature but not
         called: in one process per rank, each rank's script builds its own model (it may be None).
         ``optim_factory(params)`` builds the optimizer (None: ``step()`` only syncs gradients).
-        ``scheduler`` (``.lr(step)`` or ``step -> lr``) sets the LR at every step, × ``lr_scale``.
+        ``scheduler`` (``.lr(step)`` or ``step -> lr``) sets the LR at every step, × ``lr_scale``
+        × a param group's ``"lr_scale"``; without one, ``lr_scale`` multiplies the optimizer's own
+        rates once, here (the one rule of every mode: docs/ddp.md, "One local step").
         ``timeout`` bounds every collective. ``config`` (:class:`~flodl.DdpConfig`) turns on El
         Che, per-rank batch counts for mixed devices, which is otherwise on only when the ranks'
         devices differ (see docs/ddp.md, "El Che in Graph mode"). Returns the session (also
@@ -425,7 +459,7 @@ class Trainer:
         param_groups: dict[str, Any] | None = None,
         scheduler: Any = None,
         lr_scale: float = 1.0,
-        timeout: float = 60.0,
+        timeout: float = cfg.TIMEOUT,
         config: DdpConfig | None = None,
     ) -> GraphSession:
         """Graph mode for a task model (a ``flodl.hf`` head, or any ``fl.Graph``): the same loop
@@ -487,6 +521,7 @@ def check_for_world(spec: TrainSpec, world: int) -> None:
     ``run()`` at once with its own message, not a rank seconds later. The multi-rank knobs (El
     Che, partition ratios) are checked only when there are several ranks: on one device they do
     not apply, so a script written for several GPUs still runs on a laptop."""
+    built_scheduler(spec, world)  # a factory returning a number fails here, not in a rank
     if world < 2:
         return
     # The coordinator the run would build checks ratios, El Che knobs and the dataset's size;
@@ -495,30 +530,10 @@ def check_for_world(spec: TrainSpec, world: int) -> None:
     coordinator_for(spec, world, n if n is not None else (spec.batch_size or 1) * world)
 
 
-def _finite(
-    name: str, value: float, *, above: float | None = None, least: float | None = None
-) -> float:
+def _member(knob: str, kind: type, value: Any) -> Any:
+    """``value`` as a member of the enum ``kind`` (the member or its value)."""
     try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TrainerConfigError(f"{name} must be a number, got {value!r}") from None
-    if (
-        not math.isfinite(v)
-        or (above is not None and v <= above)
-        or (least is not None and v < least)
-    ):
-        bound = f"> {above:g}" if above is not None else f">= {least:g}"
-        raise TrainerConfigError(f"{name} must be a finite number {bound}, got {value!r}")
-    return v
-
-
-def _at_least(name: str, n: int, least: int) -> int:
-    if not isinstance(n, int | float) or int(n) != n or int(n) < least:
-        raise TrainerConfigError(f"{name} must be an integer >= {least}, got {n!r}")
-    return int(n)
-
-
-def _positive(name: str, n: int) -> int:
-    if int(n) < 1:
-        raise TrainerConfigError(f"{name} must be >= 1, got {n}")
-    return int(n)
+        return kind(value)
+    except ValueError:
+        names = ", ".join(f"{kind.__name__}.{m.name}" for m in kind)
+        raise TrainerConfigError(f"{knob} must be one of {names}, got {value!r}") from None

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from flodl.train.config import TIMEOUT
+
 _STOP = b"\x00flodl-stop"
 
 
@@ -29,7 +31,7 @@ class Bundle(tuple):
     """Several messages written under one key; readers unpack them in order."""
 
 
-def client(host: str, port: int, timeout: float = 60.0) -> dist.TCPStore:
+def client(host: str, port: int, timeout: float = TIMEOUT) -> dist.TCPStore:
     return dist.TCPStore(
         host, port, is_master=False, timeout=timedelta(seconds=timeout), wait_for_workers=False
     )

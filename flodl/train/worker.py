@@ -23,6 +23,7 @@ from flodl.log import TRACE, get_logger
 from flodl.monitor import timeline
 from flodl.train import context
 from flodl.train.checkpointing import checkpoint_saved
+from flodl.train.local_step import LocalStep
 from flodl.train.messages import (
     ApplyPolicy,
     BatchTiming,
@@ -64,15 +65,6 @@ class Collective(Protocol):
     def average_(self, flat: torch.Tensor, weight: float) -> None: ...
 
 
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-
-
-def scheduler_lr(scheduler: Any, step: int) -> float:
-    return float(scheduler.lr(step) if hasattr(scheduler, "lr") else scheduler(step))
-
-
 class Worker:
     """A model, its optimizer and the user's train step, on one device."""
 
@@ -107,7 +99,10 @@ class Worker:
         self.dataset_size = require_samples(self.source)
         self.batch_size, self.seed = batch_size, seed
         self.policy = policy
-        self.scheduler, self.lr_scale, self.max_grad_norm = scheduler, lr_scale, max_grad_norm
+        # Clip, learning rate, optimizer step and zero-grad: the same routine as Graph mode.
+        self.local = LocalStep(
+            optimizer, scheduler=scheduler, lr_scale=lr_scale, max_grad_norm=max_grad_norm
+        )
         self.epoch_fn, self.checkpoint_fn = epoch_fn, checkpoint_fn
         self.max_batches = max_batches
         self._epoch_batches: dict[int, int] = {}  # batches run per epoch, for max_batches
@@ -128,18 +123,14 @@ class Worker:
         self.plans: deque[EpochPlan] = deque()
         self.ctx = context.WorkerContext(rank=rank, world_size=world, device=device)
         context.install(self.ctx)
-        if scheduler is None and lr_scale != 1.0:
-            for group in optimizer.param_groups:
-                group["lr"] *= lr_scale
 
     # -- one batch -------------------------------------------------------------------------------
 
     def train_batch(self, batch: Batch) -> tuple[float, float]:
         """Forward + loss (the user's step), backward, clip, LR, optimizer step. Returns (loss, ms)."""
         start = time.perf_counter()
-        if self.scheduler is not None:
-            set_lr(self.optimizer, scheduler_lr(self.scheduler, self.schedule_step) * self.lr_scale)
-        self.ctx.lr = float(self.optimizer.param_groups[0]["lr"])
+        step = self.schedule_step
+        self.ctx.lr = self.local.prepare(step)
         loss = self.train_step(self.model, batch)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise TypeError(
@@ -147,11 +138,7 @@ class Worker:
                 + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else "")
             )
         value = float(loss.detach())
-        loss.backward()
-        if self.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.local.run(self.model.parameters(), step=step, loss=loss)
         self.local_step += 1
         self.steps_since_avg += 1
         self.ctx.local_step = self.local_step

@@ -75,8 +75,8 @@ def test_required_settings_are_named(missing):
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda b: b.batch_size(0), "batch_size must be >= 1"),
-        (lambda b: b.threads_per_rank(0), "threads_per_rank must be >= 1"),
+        (lambda b: b.batch_size(0), "batch_size must be an integer >= 1, got 0"),
+        (lambda b: b.threads_per_rank(0), "threads_per_rank must be an integer >= 1, got 0"),
         (lambda b: b.speed_hint(1, 0), "speed_hint ratio must be a finite number > 0, got 0"),
         (lambda b: b.speed_hint(-1, 2.0), "speed_hint slow_rank must be an integer >= 0, got -1"),
         (lambda b: b.max_batch_diff(-1), "max_batch_diff must be an integer >= 0, got -1"),
@@ -93,10 +93,10 @@ def test_required_settings_are_named(missing):
         (lambda b: b.max_grad_norm(-1.0), "max_grad_norm must be a finite number > 0, got -1.0"),
         (lambda b: b.lr_scale_ratio(-0.5), "lr_scale_ratio must be a finite number >= 0, got -0.5"),
         (lambda b: b.overhead_target(0), "overhead_target must be a finite number > 0, got 0"),
-        (lambda b: b.devices([]), "devices: give at least one device"),
+        (lambda b: b.devices([]), "devices: give a list of at least one device"),
         (
             lambda b: b.partition_ratios([1, "a"]),
-            "partition_ratios entry must be a number, got 'a'",
+            "partition_ratios entry must be a finite number >= 0, got 'a'",
         ),
         (lambda b: b.max_batch_diff(1.5), "max_batch_diff must be an integer >= 0, got 1.5"),
     ],
@@ -128,7 +128,7 @@ def test_bad_values_are_rejected_at_the_setter(call, message):
             "the dataset has 512 samples, fewer than one batch of 300 per rank (2 ranks) — use a "
             "smaller batch_size or fewer devices",
         ),
-        (lambda b: b.max_anchor(0), "max_anchor must be >= 1, got 0"),
+        (lambda b: b.max_anchor(0), "max_anchor must be an integer >= 1, got 0"),
     ],
 )
 def test_multi_rank_config_errors_fail_run_before_any_process_starts(tweak, message):
@@ -612,6 +612,23 @@ def test_a_frozen_rank_0_fails_join_naming_it_and_leaves_no_process():
     assert info.value.rank == 0
     assert handle.next_metrics() is None  # the stream ended too
     assert len(handle.pids) == 2
+    assert_no_process_left(handle.pids)
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("policy", [fl.ApplyPolicy.SYNC, fl.ApplyPolicy.CADENCE])
+def test_a_frozen_rank_1_fails_join_with_the_survivors_partial_state(tmp_path, monkeypatch, policy):
+    # SIGSTOP freezes rank 1 (possibly while rank 0 waits for it in a collective): like a killed
+    # rank, the run fails naming it and rank 0's replica comes back on .partial.
+    monkeypatch.setenv(toy.INJECTED_AT, str(tmp_path / "injected"))
+    handle = two_ranks(toy.freezing_rank1_step, timeout=10, policy=policy).run()
+    with pytest.raises(fl.TrainingError, match="rank 1 stopped responding") as info:
+        handle.join()
+    assert seconds_since_injection(tmp_path / "injected") < 30  # heartbeat limit 5 s, not hung
+    assert info.value.rank == 1
+    assert info.value.partial is not None and len(info.value.partial.params) == 2
+    assert all(torch.isfinite(p).all() for p in info.value.partial.params)
     assert_no_process_left(handle.pids)
 
 

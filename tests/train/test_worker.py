@@ -12,6 +12,7 @@ import queue
 import pytest
 import torch
 
+from flodl.optim import set_lr
 from flodl.train.averaging import average_snapshots, final_state
 from flodl.train.messages import (
     ApplyPolicy,
@@ -30,7 +31,7 @@ from flodl.train.messages import (
     Update,
 )
 from flodl.train.metrics import MetricsMsg
-from flodl.train.worker import FINAL_ROUND, CollectiveFailed, Worker, set_lr
+from flodl.train.worker import FINAL_ROUND, CollectiveFailed, Worker
 from tests.train import toy
 
 X, Y = toy.regression_data(128)

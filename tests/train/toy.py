@@ -227,3 +227,37 @@ class RebuiltNowhere:
 
     def __setstate__(self, state: dict) -> None:
         raise RuntimeError("RebuiltNowhere cannot be rebuilt in this process")
+
+
+def make_grouped_sgd(params) -> torch.optim.Optimizer:
+    """SGD on nn.Linear: the weight in group 0, the bias in group 1 at a tenth of the rate."""
+    weight, bias = list(params)
+    return torch.optim.SGD([{"params": [weight]}, {"params": [bias], "lr_scale": 0.1}], lr=1.0)
+
+
+def half(step: int) -> float:
+    return 0.5
+
+
+def half_schedule(world: int):
+    """A scheduler factory whose scheduler is a plain ``step -> lr`` function."""
+    return half
+
+
+GROUP_LOG = "FLODL_TEST_GROUP_LOG"
+
+
+def logging_group_lrs(epoch: int, worker) -> None:
+    """Appends ``rank epoch lr0 lr1`` (the rates the last step trained with) to $FLODL_TEST_GROUP_LOG."""
+    lrs = " ".join(repr(float(g["lr"])) for g in worker.optimizer.param_groups)
+    with open(os.environ[GROUP_LOG], "a") as f:
+        f.write(f"{worker.rank} {epoch} {lrs}\n")
+
+
+def freezing_rank1_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """Rank 1 stops its own process (SIGSTOP) at its 4th batch; rank 0 stays healthy."""
+    ctx = context.current()
+    if ctx.rank == 1 and ctx.local_step == 3:
+        _mark_injection()
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return mse_step(model, batch)
