@@ -144,9 +144,9 @@ def _global_options(
 
 
 def _register_commands() -> None:
-    from fdl.commands import api_ref, check, config, diagnose, init, libtorch, setup, skill
+    from fdl.commands import api_ref, check, config, diagnose, init, libtorch, port, setup, skill
 
-    for module in (diagnose, setup, libtorch, init, config, api_ref, skill, check):
+    for module in (diagnose, setup, libtorch, init, config, api_ref, skill, check, port):
         module.register(app, _group)
 
 

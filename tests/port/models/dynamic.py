@@ -1,0 +1,41 @@
+"""Data-dependent control flow: a gate whose branch depends on the values, not the shapes."""
+
+import torch
+from torch import nn
+
+
+class Gate(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        if x.mean() > 0:  # decided by the data: fx cannot trace it
+            return torch.relu(self.fc(x))
+        return torch.tanh(self.fc(x))
+
+
+class GatedNet(nn.Module):
+    def __init__(self, dim=8, classes=3):
+        super().__init__()
+        self.inp = nn.Linear(dim, dim)
+        self.gate = Gate(dim)
+        self.out = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        return self.out(self.gate(torch.relu(self.inp(x))))
+
+
+class Halting(nn.Module):
+    """The whole forward loops on the data."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.step = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        for _ in range(4):
+            x = torch.tanh(self.step(x))
+            if x.abs().max() < 0.1:
+                break
+        return x
