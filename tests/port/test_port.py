@@ -1,0 +1,268 @@
+"""``fdl port``: models written for these tests, ported, built, parity-checked and re-checked."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fdl.port.load import PortError
+from fdl.port.run import port
+
+MODELS = Path(__file__).parent / "models"
+
+# (script, class, examples, idioms the generated flow must use)
+CASES = {
+    "cnn": (
+        "cnn.py",
+        "CNN",
+        ["torch.randn(2, 3, 32, 32)"],
+        ["fl.FlowBuilder(m.conv1)", ".through(nn.ReLU())", ".through(nn.MaxPool2d(2))",
+         ".through(nn.Flatten())", ".through(m.dropout)"],
+    ),
+    "resnet": (
+        "resnet.py",
+        "ResNet",
+        ["torch.randn(2, 3, 16, 16)"],
+        [".also(nn.Sequential(m.layer1.conv1", ".also_with(\n            m.layer2.downsample,",
+         ".through(nn.Flatten())"],
+    ),
+    "vae": (
+        "vae.py",
+        "VAE",
+        ["torch.rand(4, 64)"],
+        ['.fork(m.fc_mu)', '.tag("mu")', '.using("mu")', '.output("sigmoid", "mu", "logvar")',
+         "return torch.randn_like(x)"],
+    ),
+    "generator": (
+        "dcgan.py",
+        "Generator",
+        ["torch.randn(2, 16, 1, 1)"],
+        ["fl.FlowBuilder(m.main).build()", "m.main = nn.Sequential("],
+    ),
+    "discriminator": (
+        "dcgan.py",
+        "Discriminator",
+        ["torch.randn(2, 3, 16, 16)"],
+        ["fl.FlowBuilder(m.main).through(view).through(squeeze)", "return x.view(-1, 1)"],
+    ),
+    "lstm": (
+        "lstm.py",
+        "LSTMClassifier",
+        ["torch.randint(0, 50, (3, 7))"],
+        [".through(m.lstm)", ".through(fl.nn.Select(1))", ".through(fl.nn.Select(0))",
+         "return x[-1]"],
+    ),
+    "tagger": (
+        "lstm.py",
+        "Tagger",
+        ["torch.randn(2, 5, 6)", "(torch.randn(2, 5, 6), (torch.randn(1, 2, 12), torch.randn(1, 2, 12)))"],
+        ['.input("state", default=None)', '.using(hx="state")', ".output("],
+    ),
+    "transformer": (
+        "transformer.py",
+        "EncoderBlock",
+        ["torch.randn(2, 5, 32)"],
+        ['Call(m.attn, stream_as=("query", "key", "value"), need_weights=False)',
+         "fl.nn.Select(0)", ".through(m.norm1)", ".also(nn.Sequential(m.ff1, nn.GELU(), m.ff2, m.drop))"],
+    ),
+    "gated": (
+        "dynamic.py",
+        "GatedNet",
+        ["torch.randn(4, 8)", "-torch.ones(4, 8)"],
+        [".through(m.gate)", "from dynamic import Gate"],
+    ),
+    "halting": (
+        "dynamic.py",
+        "Halting",
+        ["torch.randn(4, 8)"],
+        ["fl.FlowBuilder(m).build()", "return from_torch(Halting(dim=dim))"],
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    for script in MODELS.glob("*.py"):
+        shutil.copy(script, tmp_path / script.name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield tmp_path
+    for name in [m.stem for m in MODELS.glob("*.py")] + ["_fdl_port_generated"]:
+        sys.modules.pop(name, None)
+
+
+def load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"ported_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_port_translates_builds_and_proves_parity(workdir, case):
+    script, cls, examples, idioms = CASES[case]
+    out = workdir / f"{case}_port.py"
+    report = port(workdir / script, cls, None, examples, out)
+    assert report.written and report.parity.exact, report.to_dict()
+    assert len(report.parity.cases) == 2 * len(examples)  # eval and train per example
+    text = out.read_text()
+    for idiom in idioms:
+        assert idiom in text, (idiom, text)
+    assert text.startswith(f"# Ported from {script} (class {cls}) by:")
+    assert "# Parity: exact on" in text
+
+    # the written file imports; build() makes the model fresh; from_torch shares the weights
+    generated = load(out)
+    original = getattr(sys.modules[Path(script).stem], cls)()
+    graph = generated.from_torch(original)
+    assert {id(p) for p in graph.parameters()} == {id(p) for p in original.parameters()}
+    fresh = generated.build()
+    assert sorted(p.shape for p in fresh.parameters()) == sorted(
+        p.shape for p in original.parameters()
+    )
+    args = eval(examples[-1], {"torch": torch})
+    args = args if isinstance(args, tuple) else (args,)
+    original.eval()
+    graph.eval()
+    fresh.eval()
+    names = list(__import__("inspect").signature(original.forward).parameters)
+    kwargs = dict(zip(names[1:], args[1:], strict=False)) if report.translated else {}
+    call = (args[0],) if report.translated else args
+    torch.manual_seed(3)
+    want = original(*args)
+    torch.manual_seed(3)
+    got = graph(*call, **kwargs)
+    flat = lambda v: [t for x in v for t in flat(x)] if isinstance(v, tuple) else [v]  # noqa: E731
+    assert all(torch.equal(a, b) for a, b in zip(flat(want), flat(got), strict=True))
+    fresh(*call, **kwargs)  # a fresh model runs on the same inputs
+
+
+def test_opaque_submodule_is_reported_with_its_line_and_the_rest_translated(workdir):
+    report = port(workdir / "dynamic.py", "GatedNet", None, ["torch.randn(4, 8)"], workdir / "g.py")
+    assert report.written and report.parity.exact
+    (opaque,) = report.opaque
+    assert (opaque.path, opaque.cls, opaque.location) == ("gate", "Gate", "dynamic.py:13")
+    assert "control flow" in opaque.reason
+    assert [s["original"] for s in report.translated] == [
+        "self.inp", "torch.relu", "self.gate", "self.out"
+    ]  # fmt: skip
+    assert "# Opaque (kept whole): gate (dynamic.py:13)" in (workdir / "g.py").read_text()
+
+
+def test_whole_forward_opaque_still_proves_parity(workdir):
+    report = port(workdir / "dynamic.py", "Halting", None, ["torch.randn(4, 8)"], workdir / "h.py")
+    assert report.written and report.parity.exact and report.translated == []
+    (opaque,) = report.opaque
+    assert opaque.path == "" and opaque.location == "dynamic.py:39"
+
+
+def test_init_arguments_reach_the_model_and_build(workdir):
+    out = workdir / "c.py"
+    report = port(workdir / "cnn.py", "CNN", "(1, 5)", ["torch.randn(2, 1, 32, 32)"], out)
+    assert report.written and report.parity.exact
+    generated = load(out)
+    assert generated.build(1, 5)(torch.randn(2, 1, 32, 32)).shape == (2, 5)
+    report = port(
+        workdir / "cnn.py", "CNN", "{'num_classes': 7}", ["torch.randn(1, 3, 32, 32)"], out
+    )
+    assert report.parity.exact
+    assert load(out).build(num_classes=7)(torch.randn(1, 3, 32, 32)).shape == (1, 7)
+
+
+def test_inexact_port_writes_nothing_unless_forced(workdir):
+    out = workdir / "drift.py"
+    report = port(workdir / "inexact.py", "Drifting", None, ["torch.randn(2, 4)"], out)
+    assert not report.written and not out.exists()
+    assert not report.parity.exact and report.parity.max_abs_diff > 0
+    assert "nothing written" in report.refused
+    forced = port(workdir / "inexact.py", "Drifting", None, ["torch.randn(2, 4)"], out, force=True)
+    assert forced.written and "# Parity: NOT exact" in out.read_text()
+
+
+@pytest.mark.parametrize(
+    ("cls", "init", "example", "message"),
+    [
+        ("Nope", None, "torch.randn(2, 4)", "class Nope not found in inexact.py"),
+        ("Broken", None, "torch.randn(2, 4)", "missing a required argument: 'dim'"),
+        ("Broken", "(0,)", "torch.randn(2, 4)", "ValueError: dim must be positive"),
+        ("Broken", "(4,)", "torch.randn(2, 5)", "does not fit Broken: RuntimeError: mat1 and mat2"),
+        ("Broken", "(4,", "torch.randn(2, 4)", "is not a Python literal"),
+        ("Broken", "(4,)", "torch.randn(2, 4", "--example-input"),
+    ],
+)
+def test_user_errors_are_clear_and_write_nothing(workdir, cls, init, example, message):
+    out = workdir / "never.py"
+    with pytest.raises(Exception) as info:
+        port(workdir / "inexact.py", cls, init, [example], out)
+    assert message in str(info.value)
+    assert info.type.__module__.startswith("fdl"), info.type  # an fdl error, not a crash
+    assert not out.exists()
+
+
+def test_port_error_is_an_fdl_error():
+    from fdl.errors import FdlError
+
+    assert issubclass(PortError, FdlError)
+
+
+# ------------------------------------------------------------------------------- the CLI
+def test_cli_json_report_and_byte_stable_output(workdir, run_fdl):
+    argv = ["port", "vae.py", "--model", "VAE", "--example-input", "torch.rand(4, 64)", "--json"]
+    first = run_fdl(*argv, cwd=workdir)
+    assert first.returncode == 0, first.stderr
+    data = json.loads(first.stdout)
+    assert data["written"] and data["parity"]["exact"] and data["parity"]["max_abs_diff"] == 0
+    assert {c["mode"] for c in data["parity"]["cases"]} == {"eval", "train"}
+    assert {"node": "fc_mu", "original": "self.fc_mu", "as": "m.fc_mu"} in data["translated"]
+    assert data["output"] == "vae_flodl.py" and data["opaque"] == []
+    written = (workdir / "vae_flodl.py").read_bytes()
+    again = run_fdl(*argv[:-1], cwd=workdir)
+    assert again.returncode == 0 and "parity: exact" in again.stdout
+    assert (workdir / "vae_flodl.py").read_bytes() == written
+
+
+def test_cli_errors_have_no_traceback(workdir, run_fdl):
+    result = run_fdl("port", "cnn.py", "--model", "CNX", "--example-input", "torch.randn(1)",
+                     cwd=workdir)  # fmt: skip
+    assert result.returncode == 2
+    assert "error: class CNX not found in cnn.py — did you mean CNN?" in result.stderr
+    assert "Traceback" not in result.stderr and not (workdir / "cnn_flodl.py").exists()
+    result = run_fdl("port", "cnn.py", "--model", "CNN", "--example-input", "torch.randn(2, 3, 8, 8)",
+                     cwd=workdir)  # fmt: skip
+    assert result.returncode == 1 and "does not fit CNN: RuntimeError" in result.stderr
+    assert "Traceback" not in result.stderr and not (workdir / "cnn_flodl.py").exists()
+    result = run_fdl("port", "inexact.py", "--model", "Drifting", "--example-input",
+                     "torch.randn(2, 4)", cwd=workdir)  # fmt: skip
+    assert result.returncode == 1 and "nothing written" in result.stdout
+    assert not (workdir / "inexact_flodl.py").exists()
+    result = run_fdl("port", "cnn.py", "--model", "CNN", cwd=workdir)
+    assert result.returncode == 2 and "--example-input" in result.stderr
+
+
+def test_generated_code_passes_fdl_check(workdir, run_fdl):
+    port(workdir / "resnet.py", "ResNet", None, ["torch.randn(2, 3, 16, 16)"], workdir / "r.py")
+    result = run_fdl("check", "--no-run", "r.py", cwd=workdir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "check ok" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_port_passes_fdl_check_and_is_byte_stable(workdir, run_fdl, case):
+    script, cls, examples, _ = CASES[case]
+    argv = ["port", script, "--model", cls, "-o", "out.py"]
+    for example in examples:
+        argv += ["--example-input", example]
+    first = run_fdl(*argv, cwd=workdir)
+    assert first.returncode == 0, first.stdout + first.stderr
+    written = (workdir / "out.py").read_bytes()
+    assert run_fdl(*argv, cwd=workdir).returncode == 0
+    assert (workdir / "out.py").read_bytes() == written
+    check = run_fdl("check", "--no-run", "out.py", cwd=workdir)
+    assert check.returncode == 0 and "check ok" in check.stdout, check.stdout + check.stderr
