@@ -266,3 +266,10 @@ def test_every_port_passes_fdl_check_and_is_byte_stable(workdir, run_fdl, case):
     assert (workdir / "out.py").read_bytes() == written
     check = run_fdl("check", "--no-run", "out.py", cwd=workdir)
     assert check.returncode == 0 and "check ok" in check.stdout, check.stdout + check.stderr
+
+
+def test_the_port_skill_says_to_try_fdl_port_first():
+    text = (Path(__file__).parents[2] / "porting_skill/instructions.md").read_text()
+    mechanical = text.index("## Mechanical first — `fdl port` for each model class")
+    assert mechanical < text.index("## Step 4 — design")  # before designing by hand
+    assert "fdl port <script.py> --model <Class> --example-input" in text
