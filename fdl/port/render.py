@@ -21,7 +21,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from fdl.port.translate import CALL_HELPER, Translation, Unsupported
+from fdl.port.translate import CALL_HELPER, SHARED_HELPER, Translation, Unsupported
 
 
 @dataclass
@@ -198,6 +198,8 @@ def render(
             imports.add("import torch.nn.functional as F" if name == "F" else f"import {name}")
         if translation.needs_call:
             defs.append(CALL_HELPER.strip() + "\n")
+        if translation.needs_shared:
+            defs.append(SHARED_HELPER.strip() + "\n")
         defs += translation.functions
         chain = "\n".join(["    " + translation.entry, *("    " + c for c in translation.chain)])
         flow_body = f"return (\n{chain}\n    .build()\n)"

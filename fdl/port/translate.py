@@ -314,6 +314,16 @@ class Call(nn.Module):
 '''
 
 
+SHARED_HELPER = '''
+def shared(value: nn.Parameter) -> fl.nn.Param:
+    """An ``fl.nn.Param`` step holding ``value`` itself (shared, not copied); the stream is
+    ignored: ``.fork(shared(m.pos)).tag("pos")`` makes the parameter a tag for ``using``."""
+    step = fl.nn.Param(tuple(value.shape), mode="value")
+    step.value = value
+    return step
+'''
+
+
 @dataclass
 class Step:
     """How one traced operation is written: ``code`` is a builder step; ``using`` wires refs."""
@@ -370,6 +380,7 @@ class Translation:
     entry: str  # "fl.FlowBuilder(m.conv1)" or "fl.FlowBuilder()"
     functions: list[str]  # module-level function definitions
     needs_call: bool
+    needs_shared: bool
     imports: set[str]
     steps: list[dict[str, str]]  # what each traced operation became, for the report
     inputs: list[tuple[str, Any]]  # auxiliary graph inputs: (name, default or NO_DEFAULT)
@@ -394,15 +405,23 @@ class Translator:
         self.functions: dict[str, str] = {}  # name -> source
         self.function_names: dict[str, str] = {}  # body -> name
         self.needs_call = False
+        self.needs_shared = False
         self.report: dict[fx.Node, dict[str, str]] = {}
         self.budget = SEARCH_BUDGET
         nodes = list(gm.graph.nodes)
         self.placeholders = [n for n in nodes if n.op == "placeholder"]
         outputs = [n for n in nodes if n.op == "output"]
         self.output = outputs[0].args[0]
+        self.params: list[fx.Node] = []  # learned tensors read directly: self.pos
         for n in nodes:
-            if n.op == "get_attr":
-                raise Unsupported(f"the forward reads the tensor self.{n.target} directly")
+            if n.op == "get_attr" and kinds.get(n) != "meta":
+                try:
+                    root.get_parameter(str(n.target))
+                except AttributeError:
+                    raise Unsupported(
+                        f"the forward reads self.{n.target}, a tensor that is not a parameter"
+                    ) from None
+                self.params.append(n)
         self.ops: list[Op] = []
         self.op_of: dict[fx.Node, Op] = {}
         for n in nodes:
@@ -750,7 +769,13 @@ class Translator:
     # ------------------------------------------------------------------ result
     def translate(self) -> Translation:
         start = self.placeholders[0]
-        state = State(start, frozenset(self.placeholders), (), frozenset())
+        # each learned tensor is a fork at the start: fl.nn.Param holding it, tagged
+        frags = tuple(Frag(f".fork(shared({module_expr(str(p.target))}))", p) for p in self.params)
+        if self.params:
+            self.needs_shared = True
+        state = State(
+            start, frozenset(self.placeholders + self.params), frags, frozenset(self.params)
+        )
         found = self.search(state)
         if found is None:
             raise Unsupported("the data flow could not be laid out as builder calls")
@@ -802,6 +827,7 @@ class Translator:
             entry=entry,
             functions=[self.functions[k] for k in self.functions],
             needs_call=self.needs_call,
+            needs_shared=self.needs_shared,
             imports=self.imports,
             steps=steps,
             inputs=inputs,
@@ -810,7 +836,7 @@ class Translator:
 
 
 INFIX_NAMES = {"add": "add", "iadd": "add", "truediv": "div", "getitem": "index"}
-TAKEN = {"build", "from_torch", "flow", "Call", "torch", "nn", "F", "fl", "math", "operator",
+TAKEN = {"build", "from_torch", "flow", "Call", "shared", "torch", "nn", "F", "fl", "math", "operator",
          "m", "x", "module"}  # fmt: skip
 
 

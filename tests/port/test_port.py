@@ -71,6 +71,19 @@ CASES = {
         ['Call(m.attn, stream_as=("query", "key", "value"), need_weights=False)',
          "fl.nn.Select(0)", ".through(m.norm1)", ".also(nn.Sequential(m.ff1, nn.GELU(), m.ff2, m.drop))"],
     ),
+    "inception": (
+        "branches.py",
+        "Inception",
+        ["torch.randn(2, 4, 8, 8)"],
+        [".split(m.b1, nn.Sequential(m.b3a, nn.ReLU(), m.b3b), m.pool)", ".merge(fl.MergeOp.CAT(1))",
+         ".through(nn.AdaptiveAvgPool2d(1))"],
+    ),
+    "positional": (
+        "branches.py",
+        "Positional",
+        ["torch.randn(2, 5, 6)", "torch.randn(3, 16, 6)"],
+        [".fork(shared(m.pos))", '.tag("pos")', "return pos[:, : x.size(1)]"],
+    ),
     "gated": (
         "dynamic.py",
         "GatedNet",

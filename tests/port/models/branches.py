@@ -1,0 +1,33 @@
+"""Parallel branches concatenated (an Inception-style block) and a learned positional table."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Inception(nn.Module):
+    def __init__(self, cin=4, classes=5):
+        super().__init__()
+        self.b1 = nn.Conv2d(cin, 4, 1)
+        self.b3a = nn.Conv2d(cin, 4, 1)
+        self.b3b = nn.Conv2d(4, 6, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, stride=1, padding=1)
+        self.head = nn.Linear(4 + 6 + cin, classes)
+
+    def forward(self, x):
+        y = torch.cat([self.b1(x), self.b3b(F.relu(self.b3a(x))), self.pool(x)], dim=1)
+        y = F.adaptive_avg_pool2d(F.relu(y), 1).flatten(1)
+        return self.head(y)
+
+
+class Positional(nn.Module):
+    def __init__(self, features=6, d=8, max_len=16):
+        super().__init__()
+        self.embed = nn.Linear(features, d)
+        self.pos = nn.Parameter(torch.randn(1, max_len, d) * 0.02)
+        self.out = nn.Linear(d, 2)
+
+    def forward(self, x):
+        h = self.embed(x)
+        h = h + self.pos[:, : h.size(1)]
+        return self.out(h.mean(dim=1))
