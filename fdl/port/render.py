@@ -21,7 +21,14 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from fdl.port.translate import CALL_HELPER, SHARED_HELPER, Translation, Unsupported
+from fdl.port.translate import (
+    CALL_HELPER,
+    NO_DEFAULT,
+    SHARED_HELPER,
+    Translation,
+    Unsupported,
+    literal,
+)
 
 
 @dataclass
@@ -189,6 +196,7 @@ def render(
     class_name: str,
     script_name: str,
     header: list[str],
+    opaque_inputs: list[tuple[str, Any]] = (),
 ) -> str:
     """The generated module's text (formatted with ruff when it is installed)."""
     imports = {"from torch import nn", "import flodl as fl", *source.imports}
@@ -205,7 +213,18 @@ def render(
         flow_body = f"return (\n{chain}\n    .build()\n)"
         flow_doc = f'"""The data flow of {class_name}.forward over the layers held by ``m``."""'
     else:
-        flow_body = "return fl.FlowBuilder(m).build()"
+        chain = ["fl.FlowBuilder()"] if opaque_inputs else ["fl.FlowBuilder(m)"]
+        for name, default in opaque_inputs:
+            chain.append(
+                f".input({name!r})"
+                if default is NO_DEFAULT
+                else f".input({name!r}, default={literal(default)})"
+            )
+        if opaque_inputs:
+            refs = ", ".join(f"{n}={n!r}" for n, _ in opaque_inputs)
+            chain += [".through(m)", f".using({refs})"]
+        chain.append(".build()")
+        flow_body = "return " + "".join(chain)
         flow_doc = f'"""{class_name}, kept whole as one step (its forward could not be traced)."""'
     body_text = "\n".join(header) + "\n"
     body_text += f'"""flodl port of {class_name} ({script_name}), written by ``fdl port``."""\n\n'

@@ -32,6 +32,7 @@ class Report:
     build: str = ""
     parity: Any = None
     refused: str = ""
+    fixed: dict[str, Any] = field(default_factory=dict)  # forward arguments frozen by the trace
 
     @property
     def ok(self) -> bool:
@@ -47,6 +48,7 @@ class Report:
             "translated": self.translated,
             "opaque": [o.to_dict() for o in self.opaque],
             "build": self.build,
+            "fixed": {k: repr(v) for k, v in self.fixed.items()},
             "parity": self.parity.to_dict() if self.parity is not None else None,
             **({"refused": self.refused} if self.refused else {}),
         }
@@ -124,6 +126,8 @@ def port(
     gm, opaque = trace.trace(original, n_args)
     translation = None
     if gm is not None:
+        report.fixed = trace.concrete_args(original, n_args)
+    if gm is not None:
         try:
             kinds = translate.value_kinds(gm, max(examples, key=len))
             names = translate.returned_names(cls.forward)
@@ -141,15 +145,22 @@ def port(
         source = render.original_source(cls, module, "the forward stays opaque")
     names = [p.name for p in inspect.signature(original.forward).parameters.values()]
 
+    opaque_inputs = _opaque_inputs(original) if translation is None else []
+
     def graph_call(graph: Any, call_args: tuple[Any, ...]) -> Any:
-        if translation is None:
+        if translation is None and not opaque_inputs:
             return graph(*call_args)
         aux = dict(zip(names[1:], call_args[1:], strict=False))
         return graph(call_args[0], **aux)
 
     def rendered(header: list[str]) -> str:
         return render.render(
-            translation, source, class_name=cls.__name__, script_name=script.name, header=header
+            translation,
+            source,
+            class_name=cls.__name__,
+            script_name=script.name,
+            header=header,
+            opaque_inputs=opaque_inputs,
         )
 
     generated = _load_generated(rendered([]), script.resolve().parent)
@@ -170,6 +181,9 @@ def port(
         f"#   {command_line(script, model, init, exprs)}",
         f"# Parity: {report.parity.summary()}.",
     ]
+    if report.fixed:
+        header.append("# Fixed while tracing (the port always uses these values): " + ", ".join(
+            f"{k}={v!r}" for k, v in report.fixed.items()))  # fmt: skip
     if opaque:
         header.append("# Opaque (kept whole): " + "; ".join(
             f"{o.path or cls.__name__} ({o.location})" for o in opaque))  # fmt: skip
@@ -180,6 +194,30 @@ def port(
     output.write_text(text)
     report.written = True
     return report
+
+
+def _opaque_inputs(model: Any) -> list[tuple[str, Any]]:
+    """The forward's arguments after the first, as graph inputs of a model kept whole."""
+    from fdl.port.translate import NO_DEFAULT, Unsupported, literal
+    from flodl.graph.codegen import RESERVED_NAMES
+
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return []
+    inputs = []
+    for p in params:
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            return []
+        if p.name in RESERVED_NAMES or p.name.startswith("_") or not p.name.isidentifier():
+            return []
+        if p.default is not p.empty:
+            try:
+                literal(p.default)
+            except Unsupported:
+                return []
+        inputs.append((p.name, NO_DEFAULT if p.default is p.empty else p.default))
+    return inputs
 
 
 def _forward_line(cls: type) -> int:
@@ -208,6 +246,11 @@ def render_report(report: Report) -> str:
             lines.append(f"    {step['node']:<20} {step['original']:<28} -> {step['as']}")
     for o in report.opaque:
         lines.append(f"  opaque: {o.path or o.cls} ({o.cls}) at {o.location}: {o.reason}")
+    for name, value in report.fixed.items():
+        lines.append(
+            f"  fixed: {name}={value!r} (no example passes it; the port always uses this value — "
+            "add an --example-input that passes it to keep it an input)"
+        )
     lines.append(f"  build(): {report.build}")
     if report.parity is not None:
         lines.append(f"  parity: {report.parity.summary()}")

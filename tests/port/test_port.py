@@ -286,3 +286,22 @@ def test_the_port_skill_says_to_try_fdl_port_first():
     mechanical = text.index("## Mechanical first — `fdl port` for each model class")
     assert mechanical < text.index("## Step 4 — design")  # before designing by hand
     assert "fdl port <script.py> --model <Class> --example-input" in text
+
+
+def test_a_model_kept_whole_still_takes_its_extra_arguments(workdir):
+    out = workdir / "seq.py"
+    examples = ["torch.randn(2, 6)", "(torch.randn(2, 6), 3)"]
+    report = port(workdir / "dynamic.py", "Rollout", None, examples, out)
+    assert report.written and report.parity.exact and report.opaque[0].path == ""
+    assert '.input("steps", default=1).through(m).using(steps="steps")' in out.read_text()
+    generated = load(out)
+    original = sys.modules["dynamic"].Rollout()
+    x = torch.randn(2, 6)
+    assert torch.equal(generated.from_torch(original)(x, steps=2), original(x, 2))
+
+
+def test_an_argument_no_example_passes_is_reported_as_fixed(workdir):
+    out = workdir / "one.py"
+    report = port(workdir / "dynamic.py", "Rollout", None, ["torch.randn(2, 6)"], out)
+    assert report.written and report.fixed == {"steps": 1}
+    assert "# Fixed while tracing (the port always uses these values): steps=1" in out.read_text()
