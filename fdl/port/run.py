@@ -137,15 +137,41 @@ def port(
             opaque = [
                 trace.Opaque("", cls.__name__, where, f"not expressible as builder calls: {exc}")
             ]
+    names = [p.name for p in inspect.signature(original.forward).parameters.values()]
+    while True:
+        source = render.init_source(cls, module) if translation is not None else None
+        if source is None:
+            source = render.original_source(cls, module, "the forward stays opaque")
+        opaque_inputs = _opaque_inputs(original) if translation is None else []
+
+        def rendered(
+            header: list[str], translation=translation, source=source, inputs=opaque_inputs
+        ) -> str:
+            return render.render(
+                translation,
+                source,
+                class_name=cls.__name__,
+                script_name=script.name,
+                header=header,
+                opaque_inputs=inputs,
+            )
+
+        try:
+            generated = _load_generated(rendered([]), script.resolve().parent)
+            graph = generated.from_torch(original)
+            break
+        except Exception as exc:
+            if translation is None:
+                raise PortError(
+                    f"the port of {cls.__name__} kept whole failed: {type(exc).__name__}: {exc}"
+                ) from None
+            # a chain flodl refuses is a gap in the translation: keep the model whole instead
+            where = f"{script.name}:{_forward_line(cls)}"
+            reason = f"the translated chain failed: {type(exc).__name__}: {exc}"
+            opaque = [trace.Opaque("", cls.__name__, where, reason.splitlines()[0])]
+            translation = None
     report.opaque = opaque
     report.translated = translation.steps if translation is not None else []
-
-    source = render.init_source(cls, module) if translation is not None else None
-    if source is None:
-        source = render.original_source(cls, module, "the forward stays opaque")
-    names = [p.name for p in inspect.signature(original.forward).parameters.values()]
-
-    opaque_inputs = _opaque_inputs(original) if translation is None else []
 
     def graph_call(graph: Any, call_args: tuple[Any, ...]) -> Any:
         if translation is None and not opaque_inputs:
@@ -153,18 +179,6 @@ def port(
         aux = dict(zip(names[1:], call_args[1:], strict=False))
         return graph(call_args[0], **aux)
 
-    def rendered(header: list[str]) -> str:
-        return render.render(
-            translation,
-            source,
-            class_name=cls.__name__,
-            script_name=script.name,
-            header=header,
-            opaque_inputs=opaque_inputs,
-        )
-
-    generated = _load_generated(rendered([]), script.resolve().parent)
-    graph = generated.from_torch(original)
     report.parity = parity_mod.check(original, graph, examples, graph_call)
 
     if not source.constructs_original:
@@ -187,7 +201,14 @@ def port(
     if opaque:
         header.append("# Opaque (kept whole): " + "; ".join(
             f"{o.path or cls.__name__} ({o.location})" for o in opaque))  # fmt: skip
-    text = rendered(header)
+    text = render.render(
+        translation,
+        source,
+        class_name=cls.__name__,
+        script_name=script.name,
+        header=header,
+        opaque_inputs=opaque_inputs,
+    )
     if not report.parity.exact and not force:
         report.refused = "parity is not exact: nothing written (use --force to write anyway)"
         return report

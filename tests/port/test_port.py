@@ -305,3 +305,27 @@ def test_an_argument_no_example_passes_is_reported_as_fixed(workdir):
     report = port(workdir / "dynamic.py", "Rollout", None, ["torch.randn(2, 6)"], out)
     assert report.written and report.fixed == {"steps": 1}
     assert "# Fixed while tracing (the port always uses these values): steps=1" in out.read_text()
+
+
+def test_build_constructs_the_original_when_init_calls_its_own_methods(workdir):
+    out = workdir / "s.py"
+    report = port(workdir / "branches.py", "SelfInit", None, ["torch.randn(2, 4)"], out)
+    assert report.written and "calls self._reset()" in report.build
+    text = out.read_text()
+    assert "from branches import SelfInit" in text
+    assert "return from_torch(SelfInit(dim=dim))" in text
+    graph = load(out).build(dim=3)
+    (bias,) = [p for n, p in graph.named_parameters() if n.endswith("bias")]
+    assert torch.equal(bias, torch.zeros(3))  # the original's own initialisation ran
+
+
+def test_build_renames_self_around_a_loop_variable_named_m(workdir):
+    out = workdir / "l.py"
+    report = port(workdir / "branches.py", "LoopInit", None, ["torch.randn(2, 4)"], out)
+    assert report.written and report.build == "LoopInit.__init__, self renamed to model"
+    text = out.read_text()
+    assert "model = nn.Module()" in text and "for m in model.modules():" in text
+    graph = load(out).build()
+    assert all(
+        torch.equal(p, torch.zeros_like(p)) for n, p in graph.named_parameters() if "bias" in n
+    )

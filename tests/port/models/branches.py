@@ -31,3 +31,33 @@ class Positional(nn.Module):
         h = self.embed(x)
         h = h + self.pos[:, : h.size(1)]
         return self.out(h.mean(dim=1))
+
+
+class SelfInit(nn.Module):
+    """The constructor calls a method of its own: build() must construct the class itself."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self._reset()
+
+    def _reset(self):
+        nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+class LoopInit(nn.Module):
+    """Weight initialisation over self.modules() with a loop variable named m."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, dim)
+        self.fc2 = nn.Linear(dim, 2)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
