@@ -78,6 +78,13 @@ CASES = {
         [".split(m.b1, nn.Sequential(m.b3a, nn.ReLU(), m.b3b), m.pool)", ".merge(fl.MergeOp.CAT(1))",
          ".through(nn.AdaptiveAvgPool2d(1))"],
     ),
+    "unet": (
+        "branches.py",
+        "UNet",
+        ["torch.randn(2, 3, 16, 16)"],
+        [".split(nn.Sequential(nn.MaxPool2d(2), m.enc2, nn.ReLU(), m.up), nn.Identity())",
+         ".merge(fl.MergeOp.CAT(1))", "return x * 2"],
+    ),
     "positional": (
         "branches.py",
         "Positional",
@@ -329,3 +336,15 @@ def test_build_renames_self_around_a_loop_variable_named_m(workdir):
     assert all(
         torch.equal(p, torch.zeros_like(p)) for n, p in graph.named_parameters() if "bias" in n
     )
+
+
+def test_scripts_that_cannot_be_used_are_clear_errors(workdir, run_fdl):
+    result = run_fdl("port", "missing.py", "--model", "X", "--example-input", "torch.randn(1)",
+                     cwd=workdir)  # fmt: skip
+    assert result.returncode == 2 and "missing.py: no such file" in result.stderr
+    (workdir / "bad.py").write_text("import torch\n\nraise RuntimeError('no data here')\n")
+    result = run_fdl("port", "bad.py", "--model", "X", "--example-input", "torch.randn(1)",
+                     cwd=workdir)  # fmt: skip
+    assert result.returncode == 1
+    assert "importing bad.py failed at bad.py:3: RuntimeError: no data here" in result.stderr
+    assert "Traceback" not in result.stderr and not (workdir / "bad_flodl.py").exists()

@@ -61,3 +61,22 @@ class LoopInit(nn.Module):
 
     def forward(self, x):
         return self.fc2(F.gelu(self.fc1(x)))
+
+
+class UNet(nn.Module):
+    """A skip connection concatenated back after the down- and up-sampling path."""
+
+    def __init__(self, c=4):
+        super().__init__()
+        self.enc1 = nn.Conv2d(3, c, 3, padding=1)
+        self.enc2 = nn.Conv2d(c, 2 * c, 3, padding=1)
+        self.up = nn.ConvTranspose2d(2 * c, c, 2, stride=2)
+        self.dec = nn.Conv2d(2 * c, c, 3, padding=1)
+        self.out = nn.Conv2d(c, 1, 1)
+
+    def forward(self, x):
+        e1 = F.relu(self.enc1(x))
+        e2 = F.relu(self.enc2(F.max_pool2d(e1, 2)))
+        d = self.up(e2)
+        d = F.relu(self.dec(torch.cat([d, e1], dim=1)))
+        return torch.sigmoid(self.out(d)) * 2 - 1
