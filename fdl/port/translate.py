@@ -384,7 +384,6 @@ class Translation:
     imports: set[str]
     steps: list[dict[str, str]]  # what each traced operation became, for the report
     inputs: list[tuple[str, Any]]  # auxiliary graph inputs: (name, default or NO_DEFAULT)
-    stream_input: str
 
 
 NO_DEFAULT = object()
@@ -822,16 +821,22 @@ class Translator:
         steps = [
             {"node": n.name, **self.report[n]} for n in self.gm.graph.nodes if n in self.report
         ]
+        # the search may have written functions for layouts it then abandoned: keep the used ones
+        text = "\n".join(chain)
+        used = {
+            name: source
+            for name, source in self.functions.items()
+            if re.search(rf"(?<![\w\"'.]){re.escape(name)}(?![\w\"'])", text)
+        }
         return Translation(
             chain=chain,
             entry=entry,
-            functions=[self.functions[k] for k in self.functions],
-            needs_call=self.needs_call,
+            functions=list(used.values()),
+            needs_call="Call(" in text,
             needs_shared=self.needs_shared,
             imports=self.imports,
             steps=steps,
             inputs=inputs,
-            stream_input=start.name,
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -135,6 +136,10 @@ def test_port_translates_builds_and_proves_parity(workdir, case):
     for idiom in idioms:
         assert idiom in text, (idiom, text)
     assert text.startswith(f"# Ported from {script} (class {cls}) by:")
+    flow = text[text.index("def flow(") :]
+    for name in re.findall(r"^def (\w+)\(", text, re.MULTILINE):
+        if name not in ("build", "from_torch", "flow"):  # every helper function is a used step
+            assert re.search(rf"[(, ]{name}[(),]", flow), (name, flow)
     assert "# Parity: exact on" in text
 
     # the written file imports; build() makes the model fresh; from_torch shares the weights
