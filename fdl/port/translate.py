@@ -107,6 +107,20 @@ def _subscript(index: Any, render) -> str:
     return one(index)
 
 
+def unwrap(text: str) -> str:
+    """``(a * b)`` -> ``a * b`` when the outer parentheses enclose the whole text."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i < len(text) - 1:
+            return text
+    inner = text[1:-1]
+    return text if inner.rstrip().endswith(",") else inner  # keep a tuple's parentheses
+
+
 class Expr:
     """Renders fx nodes as Python expressions; tensor values by name, the rest inline."""
 
@@ -119,7 +133,7 @@ class Expr:
         if isinstance(value, fx.Node):
             if value in self.names:
                 return self.names[value]
-            if self.kinds.get(value) != "meta":
+            if self.kinds.get(value) not in ("meta", "inline"):
                 raise Unsupported(f"{value.name} is not available here")
             return self.call(value)
         if isinstance(value, tuple | list) and any(isinstance(v, fx.Node) for v in value):
@@ -132,7 +146,8 @@ class Expr:
         return literal(value)
 
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        return ", ".join([self(a) for a in args] + [f"{k}={self(v)}" for k, v in kwargs.items()])
+        items = [self(a) for a in args] + [f"{k}={self(v)}" for k, v in kwargs.items()]
+        return ", ".join(unwrap(t) for t in items)
 
     def call(self, node: fx.Node) -> str:
         args, kwargs = node.args, node.kwargs
@@ -346,7 +361,7 @@ def _tensor_inputs(node: fx.Node, kinds: dict[fx.Node, str]) -> list[fx.Node]:
     seen: list[fx.Node] = []
 
     def visit(n: fx.Node) -> None:
-        if kinds.get(n) == "meta" and n.op != "placeholder":
+        if kinds.get(n) in ("meta", "inline") and n.op != "placeholder":
             for inner in n.all_input_nodes:
                 visit(inner)
         elif n not in seen:
@@ -423,8 +438,12 @@ class Translator:
                 self.params.append(n)
         self.ops: list[Op] = []
         self.op_of: dict[fx.Node, Op] = {}
+        kinds = self.kinds = _mark_inline(nodes, kinds)
         for n in nodes:
-            if n.op in ("call_module", "call_function", "call_method") and kinds.get(n) != "meta":
+            if n.op in ("call_module", "call_function", "call_method") and kinds.get(n) not in (
+                "meta",
+                "inline",
+            ):
                 op = Op(n, _tensor_inputs(n, kinds))
                 if n.op == "call_module":
                     op.module = root.get_submodule(str(n.target))
@@ -474,8 +493,7 @@ class Translator:
         """A module-level function computing ``node`` from ``params``; returns its name."""
         names = dict(params)
         body = Expr(names, self.kinds, self.imports).call(node)
-        if body.startswith("(") and body.endswith(")") and node.target in INFIX:
-            body = body[1:-1]
+        body = unwrap(body)
         signature = ", ".join(n for _, n in params)
         key = f"({signature}): return {body}"
         if key in self.function_names:
@@ -497,7 +515,7 @@ class Translator:
     def step(self, op: Op, stream: fx.Node) -> Step:
         """How ``op`` is written when ``stream`` is the current value."""
         node = op.node
-        random = _target_name(node) in RANDOM_NAMES
+        random = _random_expression(node, self.kinds)
         if node.op == "call_module":
             return self.module_step(op, stream)
         if node.target is operator.getitem and self.kinds.get(node.args[0]) == "tuple":
@@ -843,6 +861,43 @@ class Translator:
 INFIX_NAMES = {"add": "add", "iadd": "add", "truediv": "div", "getitem": "index"}
 TAKEN = {"build", "from_torch", "flow", "Call", "shared", "torch", "nn", "F", "fl", "math", "operator",
          "m", "x", "module"}  # fmt: skip
+
+
+def _plain_function(node: fx.Node, kinds: dict[fx.Node, str]) -> bool:
+    """A tensor expression written as a function of its own (no module stands for it)."""
+    return (
+        node.op in ("call_function", "call_method")
+        and kinds.get(node) == "tensor"
+        and not (node.target is operator.getitem and kinds.get(node.args[0]) == "tuple")
+        and torch_module(node) is None
+    )
+
+
+def _mark_inline(nodes: list[fx.Node], kinds: dict[fx.Node, str]) -> dict[fx.Node, str]:
+    """Fold a plain expression read only by another plain expression into that one, so
+    ``torch.exp(0.5 * logvar)`` is one function rather than two steps."""
+    output = next(n for n in nodes if n.op == "output")
+    kinds = dict(kinds)
+    for node in nodes:
+        users = list(node.users)
+        if (
+            len(users) == 1
+            and users[0] is not output
+            and _plain_function(node, kinds)
+            and _plain_function(users[0], kinds)
+        ):
+            kinds[node] = "inline"
+    return kinds
+
+
+def _random_expression(node: fx.Node, kinds: dict[fx.Node, str]) -> bool:
+    if _target_name(node) in RANDOM_NAMES:
+        return True
+    return any(
+        _random_expression(n, kinds)
+        for n in node.all_input_nodes
+        if kinds.get(n) in ("meta", "inline")
+    )
 
 
 def _describe(node: fx.Node) -> str:

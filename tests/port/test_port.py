@@ -38,7 +38,7 @@ CASES = {
         "VAE",
         ["torch.rand(4, 64)"],
         ['.fork(m.fc_mu)', '.tag("mu")', '.using("mu")', '.output("sigmoid", "mu", "logvar")',
-         "return torch.randn_like(x)"],
+         "return mu + (torch.randn_like(x) * x)", "return torch.exp(0.5 * x)"],
     ),
     "generator": (
         "dcgan.py",
@@ -50,7 +50,7 @@ CASES = {
         "dcgan.py",
         "Discriminator",
         ["torch.randn(2, 3, 16, 16)"],
-        ["fl.FlowBuilder(m.main).through(view).through(squeeze)", "return x.view(-1, 1)"],
+        ["fl.FlowBuilder(m.main).through(squeeze).build()", "return x.view(-1, 1).squeeze(1)"],
     ),
     "lstm": (
         "lstm.py",
@@ -84,13 +84,13 @@ CASES = {
         "UNet",
         ["torch.randn(2, 3, 16, 16)"],
         [".split(nn.Sequential(nn.MaxPool2d(2), m.enc2, nn.ReLU(), m.up), nn.Identity())",
-         ".merge(fl.MergeOp.CAT(1))", "return x * 2"],
+         ".merge(fl.MergeOp.CAT(1))", "return (x * 2) - 1"],
     ),
     "positional": (
         "branches.py",
         "Positional",
         ["torch.randn(2, 5, 6)", "torch.randn(3, 16, 6)"],
-        [".fork(shared(m.pos))", '.tag("pos")', "return pos[:, : x.size(1)]"],
+        [".fork(shared(m.pos))", '.tag("pos")', "return (x + pos[:, : x.size(1)]).mean(dim=1)"],
     ),
     "gated": (
         "dynamic.py",
