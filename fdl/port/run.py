@@ -209,10 +209,22 @@ def port(
         header=header,
         opaque_inputs=opaque_inputs,
     )
+    needs = sorted({line.split()[3].rstrip(",") for line in source.imports
+                    if line.startswith(f"from {module.__name__} import ")})  # fmt: skip
+    if needs:
+        text = text.replace(
+            f'"""flodl port of {cls.__name__}',
+            f"# Imports {', '.join(needs)} from {script.name}: keep it importable (same folder).\n"
+            f'"""flodl port of {cls.__name__}',
+            1,
+        )
     if not report.parity.exact and not force:
         report.refused = "parity is not exact: nothing written (use --force to write anyway)"
         return report
-    output.write_text(text)
+    try:
+        output.write_text(text)
+    except OSError as exc:
+        raise PortError(f"cannot write {output}: {exc.strerror or exc}") from None
     report.written = True
     return report
 

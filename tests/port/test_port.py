@@ -31,7 +31,7 @@ CASES = {
         "ResNet",
         ["torch.randn(2, 3, 16, 16)"],
         [".also(nn.Sequential(m.layer1.conv1", ".also_with(\n            m.layer2.downsample,",
-         ".through(nn.Flatten())"],
+         ".through(nn.Flatten())", "# Imports BasicBlock from resnet.py: keep it importable"],
     ),
     "vae": (
         "vae.py",
@@ -353,3 +353,14 @@ def test_scripts_that_cannot_be_used_are_clear_errors(workdir, run_fdl):
     assert result.returncode == 1
     assert "importing bad.py failed at bad.py:3: RuntimeError: no data here" in result.stderr
     assert "Traceback" not in result.stderr and not (workdir / "bad_flodl.py").exists()
+
+
+def test_an_unwritable_output_is_a_clear_error(workdir):
+    with pytest.raises(PortError, match=r"cannot write .*nowhere/cnn\.py: No such file"):
+        port(
+            workdir / "cnn.py",
+            "CNN",
+            None,
+            ["torch.randn(1, 3, 32, 32)"],
+            workdir / "nowhere/cnn.py",
+        )
