@@ -126,7 +126,72 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
                 return None, [o for o in opaque if o.path == path][-1:]
             opaque_paths.add(path)
             continue
+        path = _mode_dependent(model, graph, opaque_paths, fixed)
+        if path is not None:
+            module = model.get_submodule(path) if path else model
+            opaque.append(
+                Opaque(path, type(module).__name__, _forward_location(module), MODE_REASON)
+            )
+            if not path or path in opaque_paths:
+                return None, [opaque[-1]]
+            opaque_paths.add(path)
+            continue
         gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
         gm.graph.eliminate_dead_code()
         return gm, opaque
     return None, opaque
+
+
+MODE_REASON = (
+    "its forward depends on self.training beyond dropout (traced in train and in eval mode, "
+    "the two differ)"
+)
+DROPOUTS = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+            "feature_alpha_dropout"}  # fmt: skip
+
+
+def _forward_location(module: nn.Module) -> str:
+    try:
+        lines = inspect.getsourcelines(type(module).forward)
+        return f"{_base(inspect.getsourcefile(type(module).forward) or '?')}:{lines[1]}"
+    except (OSError, TypeError):
+        return "?"
+
+
+def _row(node: fx.Node) -> tuple[Any, ...]:
+    """A node as comparable data, a dropout's ``training`` flag left out (nn.Dropout follows
+    the mode by itself, so a functional dropout fed ``self.training`` ports exactly)."""
+    args, kwargs = node.args, dict(node.kwargs)
+    if node.op == "call_function" and getattr(node.target, "__name__", "") in DROPOUTS:
+        args = args[:2]
+        kwargs.pop("training", None)
+    named = fx.node.map_arg((args, kwargs), lambda n: f"%{n.name}")
+    target = node.target if isinstance(node.target, str) else id(node.target)
+    return (node.op, target, repr(named))
+
+
+def _mode_dependent(
+    model: nn.Module, graph: fx.Graph, opaque_paths: set[str], fixed: dict[str, Any]
+) -> str | None:
+    """The innermost module whose traced forward differs in eval mode (None: none does)."""
+    was_training = model.training
+    try:
+        model.train(not was_training)
+        other = PortTracer(opaque_paths).trace(model, concrete_args=fixed or None)
+    except Exception:
+        return None  # the other mode fails to trace: the retry loop sees the same failure
+    finally:
+        model.train(was_training)
+    first, second = list(graph.nodes), list(other.nodes)
+    for a, b in zip(first, second, strict=False):
+        if _row(a) != _row(b):
+            stack = list((a.meta.get("nn_module_stack") or {}).keys())
+            custom = [p for p in stack if not is_torch_module(model.get_submodule(p))]
+            return custom[-1] if custom else ""
+    if len(first) != len(second):
+        longer = first if len(first) > len(second) else second
+        node = longer[min(len(first), len(second))]
+        stack = list((node.meta.get("nn_module_stack") or {}).keys())
+        custom = [p for p in stack if not is_torch_module(model.get_submodule(p))]
+        return custom[-1] if custom else ""
+    return None

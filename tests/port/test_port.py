@@ -172,19 +172,19 @@ def test_opaque_submodule_is_reported_with_its_line_and_the_rest_translated(work
     report = port(workdir / "dynamic.py", "GatedNet", None, ["torch.randn(4, 8)"], workdir / "g.py")
     assert report.written and report.parity.exact
     (opaque,) = report.opaque
-    assert (opaque.path, opaque.cls, opaque.location) == ("gate", "Gate", "dynamic.py:13")
+    assert (opaque.path, opaque.cls, opaque.location) == ("gate", "Gate", "dynamic.py:14")
     assert "control flow" in opaque.reason
     assert [s["original"] for s in report.translated] == [
         "self.inp", "torch.relu", "self.gate", "self.out"
     ]  # fmt: skip
-    assert "# Opaque (kept whole): gate (dynamic.py:13)" in (workdir / "g.py").read_text()
+    assert "# Opaque (kept whole): gate (dynamic.py:14)" in (workdir / "g.py").read_text()
 
 
 def test_whole_forward_opaque_still_proves_parity(workdir):
     report = port(workdir / "dynamic.py", "Halting", None, ["torch.randn(4, 8)"], workdir / "h.py")
     assert report.written and report.parity.exact and report.translated == []
     (opaque,) = report.opaque
-    assert opaque.path == "" and opaque.location == "dynamic.py:39"
+    assert opaque.path == "" and opaque.location == "dynamic.py:40"
 
 
 def test_init_arguments_reach_the_model_and_build(workdir):
@@ -364,3 +364,13 @@ def test_an_unwritable_output_is_a_clear_error(workdir):
             ["torch.randn(1, 3, 32, 32)"],
             workdir / "nowhere/cnn.py",
         )
+
+
+def test_a_forward_that_depends_on_the_mode_is_kept_whole_and_dropout_is_not(workdir):
+    out = workdir / "mode.py"
+    report = port(workdir / "dynamic.py", "ModeNet", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact
+    (opaque,) = report.opaque
+    assert (opaque.path, opaque.location) == ("noisy", "dynamic.py:63")
+    assert "self.training" in opaque.reason
+    assert "nn.Dropout(p=0.2)" in out.read_text()  # F.dropout(..., self.training) follows the mode

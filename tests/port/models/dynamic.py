@@ -1,6 +1,7 @@
-"""Data-dependent control flow: a gate whose branch depends on the values, not the shapes."""
+"""Control flow fx cannot follow: on the data, on an argument, on self.training."""
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -52,3 +53,24 @@ class Rollout(nn.Module):
         for _ in range(steps):
             x = torch.tanh(self.cell(x))
         return x
+
+
+class Noisy(nn.Module):
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        if self.training:
+            x = x + 0.1 * torch.randn_like(x)
+        return F.dropout(self.fc(x), 0.5, self.training)
+
+
+class ModeNet(nn.Module):
+    def __init__(self, dim=4):
+        super().__init__()
+        self.noisy = Noisy(dim)
+        self.out = nn.Linear(dim, 2)
+
+    def forward(self, x):
+        return self.out(F.dropout(F.relu(self.noisy(x)), 0.2, self.training))
