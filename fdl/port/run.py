@@ -123,23 +123,32 @@ def port(
             original.train(was_training)
 
     n_args = max(len(c) for c in examples)
-    gm, opaque = trace.trace(original, n_args)
+    where = f"{script.name}:{_forward_line(cls)}"
     translation = None
+    try:
+        gm, opaque = trace.trace(original, n_args)
+    except Exception as exc:  # the tracer itself broke: keep the model whole
+        gm, opaque = None, [trace.Opaque("", cls.__name__, where, trace.reason(exc))]
+    finally:
+        original.train(was_training)
     if gm is not None:
         report.fixed = trace.concrete_args(original, n_args)
-    if gm is not None:
         try:
             kinds = translate.value_kinds(gm, max(examples, key=len))
             names = translate.returned_names(cls.forward)
             translation = translate.Translator(gm, original, kinds, names).translate()
         except translate.Unsupported as exc:
-            where = f"{script.name}:{_forward_line(cls)}"
-            opaque = [
-                trace.Opaque("", cls.__name__, where, f"not expressible as builder calls: {exc}")
-            ]
+            reason = f"not expressible as builder calls: {exc}"
+            opaque = [trace.Opaque("", cls.__name__, where, reason)]
+        except Exception as exc:
+            reason = f"the translation failed: {trace.reason(exc)}"
+            opaque = [trace.Opaque("", cls.__name__, where, reason)]
     names = [p.name for p in inspect.signature(original.forward).parameters.values()]
     while True:
-        source = render.init_source(cls, module) if translation is not None else None
+        try:
+            source = render.init_source(cls, module) if translation is not None else None
+        except (SyntaxError, ValueError, TypeError) as exc:
+            source = render.original_source(cls, module, f"__init__ cannot be copied: {exc}")
         if source is None:
             source = render.original_source(cls, module, "the forward stays opaque")
         opaque_inputs = _opaque_inputs(original) if translation is None else []
@@ -166,7 +175,6 @@ def port(
                     f"the port of {cls.__name__} kept whole failed: {type(exc).__name__}: {exc}"
                 ) from None
             # a chain flodl refuses is a gap in the translation: keep the model whole instead
-            where = f"{script.name}:{_forward_line(cls)}"
             reason = f"the translated chain failed: {type(exc).__name__}: {exc}"
             opaque = [trace.Opaque("", cls.__name__, where, reason.splitlines()[0])]
             translation = None

@@ -87,7 +87,7 @@ def _base(path: str) -> str:
     return Path(path).name
 
 
-def _reason(exc: BaseException) -> str:
+def reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
@@ -121,7 +121,7 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
         except Exception as exc:
             path, location = _failure(exc, paths)
             cls = type(model.get_submodule(path)).__name__ if path else type(model).__name__
-            opaque.append(Opaque(path, cls, location, _reason(exc)))
+            opaque.append(Opaque(path, cls, location, reason(exc)))
             if not path or path in opaque_paths:
                 return None, [o for o in opaque if o.path == path][-1:]
             opaque_paths.add(path)
