@@ -374,3 +374,24 @@ def test_a_forward_that_depends_on_the_mode_is_kept_whole_and_dropout_is_not(wor
     assert (opaque.path, opaque.location) == ("noisy", "dynamic.py:63")
     assert "self.training" in opaque.reason
     assert "nn.Dropout(p=0.2)" in out.read_text()  # F.dropout(..., self.training) follows the mode
+
+
+def test_port_overhead_benchmark_smoke_run(tmp_path):
+    import subprocess
+
+    from tests.conftest import clean_env
+
+    script = Path(__file__).parents[2] / "benchmarks" / "port_overhead.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(OMP_NUM_THREADS="1"),
+        timeout=900,  # a hang guard only: the run takes seconds
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((tmp_path / "port_overhead.json").read_text())["rows"]
+    assert [r["model"] for r in rows] == ["cnn", "resnet", "vae", "lstm", "transformer"]
+    assert all(r["ratio"] > 0 and r["a_a_ratio"] > 0 for r in rows)
