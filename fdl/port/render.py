@@ -30,6 +30,8 @@ from fdl.port.translate import (
     literal,
 )
 
+CHAIN_LIMIT = 60  # builder calls per expression in flow() (deep nesting strains AST tools)
+
 
 @dataclass
 class Source:
@@ -209,8 +211,18 @@ def render(
         if translation.needs_shared:
             defs.append(SHARED_HELPER.strip() + "\n")
         defs += translation.functions
-        chain = "\n".join(["    " + translation.entry, *("    " + c for c in translation.chain)])
-        flow_body = f"return (\n{chain}\n    .build()\n)"
+        calls = translation.chain
+        if len(calls) <= CHAIN_LIMIT:
+            chain = "\n".join(["    " + translation.entry, *("    " + c for c in calls)])
+            flow_body = f"return (\n{chain}\n    .build()\n)"
+        else:  # Python's compiler limits how deep one expression nests: continue in pieces
+            pieces = [calls[i : i + CHAIN_LIMIT] for i in range(0, len(calls), CHAIN_LIMIT)]
+            parts = []
+            for i, piece in enumerate(pieces):
+                head = translation.entry if i == 0 else "flow"
+                body = "\n".join(["    " + head, *("    " + c for c in piece)])
+                parts.append(f"flow = (\n{body}\n)")
+            flow_body = "\n".join(parts) + "\nreturn flow.build()"
         flow_doc = f'"""The data flow of {class_name}.forward over the layers held by ``m``."""'
     else:
         chain = ["fl.FlowBuilder()"] if opaque_inputs else ["fl.FlowBuilder(m)"]

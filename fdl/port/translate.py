@@ -18,6 +18,7 @@ import inspect
 import keyword
 import operator
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -793,7 +794,12 @@ class Translator:
         state = State(
             start, frozenset(self.placeholders + self.params), frags, frozenset(self.params)
         )
-        found = self.search(state)
+        limit = sys.getrecursionlimit()  # the search recurses once per step of the chain
+        sys.setrecursionlimit(max(limit, 4 * len(self.ops) + 1000))
+        try:
+            found = self.search(state)
+        finally:
+            sys.setrecursionlimit(limit)
         if found is None:
             raise Unsupported("the data flow could not be laid out as builder calls")
         aux = set(self.placeholders[1:])

@@ -395,3 +395,13 @@ def test_port_overhead_benchmark_smoke_run(tmp_path):
     rows = json.loads((tmp_path / "port_overhead.json").read_text())["rows"]
     assert [r["model"] for r in rows] == ["cnn", "resnet", "vae", "lstm", "transformer"]
     assert all(r["ratio"] > 0 and r["a_a_ratio"] > 0 for r in rows)
+
+
+def test_a_long_chain_is_written_in_pieces(workdir, run_fdl):
+    out = workdir / "deep_port.py"
+    report = port(workdir / "branches.py", "Deep", None, ["torch.randn(2, 4)"], out)
+    assert report.written and report.parity.exact and len(report.translated) == 300
+    text = out.read_text()
+    assert text.count("flow = (") == 2 and "return flow.build()" in text  # 100 calls: 60 + 40
+    check = run_fdl("check", "--no-run", "deep_port.py", cwd=workdir)
+    assert check.returncode == 0, check.stdout + check.stderr

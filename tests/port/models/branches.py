@@ -80,3 +80,16 @@ class UNet(nn.Module):
         d = self.up(e2)
         d = F.relu(self.dec(torch.cat([d, e1], dim=1)))
         return torch.sigmoid(self.out(d)) * 2 - 1
+
+
+class Deep(nn.Module):
+    """Many residual blocks: a builder chain longer than one expression should hold."""
+
+    def __init__(self, n=100, d=4):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(d, d) for _ in range(n))
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = x + torch.tanh(blk(x))
+        return x
