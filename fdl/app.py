@@ -223,6 +223,7 @@ def _register_commands() -> None:
         init,
         install,
         libtorch,
+        port,
         schema,
         setup,
         shell,
@@ -241,6 +242,7 @@ def _register_commands() -> None:
         api_ref,
         skill,
         check,
+        port,
         checkpoint,
         hf,
     )

@@ -1,0 +1,198 @@
+"""Prove a port computes what the original does: outputs, input and parameter gradients, buffers.
+
+Each example input runs through the original and through the port's graph, in eval mode and in
+train mode, with the same RNG seed before each side (a model may draw random numbers in either
+mode). The graph shares the original's modules, so the same parameters are compared by identity;
+the model's state (running statistics, anything a forward updates) is restored between sides.
+The backward pass uses a fixed random weighting of every output, so every output element's
+gradient path is checked, not only a plain sum.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+SEED = 0
+WEIGHT_SEED = 1234
+
+
+@dataclass
+class Case:
+    example: int
+    mode: str
+    outputs: float = 0.0
+    input_grads: float = 0.0
+    param_grads: float = 0.0
+    buffers: float = 0.0
+    error: str | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.error is None and not any(
+            (self.outputs, self.input_grads, self.param_grads, self.buffers)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "example": self.example,
+            "mode": self.mode,
+            "exact": self.exact,
+            "max_abs_diff": {
+                "outputs": self.outputs,
+                "input_grads": self.input_grads,
+                "param_grads": self.param_grads,
+                "buffers": self.buffers,
+            },
+            **({"error": self.error} if self.error else {}),
+        }
+
+
+@dataclass
+class Parity:
+    cases: list[Case] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        return bool(self.cases) and all(c.exact for c in self.cases)
+
+    @property
+    def max_abs_diff(self) -> float:
+        diffs = [max(c.outputs, c.input_grads, c.param_grads, c.buffers) for c in self.cases] or [
+            0.0
+        ]
+        return max(diffs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "exact": self.exact,
+            "max_abs_diff": _json_float(self.max_abs_diff),
+            "cases": [c.to_dict() for c in self.cases],
+        }
+
+    def summary(self) -> str:
+        n = len({c.example for c in self.cases})
+        what = f"{n} example input{'s' if n != 1 else ''}, eval and train mode"
+        if self.exact:
+            return f"exact on {what} (outputs, input and parameter gradients, buffers)"
+        errors = [c.error for c in self.cases if c.error]
+        if errors:
+            return f"NOT proven on {what}: {errors[0]}"
+        return f"NOT exact on {what}: max abs diff {self.max_abs_diff:.3g}"
+
+
+def _json_float(value: float) -> float | str:
+    return value if math.isfinite(value) else str(value)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, tuple | list):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for k in sorted(value) for t in _tensors(value[k])]
+    return []
+
+
+def _diff(a: list[torch.Tensor | None], b: list[torch.Tensor | None]) -> float:
+    if len(a) != len(b):
+        return math.inf
+    worst = 0.0
+    for x, y in zip(a, b, strict=True):
+        if x is None or y is None:
+            if (x is None) != (y is None):
+                return math.inf
+            continue
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return math.inf
+        if torch.equal(x, y):
+            continue
+        if not (x.is_floating_point() or x.is_complex()):
+            return math.inf
+        d = (x.detach().double() - y.detach().double()).abs()
+        nan = torch.isnan(x) != torch.isnan(y)
+        worst = max(worst, math.inf if bool(nan.any()) else float(torch.nan_to_num(d).max()))
+    return worst
+
+
+def _side(
+    call: Callable[[tuple[Any, ...]], Any],
+    args: tuple[Any, ...],
+    params: list[nn.Parameter],
+    buffers: Callable[[], list[torch.Tensor]],
+) -> tuple[list[torch.Tensor], list[Any], list[Any], list[torch.Tensor]]:
+    inputs = tuple(
+        a.detach().clone().requires_grad_(a.is_floating_point())
+        if isinstance(a, torch.Tensor)
+        else a
+        for a in args
+    )
+    torch.manual_seed(SEED)
+    out = _tensors(call(inputs))
+    weights = torch.Generator().manual_seed(WEIGHT_SEED)
+    terms = []
+    for t in out:
+        w = torch.randn(t.shape, generator=weights)
+        if t.requires_grad and t.is_floating_point():
+            terms.append((t * w.to(t.dtype)).sum())
+    grad_inputs = [a for a in inputs if isinstance(a, torch.Tensor) and a.requires_grad]
+    wanted = grad_inputs + [p for p in params if p.requires_grad]
+    if terms and wanted:
+        grads = list(torch.autograd.grad(sum(terms), wanted, allow_unused=True))
+    else:
+        grads = [None] * len(wanted)
+    n = len(grad_inputs)
+    return ([t.detach() for t in out], grads[:n], grads[n:], [b.clone() for b in buffers()])
+
+
+def check(
+    original: nn.Module,
+    graph: nn.Module,
+    examples: list[tuple[Any, ...]],
+    graph_call: Callable[[nn.Module, tuple[Any, ...]], Any],
+) -> Parity:
+    """Run every example through both, in eval and train mode; the differences found."""
+    params = list(original.parameters())
+    extra = [p for p in graph.parameters() if all(p is not q for q in params)]
+    state = {k: v.detach().clone() for k, v in original.state_dict().items()}
+    parity = Parity()
+    was_training = original.training
+    try:
+        for i, args in enumerate(examples):
+            for mode in ("eval", "train"):
+                case = Case(i, mode)
+                parity.cases.append(case)
+                if extra:
+                    case.error = f"the graph has {len(extra)} parameter(s) the original lacks"
+                    continue
+                try:
+                    original.train(mode == "train")
+                    graph.train(mode == "train")
+                    a = _side(
+                        lambda x: original(*x), args, params, lambda: list(original.buffers())
+                    )
+                    original.load_state_dict(state)
+                    b = _side(
+                        lambda x: graph_call(graph, x),
+                        args,
+                        params,
+                        lambda: list(original.buffers()),
+                    )
+                    original.load_state_dict(state)
+                except Exception as exc:
+                    original.load_state_dict(state)
+                    case.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+                    continue
+                case.outputs = _diff(a[0], b[0])
+                case.input_grads = _diff(a[1], b[1])
+                case.param_grads = _diff(a[2], b[2])
+                case.buffers = _diff(a[3], b[3])
+    finally:
+        original.train(was_training)
+    return parity

@@ -1,0 +1,309 @@
+"""``fdl port`` end to end: load, trace, translate, render, prove parity, write, report."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import shlex
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fdl.port.load import (
+    PortError,
+    construct,
+    example_inputs,
+    find_class,
+    import_script,
+    parse_init,
+)
+
+
+@dataclass
+class Report:
+    script: Path
+    model: str
+    output: Path
+    written: bool = False
+    translated: list[dict[str, str]] = field(default_factory=list)
+    opaque: list[Any] = field(default_factory=list)
+    build: str = ""
+    parity: Any = None
+    refused: str = ""
+    fixed: dict[str, Any] = field(default_factory=dict)  # forward arguments frozen by the trace
+
+    @property
+    def ok(self) -> bool:
+        return self.written
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "script": str(self.script),
+            "model": self.model,
+            "output": str(self.output),
+            "written": self.written,
+            "translated": self.translated,
+            "opaque": [o.to_dict() for o in self.opaque],
+            "build": self.build,
+            "fixed": {k: repr(v) for k, v in self.fixed.items()},
+            "parity": self.parity.to_dict() if self.parity is not None else None,
+            **({"refused": self.refused} if self.refused else {}),
+        }
+
+
+def default_output(script: Path) -> Path:
+    return script.with_name(f"{script.stem}_flodl.py")
+
+
+def _load_generated(text: str, script_dir: Path) -> Any:
+    """Import the generated source as a module (the script's directory on the path)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "_fdl_port_generated.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location("_fdl_port_generated", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["_fdl_port_generated"] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def _shapes(module: Any) -> list[tuple[int, ...]]:
+    return sorted(tuple(p.shape) for p in module.parameters())
+
+
+def command_line(script: Path, model: str, init: str | None, exprs: list[str]) -> str:
+    parts = ["fdl", "port", script.name, "--model", model]
+    if init is not None:
+        parts += ["--init", init]
+    for expr in exprs:
+        parts += ["--example-input", expr]
+    return shlex.join(parts)
+
+
+def port(
+    script: Path,
+    model: str,
+    init: str | None,
+    exprs: list[str],
+    output: Path | None = None,
+    force: bool = False,
+) -> Report:
+    """Port ``model`` from ``script``; writes the file only when parity is exact (or ``force``)."""
+    import torch
+
+    from fdl.port import parity as parity_mod
+    from fdl.port import render, trace, translate
+
+    output = output or default_output(script)
+    report = Report(script, model, output)
+    args, kwargs = parse_init(init)
+    examples = example_inputs(exprs)
+    module = import_script(script)
+    cls = find_class(module, model, script)
+    original = construct(cls, args, kwargs, script)
+    was_training = original.training
+    for i, case in enumerate(examples, 1):
+        try:
+            with torch.no_grad():
+                original.eval()
+                torch.manual_seed(0)
+                original(*case)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise PortError(
+                f"example input {i} ({exprs[i - 1]}) does not fit {model}: "
+                f"{type(exc).__name__}: {first}",
+                "pass an input of the shape the model expects",
+            ) from None
+        finally:
+            original.train(was_training)
+
+    n_args = max(len(c) for c in examples)
+    where = f"{script.name}:{_forward_line(cls)}"
+    translation = None
+    try:
+        gm, opaque = trace.trace(original, n_args)
+    except Exception as exc:  # the tracer itself broke: keep the model whole
+        gm, opaque = None, [trace.Opaque("", cls.__name__, where, trace.reason(exc))]
+    finally:
+        original.train(was_training)
+    if gm is not None:
+        report.fixed = trace.concrete_args(original, n_args)
+        try:
+            kinds = translate.value_kinds(gm, max(examples, key=len))
+            names = translate.returned_names(cls.forward)
+            translation = translate.Translator(gm, original, kinds, names).translate()
+        except translate.Unsupported as exc:
+            reason = f"not expressible as builder calls: {exc}"
+            opaque = [trace.Opaque("", cls.__name__, where, reason)]
+        except Exception as exc:
+            reason = f"the translation failed: {trace.reason(exc)}"
+            opaque = [trace.Opaque("", cls.__name__, where, reason)]
+    names = [p.name for p in inspect.signature(original.forward).parameters.values()]
+    while True:
+        try:
+            source = render.init_source(cls, module) if translation is not None else None
+        except (SyntaxError, ValueError, TypeError) as exc:
+            source = render.original_source(cls, module, f"__init__ cannot be copied: {exc}")
+        if source is None:
+            source = render.original_source(cls, module, "the forward stays opaque")
+        opaque_inputs = _opaque_inputs(original) if translation is None else []
+
+        def rendered(
+            header: list[str], translation=translation, source=source, inputs=opaque_inputs
+        ) -> str:
+            return render.render(
+                translation,
+                source,
+                class_name=cls.__name__,
+                script_name=script.name,
+                header=header,
+                opaque_inputs=inputs,
+            )
+
+        try:
+            generated = _load_generated(rendered([]), script.resolve().parent)
+            graph = generated.from_torch(original)
+            break
+        except Exception as exc:
+            if translation is None:
+                raise PortError(
+                    f"the port of {cls.__name__} kept whole failed: {type(exc).__name__}: {exc}"
+                ) from None
+            # a chain flodl refuses is a gap in the translation: keep the model whole instead
+            reason = f"the translated chain failed: {type(exc).__name__}: {exc}"
+            opaque = [trace.Opaque("", cls.__name__, where, reason.splitlines()[0])]
+            translation = None
+    report.opaque = opaque
+    report.translated = translation.steps if translation is not None else []
+
+    def graph_call(graph: Any, call_args: tuple[Any, ...]) -> Any:
+        if translation is None and not opaque_inputs:
+            return graph(*call_args)
+        aux = dict(zip(names[1:], call_args[1:], strict=False))
+        return graph(call_args[0], **aux)
+
+    report.parity = parity_mod.check(original, graph, examples, graph_call)
+
+    if not source.constructs_original:
+        problem = _build_problem(generated, args, kwargs, original)
+        if problem:
+            source = render.original_source(cls, module, problem)
+    report.build = (
+        f"constructs the original {cls.__name__}: {source.note}"
+        if source.constructs_original
+        else f"{cls.__name__}.__init__, self renamed to {source.holder}"
+    )
+    header = [
+        f"# Ported from {script.name} (class {cls.__name__}) by:",
+        f"#   {command_line(script, model, init, exprs)}",
+        f"# Parity: {report.parity.summary()}.",
+    ]
+    if report.fixed:
+        header.append("# Fixed while tracing (the port always uses these values): " + ", ".join(
+            f"{k}={v!r}" for k, v in report.fixed.items()))  # fmt: skip
+    if opaque:
+        header.append("# Opaque (kept whole): " + "; ".join(
+            f"{o.path or cls.__name__} ({o.location})" for o in opaque))  # fmt: skip
+    text = render.render(
+        translation,
+        source,
+        class_name=cls.__name__,
+        script_name=script.name,
+        header=header,
+        opaque_inputs=opaque_inputs,
+    )
+    needs = sorted({line.split()[3].rstrip(",") for line in source.imports
+                    if line.startswith(f"from {module.__name__} import ")})  # fmt: skip
+    if needs:
+        text = text.replace(
+            f'"""flodl port of {cls.__name__}',
+            f"# Imports {', '.join(needs)} from {script.name}: keep it importable (same folder).\n"
+            f'"""flodl port of {cls.__name__}',
+            1,
+        )
+    if not report.parity.exact and not force:
+        report.refused = "parity is not exact: nothing written (use --force to write anyway)"
+        return report
+    try:
+        output.write_text(text)
+    except OSError as exc:
+        raise PortError(f"cannot write {output}: {exc.strerror or exc}") from None
+    report.written = True
+    return report
+
+
+def _opaque_inputs(model: Any) -> list[tuple[str, Any]]:
+    """The forward's arguments after the first, as graph inputs of a model kept whole."""
+    from fdl.port.translate import NO_DEFAULT, Unsupported, literal
+    from flodl.graph.codegen import RESERVED_NAMES
+
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return []
+    inputs = []
+    for p in params:
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            return []
+        if p.name in RESERVED_NAMES or p.name.startswith("_") or not p.name.isidentifier():
+            return []
+        if p.default is not p.empty:
+            try:
+                literal(p.default)
+            except Unsupported:
+                return []
+        inputs.append((p.name, NO_DEFAULT if p.default is p.empty else p.default))
+    return inputs
+
+
+def _forward_line(cls: type) -> int:
+    try:
+        return inspect.getsourcelines(cls.forward)[1]
+    except (OSError, TypeError):
+        return 0
+
+
+def _build_problem(generated: Any, args: tuple, kwargs: dict, original: Any) -> str:
+    """Why ``build(...)`` from the copied ``__init__`` does not give the original's layers."""
+    try:
+        graph = generated.build(*args, **kwargs)
+    except Exception as exc:
+        return f"build() from the copied __init__ failed: {type(exc).__name__}: {exc}"
+    if _shapes(graph) != _shapes(original):
+        return "build() from the copied __init__ does not make the original's parameters"
+    return ""
+
+
+def render_report(report: Report) -> str:
+    lines = [f"fdl port: {report.model} from {report.script.name}"]
+    if report.translated:
+        lines.append(f"  translated: {len(report.translated)} operations")
+        for step in report.translated:
+            lines.append(f"    {step['node']:<20} {step['original']:<28} -> {step['as']}")
+    for o in report.opaque:
+        lines.append(f"  opaque: {o.path or o.cls} ({o.cls}) at {o.location}: {o.reason}")
+    for name, value in report.fixed.items():
+        lines.append(
+            f"  fixed: {name}={value!r} (no example passes it; the port always uses this value — "
+            "add an --example-input that passes it to keep it an input)"
+        )
+    lines.append(f"  build(): {report.build}")
+    if report.parity is not None:
+        lines.append(f"  parity: {report.parity.summary()}")
+        for case in report.parity.cases:
+            if not case.exact:
+                d = case.to_dict()
+                detail = d.get("error") or ", ".join(
+                    f"{k} {v:.3g}" for k, v in d["max_abs_diff"].items() if v
+                )
+                lines.append(f"    example {case.example} {case.mode}: {detail}")
+    if report.written:
+        lines.append(f"  wrote {report.output}")
+    elif report.refused:
+        lines.append(f"  {report.refused}")
+    return "\n".join(lines)

@@ -1,0 +1,197 @@
+"""Record a model's forward with ``torch.fx``; what cannot be traced becomes an opaque leaf.
+
+torch's own layers (``torch.nn``) and ``nn.Sequential`` containers made only of them are kept
+whole (the port reuses them as they are). A module whose forward cannot be traced symbolically
+(data-dependent control flow, calls fx cannot follow) is retried as a leaf, so the rest of the
+model is still translated; the module that failed and the line that stopped the tracer are kept
+for the report.
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+TORCH_DIR = str(Path(torch.__file__).parent)
+MAX_RETRIES = 32
+
+
+@dataclass
+class Opaque:
+    """A part of the model kept as one opaque step: its path ('' is the whole model)."""
+
+    path: str
+    cls: str
+    location: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"module": self.path or "<model>", "class": self.cls, "location": self.location,
+                "reason": self.reason}  # fmt: skip
+
+
+def is_torch_module(module: nn.Module) -> bool:
+    """A layer from torch itself (``nn.Conv2d``, ``nn.LSTM``, ...)."""
+    return type(module).__module__.startswith(("torch.nn", "torch.ao.nn"))
+
+
+def _all_torch(module: nn.Module) -> bool:
+    return all(is_torch_module(m) for m in module.modules())
+
+
+class PortTracer(fx.Tracer):
+    """fx's tracer, keeping torch layers, all-torch Sequentials and opaque modules whole."""
+
+    def __init__(self, opaque: set[str]) -> None:
+        super().__init__()
+        self.opaque = opaque
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if module_qualified_name in self.opaque:
+            return True
+        if isinstance(m, nn.Sequential):
+            return _all_torch(m)
+        return is_torch_module(m)
+
+
+def _failure(exc: BaseException, paths: dict[int, str]) -> tuple[str, str]:
+    """(path of the module whose forward failed, 'file:line') from the traceback of ``exc``."""
+    tb = exc.__traceback__
+    found = ("", "")
+    while tb is not None:
+        frame = tb.tb_frame
+        owner = frame.f_locals.get("self")
+        if (
+            isinstance(owner, nn.Module)
+            and id(owner) in paths
+            and not frame.f_code.co_filename.startswith(TORCH_DIR)
+        ):
+            found = (
+                paths[id(owner)],
+                f"{_base(frame.f_code.co_filename)}:{tb.tb_lineno}",
+            )
+        tb = tb.tb_next
+    if not found[1]:
+        last = traceback.extract_tb(exc.__traceback__)[-1:]
+        found = ("", f"{_base(last[0].filename)}:{last[0].lineno}" if last else "?")
+    return found
+
+
+def _base(path: str) -> str:
+    return Path(path).name
+
+
+def reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def concrete_args(model: nn.Module, n_args: int) -> dict[str, Any]:
+    """The forward's parameters no example passes, fixed to their defaults while tracing."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    fixed = {}
+    for param in params[n_args:]:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param.default is not param.empty:
+            fixed[param.name] = param.default
+    return fixed
+
+
+def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Opaque]]:
+    """The traced model, or None when the whole forward stays opaque, and the opaque parts."""
+    paths = {id(m): name for name, m in model.named_modules()}
+    opaque_paths: set[str] = set()
+    opaque: list[Opaque] = []
+    fixed = concrete_args(model, n_args)
+    for _ in range(MAX_RETRIES):
+        tracer = PortTracer(opaque_paths)
+        try:
+            graph = tracer.trace(model, concrete_args=fixed or None)
+        except Exception as exc:
+            path, location = _failure(exc, paths)
+            cls = type(model.get_submodule(path)).__name__ if path else type(model).__name__
+            opaque.append(Opaque(path, cls, location, reason(exc)))
+            if not path or path in opaque_paths:
+                return None, [o for o in opaque if o.path == path][-1:]
+            opaque_paths.add(path)
+            continue
+        path = _mode_dependent(model, graph, opaque_paths, fixed)
+        if path is not None:
+            module = model.get_submodule(path) if path else model
+            opaque.append(
+                Opaque(path, type(module).__name__, _forward_location(module), MODE_REASON)
+            )
+            if not path or path in opaque_paths:
+                return None, [opaque[-1]]
+            opaque_paths.add(path)
+            continue
+        gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
+        gm.graph.eliminate_dead_code()
+        return gm, opaque
+    return None, opaque
+
+
+MODE_REASON = (
+    "its forward depends on self.training beyond dropout (traced in train and in eval mode, "
+    "the two differ)"
+)
+DROPOUTS = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+            "feature_alpha_dropout"}  # fmt: skip
+
+
+def _forward_location(module: nn.Module) -> str:
+    try:
+        lines = inspect.getsourcelines(type(module).forward)
+        return f"{_base(inspect.getsourcefile(type(module).forward) or '?')}:{lines[1]}"
+    except (OSError, TypeError):
+        return "?"
+
+
+def _row(node: fx.Node) -> tuple[Any, ...]:
+    """A node as comparable data, a dropout's ``training`` flag left out (nn.Dropout follows
+    the mode by itself, so a functional dropout fed ``self.training`` ports exactly)."""
+    args, kwargs = node.args, dict(node.kwargs)
+    if node.op == "call_function" and getattr(node.target, "__name__", "") in DROPOUTS:
+        args = args[:2]
+        kwargs.pop("training", None)
+    named = fx.node.map_arg((args, kwargs), lambda n: f"%{n.name}")
+    target = node.target if isinstance(node.target, str) else id(node.target)
+    return (node.op, target, repr(named))
+
+
+def _mode_dependent(
+    model: nn.Module, graph: fx.Graph, opaque_paths: set[str], fixed: dict[str, Any]
+) -> str | None:
+    """The innermost module whose traced forward differs in eval mode (None: none does)."""
+    was_training = model.training
+    try:
+        model.train(not was_training)
+        other = PortTracer(opaque_paths).trace(model, concrete_args=fixed or None)
+    except Exception:
+        return None  # the other mode fails to trace: the retry loop sees the same failure
+    finally:
+        model.train(was_training)
+    first, second = list(graph.nodes), list(other.nodes)
+    for a, b in zip(first, second, strict=False):
+        if _row(a) != _row(b):
+            stack = list((a.meta.get("nn_module_stack") or {}).keys())
+            custom = [p for p in stack if not is_torch_module(model.get_submodule(p))]
+            return custom[-1] if custom else ""
+    if len(first) != len(second):
+        longer = first if len(first) > len(second) else second
+        node = longer[min(len(first), len(second))]
+        stack = list((node.meta.get("nn_module_stack") or {}).keys())
+        custom = [p for p in stack if not is_torch_module(model.get_submodule(p))]
+        return custom[-1] if custom else ""
+    return None

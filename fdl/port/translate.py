@@ -1,0 +1,1003 @@
+"""Turn a traced forward (a ``torch.fx`` graph) into FlowBuilder calls a person would write.
+
+Every traced operation becomes one step: a submodule call is the submodule itself, a tuple
+element is ``fl.nn.Select``, a functional call or tensor method with a ``torch.nn`` equivalent is
+that module (``F.relu`` -> ``nn.ReLU()``, ``torch.flatten(x, 1)`` -> ``nn.Flatten()``), anything
+else is a small named function. The steps are then laid out along one stream: a chain is
+``through``; a branch rejoining the stream by addition is ``also`` (``x + f(x)``) or
+``also_with`` (``g(x) + f(x)``); branches concatenated are ``split`` + ``merge``; a branch whose
+value is needed later is a ``fork`` with a ``tag``; a value read again later is tagged and passed
+with ``using``. The layout is found by a bounded search over which consumer continues the stream;
+when none fits, :class:`Unsupported` is raised and the caller keeps the model as one opaque step.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import keyword
+import operator
+import re
+import sys
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from flodl.graph.codegen import RESERVED_NAMES
+
+SEARCH_BUDGET = 20_000
+
+
+class Unsupported(Exception):
+    """The traced forward uses something the translation cannot write as builder calls."""
+
+
+# ---------------------------------------------------------------------------------- rendering
+INFIX = {
+    operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
+    operator.floordiv: "//", operator.matmul: "@", operator.pow: "**", operator.mod: "%",
+    operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=", operator.gt: ">",
+    operator.ge: ">=", operator.and_: "&", operator.or_: "|", operator.xor: "^",
+}  # fmt: skip
+UNARY = {operator.neg: "-", operator.invert: "~", operator.pos: "+"}
+RANDOM_NAMES = {
+    "rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm",
+    "bernoulli", "multinomial", "normal", "poisson", "dropout", "dropout1d", "dropout2d",
+    "dropout3d", "alpha_dropout", "feature_alpha_dropout", "uniform_", "normal_",
+    "bernoulli_", "random_", "exponential_", "cauchy_", "log_normal_", "geometric_",
+}  # fmt: skip
+
+
+def qualname(fn: Any, imports: set[str]) -> str:
+    """How generated code names the function ``fn`` (``F.relu``, ``torch.cat``, ``math.sqrt``)."""
+    name = getattr(fn, "__name__", None)
+    if not isinstance(name, str):
+        raise Unsupported(f"cannot name the function {fn!r}")
+    if getattr(torch.nn.functional, name, None) is fn:
+        imports.add("F")
+        return f"F.{name}"
+    if getattr(torch, name, None) is fn:
+        return f"torch.{name}"
+    for sub in ("special", "linalg", "fft"):
+        if getattr(getattr(torch, sub), name, None) is fn:
+            return f"torch.{sub}.{name}"
+    module = getattr(fn, "__module__", None)
+    if module in ("math", "operator", "builtins"):
+        if module == "builtins":
+            return name
+        imports.add(module)
+        return f"{module}.{name}"
+    raise Unsupported(f"the function {module}.{name} has no name generated code can import")
+
+
+def literal(value: Any) -> str:
+    """Python source for a constant argument."""
+    if isinstance(value, bool) or value is None or isinstance(value, int | str):
+        return repr(value)
+    if isinstance(value, float):
+        text = repr(value)
+        return f"float({text!r})" if text in ("inf", "-inf", "nan") else text
+    if isinstance(value, tuple):
+        items = ", ".join(literal(v) for v in value)
+        return f"({items},)" if len(value) == 1 else f"({items})"
+    if isinstance(value, list):
+        return "[" + ", ".join(literal(v) for v in value) + "]"
+    if isinstance(value, slice):
+        return f"slice({literal(value.start)}, {literal(value.stop)}, {literal(value.step)})"
+    if value is Ellipsis:
+        return "..."
+    if isinstance(value, torch.dtype | torch.memory_format | torch.layout):
+        return repr(value)
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    raise Unsupported(f"cannot write the constant {value!r:.60} as source")
+
+
+def _subscript(index: Any, render) -> str:
+    def one(item: Any) -> str:
+        if isinstance(item, slice):
+            parts = ["" if v is None else render(v) for v in (item.start, item.stop, item.step)]
+            text = f"{parts[0]}:{parts[1]}"
+            return f"{text}:{parts[2]}" if parts[2] else text
+        return render(item)
+
+    if isinstance(index, tuple):
+        return ", ".join(one(i) for i in index) if index else "()"
+    return one(index)
+
+
+def unwrap(text: str) -> str:
+    """``(a * b)`` -> ``a * b`` when the outer parentheses enclose the whole text."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i < len(text) - 1:
+            return text
+    inner = text[1:-1]
+    return text if inner.rstrip().endswith(",") else inner  # keep a tuple's parentheses
+
+
+class Expr:
+    """Renders fx nodes as Python expressions; tensor values by name, the rest inline."""
+
+    def __init__(self, names: dict[fx.Node, str], kinds: dict[fx.Node, str], imports: set[str]):
+        self.names = names
+        self.kinds = kinds
+        self.imports = imports
+
+    def __call__(self, value: Any) -> str:
+        if isinstance(value, fx.Node):
+            if value in self.names:
+                return self.names[value]
+            if self.kinds.get(value) not in ("meta", "inline"):
+                raise Unsupported(f"{value.name} is not available here")
+            return self.call(value)
+        if isinstance(value, tuple | list) and any(isinstance(v, fx.Node) for v in value):
+            items = ", ".join(self(v) for v in value)
+            if isinstance(value, list):
+                return f"[{items}]"
+            return f"({items},)" if len(value) == 1 else f"({items})"
+        if isinstance(value, slice):
+            return f"slice({self(value.start)}, {self(value.stop)}, {self(value.step)})"
+        return literal(value)
+
+    def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        items = [self(a) for a in args] + [f"{k}={self(v)}" for k, v in kwargs.items()]
+        return ", ".join(unwrap(t) for t in items)
+
+    def call(self, node: fx.Node) -> str:
+        args, kwargs = node.args, node.kwargs
+        if node.op == "call_method":
+            return f"{self(args[0])}.{node.target}({self.arguments(args[1:], kwargs)})"
+        if node.op != "call_function":
+            raise Unsupported(f"{node.op} {node.target} cannot be written as an expression")
+        fn = node.target
+        if fn in INFIX and len(args) == 2 and not kwargs:
+            return f"({self(args[0])} {INFIX[fn]} {self(args[1])})"
+        if fn in UNARY and len(args) == 1:
+            return f"({UNARY[fn]}{self(args[0])})"
+        if fn is operator.getitem:
+            return f"{self(args[0])}[{_subscript(args[1], self)}]"
+        if fn is builtins.getattr:
+            return f"{self(args[0])}.{args[1]}"
+        return f"{qualname(fn, self.imports)}({self.arguments(args, kwargs)})"
+
+
+# ---------------------------------------------------------------------------------- steps
+ACTIVATIONS = {
+    "relu": "ReLU", "sigmoid": "Sigmoid", "tanh": "Tanh", "gelu": "GELU", "silu": "SiLU",
+    "elu": "ELU", "selu": "SELU", "leaky_relu": "LeakyReLU", "softplus": "Softplus",
+    "mish": "Mish", "relu6": "ReLU6", "hardtanh": "Hardtanh", "hardswish": "Hardswish",
+    "hardsigmoid": "Hardsigmoid", "softsign": "Softsign", "logsigmoid": "LogSigmoid",
+    "softmax": "Softmax", "log_softmax": "LogSoftmax", "softmin": "Softmin",
+}  # fmt: skip
+POOLS = {
+    "max_pool1d": ("MaxPool1d", ["kernel_size", "stride", "padding", "dilation", "ceil_mode",
+                                 "return_indices"]),
+    "max_pool2d": ("MaxPool2d", ["kernel_size", "stride", "padding", "dilation", "ceil_mode",
+                                 "return_indices"]),
+    "max_pool3d": ("MaxPool3d", ["kernel_size", "stride", "padding", "dilation", "ceil_mode",
+                                 "return_indices"]),
+    "avg_pool1d": ("AvgPool1d", ["kernel_size", "stride", "padding", "ceil_mode",
+                                 "count_include_pad"]),
+    "avg_pool2d": ("AvgPool2d", ["kernel_size", "stride", "padding", "ceil_mode",
+                                 "count_include_pad", "divisor_override"]),
+    "avg_pool3d": ("AvgPool3d", ["kernel_size", "stride", "padding", "ceil_mode",
+                                 "count_include_pad", "divisor_override"]),
+    "adaptive_avg_pool1d": ("AdaptiveAvgPool1d", ["output_size"]),
+    "adaptive_avg_pool2d": ("AdaptiveAvgPool2d", ["output_size"]),
+    "adaptive_avg_pool3d": ("AdaptiveAvgPool3d", ["output_size"]),
+    "dropout": ("Dropout", ["p", "training", "inplace"]),
+    "dropout1d": ("Dropout1d", ["p", "training", "inplace"]),
+    "dropout2d": ("Dropout2d", ["p", "training", "inplace"]),
+    "dropout3d": ("Dropout3d", ["p", "training", "inplace"]),
+}  # fmt: skip
+ACTIVATION_ARGS = {"leaky_relu": ["negative_slope", "inplace"], "elu": ["alpha", "inplace"],
+                   "softmax": ["dim"], "log_softmax": ["dim"], "softmin": ["dim"],
+                   "hardtanh": ["min_val", "max_val", "inplace"], "relu": ["inplace"],
+                   "relu6": ["inplace"], "selu": ["inplace"], "gelu": ["approximate"],
+                   "softplus": ["beta", "threshold"], "silu": ["inplace"]}  # fmt: skip
+
+
+def _target_name(node: fx.Node) -> str:
+    if node.op == "call_method":
+        return str(node.target)
+    return getattr(node.target, "__name__", "")
+
+
+def _is_torch_fn(node: fx.Node, name: str) -> bool:
+    """``F.name``/``torch.name`` called, or the tensor method ``name``."""
+    if node.op == "call_method":
+        return node.target == name
+    if node.op != "call_function":
+        return False
+    fn = node.target
+    return fn is getattr(torch.nn.functional, name, None) or fn is getattr(torch, name, None)
+
+
+def _named(node: fx.Node, names: list[str]) -> dict[str, Any] | None:
+    """The node's constant arguments after the input, by name; None if some are tensors."""
+    extra = dict(zip(names, node.args[1:], strict=False))
+    if len(node.args) - 1 > len(names):
+        return None
+    extra.update(node.kwargs)
+    extra.pop("_stacklevel", None)  # fx's normalised F.softmax call carries it
+    if extra.get("dtype", 0) is None:
+        del extra["dtype"]
+    if any(isinstance(v, fx.Node) for v in extra.values()):
+        return None
+    if any(k not in names for k in extra):
+        return None
+    return extra
+
+
+def _without_defaults(cls: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` less the arguments equal to ``nn.<cls>``'s defaults."""
+    try:
+        params = inspect.signature(getattr(nn, cls)).parameters
+    except (TypeError, ValueError):
+        return extra
+    return {
+        k: v
+        for k, v in extra.items()
+        if not (k in params and params[k].default is not params[k].empty and params[k].default == v
+                and type(params[k].default) is type(v))
+    }  # fmt: skip
+
+
+def torch_module(node: fx.Node) -> str | None:
+    """The ``torch.nn`` module doing what this call does (``nn.ReLU()``), or None."""
+    name = _target_name(node)
+    if node.op not in ("call_function", "call_method") or not node.args:
+        return None
+    if not _is_torch_fn(node, name):
+        return None
+    if name in ("softmax", "log_softmax", "softmin") and "dtype" in node.kwargs:
+        return None
+    if name in ACTIVATIONS:
+        extra = _named(node, ACTIVATION_ARGS.get(name, []))
+        if extra is None:
+            return None
+        if name in ("softmax", "log_softmax", "softmin") and extra.get("dim") is None:
+            return None
+        extra = _without_defaults(ACTIVATIONS[name], extra)
+        args = ", ".join(f"{k}={literal(v)}" for k, v in extra.items())
+        return f"nn.{ACTIVATIONS[name]}({args})"
+    if name in POOLS and node.op == "call_function":
+        cls, names = POOLS[name]
+        extra = _named(node, names)
+        if extra is None:
+            return None
+        if cls.startswith("Dropout") and extra.pop("training", True) is not True:
+            return None  # F.dropout(..., training=False) is not a dropout layer
+        extra = _without_defaults(cls, extra)
+        parts = [f"{k}={literal(v)}" for k, v in extra.items()]
+        if parts and not cls.startswith("Dropout") and parts[0].startswith(names[0] + "="):
+            parts[0] = parts[0].split("=", 1)[1]
+        return f"nn.{cls}({', '.join(parts)})"
+    if name == "flatten":
+        extra = _named(node, ["start_dim", "end_dim"])
+        if extra is None:
+            return None
+        start, end = extra.get("start_dim", 0), extra.get("end_dim", -1)
+        if end != -1:
+            return f"nn.Flatten({start}, {end})"
+        return "nn.Flatten()" if start == 1 else f"nn.Flatten({start})"
+    if name in ("view", "reshape") and len(node.args) == 3 and not node.kwargs:
+        size, rest = node.args[1], node.args[2]
+        if (
+            rest == -1
+            and isinstance(size, fx.Node)
+            and size.op == "call_method"
+            and size.target == "size"
+            and size.args == (node.args[0], 0)
+        ):
+            return "nn.Flatten()"  # x.view(x.size(0), -1): the batch kept, the rest flattened
+    return None
+
+
+def module_expr(path: str, root: str = "m") -> str:
+    """``layer1.0.conv1`` -> ``m.layer1[0].conv1``."""
+    text = root
+    for part in path.split("."):
+        if part.isdigit():
+            text += f"[{part}]"
+        elif part.isidentifier() and not keyword.iskeyword(part):
+            text += f".{part}"
+        else:
+            text += f".get_submodule({part!r})"
+    return text
+
+
+CALL_HELPER = '''
+class Call(nn.Module):
+    """``module`` called by keyword: the stream as each argument in ``stream_as``, fixed keyword
+    arguments from the original call, refs wired with ``using`` by name."""
+
+    def __init__(self, module: nn.Module, stream_as: tuple[str, ...], **kwargs):
+        super().__init__()
+        self.module = module
+        self.stream_as = tuple(stream_as)
+        self.kwargs = kwargs
+
+    def forward(self, x, **refs):
+        return self.module(**dict.fromkeys(self.stream_as, x), **self.kwargs, **refs)
+'''
+
+
+SHARED_HELPER = '''
+def shared(value: nn.Parameter) -> fl.nn.Param:
+    """An ``fl.nn.Param`` step holding ``value`` itself (shared, not copied); the stream is
+    ignored: ``.fork(shared(m.pos)).tag("pos")`` makes the parameter a tag for ``using``."""
+    step = fl.nn.Param(tuple(value.shape), mode="value")
+    step.value = value
+    return step
+'''
+
+
+@dataclass
+class Step:
+    """How one traced operation is written: ``code`` is a builder step; ``using`` wires refs."""
+
+    code: str  # an expression: m.conv1, nn.ReLU(), fl.nn.Select(0), a function's name
+    is_function: bool = False
+    refs: list[tuple[str | None, fx.Node]] = field(default_factory=list)  # (keyword, value)
+    random: bool = False
+    what: str = ""  # the original, for the report
+
+
+@dataclass
+class Op:
+    node: fx.Node
+    inputs: list[fx.Node]  # the tensor values it reads, in order of first appearance
+    module: nn.Module | None = None
+
+
+def _tensor_inputs(node: fx.Node, kinds: dict[fx.Node, str]) -> list[fx.Node]:
+    seen: list[fx.Node] = []
+
+    def visit(n: fx.Node) -> None:
+        if kinds.get(n) in ("meta", "inline") and n.op != "placeholder":
+            for inner in n.all_input_nodes:
+                visit(inner)
+        elif n not in seen:
+            seen.append(n)
+
+    for n in node.all_input_nodes:
+        visit(n)
+    return seen
+
+
+# ---------------------------------------------------------------------------------- search
+@dataclass(frozen=True)
+class Frag:
+    text: str
+    value: fx.Node | None  # the value current after this call (a fork's branch for .fork)
+
+
+@dataclass
+class State:
+    stream: fx.Node
+    done: frozenset[fx.Node]
+    frags: tuple[Frag, ...]
+    tagged: frozenset[fx.Node]
+
+
+@dataclass
+class Translation:
+    """The builder chain and the definitions it needs (all Python source)."""
+
+    chain: list[str]  # builder calls after the entry: ".through(m.conv1)", ...
+    entry: str  # "fl.FlowBuilder(m.conv1)" or "fl.FlowBuilder()"
+    functions: list[str]  # module-level function definitions
+    needs_call: bool
+    needs_shared: bool
+    imports: set[str]
+    steps: list[dict[str, str]]  # what each traced operation became, for the report
+    inputs: list[tuple[str, Any]]  # auxiliary graph inputs: (name, default or NO_DEFAULT)
+
+
+NO_DEFAULT = object()
+
+
+class Translator:
+    def __init__(
+        self,
+        gm: fx.GraphModule,
+        root: nn.Module,
+        kinds: dict[fx.Node, str],
+        output_names: list[str | None] | None = None,
+    ):
+        self.gm = gm
+        self.root = root
+        self.kinds = kinds
+        self.imports: set[str] = set()
+        self.functions: dict[str, str] = {}  # name -> source
+        self.function_names: dict[str, str] = {}  # body -> name
+        self.needs_call = False
+        self.needs_shared = False
+        self.report: dict[fx.Node, dict[str, str]] = {}
+        self.budget = SEARCH_BUDGET
+        nodes = list(gm.graph.nodes)
+        self.placeholders = [n for n in nodes if n.op == "placeholder"]
+        outputs = [n for n in nodes if n.op == "output"]
+        self.output = outputs[0].args[0]
+        self.params: list[fx.Node] = []  # learned tensors read directly: self.pos
+        for n in nodes:
+            if n.op == "get_attr" and kinds.get(n) != "meta":
+                try:
+                    root.get_parameter(str(n.target))
+                except AttributeError:
+                    raise Unsupported(
+                        f"the forward reads self.{n.target}, a tensor that is not a parameter"
+                    ) from None
+                self.params.append(n)
+        self.ops: list[Op] = []
+        self.op_of: dict[fx.Node, Op] = {}
+        kinds = self.kinds = _mark_inline(nodes, kinds)
+        for n in nodes:
+            if n.op in ("call_module", "call_function", "call_method") and kinds.get(n) not in (
+                "meta",
+                "inline",
+            ):
+                op = Op(n, _tensor_inputs(n, kinds))
+                if n.op == "call_module":
+                    op.module = root.get_submodule(str(n.target))
+                if not op.inputs:
+                    raise Unsupported(f"{n.name} creates a value from no input ({n.format_node()})")
+                self.ops.append(op)
+                self.op_of[n] = op
+        self.users: dict[fx.Node, list[Op]] = {}
+        for op in self.ops:
+            for v in op.inputs:
+                self.users.setdefault(v, []).append(op)
+        if isinstance(self.output, fx.Node):
+            self.outputs = [self.output]
+            self.multi = False
+        elif isinstance(self.output, tuple | list) and all(
+            isinstance(v, fx.Node) for v in self.output
+        ):
+            self.outputs = list(self.output)
+            self.multi = True
+            if len(set(self.outputs)) != len(self.outputs):
+                raise Unsupported("the forward returns one value twice")
+        else:
+            raise Unsupported("the forward returns a structure other than a value or a tuple")
+        if not self.placeholders or self.kinds.get(self.placeholders[0]) == "meta":
+            raise Unsupported("the forward's first argument is not a tensor")
+        for p in self.placeholders[1:]:
+            if p.name in RESERVED_NAMES or p.name.startswith("_"):
+                raise Unsupported(f"the forward's argument name {p.name!r} cannot be a graph input")
+            if self.kinds.get(p) == "meta" and self.users.get(p):
+                raise Unsupported(f"the forward's argument {p.name} is not a tensor")
+        for p in self.placeholders:
+            if p in self.outputs:
+                raise Unsupported("the forward returns one of its inputs")
+        # tags of returned values: the names the forward's return statement gives them
+        taken = {n.name for n in nodes}
+        self.names: dict[fx.Node, str] = {}
+        if output_names and len(output_names) == len(self.outputs):
+            for value, name in zip(self.outputs, output_names, strict=True):
+                if name and name not in taken and name not in self.names.values():
+                    self.names[value] = name
+
+    # ------------------------------------------------------------------ steps
+    def tag_name(self, value: fx.Node) -> str:
+        return self.names.get(value, value.name)
+
+    def function(self, node: fx.Node, params: list[tuple[fx.Node, str]]) -> str:
+        """A module-level function computing ``node`` from ``params``; returns its name."""
+        names = dict(params)
+        body = Expr(names, self.kinds, self.imports).call(node)
+        body = unwrap(body)
+        signature = ", ".join(n for _, n in params)
+        key = f"({signature}): return {body}"
+        if key in self.function_names:
+            return self.function_names[key]
+        base = re.sub(r"\W+", "_", _target_name(node) or node.name).strip("_").lower() or "fn"
+        if node.target is operator.getitem:
+            base = "index"
+        if base in INFIX_NAMES:
+            base = INFIX_NAMES[base]
+        base = base if not keyword.iskeyword(base) else f"{base}_"
+        name, i = base, 1
+        while name in self.functions or name in TAKEN:
+            i += 1
+            name = f"{base}_{i}"
+        self.functions[name] = f"def {name}({signature}):\n    return {body}\n"
+        self.function_names[key] = name
+        return name
+
+    def step(self, op: Op, stream: fx.Node) -> Step:
+        """How ``op`` is written when ``stream`` is the current value."""
+        node = op.node
+        random = _random_expression(node, self.kinds)
+        if node.op == "call_module":
+            return self.module_step(op, stream)
+        if node.target is operator.getitem and self.kinds.get(node.args[0]) == "tuple":
+            if node.args[0] is not stream or isinstance(node.args[1], fx.Node):
+                raise Unsupported("a tuple element read off the stream")
+            return Step(f"fl.nn.Select({literal(node.args[1])})", what=f"[{node.args[1]!r}]")
+        if op.inputs == [stream]:
+            module = torch_module(node)
+            if module is not None:
+                return Step(module, random=random, what=_describe(node))
+        if stream not in op.inputs:
+            raise Unsupported("not on the stream")
+        extras = [v for v in op.inputs if v is not stream]
+        stream_name = "x" if all(self.tag_name(v) != "x" for v in extras) else "stream"
+        params = [(stream, stream_name)] + [(v, self.tag_name(v)) for v in extras]
+        name = self.function(node, params)
+        return Step(name, True, [(None, v) for v in extras], random, _describe(node))
+
+    def module_step(self, op: Op, stream: fx.Node) -> Step:
+        node, module = op.node, op.module
+        assert module is not None
+        path = module_expr(str(node.target))
+        random = not _all_deterministic(module)
+        what = f"self.{node.target}"
+        args, kwargs = node.args, dict(node.kwargs)
+        if not args or args[0] is not stream:
+            raise Unsupported("a module's first argument is not the stream")
+        nodes_elsewhere = [a for a in args[1:] if isinstance(a, fx.Node)]
+        nodes_elsewhere += [v for v in kwargs.values() if isinstance(v, fx.Node)]
+        if any(self.kinds.get(v) == "meta" for v in nodes_elsewhere):
+            raise Unsupported(f"{what} is called with a value computed from a tensor's shape")
+        simple = all(isinstance(a, fx.Node) and a is not stream for a in args[1:]) and all(
+            isinstance(v, fx.Node) and v is not stream for v in kwargs.values()
+        )
+        try:
+            params = list(inspect.signature(module.forward).parameters.values())
+            bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            if simple and not kwargs:
+                return Step(path, refs=[(None, a) for a in args[1:]], random=random, what=what)
+            raise Unsupported(f"{what} is called in a way its signature does not show") from None
+        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY) for p in params):
+            if simple and not kwargs:
+                return Step(path, refs=[(None, a) for a in args[1:]], random=random, what=what)
+            raise Unsupported(f"{what} takes *args/**kwargs or positional-only arguments")
+        first = params[0].name
+        stream_as = [k for k, v in bound.items() if v is stream]
+        refs = [(k, v) for k, v in bound.items() if isinstance(v, fx.Node) and v is not stream]
+        consts = {k: v for k, v in bound.items() if not isinstance(v, fx.Node)}
+        if stream_as == [first] and not consts:
+            return Step(path, refs=refs, random=random, what=what)
+        self.needs_call = True
+        extra = "".join(f", {k}={literal(v)}" for k, v in consts.items())
+        names = ", ".join(repr(k) for k in stream_as) + ("," if len(stream_as) == 1 else "")
+        return Step(f"Call({path}, stream_as=({names}){extra})", refs=refs, random=random,
+                    what=what)  # fmt: skip
+
+    def chain_step(self, ops: list[Op], start: fx.Node) -> tuple[str, bool]:
+        """One step for a chain of single-input operations: the step, or ``nn.Sequential``."""
+        steps, value, random = [], start, False
+        for op in ops:
+            s = self.step(op, value)
+            if s.refs:
+                raise Unsupported("a chained step needs refs")
+            self.note(op, s)
+            steps.append(s)
+            random = random or s.random
+            value = op.node
+        if len(steps) == 1:
+            return steps[0].code, random
+        parts = [f"fl.nn.Fn({s.code})" if s.is_function else s.code for s in steps]
+        return f"nn.Sequential({', '.join(parts)})", random
+
+    def note(self, op: Op, step: Step) -> None:
+        self.report[op.node] = {"original": step.what, "as": step.code}
+
+    # ------------------------------------------------------------------ layout search
+    def remaining_users(self, value: fx.Node, done: frozenset[fx.Node]) -> list[Op]:
+        return [op for op in self.users.get(value, []) if op.node not in done]
+
+    def ready(self, op: Op, state: State) -> bool:
+        return all(v is state.stream or v in state.done for v in op.inputs) and (
+            state.stream in op.inputs
+        )
+
+    def try_step(self, op: Op, state: State) -> Step | None:
+        try:
+            return self.step(op, state.stream)
+        except Unsupported:
+            return None
+
+    def single_input_chain(
+        self, end: fx.Node, start: fx.Node, join: Op, done: frozenset
+    ) -> list[Op] | None:
+        """The operations from ``start`` to ``end`` (read only by ``join``), each reading only
+        the previous value."""
+        ops: list[Op] = []
+        value = end
+        while value is not start:
+            op = self.op_of.get(value)
+            if op is None or op.node in done or len(op.inputs) != 1:
+                return None
+            if self.remaining_users(value, done) != [ops[0] if ops else join]:
+                return None
+            if value in self.outputs:
+                return None
+            ops.insert(0, op)
+            value = op.inputs[0]
+        return ops
+
+    def forward_chain(self, first: Op, done: frozenset) -> list[Op]:
+        """``first`` and the single-input operations that follow it alone (a fork's branch)."""
+        ops = [first]
+        while True:
+            value = ops[-1].node
+            users = self.remaining_users(value, done)
+            if len(users) != 1 or value in self.outputs:
+                return ops
+            nxt = users[0]
+            if nxt.inputs != [value] or (
+                nxt.node.op == "call_module" and nxt.node.args[0] is not value
+            ):
+                return ops
+            ops.append(nxt)
+
+    def diamond(self, state: State) -> State | None:
+        """Branches from the stream rejoined by ``+`` (also / also_with) or ``cat`` (split)."""
+        stream, done = state.stream, state.done
+        pending = self.remaining_users(stream, done)
+        for join in self.ops:
+            node = join.node
+            if node in done:
+                continue
+            kind = _join_kind(node)
+            if kind is None:
+                continue
+            operands = node.args[0] if kind == "cat" else node.args[:2]
+            branches = []
+            for v in operands:
+                chain = self.single_input_chain(v, stream, join, done) if v is not stream else []
+                if chain is None:
+                    break
+                branches.append(chain)
+            else:
+                firsts = {b[0].node for b in branches if b}
+                if any(b == [] for b in branches):
+                    firsts.add(node)
+                if {op.node for op in pending} != firsts or len(branches) < 2:
+                    continue
+                if kind == "add" and all(b == [] for b in branches):
+                    continue
+                try:
+                    new = self.lay_diamond(kind, node, branches, stream)
+                except Unsupported:
+                    continue
+                if new is None:
+                    continue
+                ran = {op.node for b in branches for op in b} | {node}
+                return replace(
+                    state,
+                    stream=node,
+                    done=done | ran,
+                    frags=(*state.frags, Frag(new, node)),
+                )
+        return None
+
+    def lay_diamond(self, kind: str, join: fx.Node, branches: list[list[Op]], start: fx.Node):
+        made = [self.chain_step(b, start) if b else ("nn.Identity()", False) for b in branches]
+        random = any(r for _, r in made)
+        if kind == "add":
+            self.report[join] = {"original": "+", "as": "residual add"}
+            if branches[0] == [] or branches[1] == []:
+                inner = made[1][0] if branches[0] == [] else made[0][0]
+                self.report[join]["as"] = "also"
+                return f".also({inner})"
+            a, b = made
+            # also_with runs skip first: with randomness keep the original's order; else the
+            # shorter branch is the skip path (a + b and b + a are the same floats)
+            first_is_a = _position(branches[0][0].node) < _position(branches[1][0].node)
+            if random:
+                order = [a, b] if first_is_a else [b, a]
+            elif len(branches[0]) != len(branches[1]):
+                order = [a, b] if len(branches[0]) < len(branches[1]) else [b, a]
+            else:
+                order = [a, b] if first_is_a else [b, a]
+            self.report[join]["as"] = "also_with"
+            return f".also_with({order[0][0]}, {order[1][0]})"
+        if random and _fx_index(branches) != sorted(_fx_index(branches)):
+            return None  # the graph would draw random numbers in another order
+        dim = join.kwargs.get("dim", join.args[1] if len(join.args) > 1 else 0)
+        if isinstance(dim, fx.Node):
+            return None
+        self.report[join] = {"original": "torch.cat", "as": f"merge(fl.MergeOp.CAT({dim}))"}
+        return f".split({', '.join(m for m, _ in made)}).merge(fl.MergeOp.CAT({dim}))"
+
+    def search(self, state: State) -> State | None:
+        self.budget -= 1
+        if self.budget < 0:
+            raise Unsupported("no layout found within the search budget")
+        if all(op.node in state.done for op in self.ops):
+            return self.finish(state)
+        new = self.diamond(state)
+        if new is not None:
+            found = self.search(new)
+            if found is not None:
+                return found
+        pending = self.remaining_users(state.stream, state.done)
+        candidates = [op for op in pending if self.ready(op, state)]
+        options: list[tuple[str, Op]] = []
+        if len(pending) > 1 or state.stream in self.outputs:
+            options += [("fork", op) for op in candidates]
+        options += [("through", op) for op in candidates]
+        for how, op in options:
+            new = self.advance(how, op, state)
+            if new is None:
+                continue
+            found = self.search(new)
+            if found is not None:
+                return found
+        return None
+
+    def using(self, refs: list[tuple[str | None, fx.Node]]) -> str:
+        if not refs:
+            return ""
+        parts = [f"{k}={self.tag_name(v)!r}" if k else repr(self.tag_name(v)) for k, v in refs]
+        return f".using({', '.join(parts)})"
+
+    def advance(self, how: str, op: Op, state: State) -> State | None:
+        if how == "through":
+            step = self.try_step(op, state)
+            if step is None:
+                return None
+            self.note(op, step)
+            text = f".through({step.code}){self.using(step.refs)}"
+            tagged = state.tagged | {v for _, v in step.refs}
+            return replace(
+                state,
+                stream=op.node,
+                done=state.done | {op.node},
+                frags=(*state.frags, Frag(text, op.node)),
+                tagged=tagged,
+            )
+        chain = self.forward_chain(op, state.done)
+        try:
+            if len(chain) == 1:
+                step = self.step(op, state.stream)
+                self.note(op, step)
+                code, refs = step.code, step.refs
+            else:
+                code, _ = self.chain_step(chain, state.stream)
+                refs = []
+        except Unsupported:
+            return None
+        end = chain[-1].node
+        text = f".fork({code}){self.using(refs)}"
+        return replace(
+            state,
+            done=state.done | {o.node for o in chain},
+            frags=(*state.frags, Frag(text, end)),
+            tagged=state.tagged | {v for _, v in refs} | {end},
+        )
+
+    def finish(self, state: State) -> State | None:
+        if not self.multi:
+            return state if self.outputs[0] is state.stream else None
+        return replace(state, tagged=state.tagged | set(self.outputs))
+
+    # ------------------------------------------------------------------ result
+    def translate(self) -> Translation:
+        start = self.placeholders[0]
+        # each learned tensor is a fork at the start: fl.nn.Param holding it, tagged
+        frags = tuple(Frag(f".fork(shared({module_expr(str(p.target))}))", p) for p in self.params)
+        if self.params:
+            self.needs_shared = True
+        state = State(
+            start, frozenset(self.placeholders + self.params), frags, frozenset(self.params)
+        )
+        limit = sys.getrecursionlimit()  # the search recurses once per step of the chain
+        sys.setrecursionlimit(max(limit, 4 * len(self.ops) + 1000))
+        try:
+            found = self.search(state)
+        finally:
+            sys.setrecursionlimit(limit)
+        if found is None:
+            raise Unsupported("the data flow could not be laid out as builder calls")
+        aux = set(self.placeholders[1:])
+        chain: list[str] = []
+        for frag in found.frags:
+            chain.append(frag.text)
+            if frag.value in found.tagged and frag.value not in aux:
+                chain.append(f".tag({self.tag_name(frag.value)!r})")
+        inputs = []
+        for p in self.placeholders[1:]:
+            default = p.args[0] if p.args else NO_DEFAULT
+            inputs.append((p.name, default))
+        entry = "fl.FlowBuilder()"
+        if start in found.tagged:
+            chain.insert(0, f".tag({self.tag_name(start)!r})")
+        elif (
+            chain
+            and not inputs
+            and chain[0].startswith(".through(")
+            and (len(chain) == 1 or not chain[1].startswith(".using("))
+        ):
+            text = chain.pop(0)
+            if ").using(" not in text:
+                entry = f"fl.FlowBuilder({text[len('.through(') : -1]})"
+            else:
+                chain.insert(0, text)
+        if inputs:
+            names = ", ".join(repr(n) for n, _ in inputs)
+            groups: dict[Any, list[str]] = {}
+            for name, default in inputs:
+                groups.setdefault(repr(default) if default is not NO_DEFAULT else "", []).append(
+                    name
+                )
+            decl = []
+            for default, group in groups.items():
+                names = ", ".join(repr(n) for n in group)
+                decl.append(
+                    f".input({names}, default={default})" if default else f".input({names})"
+                )
+            chain = decl + chain
+        if self.multi:
+            chain.append(f".output({', '.join(repr(self.tag_name(v)) for v in self.outputs)})")
+        steps = [
+            {"node": n.name, **self.report[n]} for n in self.gm.graph.nodes if n in self.report
+        ]
+        # the search may have written functions for layouts it then abandoned: keep the used ones
+        text = "\n".join(chain)
+        used = {
+            name: source
+            for name, source in self.functions.items()
+            if re.search(rf"(?<![\w\"'.]){re.escape(name)}(?![\w\"'])", text)
+        }
+        return Translation(
+            chain=chain,
+            entry=entry,
+            functions=list(used.values()),
+            needs_call="Call(" in text,
+            needs_shared=self.needs_shared,
+            imports=self.imports,
+            steps=steps,
+            inputs=inputs,
+        )
+
+
+INFIX_NAMES = {"add": "add", "iadd": "add", "truediv": "div", "getitem": "index"}
+TAKEN = {"build", "from_torch", "flow", "Call", "shared", "torch", "nn", "F", "fl", "math", "operator",
+         "m", "x", "module"}  # fmt: skip
+
+
+def _plain_function(node: fx.Node, kinds: dict[fx.Node, str]) -> bool:
+    """A tensor expression written as a function of its own (no module stands for it)."""
+    return (
+        node.op in ("call_function", "call_method")
+        and kinds.get(node) == "tensor"
+        and not (node.target is operator.getitem and kinds.get(node.args[0]) == "tuple")
+        and torch_module(node) is None
+    )
+
+
+def _mark_inline(nodes: list[fx.Node], kinds: dict[fx.Node, str]) -> dict[fx.Node, str]:
+    """Fold a plain expression read only by another plain expression into that one, so
+    ``torch.exp(0.5 * logvar)`` is one function rather than two steps."""
+    output = next(n for n in nodes if n.op == "output")
+    kinds = dict(kinds)
+    for node in nodes:
+        users = list(node.users)
+        if (
+            len(users) == 1
+            and users[0] is not output
+            and _plain_function(node, kinds)
+            and _plain_function(users[0], kinds)
+        ):
+            kinds[node] = "inline"
+    return kinds
+
+
+def _random_expression(node: fx.Node, kinds: dict[fx.Node, str]) -> bool:
+    if _target_name(node) in RANDOM_NAMES:
+        return True
+    return any(
+        _random_expression(n, kinds)
+        for n in node.all_input_nodes
+        if kinds.get(n) in ("meta", "inline")
+    )
+
+
+def _describe(node: fx.Node) -> str:
+    if node.op == "call_method":
+        return f".{node.target}()"
+    fn = node.target
+    if fn in INFIX:
+        return INFIX[fn]
+    if fn is operator.getitem:
+        return "[...]"
+    try:
+        return qualname(fn, set())
+    except Unsupported:
+        return str(getattr(fn, "__name__", fn))
+
+
+def _all_deterministic(module: nn.Module) -> bool:
+    """No dropout-like layer and no custom (opaque) code that might draw random numbers."""
+    from fdl.port.trace import is_torch_module
+
+    for m in module.modules():
+        if isinstance(m, nn.modules.dropout._DropoutNd) or not is_torch_module(m):
+            return False
+    return True
+
+
+def _join_kind(node: fx.Node) -> str | None:
+    if (
+        node.op == "call_function"
+        and node.target in (operator.add, operator.iadd, torch.add)
+        and len(node.args) == 2
+        and not node.kwargs
+        and all(isinstance(a, fx.Node) for a in node.args)
+    ):
+        return "add" if node.args[0] is not node.args[1] else None
+    if node.op == "call_function" and node.target is torch.cat:
+        items = node.args[0] if node.args else None
+        if (
+            isinstance(items, list | tuple)
+            and len(items) >= 2
+            and all(isinstance(a, fx.Node) for a in items)
+            and len(set(items)) == len(items)
+            and set(node.kwargs) <= {"dim"}
+        ):
+            return "cat"
+    return None
+
+
+def _position(node: fx.Node) -> int:
+    for i, n in enumerate(node.graph.nodes):
+        if n is node:
+            return i
+    return -1
+
+
+def _fx_index(branches: list[list[Op]]) -> list[int]:
+    return [_position(b[0].node) for b in branches if b]
+
+
+def returned_names(forward: Any) -> list[str | None]:
+    """The names in the forward's last ``return a, b, c`` (None where it is not a name)."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    returns = [n for n in ast.walk(tree) if isinstance(n, ast.Return) and n.value is not None]
+    if not returns or not isinstance(returns[-1].value, ast.Tuple):
+        return []
+    return [e.id if isinstance(e, ast.Name) else None for e in returns[-1].value.elts]
+
+
+def value_kinds(gm: fx.GraphModule, args: tuple[Any, ...]) -> dict[fx.Node, str]:
+    """Run the traced graph once and note what each node holds: tensor, tuple or meta."""
+    kinds: dict[fx.Node, str] = {}
+
+    class Recorder(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            result = super().run_node(n)
+            kinds[n] = _kind(result)
+            return result
+
+    with torch.no_grad():
+        Recorder(gm).run(*args)
+    return kinds
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return "tensor"
+    if isinstance(value, tuple | list) and any(
+        isinstance(v, torch.Tensor) or _kind(v) == "tuple" for v in value
+    ):
+        return "tuple"
+    return "meta"

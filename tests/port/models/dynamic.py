@@ -1,0 +1,76 @@
+"""Control flow fx cannot follow: on the data, on an argument, on self.training."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Gate(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        if x.mean() > 0:  # decided by the data: fx cannot trace it
+            return torch.relu(self.fc(x))
+        return torch.tanh(self.fc(x))
+
+
+class GatedNet(nn.Module):
+    def __init__(self, dim=8, classes=3):
+        super().__init__()
+        self.inp = nn.Linear(dim, dim)
+        self.gate = Gate(dim)
+        self.out = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        return self.out(self.gate(torch.relu(self.inp(x))))
+
+
+class Halting(nn.Module):
+    """The whole forward loops on the data."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.step = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        for _ in range(4):
+            x = torch.tanh(self.step(x))
+            if x.abs().max() < 0.1:
+                break
+        return x
+
+
+class Rollout(nn.Module):
+    """A forward whose loop count is an argument (a Python int): traced, it would be frozen."""
+
+    def __init__(self, dim=6):
+        super().__init__()
+        self.cell = nn.Linear(dim, dim)
+
+    def forward(self, x, steps=1):
+        for _ in range(steps):
+            x = torch.tanh(self.cell(x))
+        return x
+
+
+class Noisy(nn.Module):
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        if self.training:
+            x = x + 0.1 * torch.randn_like(x)
+        return F.dropout(self.fc(x), 0.5, self.training)
+
+
+class ModeNet(nn.Module):
+    def __init__(self, dim=4):
+        super().__init__()
+        self.noisy = Noisy(dim)
+        self.out = nn.Linear(dim, 2)
+
+    def forward(self, x):
+        return self.out(F.dropout(F.relu(self.noisy(x)), 0.2, self.training))

@@ -1,0 +1,407 @@
+"""``fdl port``: models written for these tests, ported, built, parity-checked and re-checked."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fdl.port.load import PortError
+from fdl.port.run import port
+
+MODELS = Path(__file__).parent / "models"
+
+# (script, class, examples, idioms the generated flow must use)
+CASES = {
+    "cnn": (
+        "cnn.py",
+        "CNN",
+        ["torch.randn(2, 3, 32, 32)"],
+        ["fl.FlowBuilder(m.conv1)", ".through(nn.ReLU())", ".through(nn.MaxPool2d(2))",
+         ".through(nn.Flatten())", ".through(m.dropout)"],
+    ),
+    "resnet": (
+        "resnet.py",
+        "ResNet",
+        ["torch.randn(2, 3, 16, 16)"],
+        [".also(nn.Sequential(m.layer1.conv1", ".also_with(\n            m.layer2.downsample,",
+         ".through(nn.Flatten())", "# Imports BasicBlock from resnet.py: keep it importable"],
+    ),
+    "vae": (
+        "vae.py",
+        "VAE",
+        ["torch.rand(4, 64)"],
+        ['.fork(m.fc_mu)', '.tag("mu")', '.using("mu")', '.output("sigmoid", "mu", "logvar")',
+         "return mu + (torch.randn_like(x) * x)", "return torch.exp(0.5 * x)"],
+    ),
+    "generator": (
+        "dcgan.py",
+        "Generator",
+        ["torch.randn(2, 16, 1, 1)"],
+        ["fl.FlowBuilder(m.main).build()", "m.main = nn.Sequential("],
+    ),
+    "discriminator": (
+        "dcgan.py",
+        "Discriminator",
+        ["torch.randn(2, 3, 16, 16)"],
+        ["fl.FlowBuilder(m.main).through(squeeze).build()", "return x.view(-1, 1).squeeze(1)"],
+    ),
+    "lstm": (
+        "lstm.py",
+        "LSTMClassifier",
+        ["torch.randint(0, 50, (3, 7))"],
+        [".through(m.lstm)", ".through(fl.nn.Select(1))", ".through(fl.nn.Select(0))",
+         "return x[-1]"],
+    ),
+    "tagger": (
+        "lstm.py",
+        "Tagger",
+        ["torch.randn(2, 5, 6)", "(torch.randn(2, 5, 6), (torch.randn(1, 2, 12), torch.randn(1, 2, 12)))"],
+        ['.input("state", default=None)', '.using(hx="state")', ".output("],
+    ),
+    "transformer": (
+        "transformer.py",
+        "EncoderBlock",
+        ["torch.randn(2, 5, 32)"],
+        ['Call(m.attn, stream_as=("query", "key", "value"), need_weights=False)',
+         "fl.nn.Select(0)", ".through(m.norm1)", ".also(nn.Sequential(m.ff1, nn.GELU(), m.ff2, m.drop))"],
+    ),
+    "inception": (
+        "branches.py",
+        "Inception",
+        ["torch.randn(2, 4, 8, 8)"],
+        [".split(m.b1, nn.Sequential(m.b3a, nn.ReLU(), m.b3b), m.pool)", ".merge(fl.MergeOp.CAT(1))",
+         ".through(nn.AdaptiveAvgPool2d(1))"],
+    ),
+    "unet": (
+        "branches.py",
+        "UNet",
+        ["torch.randn(2, 3, 16, 16)"],
+        [".split(nn.Sequential(nn.MaxPool2d(2), m.enc2, nn.ReLU(), m.up), nn.Identity())",
+         ".merge(fl.MergeOp.CAT(1))", "return (x * 2) - 1"],
+    ),
+    "positional": (
+        "branches.py",
+        "Positional",
+        ["torch.randn(2, 5, 6)", "torch.randn(3, 16, 6)"],
+        [".fork(shared(m.pos))", '.tag("pos")', "return (x + pos[:, : x.size(1)]).mean(dim=1)"],
+    ),
+    "gated": (
+        "dynamic.py",
+        "GatedNet",
+        ["torch.randn(4, 8)", "-torch.ones(4, 8)"],
+        [".through(m.gate)", "from dynamic import Gate"],
+    ),
+    "halting": (
+        "dynamic.py",
+        "Halting",
+        ["torch.randn(4, 8)"],
+        ["fl.FlowBuilder(m).build()", "return from_torch(Halting(dim=dim))"],
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    for script in MODELS.glob("*.py"):
+        shutil.copy(script, tmp_path / script.name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield tmp_path
+    for name in [m.stem for m in MODELS.glob("*.py")] + ["_fdl_port_generated"]:
+        sys.modules.pop(name, None)
+
+
+def load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"ported_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_port_translates_builds_and_proves_parity(workdir, case):
+    script, cls, examples, idioms = CASES[case]
+    out = workdir / f"{case}_port.py"
+    report = port(workdir / script, cls, None, examples, out)
+    assert report.written and report.parity.exact, report.to_dict()
+    assert len(report.parity.cases) == 2 * len(examples)  # eval and train per example
+    text = out.read_text()
+    for idiom in idioms:
+        assert idiom in text, (idiom, text)
+    assert text.startswith(f"# Ported from {script} (class {cls}) by:")
+    flow = text[text.index("def flow(") :]
+    for name in re.findall(r"^def (\w+)\(", text, re.MULTILINE):
+        if name not in ("build", "from_torch", "flow"):  # every helper function is a used step
+            assert re.search(rf"[(, ]{name}[(),]", flow), (name, flow)
+    assert "# Parity: exact on" in text
+
+    # the written file imports; build() makes the model fresh; from_torch shares the weights
+    generated = load(out)
+    original = getattr(sys.modules[Path(script).stem], cls)()
+    graph = generated.from_torch(original)
+    assert {id(p) for p in graph.parameters()} == {id(p) for p in original.parameters()}
+    fresh = generated.build()
+    assert sorted(p.shape for p in fresh.parameters()) == sorted(
+        p.shape for p in original.parameters()
+    )
+    args = eval(examples[-1], {"torch": torch})
+    args = args if isinstance(args, tuple) else (args,)
+    original.eval()
+    graph.eval()
+    fresh.eval()
+    names = list(__import__("inspect").signature(original.forward).parameters)
+    kwargs = dict(zip(names[1:], args[1:], strict=False)) if report.translated else {}
+    call = (args[0],) if report.translated else args
+    torch.manual_seed(3)
+    want = original(*args)
+    torch.manual_seed(3)
+    got = graph(*call, **kwargs)
+    flat = lambda v: [t for x in v for t in flat(x)] if isinstance(v, tuple) else [v]  # noqa: E731
+    assert all(torch.equal(a, b) for a, b in zip(flat(want), flat(got), strict=True))
+    fresh(*call, **kwargs)  # a fresh model runs on the same inputs
+
+
+def test_opaque_submodule_is_reported_with_its_line_and_the_rest_translated(workdir):
+    report = port(workdir / "dynamic.py", "GatedNet", None, ["torch.randn(4, 8)"], workdir / "g.py")
+    assert report.written and report.parity.exact
+    (opaque,) = report.opaque
+    assert (opaque.path, opaque.cls, opaque.location) == ("gate", "Gate", "dynamic.py:14")
+    assert "control flow" in opaque.reason
+    assert [s["original"] for s in report.translated] == [
+        "self.inp", "torch.relu", "self.gate", "self.out"
+    ]  # fmt: skip
+    assert "# Opaque (kept whole): gate (dynamic.py:14)" in (workdir / "g.py").read_text()
+
+
+def test_whole_forward_opaque_still_proves_parity(workdir):
+    report = port(workdir / "dynamic.py", "Halting", None, ["torch.randn(4, 8)"], workdir / "h.py")
+    assert report.written and report.parity.exact and report.translated == []
+    (opaque,) = report.opaque
+    assert opaque.path == "" and opaque.location == "dynamic.py:40"
+
+
+def test_init_arguments_reach_the_model_and_build(workdir):
+    out = workdir / "c.py"
+    report = port(workdir / "cnn.py", "CNN", "(1, 5)", ["torch.randn(2, 1, 32, 32)"], out)
+    assert report.written and report.parity.exact
+    generated = load(out)
+    assert generated.build(1, 5)(torch.randn(2, 1, 32, 32)).shape == (2, 5)
+    report = port(
+        workdir / "cnn.py", "CNN", "{'num_classes': 7}", ["torch.randn(1, 3, 32, 32)"], out
+    )
+    assert report.parity.exact
+    assert load(out).build(num_classes=7)(torch.randn(1, 3, 32, 32)).shape == (1, 7)
+
+
+def test_inexact_port_writes_nothing_unless_forced(workdir):
+    out = workdir / "drift.py"
+    report = port(workdir / "inexact.py", "Drifting", None, ["torch.randn(2, 4)"], out)
+    assert not report.written and not out.exists()
+    assert not report.parity.exact and report.parity.max_abs_diff > 0
+    assert "nothing written" in report.refused
+    forced = port(workdir / "inexact.py", "Drifting", None, ["torch.randn(2, 4)"], out, force=True)
+    assert forced.written and "# Parity: NOT exact" in out.read_text()
+
+
+@pytest.mark.parametrize(
+    ("cls", "init", "example", "message"),
+    [
+        ("Nope", None, "torch.randn(2, 4)", "class Nope not found in inexact.py"),
+        ("Broken", None, "torch.randn(2, 4)", "missing a required argument: 'dim'"),
+        ("Broken", "(0,)", "torch.randn(2, 4)", "ValueError: dim must be positive"),
+        ("Broken", "(4,)", "torch.randn(2, 5)", "does not fit Broken: RuntimeError: mat1 and mat2"),
+        ("Broken", "(4,", "torch.randn(2, 4)", "is not a Python literal"),
+        ("Broken", "(4,)", "torch.randn(2, 4", "--example-input"),
+    ],
+)
+def test_user_errors_are_clear_and_write_nothing(workdir, cls, init, example, message):
+    out = workdir / "never.py"
+    with pytest.raises(Exception) as info:
+        port(workdir / "inexact.py", cls, init, [example], out)
+    assert message in str(info.value)
+    assert info.type.__module__.startswith("fdl"), info.type  # an fdl error, not a crash
+    assert not out.exists()
+
+
+def test_port_error_is_an_fdl_error():
+    from fdl.errors import FdlError
+
+    assert issubclass(PortError, FdlError)
+
+
+# ------------------------------------------------------------------------------- the CLI
+def test_cli_json_report_and_byte_stable_output(workdir, run_fdl):
+    argv = ["port", "vae.py", "--model", "VAE", "--example-input", "torch.rand(4, 64)", "--json"]
+    first = run_fdl(*argv, cwd=workdir)
+    assert first.returncode == 0, first.stderr
+    data = json.loads(first.stdout)
+    assert data["written"] and data["parity"]["exact"] and data["parity"]["max_abs_diff"] == 0
+    assert {c["mode"] for c in data["parity"]["cases"]} == {"eval", "train"}
+    assert {"node": "fc_mu", "original": "self.fc_mu", "as": "m.fc_mu"} in data["translated"]
+    assert data["output"] == "vae_flodl.py" and data["opaque"] == []
+    written = (workdir / "vae_flodl.py").read_bytes()
+    again = run_fdl(*argv[:-1], cwd=workdir)
+    assert again.returncode == 0 and "parity: exact" in again.stdout
+    assert (workdir / "vae_flodl.py").read_bytes() == written
+
+
+def test_cli_errors_have_no_traceback(workdir, run_fdl):
+    result = run_fdl("port", "cnn.py", "--model", "CNX", "--example-input", "torch.randn(1)",
+                     cwd=workdir)  # fmt: skip
+    assert result.returncode == 2
+    assert "error: class CNX not found in cnn.py — did you mean CNN?" in result.stderr
+    assert "Traceback" not in result.stderr and not (workdir / "cnn_flodl.py").exists()
+    result = run_fdl("port", "cnn.py", "--model", "CNN", "--example-input", "torch.randn(2, 3, 8, 8)",
+                     cwd=workdir)  # fmt: skip
+    assert result.returncode == 1 and "does not fit CNN: RuntimeError" in result.stderr
+    assert "Traceback" not in result.stderr and not (workdir / "cnn_flodl.py").exists()
+    result = run_fdl("port", "inexact.py", "--model", "Drifting", "--example-input",
+                     "torch.randn(2, 4)", cwd=workdir)  # fmt: skip
+    assert result.returncode == 1 and "nothing written" in result.stdout
+    assert not (workdir / "inexact_flodl.py").exists()
+    result = run_fdl("port", "cnn.py", "--model", "CNN", cwd=workdir)
+    assert result.returncode == 2 and "--example-input" in result.stderr
+
+
+def test_generated_code_passes_fdl_check(workdir, run_fdl):
+    port(workdir / "resnet.py", "ResNet", None, ["torch.randn(2, 3, 16, 16)"], workdir / "r.py")
+    result = run_fdl("check", "--no-run", "r.py", cwd=workdir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "check ok" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_port_passes_fdl_check_and_is_byte_stable(workdir, run_fdl, case):
+    script, cls, examples, _ = CASES[case]
+    argv = ["port", script, "--model", cls, "-o", "out.py"]
+    for example in examples:
+        argv += ["--example-input", example]
+    first = run_fdl(*argv, cwd=workdir)
+    assert first.returncode == 0, first.stdout + first.stderr
+    written = (workdir / "out.py").read_bytes()
+    assert run_fdl(*argv, cwd=workdir).returncode == 0
+    assert (workdir / "out.py").read_bytes() == written
+    check = run_fdl("check", "--no-run", "out.py", cwd=workdir)
+    assert check.returncode == 0 and "check ok" in check.stdout, check.stdout + check.stderr
+
+
+def test_the_port_skill_says_to_try_fdl_port_first():
+    text = (Path(__file__).parents[2] / "porting_skill/instructions.md").read_text()
+    mechanical = text.index("## Mechanical first — `fdl port` for each model class")
+    assert mechanical < text.index("## Step 4 — design")  # before designing by hand
+    assert "fdl port <script.py> --model <Class> --example-input" in text
+
+
+def test_a_model_kept_whole_still_takes_its_extra_arguments(workdir):
+    out = workdir / "seq.py"
+    examples = ["torch.randn(2, 6)", "(torch.randn(2, 6), 3)"]
+    report = port(workdir / "dynamic.py", "Rollout", None, examples, out)
+    assert report.written and report.parity.exact and report.opaque[0].path == ""
+    assert '.input("steps", default=1).through(m).using(steps="steps")' in out.read_text()
+    generated = load(out)
+    original = sys.modules["dynamic"].Rollout()
+    x = torch.randn(2, 6)
+    assert torch.equal(generated.from_torch(original)(x, steps=2), original(x, 2))
+
+
+def test_an_argument_no_example_passes_is_reported_as_fixed(workdir):
+    out = workdir / "one.py"
+    report = port(workdir / "dynamic.py", "Rollout", None, ["torch.randn(2, 6)"], out)
+    assert report.written and report.fixed == {"steps": 1}
+    assert "# Fixed while tracing (the port always uses these values): steps=1" in out.read_text()
+
+
+def test_build_constructs_the_original_when_init_calls_its_own_methods(workdir):
+    out = workdir / "s.py"
+    report = port(workdir / "branches.py", "SelfInit", None, ["torch.randn(2, 4)"], out)
+    assert report.written and "calls self._reset()" in report.build
+    text = out.read_text()
+    assert "from branches import SelfInit" in text
+    assert "return from_torch(SelfInit(dim=dim))" in text
+    graph = load(out).build(dim=3)
+    (bias,) = [p for n, p in graph.named_parameters() if n.endswith("bias")]
+    assert torch.equal(bias, torch.zeros(3))  # the original's own initialisation ran
+
+
+def test_build_renames_self_around_a_loop_variable_named_m(workdir):
+    out = workdir / "l.py"
+    report = port(workdir / "branches.py", "LoopInit", None, ["torch.randn(2, 4)"], out)
+    assert report.written and report.build == "LoopInit.__init__, self renamed to model"
+    text = out.read_text()
+    assert "model = nn.Module()" in text and "for m in model.modules():" in text
+    graph = load(out).build()
+    assert all(
+        torch.equal(p, torch.zeros_like(p)) for n, p in graph.named_parameters() if "bias" in n
+    )
+
+
+def test_scripts_that_cannot_be_used_are_clear_errors(workdir, run_fdl):
+    result = run_fdl("port", "missing.py", "--model", "X", "--example-input", "torch.randn(1)",
+                     cwd=workdir)  # fmt: skip
+    assert result.returncode == 2 and "missing.py: no such file" in result.stderr
+    (workdir / "bad.py").write_text("import torch\n\nraise RuntimeError('no data here')\n")
+    result = run_fdl("port", "bad.py", "--model", "X", "--example-input", "torch.randn(1)",
+                     cwd=workdir)  # fmt: skip
+    assert result.returncode == 1
+    assert "importing bad.py failed at bad.py:3: RuntimeError: no data here" in result.stderr
+    assert "Traceback" not in result.stderr and not (workdir / "bad_flodl.py").exists()
+
+
+def test_an_unwritable_output_is_a_clear_error(workdir):
+    with pytest.raises(PortError, match=r"cannot write .*nowhere/cnn\.py: No such file"):
+        port(
+            workdir / "cnn.py",
+            "CNN",
+            None,
+            ["torch.randn(1, 3, 32, 32)"],
+            workdir / "nowhere/cnn.py",
+        )
+
+
+def test_a_forward_that_depends_on_the_mode_is_kept_whole_and_dropout_is_not(workdir):
+    out = workdir / "mode.py"
+    report = port(workdir / "dynamic.py", "ModeNet", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact
+    (opaque,) = report.opaque
+    assert (opaque.path, opaque.location) == ("noisy", "dynamic.py:63")
+    assert "self.training" in opaque.reason
+    assert "nn.Dropout(p=0.2)" in out.read_text()  # F.dropout(..., self.training) follows the mode
+
+
+def test_port_overhead_benchmark_smoke_run(tmp_path):
+    import subprocess
+
+    from tests.conftest import clean_env
+
+    script = Path(__file__).parents[2] / "benchmarks" / "port_overhead.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(OMP_NUM_THREADS="1"),
+        timeout=900,  # a hang guard only: the run takes seconds
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((tmp_path / "port_overhead.json").read_text())["rows"]
+    assert [r["model"] for r in rows] == ["cnn", "resnet", "vae", "lstm", "transformer"]
+    assert all(r["ratio"] > 0 and r["a_a_ratio"] > 0 for r in rows)
+
+
+def test_a_long_chain_is_written_in_pieces(workdir, run_fdl):
+    out = workdir / "deep_port.py"
+    report = port(workdir / "branches.py", "Deep", None, ["torch.randn(2, 4)"], out)
+    assert report.written and report.parity.exact and len(report.translated) == 300
+    text = out.read_text()
+    assert text.count("flow = (") == 2 and "return flow.build()" in text  # 100 calls: 60 + 40
+    check = run_fdl("check", "--no-run", "deep_port.py", cwd=workdir)
+    assert check.returncode == 0, check.stdout + check.stderr
