@@ -28,8 +28,10 @@ def _where(exc: BaseException, script: Path) -> str:
     """``file:line`` of the innermost frame in ``script`` (else the innermost frame) of ``exc``."""
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if Path(f.filename).resolve() == script.resolve()]
-    frame = (mine or frames or [None])[-1]
-    return f"{Path(frame.filename).name}:{frame.lineno}" if frame else script.name
+    found = mine or frames
+    if not found:
+        return script.name
+    return f"{Path(found[-1].filename).name}:{found[-1].lineno}"
 
 
 def import_script(script: Path) -> Any:
@@ -57,7 +59,7 @@ def import_script(script: Path) -> Any:
     return module
 
 
-def find_class(module: Any, name: str, script: Path) -> type:
+def find_class(module: Any, name: str, script: Path) -> Any:
     """The ``nn.Module`` subclass ``name`` defined or imported in ``module``."""
     from torch import nn
 

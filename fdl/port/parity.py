@@ -11,7 +11,7 @@ gradient path is checked, not only a plain sum.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +100,7 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def _diff(a: list[torch.Tensor | None], b: list[torch.Tensor | None]) -> float:
+def _diff(a: Sequence[torch.Tensor | None], b: Sequence[torch.Tensor | None]) -> float:
     if len(a) != len(b):
         return math.inf
     worst = 0.0
@@ -143,8 +143,10 @@ def _side(
             terms.append((t * w.to(t.dtype)).sum())
     grad_inputs = [a for a in inputs if isinstance(a, torch.Tensor) and a.requires_grad]
     wanted = grad_inputs + [p for p in params if p.requires_grad]
+    grads: list[torch.Tensor | None]
     if terms and wanted:
-        grads = list(torch.autograd.grad(sum(terms), wanted, allow_unused=True))
+        total = torch.stack(terms).sum()
+        grads = list(torch.autograd.grad(total, wanted, allow_unused=True))
     else:
         grads = [None] * len(wanted)
     n = len(grad_inputs)

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import textwrap
 import types
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +63,7 @@ def _is_super_init(stmt: ast.stmt) -> bool:
     return isinstance(func, ast.Attribute) and func.attr == "__init__"
 
 
-def _import_for(name: str, obj: Any, script: str) -> str | None:
+def _import_for(name: str, obj: Any, script: str) -> str:
     """The import statement binding ``name`` to ``obj`` in the generated file."""
     if isinstance(obj, types.ModuleType):
         full = obj.__name__
@@ -198,7 +199,7 @@ def render(
     class_name: str,
     script_name: str,
     header: list[str],
-    opaque_inputs: list[tuple[str, Any]] = (),
+    opaque_inputs: Sequence[tuple[str, Any]] = (),
 ) -> str:
     """The generated module's text (formatted with ruff when it is installed)."""
     imports = {"from torch import nn", "import flodl as fl", *source.imports}
@@ -225,18 +226,18 @@ def render(
             flow_body = "\n".join(parts) + "\nreturn flow.build()"
         flow_doc = f'"""The data flow of {class_name}.forward over the layers held by ``m``."""'
     else:
-        chain = ["fl.FlowBuilder()"] if opaque_inputs else ["fl.FlowBuilder(m)"]
+        steps = ["fl.FlowBuilder()"] if opaque_inputs else ["fl.FlowBuilder(m)"]
         for name, default in opaque_inputs:
-            chain.append(
+            steps.append(
                 f".input({name!r})"
                 if default is NO_DEFAULT
                 else f".input({name!r}, default={literal(default)})"
             )
         if opaque_inputs:
             refs = ", ".join(f"{n}={n!r}" for n, _ in opaque_inputs)
-            chain += [".through(m)", f".using({refs})"]
-        chain.append(".build()")
-        flow_body = "return " + "".join(chain)
+            steps += [".through(m)", f".using({refs})"]
+        steps.append(".build()")
+        flow_body = "return " + "".join(steps)
         flow_doc = f'"""{class_name}, kept whole as one step (its forward could not be traced)."""'
     body_text = "\n".join(header) + "\n"
     body_text += f'"""flodl port of {class_name} ({script_name}), written by ``fdl port``."""\n\n'
@@ -279,7 +280,7 @@ def format_source(text: str) -> str:
     ruff = shutil.which("ruff")
     if ruff is None:
         try:
-            from ruff.__main__ import find_ruff_bin  # type: ignore[import-not-found]
+            from ruff.__main__ import find_ruff_bin  # type: ignore[import-untyped]
 
             ruff = find_ruff_bin()
         except Exception:

@@ -143,7 +143,7 @@ def port(
         except Exception as exc:
             reason = f"the translation failed: {trace.reason(exc)}"
             opaque = [trace.Opaque("", cls.__name__, where, reason)]
-    names = [p.name for p in inspect.signature(original.forward).parameters.values()]
+    arg_names = [p.name for p in inspect.signature(original.forward).parameters.values()]
     while True:
         try:
             source = render.init_source(cls, module) if translation is not None else None
@@ -184,7 +184,7 @@ def port(
     def graph_call(graph: Any, call_args: tuple[Any, ...]) -> Any:
         if translation is None and not opaque_inputs:
             return graph(*call_args)
-        aux = dict(zip(names[1:], call_args[1:], strict=False))
+        aux = dict(zip(arg_names[1:], call_args[1:], strict=False))
         return graph(call_args[0], **aux)
 
     report.parity = parity_mod.check(original, graph, examples, graph_call)
@@ -261,7 +261,7 @@ def _opaque_inputs(model: Any) -> list[tuple[str, Any]]:
     return inputs
 
 
-def _forward_line(cls: type) -> int:
+def _forward_line(cls: Any) -> int:
     try:
         return inspect.getsourcelines(cls.forward)[1]
     except (OSError, TypeError):

@@ -126,15 +126,15 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
                 return None, [o for o in opaque if o.path == path][-1:]
             opaque_paths.add(path)
             continue
-        path = _mode_dependent(model, graph, opaque_paths, fixed)
-        if path is not None:
-            module = model.get_submodule(path) if path else model
+        moded = _mode_dependent(model, graph, opaque_paths, fixed)
+        if moded is not None:
+            module = model.get_submodule(moded) if moded else model
             opaque.append(
-                Opaque(path, type(module).__name__, _forward_location(module), MODE_REASON)
+                Opaque(moded, type(module).__name__, _forward_location(module), MODE_REASON)
             )
-            if not path or path in opaque_paths:
+            if not moded or moded in opaque_paths:
                 return None, [opaque[-1]]
-            opaque_paths.add(path)
+            opaque_paths.add(moded)
             continue
         gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
         gm.graph.eliminate_dead_code()

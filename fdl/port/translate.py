@@ -19,6 +19,7 @@ import keyword
 import operator
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -125,7 +126,7 @@ def unwrap(text: str) -> str:
 class Expr:
     """Renders fx nodes as Python expressions; tensor values by name, the rest inline."""
 
-    def __init__(self, names: dict[fx.Node, str], kinds: dict[fx.Node, str], imports: set[str]):
+    def __init__(self, names: dict[Any, str], kinds: dict[Any, str], imports: set[str]):
         self.names = names
         self.kinds = kinds
         self.imports = imports
@@ -346,7 +347,7 @@ class Step:
 
     code: str  # an expression: m.conv1, nn.ReLU(), fl.nn.Select(0), a function's name
     is_function: bool = False
-    refs: list[tuple[str | None, fx.Node]] = field(default_factory=list)  # (keyword, value)
+    refs: Sequence[tuple[str | None, Any]] = field(default_factory=list)  # (keyword, value)
     random: bool = False
     what: str = ""  # the original, for the report
 
@@ -358,7 +359,7 @@ class Op:
     module: nn.Module | None = None
 
 
-def _tensor_inputs(node: fx.Node, kinds: dict[fx.Node, str]) -> list[fx.Node]:
+def _tensor_inputs(node: fx.Node, kinds: dict[Any, str]) -> list[fx.Node]:
     seen: list[fx.Node] = []
 
     def visit(n: fx.Node) -> None:
@@ -410,7 +411,7 @@ class Translator:
         self,
         gm: fx.GraphModule,
         root: nn.Module,
-        kinds: dict[fx.Node, str],
+        kinds: dict[Any, str],
         output_names: list[str | None] | None = None,
     ):
         self.gm = gm
@@ -480,7 +481,7 @@ class Translator:
                 raise Unsupported("the forward returns one of its inputs")
         # tags of returned values: the names the forward's return statement gives them
         taken = {n.name for n in nodes}
-        self.names: dict[fx.Node, str] = {}
+        self.names: dict[Any, str] = {}
         if output_names and len(output_names) == len(self.outputs):
             for value, name in zip(self.outputs, output_names, strict=True):
                 if name and name not in taken and name not in self.names.values():
@@ -653,7 +654,7 @@ class Translator:
             kind = _join_kind(node)
             if kind is None:
                 continue
-            operands = node.args[0] if kind == "cat" else node.args[:2]
+            operands: Sequence[Any] = node.args[0] if kind == "cat" else node.args[:2]  # type: ignore[assignment]  # cat's first argument is its list of tensors
             branches = []
             for v in operands:
                 chain = self.single_input_chain(v, stream, join, done) if v is not stream else []
@@ -738,7 +739,7 @@ class Translator:
                 return found
         return None
 
-    def using(self, refs: list[tuple[str | None, fx.Node]]) -> str:
+    def using(self, refs: Sequence[tuple[str | None, Any]]) -> str:
         if not refs:
             return ""
         parts = [f"{k}={self.tag_name(v)!r}" if k else repr(self.tag_name(v)) for k, v in refs]
@@ -869,7 +870,7 @@ TAKEN = {"build", "from_torch", "flow", "Call", "shared", "torch", "nn", "F", "f
          "m", "x", "module"}  # fmt: skip
 
 
-def _plain_function(node: fx.Node, kinds: dict[fx.Node, str]) -> bool:
+def _plain_function(node: fx.Node, kinds: dict[Any, str]) -> bool:
     """A tensor expression written as a function of its own (no module stands for it)."""
     return (
         node.op in ("call_function", "call_method")
@@ -879,7 +880,7 @@ def _plain_function(node: fx.Node, kinds: dict[fx.Node, str]) -> bool:
     )
 
 
-def _mark_inline(nodes: list[fx.Node], kinds: dict[fx.Node, str]) -> dict[fx.Node, str]:
+def _mark_inline(nodes: list[fx.Node], kinds: dict[Any, str]) -> dict[Any, str]:
     """Fold a plain expression read only by another plain expression into that one, so
     ``torch.exp(0.5 * logvar)`` is one function rather than two steps."""
     output = next(n for n in nodes if n.op == "output")
@@ -896,7 +897,7 @@ def _mark_inline(nodes: list[fx.Node], kinds: dict[fx.Node, str]) -> dict[fx.Nod
     return kinds
 
 
-def _random_expression(node: fx.Node, kinds: dict[fx.Node, str]) -> bool:
+def _random_expression(node: fx.Node, kinds: dict[Any, str]) -> bool:
     if _target_name(node) in RANDOM_NAMES:
         return True
     return any(
@@ -978,9 +979,9 @@ def returned_names(forward: Any) -> list[str | None]:
     return [e.id if isinstance(e, ast.Name) else None for e in returns[-1].value.elts]
 
 
-def value_kinds(gm: fx.GraphModule, args: tuple[Any, ...]) -> dict[fx.Node, str]:
+def value_kinds(gm: fx.GraphModule, args: tuple[Any, ...]) -> dict[Any, str]:
     """Run the traced graph once and note what each node holds: tensor, tuple or meta."""
-    kinds: dict[fx.Node, str] = {}
+    kinds: dict[Any, str] = {}
 
     class Recorder(fx.Interpreter):
         def run_node(self, n: fx.Node) -> Any:

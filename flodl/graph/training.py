@@ -34,8 +34,9 @@ class TrainingSession(Protocol):
     world_size: int
     is_distributed: bool
     device: torch.device
-    optimizer: torch.optim.Optimizer | None
 
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None: ...
     @property
     def el_che(self) -> Any: ...
 

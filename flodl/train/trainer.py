@@ -16,6 +16,7 @@ GPUs — and a coordinator averages the replicas on the chosen :class:`ApplyPoli
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import queue
 import threading
@@ -530,7 +531,7 @@ def check_for_world(spec: TrainSpec, world: int) -> None:
     coordinator_for(spec, world, n if n is not None else (spec.batch_size or 1) * world)
 
 
-def _member(knob: str, kind: type, value: Any) -> Any:
+def _member(knob: str, kind: type[enum.Enum], value: Any) -> Any:
     """``value`` as a member of the enum ``kind`` (the member or its value)."""
     try:
         return kind(value)
