@@ -140,7 +140,8 @@ def check(current: str | None = None) -> Check:
     except (OSError, ValueError, KeyError, subprocess.TimeoutExpired, StopIteration) as err:
         result.error = str(err) or type(err).__name__
         return result
-    result.newer = bool(result.latest) and _newer(result.latest, current)
+    latest = result.latest
+    result.newer = _newer(latest, current) if latest else False
     return result
 
 

@@ -102,7 +102,7 @@ def render_text(report: dict[str, Any]) -> list[str | tuple[str, str]]:
         lines += [f"  alternative: {a}" for a in rec["alternatives"]]
         if needed:
             lines.append("  Fix it: fdl setup")
-        elif judged["newer"]:
+        elif judged is not None and judged["newer"]:
             lines.append(
                 f"  torch {judged['newer']} is newer than the installed release: an optional "
                 "upgrade, not a fix (fdl setup installs it)"

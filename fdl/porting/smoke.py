@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 RUNNER = Path(__file__).with_name("_smoke_runner.py")
@@ -98,22 +98,25 @@ def run_smoke(
         document = _read(report) or {}
     ran = [int(n) for n in document.get("lines", []) if isinstance(n, int)]
     shortened = [int(n) for n in document.get("shortened_loops", []) if isinstance(n, int)]
-    common = {
-        "output_tail": _tail(output),
-        "cpu_seconds": cpu,
-        "lines": ran,
-        "shortened_loops": shortened,
-    }
+    result = SmokeResult(
+        "failed",
+        seconds,
+        proc.returncode,
+        output_tail=_tail(output),
+        cpu_seconds=cpu,
+        lines=ran,
+        shortened_loops=shortened,
+    )
     if limit:
-        return SmokeResult("timeout", seconds, None, limit=limit, **common)
+        return replace(result, status="timeout", returncode=None, limit=limit)
     if proc.returncode == 0:
-        return SmokeResult("passed", seconds, 0, **common)
+        return replace(result, status="passed", returncode=0)
     exception = document.get("exception")
     location = None
     if exception:
         inside = [f for f in exception["frames"] if _same(f["file"], script)]
         location = inside[-1] if inside else None
-    return SmokeResult("failed", seconds, proc.returncode, exception, location, **common)
+    return replace(result, exception=exception, location=location)
 
 
 def _same(file: str, script: Path) -> bool:

@@ -155,9 +155,9 @@ def build_wheel() -> tuple[str, bytes]:
                 continue  # added below from wherever this install keeps it
             entries[f"{name}/{relative.as_posix()}"] = path.read_bytes()
     for data in BUNDLED:
-        for relative, content in _walk(bundled_dir(data), ()):
-            if not _skipped(Path(*relative)):
-                entries["/".join(("fdl", "_bundled", data, *relative))] = content
+        for parts, content in _walk(bundled_dir(data), ()):
+            if not _skipped(Path(*parts)):
+                entries["/".join(("fdl", "_bundled", data, *parts))] = content
     info = f"flodl-{__version__.replace('-', '_')}.dist-info"
     entries[f"{info}/METADATA"] = _metadata(packages["flodl"]).encode("utf-8")
     entries[f"{info}/WHEEL"] = (
@@ -168,8 +168,8 @@ def build_wheel() -> tuple[str, bytes]:
     entries[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path, content in entries.items():
-            item = zipfile.ZipInfo(path, _EPOCH)
+        for member, content in entries.items():
+            item = zipfile.ZipInfo(member, _EPOCH)
             item.external_attr = 0o644 << 16
             item.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(item, content)
@@ -210,7 +210,7 @@ def _metadata(flodl_dir: Path) -> str:
         requires = list(project.get("dependencies", []))
     else:
         dist = metadata.distribution("flodl")
-        requires_python = dist.metadata.get("Requires-Python") or requires_python
+        requires_python = dist.metadata["Requires-Python"] or requires_python
         requires = [r for r in dist.requires or () if "extra ==" not in r.replace("'", '"')]
     lines = [
         "Metadata-Version: 2.1",

@@ -39,10 +39,12 @@ SECTIONS: dict[str, dict[str, str]] = {
     "output": {"dir": STRING, "timeline": BOOL, "monitor": UINT},
 }  # fmt: skip
 
-Fail = Callable[[tuple[str, ...], str], Exception]
+Fail = Callable[[tuple[str | int, ...], str], Exception]
 
 
-def validate_section(section: str, value: Any, key: tuple[str, ...], fail: Fail) -> dict[str, Any]:
+def validate_section(
+    section: str, value: Any, key: tuple[str | int, ...], fail: Fail
+) -> dict[str, Any]:
     """Check one section's fields and types (``fail(key, problem)`` builds the error to raise)."""
     import difflib
 

@@ -133,7 +133,7 @@ def _schema(merged: Merged, key: KeyPath, value: Any) -> Schema | None:
 
 
 def _sections(merged: Merged, key: KeyPath, spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    def fail(where: tuple[str, ...], problem: str) -> Exception:
+    def fail(where: tuple[str | int, ...], problem: str) -> Exception:
         return merged.error(where, problem)
 
     return {

@@ -148,7 +148,7 @@ def parse_schema(data: Any) -> Schema:
         raise SchemaError(("options",), "must be a mapping of option names to their types")
     shorts: dict[str, str] = {}
     for long, spec in options.items():
-        key = ("options", str(long))
+        key: tuple[str | int, ...] = ("options", str(long))
         if isinstance(spec, str):
             spec = {"type": spec}
         if not isinstance(spec, dict):

@@ -86,9 +86,9 @@ def script_files(program: str, directory: Path) -> list[Path]:
 def _stamps(target: Target) -> dict[str, Any]:
     import shutil
 
-    path = (target.env or os.environ).get("PATH")
+    search = (target.env or os.environ).get("PATH")
     stamps: dict[str, Any] = {
-        f"which {name}": shutil.which(name, path=path) for name in ("python", "python3")
+        f"which {name}": shutil.which(name, path=search) for name in ("python", "python3")
     }  # activating another environment changes the answer
     for path in [*target.references, *script_files(target.program, target.directory)]:
         try:

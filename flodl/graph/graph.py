@@ -86,7 +86,7 @@ def _add_node_note(graph: Graph, exc: BaseException) -> None:
         trail: list[tuple[Graph, Node, str]] = exc.__dict__.setdefault("_flodl_trail", [])
     except AttributeError:
         return
-    if not trail and node.kind in ("merge", "add"):
+    if not trail and node.kind in ("merge", "add") and tb is not None:
         exc.__dict__["_flodl_operands"] = _operand_shapes(graph, node, tb.tb_frame.f_locals)
     trail.append((graph, node, inner or detail))
     note = _render_note(trail) + exc.__dict__.get("_flodl_operands", "")
@@ -105,11 +105,10 @@ def _operand_shapes(graph: Graph, node: Node, values: dict[str, Any]) -> str:
     lines = [f"\n  the {what} combines:"]
     for k, source in enumerate(node.inputs):
         producer = graph.node(source)
-        name = {"identity": "input", "input": producer.options.get("name")}.get(
-            producer.kind, f"v_{source}"
-        )
-        value = values.get(name)
-        shape = tuple(value.shape) if hasattr(value, "shape") else type(value).__name__
+        names: dict[str, str] = {"identity": "input", "input": str(producer.options.get("name"))}
+        value = values.get(names.get(producer.kind, f"v_{source}"))
+        found = getattr(value, "shape", None)
+        shape = tuple(found) if found is not None else type(value).__name__
         if node.kind == "merge":
             role = f"branch {k}"
         elif node.method == "also_with":
@@ -219,6 +218,8 @@ class Graph(
     _inputs: tuple[str, ...]
     _tag_groups: dict[str, list[str]]
     _internal: frozenset[str]
+    _input_defaults: dict[str, Any]
+    _outputs: tuple[str, ...]
     _composed: bool
     _step_count: int
     _epoch_count: int
@@ -361,7 +362,7 @@ class Graph(
 
         # First in the state: a step pickle cannot store fails here, named, not deep in pickle.
         stop = guard(self)
-        state = {GUARD_KEY: stop} if stop is not None else {}
+        state: dict[str, Any] = {GUARD_KEY: stop} if stop is not None else {}
         state.update(self.__dict__)
         state.pop("_forward_fn", None)
         state["_tagged"] = {}

@@ -77,7 +77,7 @@ class Param(nn.Module):
         self.slice_dim = slice_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        value = self.value
+        value: torch.Tensor = self.value
         if self.slice_dim is not None:
             value = value.narrow(self.slice_dim, 0, x.size(self.slice_dim))
         if self.mode == "add":
