@@ -16,7 +16,9 @@ Per model, two timings (interleaved A/B rounds, one thread, process CPU time, me
 
 Columns: ``ratio`` = flodl / plain (< 1: flodl faster); ``a_a_ratio`` = a second copy of the
 plain model against the first, timed in the same rounds: the noise floor on every row;
-``plain_mad``/``flodl_mad`` = scaled median absolute deviation (x 1.4826) of the per-round
+``direct_gain`` = flodl / the same graph built with direct dispatch off
+(``FLODL_DIRECT_DISPATCH=0``: every step through ``nn.Module.__call__``), the gain of
+direct dispatch alone; ``plain_mad``/``flodl_mad`` = scaled median absolute deviation (x 1.4826) of the per-round
 medians, as a fraction of the median; ``plain_peak_kib``/``flodl_peak_kib``/``mem_ratio`` =
 peak memory of one step (see :func:`peak_bytes`).
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
+import os
 import statistics
 import sys
 import time
@@ -432,14 +435,18 @@ def peak_bytes(step: Callable[[], None]) -> int:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_ns())
-    live = peak = 0
-    for e in events:
-        live += e.nbytes()
-        peak = max(peak, live)
+    peak = 0
+    # Twice, keeping the second: a tensor allocated before profiling starts (the previous step's
+    # gradients) has an unknown size, so its release during the first profiled call is missed.
+    for _ in range(2):
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step()
+        events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+        events.sort(key=lambda e: e.start_ns())
+        live = peak = 0
+        for e in events:
+            live += e.nbytes()
+            peak = max(peak, live)
     return peak
 
 
@@ -447,6 +454,19 @@ def mad(values: list[float]) -> float:
     """Scaled median absolute deviation (x 1.4826, comparable to a standard deviation)."""
     mid = statistics.median(values)
     return 1.4826 * statistics.median(abs(v - mid) for v in values)
+
+
+def without_direct_dispatch(describe: Callable[[Any], fl.Graph], plain: nn.Module) -> fl.Graph:
+    """The graph built with direct dispatch off: every step through ``nn.Module.__call__``."""
+    before = os.environ.get("FLODL_DIRECT_DISPATCH")
+    os.environ["FLODL_DIRECT_DISPATCH"] = "0"
+    try:
+        return describe(plain)
+    finally:
+        if before is None:
+            del os.environ["FLODL_DIRECT_DISPATCH"]
+        else:
+            os.environ["FLODL_DIRECT_DISPATCH"] = before
 
 
 def check_exact(name: str, plain: nn.Module, graph: nn.Module, x: torch.Tensor) -> None:
@@ -465,17 +485,19 @@ def measure(name: str, spec: Model, rounds: int, inner: int, warmup: int) -> lis
         original = spec.plain()
         plain, again = copy.deepcopy(original), copy.deepcopy(original)
         graph = spec.graph(copy.deepcopy(original))
+        ordinary = without_direct_dispatch(spec.graph, copy.deepcopy(original))
         del original
         x, y = spec.data(spec.batch if mode == "train" else 1)
         if mode == "forward_b1":  # inference: BatchNorm uses its running statistics
-            for m in (plain, again, graph):
+            for m in (plain, again, graph, ordinary):
                 m.eval()
         check_exact(name, plain, graph, x)
-        trio = (("plain", plain), ("plain_again", again), ("flodl", graph))
+        check_exact(name, plain, ordinary, x)
+        sides = (("plain", plain), ("plain_again", again), ("flodl", graph), ("ordinary", ordinary))
         if mode == "train":
-            cases = {key: train_step(m, spec, x, y) for key, m in trio}
+            cases = {key: train_step(m, spec, x, y) for key, m in sides}
         else:
-            cases = {key: forward_only(m, x) for key, m in trio}
+            cases = {key: forward_only(m, x) for key, m in sides}
         results = interleaved(
             cases, rounds=rounds, inner=inner, warmup=warmup, clock=time.process_time
         )
@@ -489,6 +511,7 @@ def measure(name: str, spec: Model, rounds: int, inner: int, warmup: int) -> lis
             "flodl_ms": g.median_s * 1e3,
             "ratio": ratio(results, "flodl", "plain"),
             "a_a_ratio": ratio(results, "plain_again", "plain"),
+            "direct_gain": ratio(results, "flodl", "ordinary"),
             "plain_mad": mad(p.rounds) / p.median_s,
             "flodl_mad": mad(g.rounds) / g.median_s,
             "plain_peak_kib": peaks["plain"] / 1024,
@@ -516,10 +539,12 @@ def summary(rows: list[dict[str, Any]]) -> str:
             continue
         ratios = [r["ratio"] for r in picked]
         noise = [r["a_a_ratio"] for r in picked]
+        gain = [r["direct_gain"] for r in picked]
         lines.append(
             f"{mode}: median ratio {statistics.median(ratios):.3f}, worst {max(ratios):.3f} "
             f"({len(picked)} models; A/A median {statistics.median(noise):.3f}, "
-            f"worst {max(noise, key=lambda v: abs(v - 1)):.3f})"
+            f"worst {max(noise, key=lambda v: abs(v - 1)):.3f}; direct dispatch gain median "
+            f"{statistics.median(gain):.3f})"
         )
     return "\n".join(lines)
 
@@ -557,7 +582,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "may share the cores). CPU-sized models (see the module docstring); train = forward + "
         "loss + zero_grad + backward + Adam + loss.item(); forward_b1 = forward only, batch 1, "
         "no_grad. a_a_ratio = a second copy of the plain model against the first: the noise "
-        "floor. *_mad = scaled MAD of the per-round medians / median. *_peak_kib = peak tensor "
+        "floor. direct_gain = flodl / the same graph with direct dispatch off. *_mad = scaled MAD of the per-round medians / median. *_peak_kib = peak tensor "
         "bytes allocated during one step above those live before it (CPU allocator records).\n\n"
         + summary(rows)
     )

@@ -21,6 +21,7 @@ from torch import nn
 
 from flodl.checkpoint.methods import CheckpointMethods
 from flodl.errors import FlodlError
+from flodl.graph import dispatch
 from flodl.graph.codegen import generate
 from flodl.graph.errors import GraphInputError
 from flodl.graph.hashing import structural_hash
@@ -263,6 +264,17 @@ class Graph(
 
     def _install(self) -> None:
         """Generate, compile and bind ``forward`` (also after unpickling or deepcopy)."""
+        self._forward_fn = self._compile_forward(frozenset())
+        # The direct-dispatch variant (see flodl.graph.dispatch); none while profiling.
+        self._direct_fn = self._direct_plan = None
+        if not self._profiling and dispatch.enabled():
+            found = dispatch.plan(self)
+            if found.callees:
+                self._direct_fn = self._compile_forward(frozenset(map(id, found.callees)))
+                self._direct_plan = found
+
+    def _compile_forward(self, direct: frozenset[int]) -> Callable[..., Any]:
+        """The generated forward; ``direct``: ids of the modules it calls through ``forward``."""
         modules = {node.id: self.module_of(node.id) for node in self._nodes}
         generated = generate(
             list(self._nodes),
@@ -273,8 +285,10 @@ class Graph(
             profile=self._profiling,
             defaults=frozenset(self.input_defaults),
             outputs=[self._tags[tag] for tag in self.outputs],
+            direct=direct,
         )
-        filename = f"<flodl graph {self._label or 'forward'} #{next(_SOURCE_IDS)}>"
+        kind = "direct " if direct else ""
+        filename = f"<flodl graph {kind}{self._label or 'forward'} #{next(_SOURCE_IDS)}>"
         source = generated.source
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         weakref.finalize(self, linecache.cache.pop, filename, None)  # no leak across rebuilds
@@ -290,14 +304,18 @@ class Graph(
         exec(compile(source, filename, "exec"), namespace)
         fn = namespace["forward"]
         fn.__qualname__ = f"{type(self).__name__}.forward"
-        self._code = source
-        self._line_nodes = generated.lines
+        if not direct:  # both variants have the same lines: one map serves error notes
+            self._code = source
+            self._line_nodes = generated.lines
         # A plain function, not a method bound to self: a bound method stored on the instance
         # would make a reference cycle, and the weights would outlive `del model` until gc runs.
-        self._forward_fn = fn
+        return fn
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the generated forward (see :attr:`code`): ``graph(x)`` or ``graph(x, ctx=...)``."""
+        plan = self._direct_plan
+        if plan is not None and dispatch.direct_ok(plan):
+            return self._direct_fn(self, *args, **kwargs)
         return self._forward_fn(self, *args, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -307,7 +325,8 @@ class Graph(
         stop = guard(self)
         state = {GUARD_KEY: stop} if stop is not None else {}
         state.update(self.__dict__)
-        state.pop("_forward_fn", None)
+        for name in ("_forward_fn", "_direct_fn", "_direct_plan"):
+            state.pop(name, None)
         state["_tagged"] = {}
         state["_state"] = {
             k: (v.detach().clone() if isinstance(v, torch.Tensor) else v)
