@@ -20,12 +20,13 @@ whether that variant is unobservable. It is when, at the time of the call:
 
 Otherwise the whole pass takes the ordinary path, so a hook registered after ``build()`` fires.
 The check costs a few C-level passes over the steps, far less than the ``__call__`` overhead it
-saves. ``FLODL_DIRECT_DISPATCH=0`` in the environment turns direct dispatch off.
+saves: the plan holds each step's hook dicts and instance ``__dict__``, which torch mutates in
+place when hooks are added or removed (a module built anew, as by ``deepcopy`` or unpickling,
+gets a new plan; a step replaced in its parent is caught by the identity check). ``FLODL_DIRECT_DISPATCH=0`` in the environment turns direct dispatch off.
 """
 
 from __future__ import annotations
 
-import itertools
 import operator
 import os
 from dataclasses import dataclass, field
@@ -43,13 +44,7 @@ _CALL = (nn.Module.__call__, nn.Module._call_impl, nn.Module._wrapped_call_impl)
 _CALL_PATH_IS_TORCHS = all(
     getattr(f, "__module__", None) == "torch.nn.modules.module" for f in _CALL
 )
-_HOOKS = operator.attrgetter(
-    "_forward_hooks",
-    "_forward_pre_hooks",
-    "_backward_hooks",
-    "_backward_pre_hooks",
-    "_compiled_call_impl",
-)
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _is_compiling = torch.compiler.is_compiling
 _tracing = torch._C._get_tracing_state
 
@@ -100,13 +95,21 @@ class Plan:
     modules: list[nn.Module] = field(default_factory=list)
     callees: list[nn.Module] = field(default_factory=list)
     types: list[type] = field(default_factory=list)
+    # the callees' instance dicts and hook dicts, held so the per-pass check is a few C loops
+    dicts: list[dict[str, Any]] = field(default_factory=list)
+    hooks: list[dict[Any, Any]] = field(default_factory=list)
+    forward_keys: list[str] = field(default_factory=list)
+    compiled_keys: list[str] = field(default_factory=list)
 
     def reach(self, container: nn.Module, key: str, called: bool) -> nn.Module:
         """Record ``container.<key>``; ``called``: call it directly if its type is known (a
         module of another type keeps its ordinary call, which handles everything itself)."""
         module = container._modules[key]
         assert module is not None
-        if called and type(module) not in known_types():
+        state = vars(module)
+        if called and (
+            type(module) not in known_types() or not all(name in state for name in _HOOK_DICTS)
+        ):
             return module
         self.containers.append(container._modules)
         self.keys.append(key)
@@ -114,6 +117,10 @@ class Plan:
         if called:
             self.callees.append(module)
             self.types.append(type(module))
+            self.dicts.append(state)
+            self.hooks += [state[name] for name in _HOOK_DICTS]
+            self.forward_keys.append("forward")
+            self.compiled_keys.append("_compiled_call_impl")
         return module
 
 
@@ -164,10 +171,10 @@ def direct_ok(p: Plan) -> bool:
         or _tracing() is not None
     ):
         return False
-    callees = p.callees
     return (
-        list(map(operator.getitem, p.containers, p.keys)) == p.modules
-        and list(map(type, callees)) == p.types
-        and not any(map(any, map(_HOOKS, callees)))
-        and not any(map(operator.contains, map(vars, callees), itertools.repeat("forward")))
+        not any(p.hooks)
+        and list(map(operator.getitem, p.containers, p.keys)) == p.modules
+        and list(map(type, p.callees)) == p.types
+        and not any(map(dict.get, p.dicts, p.forward_keys))
+        and not any(map(dict.get, p.dicts, p.compiled_keys))
     )
