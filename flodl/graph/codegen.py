@@ -92,6 +92,7 @@ def generate(
     profile: bool = False,
     defaults: frozenset[str] = frozenset(),
     outputs: list[str] | None = None,
+    direct: frozenset[int] = frozenset(),
 ) -> Generated:
     """Source of ``def forward(self, input, <aux inputs>)`` for the described graph.
 
@@ -99,6 +100,10 @@ def generate(
     clock reads (``_now`` synchronises CUDA). The plain variant has no timing code at all.
     ``defaults`` names the inputs that fall back to ``self._input_defaults[name]`` when not
     passed; ``outputs`` (node ids) makes ``forward`` return their values as a tuple.
+    ``direct`` (the ``id()`` of each module to call directly) generates the direct-dispatch
+    variant: those modules are called through their ``forward`` (an ``Fn`` through its
+    function), skipping ``nn.Module.__call__``; the graph runs it only when
+    :func:`flodl.graph.dispatch.direct_ok` says nothing can tell.
     """
     # Inputs exist from the start of the pass, so refs may read them before their node.
     for node in nodes:
@@ -145,13 +150,17 @@ def generate(
 
     def call(callee: str, module: Any, primary: str, refs: list[Ref]) -> str:
         if not refs:
-            return f"{callee}({primary})"
+            return f"{invoke(callee, module)}({primary})"
         if has_named(module):
             items = ", ".join(f"{literal(r.key)}: {ref_value(r, primary)}" for r in refs)
             return f"{callee}.forward_named({primary}, {{{items}}})"
         parts = [primary] + [ref_value(r, primary) for r in refs if r.keyword is None]
         parts += [keyword_arg(r.keyword, ref_value(r, primary)) for r in refs if r.keyword]
-        return f"{callee}({', '.join(parts)})"
+        return f"{invoke(callee, module)}({', '.join(parts)})"
+
+    def invoke(callee: str, module: Any) -> str:
+        """How to call ``module`` (named ``callee``): ``__call__``, or ``forward`` if direct."""
+        return f"{callee}.forward" if id(module) in direct else callee
 
     def split_refs(module: Any, refs: list[Ref], primary: str) -> tuple[str, str]:
         """(args tuple, kwargs dict) source for a composite's ``run``."""
@@ -178,7 +187,7 @@ def generate(
         if node.kind in ("identity", "input"):
             pass
         elif node.kind == "module":
-            if isinstance(module, Fn) and not node.refs:
+            if id(module) in direct and isinstance(module, Fn) and not node.refs:
                 w.emit(f"{v} = {own}.fn({primary})", 2, node.id)
             else:
                 w.emit(f"{v} = {call(own, module, primary, node.refs)}", 2, node.id)
@@ -212,7 +221,12 @@ def generate(
             outs = [f"_o{i}_{node.id}" for i in range(n)]
             w.emit(f"{', '.join(experts)}, = {own}.experts", 2, node.id)
             for i in range(n):
-                w.emit(f"{outs[i]} = {experts[i]}({primary})", 2, node.id, f"expert {i} of {n}")
+                w.emit(
+                    f"{outs[i]} = {invoke(experts[i], module.experts[i])}({primary})",
+                    2,
+                    node.id,
+                    f"expert {i} of {n}",
+                )
             w.emit(
                 f"{v} = (_torch.stack(({', '.join(outs)},), dim=-2) * "
                 f"{weights}.unsqueeze(-1)).sum(dim=-2)",
@@ -229,7 +243,9 @@ def generate(
         elif node.kind == "scan":
             source = node.options.get("state")
             initial = var[source] if source is not None else "None"
-            emit_scan(w.emit, node.id, own, primary, node.options["dim"], initial, v, 2)
+            emit_scan(
+                w.emit, node.id, invoke(own, module), primary, node.options["dim"], initial, v, 2
+            )
         elif node.kind == "scan_state":  # the value is the scan's carried state: no code
             var[node.id] = state_local(node.inputs[0])
         else:  # pragma: no cover - the builder creates no other kinds

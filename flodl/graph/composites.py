@@ -159,9 +159,10 @@ class Loop(nn.Module):
         except Exception as exc:
             _note(exc, f"halting condition at iteration {i + 1}")
             raise
-        verdict = torch.as_tensor(verdict)
-        if verdict.numel() == 1:
-            return bool(verdict.reshape(()) > 0)
+        if not isinstance(verdict, torch.Tensor):
+            verdict = torch.as_tensor(verdict)
+        if verdict.numel() == 1:  # one host read, what a hand-written `.item() > 0` costs
+            return verdict.item() > 0
         batch = state.shape[0] if isinstance(state, torch.Tensor) and state.dim() else None
         if batch is None or verdict.numel() != batch:
             shape = list(verdict.shape)

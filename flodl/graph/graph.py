@@ -22,6 +22,7 @@ from torch import nn
 
 from flodl.checkpoint.methods import CheckpointMethods
 from flodl.errors import FlodlError
+from flodl.graph import dispatch
 from flodl.graph.codegen import generate
 from flodl.graph.errors import GraphInputError
 from flodl.graph.hashing import structural_hash
@@ -229,6 +230,8 @@ class Graph(
     _code: str
     _line_nodes: dict[int, tuple[str, str]]
     _forward_fn: Callable[..., Any]
+    _direct_fn: Any  # the direct-dispatch forward; None exactly when _direct_plan is None
+    _direct_plan: Any  # a flodl.graph.dispatch.Plan, or None
 
     def __init__(self) -> None:
         raise TypeError("build a Graph with flodl.FlowBuilder(...)...build()")
@@ -320,6 +323,17 @@ class Graph(
 
     def _install(self) -> None:
         """Generate, compile and bind ``forward`` (also after unpickling or deepcopy)."""
+        self._forward_fn = self._compile_forward(frozenset())
+        # The direct-dispatch variant (see flodl.graph.dispatch); none while profiling.
+        self._direct_fn = self._direct_plan = None
+        if not self._profiling and dispatch.enabled():
+            found = dispatch.plan(self)
+            if found.callees:
+                self._direct_fn = self._compile_forward(frozenset(map(id, found.callees)))
+                self._direct_plan = found
+
+    def _compile_forward(self, direct: frozenset[int]) -> Callable[..., Any]:
+        """The generated forward; ``direct``: ids of the modules it calls through ``forward``."""
         modules = {n.id: m for n in self._nodes if (m := self.module_of(n.id)) is not None}
         generated = generate(
             list(self._nodes),
@@ -330,8 +344,10 @@ class Graph(
             profile=self._profiling,
             defaults=frozenset(self.input_defaults),
             outputs=[self._tags[tag] for tag in self.outputs],
+            direct=direct,
         )
-        filename = f"<flodl graph {self._label or 'forward'} #{next(_SOURCE_IDS)}>"
+        kind = "direct " if direct else ""
+        filename = f"<flodl graph {kind}{self._label or 'forward'} #{next(_SOURCE_IDS)}>"
         source = generated.source
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         weakref.finalize(self, linecache.cache.pop, filename, None)  # no leak across rebuilds
@@ -347,14 +363,18 @@ class Graph(
         exec(compile(source, filename, "exec"), namespace)
         fn = namespace["forward"]
         fn.__qualname__ = f"{type(self).__name__}.forward"
-        self._code = source
-        self._line_nodes = generated.lines
+        if not direct:  # both variants have the same lines: one map serves error notes
+            self._code = source
+            self._line_nodes = generated.lines
         # A plain function, not a method bound to self: a bound method stored on the instance
         # would make a reference cycle, and the weights would outlive `del model` until gc runs.
-        self._forward_fn = fn
+        return fn
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the generated forward (see :attr:`code`): ``graph(x)`` or ``graph(x, ctx=...)``."""
+        plan = self._direct_plan
+        if plan is not None and dispatch.direct_ok(plan):
+            return self._direct_fn(self, *args, **kwargs)
         return self._forward_fn(self, *args, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -364,7 +384,8 @@ class Graph(
         stop = guard(self)
         state: dict[str, Any] = {GUARD_KEY: stop} if stop is not None else {}
         state.update(self.__dict__)
-        state.pop("_forward_fn", None)
+        for name in ("_forward_fn", "_direct_fn", "_direct_plan"):
+            state.pop(name, None)
         state["_tagged"] = {}
         state["_state"] = {
             k: (v.detach().clone() if isinstance(v, torch.Tensor) else v)

@@ -17,7 +17,7 @@ from tests.conftest import REPO_ROOT, clean_env
 @pytest.mark.parametrize(
     ("script", "stem", "rows", "ratios"),
     [
-        ("graph_overhead.py", "graph_overhead", 15, ("ratio", "a_a_ratio")),
+        ("graph_overhead.py", "graph_overhead", 22, ("ratio", "a_a_ratio", "mem_ratio")),
         ("graph_tree_overhead.py", "graph_tree", 6, ("vs_plain", "vs_graph")),
         ("porting_vocabulary.py", "porting_vocabulary", 4, ("ratio", "a_a_ratio")),
     ],

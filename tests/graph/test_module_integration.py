@@ -301,13 +301,14 @@ def test_generated_source_shows_in_tracebacks_and_is_released_with_the_graph():
         g(torch.ones(1, 2))
     except RuntimeError as exc:
         text = "".join(traceback.format_exception(exc))
-    assert "v_linear_2 = _m['linear_2'](v_linear_1)" in text
-    filename = g._forward_fn.__code__.co_filename
-    assert filename in linecache.cache
+    # the direct-dispatch variant ran (nothing observes the call path), the same line otherwise
+    assert "v_linear_2 = _m['linear_2'].forward(v_linear_1)" in text
+    filenames = [f.__code__.co_filename for f in (g._forward_fn, g._direct_fn)]
+    assert all(name in linecache.cache for name in filenames)
     ref = __import__("weakref").ref(g)
     del g
     assert ref() is None  # freed by reference counting alone: no cycle keeps the weights alive
-    assert filename not in linecache.cache
+    assert not any(name in linecache.cache for name in filenames)
 
 
 def test_functional_call_swaps_parameters():

@@ -1,0 +1,184 @@
+"""Direct dispatch: call a step's ``forward`` without ``nn.Module.__call__`` when no one can tell.
+
+``module(x)`` goes through ``nn.Module.__call__``, which checks for hooks, a per-module
+``compile()``, JIT tracing, and then calls ``module.forward(x)``. When none of those is present,
+the call is exactly ``module.forward(x)``: same operations, same autograd graph, bit-identical
+results. A graph knows all of its steps at build time, so its generated forward has a second
+variant that calls ``forward`` directly, and :func:`direct_ok` decides, once per forward pass,
+whether that variant is unobservable. It is when, at the time of the call:
+
+* no global module hook is registered (``torch.nn.modules.module.register_module_forward_hook``
+  and friends), ``nn.Module.__call__`` is torch's own (``torch.fx`` tracing patches it), and
+  neither ``torch.jit.trace`` nor ``torch.compile`` is tracing (they get the ordinary call, as
+  before);
+* every directly called step is an instance of exactly a known type (a ``torch.nn`` layer, a
+  ``flodl.nn`` step or a ``Graph``; a subclass, or a class swapped in by
+  ``torch.nn.utils.parametrize``, falls back), has no forward/pre/backward hook, no
+  ``compile()``d call and no instance-level ``forward`` (as accelerate installs);
+* each step is still the module registered where the plan found it (replacing a step after
+  ``build()`` is seen).
+
+Otherwise the whole pass takes the ordinary path, so a hook registered after ``build()`` fires.
+The check costs a few C-level passes over the steps, far less than the ``__call__`` overhead it
+saves: the plan holds each step's hook dicts and instance ``__dict__``, which torch mutates in
+place when hooks are added or removed (a module built anew, as by ``deepcopy`` or unpickling,
+gets a new plan; a step replaced in its parent is caught by the identity check). ``FLODL_DIRECT_DISPATCH=0`` in the environment turns direct dispatch off.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from torch.nn.modules import module as _module_mod
+
+if TYPE_CHECKING:
+    from flodl.graph.graph import Graph
+
+_CALL = (nn.Module.__call__, nn.Module._call_impl, nn.Module._wrapped_call_impl)
+# A call path already patched when flodl was imported cannot be trusted: no direct dispatch.
+_CALL_PATH_IS_TORCHS = all(
+    getattr(f, "__module__", None) == "torch.nn.modules.module" for f in _CALL
+)
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_is_compiling = torch.compiler.is_compiling
+_tracing = torch._C._get_tracing_state
+
+
+def _known_types() -> frozenset[type]:
+    """Module classes whose call path is ``nn.Module``'s own: ``torch.nn`` and ``flodl.nn``."""
+    import flodl.nn as fl_nn
+    from flodl.graph.graph import Graph
+
+    found: set[type] = {Graph}
+    for namespace, prefix in ((nn, "torch.nn.modules."), (fl_nn, "flodl.nn.")):
+        for value in vars(namespace).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, nn.Module)
+                and value.__module__.startswith(prefix)
+                and value.__call__ is nn.Module.__call__
+            ):
+                found.add(value)
+    return frozenset(found)
+
+
+_KNOWN: frozenset[type] | None = None
+
+
+def known_types() -> frozenset[type]:
+    global _KNOWN
+    if _KNOWN is None:
+        _KNOWN = _known_types()
+    return _KNOWN
+
+
+def enabled() -> bool:
+    return _CALL_PATH_IS_TORCHS and os.environ.get("FLODL_DIRECT_DISPATCH", "1") != "0"
+
+
+@dataclass
+class Plan:
+    """The modules a graph's direct forward reaches, and where it finds them.
+
+    ``containers[i][keys[i]] is modules[i]`` must hold at call time (each module is reached by
+    that lookup); ``callees`` are called directly, the other modules (a loop, a gate, its
+    expert list) are only traversed on the way.
+    """
+
+    containers: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    modules: list[nn.Module] = field(default_factory=list)
+    callees: list[nn.Module] = field(default_factory=list)
+    types: list[type] = field(default_factory=list)
+    # the callees' instance dicts and hook dicts, held so the per-pass check is a few C loops
+    dicts: list[dict[str, Any]] = field(default_factory=list)
+    hooks: list[dict[Any, Any]] = field(default_factory=list)
+    forward_keys: list[str] = field(default_factory=list)
+    compiled_keys: list[str] = field(default_factory=list)
+
+    def reach(self, container: nn.Module, key: str, called: bool) -> nn.Module:
+        """Record ``container.<key>``; ``called``: call it directly if its type is known (a
+        module of another type keeps its ordinary call, which handles everything itself)."""
+        module = container._modules[key]
+        assert module is not None
+        state = vars(module)
+        if called and (
+            type(module) not in known_types() or not all(name in state for name in _HOOK_DICTS)
+        ):
+            return module
+        self.containers.append(container._modules)
+        self.keys.append(key)
+        self.modules.append(module)
+        if called:
+            self.callees.append(module)
+            self.types.append(type(module))
+            self.dicts.append(state)
+            self.hooks += [state[name] for name in _HOOK_DICTS]
+            self.forward_keys.append("forward")
+            self.compiled_keys.append("_compiled_call_impl")
+        return module
+
+
+def _named(module: Any, refs: list[Any]) -> bool:
+    """The generated code calls ``forward_named`` here (not ``__call__``): nothing to plan."""
+    return bool(refs) and callable(getattr(module, "forward_named", None))
+
+
+def plan(graph: Graph) -> Plan:
+    """Where the direct forward of ``graph`` finds each module it calls ``forward`` on.
+
+    Mirrors :func:`flodl.graph.codegen.generate` with ``direct=True``: module and scan steps,
+    the body of a ``for_n`` loop, a gate's router and experts. Halting loops, switches and maps
+    run through their composite's ``run`` (ordinary calls), so they are not planned.
+    """
+    result = Plan()
+    for node in graph.nodes:
+        attr = node.attr
+        if attr is None:  # inputs, merges and other steps that hold no module
+            continue
+        if node.kind in ("module", "scan"):
+            if not _named(graph._modules[attr], node.refs):
+                result.reach(graph, attr, True)
+        elif node.kind == "loop" and node.options["kind"] == "for_n":
+            loop = result.reach(graph, attr, False)
+            if not _named(loop.body, node.refs):
+                result.reach(loop, "body", True)
+        elif node.kind == "gate":
+            gate = result.reach(graph, attr, False)
+            if not _named(gate.router, node.refs):
+                result.reach(gate, "router", True)
+            experts = result.reach(gate, "experts", False)
+            assert isinstance(experts, nn.ModuleList)
+            for i in range(len(experts)):
+                result.reach(experts, str(i), True)
+    return result
+
+
+def direct_ok(p: Plan) -> bool:
+    """True when calling the plan's modules' ``forward`` directly is unobservable, right now."""
+    if _is_compiling():  # first: under torch.compile nothing else here is traced
+        return False
+    m = _module_mod
+    if (
+        m._global_forward_hooks
+        or m._global_forward_pre_hooks
+        or m._global_backward_hooks
+        or m._global_backward_pre_hooks
+        or nn.Module.__call__ is not _CALL[0]
+        or nn.Module._call_impl is not _CALL[1]
+        or nn.Module._wrapped_call_impl is not _CALL[2]
+        or _tracing() is not None
+    ):
+        return False
+    return (
+        not any(p.hooks)
+        and list(map(operator.getitem, p.containers, p.keys)) == p.modules
+        and list(map(type, p.callees)) == p.types
+        and not any(map(dict.get, p.dicts, p.forward_keys))
+        and not any(map(dict.get, p.dicts, p.compiled_keys))
+    )

@@ -1,0 +1,396 @@
+"""Direct dispatch: the generated forward calls steps' ``forward`` without ``nn.Module.__call__``
+only while nothing can tell; results are bit-identical to the ordinary path, and every way of
+observing the call path (hooks, instance forwards, parametrizations, ...) falls back to it."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+import flodl as fl
+from flodl.graph import dispatch
+
+# ---------------------------------------------------------------- models covering every node kind
+
+
+def block(dim: int = 6) -> fl.Graph:
+    return fl.FlowBuilder(nn.Linear(dim, dim)).through(nn.GELU()).through(nn.LayerNorm(dim)).build()
+
+
+class Attend(nn.Module):
+    """A step receiving a keyword ref (not a known type: reached through ordinary calls)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) + ctx
+
+
+def every_kind() -> fl.Graph:
+    """module, Fn, also (nested graph), split/merge, gate, for_n loop, until loop, switch-free
+    refs (keyword, and positional into MHA), Select, Param, scan."""
+    refine = fl.FlowBuilder().also(block()).build()
+    mha = nn.MultiheadAttention(6, 2, batch_first=True)
+    attn = fl.FlowBuilder().tag("q").through(mha).using(key="q", value="q")
+    return (
+        fl.FlowBuilder(nn.Linear(6, 6))
+        .tag("first")
+        .through(torch.tanh)
+        .also(block())
+        .split(nn.Linear(6, 6), block())
+        .merge(fl.MergeOp.MEAN)
+        .gate(fl.nn.SoftmaxRouter(6, 3), block(), block(), block())
+        .loop_body(refine)
+        .for_n(3)
+        .loop_body(block())
+        .until_cond(fl.nn.ThresholdHalt(100.0), 3)
+        .through(Attend())
+        .using(ctx="first")
+        .through(fl.nn.Param(6, init=nn.init.normal_))
+        .through(nn.Unflatten(-1, (1, 6)))
+        .also(attn.through(fl.nn.Select(0)).build())
+        .scan(nn.GRUCell(6, 6), dim=1)
+        .through(fl.nn.Select((slice(None), -1)))
+        .through(nn.Linear(6, 3))
+        .build()
+    )
+
+
+def ordinary_twin(graph: fl.Graph, monkeypatch) -> fl.Graph:
+    """A copy of ``graph`` rebuilt with direct dispatch switched off."""
+    monkeypatch.setenv("FLODL_DIRECT_DISPATCH", "0")
+    twin = copy.deepcopy(graph)  # deepcopy re-installs the forward: now without a direct variant
+    monkeypatch.delenv("FLODL_DIRECT_DISPATCH")
+    assert twin._direct_plan is None
+    return twin
+
+
+def direct_now(graph: fl.Graph) -> bool:
+    return graph._direct_plan is not None and dispatch.direct_ok(graph._direct_plan)
+
+
+def test_direct_path_is_bit_identical_on_every_node_kind(monkeypatch):
+    torch.manual_seed(0)
+    graph = every_kind()
+    twin = ordinary_twin(graph, monkeypatch)
+    assert direct_now(graph)
+    # every nested graph takes the direct path too
+    assert all(direct_now(child) for child in graph.children_graphs().values())
+    opts = [torch.optim.Adam(g.parameters(), lr=1e-2) for g in (graph, twin)]
+    for step in range(3):
+        x = torch.randn(4, 6)
+        outs = []
+        for g, opt in zip((graph, twin), opts, strict=True):
+            out = g(x)
+            loss = out.square().mean()
+            opt.zero_grad()
+            loss.backward()
+            outs.append((out, [p.grad.clone() for p in g.parameters() if p.grad is not None]))
+            opt.step()
+        assert torch.equal(outs[0][0], outs[1][0]), step
+        assert len(outs[0][1]) == len(outs[1][1]) > 20
+        assert all(torch.equal(a, b) for a, b in zip(outs[0][1], outs[1][1], strict=True))
+    for a, b in zip(graph.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_the_direct_variant_calls_forward_and_the_ordinary_one_calls_the_module():
+    graph = fl.FlowBuilder(nn.Linear(2, 2)).through(torch.relu).build()
+    assert "_m['linear_1'](input)" in graph.code  # graph.code shows the ordinary variant
+    assert "_m['relu_2'](v_linear_1)" in graph.code  # an Fn step too: its hooks fire
+    direct = graph._direct_fn.__code__.co_filename
+    import linecache
+
+    source = "".join(linecache.cache[direct][2])
+    assert "_m['linear_1'].forward(input)" in source and "_m['relu_2'].fn(v_linear_1)" in source
+
+
+def test_train_eval_and_batchnorm_statistics_match(monkeypatch):
+    torch.manual_seed(0)
+    graph = (
+        fl.FlowBuilder(nn.Linear(4, 4)).through(nn.BatchNorm1d(4)).through(nn.Dropout(0.5)).build()
+    )
+    twin = ordinary_twin(graph, monkeypatch)
+    x = torch.randn(8, 4)
+    for train in (True, False):
+        graph.train(train)
+        twin.train(train)
+        torch.manual_seed(1)
+        a = graph(x)
+        torch.manual_seed(1)
+        b = twin(x)
+        assert torch.equal(a, b)
+    assert torch.equal(graph.batchnorm1d_2.running_mean, twin.batchnorm1d_2.running_mean)
+
+
+def test_autocast_gives_the_same_result(monkeypatch):
+    graph = fl.FlowBuilder(nn.Linear(4, 4)).through(nn.GELU()).through(nn.Linear(4, 2)).build()
+    twin = ordinary_twin(graph, monkeypatch)
+    x = torch.randn(3, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a, b = graph(x), twin(x)
+    assert a.dtype == torch.bfloat16 and torch.equal(a, b)
+
+
+def test_deepcopy_pickle_and_state_dict_keep_their_own_plan():
+    graph = fl.FlowBuilder(nn.Linear(2, 2)).also(block(2)).build()
+    for clone in (copy.deepcopy(graph), pickle.loads(pickle.dumps(graph))):
+        assert list(clone.state_dict()) == list(graph.state_dict())
+        assert direct_now(clone)
+        pairs = zip(clone._direct_plan.modules, graph._direct_plan.modules, strict=True)
+        assert all(m is not n for m, n in pairs)
+        seen: list[int] = []
+        clone.linear_1.register_forward_hook(lambda *a, seen=seen: seen.append(1))
+        clone(torch.ones(1, 2))
+        assert seen == [1]
+        assert direct_now(graph)  # the original is untouched by the clone's hook
+
+
+# ---------------------------------------------------------------- fallback triggers
+
+# (description, where the module sits) -> a function returning the module to observe
+SITES = {
+    "top-level step": lambda g: g.linear_1,
+    "nested graph (also)": lambda g: g.graph_2,
+    "step inside a nested graph": lambda g: g.graph_2.linear_1,
+    "for_n loop body": lambda g: g.loop_4.body,
+    "step inside a loop body": lambda g: g.loop_4.body.graph_2.linear_1,
+    "gate router": lambda g: g.gate_5.router,
+    "step inside the gate router": lambda g: g.gate_5.router.proj,
+    "gate expert": lambda g: g.gate_5.experts[1],
+    "step inside a gate expert": lambda g: g.gate_5.experts[1].linear_1,
+    "scan cell": lambda g: g.grucell_7,
+}
+
+
+def sites_model() -> fl.Graph:
+    refine = fl.FlowBuilder().also(block(4)).build()
+    return (
+        fl.FlowBuilder(nn.Linear(4, 4))
+        .also(block(4))
+        .loop_body(refine)
+        .for_n(2)
+        .gate(fl.nn.SoftmaxRouter(4, 2), block(4), block(4))
+        .through(nn.Unflatten(-1, (2, 2)))
+        .scan(nn.GRUCell(2, 3), dim=1)
+        .build()
+    )
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    graph = sites_model()
+    assert direct_now(graph)
+    return graph
+
+
+def run(graph: fl.Graph) -> torch.Tensor:
+    out = graph(torch.randn(2, 4))
+    out.sum().backward()
+    return out
+
+
+@pytest.mark.parametrize("site", list(SITES))
+@pytest.mark.parametrize("kind", ["forward", "forward_pre", "full_backward", "full_backward_pre"])
+def test_a_hook_registered_after_build_fires(model, site, kind):
+    module = SITES[site](model)
+    calls = []
+    handle = getattr(module, f"register_{kind}_hook")(lambda *a: calls.append(kind))
+    run(model)
+    assert calls, f"{kind} hook on the {site} did not fire"
+    handle.remove()
+    assert direct_now(model)  # removing the hook restores the direct path
+
+
+@pytest.mark.parametrize("site", ["top-level step", "step inside a nested graph", "gate expert"])
+def test_a_hook_registered_before_build_fires(site):
+    torch.manual_seed(0)
+    calls = []
+    hooked = nn.Linear(4, 4)
+    hooked.register_forward_hook(lambda *a: calls.append(1))
+    if site == "top-level step":
+        graph = fl.FlowBuilder(hooked).build()
+    elif site == "step inside a nested graph":
+        graph = fl.FlowBuilder(nn.Identity()).also(fl.FlowBuilder(hooked).build()).build()
+    else:
+        graph = fl.FlowBuilder().gate(fl.nn.SoftmaxRouter(4, 2), hooked, nn.Linear(4, 4)).build()
+    graph(torch.randn(1, 4))
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("kind", ["forward", "forward_pre", "full_backward", "full_backward_pre"])
+def test_global_module_hooks_fire_on_every_step(model, kind):
+    register = getattr(nn.modules.module, f"register_module_{kind}_hook")
+    seen: list[type] = []
+    handle = register(lambda module, *a: seen.append(type(module)))
+    try:
+        assert not direct_now(model)
+        run(model)
+    finally:
+        handle.remove()
+    assert nn.GRUCell in seen and nn.LayerNorm in seen
+    assert direct_now(model)
+
+
+@pytest.mark.parametrize("site", list(SITES))
+def test_an_instance_forward_replacement_is_called(model, site):
+    module = SITES[site](model)
+    original = module.forward
+    calls = []
+
+    def wrapped(*args, **kwargs):  # what accelerate's hooks do
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    module.forward = wrapped
+    run(model)
+    assert calls
+    del module.forward
+    assert direct_now(model)
+
+
+def test_a_compiled_step_is_not_bypassed(model):
+    step = model.graph_2.linear_1
+    step.compile()  # lazy: sets the module's compiled call path, compiles on the first call
+    assert step._compiled_call_impl is not None and not direct_now(model.graph_2)
+    calls = []
+
+    def compiled(*args, **kwargs):  # stands in for the compiled callable (no compile here)
+        calls.append(1)
+        return step._call_impl(*args, **kwargs)
+
+    step._compiled_call_impl = compiled
+    run(model)
+    assert calls == [1]
+
+
+def test_replacing_a_step_after_build_is_seen(model):
+    calls = []
+    new = nn.Linear(4, 4)
+    new.register_forward_hook(lambda *a: calls.append(1))
+    model.graph_2.linear_1 = new
+    run(model)
+    assert calls == [1]
+
+
+class Doubled(nn.Module):
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return 2 * w
+
+
+def test_parametrized_steps_fall_back_and_compute_the_same(model, monkeypatch):
+    twin = ordinary_twin(model, monkeypatch)
+    x = torch.randn(2, 4)
+    for g in (model, twin):
+        parametrize.register_parametrization(g.graph_2.linear_1, "weight", Doubled())
+    assert not direct_now(model.graph_2) and direct_now(model)
+    assert torch.equal(model(x), twin(x))
+
+
+@pytest.mark.parametrize(
+    "apply",
+    [
+        pytest.param(torch.nn.utils.parametrizations.weight_norm, id="parametrization"),
+        pytest.param(torch.nn.utils.weight_norm, id="legacy-pre-hook"),
+    ],
+)
+def test_weight_norm_falls_back(apply):
+    torch.manual_seed(0)
+    graph = fl.FlowBuilder(nn.Linear(4, 4)).through(nn.Linear(4, 2)).build()
+    plain = nn.Sequential(copy.deepcopy(graph.linear_1), copy.deepcopy(graph.linear_2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the legacy form is deprecated
+        apply(graph.linear_2)
+        apply(plain[1])
+    assert not direct_now(graph)
+    with torch.no_grad():  # make the norm matter: the weight is recomputed from g and v
+        for m in (graph.linear_2, plain[1]):
+            g = (
+                m.parametrizations.weight.original0
+                if hasattr(m, "parametrizations")
+                else m.weight_g
+            )
+            g.mul_(3)
+    x = torch.randn(3, 4)
+    assert torch.equal(graph(x), plain(x))
+    assert not torch.equal(graph(x), nn.functional.linear(graph.linear_1(x), plain[1].weight / 3))
+
+
+class LoudLinear(nn.Linear):
+    calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        LoudLinear.calls += 1
+        return super().forward(x) + 1
+
+
+def test_a_subclass_overriding_forward_is_called_through_its_module():
+    LoudLinear.calls = 0
+    graph = fl.FlowBuilder(LoudLinear(2, 2)).through(nn.ReLU()).build()
+    # not a known type: keeps its ordinary call; the ReLU after it is called directly
+    assert graph._direct_plan.callees == [graph.relu_2] and direct_now(graph)
+    seen = []
+    graph.loudlinear_1.register_forward_hook(lambda *a: seen.append(1))
+    assert direct_now(graph)  # its own __call__ runs the hook: nothing to fall back for
+    out = graph(torch.zeros(1, 2))
+    assert LoudLinear.calls == 1 and seen == [1]
+    assert torch.equal(out, torch.relu(graph.loudlinear_1.bias + 1).unsqueeze(0))
+
+
+def test_jit_trace_takes_the_ordinary_path():
+    graph = fl.FlowBuilder(nn.Linear(3, 3)).through(nn.Tanh()).build()
+    x = torch.randn(2, 3)
+    traced = torch.jit.trace(graph, x)
+    assert torch.equal(traced(x), graph(x))
+
+
+def test_the_environment_switch_turns_direct_dispatch_off(monkeypatch):
+    monkeypatch.setenv("FLODL_DIRECT_DISPATCH", "0")
+    graph = fl.FlowBuilder(nn.Linear(2, 2)).build()
+    assert graph._direct_plan is None and graph(torch.ones(1, 2)).shape == (1, 2)
+
+
+@pytest.mark.slow
+def test_torch_compile_matches_eager():
+    torch.manual_seed(0)
+    graph = fl.FlowBuilder(nn.Linear(4, 4)).through(nn.GELU()).also(block(4)).build()
+    x = torch.randn(2, 4)
+    compiled = torch.compile(graph, backend="eager")
+    torch.testing.assert_close(compiled(x), graph(x), rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_distributed_data_parallel_single_rank(tmp_path, monkeypatch):
+    import torch.distributed as dist
+
+    torch.manual_seed(0)
+    graph = fl.FlowBuilder(nn.Linear(4, 4)).also(block(4)).build()
+    twin = ordinary_twin(graph, monkeypatch)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        ddp = nn.parallel.DistributedDataParallel(graph)
+        x = torch.randn(3, 4)
+        ddp(x).sum().backward()
+        twin(x).sum().backward()
+        for a, b in zip(graph.parameters(), twin.parameters(), strict=True):
+            assert torch.equal(a.grad, b.grad)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_torch_compile_traces_the_graph_without_breaks():
+    graph = fl.FlowBuilder(nn.Linear(4, 4)).through(nn.GELU()).also(block(4)).build()
+    explained = torch._dynamo.explain(graph)(torch.randn(2, 4))
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
