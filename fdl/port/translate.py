@@ -26,8 +26,6 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from flodl.graph.codegen import RESERVED_NAMES
-
 SEARCH_BUDGET = 20_000
 
 
@@ -471,6 +469,8 @@ class Translator:
             raise Unsupported("the forward returns a structure other than a value or a tuple")
         if not self.placeholders or self.kinds.get(self.placeholders[0]) == "meta":
             raise Unsupported("the forward's first argument is not a tensor")
+        from flodl.graph.codegen import RESERVED_NAMES  # fdl imports flodl only when it runs
+
         for p in self.placeholders[1:]:
             if p.name in RESERVED_NAMES or p.name.startswith("_"):
                 raise Unsupported(f"the forward's argument name {p.name!r} cannot be a graph input")
