@@ -6,11 +6,11 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
-from flodl.checkpoint import codec
+from flodl.checkpoint import codec, listeners
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.codec import EntryInfo, Header, NamedTensors
 from flodl.checkpoint.errors import CheckpointError, CheckpointWarning
@@ -180,19 +180,37 @@ def save_checkpoint(
     ...     print(str(err)[:53])
     cannot write 'mask' for the Rust original: dtype bool
     """
+    options: dict[str, Any] = {
+        "checksum": checksum,
+        "compress": compress,
+        "fsync": fsync,
+        "rust_compatible": rust_compatible,
+    }
     if background:
         from flodl.checkpoint.background import save_in_background
 
-        options = {
-            "checksum": checksum,
-            "compress": compress,
-            "fsync": fsync,
-            "rust_compatible": rust_compatible,
-        }
         save_in_background(
-            save_checkpoint, dest, named_params, named_buffers, structural_hash, **options
+            _write_checkpoint, dest, named_params, named_buffers, structural_hash, **options
         )
         return
+    tags = listeners.begin(dest)
+    _write_checkpoint(dest, named_params, named_buffers, structural_hash, **options)
+    if tags is not None and is_path(dest):
+        listeners.notify(dest, tags, background=False)
+
+
+def _write_checkpoint(
+    dest: Destination,
+    named_params: NamedTensors,
+    named_buffers: NamedTensors | None,
+    structural_hash: str | bytes | None,
+    *,
+    checksum: bool | None,
+    compress: bool | None,
+    fsync: bool,
+    rust_compatible: bool,
+) -> None:
+    """The blocking write behind :func:`save_checkpoint` (no listeners told)."""
     params, buffers = _all_named(named_params, named_buffers)
     both = params + buffers
     codec.named_list(both, "named_params + named_buffers")  # names must be unique across both

@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from flodl.checkpoint import listeners
 from flodl.checkpoint.errors import CheckpointError
 from flodl.log import get_logger
 
@@ -274,8 +275,9 @@ def save_in_background(
     structural_hash: str | bytes | None,
     **options: Any,
 ) -> None:
-    """Snapshot the tensors now, then run ``save(dest, snapshot..., **options)`` on the default
-    worker. Raises a previous background save's error first."""
+    """Snapshot the tensors now, then run ``save(dest, snapshot..., **options)`` (a blocking
+    write) on the default worker and tell the save listeners once it is done. Raises a previous
+    background save's error first."""
     if not isinstance(dest, str | os.PathLike):
         raise CheckpointError(
             f"background=True needs a file path (got {type(dest).__name__}): a stream may be "
@@ -291,8 +293,16 @@ def save_in_background(
         snap.seconds * 1e3,
         os.fspath(dest),
     )
+    tags = listeners.begin(dest) or {}
     worker.submit(
-        _write, save, os.fspath(dest), snap.params, snap.buffers, snap.structural_hash, options
+        _write,
+        save,
+        os.fspath(dest),
+        snap.params,
+        snap.buffers,
+        snap.structural_hash,
+        options,
+        tags,
     )
 
 
@@ -303,9 +313,11 @@ def _write(
     buffers: list[tuple[str, torch.Tensor]],
     structural_hash: str | bytes | None,
     options: dict[str, Any],
+    tags: dict[str, Any],
 ) -> None:
     start = time.perf_counter()
     save(dest, params, buffers, structural_hash, **options)
     log.info(
         "checkpoint saved: %s (%.0f ms, background)", dest, (time.perf_counter() - start) * 1e3
     )
+    listeners.notify(dest, tags, background=True)

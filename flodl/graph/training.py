@@ -108,6 +108,11 @@ class TrainingMethods:
         (nothing to do on one device). Training methods that talk to other ranks stop working."""
         self._session("finish()").finish()
 
+    def _checkpoint_tags(self) -> dict[str, Any]:
+        """Labels for this graph's checkpoint saves: its ``step`` once set up for training."""
+        session = _SESSIONS.get(self)
+        return {} if session is None else {"step": session.training_step}
+
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:
         return self._attached("optimizer", None)

@@ -15,15 +15,19 @@ kind                 keys
 ``sync_start``       ``mode`` (``"builder"`` or ``"graph"``): a parameter/gradient averaging begins
 ``sync_end``         ``mode``, ``duration_ms``: it ended (the wait for slower ranks included)
 ``anchor_changed``   ``from``, ``to``: El Che changed the slowest rank's batches per window
-``checkpoint_saved`` ``version``, ``path`` (when known): the Trainer saved a checkpoint
+``checkpoint_saved`` ``path``; ``version`` (a Trainer checkpoint) or ``step`` (a Graph set up by
+                     ``Trainer.setup``): a checkpoint file is completely written (a
+                     background save: when its writer finished)
 ``epoch_end``        ``epoch`` (zero-based), ``loss``: an epoch was aggregated (Builder mode) or a
                      ``model.epoch(e)`` iteration finished (Graph mode)
 ===================  ============================================================================
 
 In a Builder run with spawned ranks the ranks' events travel to the training process with each
 epoch's metrics (so they appear at the end of each epoch, stamped with the time they happened);
-events a rank emits after its last epoch report (a checkpoint of the final epoch) stay in that
-rank.
+what a rank emits after its last epoch report (the final epoch's checkpoint, written before the
+rank reports that it is done) travels with the rank's exit and arrives before ``join()`` returns.
+``checkpoint_saved`` comes from ``flodl.checkpoint.listeners``: while any timeline (or a rank's
+forwarder) listens, every checkpoint file flodl writes to a path is one event.
 
 Exports: :meth:`save_json` (samples and events), :meth:`save_csv` (one row per sample),
 :meth:`save_html` (a self-contained page: opens offline, no server, no CDN). Idle GPUs are found
@@ -62,6 +66,7 @@ from typing import Any
 
 import psutil
 
+from flodl.checkpoint import listeners as checkpoint_listeners
 from flodl.log import current_rank
 from flodl.monitor.errors import MonitorError
 
@@ -474,12 +479,21 @@ def _subscribe(sink: Any) -> None:
     with _sub_lock:
         if sink not in _subscribers:
             _subscribers.append(sink)
+        # While anything listens, every checkpoint file flodl writes becomes an event.
+        checkpoint_listeners.add_save_listener(_checkpoint_written)
 
 
 def _unsubscribe(sink: Any) -> None:
     with _sub_lock:
         if sink in _subscribers:
             _subscribers.remove(sink)
+        if not _subscribers:
+            checkpoint_listeners.remove_save_listener(_checkpoint_written)
+
+
+def _checkpoint_written(saved: checkpoint_listeners.SavedCheckpoint) -> None:
+    """A checkpoint file is on disk (a blocking save, or a background write that just ended)."""
+    emit("checkpoint_saved", path=saved.path, **saved.tags)
 
 
 def active() -> bool:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from flodl import checkpoint
-from flodl.checkpoint import save_checkpoint
+from flodl.checkpoint import listeners, save_checkpoint
 from flodl.checkpoint.methods import CheckpointMethods
 from flodl.log import get_logger
 from flodl.monitor import timeline
@@ -48,10 +48,24 @@ class SaveFdl:
             log.info("checkpoint saved: %s (version %d)", dest, version)
 
 
-def checkpoint_saved(fn: Any, version: int) -> None:
-    """Emit the timeline's ``checkpoint_saved`` event (with the path when ``fn`` is a SaveFdl)."""
-    path = str(fn.path(version)) if isinstance(fn, SaveFdl) else None
-    timeline.emit("checkpoint_saved", version=version, path=path)
+def save_version(
+    fn: Callable[[int, torch.nn.Module], None], version: int, model: torch.nn.Module
+) -> None:
+    """Run the checkpoint function for ``version``; a failure is logged and training goes on.
+
+    Each file it writes through flodl (``SaveFdl``, ``save_checkpoint``) is labelled
+    ``version`` and becomes one timeline ``checkpoint_saved`` event when it is on disk (for a
+    background save: when the writer finishes). A function that wrote nothing through flodl
+    gets one event when it returns (with the path when ``fn`` is a SaveFdl)."""
+    try:
+        with listeners.save_tags(version=version) as scope:
+            fn(version, model)
+    except Exception:  # a failed checkpoint must not stop training
+        log.exception("checkpoint %d failed; training goes on", version)
+        return
+    if not scope.saves:
+        path = str(fn.path(version)) if isinstance(fn, SaveFdl) else None
+        timeline.emit("checkpoint_saved", version=version, path=path)
 
 
 def flush_checkpoints() -> None:

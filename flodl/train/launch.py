@@ -19,8 +19,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from flodl.monitor import timeline
 from flodl.train.errors import TrainerConfigError
-from flodl.train.metrics import EpochMetrics
+from flodl.train.metrics import EpochMetrics, RankEvents
 from flodl.train.runtime import FINAL_KEY, CoordinatorGone, rank_main, run_single, wait_final
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState, TrainingError
@@ -120,7 +121,9 @@ def _main_references(value: object) -> list[str]:
 
 
 class MetricsFeed:
-    """Reads published :class:`EpochMetrics` in order and hands them to a callback and a queue."""
+    """Reads published :class:`EpochMetrics` in order and hands them to a callback and a queue;
+    the timeline events ranks emitted after their last epoch (:class:`RankEvents`) go to this
+    process's running Timelines."""
 
     def __init__(self, host: str, port: int, on_epoch: Callable[[EpochMetrics], None]) -> None:
         self.queue: queue.Queue = queue.Queue()
@@ -135,6 +138,9 @@ class MetricsFeed:
             metrics = self._raw.get()
             if metrics is None:
                 return
+            if isinstance(metrics, RankEvents):  # what ranks emitted after their last epoch
+                timeline.deliver(metrics.events)
+                continue
             self._on_epoch(metrics)
             self.queue.put(metrics)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -122,8 +123,12 @@ class SyncAck:
 
 @dataclass(frozen=True)
 class Exiting:
+    """A rank is done (``error``: why it failed). ``events``: the timeline events it emitted
+    since its last epoch report, when it forwards them (``{"wall", "kind", "rank", "data"}``)."""
+
     rank: int
     error: str | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -28,6 +28,14 @@ class MetricsMsg:
 
 
 @dataclass
+class RankEvents:
+    """Timeline events ranks emitted after their last epoch report (the last checkpoint, the
+    shutdown), published to the training process once the ranks have exited."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
 class EpochMetrics:
     """Aggregated metrics of one global epoch (what the handle yields and the monitor logs)."""
 

@@ -21,7 +21,7 @@ from flodl.data.sources import as_source, require_samples
 from flodl.log import get_logger, set_rank
 from flodl.monitor import timeline
 from flodl.train.averaging import final_state
-from flodl.train.checkpointing import checkpoint_saved, flush_checkpoints
+from flodl.train.checkpointing import flush_checkpoints, save_version
 from flodl.train.coordinator import Coordinator, CoordinatorConfig
 from flodl.train.errors import TrainerConfigError
 from flodl.train.guard import ConvergenceGuard
@@ -33,7 +33,7 @@ from flodl.train.messages import (
     Snapshot,
     SyncAck,
 )
-from flodl.train.metrics import EpochMetrics, MetricsMsg, aggregate_epoch_metrics
+from flodl.train.metrics import EpochMetrics, MetricsMsg, RankEvents, aggregate_epoch_metrics
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState, TrainingError
 from flodl.train.transport import (
@@ -129,12 +129,7 @@ def run_single(
             and (epoch + 1) % spec.checkpoint_every == 0
             and spec.checkpoint_fn
         ):
-            try:
-                spec.checkpoint_fn(epoch + 1, worker.model)
-            except Exception:
-                log.exception("checkpoint %d failed; training goes on", epoch + 1)
-            else:
-                checkpoint_saved(spec.checkpoint_fn, epoch + 1)
+            save_version(spec.checkpoint_fn, epoch + 1, worker.model)
     flush_checkpoints()
     return TrainedState(
         [p.cpu().clone() for p in worker.params()], [b.cpu().clone() for b in worker.buffers()]
@@ -271,6 +266,7 @@ class CoordinatorThread(threading.Thread):
             spec, world, require_samples(as_source(spec.resolve_dataset()))
         )
         self._metrics = KeyWriter(self.channel.store, "metrics")
+        self._late_events: list[dict[str, Any]] = []  # sent with the ranks' Exiting messages
 
     def _send(self, out) -> None:
         for rank, msg in out:
@@ -339,6 +335,8 @@ class CoordinatorThread(threading.Thread):
             if errors:
                 self._send([(r, Shutdown()) for r in range(self.world) if r not in exited])
             self._collect_finals(finals, errors, exited)
+            if self._late_events:  # on the metrics stream, so they arrive before the result
+                self._metrics.put(RankEvents(sorted(self._late_events, key=lambda e: e["wall"])))
             state = final_state(finals)
         except BaseException:
             errors.append((0, "coordinator failed:\n" + traceback.format_exc()))
@@ -374,6 +372,7 @@ class CoordinatorThread(threading.Thread):
                 coord.on_snapshot(msg)
             case Exiting(rank=r, error=error):
                 exited.add(r)
+                self._late_events += msg.events
                 coord.on_exiting(msg)
                 if error:
                     errors.append((r, error))

@@ -22,7 +22,7 @@ from flodl.data.sources import as_source, require_samples
 from flodl.log import TRACE, get_logger
 from flodl.monitor import timeline
 from flodl.train import context
-from flodl.train.checkpointing import checkpoint_saved
+from flodl.train.checkpointing import flush_checkpoints, save_version
 from flodl.train.local_step import LocalStep
 from flodl.train.messages import (
     ApplyPolicy,
@@ -212,7 +212,7 @@ class Worker:
             resources=self._sampler.sample().to_json() if self._sampler is not None else {},
             idle_ms=idle,
             wall_ms=wall,
-            events=forwarded.drain() if (forwarded := timeline.forwarder()) is not None else [],
+            events=_forwarded_events(),
         )
 
     # -- control ---------------------------------------------------------------------------------
@@ -241,12 +241,7 @@ class Worker:
                 self.ctx.global_step = step
             case Checkpoint(version=version):
                 if self.checkpoint_fn is not None and self.rank == 0:
-                    try:
-                        self.checkpoint_fn(version, self.model)
-                    except Exception:  # a failed checkpoint must not stop training
-                        log.exception("checkpoint %d failed; training goes on", version)
-                    else:
-                        checkpoint_saved(self.checkpoint_fn, version)
+                    save_version(self.checkpoint_fn, version, self.model)
             case Throttle():
                 return self._throttled()
             case Shutdown():
@@ -291,10 +286,14 @@ class Worker:
         except BaseException as err:
             if isinstance(err, CollectiveFailed):
                 self._send_snapshot(FINAL_ROUND)
-            self.channel.send(Exiting(self.rank, error=_describe(err, self)))
+            error = _describe(err, self)
+            self.channel.send(Exiting(self.rank, error=error, events=_forwarded_events()))
             raise
+        # The last checkpoint's background write ends (and emits its event) before this rank
+        # says it is done, so the events sent with Exiting include it.
+        flush_checkpoints()
         self._send_snapshot(FINAL_ROUND)
-        self.channel.send(Exiting(self.rank))
+        self.channel.send(Exiting(self.rank, events=_forwarded_events()))
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -353,6 +352,12 @@ class Worker:
         timeline.emit("sync_end", mode="builder", version=version, duration_ms=sync_ms)
         log.debug("sync %d: %.2f ms", version, sync_ms)
         self.channel.send(SyncAck(self.rank, version, self.local_step, divergence, sync_ms))
+
+
+def _forwarded_events() -> list[dict[str, Any]]:
+    """The timeline events this rank process collected since the last call (when forwarding)."""
+    forwarded = timeline.forwarder()
+    return forwarded.drain() if forwarded is not None else []
 
 
 def _describe(err: BaseException, worker: Worker) -> str:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import tempfile
 import traceback
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -29,7 +31,13 @@ def graph_mode_events(rank: int, world: int, port: int, results) -> None:
             for (batch,) in model.epoch(0):  # lockstep: one sync per step
                 model(batch).pow(2).mean().backward()
                 model.step()
+            # Each rank saves its own checkpoint: rank 0 blocking, rank 1 in the background.
+            saved = Path(tempfile.mkdtemp()) / f"rank{rank}.fdl"
+            model.save_checkpoint(saved, background=rank == 1)
+            fl.checkpoint.flush()
         events = tl.events
+        out["saved_path"] = str(saved)
+        out["checkpoints"] = [(e.rank, e.data) for e in events if e.kind == "checkpoint_saved"]
         out["kinds"] = sorted({e.kind for e in events})
         out["syncs"] = [e.data for e in events if e.kind == "sync_end"]
         out["sync_ranks"] = sorted({e.rank for e in events if e.kind.startswith("sync")})
