@@ -132,7 +132,22 @@ def test_builder_mode_two_ranks_forward_their_sync_events(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiproc
-def test_graph_mode_two_ranks_record_their_syncs_and_log_with_rank_prefixes():
+def test_builder_mode_el_che_anchor_changes_reach_the_timeline():
+    # The anchor starts at one batch per window; a sync costs far more than 1% of one tiny
+    # batch, so El Che grows it after the first averaging.
+    with fl.monitor.Timeline(poll_interval_ms=20, gpu=False) as tl:
+        run = two_ranks(toy.mse_step, epochs=2, policy=fl.ApplyPolicy.CADENCE)
+        run.anchor(1).overhead_target(0.01).run().join()
+    changes = tl.events_of("anchor_changed")
+    assert changes and all(e.rank == 0 for e in changes)  # the coordinator runs in rank 0
+    assert changes[0].data["from"] == 1 and changes[0].data["to"] > 1
+    assert all(e.data["to"] != e.data["from"] for e in changes)
+    assert tl.summary().anchor_change_count == len(changes)
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_graph_mode_two_ranks_record_syncs_saves_and_anchor_changes_and_log_with_rank_prefixes():
     outs = run_launched(timeline_ranks.graph_mode_events, 2, timeout=120)
     for out in outs:
         rank = out["rank"]
@@ -144,5 +159,12 @@ def test_graph_mode_two_ranks_record_their_syncs_and_log_with_rank_prefixes():
         assert out["samples"] > 0
         # Each rank's own save (rank 1's in the background) is in its own timeline, once.
         assert out["checkpoints"] == [(rank, {"path": out["saved_path"], "step": 4})]
+        # El Che: every window ends in a sync; the anchor grew from 1, on both ranks alike.
+        assert out["el_che_syncs"] and all(s["mode"] == "graph" for s in out["el_che_syncs"])
+        changes = out["anchor_changes"]
+        assert changes and all(r == rank and c["to"] != c["from"] for r, c in changes)
+        assert changes[0][1]["from"] == 1 and changes[0][1]["to"] > 1
         assert out["log"] and all(line.startswith(f"[rank {rank}] ") for line in out["log"])
         assert any("built graph" in line for line in out["log"])
+    # Every rank folds the same all-reduced timings into El Che: the same anchor moves.
+    assert [c for _, c in outs[0]["anchor_changes"]] == [c for _, c in outs[1]["anchor_changes"]]

@@ -15,8 +15,9 @@ from tests.train.launched import act_as_launched_rank
 
 
 def graph_mode_events(rank: int, world: int, port: int, results) -> None:
-    """Each rank runs a Timeline around two Graph-mode epochs (lockstep, then El Che) and reports
-    what it recorded, plus the lines its flodl logging wrote."""
+    """Each rank runs a Timeline around a lockstep Graph-mode epoch and a checkpoint save, and
+    another around an El Che epoch; it reports what they recorded, plus the lines its flodl
+    logging wrote."""
     act_as_launched_rank(rank, world, port)
     out: dict = {"rank": rank}
     lines = io.StringIO()
@@ -44,6 +45,21 @@ def graph_mode_events(rank: int, world: int, port: int, results) -> None:
         out["epoch_ends"] = [e.data for e in events if e.kind == "epoch_end"]
         out["samples"] = len(tl.samples)
         out["log"] = lines.getvalue().splitlines()
+        # El Che: the anchor starts at one batch per window and grows once a sync's cost is
+        # known (one tiny batch computes in far less than 100x a sync), an anchor_changed event.
+        with fl.monitor.Timeline(poll_interval_ms=20, gpu=False) as el_che_tl:
+            cadenced = fl.FlowBuilder(nn.Linear(3, 1)).build()
+            config = fl.DdpConfig(anchor=1, overhead_target=0.01)
+            fl.Trainer.setup(cadenced, None, lambda p: torch.optim.SGD(p, lr=0.05), config=config)
+            cadenced.set_data_loader(fl.data.DataLoader.from_tensors(x.repeat(2, 1)).batch_size(4))
+            for (batch,) in cadenced.epoch(0):
+                cadenced(batch).pow(2).mean().backward()
+                cadenced.step()
+        el_che_events = el_che_tl.events
+        out["el_che_syncs"] = [e.data for e in el_che_events if e.kind == "sync_end"]
+        out["anchor_changes"] = [
+            (e.rank, e.data) for e in el_che_events if e.kind == "anchor_changed"
+        ]
         model.finish()
     except BaseException:
         out["error"] = traceback.format_exc()
