@@ -47,10 +47,13 @@ from io import BytesIO
 from typing import Any
 from urllib.parse import urlsplit
 
+from flodl.log import get_logger
 from flodl.monitor.errors import MonitorServerError
 from flodl.monitor.page import content_security_policy, strict_json
 
 __all__ = ["DashboardServer", "EventLog"]
+
+log = get_logger("flodl.monitor")
 
 KEEPALIVE_SECS = 15.0
 # How often the loop looks at deadlines and keepalives when nothing happens. A closed tab frees its
@@ -316,7 +319,7 @@ class DashboardServer:
                         try:
                             self._ready(key.data, mask)
                         except Exception as err:  # one bad client never stops the dashboard
-                            _warn(f"dashboard request failed: {err!r}")
+                            log.warning("dashboard request failed: %r", err)
                             self._drop(key.data)
                 self._fan_out()
                 self._sweep(time.monotonic())
@@ -572,11 +575,6 @@ class DashboardServer:
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
-
-
-def _warn(message: str) -> None:
-    """One line on stderr (never a traceback in the middle of the training output)."""
-    print(f"  warning: {message}", file=sys.stderr)
 
 
 def _parse_head(head: bytes) -> tuple[str, str, HTTPMessage] | None:

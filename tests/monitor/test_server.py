@@ -639,3 +639,26 @@ def test_without_graphviz_the_dashboard_shows_the_html_view(served, monkeypatch,
     served.set_svg("<svg xmlns='http://www.w3.org/2000/svg'/>")  # an SVG, once there, wins
     assert request(served.url, "/graph.html")[0] == 404
     assert page_boot(served.url)["graph"] == {"kind": "svg", "version": 2}
+
+
+def test_a_failing_request_is_a_flodl_monitor_warning_and_the_dashboard_goes_on(
+    served, monkeypatch, caplog
+):
+    real = DashboardServer._ready
+    failed = threading.Event()
+
+    def ready(self, conn, mask):
+        if not failed.is_set():
+            failed.set()
+            raise RuntimeError("handler bug")
+        return real(self, conn, mask)
+
+    monkeypatch.setattr(DashboardServer, "_ready", ready)
+    with caplog.at_level("WARNING", logger="flodl.monitor"):
+        with pytest.raises((ConnectionError, http.client.HTTPException)):
+            request(served.url, "/api/history")  # dropped by the failing handler
+        assert wait_for(lambda: any("handler bug" in r.getMessage() for r in caplog.records))
+    assert request(served.url, "/api/history")[0] == 200  # the next request is served
+    record = next(r for r in caplog.records if "handler bug" in r.getMessage())
+    assert record.name == "flodl.monitor" and record.levelname == "WARNING"
+    assert record.getMessage().startswith("dashboard request failed: RuntimeError")
