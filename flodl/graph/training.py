@@ -104,8 +104,9 @@ class TrainingMethods:
         return self._session("epoch()").epoch(epoch)
 
     def finish(self) -> None:
-        """After the loop: wait for every rank and release the process group setup joined
-        (nothing to do on one device). Training methods that talk to other ranks stop working."""
+        """After the loop: wait for this process's background checkpoint saves (raising the
+        first failure, as ``fl.checkpoint.flush()``), then for every rank, and release the
+        process group setup joined. Training methods that talk to other ranks stop working."""
         self._session("finish()").finish()
 
     def _checkpoint_tags(self) -> dict[str, Any]:

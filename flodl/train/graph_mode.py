@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from flodl import checkpoint
 from flodl.log import get_logger, set_rank
 from flodl.monitor import timeline
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero
@@ -244,9 +245,13 @@ class GraphSession:
             self.training_step += 1
 
     def finish(self) -> None:
-        """Wait for every rank, then release the group setup created (no-op on one device)."""
-        if self.is_distributed:
-            _destroy_group()
+        """Wait for this process's background checkpoint saves (raising the first failure, as
+        ``fl.checkpoint.flush()``), then for every rank, then release the group setup created."""
+        try:
+            checkpoint.flush()
+        finally:
+            if self.is_distributed:
+                _destroy_group()
 
     def set_scheduler(self, scheduler: Any, lr_scale: float | None) -> None:
         self.local.configure(check_scheduler(scheduler, "set_scheduler"), lr_scale)

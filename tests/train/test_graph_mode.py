@@ -7,12 +7,14 @@ import functools
 import re
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
 from torch import nn
 
 import flodl as fl
+import flodl.checkpoint.background as background
 from flodl.train.errors import TrainerConfigError
 from tests.train import graph_ranks
 from tests.train.launched import run_launched
@@ -412,3 +414,17 @@ def test_el_che_gives_the_faster_rank_more_batches_and_keeps_the_ranks_identical
     assert any("El Che is off" in w for w in zero["off_warning"])
     assert not zero["has_el_che_after"] and not one["has_el_che_after"]
     assert zero["digest"] == one["digest"]
+
+
+def test_graph_mode_finish_waits_for_background_saves_and_raises_their_failure(tmp_path):
+    model = make_graph()
+    fl.Trainer.setup(model, None, lambda p: torch.optim.SGD(p, lr=0.1))
+    gate = threading.Event()
+    background.default_worker().submit(gate.wait)  # the writer is busy: the save stays queued
+    model.save_checkpoint(tmp_path / "last.fdl", background=True)
+    threading.Timer(0.2, gate.set).start()
+    model.finish()
+    assert model.load_checkpoint(tmp_path / "last.fdl").loaded  # written before finish returned
+    model.save_checkpoint(tmp_path / "missing" / "x.fdl", background=True)
+    with pytest.raises(fl.CheckpointError, match="directory exists"):
+        model.finish()
