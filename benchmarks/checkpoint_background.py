@@ -12,10 +12,14 @@ Cases, measured in the training thread (wall clock, one intra-op thread), interl
 * ``steps idle`` / ``steps while writing``: a fixed amount of training work (a small MLP, 20
   steps) with no save in flight, and right after a background save returned, while the file is
   being written: what the writer thread costs training meanwhile.
+
+Usage: ``python benchmarks/checkpoint_background.py [--smoke] [--out DIR]``; ``--smoke`` (a 1M
+parameter model, one round) only checks that the script still works (the test suite runs it).
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import tempfile
@@ -52,7 +56,9 @@ def training_work() -> None:
         opt.step()
 
 
-def main(params: int = 100_000_000, rounds: int = 5) -> list[dict[str, object]]:
+def main(
+    params: int = 100_000_000, rounds: int = 5, out: Path | None = None
+) -> list[dict[str, object]]:
     torch.set_num_threads(1)
     model = model_of(params)
     named = list(model.named_parameters())
@@ -141,10 +147,20 @@ def main(params: int = 100_000_000, rounds: int = 5) -> list[dict[str, object]]:
         "interleaved rounds in the training thread, one intra-op thread. `background save` is "
         "the time until the call returns (the snapshot copy plus queueing); `steps while "
         "writing` is 20 small training steps run while the checkpoint thread writes the file.",
+        results_dir=out,
     )
     print(path.read_text())
     return rows
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="1M parameters, 1 round: checks the script works"
+    )
+    parser.add_argument("--out", type=Path, help="report directory (default: results/)")
+    args = parser.parse_args()
+    if args.smoke:
+        main(params=1_000_000, rounds=1, out=args.out)
+    else:
+        main(out=args.out)

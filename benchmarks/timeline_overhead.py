@@ -13,10 +13,14 @@ interleaved by the harness, timed in process CPU time (the sampler thread's work
 
 A timeline is started once per run, not per epoch: each round starts it before the timed epoch
 and stops it after (both untimed), so the numbers are the cost while it runs.
+
+Usage: ``python benchmarks/timeline_overhead.py [--smoke] [--out DIR]``; ``--smoke`` (one round)
+only checks that the script still works (the test suite runs it).
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -55,7 +59,7 @@ def make_epoch(sync_every: int):
     return epoch
 
 
-def main(rounds: int = 15) -> list[dict[str, object]]:
+def main(rounds: int = 15, out: Path | None = None) -> list[dict[str, object]]:
     torch.set_num_threads(1)
     every10, every1 = make_epoch(10), make_epoch(1)
     polls = {
@@ -99,10 +103,15 @@ def main(rounds: int = 15) -> list[dict[str, object]]:
         f"{STEPS}-step CPU epoch of a 256-512-256 MLP (batch 64), one intra-op thread; process CPU "
         f"time (the sampler thread included), median over {rounds} interleaved rounds; "
         "ratio > 1 means slower than without a timeline.",
+        results_dir=out,
     )
     print(path.read_text())
     return rows
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="1 round: checks the script works")
+    parser.add_argument("--out", type=Path, help="report directory (default: results/)")
+    args = parser.parse_args()
+    main(rounds=1 if args.smoke else 15, out=args.out)

@@ -50,3 +50,26 @@ def test_benchmark_rejects_unknown_models(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 2 and "unknown model(s) ['nope']" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "stem", "cases"),
+    [
+        ("timeline_overhead.py", "timeline_overhead", 6),
+        ("checkpoint_background.py", "checkpoint_background", 6),
+    ],
+)
+def test_observation_benchmarks_still_run(tmp_path, script, stem, cases):
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / script), "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(),
+        timeout=900,  # a hang guard only
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((tmp_path / f"{stem}.json").read_text())["rows"]
+    assert len(rows) == cases
+    assert all(math.isfinite(row["ratio"]) and row["ratio"] > 0 for row in rows), rows
