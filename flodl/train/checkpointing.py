@@ -50,6 +50,7 @@ class SaveFdl:
 
 def checkpoint_saved(fn: Any, version: int) -> None:
     """Emit the timeline's ``checkpoint_saved`` event (with the path when ``fn`` is a SaveFdl)."""
+    fn = getattr(fn, "inner", fn)  # a SaveFdl that also writes a restart's training state
     path = str(fn.path(version)) if isinstance(fn, SaveFdl) else None
     timeline.emit("checkpoint_saved", version=version, path=path)
 

@@ -16,7 +16,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -29,7 +28,7 @@ from flodl.train.collectives import average_gradients, broadcast_from_rank_zero
 from flodl.train.config import TIMEOUT, number
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_cadence import Cadence, DdpConfig, devices_differ
-from flodl.train.launch import under_launcher
+from flodl.train.launch import init_launched_group, under_launcher
 from flodl.train.local_step import LocalStep, check_lr_scale, check_scheduler
 
 log = get_logger("flodl.train")
@@ -113,7 +112,7 @@ def _join_group(timeout: float) -> tuple[int, int, torch.device, Any] | None:
     elif under_launcher():
         device = _launcher_device()
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+        init_launched_group(backend, timeout)  # this restart attempt's own store keys
         # A gloo group left to interpreter teardown aborts the rank now and then ("terminate
         # called without an active exception"): destroy it at exit, and hold no reference to it
         # (group=None means the default group) so nothing keeps it alive past that.
