@@ -1,13 +1,14 @@
-"""Resuming a launched Builder-mode run after ``torchrun --max-restarts`` restarted it.
+"""Resuming a launched run after ``torchrun --max-restarts`` restarted it.
 
 Under a launcher that may restart the job (``TORCHELASTIC_MAX_RESTARTS`` > 0), rank 0 writes,
-next to every ``checkpoint_every`` model file of the default writer (:class:`SaveFdl`), a small
-training-state file: the version (epochs done), the global step at that epoch boundary (every
-rank's batches of that many epochs), rank 0's optimizer state and the job's token. The token is fresh for each job (attempt 0 writes it to
+next to every checkpoint's model file (:class:`SaveFdl`: Builder mode's ``checkpoint_every``,
+Graph mode's ``model.epochs(n, checkpoint_every=k)``), a small training-state file: the version
+(epochs done), the step the scheduler stands at when that many epochs are done, rank 0's
+optimizer state and the job's token. The token is fresh for each job (attempt 0 writes it to
 ``<directory>/resume-token``), so a restart never picks up the checkpoints of an earlier job that
-used the same directory. On a restart (``TORCHELASTIC_RESTART_COUNT`` > 0) rank 0 finds the newest
-version whose two files are both complete and carry the job's token; every rank then starts from
-that model and optimizer state at the next epoch.
+used the same directory. On a restart (``TORCHELASTIC_RESTART_COUNT`` > 0) rank 0 finds the
+newest version whose two files are both complete and carry the job's token; every rank then
+starts from that model and optimizer state at the next epoch.
 """
 
 from __future__ import annotations
@@ -80,6 +81,20 @@ class ResumePoint:
     optimizer: dict[str, Any] | None
 
 
+def write_state(save: SaveFdl, version: int, global_step: int, optimizer: Any, token: str) -> None:
+    """The training state of checkpoint ``version``, next to its model file (atomic).
+
+    Synchronous: ``torch.save`` serialises the optimizer's live tensors now, at this version.
+    """
+    state = {
+        "version": version,
+        "global_step": global_step,
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "token": token,
+    }
+    _write_atomically(state_path(save, version), lambda tmp: torch.save(state, tmp))
+
+
 class ResumableCheckpoint:
     """``checkpoint_every``'s writer plus the training state a restart resumes from (rank 0).
 
@@ -96,15 +111,8 @@ class ResumableCheckpoint:
         per_epoch = worker.dataset_size // worker.batch_size  # every rank's batches of an epoch
         if worker.max_batches is not None:  # a smoke run's shorter epochs
             per_epoch = min(per_epoch, worker.max_batches * worker.world)
-        state = {
-            "version": version,
-            # Where the scheduler stands when epoch `version` starts in an uninterrupted run.
-            "global_step": version * per_epoch,
-            "optimizer": worker.optimizer.state_dict(),
-            "token": self.token,
-        }
-        # Synchronous: torch.save serialises the optimizer's live tensors now, at this version.
-        _write_atomically(state_path(self.inner, version), lambda tmp: torch.save(state, tmp))
+        # Where the scheduler stands when epoch `version` starts in an uninterrupted run.
+        write_state(self.inner, version, version * per_epoch, worker.optimizer, self.token)
 
 
 def find_resume(save: SaveFdl, token: str | None, epochs: int) -> ResumePoint | None:
@@ -128,7 +136,9 @@ def find_resume(save: SaveFdl, token: str | None, epochs: int) -> ResumePoint | 
             continue
         if state.get("token") != token:
             continue  # an earlier job's file in the same directory
-        return ResumePoint(version, int(state["global_step"]), str(model_path), state["optimizer"])
+        return ResumePoint(
+            version, int(state["global_step"]), str(model_path), state.get("optimizer")
+        )
     return None
 
 

@@ -197,3 +197,34 @@ def test_cpu_ranks_share_the_cores_of_their_own_machine():
     # One rank per node of a two-node job: it has its machine to itself.
     assert intra_op_threads(None, 1) == max(1, os.cpu_count() or 1)
     assert intra_op_threads(3, 1) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_graph_mode_resumes_to_the_parameters_of_the_uninterrupted_run(jobs, tmp_path):
+    whole = one_node(jobs, tmp_path / "whole", "--mode", "graph", restarts=1)
+    ck = tmp_path / "restarted" / "ck"
+    restarted = one_node(
+        jobs,
+        tmp_path / "restarted",
+        "--mode",
+        "graph",
+        "--checkpoints",
+        str(ck),
+        "--kill-epoch",
+        "2",
+        restarts=1,
+    )
+    assert (tmp_path / "restarted" / "killed").is_file()
+    assert sorted(restarted) == [(0, 1), (1, 1)]
+    assert (
+        "checkpoint-0002.fdl (epoch 2 of 4, step 32)"
+        in (tmp_path / "restarted" / "torchrun.log").read_text()
+    )
+    resumed, reference = restarted[0, 1], whole[0, 0]
+    assert reference["epochs"] == [0, 1, 2, 3] and resumed["epochs"] == [2, 3]
+    assert resumed["steps"] == reference["steps"] == 64  # the training step was restored
+    # Lockstep Graph mode is deterministic: model, optimizer state and data order all resume.
+    for a, b in zip(reference["params"], resumed["params"], strict=True):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+    assert resumed["params"] == restarted[1, 1]["params"]

@@ -116,3 +116,51 @@ def test_a_resumed_coordinator_starts_at_the_first_epoch_left(policy):
 def test_a_first_epoch_outside_the_run_is_refused(first):
     with pytest.raises(TrainerConfigError, match="first_epoch"):
         config(first_epoch=first)
+
+
+def graph_model():
+    import flodl as fl
+
+    model = fl.FlowBuilder(nn.Linear(3, 1)).build()
+    fl.Trainer.setup(model, None, lambda p: torch.optim.SGD(p, lr=0.1))
+    return model
+
+
+def test_graph_epochs_counts_and_checkpoints_after_each_epochs_body(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCHELASTIC_MAX_RESTARTS", raising=False)
+    model = graph_model()
+    assert list(model.epochs(3, checkpoint_every=2, directory=str(tmp_path))) == [0, 1, 2]
+    # After epoch 1 (2 done), not after 3: 3 is not a multiple of 2. No launcher that restarts:
+    # the model checkpoint only, no training state or token.
+    assert sorted(p.name for p in tmp_path.glob("*")) == ["checkpoint-0002.fdl"]
+    assert list(model.epochs(2)) == [0, 1]
+
+
+def test_graph_epochs_resumes_a_restarted_job_on_one_device(tmp_path, monkeypatch):
+    attempt(monkeypatch, 0)
+    model = graph_model()
+    for _ in model.epochs(3, checkpoint_every=1, directory=str(tmp_path)):
+        model(torch.ones(4, 3)).sum().backward()
+        model.step()
+        if model.training_step == 2:
+            break  # "killed" in epoch 1: checkpoint 1 is the last complete one
+    weights = model.parameters().__next__().detach().clone()
+    attempt(monkeypatch, 1)
+    restarted = graph_model()
+    assert list(restarted.epochs(3, checkpoint_every=1, directory=str(tmp_path))) == [1, 2]
+    assert restarted.training_step == 1
+    assert not torch.equal(restarted.parameters().__next__(), weights)  # epoch 1 is redone
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_epochs": 0}, "num_epochs"),
+        ({"num_epochs": 2.5}, "num_epochs"),
+        ({"num_epochs": 2, "checkpoint_every": 0}, "checkpoint_every"),
+        ({"num_epochs": 2, "checkpoint_every": 1, "directory": 3}, "directory"),
+    ],
+)
+def test_graph_epochs_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(TrainerConfigError, match=message):
+        list(graph_model().epochs(**kwargs))

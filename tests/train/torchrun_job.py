@@ -102,13 +102,17 @@ def run_graph(args: argparse.Namespace) -> dict:
     fl.Trainer.setup(model, None, make_optimizer)
     x, y = make_data()
     model.set_data_loader(fl.data.DataLoader.from_tensors(x, y).batch_size(BATCH))
-    for epoch in range(args.epochs):
+    checkpoints = {"checkpoint_every": 1, "directory": args.checkpoints} if args.checkpoints else {}
+    trained = []
+    for epoch in model.epochs(args.epochs, **checkpoints):  # after a restart: from the checkpoint
         for inputs, targets in model.epoch(epoch):
             maybe_die(epoch)
             nn.functional.mse_loss(model(inputs), targets).backward()
             model.step()
+        trained.append(epoch)
     model.finish()
     return {
+        "epochs": trained,
         "steps": model.training_step,
         "final_loss": full_loss(model),
         "params": [p.detach().flatten().tolist() for p in model.parameters()],
