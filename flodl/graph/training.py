@@ -45,6 +45,9 @@ class TrainingSession(Protocol):
     def set_lr(self, lr: float) -> None: ...
     def set_data_loader(self, graph: nn.Module, loader: Any) -> None: ...
     def epoch(self, epoch: int) -> Any: ...
+    def epochs(
+        self, graph: nn.Module, num_epochs: int, checkpoint_every: int | None, directory: str
+    ) -> Any: ...
     def finish(self) -> None: ...
 
 
@@ -102,6 +105,26 @@ class TrainingMethods:
     def epoch(self, epoch: int) -> Any:
         """The batches of ``epoch`` for this rank: its shard of the attached loader."""
         return self._session("epoch()").epoch(epoch)
+
+    def epochs(
+        self,
+        num_epochs: int,
+        *,
+        checkpoint_every: int | None = None,
+        directory: str = "checkpoints",
+    ) -> Any:
+        """The epochs to train, ``for epoch in model.epochs(n): for batch in model.epoch(epoch)``.
+
+        ``checkpoint_every=k``: rank 0 saves ``<directory>/checkpoint-<epochs done>.fdl`` after
+        every ``k``-th epoch's loop body. Under ``torchrun --max-restarts`` it also saves the
+        optimizer state and training step, and a restarted job starts from the next epoch of
+        the newest checkpoint, its model and optimizer restored on every rank."""
+        return self._session("epochs()").epochs(
+            self,  # type: ignore[arg-type]
+            num_epochs,
+            checkpoint_every,
+            directory,
+        )
 
     def finish(self) -> None:
         """After the loop: wait for this process's background checkpoint saves (raising the

@@ -64,6 +64,7 @@ def save_version(
         log.exception("checkpoint %d failed; training goes on", version)
         return
     if not scope.saves:
+        fn = getattr(fn, "inner", fn)  # a SaveFdl that also writes a restart's training state
         path = str(fn.path(version)) if isinstance(fn, SaveFdl) else None
         timeline.emit("checkpoint_saved", version=version, path=path)
 

@@ -102,6 +102,8 @@ class CoordinatorConfig:
     snapshot_timeout: float = 5.0
     device_indices: list[int] = field(default_factory=list)
     max_batches_per_rank: int | None = None  # FLODL_SMOKE: an epoch is this many batches per rank
+    first_epoch: int = 0  # a resumed run: the epochs before it were trained by an earlier attempt
+    global_step: int = 0  # a resumed run: the global step it starts from
 
     def __post_init__(self) -> None:
         self.world = integer("world", self.world, least=1)
@@ -115,6 +117,12 @@ class CoordinatorConfig:
         if self.checkpoint_every is not None:
             self.checkpoint_every = integer("checkpoint_every", self.checkpoint_every, least=1)
         self.snapshot_timeout = number("snapshot_timeout", self.snapshot_timeout, above=0.0)
+        self.first_epoch = integer("first_epoch", self.first_epoch, least=0)
+        if self.first_epoch >= self.num_epochs:
+            raise TrainerConfigError(
+                f"first_epoch {self.first_epoch}: the run has only {self.num_epochs} epochs"
+            )
+        self.global_step = integer("global_step", self.global_step, least=0)
         if self.dataset_size < self.batch_size * self.world:
             raise TrainerConfigError(
                 f"the dataset has {self.dataset_size} samples, fewer than one batch of "
@@ -165,7 +173,7 @@ class Coordinator:
         self.guard = guard if guard is not None else ConvergenceGuard()
         self.version = 0
         self.avg_count = 0
-        self.global_step = 0
+        self.global_step = config.global_step
         self.steps_since_avg = [0] * w
         self.wall_ms_accum = [0.0] * w
         self.last_step_count = [0] * w
@@ -178,18 +186,18 @@ class Coordinator:
         self.cpu_round: _CpuRound | None = None
         self.abort_count = 0
         self._rounds = 0
-        self.aggregated = -1  # last aggregated epoch
+        self.aggregated = config.first_epoch - 1  # last aggregated epoch
         self.all_done = False
         self.epochs_ready: list[EpochMetrics] = []
         self._messages: dict[int, list[MetricsMsg]] = {}
         # non-progressive dispatch
         self._plans: dict[int, list[EpochPlan]] = {}
-        self._rank_epoch = [-1] * w  # last epoch each rank finished
+        self._rank_epoch = [config.first_epoch - 1] * w  # last epoch each rank finished
         self._waiting: set[int] = set()
         # progressive dispatch
         self.pools: dict[int, ChunkPool] = {}
         self._pool_started: dict[int, float] = {}
-        self._rank_pool = [0] * w  # epoch each rank currently draws from
+        self._rank_pool = [config.first_epoch] * w  # epoch each rank currently draws from
         self._in_flight = [0] * w  # samples dispatched, not yet reported
         self._owed = [0] * w  # plans sent, not yet reported (both dispatch modes)
         self._gated: set[int] = set()  # ranks refused work by the overshoot gate
@@ -203,13 +211,13 @@ class Coordinator:
     # -- start -----------------------------------------------------------------------------------
 
     def start(self, now: float) -> Outbox:
-        """The first plans (epoch 0)."""
+        """The first plans (epoch 0, or ``first_epoch`` of a resumed run)."""
         if self.cfg.is_progressive:
             out: Outbox = []
             for r in range(self.cfg.world):
                 out += self._dispatch_chunk(r, now)
             return out
-        return self._send_plans(0)
+        return self._send_plans(self.cfg.first_epoch)
 
     # -- inputs ----------------------------------------------------------------------------------
 

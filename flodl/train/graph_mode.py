@@ -16,7 +16,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -26,12 +25,21 @@ from torch import nn
 from flodl import checkpoint
 from flodl.log import get_logger, set_rank
 from flodl.monitor import timeline
+from flodl.train.checkpointing import SaveFdl, flush_checkpoints, save_version
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero
-from flodl.train.config import TIMEOUT, number
+from flodl.train.config import TIMEOUT, integer, number
 from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_cadence import Cadence, DdpConfig, devices_differ
-from flodl.train.launch import under_launcher
+from flodl.train.launch import init_launched_group, under_launcher
 from flodl.train.local_step import LocalStep, check_lr_scale, check_scheduler
+from flodl.train.resume import (
+    find_resume,
+    job_token,
+    load_model,
+    restart_attempt,
+    restarts_allowed,
+    write_state,
+)
 
 log = get_logger("flodl.train")
 
@@ -114,7 +122,7 @@ def _join_group(timeout: float) -> tuple[int, int, torch.device, Any] | None:
     elif under_launcher():
         device = _launcher_device()
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+        init_launched_group(backend, timeout)  # this restart attempt's own store keys
         # A gloo group left to interpreter teardown aborts the rank now and then ("terminate
         # called without an active exception"): destroy it at exit, and hold no reference to it
         # (group=None means the default group) so nothing keeps it alive past that.
@@ -308,6 +316,76 @@ class GraphSession:
                 )
         self.loader = loader
         self._graph = weakref.ref(graph)
+
+    def epochs(
+        self,
+        graph: nn.Module,
+        num_epochs: int,
+        checkpoint_every: int | None = None,
+        directory: str = "checkpoints",
+    ) -> Iterator[int]:
+        """``0 .. num_epochs-1``, checkpointing every ``checkpoint_every`` epochs (rank 0, after
+        the loop's body of the epoch ran); after a ``torchrun`` restart, from the next epoch of
+        the newest checkpoint of this job, with its model, optimizer state and training step
+        (see :mod:`flodl.train.resume`)."""
+        num_epochs = integer("num_epochs", num_epochs, least=1)
+        if checkpoint_every is not None:
+            checkpoint_every = integer("checkpoint_every", checkpoint_every, least=1)
+        if not isinstance(directory, str | os.PathLike):
+            raise TrainerConfigError(f"directory must be a path, got {directory!r}")
+        save = SaveFdl(str(directory))
+        token = None
+        if checkpoint_every is not None and restarts_allowed() and self.rank == 0:
+            token = job_token(save)
+        first = self._resume(graph, save, token, num_epochs) if checkpoint_every else 0
+        for epoch in range(first, num_epochs):
+            yield epoch
+            if checkpoint_every and (epoch + 1) % checkpoint_every == 0 and self.rank == 0:
+                version = epoch + 1
+
+                def write(version: int, model: nn.Module, token: str | None = token) -> None:
+                    save(version, model)
+                    if token is not None:
+                        write_state(save, version, self.training_step, self.optimizer, token)
+
+                save_version(write, version, graph)  # logs a failure; training goes on
+        flush_checkpoints()
+
+    def _resume(self, graph: nn.Module, save: SaveFdl, token: str | None, epochs: int) -> int:
+        """The first epoch to train: 0, or after a restart the one after the newest checkpoint
+        of this job, whose model and optimizer state rank 0 reads and every rank then takes."""
+        if restart_attempt() == 0 or not restarts_allowed():
+            return 0
+        point = find_resume(save, token, epochs) if self.rank == 0 else None
+        box: list[Any] = [point]
+        if self.is_distributed:
+            dist.broadcast_object_list(box, src=0, group=self.group)
+        point = box[0]
+        if point is None:
+            if self.rank == 0:
+                log.warning(
+                    "restart %d: no complete checkpoint of this job in %s — training starts "
+                    "again at epoch 0",
+                    restart_attempt(),
+                    save.directory,
+                )
+            return 0
+        if self.rank == 0:
+            load_model(graph, point.model_path)
+            log.warning(
+                "restart %d: resuming from %s (epoch %d of %d, step %d)",
+                restart_attempt(),
+                point.model_path,
+                point.version,
+                epochs,
+                point.global_step,
+            )
+        if self.is_distributed:
+            broadcast_from_rank_zero(list(graph.parameters()) + list(graph.buffers()), self.group)
+        if self.optimizer is not None and point.optimizer is not None:
+            self.optimizer.load_state_dict(point.optimizer)  # rank 0's state, on every rank
+        self.training_step = point.global_step
+        return point.version
 
     def epoch(self, epoch: int) -> Any:
         if self.loader is None:

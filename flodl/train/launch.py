@@ -14,18 +14,30 @@ import types
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from flodl.log import get_logger
 from flodl.monitor import timeline
+from flodl.train.checkpointing import SaveFdl
 from flodl.train.errors import TrainerConfigError
 from flodl.train.metrics import EpochMetrics, RankEvents
+from flodl.train.resume import (
+    ResumePoint,
+    find_resume,
+    job_token,
+    restart_attempt,
+    restarts_allowed,
+)
 from flodl.train.runtime import FINAL_KEY, CoordinatorGone, rank_main, run_single, wait_final
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState, TrainingError
 from flodl.train.transport import KeyStream
+
+log = get_logger("flodl.train")
 
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -347,28 +359,71 @@ class Heartbeats:
         return worst
 
 
+def attempt_prefix() -> str:
+    """The key prefix of this launch attempt in the launcher's store.
+
+    torchrun keeps one store for the whole job, restarts included: a restarted rank that read
+    its group's keys unprefixed could find the previous attempt's (a dead peer's address) and
+    fail to connect, or wait forever. Each attempt (run id, restart count) gets its own keys.
+    """
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return f"flodl/{run}/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+
+
+def init_launched_group(backend: str, timeout: float) -> None:
+    """Join the process group a launcher describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...)
+    under this attempt's own store keys (:func:`attempt_prefix`)."""
+    limit = timedelta(seconds=timeout)
+    store, rank, world = next(dist.rendezvous("env://", timeout=limit))
+    store.set_timeout(limit)
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore(attempt_prefix(), store),
+        rank=rank,
+        world_size=world,
+        timeout=limit,
+    )
+
+
 def run_under_launcher(spec: TrainSpec, on_epoch: Callable[[EpochMetrics], None]) -> TrainedState:
-    """Every rank of a torchrun job calls this; each returns the same averaged state."""
+    """Every rank of a torchrun job calls this; each returns the same averaged state.
+
+    After a restart (``torchrun --max-restarts``) the run resumes from the newest checkpoint its
+    ``checkpoint_every`` wrote in an earlier attempt (see :mod:`flodl.train.resume`).
+    """
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
     if not dist.is_initialized():
-        dist.init_process_group(
-            "nccl" if device.startswith("cuda") else "gloo", timeout=timedelta(seconds=spec.timeout)
-        )
+        init_launched_group("nccl" if device.startswith("cuda") else "gloo", spec.timeout)
+    # MASTER_ADDR is the address of the node hosting rank 0 (every node can reach it), also
+    # when the launcher's rendezvous endpoint is elsewhere.
     host = os.environ["MASTER_ADDR"]
     master = None
+    token = resume = None
     if rank == 0:  # a control store of our own, next to the group's
         master = dist.TCPStore(
             host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=spec.timeout)
         )
-    port_box = [master.port if master is not None else 0]
-    dist.broadcast_object_list(port_box, src=0)
-    port = port_box[0]
+        token, resume = _resume_point(spec)
+    box: list[Any] = [master.port if master is not None else 0, resume]
+    dist.broadcast_object_list(box, src=0)  # only rank 0 reads the checkpoint directory
+    port, resume = int(box[0]), box[1]
     feed = MetricsFeed(host, port, on_epoch) if rank == 0 else None
     gone = False
     try:
-        return rank_main(rank, world, spec, host, port, device, watch_coordinator=True)
+        return rank_main(
+            rank,
+            world,
+            spec,
+            host,
+            port,
+            device,
+            watch_coordinator=True,
+            local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+            resume=resume,
+            resume_token=token,
+        )
     except CoordinatorGone:
         gone = True  # rank 0's store would block every call: skip the release handshake
         raise
@@ -377,6 +432,45 @@ def run_under_launcher(spec: TrainSpec, on_epoch: Callable[[EpochMetrics], None]
             feed.close()
         if not gone:
             _release(master, host, port, world, spec.timeout)
+
+
+def _resume_point(spec: TrainSpec) -> tuple[str | None, ResumePoint | None]:
+    """Rank 0 of a job the launcher may restart: (this job's token, where to resume or None).
+
+    Only ``checkpoint_every`` with the default writer is resumed: a custom ``fn`` saves somewhere
+    the framework does not know, so a restart there starts again from epoch 0 (with a warning).
+    """
+    if not (restarts_allowed() and spec.checkpoint_every):
+        return None, None
+    save = spec.checkpoint_fn
+    if not isinstance(save, SaveFdl):
+        if restart_attempt() > 0:
+            log.warning(
+                "restart %d: checkpoint_every has a custom fn, so there is nothing the trainer "
+                "can resume from — training starts again at epoch 0",
+                restart_attempt(),
+            )
+        return None, None
+    token = job_token(save)
+    resume = find_resume(save, token, spec.epochs()) if restart_attempt() > 0 else None
+    if restart_attempt() > 0:
+        if resume is None:
+            log.warning(
+                "restart %d: no complete checkpoint of this job in %s — training starts again "
+                "at epoch 0",
+                restart_attempt(),
+                save.directory,
+            )
+        else:
+            log.warning(
+                "restart %d: resuming from %s (epoch %d of %d, global step %d)",
+                restart_attempt(),
+                resume.model_path,
+                resume.version,
+                spec.epochs(),
+                resume.global_step,
+            )
+    return token, resume
 
 
 def _release(

@@ -21,7 +21,7 @@ from flodl.data.sources import as_source, require_samples
 from flodl.log import get_logger, set_rank
 from flodl.monitor import timeline
 from flodl.train.averaging import final_state
-from flodl.train.checkpointing import flush_checkpoints, save_version
+from flodl.train.checkpointing import SaveFdl, flush_checkpoints, save_version
 from flodl.train.coordinator import Coordinator, CoordinatorConfig
 from flodl.train.errors import TrainerConfigError
 from flodl.train.guard import ConvergenceGuard
@@ -34,6 +34,7 @@ from flodl.train.messages import (
     SyncAck,
 )
 from flodl.train.metrics import EpochMetrics, MetricsMsg, RankEvents, aggregate_epoch_metrics
+from flodl.train.resume import ResumableCheckpoint, ResumePoint, load_model
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState, TrainingError
 from flodl.train.transport import (
@@ -54,7 +55,13 @@ log = get_logger("flodl.train")
 
 
 def _build(
-    spec: TrainSpec, rank: int, world: int, device: torch.device, channel=None, collective=None
+    spec: TrainSpec,
+    rank: int,
+    world: int,
+    device: torch.device,
+    channel=None,
+    collective=None,
+    resume: ResumePoint | None = None,
 ) -> Worker:
     dataset = spec.resolve_dataset()
     model = spec.model_factory(device)
@@ -64,14 +71,18 @@ def _build(
         )
     model = model.to(device)
     model.train()
+    if resume is not None and rank == 0:  # only rank 0 reads the file; the broadcast does the rest
+        load_model(model, resume.model_path)
     if world > 1:  # every replica starts from rank 0's weights
         for t in [*model.parameters(), *model.buffers()]:
             dist.broadcast(t.data, src=0)
     optimizer = spec.optim_factory(model.parameters())
+    if resume is not None and resume.optimizer is not None:
+        optimizer.load_state_dict(resume.optimizer)  # rank 0's state, on every rank
     scale = (
         1.0 + (world - 1) * spec.lr_scale_ratio if world > 1 and spec.lr_scale_ratio > 0 else 1.0
     )
-    return Worker(
+    worker = Worker(
         rank=rank,
         world=world,
         device=device,
@@ -92,6 +103,9 @@ def _build(
         collective=collective,
         sample_resources=spec.monitor_resources and world > 1,
     )
+    if resume is not None:  # the scheduler goes on from the global step of the checkpoint
+        worker.global_step = worker.ctx.global_step = resume.global_step
+    return worker
 
 
 def built_scheduler(spec: TrainSpec, world: int) -> Any:
@@ -148,16 +162,22 @@ def rank_main(
     device: str,
     *,
     watch_coordinator: bool = False,
+    local_world: int | None = None,
+    resume: ResumePoint | None = None,
+    resume_token: str | None = None,
 ) -> TrainedState:
     """One rank's process: join the group, train under the coordinator, return the final state.
 
     ``watch_coordinator`` (under a launcher, where no supervising process of ours watches rank 0):
     a rank waiting for work gives up once rank 0's control store has been silent for the run's
-    timeout, raising :class:`CoordinatorGone` instead of waiting forever.
+    timeout, raising :class:`CoordinatorGone` instead of waiting forever. ``local_world``: the
+    ranks on this machine (default ``world``), which share its cores. ``resume``: start after
+    that checkpoint; ``resume_token`` (rank 0): write a restart's training state with every
+    checkpoint (see :mod:`flodl.train.resume`).
     """
     set_rank(rank)
     torch_device = torch.device(device)
-    threads = spec.threads_per_rank or max(1, (os.cpu_count() or 1) // world)
+    threads = intra_op_threads(spec.threads_per_rank, local_world or world)
     if torch_device.type == "cpu":
         torch.set_num_threads(threads)
     if torch_device.type == "cuda":
@@ -183,8 +203,10 @@ def rank_main(
             host, port, rank, watch=heartbeat if watched else None, limit=spec.timeout
         )
         if rank == 0:
-            coordinator = CoordinatorThread(spec, world, host, port)
-        worker = _build(spec, rank, world, torch_device, channel, GlooCollective(world))
+            coordinator = CoordinatorThread(spec, world, host, port, resume)
+        worker = _build(spec, rank, world, torch_device, channel, GlooCollective(world), resume)
+        if resume_token is not None and isinstance(worker.checkpoint_fn, SaveFdl):
+            worker.checkpoint_fn = ResumableCheckpoint(worker.checkpoint_fn, worker, resume_token)
         if coordinator is not None:
             coordinator.start()
         log.info("rank %d of %d joined on %s", rank, world, device)
@@ -207,6 +229,12 @@ def rank_main(
             if dist.is_initialized():
                 dist.destroy_process_group()
             heartbeat.stop()
+
+
+def intra_op_threads(requested: int | None, local_world: int) -> int:
+    """A CPU rank's intra-op threads: as requested, else an equal share of this machine's cores
+    between the ranks on this machine (on several machines, not the whole world)."""
+    return requested or max(1, (os.cpu_count() or 1) // max(local_world, 1))
 
 
 class CoordinatorGone(TrainingError):
@@ -233,8 +261,11 @@ def wait_final(store: dist.TCPStore, timeout: float) -> TrainedState:
     return state
 
 
-def coordinator_for(spec: TrainSpec, world: int, dataset_size: int) -> Coordinator:
-    """The coordinator, El Che and convergence guard a run's settings describe (pure objects)."""
+def coordinator_for(
+    spec: TrainSpec, world: int, dataset_size: int, resume: ResumePoint | None = None
+) -> Coordinator:
+    """The coordinator, El Che and convergence guard a run's settings describe (pure objects);
+    with ``resume``, starting after its epochs and at its global step."""
     cfg = CoordinatorConfig(
         world=world,
         num_epochs=spec.epochs(),
@@ -249,6 +280,8 @@ def coordinator_for(spec: TrainSpec, world: int, dataset_size: int) -> Coordinat
         checkpoint_every=spec.checkpoint_every,
         snapshot_timeout=spec.snapshot_timeout,
         max_batches_per_rank=spec.max_batches(),
+        first_epoch=resume.version if resume is not None else 0,
+        global_step=resume.global_step if resume is not None else 0,
     )
     el_che = spec.el_che.build(world)
     guard = ConvergenceGuard(spec.divergence_threshold, enabled=spec.divergence_guard)
@@ -258,12 +291,14 @@ def coordinator_for(spec: TrainSpec, world: int, dataset_size: int) -> Coordinat
 class CoordinatorThread(threading.Thread):
     """Hosts the pure :class:`Coordinator` in rank 0's process and publishes epochs and the result."""
 
-    def __init__(self, spec: TrainSpec, world: int, host: str, port: int) -> None:
+    def __init__(
+        self, spec: TrainSpec, world: int, host: str, port: int, resume: ResumePoint | None = None
+    ) -> None:
         super().__init__(name="flodl-coordinator", daemon=True)
         self.spec, self.world = spec, world
         self.channel = CoordinatorChannel(host, port, world)
         self.coord = coordinator_for(
-            spec, world, require_samples(as_source(spec.resolve_dataset()))
+            spec, world, require_samples(as_source(spec.resolve_dataset())), resume
         )
         self._metrics = KeyWriter(self.channel.store, "metrics")
         self._late_events: list[dict[str, Any]] = []  # sent with the ranks' Exiting messages

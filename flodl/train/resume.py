@@ -1,0 +1,152 @@
+"""Resuming a launched run after ``torchrun --max-restarts`` restarted it.
+
+Under a launcher that may restart the job (``TORCHELASTIC_MAX_RESTARTS`` > 0), rank 0 writes,
+next to every checkpoint's model file (:class:`SaveFdl`: Builder mode's ``checkpoint_every``,
+Graph mode's ``model.epochs(n, checkpoint_every=k)``), a small training-state file: the version
+(epochs done), the step the scheduler stands at when that many epochs are done, rank 0's
+optimizer state and the job's token. The token is fresh for each job (attempt 0 writes it to
+``<directory>/resume-token``), so a restart never picks up the checkpoints of an earlier job that
+used the same directory. On a restart (``TORCHELASTIC_RESTART_COUNT`` > 0) rank 0 finds the
+newest version whose two files are both complete and carry the job's token; every rank then
+starts from that model and optimizer state at the next epoch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flodl.checkpoint import load_checkpoint
+from flodl.checkpoint.methods import CheckpointMethods
+from flodl.log import get_logger
+from flodl.train.checkpointing import SaveFdl
+
+log = get_logger("flodl.train")
+
+TOKEN_FILE = "resume-token"
+_STATE = re.compile(r"checkpoint-(\d+)\.train\.pt$")
+
+
+def restart_attempt() -> int:
+    """Which attempt of a launched job this is: 0 first, N after N restarts (0 without a launcher)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def restarts_allowed() -> bool:
+    """Whether the launcher may restart this job (``torchrun --max-restarts N``, N >= 1)."""
+    return int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0
+
+
+def state_path(save: SaveFdl, version: int) -> Path:
+    """The training-state file that goes with ``save.path(version)``."""
+    return Path(save.directory) / f"checkpoint-{version:04d}.train.pt"
+
+
+def _write_atomically(path: Path, write: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def job_token(save: SaveFdl) -> str | None:
+    """This job's token: a fresh one on attempt 0 (written for later attempts), else the written one."""
+    path = Path(save.directory) / TOKEN_FILE
+    if restart_attempt() == 0:
+        token = uuid.uuid4().hex
+        _write_atomically(path, lambda tmp: tmp.write_text(token + "\n"))
+        return token
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+@dataclass
+class ResumePoint:
+    """Where a restarted run starts: after ``version`` epochs, from these files."""
+
+    version: int
+    global_step: int
+    model_path: str
+    optimizer: dict[str, Any] | None
+
+
+def write_state(save: SaveFdl, version: int, global_step: int, optimizer: Any, token: str) -> None:
+    """The training state of checkpoint ``version``, next to its model file (atomic).
+
+    Synchronous: ``torch.save`` serialises the optimizer's live tensors now, at this version.
+    """
+    state = {
+        "version": version,
+        "global_step": global_step,
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "token": token,
+    }
+    _write_atomically(state_path(save, version), lambda tmp: torch.save(state, tmp))
+
+
+class ResumableCheckpoint:
+    """``checkpoint_every``'s writer plus the training state a restart resumes from (rank 0).
+
+    ``worker`` is the rank's :class:`~flodl.train.worker.Worker`: its optimizer state is saved
+    with the model, and the global step at which ``version`` epochs are done.
+    """
+
+    def __init__(self, save: SaveFdl, worker: Any, token: str) -> None:
+        self.inner, self.worker, self.token = save, worker, token
+
+    def __call__(self, version: int, model: torch.nn.Module) -> None:
+        self.inner(version, model)
+        worker = self.worker
+        per_epoch = worker.dataset_size // worker.batch_size  # every rank's batches of an epoch
+        if worker.max_batches is not None:  # a smoke run's shorter epochs
+            per_epoch = min(per_epoch, worker.max_batches * worker.world)
+        # Where the scheduler stands when epoch `version` starts in an uninterrupted run.
+        write_state(self.inner, version, version * per_epoch, worker.optimizer, self.token)
+
+
+def find_resume(save: SaveFdl, token: str | None, epochs: int) -> ResumePoint | None:
+    """The newest complete checkpoint of this job with epochs left to train, if any."""
+    if token is None:
+        return None
+    directory = Path(save.directory)
+    found = []
+    for path in directory.glob("checkpoint-*.train.pt") if directory.is_dir() else []:
+        match = _STATE.search(path.name)
+        if match is not None and int(match.group(1)) < epochs:
+            found.append((int(match.group(1)), path))
+    for version, path in sorted(found, reverse=True):
+        model_path = save.path(version)
+        if not model_path.is_file():  # killed before the background write finished
+            continue
+        try:
+            state = torch.load(path, weights_only=True)
+        except Exception as err:
+            log.warning("cannot read %s (%s): trying an older checkpoint", path, err)
+            continue
+        if state.get("token") != token:
+            continue  # an earlier job's file in the same directory
+        return ResumePoint(
+            version, int(state["global_step"]), str(model_path), state.get("optimizer")
+        )
+    return None
+
+
+def load_model(model: torch.nn.Module, path: str) -> None:
+    """Load a checkpoint written by :class:`SaveFdl` into ``model`` (same architecture)."""
+    if isinstance(model, CheckpointMethods):
+        model.load_checkpoint(path)
+    elif callable(load := getattr(model, "load_checkpoint", None)):
+        load(path)  # the model saved itself (SaveFdl called its save_checkpoint)
+    else:
+        load_checkpoint(path, list(model.named_parameters()), list(model.named_buffers()))

@@ -1,0 +1,230 @@
+"""Multi-node and restarts, as a user runs them: real ``torchrun`` jobs on loopback.
+
+Two ``torchrun`` "nodes" (``--nnodes 2``, c10d rendezvous on 127.0.0.1, one rank each) must train
+what one node with two ranks trains: Graph mode the same parameters, Builder mode (whose averaging
+windows depend on dispatch timing) a final loss in the same band. Under ``--max-restarts 1`` a
+rank that dies mid-epoch must not cost the run: the framework resumes from the last
+``checkpoint_every`` snapshot, with no resume code in the script (tests/train/torchrun_job.py).
+Every job runs with one thread per rank and a bounded time; whatever it started is killed at
+the end, failed or not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from flodl.train.runtime import intra_op_threads
+from tests.conftest import REPO_ROOT, clean_env
+
+JOB = str(REPO_ROOT / "tests" / "train" / "torchrun_job.py")
+LIMIT_S = 100  # per test: every torchrun job of it together
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Jobs:
+    """``torchrun`` processes started by a test; :meth:`close` kills what is left of them."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.deadline = time.monotonic() + LIMIT_S
+
+    def start(self, *torchrun_args: str, job_args: list[str], log: Path) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", *torchrun_args, JOB, *job_args],
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=clean_env(OMP_NUM_THREADS="1"),
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def wait(self, proc: subprocess.Popen, log: Path) -> None:
+        try:
+            code = proc.wait(timeout=max(self.deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"torchrun did not finish within {LIMIT_S} s:\n{log.read_text()[-3000:]}")
+        assert code == 0, log.read_text()[-3000:]
+
+    def close(self) -> None:
+        """Kill every process still running: torchrun and the ranks it started (each rank runs
+        in a session of its own, so killing torchrun's process group would miss them)."""
+        for proc in self.procs:
+            if proc.poll() is not None:
+                continue
+            try:
+                family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(True)]
+            except psutil.NoSuchProcess:
+                continue
+            for p in family:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.send_signal(signal.SIGKILL)
+            psutil.wait_procs(family, timeout=10)
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def jobs():
+    started = Jobs()
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def results(out: Path) -> dict[tuple[int, int], dict]:
+    """What each rank wrote, by (rank, attempt)."""
+    found = {}
+    for path in out.glob("rank*-attempt*.json"):
+        data = json.loads(path.read_text())
+        found[data["rank"], data["attempt"]] = data
+    return found
+
+
+def one_node(jobs: Jobs, out: Path, *job_args: str, restarts: int = 0) -> dict:
+    out.mkdir()
+    log = out / "torchrun.log"
+    args = ["--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts)]
+    jobs.wait(jobs.start(*args, job_args=["--out", str(out), *job_args], log=log), log)
+    return results(out)
+
+
+def two_nodes(jobs: Jobs, out: Path, *job_args: str) -> dict:
+    """Two torchrun agents, one rank each, meeting at a c10d rendezvous on loopback."""
+    out.mkdir()
+    endpoint = f"127.0.0.1:{free_port()}"
+    run_id = uuid.uuid4().hex[:8]
+    started = []
+    for node in (0, 1):
+        log = out / f"node{node}.log"
+        args = [
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(node),
+            "--nproc-per-node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            endpoint,
+            "--rdzv-id",
+            run_id,
+        ]
+        started.append((jobs.start(*args, job_args=["--out", str(out), *job_args], log=log), log))
+    for proc, log in started:
+        jobs.wait(proc, log)
+    return results(out)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_two_nodes_train_the_graph_mode_parameters_of_one_node(jobs, tmp_path):
+    single = one_node(jobs, tmp_path / "one", "--mode", "graph")
+    multi = two_nodes(jobs, tmp_path / "two", "--mode", "graph")
+    assert sorted(multi) == sorted(single) == [(0, 0), (1, 0)]
+    # Node 1's only rank is global rank 1 but local rank 0, on a node of one rank.
+    assert multi[1, 0]["local_rank"] == 0 and multi[1, 0]["world"] == 2
+    assert multi[0, 0]["params"] == multi[1, 0]["params"]  # the ranks agree
+    for a, b in zip(single[0, 0]["params"], multi[0, 0]["params"], strict=True):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+    assert multi[0, 0]["steps"] == single[0, 0]["steps"] == 4 * 512 // 16 // 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_two_nodes_train_the_builder_mode_loss_of_one_node(jobs, tmp_path):
+    single = one_node(jobs, tmp_path / "one", "--mode", "builder")
+    multi = two_nodes(jobs, tmp_path / "two", "--mode", "builder")
+    assert sorted(multi) == sorted(single) == [(0, 0), (1, 0)]
+    assert multi[1, 0]["local_rank"] == 0 and multi[1, 0]["world"] == 2
+    assert multi[0, 0]["params"] == multi[1, 0]["params"]  # every rank's join() is the average
+    assert multi[0, 0]["epochs"] == [0, 1, 2, 3]
+    # Not bit-reproducible (averaging windows follow dispatch timing): the same band.
+    assert multi[0, 0]["final_loss"] == pytest.approx(single[0, 0]["final_loss"], rel=0.3)
+    assert multi[0, 0]["final_loss"] < multi[0, 0]["losses"][0] / 10
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_rank_killed_mid_epoch_resumes_from_the_last_checkpoint(jobs, tmp_path):
+    whole = one_node(jobs, tmp_path / "whole", "--mode", "builder", restarts=1)
+    ck = tmp_path / "restarted" / "ck"
+    restarted = one_node(
+        jobs,
+        tmp_path / "restarted",
+        "--mode",
+        "builder",
+        "--checkpoints",
+        str(ck),
+        "--kill-epoch",
+        "2",
+        restarts=1,
+    )
+    assert (tmp_path / "restarted" / "killed").read_text() == "rank 1 died in epoch 2\n"
+    assert sorted(restarted) == [(0, 1), (1, 1)]  # attempt 0 died: only the restart finished
+    log = (tmp_path / "restarted" / "torchrun.log").read_text()
+    assert "restart 1: resuming from" in log and "checkpoint-0002.fdl (epoch 2 of 4" in log
+    resumed, reference = restarted[0, 1], whole[0, 0]
+    assert resumed["epochs"] == [2, 3]  # epochs 0 and 1 came from the checkpoint
+    # Its first epoch trains on from the checkpoint, not from scratch (epoch 0's loss)...
+    assert resumed["losses"][0] < reference["losses"][0] / 4
+    # ...and the run ends in the uninterrupted run's band.
+    assert resumed["final_loss"] == pytest.approx(reference["final_loss"], rel=0.3)
+    assert resumed["params"] == restarted[1, 1]["params"]
+    assert (ck / "checkpoint-0004.fdl").is_file() and (ck / "checkpoint-0004.train.pt").is_file()
+
+
+def test_cpu_ranks_share_the_cores_of_their_own_machine():
+    assert intra_op_threads(None, 2) == max(1, (os.cpu_count() or 1) // 2)
+    # One rank per node of a two-node job: it has its machine to itself.
+    assert intra_op_threads(None, 1) == max(1, os.cpu_count() or 1)
+    assert intra_op_threads(3, 1) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_graph_mode_resumes_to_the_parameters_of_the_uninterrupted_run(jobs, tmp_path):
+    whole = one_node(jobs, tmp_path / "whole", "--mode", "graph", restarts=1)
+    ck = tmp_path / "restarted" / "ck"
+    restarted = one_node(
+        jobs,
+        tmp_path / "restarted",
+        "--mode",
+        "graph",
+        "--checkpoints",
+        str(ck),
+        "--kill-epoch",
+        "2",
+        restarts=1,
+    )
+    assert (tmp_path / "restarted" / "killed").is_file()
+    assert sorted(restarted) == [(0, 1), (1, 1)]
+    assert (
+        "checkpoint-0002.fdl (epoch 2 of 4, step 32)"
+        in (tmp_path / "restarted" / "torchrun.log").read_text()
+    )
+    resumed, reference = restarted[0, 1], whole[0, 0]
+    assert reference["epochs"] == [0, 1, 2, 3] and resumed["epochs"] == [2, 3]
+    assert resumed["steps"] == reference["steps"] == 64  # the training step was restored
+    # Lockstep Graph mode is deterministic: model, optimizer state and data order all resume.
+    for a, b in zip(reference["params"], resumed["params"], strict=True):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+    assert resumed["params"] == restarted[1, 1]["params"]
