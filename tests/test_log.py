@@ -174,3 +174,20 @@ def test_fdl_flags_export_flodl_verbosity(monkeypatch, flag, exported):
         assert flog.parse_verbosity(os.environ["FLODL_VERBOSITY"]) == int(exported)
     finally:
         console.configure(verbosity=console.NORMAL, no_color=False, env=None)
+
+
+def test_library_code_never_prints():
+    """Diagnostics go through the ``flodl.*`` loggers (silent by default) and the monitor writes
+    to the stream it was given: a ``print`` in the library would bypass both."""
+    import ast
+    from pathlib import Path
+
+    import flodl
+
+    offenders = []
+    for path in Path(flodl.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            func = getattr(node, "func", None)
+            if isinstance(node, ast.Call) and isinstance(func, ast.Name) and func.id == "print":
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []

@@ -155,7 +155,7 @@ class Monitor:
     def _say(self, text: str, *, err: bool = False) -> None:
         stream = sys.stderr if err and self._stream is not None else self._stream
         if stream is not None:
-            print(text, file=stream, flush=True)
+            _write_line(stream, text)
 
     # -- dashboard ----------------------------------------------------------------------------
 
@@ -417,7 +417,7 @@ class Monitor:
             line = epoch_line(
                 epoch, self.num_epochs, duration, values, eta, resources, color=self._color(stream)
             )
-            print(line, file=stream, flush=True)
+            _write_line(stream, line)
         if self._server is not None:
             self._server.log.publish("epoch", record.to_json())
         self._last_log = time.monotonic()  # the next epoch starts now (this call not counted)
@@ -444,7 +444,7 @@ class Monitor:
         self.close()
         stop = SmokeBudgetReached(len(self._records))
         if self.rank == 0:
-            print(stop, file=sys.stderr, flush=True)
+            _write_line(sys.stderr, str(stop))
         raise stop
 
     def sample_resources(self) -> ResourceSample:
@@ -682,3 +682,10 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+def _write_line(stream: Any, text: str) -> None:
+    """The monitor's console output (epoch lines, notices): one line, flushed at once so it
+    interleaves correctly with the user's own output and survives a crash right after."""
+    stream.write(text + "\n")
+    stream.flush()
