@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,15 +24,7 @@ from tests.conftest import REPO_ROOT, clean_env
     ],
 )
 def test_benchmark_smoke_run_writes_a_complete_report(tmp_path, script, stem, rows, ratios):
-    proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "benchmarks" / script), "--smoke", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=clean_env(),
-        timeout=900,  # a hang guard only: the run takes seconds
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_smoke(script, tmp_path)
     report = json.loads((tmp_path / f"{stem}.json").read_text())
     assert len(report["rows"]) == rows  # every model x mode (every case) ran
     for row in report["rows"]:
@@ -61,15 +54,20 @@ def test_benchmark_rejects_unknown_models(tmp_path):
     ],
 )
 def test_observation_benchmarks_still_run(tmp_path, script, stem, cases):
-    proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "benchmarks" / script), "--smoke", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=clean_env(),
-        timeout=900,  # a hang guard only
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_smoke(script, tmp_path)
     rows = json.loads((tmp_path / f"{stem}.json").read_text())["rows"]
     assert len(rows) == cases
     assert all(math.isfinite(row["ratio"]) and row["ratio"] > 0 for row in rows), rows
+
+
+def run_smoke(script: str, out: Path) -> None:
+    """``benchmarks/<script> --smoke --out <out>``, which must succeed."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / script), "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=out,
+        env=clean_env(),
+        timeout=900,  # a hang guard only: the run takes seconds
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -165,19 +165,7 @@ def test_two_nodes_train_the_builder_mode_loss_of_one_node(jobs, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_rank_killed_mid_epoch_resumes_from_the_last_checkpoint(jobs, tmp_path):
-    whole = one_node(jobs, tmp_path / "whole", "--mode", "builder", restarts=1)
-    ck = tmp_path / "restarted" / "ck"
-    restarted = one_node(
-        jobs,
-        tmp_path / "restarted",
-        "--mode",
-        "builder",
-        "--checkpoints",
-        str(ck),
-        "--kill-epoch",
-        "2",
-        restarts=1,
-    )
+    whole, restarted, ck = killed_and_whole(jobs, tmp_path, "builder")
     assert (tmp_path / "restarted" / "killed").read_text() == "rank 1 died in epoch 2\n"
     assert sorted(restarted) == [(0, 1), (1, 1)]  # attempt 0 died: only the restart finished
     log = (tmp_path / "restarted" / "torchrun.log").read_text()
@@ -202,19 +190,7 @@ def test_cpu_ranks_share_the_cores_of_their_own_machine():
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_graph_mode_resumes_to_the_parameters_of_the_uninterrupted_run(jobs, tmp_path):
-    whole = one_node(jobs, tmp_path / "whole", "--mode", "graph", restarts=1)
-    ck = tmp_path / "restarted" / "ck"
-    restarted = one_node(
-        jobs,
-        tmp_path / "restarted",
-        "--mode",
-        "graph",
-        "--checkpoints",
-        str(ck),
-        "--kill-epoch",
-        "2",
-        restarts=1,
-    )
+    whole, restarted, _ = killed_and_whole(jobs, tmp_path, "graph")
     assert (tmp_path / "restarted" / "killed").is_file()
     assert sorted(restarted) == [(0, 1), (1, 1)]
     assert (
@@ -228,3 +204,17 @@ def test_graph_mode_resumes_to_the_parameters_of_the_uninterrupted_run(jobs, tmp
     for a, b in zip(reference["params"], resumed["params"], strict=True):
         assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
     assert resumed["params"] == restarted[1, 1]["params"]
+
+
+def killed_and_whole(jobs, tmp_path: Path, mode: str):
+    """An uninterrupted run and one whose rank 1 dies in epoch 2 (both under --max-restarts 1),
+    and the restarted run's checkpoint directory."""
+    whole = one_node(jobs, tmp_path / "whole", "--mode", mode, restarts=1)
+    ck = tmp_path / "restarted" / "ck"
+    restarted = one_node(
+        jobs,
+        tmp_path / "restarted",
+        *("--mode", mode, "--checkpoints", str(ck), "--kill-epoch", "2"),
+        restarts=1,
+    )
+    return whole, restarted, ck
