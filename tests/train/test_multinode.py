@@ -137,11 +137,7 @@ def two_nodes(jobs: Jobs, out: Path, *job_args: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_two_nodes_train_the_graph_mode_parameters_of_one_node(jobs, tmp_path):
-    single = one_node(jobs, tmp_path / "one", "--mode", "graph")
-    multi = two_nodes(jobs, tmp_path / "two", "--mode", "graph")
-    assert sorted(multi) == sorted(single) == [(0, 0), (1, 0)]
-    # Node 1's only rank is global rank 1 but local rank 0, on a node of one rank.
-    assert multi[1, 0]["local_rank"] == 0 and multi[1, 0]["world"] == 2
+    single, multi = one_and_two_nodes(jobs, tmp_path, "graph")
     assert multi[0, 0]["params"] == multi[1, 0]["params"]  # the ranks agree
     for a, b in zip(single[0, 0]["params"], multi[0, 0]["params"], strict=True):
         assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
@@ -151,10 +147,7 @@ def test_two_nodes_train_the_graph_mode_parameters_of_one_node(jobs, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_two_nodes_train_the_builder_mode_loss_of_one_node(jobs, tmp_path):
-    single = one_node(jobs, tmp_path / "one", "--mode", "builder")
-    multi = two_nodes(jobs, tmp_path / "two", "--mode", "builder")
-    assert sorted(multi) == sorted(single) == [(0, 0), (1, 0)]
-    assert multi[1, 0]["local_rank"] == 0 and multi[1, 0]["world"] == 2
+    single, multi = one_and_two_nodes(jobs, tmp_path, "builder")
     assert multi[0, 0]["params"] == multi[1, 0]["params"]  # every rank's join() is the average
     assert multi[0, 0]["epochs"] == [0, 1, 2, 3]
     # Not bit-reproducible (averaging windows follow dispatch timing): the same band.
@@ -218,3 +211,13 @@ def killed_and_whole(jobs, tmp_path: Path, mode: str):
         restarts=1,
     )
     return whole, restarted, ck
+
+
+def one_and_two_nodes(jobs, tmp_path: Path, mode: str):
+    """The same job on one node of two ranks and on two loopback nodes of one rank each."""
+    single = one_node(jobs, tmp_path / "one", "--mode", mode)
+    multi = two_nodes(jobs, tmp_path / "two", "--mode", mode)
+    assert sorted(multi) == sorted(single) == [(0, 0), (1, 0)]
+    # Node 1's only rank is global rank 1 but local rank 0, on a node of one rank.
+    assert multi[1, 0]["local_rank"] == 0 and multi[1, 0]["world"] == 2
+    return single, multi
