@@ -127,7 +127,6 @@ def _join_group(timeout: float) -> tuple[int, int, torch.device, Any] | None:
         # called without an active exception"): destroy it at exit, and hold no reference to it
         # (group=None means the default group) so nothing keeps it alive past that.
         atexit.register(_destroy_group)
-        sys.excepthook = _note_crash(sys.excepthook)
         world = dist.get_world_size()
     else:
         return None
@@ -144,9 +143,6 @@ def _launcher_device() -> torch.device:
     return torch.device("cpu")
 
 
-_exit_state = {"crashed": False}
-
-
 def _destroy_group() -> None:
     """Wait for every rank to be done, then destroy the group (``model.finish()``, and at exit).
 
@@ -158,20 +154,15 @@ def _destroy_group() -> None:
     """
     if not dist.is_initialized():
         return
-    if not _exit_state["crashed"] and dist.get_backend() == "gloo":
+    # The interpreter sets sys.last_value when it reports an uncaught exception, before the
+    # atexit handlers run: no global excepthook has to be replaced to know the script crashed.
+    crashed = getattr(sys, "last_value", None) is not None
+    if not crashed and dist.get_backend() == "gloo":
         try:
             dist.barrier()
         except Exception:
             return  # a peer is gone: leave the group to the process exit
     dist.destroy_process_group()
-
-
-def _note_crash(hook: Callable[..., Any]) -> Callable[..., Any]:
-    def excepthook(*args: Any) -> Any:
-        _exit_state["crashed"] = True
-        return hook(*args)
-
-    return excepthook
 
 
 class GraphSession:

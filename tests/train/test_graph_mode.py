@@ -428,3 +428,42 @@ def test_graph_mode_finish_waits_for_background_saves_and_raises_their_failure(t
     model.save_checkpoint(tmp_path / "missing" / "x.fdl", background=True)
     with pytest.raises(fl.CheckpointError, match="directory exists"):
         model.finish()
+
+
+TORCHRUN_TWO_RANKS = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+TORCHRUN_TWO_RANKS += ["--nproc-per-node", "2"]
+CRASHING_RANK = """
+import os, sys, time, torch, flodl as fl
+from torch import nn
+model = fl.FlowBuilder(nn.Linear(4, 1)).build()
+fl.Trainer.setup(model, None, lambda p: torch.optim.SGD(p, lr=0.1), timeout=60)
+if os.environ["RANK"] == "1":
+    raise RuntimeError("rank 1 fails")
+time.sleep(40)  # rank 0 is still training when rank 1 dies
+open(sys.argv[1], "w").write("rank 0 finished")
+model.finish()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_an_uncaught_exception_ends_the_torchrun_job_at_once(tmp_path):
+    """A rank that crashes skips the exit barrier (it knows from the interpreter, not from a
+    replaced sys.excepthook), so the launcher sees it fail and stops rank 0 mid-training
+    instead of the crashed rank waiting in the barrier for rank 0 to finish."""
+    from tests.conftest import clean_env
+
+    script, marker = tmp_path / "crash.py", tmp_path / "finished"
+    script.write_text(CRASHING_RANK)
+    result = subprocess.run(
+        [*TORCHRUN_TWO_RANKS, str(script), str(marker)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(OMP_NUM_THREADS="1"),
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "RuntimeError: rank 1 fails" in result.stderr
+    assert not marker.exists()  # rank 0 was stopped before its 40 s of training ended
+    assert sys.excepthook is sys.__excepthook__  # nothing global replaced in this process either
