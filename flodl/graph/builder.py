@@ -98,7 +98,6 @@ class FlowBuilder:
         self._output_site: CallSite | None = None
         self._tag_groups: dict[str, list[str]] = {}
         self._label: str | None = None
-        self._label_site: CallSite | None = None
         self._internal: dict[str, CallSite | None] = {}
         self._built = False
         self._failed_split = False  # so that the merge closing a broken split adds no noise
@@ -412,7 +411,6 @@ class FlowBuilder:
                 "labels are segments of dotted paths like 'encoder.hidden'",
             )
         self._label = name
-        self._label_site = site
         return self
 
     def internal(self, *tags: str) -> FlowBuilder:
