@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+import flodl as fl
 from flodl.train import ApplyPolicy, TrainerConfigError
 from flodl.train.checkpointing import SaveFdl
 from flodl.train.coordinator import Coordinator, CoordinatorConfig
@@ -144,6 +145,7 @@ def test_graph_epochs_resumes_a_restarted_job_on_one_device(tmp_path, monkeypatc
         model.step()
         if model.training_step == 2:
             break  # "killed" in epoch 1: checkpoint 1 is the last complete one
+    fl.checkpoint.flush()  # checkpoint 1 is written in the background: let it complete
     weights = model.parameters().__next__().detach().clone()
     attempt(monkeypatch, 1)
     restarted = graph_model()
