@@ -33,11 +33,11 @@ from flodl.train.graph_cadence import Cadence, DdpConfig, devices_differ
 from flodl.train.launch import init_launched_group, under_launcher
 from flodl.train.local_step import LocalStep, check_lr_scale, check_scheduler
 from flodl.train.resume import (
-    find_resume,
     job_token,
     load_model,
     restart_attempt,
     restarts_allowed,
+    resume_point,
     write_state,
 )
 
@@ -347,30 +347,15 @@ class GraphSession:
         of this job, whose model and optimizer state rank 0 reads and every rank then takes."""
         if restart_attempt() == 0 or not restarts_allowed():
             return 0
-        point = find_resume(save, token, epochs) if self.rank == 0 else None
+        point = resume_point(save, token, epochs) if self.rank == 0 else None
         box: list[Any] = [point]
         if self.is_distributed:
             dist.broadcast_object_list(box, src=0, group=self.group)
         point = box[0]
         if point is None:
-            if self.rank == 0:
-                log.warning(
-                    "restart %d: no complete checkpoint of this job in %s — training starts "
-                    "again at epoch 0",
-                    restart_attempt(),
-                    save.directory,
-                )
             return 0
         if self.rank == 0:
             load_model(graph, point.model_path)
-            log.warning(
-                "restart %d: resuming from %s (epoch %d of %d, step %d)",
-                restart_attempt(),
-                point.model_path,
-                point.version,
-                epochs,
-                point.global_step,
-            )
         if self.is_distributed:
             broadcast_from_rank_zero(list(graph.parameters()) + list(graph.buffers()), self.group)
         if self.optimizer is not None and point.optimizer is not None:

@@ -27,10 +27,10 @@ from flodl.train.errors import TrainerConfigError
 from flodl.train.metrics import EpochMetrics, RankEvents
 from flodl.train.resume import (
     ResumePoint,
-    find_resume,
     job_token,
     restart_attempt,
     restarts_allowed,
+    resume_point,
 )
 from flodl.train.runtime import FINAL_KEY, CoordinatorGone, rank_main, run_single, wait_final
 from flodl.train.spec import TrainSpec
@@ -452,24 +452,7 @@ def _resume_point(spec: TrainSpec) -> tuple[str | None, ResumePoint | None]:
             )
         return None, None
     token = job_token(save)
-    resume = find_resume(save, token, spec.epochs()) if restart_attempt() > 0 else None
-    if restart_attempt() > 0:
-        if resume is None:
-            log.warning(
-                "restart %d: no complete checkpoint of this job in %s — training starts again "
-                "at epoch 0",
-                restart_attempt(),
-                save.directory,
-            )
-        else:
-            log.warning(
-                "restart %d: resuming from %s (epoch %d of %d, global step %d)",
-                restart_attempt(),
-                resume.model_path,
-                resume.version,
-                spec.epochs(),
-                resume.global_step,
-            )
+    resume = resume_point(save, token, spec.epochs()) if restart_attempt() > 0 else None
     return token, resume
 
 

@@ -13,6 +13,7 @@ starts from that model and optimizer state at the next epoch.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import uuid
@@ -24,6 +25,7 @@ import torch
 
 from flodl.checkpoint import load_checkpoint
 from flodl.checkpoint.methods import CheckpointMethods
+from flodl.checkpoint.streams import open_destination
 from flodl.log import get_logger
 from flodl.train.checkpointing import SaveFdl
 
@@ -48,14 +50,12 @@ def state_path(save: SaveFdl, version: int) -> Path:
     return Path(save.directory) / f"checkpoint-{version:04d}.train.pt"
 
 
-def _write_atomically(path: Path, write: Any) -> None:
+def _write_atomically(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, complete or not at all (the checkpoint layer's atomic, fsynced write):
+    a kill mid-write must never leave a torn file for the next attempt to trust."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with open_destination(path, compress=False) as out:
+        out.write(data)
 
 
 def job_token(save: SaveFdl) -> str | None:
@@ -63,7 +63,7 @@ def job_token(save: SaveFdl) -> str | None:
     path = Path(save.directory) / TOKEN_FILE
     if restart_attempt() == 0:
         token = uuid.uuid4().hex
-        _write_atomically(path, lambda tmp: tmp.write_text(token + "\n"))
+        _write_atomically(path, f"{token}\n".encode())
         return token
     try:
         return path.read_text().strip() or None
@@ -92,7 +92,9 @@ def write_state(save: SaveFdl, version: int, global_step: int, optimizer: Any, t
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "token": token,
     }
-    _write_atomically(state_path(save, version), lambda tmp: torch.save(state, tmp))
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    _write_atomically(state_path(save, version), buffer.getvalue())
 
 
 class ResumableCheckpoint:
@@ -140,6 +142,29 @@ def find_resume(save: SaveFdl, token: str | None, epochs: int) -> ResumePoint | 
             version, int(state["global_step"]), str(model_path), state.get("optimizer")
         )
     return None
+
+
+def resume_point(save: SaveFdl, token: str | None, epochs: int) -> ResumePoint | None:
+    """Rank 0 of a restarted attempt: :func:`find_resume`, and a warning saying what happens
+    (training goes on from that checkpoint, or starts again at epoch 0)."""
+    point = find_resume(save, token, epochs)
+    if point is None:
+        log.warning(
+            "restart %d: no complete checkpoint of this job in %s — training starts again at "
+            "epoch 0",
+            restart_attempt(),
+            save.directory,
+        )
+    else:
+        log.warning(
+            "restart %d: resuming from %s (epoch %d of %d, step %d)",
+            restart_attempt(),
+            point.model_path,
+            point.version,
+            epochs,
+            point.global_step,
+        )
+    return point
 
 
 def load_model(model: torch.nn.Module, path: str) -> None:
