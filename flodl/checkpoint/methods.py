@@ -54,35 +54,32 @@ class CheckpointMethods:
         ``background=True`` returns once the tensors are copied to CPU and writes the file on a
         background thread (``fl.checkpoint.flush()`` waits for it and raises its error).
         """
+        if rust_compatible:
+            from flodl.checkpoint.rust_graph import rust_layout
+
+            layout = rust_layout(self)
+            named = dict([*self.named_parameters(), *self.named_buffers()])  # type: ignore[attr-defined]
+            params = [(rust, named[py]) for rust, py in layout.params]
+            buffers = [(rust, named[py]) for rust, py in layout.buffers]
+            structural_hash: str | bytes | None = layout.hash
+        else:
+            params = list(self.named_parameters())  # type: ignore[attr-defined]
+            buffers = list(self.named_buffers())  # type: ignore[attr-defined]
+            structural_hash = _structural_hash(self)
         # A host that knows where training stands (a Graph set up for Graph mode: its step)
         # labels the save for the save listeners.
         labels = getattr(self, "_checkpoint_tags", None)
         with listeners.save_tags(**(labels() if callable(labels) else {})):
-            if rust_compatible:
-                from flodl.checkpoint.rust_graph import rust_layout
-
-                layout = rust_layout(self)
-                named = dict([*self.named_parameters(), *self.named_buffers()])  # type: ignore[attr-defined]
-                save_checkpoint(
-                    path,
-                    [(rust, named[py]) for rust, py in layout.params],
-                    [(rust, named[py]) for rust, py in layout.buffers],
-                    layout.hash,
-                    checksum=checksum,
-                    compress=compress,
-                    rust_compatible=True,
-                    background=background,
-                )
-            else:
-                save_checkpoint(
-                    path,
-                    list(self.named_parameters()),  # type: ignore[attr-defined]
-                    list(self.named_buffers()),  # type: ignore[attr-defined]
-                    _structural_hash(self),
-                    checksum=checksum,
-                    compress=compress,
-                    background=background,
-                )
+            save_checkpoint(
+                path,
+                params,
+                buffers,
+                structural_hash,
+                checksum=checksum,
+                compress=compress,
+                rust_compatible=rust_compatible,
+                background=background,
+            )
         if self.source_config is not None and is_path(path):
             write_source_config(path, self.source_config)
 
