@@ -191,7 +191,7 @@ def _check(graph: Any) -> list[tuple[Any, str, str | None]]:
         counter = node.id.rsplit("_", 1)[-1]
         if counter != str(expected):
             raise _fail(graph, node, "its id does not follow the original's node numbering")
-        if node.refs or node.options.get("writes_state"):
+        if node.refs or node.writes_state:
             raise _fail(graph, node, "using() references are not mapped")
         if node.kind in _MODULE_STEP_KINDS:
             module = graph.module_of(node.id) if node.attr else None
@@ -205,7 +205,7 @@ def _check(graph: Any) -> list[tuple[Any, str, str | None]]:
         elif node.kind == "add":
             out.append((node, node.id, None))
         elif node.kind == "merge":
-            op = node.options.get("op")
+            op = node.options.op
             if getattr(op, "kind", None) not in _MERGE_OPS:
                 raise _fail(graph, node, f"the original merges only with ADD and MEAN, not {op}")
             out.append((node, node.id, None))

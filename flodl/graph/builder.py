@@ -21,7 +21,25 @@ from flodl.graph.codegen import RESERVED_NAMES
 from flodl.graph.composites import Gate, Loop, Map, Switch
 from flodl.graph.errors import BuildIssue, GraphBuildError, NotBuiltError
 from flodl.graph.merge import MergeOp
-from flodl.graph.nodes import Node, Ref
+from flodl.graph.nodes import (
+    AddOptions,
+    GateOptions,
+    IdentityOptions,
+    InputOptions,
+    LoopKind,
+    LoopOptions,
+    MapMode,
+    MapOptions,
+    MergeOptions,
+    ModuleOptions,
+    Node,
+    NodeKind,
+    Options,
+    Ref,
+    ScanOptions,
+    ScanStateOptions,
+    SwitchOptions,
+)
 from flodl.nn.fn import Fn
 
 if TYPE_CHECKING:
@@ -103,7 +121,7 @@ class FlowBuilder:
         self._failed_split = False  # so that the merge closing a broken split adds no noise
         self._unfinished: dict[int, tuple[str, CallSite | None]] = {}  # loop_body/map not ended
         if entry is None:
-            node = self._add_node("identity", "identity", "FlowBuilder", site, [])
+            node = self._add_node("identity", IdentityOptions(), "FlowBuilder", site, [])
         else:
             module = self._coerce(entry, "FlowBuilder", site)
             if module is None:
@@ -148,16 +166,29 @@ class FlowBuilder:
         return f"{prefix}_{self._counter}"
 
     def _add_node(
-        self, prefix: str, kind: str, method: str, site: CallSite | None, inputs: list[str], **kw
+        self,
+        prefix: str,
+        options: Options,
+        method: str,
+        site: CallSite | None,
+        inputs: list[str],
+        branch: int | None = None,
     ) -> Node:
-        node = Node(self._new_id(prefix), kind, method, site, list(inputs), **kw)
+        node = Node(self._new_id(prefix), method, site, options, list(inputs), branch=branch)
         self._nodes.append(node)
         return node
 
     def _add_module_node(
-        self, module: nn.Module, method: str, site: CallSite | None, inputs: list[str], **kw
+        self,
+        module: nn.Module,
+        method: str,
+        site: CallSite | None,
+        inputs: list[str],
+        branch: int | None = None,
+        options: Options | None = None,
     ) -> Node:
-        node = self._add_node(node_prefix(module), "module", method, site, inputs, **kw)
+        options = options if options is not None else ModuleOptions()
+        node = self._add_node(node_prefix(module), options, method, site, inputs, branch)
         self._modules[node.id] = module
         return node
 
@@ -242,7 +273,7 @@ class FlowBuilder:
         if (ready := self._on_stream("also", step)) is not None:
             site, prev, (module,) = ready
             inner = self._add_module_node(module, "also", site, [prev])
-            add = self._add_node("add", "add", "also", site, [prev, inner.id])
+            add = self._add_node("add", AddOptions(), "also", site, [prev, inner.id])
             self._advance(add, inner)
         return self
 
@@ -252,7 +283,7 @@ class FlowBuilder:
             site, prev, (skip_m, main_m) = ready
             s = self._add_module_node(skip_m, "also_with", site, [prev], branch=0)
             m = self._add_module_node(main_m, "also_with", site, [prev], branch=1)
-            add = self._add_node("add", "add", "also_with", site, [s.id, m.id])
+            add = self._add_node("add", AddOptions(), "also_with", site, [s.id, m.id])
             self._advance(add, m)
         return self
 
@@ -311,7 +342,7 @@ class FlowBuilder:
                 "merge",
                 "open streams with .split(a, b, ...) before merging",
             )
-        node = self._add_node("merge", "merge", "merge", site, self._streams, options={"op": op})
+        node = self._add_node("merge", MergeOptions(op), "merge", site, self._streams)
         self._advance(node)
         return self
 
@@ -345,10 +376,10 @@ class FlowBuilder:
     def _resolve_later(self, ref: Ref) -> None:
         """Wire a ref whose tag was defined after the ``using`` that names it."""
         node = self._node(self._tags[ref.tag])
-        if node.kind == "input":  # inputs exist from the start of the pass: a same-pass wire
+        if node.kind is NodeKind.INPUT:  # inputs exist from the start of the pass: same-pass
             ref.source = node.id
         else:  # a forward ref: the node stores its value for the next call
-            node.options["writes_state"] = sorted({*node.options.get("writes_state", ()), ref.tag})
+            node.writes_state = sorted({*node.writes_state, ref.tag})
 
     def _node(self, node_id: str) -> Node:
         for node in self._nodes:
@@ -454,8 +485,7 @@ class FlowBuilder:
                 self._fail(f"input '{name}' conflicts with the existing tag '{name}'{where}",
                            site, "input")  # fmt: skip
                 continue
-            node = self._add_node(f"input_{name}", "input", "input", site, [])
-            node.options["name"] = name
+            node = self._add_node(f"input_{name}", InputOptions(name), "input", site, [])
             if default is not _NO_DEFAULT:
                 self._defaults[name] = default
             self._inputs.append(name)
@@ -487,8 +517,8 @@ class FlowBuilder:
             return self._fail("using has no step to wire into", site, "using")
         for target_id in targets:
             node = self._node(target_id)
-            if node.kind not in ("module", "loop", "gate", "switch"):
-                what = {"identity": "the identity entry", "input": "an input"}.get(
+            if node.kind not in _RECEIVES_REFS:
+                what = {NodeKind.IDENTITY: "the identity entry", NodeKind.INPUT: "an input"}.get(
                     node.kind, f"the {node.kind} node '{node.id}'"
                 )
                 self._fail(
@@ -531,18 +561,18 @@ class FlowBuilder:
         self._unfinished.pop(id(pending), None)
 
     def _add_loop(
-        self, body: Step, kind: str, n: int, cond: Step | None, site: CallSite | None
+        self, body: Step, kind: LoopKind, n: int, cond: Step | None, site: CallSite | None
     ) -> FlowBuilder:
-        method = {"for_n": "for_n", "while": "while_cond", "until": "until_cond"}[kind]
+        method = _LOOP_METHODS[kind]
         prev = self._single(method, site)
         body_m = self._coerce(body, method, site)
         cond_m = self._coerce(cond, method, site) if cond is not None else None
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            what = "n" if kind == "for_n" else "max_iter"
+            what = "n" if kind is LoopKind.FOR_N else "max_iter"
             return self._fail(f"{method}: {what} must be an integer >= 1 (got {n!r})", site, method)
         if prev is None or body_m is None or (cond is not None and cond_m is None):
             return self
-        node = self._add_node("loop", "loop", method, site, [prev], options={"kind": kind, "n": n})
+        node = self._add_node("loop", LoopOptions(kind, n), method, site, [prev])
         self._modules[node.id] = Loop(body_m, kind, n, cond_m)
         self._advance(node)
         return self
@@ -567,7 +597,8 @@ class FlowBuilder:
         modules = [m for m in coerced if m is not None]
         if router_m is None or len(modules) != len(coerced):
             return self
-        node = self._add_node(method, method, method, site, [prev], options={"n": len(modules)})
+        options = GateOptions(len(modules)) if method == "gate" else SwitchOptions(len(modules))
+        node = self._add_node(method, options, method, site, [prev])
         composite = Gate(router_m, modules) if method == "gate" else Switch(router_m, modules)
         self._modules[node.id] = composite
         self._advance(node)
@@ -578,15 +609,21 @@ class FlowBuilder:
         return MapBuilder(self, body, callsite.capture())
 
     def _add_map(
-        self, body: Step, mode: str, batched: bool, site: CallSite | None, tag: str = "", n: int = 0
+        self,
+        body: Step,
+        mode: MapMode,
+        batched: bool,
+        site: CallSite | None,
+        tag: str = "",
+        n: int = 0,
     ) -> FlowBuilder:
-        method = mode
+        method = mode.value
         prev = self._single(method, site)
         body_m = self._coerce(body, method, site)
-        if mode == "slices" and (not isinstance(n, int) or n < 1):
+        if mode is MapMode.SLICES and (not isinstance(n, int) or n < 1):
             return self._fail(f"slices: n must be an integer >= 1 (got {n!r})", site, method)
         source = prev
-        if mode == "over":
+        if mode is MapMode.OVER:
             if tag in self._tag_groups:
                 members = ", ".join(repr(m) for m in self._tag_groups[tag])
                 return self._fail(
@@ -608,8 +645,8 @@ class FlowBuilder:
             source = self._tags[tag]
         if prev is None or source is None or body_m is None:
             return self
-        opts = {"mode": mode, "batched": batched, "n": n, "over": tag or None}
-        node = self._add_node("map", "map", method, site, [source], options=opts)
+        opts = MapOptions(mode, batched, n, tag or None)
+        node = self._add_node("map", opts, method, site, [source])
         self._modules[node.id] = Map(body_m, mode, n, batched)
         self._advance(node)
         return self
@@ -662,11 +699,9 @@ class FlowBuilder:
                 return self
         if prev is None or module is None:
             return self
-        opts: dict[str, Any] = {"dim": dim, "state": source}
-        node = self._add_module_node(module, "scan", site, [prev], options=opts)
-        node.kind = "scan"
+        node = self._add_module_node(module, "scan", site, [prev], options=ScanOptions(dim, source))
         if final is not None:
-            holder = self._add_node("scan_state", "scan_state", "scan", site, [node.id])
+            holder = self._add_node("scan_state", ScanStateOptions(), "scan", site, [node.id])
             self._set_tag(final, holder.id, site)
         self._advance(node)
         return self
@@ -833,16 +868,18 @@ class FlowBuilder:
                 continue
             module = self._modules[node.id]
             receiver = {
-                "loop": lambda m: m.body,
-                "gate": lambda m: m.router,
-                "switch": lambda m: m.selector,
+                NodeKind.LOOP: lambda m: m.body,
+                NodeKind.GATE: lambda m: m.router,
+                NodeKind.SWITCH: lambda m: m.selector,
             }.get(node.kind, lambda m: m)(module)
             problem = _ref_call_problem(receiver, node.refs)
             if problem:
                 tags = ", ".join(repr(r.tag) for r in node.refs)
-                what = {"loop": "loop body", "gate": "router", "switch": "selector"}.get(
-                    node.kind, "module"
-                )
+                what = {
+                    NodeKind.LOOP: "loop body",
+                    NodeKind.GATE: "router",
+                    NodeKind.SWITCH: "selector",
+                }.get(node.kind, "module")
                 issues.append(
                     BuildIssue(
                         f"node '{node.id}' cannot receive refs {tags}: its {what} "
@@ -909,22 +946,22 @@ def _receivers(node: Node, module: Any) -> list[tuple[str, nn.Module, list[Ref]]
     ``module`` is the node's module, whose type follows ``node.kind`` (a Gate for "gate"...).
     """
     refs = node.refs
-    if node.kind == "loop":
+    if node.kind is NodeKind.LOOP:
         cond = getattr(module, "cond", None)
         return [("loop body", module.body, refs)] + (
             [("halting condition", cond, [])] if cond else []
         )
-    if node.kind == "gate":
+    if node.kind is NodeKind.GATE:
         experts: list[tuple[str, nn.Module, list[Ref]]] = [
             (f"expert {i}", e, []) for i, e in enumerate(module.experts)
         ]
         return [("router", module.router, refs), *experts]
-    if node.kind == "switch":
+    if node.kind is NodeKind.SWITCH:
         branches: list[tuple[str, nn.Module, list[Ref]]] = [
             (f"branch {i}", b, []) for i, b in enumerate(module.branches)
         ]
         return [("selector", module.selector, refs), *branches]
-    if node.kind == "map":
+    if node.kind is NodeKind.MAP:
         return [("map body", module.body, [])]
     return [("", module, refs)]
 
@@ -957,6 +994,14 @@ def _ref_call_problem(module: nn.Module, refs: list[Ref]) -> str | None:
         return f"does not accept them ({exc}; forward{signature})"
     return None
 
+
+_LOOP_METHODS = {
+    LoopKind.FOR_N: "for_n",
+    LoopKind.WHILE: "while_cond",
+    LoopKind.UNTIL: "until_cond",
+}
+# The kinds whose module receives ``using`` refs (a loop's body, a gate's router, ...).
+_RECEIVES_REFS = frozenset({NodeKind.MODULE, NodeKind.LOOP, NodeKind.GATE, NodeKind.SWITCH})
 
 _ENDINGS = {
     "loop_body": ".for_n(n), .while_cond(cond, max_iter) or .until_cond(cond, max_iter)",
@@ -999,15 +1044,19 @@ class LoopBuilder(_Pending):
 
     def for_n(self, n: int) -> FlowBuilder:
         """Run the body exactly ``n`` times (gradients flow through every iteration)."""
-        return self._finish()._add_loop(self._body, "for_n", n, None, callsite.capture())
+        return self._finish()._add_loop(self._body, LoopKind.FOR_N, n, None, callsite.capture())
 
     def while_cond(self, cond: Step, max_iter: int) -> FlowBuilder:
         """Check ``cond`` before each iteration (``> 0`` halts): the body runs 0..max_iter times."""
-        return self._finish()._add_loop(self._body, "while", max_iter, cond, callsite.capture())
+        return self._finish()._add_loop(
+            self._body, LoopKind.WHILE, max_iter, cond, callsite.capture()
+        )
 
     def until_cond(self, cond: Step, max_iter: int) -> FlowBuilder:
         """Check ``cond`` after each iteration (``> 0`` halts): the body runs 1..max_iter times."""
-        return self._finish()._add_loop(self._body, "until", max_iter, cond, callsite.capture())
+        return self._finish()._add_loop(
+            self._body, LoopKind.UNTIL, max_iter, cond, callsite.capture()
+        )
 
 
 class MapBuilder(_Pending):
@@ -1026,14 +1075,14 @@ class MapBuilder(_Pending):
 
     def each(self) -> FlowBuilder:
         """Apply the body to each element along dim 0 of the stream; outputs are concatenated."""
-        return self._finish()._add_map(self._body, "each", self._batched, callsite.capture())
+        return self._finish()._add_map(self._body, MapMode.EACH, self._batched, callsite.capture())
 
     def over(self, tag: str) -> FlowBuilder:
         """Apply the body to each element of a tagged value (a tensor along dim 0, or a list)."""
         site = callsite.capture()
-        return self._finish()._add_map(self._body, "over", self._batched, site, _text(tag))
+        return self._finish()._add_map(self._body, MapMode.OVER, self._batched, site, _text(tag))
 
     def slices(self, n: int) -> FlowBuilder:
         """Split the last dim into ``n`` slices, apply the body to each, concatenate the results."""
         site = callsite.capture()
-        return self._finish()._add_map(self._body, "slices", self._batched, site, n=n)
+        return self._finish()._add_map(self._body, MapMode.SLICES, self._batched, site, n=n)

@@ -20,7 +20,16 @@ from typing import Any
 
 from torch import nn
 
-from flodl.graph.nodes import Node, Ref
+from flodl.graph.nodes import (
+    GateOptions,
+    InputOptions,
+    LoopKind,
+    LoopOptions,
+    MergeOptions,
+    Node,
+    Ref,
+    ScanOptions,
+)
 from flodl.graph.profile import UNTIMED_KINDS
 from flodl.graph.scan import emit_scan, state_local
 from flodl.nn.fn import Fn
@@ -110,7 +119,9 @@ def generate(
         identifier(node.id)
     for name in inputs:
         identifier(name)
-    var: dict[str, str] = {n.id: n.options["name"] for n in nodes if n.kind == "input"}
+    var: dict[str, str] = {
+        n.id: n.options.name for n in nodes if isinstance(n.options, InputOptions)
+    }
     state_slots: dict[str, str] = {}  # forward-referenced tag -> local holding last call's value
     for node in nodes:
         for leaf in (leaf for ref in node.refs for leaf in ref.leaves()):
@@ -181,7 +192,7 @@ def generate(
         module: Any = modules.get(node.id)
         own = f"_m[{literal(node.attr)}]" if node.attr else ""  # only kinds with a module use it
         if node.kind in ("identity", "input"):  # the value is an argument of forward
-            var[node.id] = "input" if node.kind == "identity" else node.options["name"]
+            var[node.id] = "input" if node.kind == "identity" else node.opts(InputOptions).name
         else:
             var[node.id] = v
         if node.kind in ("identity", "input"):
@@ -194,9 +205,13 @@ def generate(
         elif node.kind == "add":
             w.emit(f"{v} = {var[node.inputs[0]]} + {var[node.inputs[1]]}", 2, node.id)
         elif node.kind == "merge":
-            expr = node.options["op"].expression([var[i] for i in node.inputs])
+            expr = node.opts(MergeOptions).op.expression([var[i] for i in node.inputs])
             w.emit(f"{v} = {expr}", 2, node.id)
-        elif node.kind == "loop" and node.options["kind"] == "for_n" and module.inlinable():
+        elif (
+            isinstance(node.options, LoopOptions)
+            and node.options.kind is LoopKind.FOR_N
+            and module.inlinable()
+        ):
             body = f"_b_{node.id}"
             w.emit(f"{body} = {own}.body", 2, node.id)
             refs = []
@@ -206,7 +221,7 @@ def generate(
                 refs.append(Ref(ref.tag, ref.keyword, ref.site, source=f"@{tmp}"))
                 var[f"@{tmp}"] = tmp
             w.emit(f"{v} = {primary}", 2, node.id)
-            w.emit(f"for _i_{node.id} in range({int(node.options['n'])}):", 2, node.id)
+            w.emit(f"for _i_{node.id} in range({int(node.options.n)}):", 2, node.id)
             w.emit(f"{v} = {call(body, module.body, v, refs)}", 3, node.id, "loop")
         elif node.kind == "gate":
             weights = f"_w_{node.id}"
@@ -216,7 +231,7 @@ def generate(
                 node.id,
                 "router",
             )
-            n = int(node.options["n"])
+            n = int(node.opts(GateOptions).n)
             experts = [f"_g{i}_{node.id}" for i in range(n)]
             outs = [f"_o{i}_{node.id}" for i in range(n)]
             w.emit(f"{', '.join(experts)}, = {own}.experts", 2, node.id)
@@ -241,16 +256,14 @@ def generate(
         elif node.kind == "map":
             w.emit(f"{v} = {own}.run({primary})", 2, node.id)
         elif node.kind == "scan":
-            source = node.options.get("state")
-            initial = var[source] if source is not None else "None"
-            emit_scan(
-                w.emit, node.id, invoke(own, module), primary, node.options["dim"], initial, v, 2
-            )
+            scan = node.opts(ScanOptions)
+            initial = var[scan.state] if scan.state is not None else "None"
+            emit_scan(w.emit, node.id, invoke(own, module), primary, scan.dim, initial, v, 2)
         elif node.kind == "scan_state":  # the value is the scan's carried state: no code
             var[node.id] = state_local(node.inputs[0])
         else:  # pragma: no cover - the builder creates no other kinds
             raise AssertionError(f"unknown node kind {node.kind}")
-        for tag in node.options.get("writes_state", ()):
+        for tag in node.writes_state:
             w.emit(f"_st[{literal(tag)}] = {var[node.id]}", 2, node.id)
         if timed:
             w.emit(f"_prof.append(({literal(node.id)}, _now() - _t))", 2)

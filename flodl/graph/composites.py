@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from flodl.graph.nodes import LoopKind, MapMode
+
 
 def call_with_refs(module: Any, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Call ``module`` with the primary stream and its refs, as the builder wired them.
@@ -57,7 +59,7 @@ class Loop(nn.Module):
     def __init__(
         self,
         body: nn.Module,
-        kind: str,
+        kind: LoopKind | str,
         n: int,
         cond: nn.Module | None = None,
     ) -> None:
@@ -65,16 +67,21 @@ class Loop(nn.Module):
         self.body = body
         if cond is not None:
             self.cond = cond
-        self.kind = kind
+        self.kind = LoopKind(kind)
         self.n = n
         self.traces: list[torch.Tensor] = []
         self.named_traces: dict[str, list[torch.Tensor]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = nn.Module.__getstate__(self).copy()
+        state["kind"] = self.kind.value  # the plain name: pickles do not depend on the enum
         state["traces"], state["named_traces"] = [], {}  # per-forward values, never saved
         state.pop("_hook_cache", None)  # bound methods of the body: found again after loading
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.__dict__["kind"] = LoopKind(self.kind)
 
     def _hooks(self) -> tuple[Any, Any]:
         """(what resets the body before a run or None, the body's ``trace`` or None), looked up
@@ -140,7 +147,7 @@ class Loop(nn.Module):
         }
 
     def extra_repr(self) -> str:
-        return f"kind={self.kind}, {'n' if self.kind == 'for_n' else 'max_iter'}={self.n}"
+        return f"kind={self.kind}, {'n' if self.kind is LoopKind.FOR_N else 'max_iter'}={self.n}"
 
     def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         return self.run(x, args, kwargs)
@@ -180,7 +187,7 @@ class Loop(nn.Module):
         kwargs = kwargs or {}
         state = x
         trace = self._begin()
-        if self.kind == "for_n":
+        if self.kind is LoopKind.FOR_N:
             for i in range(self.n):
                 state = self._step(state, args, kwargs, i)
                 if trace is not None:
@@ -188,7 +195,7 @@ class Loop(nn.Module):
             return state
         done: torch.Tensor | None = None
         for i in range(self.n):
-            if self.kind == "while":
+            if self.kind is LoopKind.WHILE:
                 stop, done = self._check_halt(state, i, done)
                 if stop:
                     break
@@ -196,7 +203,7 @@ class Loop(nn.Module):
             state = new if done is None else self._keep(done, state, new)
             if trace is not None:
                 self._keep_trace(trace, i)
-            if self.kind == "until" and i < self.n - 1:
+            if self.kind is LoopKind.UNTIL and i < self.n - 1:
                 stop, done = self._check_halt(state, i, done)
                 if stop:
                     break
@@ -327,15 +334,26 @@ class Map(nn.Module):
 
     node_name = "map"
 
-    def __init__(self, body: nn.Module, mode: str, n: int = 0, batched: bool = False) -> None:
+    def __init__(
+        self, body: nn.Module, mode: MapMode | str, n: int = 0, batched: bool = False
+    ) -> None:
         super().__init__()
         self.body = body
-        self.mode = mode
+        self.mode = MapMode(mode)
         self.n = n
         self.batched = batched
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = nn.Module.__getstate__(self).copy()
+        state["mode"] = self.mode.value  # the plain name: pickles do not depend on the enum
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.__dict__["mode"] = MapMode(self.mode)
+
     def extra_repr(self) -> str:
-        extra = f", n={self.n}" if self.mode == "slices" else ""
+        extra = f", n={self.n}" if self.mode is MapMode.SLICES else ""
         return f"mode={self.mode}{extra}, batched={self.batched}"
 
     def forward(self, x: Any) -> Any:
@@ -356,7 +374,7 @@ class Map(nn.Module):
     def run(self, x: Any) -> Any:
         if isinstance(x, list | tuple):
             return [self.body(item) for item in x]
-        if self.mode != "slices":
+        if self.mode is not MapMode.SLICES:
             return self._each(x)
         if x.dim() < 2:
             raise ValueError(f"map slices({self.n}): input must be at least 2-d (got {x.dim()}-d)")

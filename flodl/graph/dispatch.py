@@ -36,6 +36,8 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _module_mod
 
+from flodl.graph.nodes import LoopKind, LoopOptions, NodeKind
+
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
 
@@ -141,14 +143,14 @@ def plan(graph: Graph) -> Plan:
         attr = node.attr
         if attr is None:  # inputs, merges and other steps that hold no module
             continue
-        if node.kind in ("module", "scan"):
+        if node.kind in (NodeKind.MODULE, NodeKind.SCAN):
             if not _named(graph._modules[attr], node.refs):
                 result.reach(graph, attr, True)
-        elif node.kind == "loop" and node.options["kind"] == "for_n":
+        elif isinstance(node.options, LoopOptions) and node.options.kind is LoopKind.FOR_N:
             loop = result.reach(graph, attr, False)
             if not _named(loop.body, node.refs):
                 result.reach(loop, "body", True)
-        elif node.kind == "gate":
+        elif node.kind is NodeKind.GATE:
             gate = result.reach(graph, attr, False)
             if not _named(gate.router, node.refs):
                 result.reach(gate, "router", True)

@@ -26,7 +26,7 @@ from flodl.graph import dispatch
 from flodl.graph.codegen import generate
 from flodl.graph.errors import GraphInputError
 from flodl.graph.hashing import structural_hash
-from flodl.graph.nodes import Node
+from flodl.graph.nodes import InputOptions, LoopOptions, MergeOptions, Node, NodeKind
 from flodl.graph.observe import Metrics, ObservationMethods
 from flodl.graph.profile import ProfilingMethods, now, record
 from flodl.graph.timing import TimingMethods
@@ -50,7 +50,12 @@ class UnknownTagError(FlodlError, KeyError):
 
 def _missing_input(graph: Graph, name: str) -> None:
     declared = next(
-        (n.where for n in graph.nodes if n.kind == "input" and n.options["name"] == name), ""
+        (
+            n.where
+            for n in graph.nodes
+            if isinstance(n.options, InputOptions) and n.options.name == name
+        ),
+        "",
     )
     raise GraphInputError(
         f"missing graph input '{name}' (declared by {declared}): call it as {graph._signature()}"
@@ -81,13 +86,13 @@ def _add_node_note(graph: Graph, exc: BaseException) -> None:
     node = graph.node(node_id)
     if detail == "loop" and tb is not None:
         i = tb.tb_frame.f_locals.get(f"_i_{node_id}")
-        detail = f"iteration {i + 1} of {node.options['n']}" if i is not None else ""
+        detail = f"iteration {i + 1} of {node.opts(LoopOptions).n}" if i is not None else ""
     try:
         inner = exc.__dict__.pop("_flodl_detail", None)
         trail: list[tuple[Graph, Node, str]] = exc.__dict__.setdefault("_flodl_trail", [])
     except AttributeError:
         return
-    if not trail and node.kind in ("merge", "add") and tb is not None:
+    if not trail and node.kind in (NodeKind.MERGE, NodeKind.ADD) and tb is not None:
         exc.__dict__["_flodl_operands"] = _operand_shapes(graph, node, tb.tb_frame.f_locals)
     trail.append((graph, node, inner or detail))
     note = _render_note(trail) + exc.__dict__.get("_flodl_operands", "")
@@ -102,15 +107,21 @@ def _add_node_note(graph: Graph, exc: BaseException) -> None:
 def _operand_shapes(graph: Graph, node: Node, values: dict[str, Any]) -> str:
     """Each operand of a merge (or a residual add) with its shape and the builder call that
     made it: a shape mismatch names every branch, not only the merge."""
-    what = f"merge ({node.options['op']!r})" if node.kind == "merge" else "residual add"
+    merge = node.options.op if isinstance(node.options, MergeOptions) else None
+    what = f"merge ({merge!r})" if merge is not None else "residual add"
     lines = [f"\n  the {what} combines:"]
     for k, source in enumerate(node.inputs):
         producer = graph.node(source)
-        names: dict[str, str] = {"identity": "input", "input": str(producer.options.get("name"))}
-        value = values.get(names.get(producer.kind, f"v_{source}"))
+        if producer.kind is NodeKind.IDENTITY:
+            name = "input"
+        elif isinstance(producer.options, InputOptions):
+            name = producer.options.name
+        else:
+            name = f"v_{source}"
+        value = values.get(name)
         found = getattr(value, "shape", None)
         shape = tuple(found) if found is not None else type(value).__name__
-        if node.kind == "merge":
+        if merge is not None:
             role = f"branch {k}"
         elif node.method == "also_with":
             role = ("the skip path", "the main path")[k]

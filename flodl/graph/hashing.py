@@ -125,7 +125,7 @@ def _module_fingerprint(module: nn.Module, out: list[str], prefix: str = "") -> 
 def structural_hash(graph: Graph) -> str:
     parts: list[str] = []
     for node in graph.nodes:
-        options = sorted((k, repr(v)) for k, v in node.options.items())
+        options = sorted((k, repr(v)) for k, v in node.serialized_options().items())
         parts.append(f"N{node.id}|{node.kind}|{options}|{node.inputs}")
         for ref in node.refs:
             parts.append(f"r{ref.tag}|{ref.keyword}|{ref.source}")

@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from flodl.graph.nodes import NodeKind
+
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
 
 
 # Node kinds the profiling forward does not time: they run no code (the value is an argument,
 # or a scan's carried state, timed with the scan).
-UNTIMED_KINDS = ("identity", "input", "scan_state")
+UNTIMED_KINDS = frozenset({NodeKind.IDENTITY, NodeKind.INPUT, NodeKind.SCAN_STATE})
 
 
 def now() -> float:
@@ -153,7 +155,7 @@ def levels(graph: Graph) -> dict[str, int]:
     """Topological level of every node: inputs are -1, a node is 1 + its deepest input."""
     out: dict[str, int] = {}
     for node in graph.nodes:
-        if node.kind in ("identity", "input"):
+        if node.kind in (NodeKind.IDENTITY, NodeKind.INPUT):
             out[node.id] = -1
             continue
         sources = [leaf.source for r in node.refs for leaf in r.leaves()]
@@ -162,7 +164,7 @@ def levels(graph: Graph) -> dict[str, int]:
     return out
 
 
-COMPOSITE_KINDS = ("loop", "gate", "switch", "map")
+COMPOSITE_KINDS = frozenset({NodeKind.LOOP, NodeKind.GATE, NodeKind.SWITCH, NodeKind.MAP})
 
 
 def _top_graphs(module: nn.Module) -> list[tuple[str, Graph]]:

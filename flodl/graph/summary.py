@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
+from flodl.graph.nodes import MergeOptions
+
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
     from flodl.graph.nodes import Ref
@@ -64,8 +66,8 @@ def summarize(graph: Graph, indent: str = "", prefix: str = "") -> str:
     for node in graph.nodes:
         module = graph.module_of(node.id) if node.attr else None
         what = _describe(module) if module is not None else node.kind
-        if node.kind == "merge":
-            what = f"merge {node.options['op']!r}"
+        if isinstance(node.options, MergeOptions):
+            what = f"merge {node.options.op!r}"
         tags = f"  #{' #'.join(node.tags)}" if node.tags else ""
         refs = ""
         if node.refs:

@@ -31,6 +31,7 @@ import torch
 
 from flodl.graph.composites import Loop
 from flodl.graph.errors import TraceError
+from flodl.graph.nodes import NodeKind
 
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
@@ -93,7 +94,7 @@ class TraceMethods:
         graph: Graph = self  # type: ignore[assignment]
         out = {}
         for node in graph.nodes:
-            if node.kind == "loop" and node.attr:
+            if node.kind is NodeKind.LOOP and node.attr:
                 module = graph.module_of(node.id)
                 if isinstance(module, Loop):
                     out[node.id] = module

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from flodl.errors import FlodlError
+from flodl.graph.nodes import InputOptions, MergeOptions, NodeKind
 from flodl.graph.profile import Profile, format_duration
 
 if TYPE_CHECKING:
@@ -47,15 +48,15 @@ def esc(text: object) -> str:
 
 
 def _shape(graph: Graph, node: Node, module: nn.Module | None) -> tuple[str, str]:
-    if node.kind in ("identity", "input"):
+    if node.kind in (NodeKind.IDENTITY, NodeKind.INPUT):
         return "invhouse", "#aed6f1"
-    if node.kind in ("add", "merge"):
+    if node.kind in (NodeKind.ADD, NodeKind.MERGE):
         return "circle", "#d5dbdb"
-    if node.kind == "map":
+    if node.kind is NodeKind.MAP:
         return "parallelogram", "#a9cce3"
-    if node.kind == "loop":
+    if node.kind is NodeKind.LOOP:
         return "box3d", "#d7bde2"
-    if node.kind in ("gate", "switch"):
+    if node.kind in (NodeKind.GATE, NodeKind.SWITCH):
         return "diamond", "#f5cba7"
     name = type(module).__name__.lower() if module is not None else ""
     if any(a == name for a in _ACTIVATIONS):
@@ -74,14 +75,15 @@ def _count(n: int) -> str:
 
 
 def _describe(graph: Graph, node: Node, module: nn.Module | None) -> str:
-    if node.kind == "identity":
+    options = node.options
+    if node.kind is NodeKind.IDENTITY:
         return "input"
-    if node.kind == "input":
-        return f"input '{node.options['name']}'"
-    if node.kind == "add":
+    if isinstance(options, InputOptions):
+        return f"input '{options.name}'"
+    if node.kind is NodeKind.ADD:
         return "+"
-    if node.kind == "merge":
-        op = node.options["op"]
+    if isinstance(options, MergeOptions):
+        op = options.op
         return f"merge {op.kind}" + (f"(dim={op.dim})" if op.dim is not None else "")
     if module is None:
         return node.kind
@@ -222,7 +224,9 @@ def render_dot(graph: Graph, profile: Profile | None = None) -> str:
         '  edge [fontname="Helvetica" fontsize=9 color="#2c3e50"];',
     ]
     d.graph(graph, "", profile, 1)
-    if graph.nodes[0].kind != "identity":  # the entry is a module: draw where data comes in
+    if (
+        graph.nodes[0].kind is not NodeKind.IDENTITY
+    ):  # the entry is a module: draw where data comes in
         d.lines.append('  "input" [id="input" shape=invhouse fillcolor="#aed6f1" label=<input>];')
         d.lines.append(f'  "input" -> "{d.entry_of(graph, graph.nodes[0].id, "")}";')
     d.lines.append('  "output" [id="output" shape=house fillcolor="#a9dfbf" label=<output>];')
