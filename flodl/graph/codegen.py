@@ -15,6 +15,7 @@ A keyword ref whose name is not an identifier (``using(**{"my-ref": "t"})``) is 
 from __future__ import annotations
 
 import keyword
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ from flodl.graph.nodes import (
     LoopOptions,
     MergeOptions,
     Node,
+    NodeKind,
     Ref,
     ScanOptions,
 )
@@ -92,6 +94,185 @@ def has_named(module: Any) -> bool:
     return callable(getattr(module, "forward_named", None))
 
 
+class _Gen:
+    """What the emit functions share while one forward is generated: the writer, the local
+    holding each node's value, the locals of last call's state and the direct-call set."""
+
+    def __init__(
+        self, w: _Writer, var: dict[str, str], state_slots: dict[str, str], direct: frozenset[int]
+    ) -> None:
+        self.w = w
+        self.var = var
+        self.state_slots = state_slots
+        self.direct = direct
+
+    def ref_value(self, ref: Ref, primary: str) -> str:
+        """The expression delivering ``ref``'s value (``primary`` shapes a first-call zero)."""
+        if ref.members is not None:  # a tag group: the list of its members' values
+            return "[" + ", ".join(self.ref_value(m, primary) for m in ref.members) + "]"
+        if ref.source is not None:
+            return self.var[ref.source]
+        slot = self.state_slots[ref.tag]
+        return f"({slot} if {slot} is not None else _torch.zeros_like({primary}))"
+
+    def ref_values(self, refs: list[Ref], primary: str) -> list[tuple[Ref, str]]:
+        return [(r, self.ref_value(r, primary)) for r in refs]
+
+    def call(self, callee: str, module: Any, primary: str, refs: list[tuple[Ref, str]]) -> str:
+        """The call of ``module`` (named ``callee``) on ``primary`` with (ref, value) pairs."""
+        if not refs:
+            return f"{self.invoke(callee, module)}({primary})"
+        if has_named(module):
+            items = ", ".join(f"{literal(r.key)}: {value}" for r, value in refs)
+            return f"{callee}.forward_named({primary}, {{{items}}})"
+        parts = [primary] + [value for r, value in refs if r.keyword is None]
+        parts += [keyword_arg(r.keyword, value) for r, value in refs if r.keyword]
+        return f"{self.invoke(callee, module)}({', '.join(parts)})"
+
+    def invoke(self, callee: str, module: Any) -> str:
+        """How to call ``module`` (named ``callee``): ``__call__``, or ``forward`` if direct."""
+        return f"{callee}.forward" if id(module) in self.direct else callee
+
+    def split_refs(self, module: Any, refs: list[Ref], primary: str) -> tuple[str, str]:
+        """(args tuple, kwargs dict) source for a composite's ``run``."""
+        if has_named(module):
+            items = [f"{literal(r.key)}: {self.ref_value(r, primary)}" for r in refs]
+            return "()", "{" + ", ".join(items) + "}"
+        pos = [self.ref_value(r, primary) for r in refs if r.keyword is None]
+        kw = [f"{literal(r.keyword)}: {self.ref_value(r, primary)}" for r in refs if r.keyword]
+        return f"({', '.join(pos)}{',' if len(pos) == 1 else ''})", "{" + ", ".join(kw) + "}"
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One node as its emit function sees it."""
+
+    node: Node
+    module: Any  # the node's module (its type follows the kind: a Loop for a loop...) or None
+    own: str  # the expression reaching the module (empty for kinds without one)
+    primary: str  # the local holding the node's first input
+    out: str  # the local the node's value goes to
+
+    @property
+    def id(self) -> str:
+        return self.node.id
+
+
+def _emit_identity(g: _Gen, s: _Step) -> str:
+    return "input"  # the value is forward's first argument: no code
+
+
+def _emit_input(g: _Gen, s: _Step) -> str:
+    return s.node.opts(InputOptions).name  # a keyword argument of forward: no code
+
+
+def _emit_module(g: _Gen, s: _Step) -> str:
+    if id(s.module) in g.direct and isinstance(s.module, Fn) and not s.node.refs:
+        g.w.emit(f"{s.out} = {s.own}.fn({s.primary})", 2, s.id)
+    else:
+        refs = g.ref_values(s.node.refs, s.primary)
+        g.w.emit(f"{s.out} = {g.call(s.own, s.module, s.primary, refs)}", 2, s.id)
+    return s.out
+
+
+def _emit_add(g: _Gen, s: _Step) -> str:
+    a, b = (g.var[i] for i in s.node.inputs)
+    g.w.emit(f"{s.out} = {a} + {b}", 2, s.id)
+    return s.out
+
+
+def _emit_merge(g: _Gen, s: _Step) -> str:
+    expr = s.node.opts(MergeOptions).op.expression([g.var[i] for i in s.node.inputs])
+    g.w.emit(f"{s.out} = {expr}", 2, s.id)
+    return s.out
+
+
+def _emit_loop(g: _Gen, s: _Step) -> str:
+    loop = s.node.opts(LoopOptions)
+    if loop.kind is not LoopKind.FOR_N or not s.module.inlinable():
+        return _emit_run(g, s, s.module.body)
+    body = f"_b_{s.id}"
+    g.w.emit(f"{body} = {s.own}.body", 2, s.id)
+    refs = []
+    for k, (ref, value) in enumerate(g.ref_values(s.node.refs, s.primary)):
+        tmp = f"_r{k}_{s.id}"  # refs are evaluated once, before the iterations
+        g.w.emit(f"{tmp} = {value}", 2, s.id)
+        refs.append((ref, tmp))
+    g.w.emit(f"{s.out} = {s.primary}", 2, s.id)
+    g.w.emit(f"for _i_{s.id} in range({int(loop.n)}):", 2, s.id)
+    g.w.emit(f"{s.out} = {g.call(body, s.module.body, s.out, refs)}", 3, s.id, "loop")
+    return s.out
+
+
+def _emit_gate(g: _Gen, s: _Step) -> str:
+    n = int(s.node.opts(GateOptions).n)
+    gate = s.module
+    weights = f"_w_{s.id}"
+    router = g.call(s.own + ".router", gate.router, s.primary, g.ref_values(s.node.refs, s.primary))
+    g.w.emit(f"{weights} = {router}", 2, s.id, "router")
+    experts = [f"_g{i}_{s.id}" for i in range(n)]
+    outs = [f"_o{i}_{s.id}" for i in range(n)]
+    g.w.emit(f"{', '.join(experts)}, = {s.own}.experts", 2, s.id)
+    for i in range(n):
+        call = f"{g.invoke(experts[i], gate.experts[i])}({s.primary})"
+        g.w.emit(f"{outs[i]} = {call}", 2, s.id, f"expert {i} of {n}")
+    g.w.emit(
+        f"{s.out} = (_torch.stack(({', '.join(outs)},), dim=-2) * "
+        f"{weights}.unsqueeze(-1)).sum(dim=-2)",
+        2,
+        s.id,
+        "weighted sum of the experts (weights [..., n] must match outputs [..., D])",
+    )
+    return s.out
+
+
+def _emit_run(g: _Gen, s: _Step, receiver: Any) -> str:
+    """A composite that runs itself: ``run(x, args, kwargs)``, refs going to ``receiver``."""
+    args, kwargs = g.split_refs(receiver, s.node.refs, s.primary)
+    g.w.emit(f"{s.out} = {s.own}.run({s.primary}, {args}, {kwargs})", 2, s.id)
+    return s.out
+
+
+def _emit_switch(g: _Gen, s: _Step) -> str:
+    return _emit_run(g, s, s.module.selector)
+
+
+def _emit_map(g: _Gen, s: _Step) -> str:
+    g.w.emit(f"{s.out} = {s.own}.run({s.primary})", 2, s.id)
+    return s.out
+
+
+def _emit_scan(g: _Gen, s: _Step) -> str:
+    scan = s.node.opts(ScanOptions)
+    initial = g.var[scan.state] if scan.state is not None else "None"
+    cell = g.invoke(s.own, s.module)
+    emit_scan(g.w.emit, s.id, cell, s.primary, scan.dim, initial, s.out, 2)
+    return s.out
+
+
+def _emit_scan_state(g: _Gen, s: _Step) -> str:
+    return state_local(s.node.inputs[0])  # the scan's carried state: no code
+
+
+Emit = Callable[[_Gen, _Step], str]
+
+EMITTERS: dict[NodeKind, Emit] = {
+    NodeKind.IDENTITY: _emit_identity,
+    NodeKind.MODULE: _emit_module,
+    NodeKind.INPUT: _emit_input,
+    NodeKind.ADD: _emit_add,
+    NodeKind.MERGE: _emit_merge,
+    NodeKind.LOOP: _emit_loop,
+    NodeKind.GATE: _emit_gate,
+    NodeKind.SWITCH: _emit_switch,
+    NodeKind.MAP: _emit_map,
+    NodeKind.SCAN: _emit_scan,
+    NodeKind.SCAN_STATE: _emit_scan_state,
+}
+"""One emit function per node kind: it writes the node's statements (``g.w.emit``, each line
+tagged with the node for error notes) and returns the local holding the node's value."""
+
+
 def generate(
     nodes: list[Node],
     modules: dict[str, nn.Module],
@@ -114,11 +295,11 @@ def generate(
     function), skipping ``nn.Module.__call__``; the graph runs it only when
     :func:`flodl.graph.dispatch.direct_ok` says nothing can tell.
     """
-    # Inputs exist from the start of the pass, so refs may read them before their node.
     for node in nodes:
         identifier(node.id)
     for name in inputs:
         identifier(name)
+    # Inputs exist from the start of the pass, so refs may read them before their node.
     var: dict[str, str] = {
         n.id: n.options.name for n in nodes if isinstance(n.options, InputOptions)
     }
@@ -129,6 +310,32 @@ def generate(
                 state_slots[leaf.tag] = f"_s{len(state_slots)}"
 
     w = _Writer()
+    _emit_prologue(w, inputs, defaults, profile, state_slots)
+    g = _Gen(w, var, state_slots, direct)
+    for node in nodes:
+        timed = profile and node.kind not in UNTIMED_KINDS
+        if timed:
+            w.emit("_t = _now()", 2)
+        primary = var[node.inputs[0]] if node.inputs else "input"
+        own = f"_m[{literal(node.attr)}]" if node.attr else ""  # only kinds with a module use it
+        out = var[node.id] = f"v_{node.id}"
+        var[node.id] = EMITTERS[node.kind](g, _Step(node, modules.get(node.id), own, primary, out))
+        for tag in node.writes_state:
+            w.emit(f"_st[{literal(tag)}] = {var[node.id]}", 2, node.id)
+        if timed:
+            w.emit(f"_prof.append(({literal(node.id)}, _now() - _t))", 2)
+    _emit_epilogue(w, var, output, tags, profile, outputs)
+    return Generated("\n".join(w.lines) + "\n", w.where)
+
+
+def _emit_prologue(
+    w: _Writer,
+    inputs: list[str],
+    defaults: frozenset[str],
+    profile: bool,
+    state_slots: dict[str, str],
+) -> None:
+    """The signature, the input checks, the module dict, and last call's state."""
     params = ["self", "input", *(f"{name}=_MISSING" for name in inputs), "**_unexpected"]
     w.emit(f"def forward({', '.join(params)}):", 0)
     w.emit("if _unexpected:", 1)
@@ -151,122 +358,16 @@ def generate(
         for tag, slot in state_slots.items():
             w.emit(f"{slot} = _st[{literal(tag)}]", 2)
 
-    def ref_value(ref: Ref, primary: str) -> str:
-        if ref.members is not None:  # a tag group: the list of its members' values
-            return "[" + ", ".join(ref_value(m, primary) for m in ref.members) + "]"
-        if ref.source is not None:
-            return var[ref.source]
-        slot = state_slots[ref.tag]
-        return f"({slot} if {slot} is not None else _torch.zeros_like({primary}))"
 
-    def call(callee: str, module: Any, primary: str, refs: list[Ref]) -> str:
-        if not refs:
-            return f"{invoke(callee, module)}({primary})"
-        if has_named(module):
-            items = ", ".join(f"{literal(r.key)}: {ref_value(r, primary)}" for r in refs)
-            return f"{callee}.forward_named({primary}, {{{items}}})"
-        parts = [primary] + [ref_value(r, primary) for r in refs if r.keyword is None]
-        parts += [keyword_arg(r.keyword, ref_value(r, primary)) for r in refs if r.keyword]
-        return f"{invoke(callee, module)}({', '.join(parts)})"
-
-    def invoke(callee: str, module: Any) -> str:
-        """How to call ``module`` (named ``callee``): ``__call__``, or ``forward`` if direct."""
-        return f"{callee}.forward" if id(module) in direct else callee
-
-    def split_refs(module: Any, refs: list[Ref], primary: str) -> tuple[str, str]:
-        """(args tuple, kwargs dict) source for a composite's ``run``."""
-        if has_named(module):
-            items = [f"{literal(r.key)}: {ref_value(r, primary)}" for r in refs]
-            return "()", "{" + ", ".join(items) + "}"
-        pos = [ref_value(r, primary) for r in refs if r.keyword is None]
-        kw = [f"{literal(r.keyword)}: {ref_value(r, primary)}" for r in refs if r.keyword]
-        return f"({', '.join(pos)}{',' if len(pos) == 1 else ''})", "{" + ", ".join(kw) + "}"
-
-    for node in nodes:
-        v = f"v_{node.id}"
-        timed = profile and node.kind not in UNTIMED_KINDS
-        if timed:
-            w.emit("_t = _now()", 2)
-        primary = var[node.inputs[0]] if node.inputs else "input"
-        # the module's type follows node.kind (a Loop for "loop", a Gate for "gate"...)
-        module: Any = modules.get(node.id)
-        own = f"_m[{literal(node.attr)}]" if node.attr else ""  # only kinds with a module use it
-        if node.kind in ("identity", "input"):  # the value is an argument of forward
-            var[node.id] = "input" if node.kind == "identity" else node.opts(InputOptions).name
-        else:
-            var[node.id] = v
-        if node.kind in ("identity", "input"):
-            pass
-        elif node.kind == "module":
-            if id(module) in direct and isinstance(module, Fn) and not node.refs:
-                w.emit(f"{v} = {own}.fn({primary})", 2, node.id)
-            else:
-                w.emit(f"{v} = {call(own, module, primary, node.refs)}", 2, node.id)
-        elif node.kind == "add":
-            w.emit(f"{v} = {var[node.inputs[0]]} + {var[node.inputs[1]]}", 2, node.id)
-        elif node.kind == "merge":
-            expr = node.opts(MergeOptions).op.expression([var[i] for i in node.inputs])
-            w.emit(f"{v} = {expr}", 2, node.id)
-        elif (
-            isinstance(node.options, LoopOptions)
-            and node.options.kind is LoopKind.FOR_N
-            and module.inlinable()
-        ):
-            body = f"_b_{node.id}"
-            w.emit(f"{body} = {own}.body", 2, node.id)
-            refs = []
-            for k, ref in enumerate(node.refs):
-                tmp = f"_r{k}_{node.id}"
-                w.emit(f"{tmp} = {ref_value(ref, primary)}", 2, node.id)
-                refs.append(Ref(ref.tag, ref.keyword, ref.site, source=f"@{tmp}"))
-                var[f"@{tmp}"] = tmp
-            w.emit(f"{v} = {primary}", 2, node.id)
-            w.emit(f"for _i_{node.id} in range({int(node.options.n)}):", 2, node.id)
-            w.emit(f"{v} = {call(body, module.body, v, refs)}", 3, node.id, "loop")
-        elif node.kind == "gate":
-            weights = f"_w_{node.id}"
-            w.emit(
-                f"{weights} = {call(own + '.router', module.router, primary, node.refs)}",
-                2,
-                node.id,
-                "router",
-            )
-            n = int(node.opts(GateOptions).n)
-            experts = [f"_g{i}_{node.id}" for i in range(n)]
-            outs = [f"_o{i}_{node.id}" for i in range(n)]
-            w.emit(f"{', '.join(experts)}, = {own}.experts", 2, node.id)
-            for i in range(n):
-                w.emit(
-                    f"{outs[i]} = {invoke(experts[i], module.experts[i])}({primary})",
-                    2,
-                    node.id,
-                    f"expert {i} of {n}",
-                )
-            w.emit(
-                f"{v} = (_torch.stack(({', '.join(outs)},), dim=-2) * "
-                f"{weights}.unsqueeze(-1)).sum(dim=-2)",
-                2,
-                node.id,
-                "weighted sum of the experts (weights [..., n] must match outputs [..., D])",
-            )
-        elif node.kind in ("loop", "switch"):
-            receiver = module.body if node.kind == "loop" else module.selector
-            args, kwargs = split_refs(receiver, node.refs, primary)
-            w.emit(f"{v} = {own}.run({primary}, {args}, {kwargs})", 2, node.id)
-        elif node.kind == "map":
-            w.emit(f"{v} = {own}.run({primary})", 2, node.id)
-        elif node.kind == "scan":
-            scan = node.opts(ScanOptions)
-            initial = var[scan.state] if scan.state is not None else "None"
-            emit_scan(w.emit, node.id, invoke(own, module), primary, scan.dim, initial, v, 2)
-        elif node.kind == "scan_state":  # the value is the scan's carried state: no code
-            var[node.id] = state_local(node.inputs[0])
-        else:  # pragma: no cover - the builder creates no other kinds
-            raise AssertionError(f"unknown node kind {node.kind}")
-        for tag in node.writes_state:
-            w.emit(f"_st[{literal(tag)}] = {var[node.id]}", 2, node.id)
-        if timed:
-            w.emit(f"_prof.append(({literal(node.id)}, _now() - _t))", 2)
+def _emit_epilogue(
+    w: _Writer,
+    var: dict[str, str],
+    output: str,
+    tags: dict[str, str],
+    profile: bool,
+    outputs: list[str] | None,
+) -> None:
+    """Publish the tagged values, close the profile, return, and annotate failures."""
     if tags:
         items = ", ".join(f"{literal(tag)}: {var[node_id]}" for tag, node_id in tags.items())
         # Straight into the instance dict: nn.Module.__setattr__ costs ~2 us a call.
@@ -281,4 +382,3 @@ def generate(
     w.emit("except Exception as _e:", 1)
     w.emit("_annotate(self, _e)", 2)
     w.emit("raise", 2)
-    return Generated("\n".join(w.lines) + "\n", w.where)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import operator
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ from flodl.graph.nodes import LoopKind, LoopOptions, NodeKind
 
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
+    from flodl.graph.nodes import Node
 
 _CALL = (nn.Module.__call__, nn.Module._call_impl, nn.Module._wrapped_call_impl)
 # A call path already patched when flodl was imported cannot be trusted: no direct dispatch.
@@ -131,6 +133,44 @@ def _named(module: Any, refs: list[Any]) -> bool:
     return bool(refs) and callable(getattr(module, "forward_named", None))
 
 
+def _reach_step(result: Plan, graph: Graph, node: Node) -> None:
+    """A module or scan step: the step itself."""
+    assert node.attr is not None
+    if not _named(graph._modules[node.attr], node.refs):
+        result.reach(graph, node.attr, True)
+
+
+def _reach_loop(result: Plan, graph: Graph, node: Node) -> None:
+    """A ``for_n`` loop: its body (halting loops run through :meth:`Loop.run`)."""
+    assert node.attr is not None
+    if node.opts(LoopOptions).kind is LoopKind.FOR_N:
+        loop = result.reach(graph, node.attr, False)
+        if not _named(loop.body, node.refs):
+            result.reach(loop, "body", True)
+
+
+def _reach_gate(result: Plan, graph: Graph, node: Node) -> None:
+    """A gate: its router and each expert."""
+    assert node.attr is not None
+    gate = result.reach(graph, node.attr, False)
+    if not _named(gate.router, node.refs):
+        result.reach(gate, "router", True)
+    experts = result.reach(gate, "experts", False)
+    assert isinstance(experts, nn.ModuleList)
+    for i in range(len(experts)):
+        result.reach(experts, str(i), True)
+
+
+# The kinds whose generated code calls modules directly; the others call none (identity,
+# inputs, merges) or run through their composite's ``run`` (switches, maps): nothing to plan.
+_REACH: dict[NodeKind, Callable[[Plan, Graph, Node], None]] = {
+    NodeKind.MODULE: _reach_step,
+    NodeKind.SCAN: _reach_step,
+    NodeKind.LOOP: _reach_loop,
+    NodeKind.GATE: _reach_gate,
+}
+
+
 def plan(graph: Graph) -> Plan:
     """Where the direct forward of ``graph`` finds each module it calls ``forward`` on.
 
@@ -140,24 +180,9 @@ def plan(graph: Graph) -> Plan:
     """
     result = Plan()
     for node in graph.nodes:
-        attr = node.attr
-        if attr is None:  # inputs, merges and other steps that hold no module
-            continue
-        if node.kind in (NodeKind.MODULE, NodeKind.SCAN):
-            if not _named(graph._modules[attr], node.refs):
-                result.reach(graph, attr, True)
-        elif isinstance(node.options, LoopOptions) and node.options.kind is LoopKind.FOR_N:
-            loop = result.reach(graph, attr, False)
-            if not _named(loop.body, node.refs):
-                result.reach(loop, "body", True)
-        elif node.kind is NodeKind.GATE:
-            gate = result.reach(graph, attr, False)
-            if not _named(gate.router, node.refs):
-                result.reach(gate, "router", True)
-            experts = result.reach(gate, "experts", False)
-            assert isinstance(experts, nn.ModuleList)
-            for i in range(len(experts)):
-                result.reach(experts, str(i), True)
+        reach = _REACH.get(node.kind)
+        if reach is not None and node.attr is not None:
+            reach(result, graph, node)
     return result
 
 
