@@ -21,6 +21,7 @@ from typing import Any
 
 from torch import nn
 
+from flodl.graph.composites import FOR_N, GATE_SUM
 from flodl.graph.nodes import (
     GateOptions,
     InputOptions,
@@ -105,6 +106,11 @@ class _Gen:
         self.var = var
         self.state_slots = state_slots
         self.direct = direct
+
+    def emit_lines(self, lines: list[tuple[int, str, str]], node: str) -> None:
+        """Statements filled from a composite's :class:`~flodl.graph.composites.Source`."""
+        for indent, text, detail in lines:
+            self.w.emit(text, 2 + indent, node, detail)
 
     def ref_value(self, ref: Ref, primary: str) -> str:
         """The expression delivering ``ref``'s value (``primary`` shapes a first-call zero)."""
@@ -198,9 +204,9 @@ def _emit_loop(g: _Gen, s: _Step) -> str:
         tmp = f"_r{k}_{s.id}"  # refs are evaluated once, before the iterations
         g.w.emit(f"{tmp} = {value}", 2, s.id)
         refs.append((ref, tmp))
-    g.w.emit(f"{s.out} = {s.primary}", 2, s.id)
-    g.w.emit(f"for _i_{s.id} in range({int(loop.n)}):", 2, s.id)
-    g.w.emit(f"{s.out} = {g.call(body, s.module.body, s.out, refs)}", 3, s.id, "loop")
+    step = g.call(body, s.module.body, s.out, refs)
+    lines = FOR_N.fill(state=s.out, x=s.primary, i=f"_i_{s.id}", n=str(int(loop.n)), step=step)
+    g.emit_lines(lines, s.id)
     return s.out
 
 
@@ -216,13 +222,7 @@ def _emit_gate(g: _Gen, s: _Step) -> str:
     for i in range(n):
         call = f"{g.invoke(experts[i], gate.experts[i])}({s.primary})"
         g.w.emit(f"{outs[i]} = {call}", 2, s.id, f"expert {i} of {n}")
-    g.w.emit(
-        f"{s.out} = (_torch.stack(({', '.join(outs)},), dim=-2) * "
-        f"{weights}.unsqueeze(-1)).sum(dim=-2)",
-        2,
-        s.id,
-        "weighted sum of the experts (weights [..., n] must match outputs [..., D])",
-    )
+    g.emit_lines(GATE_SUM.fill(out=s.out, outs=", ".join(outs), weights=weights), s.id)
     return s.out
 
 

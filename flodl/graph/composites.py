@@ -1,19 +1,89 @@
 """Composite nodes: loops, gates, switches and maps, as ordinary torch modules.
 
-The generated forward inlines the static parts (``for_n`` loops, gates); the data-dependent ones
-(halting loops, per-sample switches, maps) call :meth:`run` here. Each composite also works on
-its own through ``forward``.
+This module is the one definition of what composites compute. The data-dependent ones (halting
+loops, per-sample switches, maps) are methods (:meth:`Loop.run`, :meth:`Switch.run`,
+:meth:`Map.run`) that the generated forward calls. The static parts that the generated forward
+writes out in full, so that a graph costs what the hand-written model costs (a ``for_n`` loop,
+a gate's weighted sum), are :class:`Source` texts here: the code generator fills them with its
+locals, and the functions a composite runs on its own (:func:`for_n`, :func:`combine_gate`) are
+compiled from the same text. Each composite also works on its own through ``forward``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import linecache
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from flodl.graph.nodes import LoopKind, MapMode
+
+
+@dataclass(frozen=True)
+class Source:
+    """Python statements with ``{hole}``s: a composite's semantics, written once.
+
+    ``lines`` are (indent level, text, what a failure on that line means: the detail of the
+    error note). :meth:`fill` gives the lines with the holes filled, for the generated forward;
+    :meth:`function` compiles the same lines into a function.
+    """
+
+    lines: tuple[tuple[int, str, str], ...]
+
+    def fill(self, **holes: str) -> list[tuple[int, str, str]]:
+        return [(indent, text.format(**holes), detail) for indent, text, detail in self.lines]
+
+    def function(self, name: str, params: str, result: str, **holes: str) -> Callable[..., Any]:
+        """``def name(params): <lines>; return result``, with ``_torch`` in its globals (as in
+        the generated forward); its source is registered so tracebacks show it."""
+        body = [f"{'    ' * (1 + indent)}{text}" for indent, text, _ in self.fill(**holes)]
+        source = "\n".join([f"def {name}({params}):", *body, f"    return {result}"]) + "\n"
+        filename = f"<flodl composite {name}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        namespace: dict[str, Any] = {"_torch": torch}
+        exec(compile(source, filename, "exec"), namespace)
+        function: Callable[..., Any] = namespace[name]
+        function.__module__ = __name__
+        return function
+
+
+FOR_N = Source(
+    (
+        (0, "{state} = {x}", ""),
+        (0, "for {i} in range({n}):", ""),
+        (1, "{state} = {step}", "loop"),  # "loop": the note names the iteration ({i})
+    )
+)
+"""A ``for_n`` loop: the state goes through ``step`` ``n`` times, every iteration on the
+autograd tape. Holes: ``state`` (the loop's local), ``x`` (the input), ``i`` (the iteration
+counter), ``n`` (the count) and ``step`` (an expression of ``state`` and ``i``)."""
+
+GATE_SUM = Source(
+    (
+        (
+            0,
+            "{out} = (_torch.stack(({outs},), dim=-2) * {weights}.unsqueeze(-1)).sum(dim=-2)",
+            "weighted sum of the experts (weights [..., n] must match outputs [..., D])",
+        ),
+    )
+)
+"""A gate's combination ``Σ_i weights[..., i] * outs[i]``. Holes: ``out`` (the result's
+local), ``outs`` (the experts' outputs, comma-separated) and ``weights`` (the router's)."""
+
+for_n: Callable[[Callable[[Any, int], Any], Any, int], Any] = FOR_N.function(
+    "for_n", "step, x, n", "state", state="state", x="x", i="i", n="n", step="step(state, i)"
+)
+"""``for_n(step, x, n)``: :data:`FOR_N` as a function (``step(state, i)`` gives the next state)."""
+
+combine_gate: Callable[[list[torch.Tensor] | tuple[torch.Tensor, ...], torch.Tensor], Any] = (
+    GATE_SUM.function("combine_gate", "outs, weights", "out", out="out", outs="*outs",
+                      weights="weights")
+)  # fmt: skip
+"""``combine_gate(outs, weights)``: :data:`GATE_SUM` as a function."""
 
 
 def call_with_refs(module: Any, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -156,8 +226,18 @@ class Loop(nn.Module):
         try:
             return call_with_refs(self.body, state, args, kwargs)
         except Exception as exc:
-            _note(exc, f"iteration {i + 1} of at most {self.n}")
+            bound = "" if self.kind is LoopKind.FOR_N else "at most "  # for_n runs exactly n
+            _note(exc, f"iteration {i + 1} of {bound}{self.n}")
             raise
+
+    def _iterate(
+        self, state: Any, args: tuple[Any, ...], kwargs: dict[str, Any], i: int, trace: Any
+    ) -> Any:
+        """One iteration: the body's step, then its trace (when it has one)."""
+        state = self._step(state, args, kwargs, i)
+        if trace is not None:
+            self._keep_trace(trace, i)
+        return state
 
     def _halts(self, state: torch.Tensor, i: int) -> torch.Tensor | bool:
         """The condition's verdict: a bool (whole batch) or a [B] bool mask (per sample)."""
@@ -188,11 +268,7 @@ class Loop(nn.Module):
         state = x
         trace = self._begin()
         if self.kind is LoopKind.FOR_N:
-            for i in range(self.n):
-                state = self._step(state, args, kwargs, i)
-                if trace is not None:
-                    self._keep_trace(trace, i)
-            return state
+            return for_n(lambda s, i: self._iterate(s, args, kwargs, i, trace), x, self.n)
         done: torch.Tensor | None = None
         for i in range(self.n):
             if self.kind is LoopKind.WHILE:
@@ -253,11 +329,6 @@ class Gate(_Routed):
         weights = call_with_refs(self.router, x, args, kwargs)
         outs = [expert(x) for expert in self.experts]
         return combine_gate(outs, weights)
-
-
-def combine_gate(outs: list[torch.Tensor] | tuple[torch.Tensor, ...], weights: torch.Tensor):
-    """``Σ_i weights[..., i] * outs[i]``."""
-    return (torch.stack(tuple(outs), dim=-2) * weights.unsqueeze(-1)).sum(dim=-2)
 
 
 class Switch(_Routed):

@@ -1,0 +1,175 @@
+"""The typed node model: one kind enum, one frozen options class and one emit function per
+kind; the stored form (pickles, structural hash) stays plain names and dicts; composites run
+the same semantics inside and outside a graph."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+import flodl as fl
+from flodl.graph.codegen import EMITTERS
+from flodl.graph.composites import FOR_N, GATE_SUM, Gate, Loop, combine_gate
+from flodl.graph.nodes import OPTIONS, LoopKind, LoopOptions, MapOptions, Node, NodeKind
+
+
+class Sel(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x[:, 0] > 0).long()
+
+
+def every_kind() -> fl.Graph:
+    return (
+        fl.FlowBuilder()
+        .input("ctx")
+        .through(nn.Linear(4, 4))
+        .tag("a")
+        .also(nn.Linear(4, 4))
+        .split(nn.Linear(4, 4), nn.Tanh())
+        .merge(fl.MergeOp.CAT(-1))
+        .through(nn.Linear(8, 4))
+        .loop_body(nn.Linear(4, 4))
+        .for_n(2)
+        .loop_body(nn.Linear(4, 4))
+        .while_cond(fl.nn.ThresholdHalt(5.0), 3)
+        .gate(fl.nn.SoftmaxRouter(4, 2), nn.Linear(4, 4), nn.Linear(4, 4))
+        .switch(Sel(), nn.Linear(4, 4), nn.Tanh())
+        .map(nn.Linear(2, 2))
+        .slices(2)
+        .through(fl.nn.StateAdd())
+        .using("later")
+        .tag("later")
+        .through(nn.Unflatten(-1, (1, 4)))
+        .scan(nn.GRUCell(4, 4), dim=1, final="h")
+        .build()
+    )
+
+
+def test_every_kind_has_one_options_class_and_one_emit_function():
+    assert set(OPTIONS) == set(NodeKind) == set(EMITTERS)
+    assert all(cls.KIND is kind for kind, cls in OPTIONS.items())
+    assert {n.kind for n in every_kind().nodes} == set(NodeKind)
+
+
+def test_stored_options_are_plain_names_and_values():
+    graph = every_kind()
+    stored = {n.kind.value: n.serialized_options() for n in graph.nodes}
+    assert stored["loop"] == {"kind": "while", "n": 3}  # the last loop of the chain
+    assert stored["map"] == {"mode": "slices", "batched": False, "n": 2, "over": None}
+    assert stored["merge"] == {"op": fl.MergeOp.CAT(-1)}
+    assert stored["input"] == {"name": "ctx"}
+    assert stored["gate"] == {"n": 2} and stored["switch"] == {"n": 2}
+    assert stored["scan"] == {"dim": 1, "state": None}
+    assert stored["identity"] == stored["add"] == stored["scan_state"] == {}
+    assert graph.node("state_add_15").serialized_options() == {"writes_state": ["later"]}
+    assert all(type(k) is str for n in graph.nodes for k in n.serialized_options())
+    assert type(stored["loop"]["kind"]) is str and type(stored["map"]["mode"]) is str
+
+
+def test_a_pickled_node_holds_no_typed_classes_and_loads_typed():
+    graph = every_kind()
+    data = pickle.dumps(graph.nodes)
+    for name in (b"NodeKind", b"LoopOptions", b"LoopKind", b"MapMode", b"Options"):
+        assert name not in data
+    state = graph.node("loop_10").__getstate__()
+    assert type(state["kind"]) is str and state["options"] == {"kind": "for_n", "n": 2}
+    back = pickle.loads(data)
+    assert back == graph.nodes
+    assert back[9].opts(LoopOptions).kind is LoopKind.FOR_N
+    clone = pickle.loads(pickle.dumps(graph))
+    assert clone.structural_hash() == graph.structural_hash()
+    assert type(clone.module_of("loop_10").kind) is LoopKind
+
+
+def test_a_node_in_the_untyped_stored_form_loads():
+    node = Node.__new__(Node)
+    node.__setstate__(
+        {
+            "id": "map_3",
+            "kind": "map",
+            "method": "each",
+            "site": None,
+            "inputs": ["linear_2"],
+            "refs": [],
+            "tags": [],
+            "options": {
+                "mode": "each",
+                "batched": True,
+                "n": 0,
+                "over": None,
+                "writes_state": ["t"],
+            },
+            "attr": "map_3",
+            "branch": None,
+        }
+    )
+    assert node.kind is NodeKind.MAP and node.writes_state == ["t"]
+    assert node.opts(MapOptions).batched is True
+
+
+def test_options_are_typed_frozen_and_checked():
+    node = every_kind().node("loop_10")
+    with pytest.raises(TypeError, match="node 'loop_10' is a loop node, not a map node"):
+        node.opts(MapOptions)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        node.options.n = 5  # type: ignore[misc]
+    with pytest.raises(ValueError, match="sometimes"):
+        LoopOptions("sometimes", 3)  # type: ignore[arg-type]
+
+
+def test_generated_for_n_and_gate_are_filled_from_the_composite_definitions():
+    graph = fl.FlowBuilder().loop_body(nn.Linear(3, 3)).for_n(2).build()
+    filled = FOR_N.fill(
+        state="v_loop_2", x="input", i="_i_loop_2", n="2", step="_b_loop_2(v_loop_2)"
+    )
+    assert "\n".join("    " * (2 + i) + text for i, text, _ in filled) in graph.code
+    gate = fl.FlowBuilder().gate(nn.Linear(3, 2), nn.Linear(3, 3), nn.Linear(3, 3)).build()
+    ((_, text, _),) = GATE_SUM.fill(
+        out="v_gate_2", outs="_o0_gate_2, _o1_gate_2", weights="_w_gate_2"
+    )
+    assert text in gate.code
+
+
+def test_a_loop_and_a_gate_compute_the_same_inside_and_outside_a_graph():
+    torch.manual_seed(0)
+    body = nn.Linear(3, 3)
+    graph = fl.FlowBuilder().loop_body(body).for_n(3).build()
+    x = torch.randn(2, 3)
+    assert torch.equal(graph(x), Loop(body, LoopKind.FOR_N, 3)(x))
+    router, experts = nn.Sequential(nn.Linear(3, 2), nn.Softmax(-1)), [nn.Linear(3, 3)] * 2
+    in_graph = fl.FlowBuilder().gate(router, *experts).build()
+    assert torch.equal(in_graph(x), Gate(router, experts)(x))
+    outs = [e(x) for e in experts]
+    expected = outs[0] * router(x)[:, :1] + outs[1] * router(x)[:, 1:]
+    assert torch.allclose(combine_gate(outs, router(x)), expected)
+
+
+class FailsSecond(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == 2:
+            raise ValueError("boom")
+        return x
+
+    def reset(self) -> None:  # a reset keeps the loop from being unrolled
+        self.calls = 0
+
+
+@pytest.mark.parametrize("reset", [True, False])
+def test_a_for_n_iteration_failure_names_the_same_iteration_on_both_paths(reset):
+    body = FailsSecond()
+    if not reset:
+        body.reset = None  # type: ignore[assignment,method-assign]
+    graph = fl.FlowBuilder().loop_body(body).for_n(3).build()
+    assert ("for _i_loop_2" in graph.code) is not reset
+    with pytest.raises(ValueError, match="boom") as info:
+        graph(torch.ones(1))
+    assert "loop_2 (Loop; iteration 2 of 3)" in info.value.__notes__[0]
