@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-SCAN_KINDS = frozenset({"scan", "scan_state"})
-
 
 def state_local(node_id: str) -> str:
     """The local variable holding a scan node's carried state in the generated forward."""
