@@ -22,7 +22,7 @@ from harness import interleaved, write_report
 
 from fdl.downloads import download
 from fdl.downloads.engine import DownloadError
-from tests.hw.loopback import LoopbackServer
+from tests.fixtures.loopback import LoopbackServer
 
 
 def _serve(body_mb: int, conn) -> None:

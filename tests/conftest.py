@@ -12,6 +12,10 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# Fake GPU machines, fdl's CLI environment and a loopback HTTP server, shared by several test
+# directories (hardware, variants, downloads, libtorch_home, torch_setup).
+pytest_plugins = ["tests.fixtures.machines"]
+
 # Variables that change how fdl prints or behaves; tests start from none of them.
 _ENV_NOISE = ("NO_COLOR", "FORCE_COLOR", "FDL_ENV", "FLODL_VERBOSITY", "TERM", "COLUMNS", "CI")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import math
 
 import pytest
@@ -129,3 +131,9 @@ def test_bf16_autocast_with_grad_scaler_and_clipping(make_net, scaling):
     assert losses[-1] < losses[0] / 4
     with torch.no_grad():  # outside autocast the same graph computes in float32 again
         assert net(x).dtype == torch.float32
+
+
+def test_docstring_examples():
+    result = doctest.testmod(importlib.import_module("flodl.device"), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0, "flodl.device has no examples"
+    assert result.failed == 0

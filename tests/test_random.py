@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import doctest
+import importlib
 import json
 import os
 import random
@@ -18,7 +20,7 @@ import torch
 import flodl as fl
 from flodl.random import RngError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_names_are_top_level():
@@ -232,3 +234,9 @@ def test_seeded_runs_are_bit_identical_in_separate_processes():
     assert rng_line.startswith(str([same_seed_here.u64() for _ in range(3)]))
     losses = [float.fromhex(h) for h in json.loads(losses_line)]
     assert len(set(losses)) > 1 and losses[-1] < losses[0]  # it really trained
+
+
+def test_docstring_examples():
+    result = doctest.testmod(importlib.import_module("flodl.random"), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0, "flodl.random has no examples"
+    assert result.failed == 0

@@ -6,7 +6,7 @@ import pytest
 
 from fdl.downloads import UnsafeArchiveError, extract_zip
 from fdl.errors import FdlError
-from tests.hw.conftest import libtorch_zip
+from tests.fixtures.machines import libtorch_zip
 
 
 def write(tmp_path, data: bytes):

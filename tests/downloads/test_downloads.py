@@ -9,7 +9,7 @@ import pytest
 
 from fdl.downloads import download
 from fdl.downloads.engine import DownloadError
-from tests.hw.loopback import sha256
+from tests.fixtures.loopback import sha256
 
 BODY = os.urandom(3 * (1 << 20) + 12345)  # a few chunks, not a multiple of the chunk size
 

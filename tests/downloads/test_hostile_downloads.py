@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.hw.conftest import fdl_env, libtorch_zip
-from tests.hw.loopback import sha256
-from tests.hw.test_libtorch_cli import CPU_PATH
+from tests.fixtures.machines import fdl_env, libtorch_zip
+from tests.fixtures.loopback import sha256
+from tests.libtorch_home.test_libtorch_cli import CPU_PATH
 
 
 @pytest.fixture

@@ -13,11 +13,6 @@ MODULES = [
     "flodl.graph.graph",
     "flodl.graph.hashing",
     "flodl.graph.merge",
-    "flodl.nn.fn",
-    "flodl.nn.halting",
-    "flodl.nn.routing",
-    "flodl.nn.shape",
-    "flodl.nn.state",
 ]
 
 

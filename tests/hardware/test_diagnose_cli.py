@@ -8,7 +8,7 @@ from importlib import resources
 import jsonschema
 import pytest
 
-from tests.hw.conftest import MACHINES, fdl_env, make_bin
+from tests.fixtures.machines import MACHINES, fdl_env, make_bin
 
 SCHEMA = json.loads((resources.files("fdl.hardware") / "diagnose.schema.json").read_text())
 

@@ -12,7 +12,7 @@ from fdl.hardware.python_env import TorchInstall
 from fdl.hardware.report import verdict
 from fdl.variants import load_table, resolve
 from fdl.variants.table import version_key
-from tests.hw.test_diagnose_cli import diagnose
+from tests.hardware.test_diagnose_cli import diagnose
 
 INSTALLED = metadata.version("torch")  # this environment's torch: a CPU build (constraints.txt)
 

@@ -174,7 +174,7 @@ def lay_out(root, files: dict[str, str]):
 def diagnose_json(run_fdl, tmp_path, **env: str) -> dict:
     import json
 
-    from tests.hw.conftest import fdl_env
+    from tests.fixtures.machines import fdl_env
 
     result = run_fdl("diagnose", "--json", env=fdl_env(tmp_path, **env), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -182,7 +182,7 @@ def diagnose_json(run_fdl, tmp_path, **env: str) -> dict:
 
 
 def test_wsl2_nvidia_smi_outside_path_is_found(run_fdl, tmp_path):
-    from tests.hw.conftest import write_fake_smi
+    from tests.fixtures.machines import write_fake_smi
 
     root = lay_out(
         tmp_path / "root", {"proc/sys/kernel/osrelease": "5.15.167.4-microsoft-standard-WSL2\n"}
@@ -224,7 +224,7 @@ def test_container_detection(run_fdl, tmp_path, files, expected):
 
 def test_cpu_model_and_driver_from_the_kernel_when_nvidia_smi_is_broken(tmp_path, monkeypatch):
     from fdl.hardware.system import probe_system
-    from tests.hw.conftest import make_bin
+    from tests.fixtures.machines import make_bin
 
     root = lay_out(
         tmp_path / "root",
@@ -247,7 +247,7 @@ def test_cpu_model_and_driver_from_the_kernel_when_nvidia_smi_is_broken(tmp_path
 
 @pytest.fixture(scope="module")
 def fake_nvml(tmp_path_factory):
-    """libnvidia-ml.so.1 built from tests/hw/fixtures/fake_nvml_driver.c (2 x L4, driver 550)."""
+    """libnvidia-ml.so.1 built from tests/hardware/fixtures/fake_nvml_driver.c (2 x L4, driver 550)."""
     from pathlib import Path
 
     from tests import fake_nvml
@@ -271,7 +271,7 @@ def test_nvml_lists_the_gpus_when_nvidia_smi_is_absent(run_fdl, tmp_path, fake_n
 def test_nvml_supplies_the_compute_capability_an_old_nvidia_smi_cannot(
     run_fdl, tmp_path, fake_nvml
 ):
-    from tests.hw.conftest import make_bin
+    from tests.fixtures.machines import make_bin
 
     data = diagnose_json(
         run_fdl,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fdl.variants import load_table
-from tests.hw.conftest import fdl_env, libtorch_zip
-from tests.hw.loopback import sha256
+from tests.fixtures.machines import fdl_env, libtorch_zip
+from tests.fixtures.loopback import sha256
 
 NEWEST = load_table().newest.torch
 CPU_PATH = f"/libtorch/cpu/libtorch-shared-with-deps-{NEWEST}+cpu.zip"
@@ -128,7 +128,7 @@ def test_zip_slip_archive_installs_nothing(mirror, run_fdl, tmp_path):
 
 
 def test_symlink_chain_archive_writes_nothing_outside_the_home(mirror, run_fdl, tmp_path):
-    from tests.hw.test_archive import chain_zip
+    from tests.downloads.test_archive import chain_zip
 
     server, env, work, home = mirror
     (home / "precompiled" / "cpu").mkdir(parents=True)
@@ -179,7 +179,7 @@ def test_dry_run_names_the_cxx11_abi_file_and_downloads_nothing(mirror, run_fdl)
 
 
 def test_auto_detect_picks_from_the_gpus(mirror, run_fdl, tmp_path):
-    from tests.hw.conftest import make_bin
+    from tests.fixtures.machines import make_bin
 
     _server, env, work, _home = mirror
     env = {**env, "PATH": str(make_bin(tmp_path, "gtx1060"))}

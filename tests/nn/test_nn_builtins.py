@@ -7,8 +7,7 @@ import torch
 from torch import nn
 
 import flodl as fl
-
-from .helpers import Scale
+from tests.graph.helpers import Scale
 
 
 def test_state_add_sums_positional_and_named_refs():

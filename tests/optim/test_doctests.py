@@ -1,4 +1,4 @@
-"""The examples in the docstrings of this subsystem run and print what they claim."""
+"""The examples in flodl.optim's docstrings run and print what they claim."""
 
 from __future__ import annotations
 
@@ -12,11 +12,7 @@ MODULES = [
     "flodl.optim.lr",
     "flodl.optim.factories",
     "flodl.optim.clip",
-    "flodl.random",
-    "flodl.device",
-    "flodl.nn.functional",
-    "flodl.nn.init",
-    "flodl.nn.blur",
+    "flodl.optim.param_groups",
 ]
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.init.generated import shell
+from tests.scaffold.generated import shell
 
 pytestmark = pytest.mark.slow
 

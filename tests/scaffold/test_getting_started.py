@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.init.generated import shell
+from tests.scaffold.generated import shell
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
 BLOCK = re.compile(r"^```bash\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)

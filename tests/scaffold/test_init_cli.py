@@ -195,7 +195,7 @@ def _load_table_newest():
 def test_docker_gpu_image_is_what_the_resolver_picks_for_this_machine(
     run_fdl, tmp_path, machine, args, tag, torch, reason
 ):
-    from tests.hw.conftest import fdl_env, make_bin
+    from tests.fixtures.machines import fdl_env, make_bin
 
     newest = _load_table_newest()
     tag = newest.pypi_default if tag == "newest-default" else tag
@@ -224,7 +224,7 @@ def test_unknown_cuda_build_is_a_usage_error(run_fdl, tmp_path):
 
 
 def test_update_pins_old_answers_and_adding_docker_asks_the_resolver(run_fdl, tmp_path):
-    from tests.hw.conftest import fdl_env, make_bin
+    from tests.fixtures.machines import fdl_env, make_bin
 
     env = fdl_env(tmp_path, PATH=str(make_bin(tmp_path, "gtx1060")))
     assert run_fdl("init", "proj", env=env, cwd=tmp_path).returncode == 0

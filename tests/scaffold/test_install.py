@@ -27,8 +27,8 @@ from fdl.scaffold.bundle import build_wheel, detect_origin, running_packages, wh
 from fdl.scaffold.create import create
 from fdl.scaffold.render import Answers
 from tests.conftest import REPO_ROOT, clean_env, require
-from tests.hw.conftest import make_bin
-from tests.init.torch_index import serve_torch_index, torch_wheels
+from tests.fixtures.machines import make_bin
+from tests.scaffold.torch_index import serve_torch_index, torch_wheels
 
 INSTALL = re.compile(r"^python3 -m venv \.venv && .*$", re.MULTILINE)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import clean_env
-from tests.init.generated import shell
+from tests.scaffold.generated import shell
 
 pytestmark = pytest.mark.slow
 

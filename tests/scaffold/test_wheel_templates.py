@@ -6,7 +6,7 @@ import pytest
 
 from fdl.scaffold.bundle import wheel_name
 from tests.cli.test_wheel import installed_wheel, run_in  # noqa: F401  (the fixture)
-from tests.init.test_render import COMMON, DOCKER
+from tests.scaffold.test_render import COMMON, DOCKER
 
 pytestmark = pytest.mark.slow
 

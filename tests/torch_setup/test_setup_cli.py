@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from fdl.variants import load_table
-from tests.hw.conftest import fdl_env, make_bin
-from tests.hw.fake_torch_wheel import build_wheel, serve_index
+from tests.fixtures.machines import fdl_env, make_bin
+from tests.torch_setup.fake_torch_wheel import build_wheel, serve_index
 
 NEWEST = load_table().newest.torch
 HERE_TORCH = version("torch")
@@ -101,7 +101,7 @@ def installed_file(python, relative: str) -> str:
 def test_installs_from_the_local_index_into_a_throwaway_venv_and_verifies(
     run_fdl, tmp_path, server, venv
 ):
-    from tests.hw.conftest import libtorch_zip
+    from tests.fixtures.machines import libtorch_zip
 
     serve_index(server, "cpu", [build_wheel(NEWEST, "cpu")])
     server.add(f"/libtorch/cpu/libtorch-shared-with-deps-{NEWEST}+cpu.zip", libtorch_zip())
@@ -266,7 +266,7 @@ def test_a_compromise_is_verified_only_on_the_gpus_it_supports(run_fdl, tmp_path
 def test_verification_scope_follows_the_plan(gpu_machine, machine, tag, expected, visible, note):
     from fdl.torch_setup import scope_for
     from fdl.variants import resolve
-    from tests.hw.test_resolver import target_for
+    from tests.variants.test_resolver import target_for
 
     gpu_machine(machine)
     target = target_for(machine)

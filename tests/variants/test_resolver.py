@@ -11,7 +11,7 @@ from fdl.errors import FdlUsageError
 from fdl.hardware import probe_nvidia
 from fdl.variants import GpuTarget, Target, load_table, resolve
 from fdl.variants.table import parse_table
-from tests.hw.conftest import MACHINES
+from tests.fixtures.machines import MACHINES
 
 NEWEST = load_table().newest.torch
 

@@ -16,7 +16,6 @@ MODULES = [
     "flodl.graph.traces",
     "flodl.graph.timing",
     "flodl.graph.visual",
-    "flodl.optim.param_groups",
 ]
 
 
