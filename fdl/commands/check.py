@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -10,77 +11,77 @@ import typer
 from fdl.errors import ExitCode, FdlUsageError
 
 
-def register(app: typer.Typer, make_group) -> None:
-    @app.command(
+def check(
+    script: Annotated[Path, typer.Argument(help="The Python script to check.")],
+    script_args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="ARGS",
+            help="The script's own arguments, after --: fdl check train.py -- --epochs 3.",
+            show_default=False,
+        ),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON report on stdout.")] = False,
+    no_run: Annotated[
+        bool, typer.Option("--no-run", help="Static check only; skip the smoke run.")
+    ] = False,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            metavar="S",
+            min=1,
+            help="Smoke-run limit in CPU seconds of the script's process tree (wall time "
+            "is a backstop at 4x this plus 30 s).",
+        ),
+    ] = 120.0,
+    allow_unverified: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unverified",
+            help="Pass even when some flodl call sites neither ran nor could be checked "
+            "statically (they are still listed).",
+        ),
+    ] = False,
+    path: Annotated[
+        Path | None,
+        typer.Option(
+            "--path", metavar="SRC", help="Check against the flodl source at SRC instead."
+        ),
+    ] = None,
+) -> None:
+    from fdl import console
+    from fdl.apiref import load_reference
+    from fdl.porting.check import check_script, render_report
+
+    if script.is_dir():
+        raise FdlUsageError(f"{script}: is a directory", "pass the path of a Python script")
+    if not script.is_file():
+        raise FdlUsageError(f"{script}: no such file", "pass the path of a Python script")
+    ref = load_reference(path)
+    report = check_script(
+        script,
+        ref,
+        run=not no_run,
+        timeout=timeout,
+        args=list(script_args or []),
+        allow_unverified=allow_unverified,
+    )
+    if json_out:
+        import json
+
+        console.out(json.dumps(report.to_dict(), indent=2))
+    else:
+        console.out(render_report(report, timeout=timeout))
+    if not report.ok:
+        raise typer.Exit(ExitCode.FAILURE)
+
+
+def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
+    app.command(
         "check",
         help="Validate a script's use of flodl: unknown names and calls that do not fit the real "
         "signatures are errors (with file:line and suggestions); then run it to its end with "
         "FLODL_SMOKE=1, its training loops shortened. Pass the script's own arguments after --: "
         "fdl check train.py -- --epochs 3.",
-    )
-    def check(
-        script: Annotated[Path, typer.Argument(help="The Python script to check.")],
-        script_args: Annotated[
-            list[str] | None,
-            typer.Argument(
-                metavar="ARGS",
-                help="The script's own arguments, after --: fdl check train.py -- --epochs 3.",
-                show_default=False,
-            ),
-        ] = None,
-        json_out: Annotated[
-            bool, typer.Option("--json", help="One JSON report on stdout.")
-        ] = False,
-        no_run: Annotated[
-            bool, typer.Option("--no-run", help="Static check only; skip the smoke run.")
-        ] = False,
-        timeout: Annotated[
-            float,
-            typer.Option(
-                "--timeout",
-                metavar="S",
-                min=1,
-                help="Smoke-run limit in CPU seconds of the script's process tree (wall time "
-                "is a backstop at 4x this plus 30 s).",
-            ),
-        ] = 120.0,
-        allow_unverified: Annotated[
-            bool,
-            typer.Option(
-                "--allow-unverified",
-                help="Pass even when some flodl call sites neither ran nor could be checked "
-                "statically (they are still listed).",
-            ),
-        ] = False,
-        path: Annotated[
-            Path | None,
-            typer.Option(
-                "--path", metavar="SRC", help="Check against the flodl source at SRC instead."
-            ),
-        ] = None,
-    ) -> None:
-        from fdl import console
-        from fdl.apiref import load_reference
-        from fdl.porting.check import check_script, render_report
-
-        if script.is_dir():
-            raise FdlUsageError(f"{script}: is a directory", "pass the path of a Python script")
-        if not script.is_file():
-            raise FdlUsageError(f"{script}: no such file", "pass the path of a Python script")
-        ref = load_reference(path)
-        report = check_script(
-            script,
-            ref,
-            run=not no_run,
-            timeout=timeout,
-            args=list(script_args or []),
-            allow_unverified=allow_unverified,
-        )
-        if json_out:
-            import json
-
-            console.out(json.dumps(report.to_dict(), indent=2))
-        else:
-            console.out(render_report(report, timeout=timeout))
-        if not report.ok:
-            raise typer.Exit(ExitCode.FAILURE)
+    )(check)

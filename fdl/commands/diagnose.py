@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -112,34 +113,38 @@ def render_text(report: dict[str, Any]) -> list[str | tuple[str, str]]:
     return lines
 
 
-def register(app: typer.Typer, make_group) -> None:
-    @app.command("diagnose", help="System and GPU diagnostics, and the torch build that fits.")
-    def diagnose(
-        json_out: Annotated[
-            bool,
-            typer.Option("--json", help="One JSON document on stdout (schema fdl.diagnose/1)."),
-        ] = False,
-    ) -> None:
-        import json
+def diagnose(
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="One JSON document on stdout (schema fdl.diagnose/1)."),
+    ] = False,
+) -> None:
+    import json
 
-        from fdl import console
-        from fdl.errors import FdlError
-        from fdl.hardware import detect
-        from fdl.hardware.report import build_report
-        from fdl.libtorch_home import find_home
-        from fdl.variants import resolve
+    from fdl import console
+    from fdl.errors import FdlError
+    from fdl.hardware import detect
+    from fdl.hardware.report import build_report
+    from fdl.libtorch_home import find_home
+    from fdl.variants import resolve
 
-        machine = detect()
-        try:
-            plan = resolve(machine.target())
-        except FdlError as err:  # e.g. a Python no torch release supports: report, don't fail
-            machine.unknown["recommendation"] = str(err)
-            plan = None
-        report = build_report(machine, find_home(), plan)
-        if json_out:
-            console.out(json.dumps(report, indent=2))
-            return
-        out = console.console()
-        for line in render_text(report):
-            text, style = line if isinstance(line, tuple) else (line, None)
-            out.print(text, style=style, markup=False, highlight=False)
+    machine = detect()
+    try:
+        plan = resolve(machine.target())
+    except FdlError as err:  # e.g. a Python no torch release supports: report, don't fail
+        machine.unknown["recommendation"] = str(err)
+        plan = None
+    report = build_report(machine, find_home(), plan)
+    if json_out:
+        console.out(json.dumps(report, indent=2))
+        return
+    out = console.console()
+    for line in render_text(report):
+        text, style = line if isinstance(line, tuple) else (line, None)
+        out.print(text, style=style, markup=False, highlight=False)
+
+
+def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
+    app.command("diagnose", help="System and GPU diagnostics, and the torch build that fits.")(
+        diagnose
+    )

@@ -7,6 +7,7 @@ is missing (transformers for verify-export/parity, a pytorch_model.bin to conver
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -66,171 +67,167 @@ def _transformers() -> Any:
         raise FdlError(str(err), None, ExitCode.UNAVAILABLE) from err
 
 
-def register(app: typer.Typer, make_group) -> None:
+def export(
+    name_or_path: Annotated[str, typer.Argument(help="A model directory or a hub id.")],
+    out: Annotated[Path, typer.Argument(help="The directory to write.")],
+    head: Annotated[
+        str,
+        typer.Option(
+            "--head",
+            help="auto (config.json's architectures), base, seqcls, tokcls, qa or mlm.",
+        ),
+    ] = "auto",
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite the files of an existing OUT.")
+    ] = False,
+) -> None:
+    from fdl import console
+
+    if head not in HEADS:
+        raise FdlUsageError(f"unknown head '{head}'", f"use one of {', '.join(HEADS)}")
+    if out.exists() and not out.is_dir():
+        raise FdlError(f"'{out}' exists and is not a directory", "choose another OUT")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise FdlError(f"'{out}' is not empty", "choose an empty directory, or pass --force")
+    model = _load(name_or_path, head)
+    written = model.save_pretrained(out)
+    console.info(f"exported {model.hf_class_name} ({model.load_report.source})")
+    console.out(str(written))
+
+
+def verify_export(
+    directory: Annotated[Path, typer.Argument(help="The exported directory.")],
+    tolerance: Annotated[
+        float, typer.Option("--tolerance", help="Largest allowed absolute difference.")
+    ] = 1e-5,
+) -> None:
+    import torch
+
+    from fdl import console
+    from flodl.hf.model import _read_config
+    from flodl.hf.parity import HF_AUTO, max_diff, outputs_of
+
+    if not (directory / "config.json").is_file():
+        raise FdlUsageError(f"{directory}: no config.json", "pass an exported model directory")
+    t = _transformers()
+    config = _read_config(directory)
+    head = _head_of(config)
+    reference, info = getattr(t, HF_AUTO[head]).from_pretrained(directory, output_loading_info=True)
+    missing, unexpected = sorted(info["missing_keys"]), sorted(info["unexpected_keys"])
+    model = _load(str(directory), head)
+    g = torch.Generator().manual_seed(0)
+    vocab = int(config.get("vocab_size", 100))
+    ids = torch.randint(5, max(6, vocab), (2, 16), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 12:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    diff = max_diff(outputs_of(model, head, inputs), outputs_of(reference.eval(), head, inputs))
+    console.out(f"class        {type(reference).__name__}")
+    console.out(f"missing      {len(missing)}{': ' + ', '.join(missing) if missing else ''}")
+    console.out(
+        f"unexpected   {len(unexpected)}{': ' + ', '.join(unexpected) if unexpected else ''}"
+    )
+    console.out(f"max abs diff {diff:.3e}")
+    if missing or unexpected or not diff <= tolerance:
+        raise FdlError(
+            f"{directory} does not round-trip",
+            f"max abs diff {diff:.3e} (tolerance {tolerance:g}), {len(missing)} missing, "
+            f"{len(unexpected)} unexpected key(s)",
+        )
+    console.info("ok: transformers loads it with no missing or unexpected keys")
+
+
+def convert(
+    name_or_path: Annotated[str, typer.Argument(help="A model directory or a hub id.")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing model.safetensors.")
+    ] = False,
+) -> None:
+    from fdl import console
+    from flodl.hf import hub
+    from flodl.hf.convert import ConvertError, bin_to_safetensors
+    from flodl.hf.errors import HfError
+
+    try:
+        files = hub.resolve(name_or_path)
+    except HfError as err:
+        raise _flodl_error(err) from err
+    if files.weights and not force:
+        raise FdlError(f"{files.weights[0]} already exists", "nothing to convert (or --force)")
+    folder = files.config.parent
+    legacy = files.legacy_weights or folder / hub.LEGACY_WEIGHTS
+    if not legacy.is_file():
+        raise FdlError(f"{name_or_path} has no {hub.LEGACY_WEIGHTS}", None, ExitCode.UNAVAILABLE)
+    try:
+        target = bin_to_safetensors(legacy, folder / hub.WEIGHTS)
+    except ConvertError as err:
+        raise FdlError(str(err)) from err
+    console.info(f"converted {legacy.name} ({name_or_path})")
+    console.out(str(target))
+
+
+def parity(
+    family: Annotated[
+        str | None,
+        typer.Option("--family", metavar="F,...", help="Only these families."),
+    ] = None,
+    head: Annotated[
+        str | None, typer.Option("--head", metavar="H,...", help="Only these heads.")
+    ] = None,
+) -> None:
+    from fdl import console
+    from flodl.hf import parity as matrix
+    from flodl.hf.families import FAMILIES, HEADS
+
+    families = family.split(",") if family else list(FAMILIES)
+    heads = head.split(",") if head else list(HEADS)
+    for name, known, what in ((families, FAMILIES, "family"), (heads, HEADS, "head")):
+        bad = [x for x in name if x not in known]
+        if bad:
+            raise FdlUsageError(f"unknown {what} '{bad[0]}'", f"use one of {', '.join(known)}")
+    _transformers()
+    cells = matrix.run_matrix(families, heads)
+    console.out(f"{'family':<12} {'head':<7} {'load':>9} {'export':>9}  keys  result")
+    for c in cells:
+        keys = "ok" if not (c.missing or c.unexpected) else f"{len(c.missing) + len(c.unexpected)}!"
+        result = "PASS" if c.ok else f"FAIL {c.error}".strip()
+        console.out(
+            f"{c.family:<12} {c.head:<7} {c.load_diff:>9.2e} {c.export_diff:>9.2e}  "
+            f"{keys:<4}  {result}"
+        )
+    failed = [c for c in cells if not c.ok]
+    if failed:
+        raise FdlError(
+            f"{len(failed)} of {len(cells)} cells differ from transformers",
+            f"tolerance {matrix.TOLERANCE:g}",
+        )
+    console.info(f"all {len(cells)} cells within {matrix.TOLERANCE:g} of transformers")
+
+
+def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
     group = make_group(
         "hf",
         "HuggingFace checkpoints as flodl graphs: export, verify an export with transformers, "
         "convert pytorch_model.bin to safetensors, and the parity matrix.",
     )
     app.add_typer(group, name="hf")
-
-    @group.command(
+    group.command(
         "export",
         help="Load NAME_OR_PATH (a model directory or hub id) with flodl.hf and write it to OUT "
         "in HuggingFace's layout (model.safetensors, config.json, tokenizer.json).",
-    )
-    def export(
-        name_or_path: Annotated[str, typer.Argument(help="A model directory or a hub id.")],
-        out: Annotated[Path, typer.Argument(help="The directory to write.")],
-        head: Annotated[
-            str,
-            typer.Option(
-                "--head",
-                help="auto (config.json's architectures), base, seqcls, tokcls, qa or mlm.",
-            ),
-        ] = "auto",
-        force: Annotated[
-            bool, typer.Option("--force", help="Overwrite the files of an existing OUT.")
-        ] = False,
-    ) -> None:
-        from fdl import console
-
-        if head not in HEADS:
-            raise FdlUsageError(f"unknown head '{head}'", f"use one of {', '.join(HEADS)}")
-        if out.exists() and not out.is_dir():
-            raise FdlError(f"'{out}' exists and is not a directory", "choose another OUT")
-        if out.is_dir() and any(out.iterdir()) and not force:
-            raise FdlError(f"'{out}' is not empty", "choose an empty directory, or pass --force")
-        model = _load(name_or_path, head)
-        written = model.save_pretrained(out)
-        console.info(f"exported {model.hf_class_name} ({model.load_report.source})")
-        console.out(str(written))
-
-    @group.command(
+    )(export)
+    group.command(
         "verify-export",
         help="Check an exported directory with transformers: zero missing or unexpected keys, "
         "and the same outputs as flodl.hf on a fixed batch.",
-    )
-    def verify_export(
-        directory: Annotated[Path, typer.Argument(help="The exported directory.")],
-        tolerance: Annotated[
-            float, typer.Option("--tolerance", help="Largest allowed absolute difference.")
-        ] = 1e-5,
-    ) -> None:
-        import torch
-
-        from fdl import console
-        from flodl.hf.model import _read_config
-        from flodl.hf.parity import HF_AUTO, max_diff, outputs_of
-
-        if not (directory / "config.json").is_file():
-            raise FdlUsageError(f"{directory}: no config.json", "pass an exported model directory")
-        t = _transformers()
-        config = _read_config(directory)
-        head = _head_of(config)
-        reference, info = getattr(t, HF_AUTO[head]).from_pretrained(
-            directory, output_loading_info=True
-        )
-        missing, unexpected = sorted(info["missing_keys"]), sorted(info["unexpected_keys"])
-        model = _load(str(directory), head)
-        g = torch.Generator().manual_seed(0)
-        vocab = int(config.get("vocab_size", 100))
-        ids = torch.randint(5, max(6, vocab), (2, 16), generator=g)
-        mask = torch.ones_like(ids)
-        mask[1, 12:] = 0
-        inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
-        diff = max_diff(outputs_of(model, head, inputs), outputs_of(reference.eval(), head, inputs))
-        console.out(f"class        {type(reference).__name__}")
-        console.out(f"missing      {len(missing)}{': ' + ', '.join(missing) if missing else ''}")
-        console.out(
-            f"unexpected   {len(unexpected)}{': ' + ', '.join(unexpected) if unexpected else ''}"
-        )
-        console.out(f"max abs diff {diff:.3e}")
-        if missing or unexpected or not diff <= tolerance:
-            raise FdlError(
-                f"{directory} does not round-trip",
-                f"max abs diff {diff:.3e} (tolerance {tolerance:g}), {len(missing)} missing, "
-                f"{len(unexpected)} unexpected key(s)",
-            )
-        console.info("ok: transformers loads it with no missing or unexpected keys")
-
-    @group.command(
+    )(verify_export)
+    group.command(
         "convert",
         help="Convert an old pytorch_model.bin (a directory or a cached hub id) to "
         "model.safetensors beside it; read with torch.load(weights_only=True) only.",
-    )
-    def convert(
-        name_or_path: Annotated[str, typer.Argument(help="A model directory or a hub id.")],
-        force: Annotated[
-            bool, typer.Option("--force", help="Replace an existing model.safetensors.")
-        ] = False,
-    ) -> None:
-        from fdl import console
-        from flodl.hf import hub
-        from flodl.hf.convert import ConvertError, bin_to_safetensors
-        from flodl.hf.errors import HfError
-
-        try:
-            files = hub.resolve(name_or_path)
-        except HfError as err:
-            raise _flodl_error(err) from err
-        if files.weights and not force:
-            raise FdlError(f"{files.weights[0]} already exists", "nothing to convert (or --force)")
-        folder = files.config.parent
-        legacy = files.legacy_weights or folder / hub.LEGACY_WEIGHTS
-        if not legacy.is_file():
-            raise FdlError(
-                f"{name_or_path} has no {hub.LEGACY_WEIGHTS}", None, ExitCode.UNAVAILABLE
-            )
-        try:
-            target = bin_to_safetensors(legacy, folder / hub.WEIGHTS)
-        except ConvertError as err:
-            raise FdlError(str(err)) from err
-        console.info(f"converted {legacy.name} ({name_or_path})")
-        console.out(str(target))
-
-    @group.command(
+    )(convert)
+    group.command(
         "parity",
         help="Run the family x head parity matrix on tiny random models made with transformers "
         "(offline) and print the max abs difference of every cell.",
-    )
-    def parity(
-        family: Annotated[
-            str | None,
-            typer.Option("--family", metavar="F,...", help="Only these families."),
-        ] = None,
-        head: Annotated[
-            str | None, typer.Option("--head", metavar="H,...", help="Only these heads.")
-        ] = None,
-    ) -> None:
-        from fdl import console
-        from flodl.hf import parity as matrix
-        from flodl.hf.families import FAMILIES, HEADS
-
-        families = family.split(",") if family else list(FAMILIES)
-        heads = head.split(",") if head else list(HEADS)
-        for name, known, what in ((families, FAMILIES, "family"), (heads, HEADS, "head")):
-            bad = [x for x in name if x not in known]
-            if bad:
-                raise FdlUsageError(f"unknown {what} '{bad[0]}'", f"use one of {', '.join(known)}")
-        _transformers()
-        cells = matrix.run_matrix(families, heads)
-        console.out(f"{'family':<12} {'head':<7} {'load':>9} {'export':>9}  keys  result")
-        for c in cells:
-            keys = (
-                "ok"
-                if not (c.missing or c.unexpected)
-                else f"{len(c.missing) + len(c.unexpected)}!"
-            )
-            result = "PASS" if c.ok else f"FAIL {c.error}".strip()
-            console.out(
-                f"{c.family:<12} {c.head:<7} {c.load_diff:>9.2e} {c.export_diff:>9.2e}  "
-                f"{keys:<4}  {result}"
-            )
-        failed = [c for c in cells if not c.ok]
-        if failed:
-            raise FdlError(
-                f"{len(failed)} of {len(cells)} cells differ from transformers",
-                f"tolerance {matrix.TOLERANCE:g}",
-            )
-        console.info(f"all {len(cells)} cells within {matrix.TOLERANCE:g} of transformers")
+    )(parity)

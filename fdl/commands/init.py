@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -14,63 +15,65 @@ from fdl.errors import FdlUsageError
 INSTALL_COMMAND = "python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e . pytest ruff"
 
 
-def register(app: typer.Typer, make_group) -> None:
-    @app.command(
+def init(
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            help="Project directory and name (letters, digits, '-', '_'; at most 64); '.' "
+            "scaffolds into the current directory (empty, or only .git) named after it.",
+            show_default=False,
+        ),
+    ] = None,
+    docker: Annotated[
+        bool, typer.Option("--docker", help="Add CPU and CUDA images and compose services.")
+    ] = False,
+    native: Annotated[bool, typer.Option("--native", help="No Docker (the default).")] = False,
+    cuda: Annotated[
+        str | None,
+        typer.Option(
+            "--cuda", metavar="TAG", help="CUDA build of torch for the GPU image, e.g. 12.8."
+        ),
+    ] = None,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="Re-render this project with the current templates (keeps your edits).",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="With --update: show the diff, change nothing.")
+    ] = False,
+    with_hf: Annotated[
+        bool,
+        typer.Option(
+            "--with-hf", help="Include HuggingFace support (as 'fdl add hf' does afterwards)."
+        ),
+    ] = False,
+) -> None:
+    if docker and native:
+        raise FdlUsageError("--docker and --native are mutually exclusive", "pick one")
+    if dry_run and not update:
+        raise FdlUsageError("--dry-run only applies to --update", "add --update")
+    mode = "docker" if docker else "native" if native else None
+    if update and with_hf:
+        raise FdlUsageError("--with-hf applies to a new project", "inside one: fdl add hf")
+    if update:
+        _update(Path(name or "."), mode, cuda, dry_run)
+    else:
+        if name is None:
+            raise FdlUsageError("missing the project name", "e.g. fdl init my-model")
+        _create(name, mode, cuda)
+        if with_hf:
+            _add_feature(Path(name).resolve(), "hf")
+
+
+def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
+    app.command(
         "init",
         help="Scaffold a new flodl project (model, training script, tests, fdl.yml tasks; "
         "Docker images with --docker), or bring newer templates into one with --update.",
-    )
-    def init(
-        name: Annotated[
-            str | None,
-            typer.Argument(
-                help="Project directory and name (letters, digits, '-', '_'; at most 64); '.' "
-                "scaffolds into the current directory (empty, or only .git) named after it.",
-                show_default=False,
-            ),
-        ] = None,
-        docker: Annotated[
-            bool, typer.Option("--docker", help="Add CPU and CUDA images and compose services.")
-        ] = False,
-        native: Annotated[bool, typer.Option("--native", help="No Docker (the default).")] = False,
-        cuda: Annotated[
-            str | None,
-            typer.Option(
-                "--cuda", metavar="TAG", help="CUDA build of torch for the GPU image, e.g. 12.8."
-            ),
-        ] = None,
-        update: Annotated[
-            bool,
-            typer.Option(
-                "--update",
-                help="Re-render this project with the current templates (keeps your edits).",
-            ),
-        ] = False,
-        dry_run: Annotated[
-            bool, typer.Option("--dry-run", help="With --update: show the diff, change nothing.")
-        ] = False,
-        with_hf: Annotated[
-            bool,
-            typer.Option(
-                "--with-hf", help="Include HuggingFace support (as 'fdl add hf' does afterwards)."
-            ),
-        ] = False,
-    ) -> None:
-        if docker and native:
-            raise FdlUsageError("--docker and --native are mutually exclusive", "pick one")
-        if dry_run and not update:
-            raise FdlUsageError("--dry-run only applies to --update", "add --update")
-        mode = "docker" if docker else "native" if native else None
-        if update and with_hf:
-            raise FdlUsageError("--with-hf applies to a new project", "inside one: fdl add hf")
-        if update:
-            _update(Path(name or "."), mode, cuda, dry_run)
-        else:
-            if name is None:
-                raise FdlUsageError("missing the project name", "e.g. fdl init my-model")
-            _create(name, mode, cuda)
-            if with_hf:
-                _add_feature(Path(name).resolve(), "hf")
+    )(init)
 
 
 def _add_feature(root: Path, feature: str) -> None:

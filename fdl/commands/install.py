@@ -2,63 +2,64 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 
 
-def register(app: typer.Typer, make_group) -> None:
-    @app.command(
+def install(
+    check: Annotated[
+        bool, typer.Option("--check", help="Only report whether a newer flodl is available.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the pip command instead of running it.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The check as one JSON object.")] = False,
+) -> None:
+    import dataclasses
+    import json
+    import shlex
+    import subprocess
+
+    from rich.markup import escape
+
+    from fdl import console
+    from fdl.errors import ExitCode, FdlError
+    from fdl.update_check import refresh
+
+    result = refresh()
+    if as_json:
+        console.out(json.dumps(dataclasses.asdict(result), indent=2))
+    elif result.error is None:
+        console.info(escape(result.describe()))
+    if result.error is not None:
+        raise FdlError(
+            f"could not check {result.origin} {result.where}: {result.error}",
+            "check the network (or the path) and run again",
+            ExitCode.UNAVAILABLE,
+        )
+    if check or not result.newer:
+        return
+    if result.upgrade is None:
+        console.info(
+            escape(f"flodl is installed in development mode from {result.where}: update that "
+                   "checkout (e.g. git pull); the new version is live at once")
+        )  # fmt: skip
+        return
+    line = shlex.join(result.upgrade)
+    if dry_run:
+        console.out(line)
+        return
+    console.info(escape(f"fdl: {line}"))
+    code = subprocess.call(result.upgrade)
+    if code != 0:
+        raise FdlError(f"the update failed (pip exited with {code})", "see pip's output above")
+
+
+def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
+    app.command(
         "install",
         help="Update flodl (and fdl) from where it was installed: the package index, a git URL, "
         "a checkout or a wheel folder. --check only reports.",
-    )
-    def install(
-        check: Annotated[
-            bool, typer.Option("--check", help="Only report whether a newer flodl is available.")
-        ] = False,
-        dry_run: Annotated[
-            bool, typer.Option("--dry-run", help="Print the pip command instead of running it.")
-        ] = False,
-        as_json: Annotated[
-            bool, typer.Option("--json", help="The check as one JSON object.")
-        ] = False,
-    ) -> None:
-        import dataclasses
-        import json
-        import shlex
-        import subprocess
-
-        from rich.markup import escape
-
-        from fdl import console
-        from fdl.errors import ExitCode, FdlError
-        from fdl.update_check import refresh
-
-        result = refresh()
-        if as_json:
-            console.out(json.dumps(dataclasses.asdict(result), indent=2))
-        elif result.error is None:
-            console.info(escape(result.describe()))
-        if result.error is not None:
-            raise FdlError(
-                f"could not check {result.origin} {result.where}: {result.error}",
-                "check the network (or the path) and run again",
-                ExitCode.UNAVAILABLE,
-            )
-        if check or not result.newer:
-            return
-        if result.upgrade is None:
-            console.info(
-                escape(f"flodl is installed in development mode from {result.where}: update that "
-                       "checkout (e.g. git pull); the new version is live at once")
-            )  # fmt: skip
-            return
-        line = shlex.join(result.upgrade)
-        if dry_run:
-            console.out(line)
-            return
-        console.info(escape(f"fdl: {line}"))
-        code = subprocess.call(result.upgrade)
-        if code != 0:
-            raise FdlError(f"the update failed (pip exited with {code})", "see pip's output above")
+    )(install)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -58,42 +59,15 @@ def download_variant(
     stall timeout or limit) is a usage error before anything is downloaded. Returns what happened
     (the ``--json`` document of ``fdl libtorch download``).
     """
-    from fdl.downloads import ExtractLimits
-    from fdl.downloads import stall_timeout as resolve_stall
-    from fdl.errors import FdlUsageError
     from fdl.libtorch_home import install_prebuilt
-    from fdl.libtorch_home.install import expected_hash, require_verified_default
+    from fdl.libtorch_home.install import expected_hash
     from fdl.variants import load_table
 
-    if sha256 and not verify:
-        raise FdlUsageError("--sha256 and --no-verify contradict each other", "choose one")
-    if require_verified is None:
-        require_verified = require_verified_default()
-    if require_verified and not verify:
-        raise FdlUsageError(
-            "--no-verify contradicts --require-verified (or FDL_REQUIRE_VERIFIED)", "choose one"
-        )
-    if sha256:
-        from fdl.libtorch_home.install import check_sha256
-
-        sha256 = check_sha256(sha256)
-    stall = resolve_stall(stall_timeout)
-    limits = ExtractLimits.resolve(max_extract_size, max_extract_ratio)
-
+    sha256, require_verified, stall, limits = _checked_options(
+        verify, sha256, require_verified, stall_timeout, max_extract_size, max_extract_ratio
+    )
     table = load_table()
-    if version:
-        release = table.release(version)
-    else:  # the newest release that has this build
-        newest = next((r for r in table.releases if r.build(tag)), None)
-        if newest is None:
-            raise FdlUsageError(
-                f"no torch release in the table has a '{tag}' build", "try --cuda 12.6 or --cpu"
-            )
-        release = newest
-    build = release.build(tag)
-    if build is None:
-        tags = ", ".join(b.tag for b in release.builds)
-        raise FdlUsageError(f"torch {release.torch} has no '{tag}' libtorch", f"available: {tags}")
+    release, build = pick_release(table, version, tag)
     home = _home(path)
     url = table.libtorch_url(release, tag, platform, mirror)
     _say(f"libtorch {release.torch} ({tag}, {build.arch_list})")
@@ -142,8 +116,67 @@ def download_variant(
         verification=verification.to_json() if verification else None,
         resumed_from=result.resumed_from,
     )
+    _report_install(result, home, release.torch)
+    return summary
+
+
+def _checked_options(
+    verify: bool,
+    sha256: str | None,
+    require_verified: bool | None,
+    stall_timeout: str | float | None,
+    max_extract_size: str | None,
+    max_extract_ratio: str | None,
+) -> tuple[str | None, bool, float, Any]:
+    """The download options, checked before anything is downloaded: the normalised hash, whether
+    a verified file is required (None reads ``FDL_REQUIRE_VERIFIED``), the stall timeout and the
+    extraction limits. A contradiction or a malformed value is a usage error."""
+    from fdl.downloads import ExtractLimits
+    from fdl.downloads import stall_timeout as resolve_stall
+    from fdl.errors import FdlUsageError
+    from fdl.libtorch_home.install import check_sha256, require_verified_default
+
+    if sha256 and not verify:
+        raise FdlUsageError("--sha256 and --no-verify contradict each other", "choose one")
+    if require_verified is None:
+        require_verified = require_verified_default()
+    if require_verified and not verify:
+        raise FdlUsageError(
+            "--no-verify contradicts --require-verified (or FDL_REQUIRE_VERIFIED)", "choose one"
+        )
+    if sha256:
+        sha256 = check_sha256(sha256)
+    stall = resolve_stall(stall_timeout)
+    limits = ExtractLimits.resolve(max_extract_size, max_extract_ratio)
+    return sha256, require_verified, stall, limits
+
+
+def pick_release(table: Any, version: str | None, tag: str) -> tuple[Any, Any]:
+    """The release and its ``tag`` build to download: ``version``, else the newest release in
+    ``table`` that has that build. A release without the build is a usage error listing the
+    builds it has."""
+    from fdl.errors import FdlUsageError
+
+    if version:
+        release = table.release(version)
+    else:
+        release = next((r for r in table.releases if r.build(tag)), None)
+        if release is None:
+            raise FdlUsageError(
+                f"no torch release in the table has a '{tag}' build", "try --cuda 12.6 or --cpu"
+            )
+    build = release.build(tag)
+    if build is None:
+        tags = ", ".join(b.tag for b in release.builds)
+        raise FdlUsageError(f"torch {release.torch} has no '{tag}' libtorch", f"available: {tags}")
+    return release, build
+
+
+def _report_install(result: Any, home: Any, torch: str) -> None:
+    """What ``install_prebuilt`` did, its verification and how to use the variant, on stderr."""
+    verification = result.verification
     if result.skipped:
-        _say(f"already installed: {result.variant} (torch {release.torch}); --force re-downloads")
+        _say(f"already installed: {result.variant} (torch {torch}); --force re-downloads")
     else:
         resumed = f" (resumed at {result.resumed_from} bytes)" if result.resumed_from else ""
         _say(f"installed {result.variant}{resumed}")
@@ -158,236 +191,233 @@ def download_variant(
         _say(f"active: {result.variant} ({home.active_file})")
     lib = result.path / "lib"
     _say(f'  export LIBTORCH="{result.path}"  LD_LIBRARY_PATH="{lib}:$LD_LIBRARY_PATH"')
-    return summary
 
 
-def register(app: typer.Typer, make_group) -> None:
+def download(
+    cpu: Annotated[bool, typer.Option("--cpu", help="The CPU build.")] = False,
+    cuda: Annotated[
+        str | None, typer.Option("--cuda", metavar="X.Y", help="A CUDA build, e.g. 12.8.")
+    ] = None,
+    version: Annotated[
+        str | None,
+        typer.Option(
+            "--torch",
+            metavar="VERSION",
+            help="torch release, e.g. 2.9.1 (default: newest with this build).",
+        ),
+    ] = None,
+    path: PathOption = None,
+    no_activate: Annotated[
+        bool, typer.Option("--no-activate", help="Install without making it active.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Download again even if installed.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be downloaded, and where.")
+    ] = False,
+    mirror: Annotated[
+        str | None,
+        typer.Option(
+            "--mirror",
+            metavar="URL",
+            help="Base URL instead of download.pytorch.org (also FDL_TORCH_MIRROR).",
+        ),
+    ] = None,
+    no_verify: Annotated[
+        bool,
+        typer.Option("--no-verify", help="Skip the sha256 pinned in fdl's release table."),
+    ] = False,
+    sha256: Annotated[
+        str | None,
+        typer.Option(
+            "--sha256",
+            metavar="HEX",
+            help="Check the archive against this sha256 (wins over a pinned one).",
+        ),
+    ] = None,
+    require_verified: Annotated[
+        bool,
+        typer.Option(
+            "--require-verified",
+            help="Refuse a file with no known sha256 (also FDL_REQUIRE_VERIFIED=1).",
+        ),
+    ] = False,
+    stall_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--stall-timeout",
+            metavar="SECONDS",
+            help="Give up after this long without data, retries included "
+            "(default 60; also FDL_STALL_TIMEOUT).",
+        ),
+    ] = None,
+    max_extract_size: Annotated[
+        str | None,
+        typer.Option(
+            "--max-extract-size",
+            metavar="SIZE",
+            help="Refuse an archive that unpacks to more (default 32G; also FDL_MAX_EXTRACT_SIZE).",
+        ),
+    ] = None,
+    max_extract_ratio: Annotated[
+        str | None,
+        typer.Option(
+            "--max-extract-ratio",
+            metavar="N",
+            help="Refuse an archive that unpacks to more than N times its size (default "
+            "50; also FDL_MAX_EXTRACT_RATIO).",
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="What was installed, as JSON on stdout (no progress bar)."),
+    ] = False,
+) -> None:
+    from fdl import console
+    from fdl.errors import FdlUsageError
+
+    if cpu and cuda:
+        raise FdlUsageError("--cpu and --cuda are mutually exclusive", "choose one")
+    if cpu:
+        tag, platform = "cpu", _platform()
+    elif cuda:
+        digits = cuda.replace(".", "")
+        if not digits.isdigit():
+            raise FdlUsageError(f"--cuda {cuda} is not a CUDA version", "e.g. --cuda 12.8")
+        tag, platform = f"cu{digits}", _platform()
+    else:
+        from fdl.hardware import detect
+        from fdl.variants import resolve
+
+        machine = detect(docker=False)
+        plan = resolve(machine.target(), torch=version)
+        for reason in plan.reasons:
+            _say(f"  - {reason}")
+        for warning in plan.warnings:
+            console.warn(warning)
+        tag, platform, version = plan.tag, machine.system.platform_key, plan.torch
+    summary = download_variant(
+        version,
+        tag,
+        platform,
+        path=path,
+        activate=not no_activate,
+        force=force,
+        verify=not no_verify,
+        sha256=sha256,
+        require_verified=True if require_verified else None,
+        dry_run=dry_run,
+        mirror=mirror,
+        progress=not json_out,
+        stall_timeout=stall_timeout,
+        max_extract_size=max_extract_size,
+        max_extract_ratio=max_extract_ratio,
+    )
+    if json_out:
+        import json
+
+        console.out(json.dumps(summary))
+
+
+def list_(
+    json_out: JsonOption = False,
+    path: PathOption = None,
+) -> None:
+    import json
+
+    from fdl import console
+
+    home = _home(path)
+    active = home.active()
+    variants = home.variants()
+    if json_out:
+        console.out(json.dumps([{"variant": v, "active": v == active} for v in variants]))
+        return
+    if not variants:
+        _say(f"No libtorch variants installed in {home.path}. Run: fdl libtorch download")
+        return
+    for v in variants:
+        console.out(f"  {v}" + (" (active)" if v == active else ""))
+
+
+def info(
+    json_out: JsonOption = False,
+    path: PathOption = None,
+) -> None:
+    import json
+
+    from fdl import console
+    from fdl.errors import ExitCode, FdlError
+    from fdl.libtorch_home import read_arch
+
+    home = _home(path)
+    active = home.active()
+    if active is None:
+        raise FdlError(
+            f"no active libtorch variant in {home.path}",
+            "run 'fdl libtorch download'",
+            ExitCode.UNAVAILABLE,
+        )
+    arch = read_arch(home.variant_dir(active))
+    if json_out:
+        console.out(json.dumps({"variant": active, "path": str(home.variant_dir(active)), **arch}))
+        return
+    console.out(f"Active:   {active}")
+    console.out(f"Path:     {home.variant_dir(active)}")
+    for key, label in (
+        ("torch", "Version"),
+        ("cuda", "CUDA"),
+        ("archs", "Archs"),
+        ("source", "Source"),
+        ("sha256", "sha256"),
+    ):
+        if key in arch:
+            console.out(f"{label + ':':<9} {arch[key]}")
+    if "sha256" in arch:
+        from fdl.libtorch_home.install import SOURCE_TABLE, Verification
+
+        v = Verification.from_arch(arch)
+        against = "fdl's release table" if v.source == SOURCE_TABLE else "a --sha256 hash"
+        console.out(f"{'Verified:':<9} " + (f"yes, against {against}" if v.checked else "no"))
+
+
+def activate(
+    variant: Annotated[str, typer.Argument(help="Variant id, e.g. precompiled/cu128 (or cu128).")],
+    path: PathOption = None,
+) -> None:
+
+    home = _home(path)
+    variant = home.check_id(variant)
+    home.activate(variant)
+    _say(f"active variant: {variant} ({home.active_file})")
+
+
+def remove(
+    variant: Annotated[str, typer.Argument(help="Variant id, e.g. precompiled/cu128 (or cu128).")],
+    path: PathOption = None,
+) -> None:
+
+    home = _home(path)
+    variant = home.check_id(variant)
+    was_active = home.remove(variant)
+    _say(f"removed {variant}")
+    if was_active:
+        _say("it was the active variant; run 'fdl libtorch activate <variant>' to set another")
+
+
+def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
     group = make_group("libtorch", "Manage pre-built libtorch (C++) installations.")
     app.add_typer(group)
-
-    @group.command(
+    group.command(
         "download",
         help="Download a pre-built libtorch (resumable; its sha256 is checked when one is pinned "
         "or given with --sha256, and the result says which).",
-    )
-    def download(
-        cpu: Annotated[bool, typer.Option("--cpu", help="The CPU build.")] = False,
-        cuda: Annotated[
-            str | None, typer.Option("--cuda", metavar="X.Y", help="A CUDA build, e.g. 12.8.")
-        ] = None,
-        version: Annotated[
-            str | None,
-            typer.Option(
-                "--torch",
-                metavar="VERSION",
-                help="torch release, e.g. 2.9.1 (default: newest with this build).",
-            ),
-        ] = None,
-        path: PathOption = None,
-        no_activate: Annotated[
-            bool, typer.Option("--no-activate", help="Install without making it active.")
-        ] = False,
-        force: Annotated[
-            bool, typer.Option("--force", help="Download again even if installed.")
-        ] = False,
-        dry_run: Annotated[
-            bool, typer.Option("--dry-run", help="Show what would be downloaded, and where.")
-        ] = False,
-        mirror: Annotated[
-            str | None,
-            typer.Option(
-                "--mirror",
-                metavar="URL",
-                help="Base URL instead of download.pytorch.org (also FDL_TORCH_MIRROR).",
-            ),
-        ] = None,
-        no_verify: Annotated[
-            bool,
-            typer.Option("--no-verify", help="Skip the sha256 pinned in fdl's release table."),
-        ] = False,
-        sha256: Annotated[
-            str | None,
-            typer.Option(
-                "--sha256",
-                metavar="HEX",
-                help="Check the archive against this sha256 (wins over a pinned one).",
-            ),
-        ] = None,
-        require_verified: Annotated[
-            bool,
-            typer.Option(
-                "--require-verified",
-                help="Refuse a file with no known sha256 (also FDL_REQUIRE_VERIFIED=1).",
-            ),
-        ] = False,
-        stall_timeout: Annotated[
-            str | None,
-            typer.Option(
-                "--stall-timeout",
-                metavar="SECONDS",
-                help="Give up after this long without data, retries included "
-                "(default 60; also FDL_STALL_TIMEOUT).",
-            ),
-        ] = None,
-        max_extract_size: Annotated[
-            str | None,
-            typer.Option(
-                "--max-extract-size",
-                metavar="SIZE",
-                help="Refuse an archive that unpacks to more (default 32G; also "
-                "FDL_MAX_EXTRACT_SIZE).",
-            ),
-        ] = None,
-        max_extract_ratio: Annotated[
-            str | None,
-            typer.Option(
-                "--max-extract-ratio",
-                metavar="N",
-                help="Refuse an archive that unpacks to more than N times its size (default "
-                "50; also FDL_MAX_EXTRACT_RATIO).",
-            ),
-        ] = None,
-        json_out: Annotated[
-            bool,
-            typer.Option("--json", help="What was installed, as JSON on stdout (no progress bar)."),
-        ] = False,
-    ) -> None:
-        from fdl import console
-        from fdl.errors import FdlUsageError
-
-        if cpu and cuda:
-            raise FdlUsageError("--cpu and --cuda are mutually exclusive", "choose one")
-        if cpu:
-            tag, platform = "cpu", _platform()
-        elif cuda:
-            digits = cuda.replace(".", "")
-            if not digits.isdigit():
-                raise FdlUsageError(f"--cuda {cuda} is not a CUDA version", "e.g. --cuda 12.8")
-            tag, platform = f"cu{digits}", _platform()
-        else:
-            from fdl.hardware import detect
-            from fdl.variants import resolve
-
-            machine = detect(docker=False)
-            plan = resolve(machine.target(), torch=version)
-            for reason in plan.reasons:
-                _say(f"  - {reason}")
-            for warning in plan.warnings:
-                console.warn(warning)
-            tag, platform, version = plan.tag, machine.system.platform_key, plan.torch
-        summary = download_variant(
-            version,
-            tag,
-            platform,
-            path=path,
-            activate=not no_activate,
-            force=force,
-            verify=not no_verify,
-            sha256=sha256,
-            require_verified=True if require_verified else None,
-            dry_run=dry_run,
-            mirror=mirror,
-            progress=not json_out,
-            stall_timeout=stall_timeout,
-            max_extract_size=max_extract_size,
-            max_extract_ratio=max_extract_ratio,
-        )
-        if json_out:
-            import json
-
-            console.out(json.dumps(summary))
-
-    @group.command("list", help="Show installed variants.")
-    def list_(
-        json_out: JsonOption = False,
-        path: PathOption = None,
-    ) -> None:
-        import json
-
-        from fdl import console
-
-        home = _home(path)
-        active = home.active()
-        variants = home.variants()
-        if json_out:
-            console.out(json.dumps([{"variant": v, "active": v == active} for v in variants]))
-            return
-        if not variants:
-            _say(f"No libtorch variants installed in {home.path}. Run: fdl libtorch download")
-            return
-        for v in variants:
-            console.out(f"  {v}" + (" (active)" if v == active else ""))
-
-    @group.command("info", help="Show the active variant.")
-    def info(
-        json_out: JsonOption = False,
-        path: PathOption = None,
-    ) -> None:
-        import json
-
-        from fdl import console
-        from fdl.errors import ExitCode, FdlError
-        from fdl.libtorch_home import read_arch
-
-        home = _home(path)
-        active = home.active()
-        if active is None:
-            raise FdlError(
-                f"no active libtorch variant in {home.path}",
-                "run 'fdl libtorch download'",
-                ExitCode.UNAVAILABLE,
-            )
-        arch = read_arch(home.variant_dir(active))
-        if json_out:
-            console.out(
-                json.dumps({"variant": active, "path": str(home.variant_dir(active)), **arch})
-            )
-            return
-        console.out(f"Active:   {active}")
-        console.out(f"Path:     {home.variant_dir(active)}")
-        for key, label in (
-            ("torch", "Version"),
-            ("cuda", "CUDA"),
-            ("archs", "Archs"),
-            ("source", "Source"),
-            ("sha256", "sha256"),
-        ):
-            if key in arch:
-                console.out(f"{label + ':':<9} {arch[key]}")
-        if "sha256" in arch:
-            from fdl.libtorch_home.install import SOURCE_TABLE, Verification
-
-            v = Verification.from_arch(arch)
-            against = "fdl's release table" if v.source == SOURCE_TABLE else "a --sha256 hash"
-            console.out(f"{'Verified:':<9} " + (f"yes, against {against}" if v.checked else "no"))
-
-    @group.command("activate", help="Set the active variant.")
-    def activate(
-        variant: Annotated[
-            str, typer.Argument(help="Variant id, e.g. precompiled/cu128 (or cu128).")
-        ],
-        path: PathOption = None,
-    ) -> None:
-
-        home = _home(path)
-        variant = home.check_id(variant)
-        home.activate(variant)
-        _say(f"active variant: {variant} ({home.active_file})")
-
-    @group.command("remove", help="Remove a variant.")
-    def remove(
-        variant: Annotated[
-            str, typer.Argument(help="Variant id, e.g. precompiled/cu128 (or cu128).")
-        ],
-        path: PathOption = None,
-    ) -> None:
-
-        home = _home(path)
-        variant = home.check_id(variant)
-        was_active = home.remove(variant)
-        _say(f"removed {variant}")
-        if was_active:
-            _say("it was the active variant; run 'fdl libtorch activate <variant>' to set another")
+    )(download)
+    group.command("list", help="Show installed variants.")(list_)
+    group.command("info", help="Show the active variant.")(info)
+    group.command("activate", help="Set the active variant.")(activate)
+    group.command("remove", help="Remove a variant.")(remove)
 
 
 def _platform() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -10,68 +11,68 @@ import typer
 from fdl.errors import ExitCode, FdlUsageError
 
 
-def register(app: typer.Typer, make_group) -> None:
-    @app.command(
+def port(
+    script: Annotated[Path, typer.Argument(help="The Python script defining the model.")],
+    model: Annotated[
+        str, typer.Option("--model", metavar="CLASS", help="The nn.Module class to port.")
+    ],
+    example_input: Annotated[
+        list[str],
+        typer.Option(
+            "--example-input",
+            metavar="EXPR",
+            help="One call's arguments, evaluated with torch in scope: a tensor, or a tuple "
+            "of positional arguments. Repeat for several cases.",
+        ),
+    ],
+    init: Annotated[
+        str | None,
+        typer.Option(
+            "--init",
+            metavar="ARGS",
+            help="Constructor arguments as a Python literal: a tuple is positional, a dict "
+            "keyword arguments (e.g. \"{'num_classes': 10}\").",
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o", "--output", metavar="OUT.py", help="Where to write (default SCRIPT_flodl.py)."
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Write even when parity is not exact."),
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON report on stdout.")] = False,
+) -> None:
+    from fdl import console
+    from fdl.port.run import default_output, render_report
+    from fdl.port.run import port as run_port
+
+    if script.is_dir():
+        raise FdlUsageError(f"{script}: is a directory", "pass the path of a Python script")
+    if not script.is_file():
+        raise FdlUsageError(f"{script}: no such file", "pass the path of a Python script")
+    out = output or default_output(script)
+    if out.resolve() == script.resolve():
+        raise FdlUsageError("the output would overwrite the script", "pass another -o OUT.py")
+    report = run_port(script, model, init, list(example_input), out, force)
+    if json_out:
+        import json
+
+        console.out(json.dumps(report.to_dict(), indent=2))
+    else:
+        console.out(render_report(report))
+    if not report.ok:
+        raise typer.Exit(ExitCode.FAILURE)
+
+
+def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
+    app.command(
         "port",
         help="Translate an nn.Module class into FlowBuilder code: trace it with torch.fx, write "
         "OUT.py with build(...) and from_torch(module), and prove the graph computes exactly what "
         "the original does (outputs, input and parameter gradients, eval and train mode) before "
         "writing. Example: fdl port model.py --model CNN --example-input 'torch.randn(2, 3, 32, 32)'.",
-    )
-    def port(
-        script: Annotated[Path, typer.Argument(help="The Python script defining the model.")],
-        model: Annotated[
-            str, typer.Option("--model", metavar="CLASS", help="The nn.Module class to port.")
-        ],
-        example_input: Annotated[
-            list[str],
-            typer.Option(
-                "--example-input",
-                metavar="EXPR",
-                help="One call's arguments, evaluated with torch in scope: a tensor, or a tuple "
-                "of positional arguments. Repeat for several cases.",
-            ),
-        ],
-        init: Annotated[
-            str | None,
-            typer.Option(
-                "--init",
-                metavar="ARGS",
-                help="Constructor arguments as a Python literal: a tuple is positional, a dict "
-                "keyword arguments (e.g. \"{'num_classes': 10}\").",
-            ),
-        ] = None,
-        output: Annotated[
-            Path | None,
-            typer.Option(
-                "-o", "--output", metavar="OUT.py", help="Where to write (default SCRIPT_flodl.py)."
-            ),
-        ] = None,
-        force: Annotated[
-            bool,
-            typer.Option("--force", help="Write even when parity is not exact."),
-        ] = False,
-        json_out: Annotated[
-            bool, typer.Option("--json", help="One JSON report on stdout.")
-        ] = False,
-    ) -> None:
-        from fdl import console
-        from fdl.port.run import default_output, render_report
-        from fdl.port.run import port as run_port
-
-        if script.is_dir():
-            raise FdlUsageError(f"{script}: is a directory", "pass the path of a Python script")
-        if not script.is_file():
-            raise FdlUsageError(f"{script}: no such file", "pass the path of a Python script")
-        out = output or default_output(script)
-        if out.resolve() == script.resolve():
-            raise FdlUsageError("the output would overwrite the script", "pass another -o OUT.py")
-        report = run_port(script, model, init, list(example_input), out, force)
-        if json_out:
-            import json
-
-            console.out(json.dumps(report.to_dict(), indent=2))
-        else:
-            console.out(render_report(report))
-        if not report.ok:
-            raise typer.Exit(ExitCode.FAILURE)
+    )(port)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -69,93 +70,98 @@ def status(target: Any) -> str:
     return "fresh" if record.get("schema") else "no schema"
 
 
-def register(app: typer.Typer, make_group) -> None:
+def list_(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON list.")] = False,
+) -> None:
+    import json
+
+    from fdl import console
+    from fdl.tasks import schema_cache
+
+    rows = []
+    for target in targets():
+        record = schema_cache.read(target)
+        if record is None:
+            continue
+        rows.append(
+            {
+                "name": target.name,
+                "status": status(target),
+                "program": target.program,
+                "cache": str(target.cache_file),
+                "options": sorted((record.get("schema") or {}).get("options", {})),
+                "error": record.get("error"),
+            }
+        )
+    if as_json:
+        console.out(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        console.out("no cached schemas (they are written when a command runs or shows help)")
+        return
+    width = max(len(r["name"]) for r in rows) + 2
+    for row in rows:
+        console.out(f"{row['name'].ljust(width)}{row['status']:<10} {row['program']}")
+        detail = ", ".join(f"--{o}" for o in row["options"]) or row["error"] or ""
+        if detail:
+            console.out(f"{'':{width}}{detail}")
+
+
+def clear(
+    name: Annotated[str | None, typer.Argument(help="A program name (default: all).")] = None,
+) -> None:
+    from fdl import console
+    from fdl.tasks.discover import find_manifest
+    from fdl.tasks.schema_cache import cache_files
+
+    files = [t.cache_file for t in _select(name)]
+    if name is None:
+        file = find_manifest(offer_copy=False)
+        files += cache_files(file.parent) if file else []
+    removed = 0
+    for path in dict.fromkeys(files):
+        if path.is_file():
+            path.unlink()
+            removed += 1
+    console.info(f"fdl: removed {removed} cached schema{'s' if removed != 1 else ''}")
+
+
+def refresh(
+    name: Annotated[str | None, typer.Argument(help="A program name (default: all).")] = None,
+) -> None:
+    from rich.markup import escape
+
+    from fdl import console
+    from fdl.tasks.schema_cache import probe_and_store
+
+    failed = 0
+    for target in _select(name):
+        if not target.probe_allowed:
+            console.info(escape(f"{target.name}: skipped ({status(target)})"))
+            continue
+        record = probe_and_store(target)
+        if record.get("schema"):
+            console.info(
+                escape(f"{target.name}: {len(record['schema'].get('options', {}))} options")
+            )
+        else:
+            failed += 1
+            console.warn(escape(f"{target.name}: no schema ({record.get('error')})"))
+    if failed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
     group = make_group(
         "schema",
         "Inspect, clear or refresh the cached --fdl-schema answers of the project's programs.",
     )
     app.add_typer(group)
-
-    @group.command("list", help="Show every program that can publish a schema, and its cache.")
-    def list_(
-        as_json: Annotated[bool, typer.Option("--json", help="One JSON list.")] = False,
-    ) -> None:
-        import json
-
-        from fdl import console
-        from fdl.tasks import schema_cache
-
-        rows = []
-        for target in targets():
-            record = schema_cache.read(target)
-            if record is None:
-                continue
-            rows.append(
-                {
-                    "name": target.name,
-                    "status": status(target),
-                    "program": target.program,
-                    "cache": str(target.cache_file),
-                    "options": sorted((record.get("schema") or {}).get("options", {})),
-                    "error": record.get("error"),
-                }
-            )
-        if as_json:
-            console.out(json.dumps(rows, indent=2))
-            return
-        if not rows:
-            console.out("no cached schemas (they are written when a command runs or shows help)")
-            return
-        width = max(len(r["name"]) for r in rows) + 2
-        for row in rows:
-            console.out(f"{row['name'].ljust(width)}{row['status']:<10} {row['program']}")
-            detail = ", ".join(f"--{o}" for o in row["options"]) or row["error"] or ""
-            if detail:
-                console.out(f"{'':{width}}{detail}")
-
-    @group.command("clear", help="Delete cached schemas: all of them, or NAME's.")
-    def clear(
-        name: Annotated[str | None, typer.Argument(help="A program name (default: all).")] = None,
-    ) -> None:
-        from fdl import console
-        from fdl.tasks.discover import find_manifest
-        from fdl.tasks.schema_cache import cache_files
-
-        files = [t.cache_file for t in _select(name)]
-        if name is None:
-            file = find_manifest(offer_copy=False)
-            files += cache_files(file.parent) if file else []
-        removed = 0
-        for path in dict.fromkeys(files):
-            if path.is_file():
-                path.unlink()
-                removed += 1
-        console.info(f"fdl: removed {removed} cached schema{'s' if removed != 1 else ''}")
-
-    @group.command(
+    group.command("list", help="Show every program that can publish a schema, and its cache.")(
+        list_
+    )
+    group.command("clear", help="Delete cached schemas: all of them, or NAME's.")(clear)
+    group.command(
         "refresh",
         help="Ask each program (or NAME) for its --fdl-schema again; exit 1 if one did not answer.",
-    )
-    def refresh(
-        name: Annotated[str | None, typer.Argument(help="A program name (default: all).")] = None,
-    ) -> None:
-        from rich.markup import escape
-
-        from fdl import console
-        from fdl.tasks.schema_cache import probe_and_store
-
-        failed = 0
-        for target in _select(name):
-            if not target.probe_allowed:
-                console.info(escape(f"{target.name}: skipped ({status(target)})"))
-                continue
-            record = probe_and_store(target)
-            if record.get("schema"):
-                console.info(
-                    escape(f"{target.name}: {len(record['schema'].get('options', {}))} options")
-                )
-            else:
-                failed += 1
-                console.warn(escape(f"{target.name}: no schema ({record.get('error')})"))
-        if failed:
-            raise typer.Exit(1)
+    )(refresh)

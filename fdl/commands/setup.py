@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -59,132 +60,163 @@ def _choose_build(machine, plan):
     return chosen
 
 
-def register(app: typer.Typer, make_group) -> None:
-    @app.command("setup", help="Install the right torch build for this machine, and verify it.")
-    def setup(
-        yes: Annotated[
-            bool, typer.Option("--yes", "-y", help="No prompts; take the plan.")
-        ] = False,
-        force: Annotated[
-            bool, typer.Option("--force", help="Reinstall torch even if this build is present.")
-        ] = False,
-        torch_version: Annotated[
-            str | None,
-            typer.Option("--torch", metavar="VERSION", help="Pin a torch release, e.g. 2.9."),
-        ] = None,
-        variant: Annotated[
-            str | None,
-            typer.Option("--variant", metavar="TAG", help="Force a build: cpu, cu126, cu128…"),
-        ] = None,
-        dry_run: Annotated[
-            bool, typer.Option("--dry-run", help="Show the plan and commands; change nothing.")
-        ] = False,
-        python: Annotated[
-            str | None,
-            typer.Option(
-                "--python", metavar="PATH", help="Install into this interpreter's environment."
-            ),
-        ] = None,
-        installer: Annotated[
-            str | None,
-            typer.Option(
-                "--installer", metavar="pip|uv", help="Force pip or uv (default: uv if on PATH)."
-            ),
-        ] = None,
-        libtorch: Annotated[
-            bool, typer.Option("--libtorch", help="Also download the matching libtorch (C++).")
-        ] = False,
-    ) -> None:
-        import subprocess
-        import sys
+def setup(
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="No prompts; take the plan.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Reinstall torch even if this build is present.")
+    ] = False,
+    torch_version: Annotated[
+        str | None,
+        typer.Option("--torch", metavar="VERSION", help="Pin a torch release, e.g. 2.9."),
+    ] = None,
+    variant: Annotated[
+        str | None,
+        typer.Option("--variant", metavar="TAG", help="Force a build: cpu, cu126, cu128…"),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the plan and commands; change nothing.")
+    ] = False,
+    python: Annotated[
+        str | None,
+        typer.Option(
+            "--python", metavar="PATH", help="Install into this interpreter's environment."
+        ),
+    ] = None,
+    installer: Annotated[
+        str | None,
+        typer.Option(
+            "--installer", metavar="pip|uv", help="Force pip or uv (default: uv if on PATH)."
+        ),
+    ] = None,
+    libtorch: Annotated[
+        bool, typer.Option("--libtorch", help="Also download the matching libtorch (C++).")
+    ] = False,
+) -> None:
+    import sys
 
-        from rich.markup import escape
+    from rich.markup import escape
 
-        from fdl import console
-        from fdl.errors import ExitCode, FdlError, FdlUsageError
-        from fdl.hardware import detect
-        from fdl.torch_setup import install_command, scope_for, verify_torch
-        from fdl.variants import resolve
+    from fdl import console
+    from fdl.errors import FdlUsageError
+    from fdl.torch_setup import install_command
 
-        if installer not in (None, "pip", "uv"):
-            raise FdlUsageError(f"unknown installer '{installer}'", "use --installer pip or uv")
-        target_python = python or sys.executable
-        machine = detect(docker=False, python=target_python)
-        plan = resolve(machine.target(), torch=torch_version, tag=variant)
-        _show_plan(machine, plan, target_python)
-        interactive = not (yes or dry_run) and sys.stdin.isatty()
-        if plan.status == "compromise" and variant is None and interactive:
-            plan = _choose_build(machine, plan)
+    if installer not in (None, "pip", "uv"):
+        raise FdlUsageError(f"unknown installer '{installer}'", "use --installer pip or uv")
+    target_python = python or sys.executable
+    interactive = not (yes or dry_run) and sys.stdin.isatty()
+    machine, plan = _plan(target_python, torch_version, variant, interactive=interactive)
+    installed = machine.torch
+    skip = already_installed(installed, plan) and not force
+    command = install_command(
+        target_python,
+        plan.requirement,
+        plan.index_url,
+        companions=sorted(installed.companions) if installed else [],
+        force=force,
+        installer=installer,
+    )
+    if skip:
+        console.info(f"torch {installed.version} is already installed here (--force reinstalls)")
+    else:
+        if installed:
+            console.info(f"replacing torch {installed.version} with {plan.torch}+{plan.tag}")
+        console.info(f"[bold]Command[/bold]: {escape(str(command))}")
+    if dry_run:
+        console.info("dry run: nothing was installed")
+        return
+    ran: list[str] = []
+    if not skip:
+        _run_install(command, confirmed=yes)
+        ran.append(str(command))
+    _verify(machine, plan, target_python)
+    if libtorch:
+        from fdl.commands.libtorch import download_variant
 
-        installed = machine.torch
-        same = (
-            installed is not None
-            and installed.public_version == plan.torch
-            and (installed.tag or "") == plan.tag
-        )
-        companions = sorted(installed.companions) if installed else []
-        command = install_command(
-            target_python,
-            plan.requirement,
-            plan.index_url,
-            companions=companions,
-            force=force,
-            installer=installer,
-        )
-        ran: list[str] = []
-        if installed is not None and same and not force:
-            console.info(
-                f"torch {installed.version} is already installed here (--force reinstalls)"
+        download_variant(plan.torch, plan.tag, machine.system.platform_key, force=force)
+    console.info(
+        "[bold green]Done.[/bold green]" + escape(" Ran: " + "; ".join(ran) if ran else "")
+    )
+    if plan.visible_devices:
+        console.info(f"Remember: CUDA_VISIBLE_DEVICES={plan.visible_devices}")
+
+
+def already_installed(installed: Any, plan: Any) -> bool:
+    """Whether ``installed`` (a ``TorchInstall``, or None) is the release and build ``plan`` asks
+    for, so there is nothing to install without ``--force``."""
+    return (
+        installed is not None
+        and installed.public_version == plan.torch
+        and (installed.tag or "") == plan.tag
+    )
+
+
+def _plan(python: str, torch_version: str | None, variant: str | None, *, interactive: bool):
+    """The machine and the build to install for it, shown; on a terminal, when no build fits
+    every GPU and none was forced, the user picks the compromise."""
+    from fdl.hardware import detect
+    from fdl.variants import resolve
+
+    machine = detect(docker=False, python=python)
+    plan = resolve(machine.target(), torch=torch_version, tag=variant)
+    _show_plan(machine, plan, python)
+    if plan.status == "compromise" and variant is None and interactive:
+        plan = _choose_build(machine, plan)
+    return machine, plan
+
+
+def _run_install(command: Any, *, confirmed: bool) -> None:
+    """Run the installer, after asking on a terminal unless ``confirmed`` (``-y``)."""
+    import subprocess
+    import sys
+
+    from fdl import console
+    from fdl.errors import ExitCode, FdlError, FdlUsageError
+
+    if not confirmed:
+        if not sys.stdin.isatty():
+            raise FdlUsageError(
+                "no terminal to confirm the install", "re-run with -y to accept the plan"
             )
-        else:
-            if installed:
-                console.info(f"replacing torch {installed.version} with {plan.torch}+{plan.tag}")
-            console.info(f"[bold]Command[/bold]: {escape(str(command))}")
-        if dry_run:
-            console.info("dry run: nothing was installed")
-            return
-        if not (same and not force):
-            if not yes:
-                if not sys.stdin.isatty():
-                    raise FdlUsageError(
-                        "no terminal to confirm the install", "re-run with -y to accept the plan"
-                    )
-                from rich.prompt import Confirm
+        from rich.prompt import Confirm
 
-                if not Confirm.ask("Install?", default=True, console=console.console(stderr=True)):
-                    raise FdlError("setup cancelled; nothing was installed", None, ExitCode.FAILURE)
-            proc = subprocess.run(command.argv, stdout=sys.stderr, check=False)
-            ran.append(str(command))
-            if proc.returncode != 0:
-                raise FdlError(
-                    f"{command.installer} failed (exit {proc.returncode}); the environment may be "
-                    "unchanged or partly updated",
-                    f"read the installer output above; the command was: {command}",
-                )
-        scope = scope_for(plan, machine.nvidia.gpus)
-        console.info("[bold]Verify[/bold] (in a fresh interpreter):")
-        for note in scope.notes:
-            console.info(escape(f"  {note}"))
-        if scope.visible_devices is not None:
-            console.info(f"  with CUDA_VISIBLE_DEVICES={scope.visible_devices!r}, as the plan says")
-        check = verify_torch(
-            target_python,
-            expected_gpus=scope.expected_gpus,
-            visible_devices=scope.visible_devices,
+        if not Confirm.ask("Install?", default=True, console=console.console(stderr=True)):
+            raise FdlError("setup cancelled; nothing was installed", None, ExitCode.FAILURE)
+    proc = subprocess.run(command.argv, stdout=sys.stderr, check=False)
+    if proc.returncode != 0:
+        raise FdlError(
+            f"{command.installer} failed (exit {proc.returncode}); the environment may be "
+            "unchanged or partly updated",
+            f"read the installer output above; the command was: {command}",
         )
-        for line in check.lines:
-            console.info(escape(f"  {line}"))
-        if not check.ok:
-            raise FdlError(
-                "torch is installed but does not work here: " + "; ".join(check.problems),
-                "run 'fdl diagnose' and see docs/setup.md (troubleshooting)",
-            )
-        if libtorch:
-            from fdl.commands.libtorch import download_variant
 
-            download_variant(plan.torch, plan.tag, machine.system.platform_key, force=force)
-        console.info(
-            "[bold green]Done.[/bold green]" + escape(" Ran: " + "; ".join(ran) if ran else "")
+
+def _verify(machine: Any, plan: Any, python: str) -> None:
+    """Check the installed torch in a fresh interpreter, on the GPUs the plan covers."""
+    from rich.markup import escape
+
+    from fdl import console
+    from fdl.errors import FdlError
+    from fdl.torch_setup import scope_for, verify_torch
+
+    scope = scope_for(plan, machine.nvidia.gpus)
+    console.info("[bold]Verify[/bold] (in a fresh interpreter):")
+    for note in scope.notes:
+        console.info(escape(f"  {note}"))
+    if scope.visible_devices is not None:
+        console.info(f"  with CUDA_VISIBLE_DEVICES={scope.visible_devices!r}, as the plan says")
+    check = verify_torch(
+        python, expected_gpus=scope.expected_gpus, visible_devices=scope.visible_devices
+    )
+    for line in check.lines:
+        console.info(escape(f"  {line}"))
+    if not check.ok:
+        raise FdlError(
+            "torch is installed but does not work here: " + "; ".join(check.problems),
+            "run 'fdl diagnose' and see docs/setup.md (troubleshooting)",
         )
-        if plan.visible_devices:
-            console.info(f"Remember: CUDA_VISIBLE_DEVICES={plan.visible_devices}")
+
+
+def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
+    app.command("setup", help="Install the right torch build for this machine, and verify it.")(
+        setup
+    )

@@ -9,6 +9,7 @@ the block on a second run (idempotent), and never touches the rest of the file.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -70,59 +71,61 @@ def detect_shell() -> str | None:
     return name if name in SHELLS else None
 
 
-def register(app: typer.Typer, make_group) -> None:
-    @app.command("version", help="Print fdl's version (the same as 'fdl --version').")
-    def version() -> None:
-        from fdl import __version__, console
+def version() -> None:
+    from fdl import __version__, console
 
-        console.out(f"fdl {__version__} (flodl {__version__})")
+    console.out(f"fdl {__version__} (flodl {__version__})")
 
-    @app.command(
+
+def completions(
+    shell: Annotated[str, typer.Argument(help="bash, zsh or fish.", show_default=False)],
+) -> None:
+    from fdl import console
+
+    console.out(script(shell))
+
+
+def autocomplete(
+    shell: Annotated[
+        str | None,
+        typer.Option("--shell", help="bash, zsh or fish (default: from $SHELL)."),
+    ] = None,
+) -> None:
+    from rich.markup import escape
+
+    from fdl import console
+
+    chosen = shell or detect_shell()
+    if chosen is None:
+        raise FdlUsageError(
+            f"cannot tell your shell from SHELL={os.environ.get('SHELL', '')!r}",
+            "pass --shell bash|zsh|fish",
+        )
+    body = script(chosen)
+    target = rc_file(chosen, Path.home())
+    if chosen == "fish":  # fish loads the whole file: no block needed
+        changed = not target.exists() or target.read_text(encoding="utf-8") != body + "\n"
+        if changed:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(body + "\n", encoding="utf-8")
+    else:
+        if chosen == "zsh":  # compdef exists only once compinit has run
+            body = "(( $+functions[compdef] )) || { autoload -Uz compinit && compinit; }\n" + body
+        changed = install_block(target, body)
+    state = "installed in" if changed else "already up to date in"
+    console.info(escape(f"fdl: {chosen} completion {state} {target}"))
+    if changed:
+        console.info("Open a new shell (or source that file) to use it.")
+
+
+def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
+    app.command("version", help="Print fdl's version (the same as 'fdl --version').")(version)
+    app.command(
         "completions",
         help="Print the shell completion script for SHELL (bash, zsh or fish) to stdout.",
-    )
-    def completions(
-        shell: Annotated[str, typer.Argument(help="bash, zsh or fish.", show_default=False)],
-    ) -> None:
-        from fdl import console
-
-        console.out(script(shell))
-
-    @app.command(
+    )(completions)
+    app.command(
         "autocomplete",
         help="Install completion for your shell: a marked block in ~/.bashrc or ~/.zshrc, or "
         "~/.config/fish/completions/fdl.fish. Running it again replaces the block.",
-    )
-    def autocomplete(
-        shell: Annotated[
-            str | None,
-            typer.Option("--shell", help="bash, zsh or fish (default: from $SHELL)."),
-        ] = None,
-    ) -> None:
-        from rich.markup import escape
-
-        from fdl import console
-
-        chosen = shell or detect_shell()
-        if chosen is None:
-            raise FdlUsageError(
-                f"cannot tell your shell from SHELL={os.environ.get('SHELL', '')!r}",
-                "pass --shell bash|zsh|fish",
-            )
-        body = script(chosen)
-        target = rc_file(chosen, Path.home())
-        if chosen == "fish":  # fish loads the whole file: no block needed
-            changed = not target.exists() or target.read_text(encoding="utf-8") != body + "\n"
-            if changed:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(body + "\n", encoding="utf-8")
-        else:
-            if chosen == "zsh":  # compdef exists only once compinit has run
-                body = (
-                    "(( $+functions[compdef] )) || { autoload -Uz compinit && compinit; }\n" + body
-                )
-            changed = install_block(target, body)
-        state = "installed in" if changed else "already up to date in"
-        console.info(escape(f"fdl: {chosen} completion {state} {target}"))
-        if changed:
-            console.info("Open a new shell (or source that file) to use it.")
+    )(autocomplete)

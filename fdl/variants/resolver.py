@@ -224,123 +224,202 @@ def resolve(
 
     ``torch`` pins a release ("2.9" or "2.9.1"; default: the newest that fits, preferring the
     newest release); ``tag`` forces a build ("cpu", "cu128") and only checks it.
+
+    The cases, in order: a forced build is checked and explained; macOS and machines without an
+    NVIDIA GPU get the CPU build; a build of the newest release that fits every GPU is chosen;
+    else (no release pinned) the newest older release with such a build; else the CPU build when
+    no CUDA build can run at all, or the build usable on the most GPUs (a compromise).
     """
-    table = table or load_table()
+    search = _search(target, torch, table or load_table(), mirror)
+    if tag:
+        return _forced(search, tag)
+    if target.os_family == "macos":
+        return _cpu(search, "macOS: the default PyPI wheel (CPU, and MPS on Apple silicon)")
+    if not target.gpus:
+        return _cpu(search, "no NVIDIA GPU detected: the CPU build (smaller, no CUDA libraries)")
+    considered = _consider(search.newest, target, search.table)
+    best = max(considered, key=Candidate.rank) if considered else None
+    if best and best.fits_all:
+        return _fits(search, best, considered)
+    # Nothing in the wanted release fits every GPU: an older release may.
+    why_newest = [f"{c.build.tag}: {_why_not(c, target)}" for c in considered]
+    if not search.pinned:
+        older = _older_release(search, considered, why_newest)
+        if older is not None:
+            return older
+    driver_ok = [c for c in considered if c.driver_ok is not False and c.usable]
+    if not driver_ok:
+        return _no_build(search, considered, why_newest)
+    return _compromise(search, considered, driver_ok, why_newest)
+
+
+@dataclass
+class _Search:
+    """What each case of ``resolve`` works from: the machine, the table, and the releases in play
+    (newest first; only those with wheels for the target's Python)."""
+
+    target: Target
+    table: VariantTable
+    mirror: str | None
+    releases: list[Release]
+    pinned: Release | None  # the release --torch asked for
+    too_new_python: list[Release]  # releases left out: no wheels for this Python
+
+    @property
+    def newest(self) -> Release:
+        return self.releases[0]
+
+    def plan(self, status: str, cand: Candidate | None, release: Release, build_tag: str) -> Plan:
+        """A plan installing ``build_tag`` of ``release`` (macOS installs from PyPI: no index)."""
+        index = (
+            None
+            if self.target.os_family == "macos"
+            else self.table.wheel_index_url(build_tag, self.mirror)
+        )
+        return Plan(status, release.torch, build_tag, index, chosen=cand)
+
+    def python_note(self) -> tuple[str, str] | None:
+        """(reason, alternative) when a release left out for its Python would fit every GPU."""
+        if self.pinned:
+            return None
+        return _python_filtered(self.too_new_python, self.target, self.table)
+
+
+def _search(target: Target, torch: str | None, table: VariantTable, mirror: str | None) -> _Search:
+    """The releases to consider: ``torch``'s alone when pinned, each with wheels for the target's
+    Python (none at all is an error naming the supported range)."""
     pinned = table.release(torch) if torch else None
     releases = [pinned] if pinned else list(table.releases)
-    too_new_python: list[Release] = []  # releases left out: no wheels for this Python
+    too_new_python: list[Release] = []
     if target.python:
         fitting = [r for r in releases if r.supports_python(target.python)]
         if not fitting:
-            r = releases[0]
-            raise _python_error(r, target.python)
+            raise _python_error(releases[0], target.python)
         too_new_python = [r for r in releases if r not in fitting]
         releases = fitting
-    newest = releases[0]
+    return _Search(target, table, mirror, releases, pinned, too_new_python)
 
-    def plan_for(status: str, cand: Candidate | None, release: Release, build_tag: str) -> Plan:
-        index = None if target.os_family == "macos" else table.wheel_index_url(build_tag, mirror)
-        return Plan(status, release.torch, build_tag, index, chosen=cand)
 
-    if tag:  # the user chose; check it and say what we see
-        build = newest.build(tag)
-        if build is None:
-            tags = ", ".join(b.tag for b in newest.builds)
-            from fdl.errors import FdlUsageError
+def _forced(search: _Search, tag: str) -> Plan:
+    """``--variant TAG``: the user chose; check it and say what we see."""
+    target, newest = search.target, search.newest
+    build = newest.build(tag)
+    if build is None:
+        tags = ", ".join(b.tag for b in newest.builds)
+        from fdl.errors import FdlUsageError
 
-            raise FdlUsageError(f"torch {newest.torch} has no '{tag}' build", f"choose: {tags}")
-        cand = evaluate(build, target, table)
-        plan = plan_for(
-            "ok" if cand.fits_all or not build.is_cuda else "compromise", cand, newest, tag
-        )
-        plan.reasons.append(f"{tag} was requested")
-        plan.reasons.extend(_explain_choice(cand, target))
-        if build.is_cuda and not cand.fits_all:
-            plan.warnings.append(f"{tag} will not run everywhere here: {_why_not(cand, target)}")
-            if cand.driver_ok is not False and cand.usable:
-                plan.visible_devices = ",".join(str(f.index) for f in cand.usable)
-                plan.warnings.append(
-                    f"run with CUDA_VISIBLE_DEVICES={plan.visible_devices} so torch never "
-                    "touches the other GPU(s)"
-                )
-        plan.considered = [cand]
-        return plan
+        raise FdlUsageError(f"torch {newest.torch} has no '{tag}' build", f"choose: {tags}")
+    cand = evaluate(build, target, search.table)
+    status = "ok" if cand.fits_all or not build.is_cuda else "compromise"
+    plan = search.plan(status, cand, newest, tag)
+    plan.reasons.append(f"{tag} was requested")
+    plan.reasons.extend(_explain_choice(cand, target))
+    if build.is_cuda and not cand.fits_all:
+        plan.warnings.append(f"{tag} will not run everywhere here: {_why_not(cand, target)}")
+        if cand.driver_ok is not False and cand.usable:
+            plan.visible_devices = ",".join(str(f.index) for f in cand.usable)
+            plan.warnings.append(
+                f"run with CUDA_VISIBLE_DEVICES={plan.visible_devices} so torch never "
+                "touches the other GPU(s)"
+            )
+    plan.considered = [cand]
+    return plan
 
-    if target.os_family == "macos":
-        plan = plan_for("cpu", None, newest, "cpu")
-        plan.reasons.append("macOS: the default PyPI wheel (CPU, and MPS on Apple silicon)")
-        return plan
 
-    if not target.gpus:
-        plan = plan_for("cpu", None, newest, "cpu")
-        plan.reasons.append("no NVIDIA GPU detected: the CPU build (smaller, no CUDA libraries)")
-        return plan
+def _cpu(search: _Search, reason: str) -> Plan:
+    """The CPU build of the newest release, for ``reason``."""
+    plan = search.plan("cpu", None, search.newest, "cpu")
+    plan.reasons.append(reason)
+    return plan
 
-    considered = _consider(newest, target, table)
-    best = max(considered, key=Candidate.rank) if considered else None
-    if best and best.fits_all:
-        plan = plan_for("ok", best, newest, best.build.tag)
-        plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
-        plan.reasons.extend(_explain_choice(best, target))
-        _note_pypi_default(plan, newest, target)
-        plan.considered = considered
-        plan.alternatives = [
-            f"torch {c.build.torch} + {c.build.tag}"
-            for c in considered
-            if c.fits_all and c is not best
-        ]
-        _note_unknowns(plan, target)
-        return plan
 
-    # Nothing in the wanted release fits every GPU: an older release may.
-    why_newest = [f"{c.build.tag}: {_why_not(c, target)}" for c in considered]
-    if not pinned:
-        for release in releases[1:]:
-            older = _consider(release, target, table)
-            fit = [c for c in older if c.fits_all]
-            if fit:
-                chosen = max(fit, key=Candidate.rank)
-                plan = plan_for("ok", chosen, release, chosen.build.tag)
-                plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
-                plan.reasons.append(
-                    f"torch {newest.torch} has no build for this machine ("
-                    + "; ".join(why_newest)
-                    + f"); torch {release.torch} is the newest that fits"
-                )
-                plan.reasons.extend(_explain_choice(chosen, target))
-                plan.considered = older
-                plan.alternatives = _upgrade_paths(considered, target)
-                _note_unknowns(plan, target)
-                return plan
-    else:
-        for release in table.releases:
-            if release is pinned:
-                continue
-            if any(c.fits_all for c in _consider(release, target, table)):
-                best = max(_consider(release, target, table), key=Candidate.rank)
-                pinned_alt = f"torch {release.torch} + {best.build.tag} fits every GPU"
-                break
-        else:
-            pinned_alt = None
+def _fits(search: _Search, best: Candidate, considered: list[Candidate]) -> Plan:
+    """``best``, a build of the newest release that runs on every GPU; the other such builds are
+    the alternatives."""
+    target = search.target
+    plan = search.plan("ok", best, search.newest, best.build.tag)
+    plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
+    plan.reasons.extend(_explain_choice(best, target))
+    _note_pypi_default(plan, search.newest, target)
+    plan.considered = considered
+    plan.alternatives = [
+        f"torch {c.build.torch} + {c.build.tag}" for c in considered if c.fits_all and c is not best
+    ]
+    _note_unknowns(plan, target)
+    return plan
 
-    # No single pre-built wheel fits: best compromise (most GPUs, the newest GPU first).
-    python_note = None if pinned else _python_filtered(too_new_python, target, table)
-    driver_ok = [c for c in considered if c.driver_ok is not False and c.usable]
-    if not driver_ok:
-        plan = plan_for("no-build", None, newest, "cpu")
-        plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
-        plan.reasons.append(
-            f"no CUDA build of torch {newest.torch} can run here (" + "; ".join(why_newest) + ")"
-        )
-        if python_note:
-            plan.reasons.append(python_note[0])
-            plan.alternatives.append(python_note[1])
-        plan.warnings.append("installing the CPU build; GPUs stay unused until this is fixed")
-        plan.alternatives += _upgrade_paths(considered, target)
-        if pinned and pinned_alt:
-            plan.alternatives.append(pinned_alt)
-        plan.considered = considered
-        return plan
+
+def _older_release(
+    search: _Search, considered: list[Candidate], why_newest: list[str]
+) -> Plan | None:
+    """The best build of the newest older release that fits every GPU, or None."""
+    target, newest = search.target, search.newest
+    for release in search.releases[1:]:
+        older = _consider(release, target, search.table)
+        fit = [c for c in older if c.fits_all]
+        if fit:
+            chosen = max(fit, key=Candidate.rank)
+            plan = search.plan("ok", chosen, release, chosen.build.tag)
+            plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
+            plan.reasons.append(
+                f"torch {newest.torch} has no build for this machine ("
+                + "; ".join(why_newest)
+                + f"); torch {release.torch} is the newest that fits"
+            )
+            plan.reasons.extend(_explain_choice(chosen, target))
+            plan.considered = older
+            plan.alternatives = _upgrade_paths(considered, target)
+            _note_unknowns(plan, target)
+            return plan
+    return None
+
+
+def _pinned_alternative(search: _Search) -> str | None:
+    """With ``--torch`` pinned to a release that does not fit: another release that fits every
+    GPU, as an alternative (None when no release does, or nothing is pinned)."""
+    if not search.pinned:
+        return None
+    for release in search.table.releases:
+        if release is search.pinned:
+            continue
+        candidates = _consider(release, search.target, search.table)
+        if any(c.fits_all for c in candidates):
+            best = max(candidates, key=Candidate.rank)
+            return f"torch {release.torch} + {best.build.tag} fits every GPU"
+    return None
+
+
+def _no_build(search: _Search, considered: list[Candidate], why_newest: list[str]) -> Plan:
+    """No CUDA build can run here (driver too old, GPUs not covered): the CPU build, and what
+    would change that."""
+    target, newest = search.target, search.newest
+    plan = search.plan("no-build", None, newest, "cpu")
+    plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
+    plan.reasons.append(
+        f"no CUDA build of torch {newest.torch} can run here (" + "; ".join(why_newest) + ")"
+    )
+    python_note = search.python_note()
+    if python_note:
+        plan.reasons.append(python_note[0])
+        plan.alternatives.append(python_note[1])
+    plan.warnings.append("installing the CPU build; GPUs stay unused until this is fixed")
+    plan.alternatives += _upgrade_paths(considered, target)
+    pinned_alt = _pinned_alternative(search)
+    if pinned_alt:
+        plan.alternatives.append(pinned_alt)
+    plan.considered = considered
+    return plan
+
+
+def _compromise(
+    search: _Search,
+    considered: list[Candidate],
+    driver_ok: list[Candidate],
+    why_newest: list[str],
+) -> Plan:
+    """No single pre-built wheel fits: the build usable on the most GPUs (the newest GPU first),
+    restricted to those GPUs with CUDA_VISIBLE_DEVICES."""
+    target, newest = search.target, search.newest
 
     def compromise_rank(c: Candidate) -> tuple:
         newest_gpu = max(
@@ -349,7 +428,7 @@ def resolve(
         return (len(c.usable), newest_gpu, *c.rank()[2:])
 
     chosen = max(driver_ok, key=compromise_rank)
-    plan = plan_for("compromise", chosen, newest, chosen.build.tag)
+    plan = search.plan("compromise", chosen, newest, chosen.build.tag)
     plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
     plan.reasons.append(
         f"no single pre-built torch {newest.torch} runs on every GPU here ("
@@ -374,8 +453,10 @@ def resolve(
     plan.alternatives.append("one environment per GPU generation (e.g. .venvs/cu126, .venvs/cu130)")
     plan.source_build = _source_build(target)
     plan.alternatives.append(f"a source build for every GPU: {plan.source_build}")
-    if pinned and pinned_alt:
+    pinned_alt = _pinned_alternative(search)
+    if pinned_alt:
         plan.alternatives.insert(0, pinned_alt)
+    python_note = search.python_note()
     if python_note:
         plan.reasons.append(python_note[0])
         plan.alternatives.insert(0, python_note[1])
