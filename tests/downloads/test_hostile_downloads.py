@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.machines import fdl_env, libtorch_zip
 from tests.fixtures.loopback import sha256
+from tests.fixtures.machines import fdl_env, libtorch_zip
 from tests.libtorch_home.test_libtorch_cli import CPU_PATH
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fdl.variants import load_table
-from tests.fixtures.machines import fdl_env, libtorch_zip
 from tests.fixtures.loopback import sha256
+from tests.fixtures.machines import fdl_env, libtorch_zip
 
 NEWEST = load_table().newest.torch
 CPU_PATH = f"/libtorch/cpu/libtorch-shared-with-deps-{NEWEST}+cpu.zip"
