@@ -2,11 +2,37 @@
 
 Every failure a user can act on is raised as :class:`FdlError` and printed by ``fdl.main`` as
 ``error: <what> — <what to do>`` on stderr, with the exit code it carries.
+
+Each package keeps its exceptions in its own ``errors.py``; this is the whole tree (a builtin in
+parentheses is a second base)::
+
+    Exception
+     └── FdlError                             fdl.errors (what, hint, exit code)
+          ├── FdlUsageError                   fdl.errors: the command line is wrong (exit 2)
+          ├── DownloadError                   fdl.downloads.errors
+          │    ├── ChecksumMismatchError      the file's sha256 is not the expected one
+          │    └── IncompleteDownloadError    internal: retried, never reaches the user
+          │         └── StalledDownloadError  internal: no byte within the read timeout
+          ├── UnsafeArchiveError              fdl.downloads.errors: a zip that would escape
+          │                                   its folder or exceed the extraction limits
+          ├── ManifestError                   fdl.tasks.errors: an unusable fdl.yml
+          ├── SchemaError (ValueError)        fdl.tasks.errors: an unusable option schema
+          ├── PortError                       fdl.port.errors: ``fdl port`` cannot go on
+          └── UnsupportedError                fdl.port.errors: a construct the translation
+                                              cannot write (the model stays one step)
+
+Renamed classes keep their old name where it was importable, as a deprecated alias:
+``ChecksumMismatch`` (``fdl.downloads.engine``) and ``Unsupported`` (``fdl.port.translate``,
+``fdl.port.render``) still work and warn with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
 
 import enum
+import warnings
+from collections.abc import Callable, Mapping
+
+__all__ = ["ExitCode", "FdlError", "FdlUsageError"]
 
 
 class ExitCode(enum.IntEnum):
@@ -40,3 +66,25 @@ class FdlUsageError(FdlError):
 
     def __init__(self, what: str, hint: str | None = None):
         super().__init__(what, hint, ExitCode.USAGE)
+
+
+def _renamed(module: str, renamed: Mapping[str, type[BaseException]]) -> Callable[[str], type]:
+    """A module ``__getattr__`` that answers each old name in ``renamed`` with the class it is
+    now, warning with a ``DeprecationWarning`` so callers move to the new name.
+
+    Used by fdl's own modules (``__getattr__ = _renamed(__name__, {"Old": NewError})``); any
+    other missing name is an ``AttributeError`` as usual.
+    """
+
+    def __getattr__(name: str) -> type:
+        new = renamed.get(name)
+        if new is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(
+            f"{module}.{name} is deprecated: it is now {new.__module__}.{new.__qualname__}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return new
+
+    return __getattr__

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 import torch
 
-from flodl.errors import FlodlError
+from flodl.errors import DeviceError
 
 __all__ = [
     "DeviceError",
@@ -41,10 +41,6 @@ __all__ = [
     "cuda_reset_peak_stats",
     "cuda_utilization",
 ]
-
-
-class DeviceError(FlodlError, RuntimeError):
-    """A CUDA query was made where no usable CUDA device exists."""
 
 
 def cast_parameters(params: torch.nn.Module | Iterable[torch.Tensor], dtype: torch.dtype) -> int:

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from flodl.errors import FlodlError
+from flodl.errors import RngError
 
 __all__ = ["Rng", "RngError", "manual_seed"]
 
@@ -32,10 +32,6 @@ T = TypeVar("T")
 
 _MASK64 = (1 << 64) - 1
 _BUFFER = 256  # raw draws fetched per call into numpy: amortises its per-call cost
-
-
-class RngError(FlodlError, ValueError):
-    """A seed or a sampling argument was out of range."""
 
 
 def _seed(seed: int) -> int:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from fdl.downloads.errors import UnsafeArchiveError
 from fdl.errors import ExitCode, FdlError, FdlUsageError
 
 MAX_SIZE_ENV = "FDL_MAX_EXTRACT_SIZE"
@@ -40,10 +41,6 @@ DEFAULT_MAX_SIZE = 32 * 1024**3
 DEFAULT_MAX_RATIO = 50.0
 SPARE_BYTES = 64 << 20  # keep this much disk free beyond the extracted tree
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-
-
-class UnsafeArchiveError(FdlError):
-    pass
 
 
 def parse_size(text: str, what: str) -> int:

@@ -37,7 +37,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from fdl.errors import ExitCode, FdlError
+from fdl.downloads.errors import (
+    ChecksumMismatchError,
+    DownloadError,
+    IncompleteDownloadError,
+    StalledDownloadError,
+)
+from fdl.errors import ExitCode, _renamed
+
+# ``ChecksumMismatch`` was this module's name for ChecksumMismatchError; it still resolves, with a
+# warning.
+__getattr__ = _renamed(__name__, {"ChecksumMismatch": ChecksumMismatchError})
 
 CHUNK = 1 << 20  # the most one socket read returns
 SPARE_BYTES = 64 << 20  # keep this much disk free beyond the download
@@ -79,14 +89,6 @@ class DownloadResult:
     sha256: str
     resumed_from: int  # bytes already on disk when this call started (0: fresh)
     transferred: int  # bytes received over the network by this call
-
-
-class DownloadError(FdlError):
-    pass
-
-
-class ChecksumMismatch(DownloadError):
-    """The downloaded file's sha256 is not the expected one (the file was deleted)."""
 
 
 def _meta_path(part: Path) -> Path:
@@ -272,7 +274,7 @@ def download(
             requests.ConnectionError,
             requests.Timeout,
             requests.exceptions.ChunkedEncodingError,
-            _Incomplete,
+            IncompleteDownloadError,
         ) as err:
             if resumed_from is None:
                 resumed_from = getattr(err, "offset", 0)
@@ -310,7 +312,7 @@ def download(
     sha = hasher.digest.hexdigest()
     if expected_sha256 and sha != expected_sha256.lower():
         _discard(part)
-        raise ChecksumMismatch(
+        raise ChecksumMismatchError(
             f"sha256 mismatch for {url}: expected {expected_sha256.lower()}, got {sha}",
             "the file is corrupt, was replaced upstream, or the expected hash is wrong; "
             "the downloaded file was deleted",
@@ -344,7 +346,7 @@ class _StallClock:
 def _is_stall(err: BaseException) -> bool:
     import requests
 
-    if isinstance(err, _Stalled | requests.Timeout):
+    if isinstance(err, StalledDownloadError | requests.Timeout):
         return True
     # urllib3 reports a read timeout inside a streamed (decoded) body as a ConnectionError
     return isinstance(err, requests.ConnectionError) and "timed out" in str(err).lower()
@@ -361,22 +363,6 @@ def _stall_error(url: str, part: Path, silent: float, budget: float) -> Download
         f"--stall-timeout or {STALL_ENV}; or use another mirror (--mirror / FDL_TORCH_MIRROR)",
         ExitCode.UNAVAILABLE,
     )
-
-
-class _Incomplete(Exception):
-    """The server closed the stream before Content-Length bytes arrived (retry resumes).
-
-    ``offset``: where this attempt appended; ``received``: bytes it got before failing.
-    """
-
-    def __init__(self, message: str, *, offset: int = 0, received: int = 0) -> None:
-        super().__init__(message)
-        self.offset = offset
-        self.received = received
-
-
-class _Stalled(_Incomplete):
-    """No byte arrived within the read timeout."""
 
 
 def _short(err: BaseException) -> str:
@@ -400,7 +386,7 @@ def _fetch(
     clock: _StallClock,
 ) -> tuple[int, int]:
     """One attempt: resume or start ``part``; returns (bytes received from the network, the
-    offset it appended at). Raises ``_Incomplete`` on short reads."""
+    offset it appended at). Raises ``IncompleteDownloadError`` on short reads."""
     have = part.stat().st_size if part.exists() else 0
     meta = _read_meta(part) if have else {}
     if have and meta.get("encoded"):
@@ -417,7 +403,7 @@ def _fetch(
             if total is not None and have == total:
                 return 0, have  # already complete
             _discard(part)  # the part does not match the server's file: start over
-            raise _Incomplete("stale partial file discarded")
+            raise IncompleteDownloadError("stale partial file discarded")
         if resp.status_code == 404:
             raise DownloadError(
                 f"{url} does not exist on the server (404)",
@@ -435,12 +421,14 @@ def _fetch(
         length = int(length) if length and length.isdigit() else None
         if resp.status_code == 206 and encoded:
             _discard(part)  # a range of the encoded body cannot extend decoded bytes
-            raise _Incomplete("the server content-encoded a partial response; starting over")
+            raise IncompleteDownloadError(
+                "the server content-encoded a partial response; starting over"
+            )
         if resp.status_code == 206:
             offset = _content_range_start(resp.headers.get("Content-Range", ""))
             if offset != have:
                 _discard(part)
-                raise _Incomplete(f"server resumed at byte {offset}, expected {have}")
+                raise IncompleteDownloadError(f"server resumed at byte {offset}, expected {have}")
             total = have + length if length is not None else meta.get("total")
             mode = "ab"
             hasher.catch_up(part, have)
@@ -471,18 +459,18 @@ def _fetch(
                     received += len(chunk)
                     clock.reached(have + received)
                     advance(len(chunk))
-        except _Incomplete as err:
+        except IncompleteDownloadError as err:
             kind = type(err)
             raise kind(str(err), offset=have, received=received) from err
         if encoded:
             wire = _wire_bytes(resp)
             if length is not None and wire is not None and wire != length:
-                raise _Incomplete(
+                raise IncompleteDownloadError(
                     f"got {wire} of {length} encoded bytes", offset=have, received=received
                 )
             return wire if wire is not None else received, have
         if total is not None and have + received != total:
-            raise _Incomplete(
+            raise IncompleteDownloadError(
                 f"got {have + received} of {total} bytes", offset=have, received=received
             )
         return received, have
@@ -510,9 +498,9 @@ def _body(resp: Any) -> Iterator[bytes]:
         try:
             chunk = read1(CHUNK)
         except TimeoutError as err:
-            raise _Stalled(f"no data for the read timeout: {_short(err)}") from err
+            raise StalledDownloadError(f"no data for the read timeout: {_short(err)}") from err
         except (OSError, HTTPException) as err:
-            raise _Incomplete(f"connection lost: {_short(err)}") from err
+            raise IncompleteDownloadError(f"connection lost: {_short(err)}") from err
         if not chunk:
             return
         yield chunk

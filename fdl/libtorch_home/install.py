@@ -155,7 +155,7 @@ def install_prebuilt(
     ``.downloads``, and an installed variant is left as it was.
     """
     from fdl.downloads import download, extract_zip
-    from fdl.downloads.engine import ChecksumMismatch
+    from fdl.downloads.errors import ChecksumMismatchError
 
     variant = f"precompiled/{build.tag}"
     target = home.variant_dir(variant)
@@ -197,7 +197,7 @@ def install_prebuilt(
             label=label,
             stall_timeout=stall_timeout,
         )
-    except ChecksumMismatch:
+    except ChecksumMismatchError:
         _forget(archive)
         raise
     try:

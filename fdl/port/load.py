@@ -11,11 +11,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from fdl.errors import FdlError, FdlUsageError
-
-
-class PortError(FdlError):
-    """``fdl port`` cannot go on: a user error, shown without a traceback; nothing is written."""
+from fdl.errors import FdlUsageError
+from fdl.port.errors import PortError
 
 
 def module_name(script: Path) -> str:

@@ -22,14 +22,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fdl.errors import _renamed
+from fdl.port.errors import UnsupportedError
 from fdl.port.translate import (
     CALL_HELPER,
     NO_DEFAULT,
     SHARED_HELPER,
     Translation,
-    Unsupported,
     literal,
 )
+
+# ``Unsupported`` was this module's name for UnsupportedError; it still resolves, with a warning.
+__getattr__ = _renamed(__name__, {"Unsupported": UnsupportedError})
 
 CHAIN_LIMIT = 60  # builder calls per expression in flow() (deep nesting strains AST tools)
 
@@ -299,4 +303,4 @@ def format_source(text: str) -> str:
     return done.stdout if done.returncode == 0 else text
 
 
-__all__ = ["Source", "Unsupported", "init_source", "original_source", "render"]
+__all__ = ["Source", "UnsupportedError", "init_source", "original_source", "render"]

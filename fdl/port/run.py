@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fdl.port.errors import PortError, UnsupportedError
 from fdl.port.load import (
-    PortError,
     construct,
     example_inputs,
     find_class,
@@ -137,7 +137,7 @@ def port(
             kinds = translate.value_kinds(gm, max(examples, key=len))
             names = translate.returned_names(cls.forward)
             translation = translate.Translator(gm, original, kinds, names).translate()
-        except translate.Unsupported as exc:
+        except UnsupportedError as exc:
             reason = f"not expressible as builder calls: {exc}"
             opaque = [trace.Opaque("", cls.__name__, where, reason)]
         except Exception as exc:
@@ -239,7 +239,7 @@ def port(
 
 def _opaque_inputs(model: Any) -> list[tuple[str, Any]]:
     """The forward's arguments after the first, as graph inputs of a model kept whole."""
-    from fdl.port.translate import NO_DEFAULT, Unsupported, literal
+    from fdl.port.translate import NO_DEFAULT, literal
     from flodl.graph.codegen import RESERVED_NAMES
 
     try:
@@ -255,7 +255,7 @@ def _opaque_inputs(model: Any) -> list[tuple[str, Any]]:
         if p.default is not p.empty:
             try:
                 literal(p.default)
-            except Unsupported:
+            except UnsupportedError:
                 return []
         inputs.append((p.name, NO_DEFAULT if p.default is p.empty else p.default))
     return inputs

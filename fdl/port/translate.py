@@ -8,7 +8,7 @@ else is a small named function. The steps are then laid out along one stream: a 
 ``also_with`` (``g(x) + f(x)``); branches concatenated are ``split`` + ``merge``; a branch whose
 value is needed later is a ``fork`` with a ``tag``; a value read again later is tagged and passed
 with ``using``. The layout is found by a bounded search over which consumer continues the stream;
-when none fits, :class:`Unsupported` is raised and the caller keeps the model as one opaque step.
+when none fits, :class:`~fdl.port.errors.UnsupportedError` is raised and the caller keeps the model as one opaque step.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from fdl.errors import _renamed
+from fdl.port.errors import UnsupportedError
+
+# ``Unsupported`` was this module's name for UnsupportedError; it still resolves, with a warning.
+__getattr__ = _renamed(__name__, {"Unsupported": UnsupportedError})
+
 SEARCH_BUDGET = 20_000
-
-
-class Unsupported(Exception):
-    """The traced forward uses something the translation cannot write as builder calls."""
 
 
 # ---------------------------------------------------------------------------------- rendering
@@ -53,7 +55,7 @@ def qualname(fn: Any, imports: set[str]) -> str:
     """How generated code names the function ``fn`` (``F.relu``, ``torch.cat``, ``math.sqrt``)."""
     name = getattr(fn, "__name__", None)
     if not isinstance(name, str):
-        raise Unsupported(f"cannot name the function {fn!r}")
+        raise UnsupportedError(f"cannot name the function {fn!r}")
     if getattr(torch.nn.functional, name, None) is fn:
         imports.add("F")
         return f"F.{name}"
@@ -68,7 +70,7 @@ def qualname(fn: Any, imports: set[str]) -> str:
             return name
         imports.add(module)
         return f"{module}.{name}"
-    raise Unsupported(f"the function {module}.{name} has no name generated code can import")
+    raise UnsupportedError(f"the function {module}.{name} has no name generated code can import")
 
 
 def literal(value: Any) -> str:
@@ -91,7 +93,7 @@ def literal(value: Any) -> str:
         return repr(value)
     if isinstance(value, torch.device):
         return f"torch.device({str(value)!r})"
-    raise Unsupported(f"cannot write the constant {value!r:.60} as source")
+    raise UnsupportedError(f"cannot write the constant {value!r:.60} as source")
 
 
 def _subscript(index: Any, render) -> str:
@@ -134,7 +136,7 @@ class Expr:
             if value in self.names:
                 return self.names[value]
             if self.kinds.get(value) not in ("meta", "inline"):
-                raise Unsupported(f"{value.name} is not available here")
+                raise UnsupportedError(f"{value.name} is not available here")
             return self.call(value)
         if isinstance(value, tuple | list) and any(isinstance(v, fx.Node) for v in value):
             items = ", ".join(self(v) for v in value)
@@ -154,7 +156,7 @@ class Expr:
         if node.op == "call_method":
             return f"{self(args[0])}.{node.target}({self.arguments(args[1:], kwargs)})"
         if node.op != "call_function":
-            raise Unsupported(f"{node.op} {node.target} cannot be written as an expression")
+            raise UnsupportedError(f"{node.op} {node.target} cannot be written as an expression")
         fn = node.target
         if fn in INFIX and len(args) == 2 and not kwargs:
             return f"({self(args[0])} {INFIX[fn]} {self(args[1])})"
@@ -432,7 +434,7 @@ class Translator:
                 try:
                     root.get_parameter(str(n.target))
                 except AttributeError:
-                    raise Unsupported(
+                    raise UnsupportedError(
                         f"the forward reads self.{n.target}, a tensor that is not a parameter"
                     ) from None
                 self.params.append(n)
@@ -448,7 +450,9 @@ class Translator:
                 if n.op == "call_module":
                     op.module = root.get_submodule(str(n.target))
                 if not op.inputs:
-                    raise Unsupported(f"{n.name} creates a value from no input ({n.format_node()})")
+                    raise UnsupportedError(
+                        f"{n.name} creates a value from no input ({n.format_node()})"
+                    )
                 self.ops.append(op)
                 self.op_of[n] = op
         self.users: dict[fx.Node, list[Op]] = {}
@@ -464,21 +468,23 @@ class Translator:
             self.outputs = list(self.output)
             self.multi = True
             if len(set(self.outputs)) != len(self.outputs):
-                raise Unsupported("the forward returns one value twice")
+                raise UnsupportedError("the forward returns one value twice")
         else:
-            raise Unsupported("the forward returns a structure other than a value or a tuple")
+            raise UnsupportedError("the forward returns a structure other than a value or a tuple")
         if not self.placeholders or self.kinds.get(self.placeholders[0]) == "meta":
-            raise Unsupported("the forward's first argument is not a tensor")
+            raise UnsupportedError("the forward's first argument is not a tensor")
         from flodl.graph.codegen import RESERVED_NAMES  # fdl imports flodl only when it runs
 
         for p in self.placeholders[1:]:
             if p.name in RESERVED_NAMES or p.name.startswith("_"):
-                raise Unsupported(f"the forward's argument name {p.name!r} cannot be a graph input")
+                raise UnsupportedError(
+                    f"the forward's argument name {p.name!r} cannot be a graph input"
+                )
             if self.kinds.get(p) == "meta" and self.users.get(p):
-                raise Unsupported(f"the forward's argument {p.name} is not a tensor")
+                raise UnsupportedError(f"the forward's argument {p.name} is not a tensor")
         for p in self.placeholders:
             if p in self.outputs:
-                raise Unsupported("the forward returns one of its inputs")
+                raise UnsupportedError("the forward returns one of its inputs")
         # tags of returned values: the names the forward's return statement gives them
         taken = {n.name for n in nodes}
         self.names: dict[Any, str] = {}
@@ -522,14 +528,14 @@ class Translator:
             return self.module_step(op, stream)
         if node.target is operator.getitem and self.kinds.get(node.args[0]) == "tuple":
             if node.args[0] is not stream or isinstance(node.args[1], fx.Node):
-                raise Unsupported("a tuple element read off the stream")
+                raise UnsupportedError("a tuple element read off the stream")
             return Step(f"fl.nn.Select({literal(node.args[1])})", what=f"[{node.args[1]!r}]")
         if op.inputs == [stream]:
             module = torch_module(node)
             if module is not None:
                 return Step(module, random=random, what=_describe(node))
         if stream not in op.inputs:
-            raise Unsupported("not on the stream")
+            raise UnsupportedError("not on the stream")
         extras = [v for v in op.inputs if v is not stream]
         stream_name = "x" if all(self.tag_name(v) != "x" for v in extras) else "stream"
         params = [(stream, stream_name)] + [(v, self.tag_name(v)) for v in extras]
@@ -544,11 +550,11 @@ class Translator:
         what = f"self.{node.target}"
         args, kwargs = node.args, dict(node.kwargs)
         if not args or args[0] is not stream:
-            raise Unsupported("a module's first argument is not the stream")
+            raise UnsupportedError("a module's first argument is not the stream")
         nodes_elsewhere = [a for a in args[1:] if isinstance(a, fx.Node)]
         nodes_elsewhere += [v for v in kwargs.values() if isinstance(v, fx.Node)]
         if any(self.kinds.get(v) == "meta" for v in nodes_elsewhere):
-            raise Unsupported(f"{what} is called with a value computed from a tensor's shape")
+            raise UnsupportedError(f"{what} is called with a value computed from a tensor's shape")
         simple = all(isinstance(a, fx.Node) and a is not stream for a in args[1:]) and all(
             isinstance(v, fx.Node) and v is not stream for v in kwargs.values()
         )
@@ -558,11 +564,13 @@ class Translator:
         except (TypeError, ValueError):
             if simple and not kwargs:
                 return Step(path, refs=[(None, a) for a in args[1:]], random=random, what=what)
-            raise Unsupported(f"{what} is called in a way its signature does not show") from None
+            raise UnsupportedError(
+                f"{what} is called in a way its signature does not show"
+            ) from None
         if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY) for p in params):
             if simple and not kwargs:
                 return Step(path, refs=[(None, a) for a in args[1:]], random=random, what=what)
-            raise Unsupported(f"{what} takes *args/**kwargs or positional-only arguments")
+            raise UnsupportedError(f"{what} takes *args/**kwargs or positional-only arguments")
         first = params[0].name
         stream_as = [k for k, v in bound.items() if v is stream]
         refs = [(k, v) for k, v in bound.items() if isinstance(v, fx.Node) and v is not stream]
@@ -581,7 +589,7 @@ class Translator:
         for op in ops:
             s = self.step(op, value)
             if s.refs:
-                raise Unsupported("a chained step needs refs")
+                raise UnsupportedError("a chained step needs refs")
             self.note(op, s)
             steps.append(s)
             random = random or s.random
@@ -606,7 +614,7 @@ class Translator:
     def try_step(self, op: Op, state: State) -> Step | None:
         try:
             return self.step(op, state.stream)
-        except Unsupported:
+        except UnsupportedError:
             return None
 
     def single_input_chain(
@@ -671,7 +679,7 @@ class Translator:
                     continue
                 try:
                     new = self.lay_diamond(kind, node, branches, stream)
-                except Unsupported:
+                except UnsupportedError:
                     continue
                 if new is None:
                     continue
@@ -716,7 +724,7 @@ class Translator:
     def search(self, state: State) -> State | None:
         self.budget -= 1
         if self.budget < 0:
-            raise Unsupported("no layout found within the search budget")
+            raise UnsupportedError("no layout found within the search budget")
         if all(op.node in state.done for op in self.ops):
             return self.finish(state)
         new = self.diamond(state)
@@ -769,7 +777,7 @@ class Translator:
             else:
                 code, _ = self.chain_step(chain, state.stream)
                 refs = []
-        except Unsupported:
+        except UnsupportedError:
             return None
         end = chain[-1].node
         text = f".fork({code}){self.using(refs)}"
@@ -802,7 +810,7 @@ class Translator:
         finally:
             sys.setrecursionlimit(limit)
         if found is None:
-            raise Unsupported("the data flow could not be laid out as builder calls")
+            raise UnsupportedError("the data flow could not be laid out as builder calls")
         aux = set(self.placeholders[1:])
         chain: list[str] = []
         for frag in found.frags:
@@ -917,7 +925,7 @@ def _describe(node: fx.Node) -> str:
         return "[...]"
     try:
         return qualname(fn, set())
-    except Unsupported:
+    except UnsupportedError:
         return str(getattr(fn, "__name__", fn))
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fdl.errors import FdlUsageError
+from fdl.tasks.errors import SchemaError
 
 TYPES = (
     "string", "int", "float", "bool", "path",
@@ -119,15 +120,6 @@ class Schema:
         return data
 
 
-class SchemaError(ValueError):
-    """A schema that cannot be used; ``key`` is the dotted place inside the schema."""
-
-    def __init__(self, key: tuple[str | int, ...], problem: str):
-        super().__init__(problem)
-        self.key = key
-        self.problem = problem
-
-
 def parse_schema(data: Any) -> Schema:
     """Validate ``data`` (the ``schema:`` mapping, or ``--fdl-schema`` JSON) into a :class:`Schema`.
 
@@ -137,7 +129,7 @@ def parse_schema(data: Any) -> Schema:
     >>> parse_schema({"options": {"help": {"type": "bool"}}})
     Traceback (most recent call last):
     ...
-    fdl.tasks.schema.SchemaError: option --help shadows a reserved fdl flag
+    fdl.tasks.errors.SchemaError: option --help shadows a reserved fdl flag
     """
     if not isinstance(data, dict):
         raise SchemaError((), "must be a mapping with 'options:', 'args:' and/or 'strict:'")

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fdl.errors import ExitCode, FdlError
+from fdl.errors import FdlError
+from fdl.tasks.errors import ManifestError
 
 KeyPath = tuple[str | int, ...]
 
@@ -55,16 +56,6 @@ class Source:
             key = key[:-1]
         line = self.lines.get(key)
         return f"{self.path}:{line}" if line else str(self.path)
-
-
-class ManifestError(FdlError):
-    """A manifest that cannot be used: names the file, the line and the key."""
-
-    def __init__(self, source: Source | Path, key: KeyPath, problem: str, hint: str | None = None):
-        where = source.where(key) if isinstance(source, Source) else str(source)
-        dotted = dotted_key(key)
-        what = f"{where}: {dotted}: {problem}" if dotted else f"{where}: {problem}"
-        super().__init__(what, hint or "fix the manifest and run again", ExitCode.FAILURE)
 
 
 def dotted_key(key: KeyPath) -> str:

@@ -13,7 +13,7 @@ import torch
 from flodl.checkpoint import codec, listeners
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.codec import EntryInfo, Header, NamedTensors
-from flodl.checkpoint.errors import CheckpointError, CheckpointWarning
+from flodl.checkpoint.errors import CheckpointError, CheckpointWarning, HashRefusedError
 from flodl.checkpoint.explain import explain_names
 from flodl.checkpoint.streams import (
     Destination,
@@ -23,6 +23,10 @@ from flodl.checkpoint.streams import (
     open_destination,
     open_source,
 )
+from flodl.errors import _renamed
+
+# ``Mismatched`` was this module's name for HashRefusedError; it still resolves, with a warning.
+__getattr__ = _renamed(__name__, {"Mismatched": HashRefusedError})
 
 HASH_OPT_OUT = "pass structural_hash=None to load the matching entries anyway"
 VERIFIED = "checksums verified"
@@ -309,13 +313,6 @@ def hash_mismatch(
 Rename = Callable[[str], str]
 
 
-class Mismatched(Exception):
-    """Internal: the header's hash was refused; the entry names are read to explain why."""
-
-    def __init__(self, header: Header):
-        self.header = header
-
-
 def entries_again(src: Source, start: int | None) -> list[EntryInfo] | None:
     """The entry table of ``src`` read a second time (None when the source cannot rewind)."""
     if start is not None:
@@ -382,7 +379,7 @@ def load_checkpoint(
             return
         alternate = (_alternates or {}).get(header.hash)
         if alternate is None:
-            raise Mismatched(header)
+            raise HashRefusedError(header)
         rename.append(alternate)
 
     targets = loadable(params, buffers, lambda name: rename[0](name) if rename else name)
@@ -391,7 +388,7 @@ def load_checkpoint(
     try:
         with open_source(src, mapped=True) as reader:
             decoded = codec.decode(reader, keep=targets, on_header=on_header, verify=verify)
-    except Mismatched as refused:
+    except HashRefusedError as refused:
         entries = entries_again(src, start)
         explanation = "" if entries is None else explain_names(entries, params, buffers)
         raise hash_mismatch(

@@ -1,8 +1,25 @@
-"""The one exception the checkpoint subsystem raises on purpose."""
+"""The exceptions and the warning of the checkpoint subsystem::
+
+FlodlError
+ └── CheckpointError        a checkpoint could not be read, written or applied
+      ├── RustMappingError  a graph step has no counterpart in the Rust checkpoint layout
+      └── HashRefusedError  internal: the header's structural hash was refused; the loader
+                            turns it into a CheckpointError that explains the mismatch
+
+UserWarning
+ └── CheckpointWarning      a checkpoint written in a way another reader may not expect
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from flodl.errors import FlodlError
+
+if TYPE_CHECKING:
+    from flodl.checkpoint.codec import Header
+
+__all__ = ["CheckpointError", "CheckpointWarning", "RustMappingError"]
 
 
 class CheckpointError(FlodlError):
@@ -33,3 +50,19 @@ class CheckpointError(FlodlError):
 
 class CheckpointWarning(UserWarning):
     """A checkpoint was written in a way another reader may not expect (see the message)."""
+
+
+class RustMappingError(CheckpointError):
+    """A graph step has no counterpart in the Rust original (the message names the node)."""
+
+
+class HashRefusedError(CheckpointError):
+    """Internal: the header's hash was refused; the entry names are read to explain why.
+
+    Raised from a header callback and caught by the loader that installed it, which raises a
+    :class:`CheckpointError` naming the mismatch instead; it never reaches the caller.
+    """
+
+    def __init__(self, header: Header):
+        super().__init__("the checkpoint's structural hash does not match the model")
+        self.header = header

@@ -53,7 +53,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from flodl.checkpoint.errors import CheckpointError
+from flodl.checkpoint.errors import RustMappingError
 
 RUST_MODULE_NAMES: dict[type[nn.Module], str] = {
     nn.Identity: "identity",
@@ -109,10 +109,6 @@ _AFFINE = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d)
 _NO_COUNTERPART_BUFFERS = frozenset({"num_batches_tracked"})
 _MODULE_STEP_KINDS = frozenset({"module", "identity"})
 _MERGE_OPS = frozenset({"add", "mean"})
-
-
-class RustMappingError(CheckpointError):
-    """A graph step has no counterpart in the Rust original (the message names the node)."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import torch
 
 from flodl.checkpoint import api, codec, tree
 from flodl.checkpoint import format as fmt
-from flodl.checkpoint.errors import CheckpointError
+from flodl.checkpoint.errors import CheckpointError, HashRefusedError
 from flodl.checkpoint.optimizer import apply_optimizer, decode_optimizer, encode_optimizer
 from flodl.checkpoint.streams import (
     Destination,
@@ -494,12 +494,12 @@ def load_training_state(
 
     def on_header(header: codec.Header) -> None:
         if not api.hash_matches(header, expected):
-            raise api.Mismatched(header)
+            raise HashRefusedError(header)
 
     try:
         with open_source(src, mapped=True) as reader:
             decoded = codec.decode(reader, keep=wanted, on_header=on_header)
-    except api.Mismatched as refused:
+    except HashRefusedError as refused:
         entries = api.entries_again(src, start)
         model_entries = [
             replace(e, name=e.name[cut:]) for e in entries or () if e.name.startswith(MODEL_PREFIX)

@@ -2,12 +2,39 @@
 
 Every error derives from :class:`DataError` (itself a :class:`flodl.FlodlError`), so
 ``except fl.FlodlError`` catches them; the ones that replace a builtin a caller might already
-catch (``ValueError``, ``KeyError``, ``IndexError``) also derive from it.
+catch (``ValueError``, ``KeyError``, ``MemoryError``, ``RuntimeError``) also derive from it::
+
+    FlodlError
+     └── DataError
+          ├── EmptyDatasetError (ValueError)     the dataset has no samples
+          ├── BatchSizeError (ValueError)        batch_size missing, not an integer, or < 1
+          ├── DatasetShapeError (ValueError)     the dataset's tensors disagree
+          ├── LoaderConfigError (ValueError)     an invalid builder setting
+          ├── DatasetFormatError (ValueError)    a file not in the format its reader expects
+          ├── UnknownFieldError (KeyError)       a Batch asked for a field it does not have
+          ├── ResidentMemoryError (MemoryError)  mode("resident") forced, the data does not fit
+          └── PrefetchError (RuntimeError)       the prefetch thread stopped without a batch
+
+    UserWarning
+     └── ResidentFallbackWarning   mode("auto") ran out of device memory and now streams
 """
 
 from __future__ import annotations
 
 from flodl.errors import FlodlError
+
+__all__ = [
+    "BatchSizeError",
+    "DataError",
+    "DatasetFormatError",
+    "DatasetShapeError",
+    "EmptyDatasetError",
+    "LoaderConfigError",
+    "PrefetchError",
+    "ResidentFallbackWarning",
+    "ResidentMemoryError",
+    "UnknownFieldError",
+]
 
 
 class DataError(FlodlError):

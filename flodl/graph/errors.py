@@ -1,11 +1,41 @@
-"""Errors of the graph layer: builder mistakes (raised by ``build()``) and bad graph inputs."""
+"""Errors of the graph layer: builder mistakes (raised by ``build()``), bad graph inputs, paths
+and tags that name nothing, and graphs that cannot be pickled, drawn or trained.
+
+Each derives from :class:`flodl.FlodlError`; a builtin in parentheses is a second base (what
+plain Python raises for the same mistake, so existing ``except`` clauses still catch it)::
+
+    FlodlError
+     ├── GraphBuildError                        a FlowBuilder chain broke a rule (``.issues``)
+     ├── GraphInputError (TypeError)            a graph called with a missing/unexpected input
+     ├── NotBuiltError (TypeError, AttributeError)  a builder used as the graph it describes
+     ├── TraceError (KeyError)                  a loop-trace name that names no loop
+     ├── PathError (KeyError)                   a label path that names nothing (``.suggestions``)
+     ├── UnknownTagError (KeyError)             a tag the graph does not have
+     ├── GraphPickleError (pickle.PicklingError)  a step pickle cannot store (a lambda)
+     ├── GraphvizError                          Graphviz's ``dot`` is missing or failed
+     └── TrainingNotSetUpError (RuntimeError)   a training method before ``fl.Trainer.setup``
+"""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 
 from flodl.errors import FlodlError
 from flodl.graph.callsite import CallSite
+
+__all__ = [
+    "BuildIssue",
+    "GraphBuildError",
+    "GraphInputError",
+    "GraphPickleError",
+    "GraphvizError",
+    "NotBuiltError",
+    "PathError",
+    "TraceError",
+    "TrainingNotSetUpError",
+    "UnknownTagError",
+]
 
 
 @dataclass(frozen=True)
@@ -89,3 +119,59 @@ class NotBuiltError(FlodlError, TypeError, AttributeError):
     ...     print(str(err).split(":")[0])
     FlowBuilder has no .parameters()
     """
+
+
+class UnknownTagError(FlodlError, KeyError):
+    """A tag name that the graph does not have."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class PathError(FlodlError, KeyError):
+    """A label path that names nothing in the graph tree (or names the wrong kind of thing).
+
+    ``.path`` is the path as given; ``.suggestions`` the closest valid paths.
+
+    >>> import flodl as fl
+    >>> from torch import nn
+    >>> enc = fl.FlowBuilder(nn.Linear(2, 4)).tag("hidden").label("encoder").build()
+    >>> model = fl.FlowBuilder(enc).through(nn.Linear(4, 1)).build()
+    >>> try:
+    ...     model.validate_path("encoder.hiden")
+    ... except fl.PathError as err:
+    ...     print(err.suggestions[0])
+    encoder.hidden
+    """
+
+    def __init__(self, message: str, path: str = "", suggestions: list[str] | None = None) -> None:
+        self.path = path
+        self.suggestions = list(suggestions or [])
+        if self.suggestions:
+            message += "; closest valid paths: " + ", ".join(repr(s) for s in self.suggestions)
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self):
+        return _rebuild_path_error, (type(self), self.args[0], self.path)
+
+
+def _rebuild_path_error(cls: type[PathError], message: str, path: str) -> PathError:
+    err = cls.__new__(cls)
+    FlodlError.__init__(err, message)
+    err.path, err.suggestions = path, []
+    return err
+
+
+class GraphPickleError(FlodlError, pickle.PicklingError):
+    """A graph holds a step that pickle cannot store (a lambda or a local function)."""
+
+
+class TrainingNotSetUpError(FlodlError, RuntimeError):
+    """A Graph-mode training method was called on a graph that ``fl.Trainer.setup`` has not seen."""
+
+
+class GraphvizError(FlodlError):
+    """Graphviz's ``dot`` is missing or failed to render."""

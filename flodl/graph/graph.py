@@ -21,10 +21,9 @@ import torch
 from torch import nn
 
 from flodl.checkpoint.methods import CheckpointMethods
-from flodl.errors import FlodlError
 from flodl.graph import dispatch
 from flodl.graph.codegen import generate
-from flodl.graph.errors import GraphInputError
+from flodl.graph.errors import GraphInputError, UnknownTagError
 from flodl.graph.hashing import structural_hash
 from flodl.graph.nodes import InputOptions, LoopOptions, MergeOptions, Node, NodeKind
 from flodl.graph.observe import Metrics, ObservationMethods
@@ -39,13 +38,6 @@ from flodl.log import get_logger
 _MISSING = object()
 log = get_logger("flodl.graph")
 _SOURCE_IDS = itertools.count(1)
-
-
-class UnknownTagError(FlodlError, KeyError):
-    """A tag name that the graph does not have."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 def _missing_input(graph: Graph, name: str) -> None:

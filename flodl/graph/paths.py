@@ -22,48 +22,11 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
-from flodl.errors import FlodlError
+from flodl.graph.errors import PathError
 
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
     from flodl.graph.nodes import Node
-
-
-class PathError(FlodlError, KeyError):
-    """A label path that names nothing in the graph tree (or names the wrong kind of thing).
-
-    ``.path`` is the path as given; ``.suggestions`` the closest valid paths.
-
-    >>> import flodl as fl
-    >>> from torch import nn
-    >>> enc = fl.FlowBuilder(nn.Linear(2, 4)).tag("hidden").label("encoder").build()
-    >>> model = fl.FlowBuilder(enc).through(nn.Linear(4, 1)).build()
-    >>> try:
-    ...     model.validate_path("encoder.hiden")
-    ... except fl.PathError as err:
-    ...     print(err.suggestions[0])
-    encoder.hidden
-    """
-
-    def __init__(self, message: str, path: str = "", suggestions: list[str] | None = None) -> None:
-        self.path = path
-        self.suggestions = list(suggestions or [])
-        if self.suggestions:
-            message += "; closest valid paths: " + ", ".join(repr(s) for s in self.suggestions)
-        super().__init__(message)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-    def __reduce__(self):
-        return _rebuild, (type(self), self.args[0], self.path)
-
-
-def _rebuild(cls: type[PathError], message: str, path: str) -> PathError:
-    err = cls.__new__(cls)
-    FlodlError.__init__(err, message)
-    err.path, err.suggestions = path, []
-    return err
 
 
 class PathKind(enum.Enum):

@@ -12,20 +12,15 @@ shares functions), so ``copy.deepcopy`` keeps working: the guard copies to nothi
 from __future__ import annotations
 
 import functools
-import pickle
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from flodl.errors import FlodlError
+from flodl.graph.errors import GraphPickleError
 from flodl.nn.fn import Fn
 
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
 
 GUARD_KEY = "_pickle_guard"
-
-
-class GraphPickleError(FlodlError, pickle.PicklingError):
-    """A graph holds a step that pickle cannot store (a lambda or a local function)."""
 
 
 def _unstorable(fn: Any) -> str | None:

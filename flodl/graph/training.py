@@ -14,16 +14,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from flodl.errors import FlodlError
+from flodl.graph.errors import TrainingNotSetUpError
 
 if TYPE_CHECKING:
     from torch import nn
 
 _SESSIONS: weakref.WeakKeyDictionary[Any, TrainingSession] = weakref.WeakKeyDictionary()
-
-
-class TrainingNotSetUpError(FlodlError, RuntimeError):
-    """A Graph-mode training method was called on a graph that ``fl.Trainer.setup`` has not seen."""
 
 
 class TrainingSession(Protocol):

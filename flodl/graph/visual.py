@@ -22,16 +22,13 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from flodl.errors import FlodlError
+from flodl.graph.errors import GraphvizError
 from flodl.graph.nodes import InputOptions, MergeOptions, NodeKind
 from flodl.graph.profile import Profile, format_duration
 
 if TYPE_CHECKING:
     from flodl.graph.graph import Graph
     from flodl.graph.nodes import Node
-
-
-class GraphvizError(FlodlError):
-    """Graphviz's ``dot`` is missing or failed to render."""
 
 
 _ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu", "silu", "elu", "softmax", "leakyrelu", "mish")

@@ -12,11 +12,7 @@ from pathlib import Path
 
 import torch
 
-from flodl.hf.errors import HfError
-
-
-class ConvertError(HfError):
-    """A ``pytorch_model.bin`` that cannot be converted (not a state dict, or unsafe)."""
+from flodl.hf.errors import ConvertError
 
 
 def bin_to_safetensors(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:

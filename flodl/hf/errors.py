@@ -1,8 +1,26 @@
-"""Errors raised by :mod:`flodl.hf`; all derive from :class:`flodl.FlodlError`."""
+"""Errors raised by :mod:`flodl.hf`; all derive from :class:`HfError`, a :class:`flodl.FlodlError`::
+
+FlodlError
+ └── HfError
+      ├── HfConfigError (ValueError)        config.json missing, unreadable or unsupported
+      ├── HfHubError (FileNotFoundError)    a model id or directory that resolves to no files
+      ├── WeightsError                      a checkpoint that does not fit the graph
+      ├── TokenizerError                    a task needs a tokenizer the model lacks
+      └── ConvertError                      a pytorch_model.bin that cannot be converted
+"""
 
 from __future__ import annotations
 
 from flodl.errors import FlodlError
+
+__all__ = [
+    "ConvertError",
+    "HfConfigError",
+    "HfError",
+    "HfHubError",
+    "TokenizerError",
+    "WeightsError",
+]
 
 
 class HfError(FlodlError):
@@ -28,3 +46,7 @@ class WeightsError(HfError):
 
 class TokenizerError(HfError):
     """A task needs a tokenizer (``tokenizer.json``) the model was loaded without."""
+
+
+class ConvertError(HfError):
+    """A ``pytorch_model.bin`` that cannot be converted (not a state dict, or unsafe)."""

@@ -1,4 +1,9 @@
-"""Errors the monitor raises."""
+"""Errors the monitor raises::
+
+FlodlError
+ └── MonitorError            a monitor call got something it cannot use
+      └── MonitorServerError  the dashboard could not start (port in use, bad host)
+"""
 
 from __future__ import annotations
 

@@ -9,13 +9,9 @@ import math
 
 import torch
 
-from flodl.errors import FlodlError
+from flodl.nn.errors import FunctionalError
 
 __all__ = ["FunctionalError", "focal_loss", "gaussian_blur_2d", "gaussian_kernel_size"]
-
-
-class FunctionalError(FlodlError, ValueError):
-    """A functional was called with inputs of the wrong shape or type."""
 
 
 def focal_loss(

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from flodl.errors import FlodlError
+from flodl.nn.errors import InitError
 
 __all__ = [
     "InitError",
@@ -39,10 +39,6 @@ __all__ = [
 
 Shape = int | Sequence[int]
 Device = torch.device | str | None
-
-
-class InitError(FlodlError, ValueError):
-    """An initialiser got a shape or fan it cannot use."""
 
 
 def _shape(shape: Shape) -> tuple[int, ...]:

@@ -1,8 +1,14 @@
-"""The error raised for invalid optimizer and scheduler settings."""
+"""The error raised for invalid optimizer and scheduler settings::
+
+FlodlError
+ └── OptimError (ValueError)   a scheduler, optimizer or clipping helper got bad settings
+"""
 
 from __future__ import annotations
 
 from flodl.errors import FlodlError
+
+__all__ = ["OptimError"]
 
 
 class OptimError(FlodlError, ValueError):

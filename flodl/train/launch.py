@@ -23,7 +23,7 @@ import torch.multiprocessing as mp
 from flodl.log import get_logger
 from flodl.monitor import timeline
 from flodl.train.checkpointing import SaveFdl
-from flodl.train.errors import TrainerConfigError
+from flodl.train.errors import CoordinatorGoneError, TrainerConfigError
 from flodl.train.metrics import EpochMetrics, RankEvents
 from flodl.train.resume import (
     ResumePoint,
@@ -32,7 +32,7 @@ from flodl.train.resume import (
     restarts_allowed,
     resume_point,
 )
-from flodl.train.runtime import FINAL_KEY, CoordinatorGone, rank_main, run_single, wait_final
+from flodl.train.runtime import FINAL_KEY, rank_main, run_single, wait_final
 from flodl.train.spec import TrainSpec
 from flodl.train.state import TrainedState, TrainingError
 from flodl.train.transport import KeyStream
@@ -424,7 +424,7 @@ def run_under_launcher(spec: TrainSpec, on_epoch: Callable[[EpochMetrics], None]
             resume=resume,
             resume_token=token,
         )
-    except CoordinatorGone:
+    except CoordinatorGoneError:
         gone = True  # rank 0's store would block every call: skip the release handshake
         raise
     finally:

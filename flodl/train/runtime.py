@@ -18,12 +18,18 @@ import torch
 import torch.distributed as dist
 
 from flodl.data.sources import as_source, require_samples
+from flodl.errors import _renamed
 from flodl.log import get_logger, set_rank
 from flodl.monitor import timeline
 from flodl.train.averaging import final_state
 from flodl.train.checkpointing import SaveFdl, flush_checkpoints, save_version
 from flodl.train.coordinator import Coordinator, CoordinatorConfig
-from flodl.train.errors import TrainerConfigError
+from flodl.train.errors import (
+    CoordinatorGoneError,
+    CoordinatorLostError,
+    TrainerConfigError,
+    TrainingError,
+)
 from flodl.train.guard import ConvergenceGuard
 from flodl.train.messages import (
     BatchTiming,
@@ -36,10 +42,9 @@ from flodl.train.messages import (
 from flodl.train.metrics import EpochMetrics, MetricsMsg, RankEvents, aggregate_epoch_metrics
 from flodl.train.resume import ResumableCheckpoint, ResumePoint, load_model
 from flodl.train.spec import TrainSpec
-from flodl.train.state import TrainedState, TrainingError
+from flodl.train.state import TrainedState
 from flodl.train.transport import (
     CoordinatorChannel,
-    CoordinatorLost,
     GlooCollective,
     Heartbeat,
     KeyWriter,
@@ -47,6 +52,10 @@ from flodl.train.transport import (
     client,
 )
 from flodl.train.worker import FINAL_ROUND, Worker
+
+# ``CoordinatorGone`` was this module's name for CoordinatorGoneError; it still resolves, with a
+# warning.
+__getattr__ = _renamed(__name__, {"CoordinatorGone": CoordinatorGoneError})
 
 FINAL_KEY = "final"
 
@@ -170,7 +179,7 @@ def rank_main(
 
     ``watch_coordinator`` (under a launcher, where no supervising process of ours watches rank 0):
     a rank waiting for work gives up once rank 0's control store has been silent for the run's
-    timeout, raising :class:`CoordinatorGone` instead of waiting forever. ``local_world``: the
+    timeout, raising :class:`CoordinatorGoneError` instead of waiting forever. ``local_world``: the
     ranks on this machine (default ``world``), which share its cores. ``resume``: start after
     that checkpoint; ``resume_token`` (rank 0): write a restart's training state with every
     checkpoint (see :mod:`flodl.train.resume`).
@@ -212,8 +221,8 @@ def rank_main(
         log.info("rank %d of %d joined on %s", rank, world, device)
         try:
             worker.run()
-        except CoordinatorLost as err:
-            raise CoordinatorGone(str(err), rank=0) from None
+        except CoordinatorLostError as err:
+            raise CoordinatorGoneError(str(err), rank=0) from None
         finally:
             channel.close()
             flush_checkpoints()  # a rank process may end with os._exit: no atexit flush there
@@ -237,14 +246,10 @@ def intra_op_threads(requested: int | None, local_world: int) -> int:
     return requested or max(1, (os.cpu_count() or 1) // max(local_world, 1))
 
 
-class CoordinatorGone(TrainingError):
-    """Under a launcher: rank 0 (coordinator and control store) stopped answering."""
-
-
 def first_cause(errors: list[tuple[int, str]]) -> tuple[int, str]:
     """The error that caused the others: a rank whose averaging failed because a peer stopped
-    (``CollectiveFailed``) reports a consequence, whatever order the reports arrived in."""
-    causes = [e for e in errors if "CollectiveFailed" not in e[1]]
+    (``CollectiveError``) reports a consequence, whatever order the reports arrived in."""
+    causes = [e for e in errors if "CollectiveError" not in e[1]]
     return (causes or errors)[0]
 
 

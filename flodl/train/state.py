@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from flodl.errors import FlodlError
+from flodl.train.errors import TrainingError as TrainingError  # defined there; importable here
 
 
 @dataclass
@@ -28,20 +29,3 @@ class TrainedState:
             for mine, new in zip([*params, *buffers], [*self.params, *self.buffers], strict=True):
                 mine.copy_(new.to(mine.device))
         return model
-
-
-class TrainingError(FlodlError):
-    """A rank failed. ``rank``, ``details`` (its traceback) and any partial state are attached."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        rank: int | None = None,
-        details: str = "",
-        partial: TrainedState | None = None,
-    ):
-        super().__init__(message + (f"\n{details}" if details else ""))
-        self.rank = rank
-        self.details = details
-        self.partial = partial

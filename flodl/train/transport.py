@@ -22,7 +22,13 @@ from typing import Any
 
 import torch.distributed as dist
 
+from flodl.errors import _renamed
 from flodl.train.config import TIMEOUT
+from flodl.train.errors import CoordinatorLostError
+
+# ``CoordinatorLost`` was this module's name for CoordinatorLostError; it still resolves, with a
+# warning.
+__getattr__ = _renamed(__name__, {"CoordinatorLost": CoordinatorLostError})
 
 _STOP = b"\x00flodl-stop"
 
@@ -132,15 +138,11 @@ class Sender:
             self._thread.join(timeout)
 
 
-class CoordinatorLost(RuntimeError):
-    """Rank 0's control store stopped answering while this rank waited for its next message."""
-
-
 class RankChannel:
     """A rank's end: send to the coordinator (never blocking), receive control messages.
 
     With ``watch`` (a :class:`Heartbeat`) and ``limit`` seconds, :meth:`wait` raises
-    :class:`CoordinatorLost` once the store has not answered the heartbeat for ``limit`` seconds:
+    :class:`CoordinatorLostError` once the store has not answered the heartbeat for ``limit`` seconds:
     a frozen rank 0 (SIGSTOP, a hang in native code) holds the store, and a store call to a
     frozen server blocks forever, whatever its timeout, so the silence is the only sign.
     """
@@ -180,7 +182,7 @@ class RankChannel:
             silent = self._watch.silent_for()
             if silent > self._limit:
                 self.lost = True
-                raise CoordinatorLost(
+                raise CoordinatorLostError(
                     f"rank 0 stopped responding: its control store has not answered for "
                     f"{silent:.0f} s (its process is frozen, blocked in native code, or gone)"
                 )

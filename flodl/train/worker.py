@@ -19,10 +19,12 @@ import torch
 from flodl.data.batch import Batch
 from flodl.data.sampling import make_partition
 from flodl.data.sources import as_source, require_samples
+from flodl.errors import _renamed
 from flodl.log import TRACE, get_logger
 from flodl.monitor import timeline
 from flodl.train import context
 from flodl.train.checkpointing import flush_checkpoints, save_version
+from flodl.train.errors import CollectiveError
 from flodl.train.local_step import LocalStep
 from flodl.train.messages import (
     ApplyPolicy,
@@ -43,14 +45,12 @@ from flodl.train.messages import (
 )
 from flodl.train.metrics import MetricsMsg
 
+# ``CollectiveFailed`` was this module's name for CollectiveError; it still resolves, with a warning.
+__getattr__ = _renamed(__name__, {"CollectiveFailed": CollectiveError})
+
 log = get_logger("flodl.train")
 
 FINAL_ROUND = -1
-
-
-class CollectiveFailed(RuntimeError):
-    """The averaging collective failed — a peer died or timed out. This rank's replica is
-    intact (it was not overwritten), so it still counts towards the survivors' average."""
 
 
 class Channel(Protocol):
@@ -284,7 +284,7 @@ class Worker:
                     break
                 self.channel.send(metrics)
         except BaseException as err:
-            if isinstance(err, CollectiveFailed):
+            if isinstance(err, CollectiveError):
                 self._send_snapshot(FINAL_ROUND)
             error = _describe(err, self)
             self.channel.send(Exiting(self.rank, error=error, events=_forwarded_events()))
@@ -338,7 +338,7 @@ class Worker:
         try:
             self.collective.average_(flat, float(max(self.steps_since_avg, 1)))
         except Exception as err:
-            raise CollectiveFailed(
+            raise CollectiveError(
                 f"rank {self.rank}: averaging version {version} failed ({err}) — a peer stopped"
             ) from err
         torch.nn.utils.vector_to_parameters(flat, list(self.model.parameters()))

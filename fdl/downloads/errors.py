@@ -1,0 +1,46 @@
+"""Errors of the download engine and of zip extraction::
+
+    FdlError
+     ├── DownloadError                    a download failed (network, disk space, stall)
+     │    ├── ChecksumMismatchError       the file's sha256 is not the expected one (deleted)
+     │    └── IncompleteDownloadError     internal: the stream ended early; the engine retries
+     │         └── StalledDownloadError   internal: no byte arrived within the read timeout
+     └── UnsafeArchiveError               a zip that would escape its folder or exceed limits
+
+The two internal errors never leave :func:`fdl.downloads.download`: it resumes, and raises a
+:class:`DownloadError` once its retries or its stall budget are spent.
+"""
+
+from __future__ import annotations
+
+from fdl.errors import FdlError
+
+__all__ = ["ChecksumMismatchError", "DownloadError", "UnsafeArchiveError"]
+
+
+class DownloadError(FdlError):
+    """A download failed; the message names the URL and the hint what to do (resume, mirror)."""
+
+
+class ChecksumMismatchError(DownloadError):
+    """The downloaded file's sha256 is not the expected one (the file was deleted)."""
+
+
+class IncompleteDownloadError(DownloadError):
+    """The server closed the stream before Content-Length bytes arrived (retry resumes).
+
+    ``offset``: where this attempt appended; ``received``: bytes it got before failing.
+    """
+
+    def __init__(self, message: str, *, offset: int = 0, received: int = 0) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.received = received
+
+
+class StalledDownloadError(IncompleteDownloadError):
+    """No byte arrived within the read timeout."""
+
+
+class UnsafeArchiveError(FdlError):
+    """A zip that would write outside its folder, or unpack beyond the extraction limits."""
