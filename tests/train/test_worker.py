@@ -14,6 +14,7 @@ import torch
 
 from flodl.optim import set_lr
 from flodl.train.averaging import average_snapshots, final_state
+from flodl.train.errors import CollectiveError
 from flodl.train.messages import (
     ApplyPolicy,
     BatchTiming,
@@ -31,7 +32,7 @@ from flodl.train.messages import (
     Update,
 )
 from flodl.train.metrics import MetricsMsg
-from flodl.train.worker import FINAL_ROUND, CollectiveFailed, Worker
+from flodl.train.worker import FINAL_ROUND, Worker
 from tests.train import toy
 
 X, Y = toy.regression_data(128)
@@ -481,7 +482,7 @@ class BrokenCollective:
 def test_a_failed_collective_still_hands_in_the_intact_replica():
     channel = MemoryChannel(StartEpoch(EpochPlan(0, 0, 64)), SyncNow(1))
     w = make_worker(channel=channel, collective=BrokenCollective())
-    with pytest.raises(CollectiveFailed, match=r"averaging version 1 failed .* a peer stopped"):
+    with pytest.raises(CollectiveError, match=r"averaging version 1 failed .* a peer stopped"):
         w.run()
     finals = [m for m in channel.sent if isinstance(m, Snapshot) and m.round == FINAL_ROUND]
     assert len(finals) == 1  # counted in the survivors' average
