@@ -14,6 +14,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+__all__ = ["__version__"]
+
 
 def _read_flodl_version() -> str:
     # `import flodl` would import torch; read the single-source version file instead.

@@ -9,6 +9,8 @@ from fdl import __version__, console
 from fdl.argv import split_global_flags
 from fdl.errors import ExitCode, FdlError
 
+__all__ = ["main"]
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``fdl`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""

@@ -41,7 +41,7 @@ from typing import IO
 
 __all__ = ["TRACE", "get_logger", "set_rank", "set_verbosity", "verbosity"]
 
-ENV_VAR = "FLODL_VERBOSITY"
+_ENV_VAR = "FLODL_VERBOSITY"
 #: A level below DEBUG for per-batch detail (``logger.log(TRACE, ...)``).
 TRACE = 5
 logging.addLevelName(TRACE, "TRACE")
@@ -66,7 +66,7 @@ _RANK_FILTER = _RankFilter()
 _root.addFilter(_RANK_FILTER)
 
 
-class RankFormatter(logging.Formatter):
+class _RankFormatter(logging.Formatter):
     """``[rank N] flodl.train: message`` in a multi-rank run, ``flodl.train: message`` otherwise."""
 
     def __init__(self) -> None:
@@ -109,7 +109,7 @@ def set_rank(rank: int | None) -> None:
     _state["rank"] = rank
 
 
-def parse_verbosity(level: int | str | None) -> int | None:
+def _parse_verbosity(level: int | str | None) -> int | None:
     """0..3 from an int, a digit string or a name (``quiet``, ``info``, ``debug``, ``trace``)."""
     if level is None:
         return None
@@ -133,7 +133,7 @@ def set_verbosity(level: int | str | None, *, stream: IO[str] | None = None) -> 
     Python's default handling or your logging configuration). ``stream`` replaces stderr.
     Overrides ``FLODL_VERBOSITY``.
     """
-    value = parse_verbosity(level)
+    value = _parse_verbosity(level)
     old = _state["handler"]
     if isinstance(old, logging.Handler):
         _root.removeHandler(old)
@@ -144,7 +144,7 @@ def set_verbosity(level: int | str | None, *, stream: IO[str] | None = None) -> 
         _root.propagate = True
         return
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(RankFormatter())
+    handler.setFormatter(_RankFormatter())
     _root.addHandler(handler)
     _root.setLevel(_LEVELS[value])
     _root.propagate = False
@@ -158,10 +158,10 @@ def verbosity() -> int | None:
 
 def configure_from_env() -> None:
     """Apply ``FLODL_VERBOSITY`` (called once when flodl is imported); a bad value is a warning."""
-    raw = os.environ.get(ENV_VAR, "").strip()
+    raw = os.environ.get(_ENV_VAR, "").strip()
     if not raw:
         return
     try:
         set_verbosity(raw)
     except ValueError as err:
-        get_logger("flodl").warning("ignoring %s=%r: %s", ENV_VAR, raw, err)
+        get_logger("flodl").warning("ignoring %s=%r: %s", _ENV_VAR, raw, err)

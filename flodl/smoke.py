@@ -15,7 +15,7 @@ import os
 __all__ = ["SMOKE_BATCHES", "SMOKE_EPOCHS", "SmokeBudgetReached", "smoke_enabled"]
 
 #: Set by ``fdl check``'s runner, which shortens the script's loops itself.
-LOOPS_CAPPED_ENV = "FLODL_SMOKE_LOOPS_CAPPED"
+_LOOPS_CAPPED_ENV = "FLODL_SMOKE_LOOPS_CAPPED"
 
 #: Epochs a training script runs when ``FLODL_SMOKE`` is set.
 SMOKE_EPOCHS = 2
@@ -37,7 +37,7 @@ def smoke_enabled() -> bool:
 
 def loops_capped() -> bool:
     """Whether ``fdl check`` shortens the script's loops (the Monitor then never ends the run)."""
-    return smoke_enabled() and os.environ.get(LOOPS_CAPPED_ENV, "") == "1"
+    return smoke_enabled() and os.environ.get(_LOOPS_CAPPED_ENV, "") == "1"
 
 
 class SmokeBudgetReached(SystemExit):

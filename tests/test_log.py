@@ -171,7 +171,7 @@ def test_fdl_flags_export_flodl_verbosity(monkeypatch, flag, exported):
     console.configure(verbosity=verbosity, no_color=False, env=None)
     try:
         assert os.environ["FLODL_VERBOSITY"] == exported
-        assert flog.parse_verbosity(os.environ["FLODL_VERBOSITY"]) == int(exported)
+        assert flog._parse_verbosity(os.environ["FLODL_VERBOSITY"]) == int(exported)
     finally:
         console.configure(verbosity=console.NORMAL, no_color=False, env=None)
 

@@ -6,3 +6,5 @@ opaque leaves); :mod:`.translate` turns the recorded data flow into builder call
 writes the Python file; :mod:`.parity` runs the original and the generated graph side by side;
 :mod:`.run` ties them together and makes the report.
 """
+
+__all__: list[str] = []  # a namespace: its modules are internal (docs/development.md)

@@ -6,3 +6,5 @@
 - :mod:`fdl.scaffold.create` — write a new project atomically (temp dir, then one rename).
 - :mod:`fdl.scaffold.update` — ``fdl init --update``: re-render, diff, apply what is safe.
 """
+
+__all__: list[str] = []  # a namespace: its modules are internal (docs/development.md)

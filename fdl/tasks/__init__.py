@@ -18,3 +18,5 @@ One module per job:
 Nothing here is imported by ``fdl --help`` outside a project; PyYAML and the Docker SDK are
 imported only when a manifest is loaded or a container is started.
 """
+
+__all__: list[str] = []  # a namespace: its modules are internal (docs/development.md)

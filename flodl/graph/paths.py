@@ -91,7 +91,16 @@ def _fail(root: Graph, path: str, message: str, candidates: list[str] | None = N
 
 
 def resolve(root: Graph, path: str) -> PathTarget:
-    """Resolve ``path`` from ``root``; raises :class:`PathError` when it names nothing."""
+    """Resolve ``path`` from ``root``; raises :class:`PathError` when it names nothing.
+
+    >>> import flodl as fl
+    >>> from torch import nn
+    >>> enc = fl.FlowBuilder(nn.Linear(2, 4)).tag("hidden").label("encoder").build()
+    >>> model = fl.FlowBuilder(enc).through(nn.Linear(4, 1)).build()
+    >>> target = resolve(model, "encoder.hidden")
+    >>> target.kind.value, target.graph is enc
+    ('tag', True)
+    """
     if not isinstance(path, str):
         raise PathError(f"a label path is a string like 'encoder.hidden', got {path!r}", str(path))
     if not path:
