@@ -24,6 +24,7 @@ OTHER_FILES = {
     "test_docs.py": "runs the code in docs/",
     "test_layering.py": "the import layers of flodl and fdl",
     "test_layout.py": "this file",
+    "test_public_api.py": "the public names of flodl and fdl (docs/development.md)",
 }
 # Packages tested elsewhere, and where.
 UNTESTED_HERE = {
