@@ -270,7 +270,8 @@ EMITTERS: dict[NodeKind, Emit] = {
     NodeKind.SCAN_STATE: _emit_scan_state,
 }
 """One emit function per node kind: it writes the node's statements (``g.w.emit``, each line
-tagged with the node for error notes) and returns the local holding the node's value."""
+tagged with the node for error notes) and returns the local holding the node's value: ``s.out``,
+or a name no node owns (``input``); ``generate`` deletes ``s.out`` after its last reader."""
 
 
 def generate(
@@ -310,9 +311,11 @@ def generate(
                 state_slots[leaf.tag] = f"_s{len(state_slots)}"
 
     w = _Writer()
-    _emit_prologue(w, inputs, defaults, profile, state_slots)
+    _emit_prologue(w, inputs, defaults, profile, state_slots, bool(tags))
     g = _Gen(w, var, state_slots, direct)
-    for node in nodes:
+    kept = {*tags.values(), *(outputs or [output])}
+    dying = _last_reads(nodes, kept)
+    for k, node in enumerate(nodes):
         timed = profile and node.kind not in UNTIMED_KINDS
         if timed:
             w.emit("_t = _now()", 2)
@@ -324,8 +327,33 @@ def generate(
             w.emit(f"_st[{literal(tag)}] = {var[node.id]}", 2, node.id)
         if timed:
             w.emit(f"_prof.append(({literal(node.id)}, _now() - _t))", 2)
+        dead = [f"v_{i}" for i in dying.get(k, ()) if var[i] == f"v_{i}"]
+        if dead:  # as `x = layer(x)` does by hand: a value nothing reads any more is freed now
+            w.emit(f"del {', '.join(dead)}", 2, node.id)
     _emit_epilogue(w, var, output, tags, profile, outputs)
     return Generated("\n".join(w.lines) + "\n", w.where)
+
+
+def _last_reads(nodes: list[Node], kept: set[str]) -> dict[int, list[str]]:
+    """For each node position, the nodes whose value is read for the last time there.
+
+    A node's value is read by the nodes that take it as an input, as a same-pass ref, or as a
+    scan's initial state. Values in ``kept`` (tagged, returned) live to the end of the pass,
+    and so does a value nothing reads (it may be a dead branch, freed on return).
+    """
+    last: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        read = list(node.inputs)
+        read += [leaf.source for ref in node.refs for leaf in ref.leaves() if leaf.source]
+        if isinstance(node.options, ScanOptions) and node.options.state is not None:
+            read.append(node.options.state)
+        for source in read:
+            last[source] = k
+    dying: dict[int, list[str]] = {}
+    for source, k in last.items():
+        if source not in kept:
+            dying.setdefault(k, []).append(source)
+    return dying
 
 
 def _emit_prologue(
@@ -334,6 +362,7 @@ def _emit_prologue(
     defaults: frozenset[str],
     profile: bool,
     state_slots: dict[str, str],
+    tagged: bool,
 ) -> None:
     """The signature, the input checks, the module dict, and last call's state."""
     params = ["self", "input", *(f"{name}=_MISSING" for name in inputs), "**_unexpected"]
@@ -349,6 +378,8 @@ def _emit_prologue(
     # Modules are looked up in the _modules dict directly: nn.Module.__getattr__ costs about a
     # microsecond per call, which is all the overhead a graph would otherwise add.
     w.emit("_m = self._modules", 1)
+    if tagged:  # last pass's tagged values (and the autograd history they hold) go now
+        w.emit("self.__dict__['_tagged'] = {}", 1)
     w.emit("try:", 1)
     if profile:
         w.emit("_prof = []", 2)

@@ -209,7 +209,7 @@ class Graph(
     >>> g = fl.FlowBuilder(nn.Linear(3, 4)).tag("hidden").through(nn.ReLU()).build()
     >>> sorted(g.state_dict())
     ['hidden.bias', 'hidden.weight']
-    >>> print(g.code.splitlines()[5].strip())
+    >>> print(next(line.strip() for line in g.code.splitlines() if "_m['hidden']" in line))
     v_linear_1 = _m['hidden'](input)
     """
 
@@ -493,7 +493,8 @@ class Graph(
         return list(self._tags)
 
     def tagged(self, tag: str) -> Any:
-        """The value tag ``tag`` had in the last forward pass (None before the first)."""
+        """The value tag ``tag`` had in the last forward pass (None before the first, and after
+        a pass that failed). Released when the next pass starts."""
         if tag not in self._tags:
             if tag in self._tag_groups:
                 members = ", ".join(repr(m) for m in self._tag_groups[tag])
