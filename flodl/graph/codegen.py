@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import nn
 
-from flodl.graph.composites import FOR_N, GATE_SUM
+from flodl.graph.composites import FOR_N, GATE_SUM, UNTIL_COND, WHILE_COND
 from flodl.graph.nodes import (
     GateOptions,
     InputOptions,
@@ -195,7 +195,7 @@ def _emit_merge(g: _Gen, s: _Step) -> str:
 
 def _emit_loop(g: _Gen, s: _Step) -> str:
     loop = s.node.opts(LoopOptions)
-    if loop.kind is not LoopKind.FOR_N or not s.module.inlinable():
+    if not s.module.inlinable():  # a reset or a trace around the iterations: Loop.run does it
         return _emit_run(g, s, s.module.body)
     body = f"_b_{s.id}"
     g.w.emit(f"{body} = {s.own}.body", 2, s.id)
@@ -204,9 +204,22 @@ def _emit_loop(g: _Gen, s: _Step) -> str:
         tmp = f"_r{k}_{s.id}"  # refs are evaluated once, before the iterations
         g.w.emit(f"{tmp} = {value}", 2, s.id)
         refs.append((ref, tmp))
-    step = g.call(body, s.module.body, s.out, refs)
-    lines = FOR_N.fill(state=s.out, x=s.primary, i=f"_i_{s.id}", n=str(int(loop.n)), step=step)
-    g.emit_lines(lines, s.id)
+    holes = {
+        "state": s.out,
+        "x": s.primary,
+        "i": f"_i_{s.id}",
+        "n": str(int(loop.n)),
+        "step": g.call(body, s.module.body, s.out, refs),
+    }
+    if loop.kind is LoopKind.FOR_N:
+        g.emit_lines(FOR_N.fill(**holes), s.id)
+        return s.out
+    cond = f"_c_{s.id}"
+    g.w.emit(f"{cond} = {s.own}.cond", 2, s.id)
+    holes["verdict"] = f"{g.invoke(cond, s.module.cond)}({s.out})"
+    holes["done"], holes["stop"] = f"_d_{s.id}", f"_h_{s.id}"
+    source = WHILE_COND if loop.kind is LoopKind.WHILE else UNTIL_COND
+    g.emit_lines(source.fill(**holes), s.id)
     return s.out
 
 

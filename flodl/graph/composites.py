@@ -1,12 +1,12 @@
 """Composite nodes: loops, gates, switches and maps, as ordinary torch modules.
 
-This module is the one definition of what composites compute. The data-dependent ones (halting
-loops, per-sample switches, maps) are methods (:meth:`Loop.run`, :meth:`Switch.run`,
-:meth:`Map.run`) that the generated forward calls. The static parts that the generated forward
-writes out in full, so that a graph costs what the hand-written model costs (a ``for_n`` loop,
-a gate's weighted sum), are :class:`Source` texts here: the code generator fills them with its
-locals, and the functions a composite runs on its own (:func:`for_n`, :func:`combine_gate`) are
-compiled from the same text. Each composite also works on its own through ``forward``.
+This module is the one definition of what composites compute. The data-dependent ones
+(per-sample switches, maps) are methods (:meth:`Switch.run`, :meth:`Map.run`) that the generated
+forward calls. The parts that the generated forward writes out in full, so that a graph costs
+what the hand-written model costs (loops, a gate's weighted sum), are :class:`Source` texts
+here: the code generator fills them with its locals, and the functions a composite runs on its
+own (:func:`for_n`, :func:`while_cond`, :func:`until_cond`, :func:`combine_gate`) are compiled
+from the same text. Each composite also works on its own through ``forward``.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ class Source:
         return [(indent, text.format(**holes), detail) for indent, text, detail in self.lines]
 
     def function(self, name: str, params: str, result: str, **holes: str) -> Callable[..., Any]:
-        """``def name(params): <lines>; return result``, with ``_torch`` in its globals (as in
-        the generated forward); its source is registered so tracebacks show it."""
+        """``def name(params): <lines>; return result``, with :data:`SOURCE_GLOBALS` as its
+        globals (as in the generated forward); its source is registered so tracebacks show it."""
         body = [f"{'    ' * (1 + indent)}{text}" for indent, text, _ in self.fill(**holes)]
         source = "\n".join([f"def {name}({params}):", *body, f"    return {result}"]) + "\n"
         filename = f"<flodl composite {name}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        namespace: dict[str, Any] = {"_torch": torch}
+        namespace: dict[str, Any] = dict(SOURCE_GLOBALS)
         exec(compile(source, filename, "exec"), namespace)
         function: Callable[..., Any] = namespace[name]
         function.__module__ = __name__
@@ -62,6 +62,72 @@ FOR_N = Source(
 autograd tape. Holes: ``state`` (the loop's local), ``x`` (the input), ``i`` (the iteration
 counter), ``n`` (the count) and ``step`` (an expression of ``state`` and ``i``)."""
 
+
+def halt_verdict(verdict: Any, state: Any, done: torch.Tensor | None) -> tuple[bool, Any]:
+    """(stop the loop?, the samples halted so far) from a halting condition's ``verdict``.
+
+    One value halts the whole batch when it is ``> 0``: a single host read, what a hand-written
+    ``if cond(x).item() > 0: break`` costs. One value per sample (``[B]`` or ``[B, 1]``) halts
+    those samples; the loop stops when all have halted.
+    """
+    if type(verdict) is torch.Tensor and done is None and verdict.numel() == 1:
+        return verdict.item() > 0, None  # the common case first, with nothing else to check
+    if not isinstance(verdict, torch.Tensor):
+        verdict = torch.as_tensor(verdict)
+    if verdict.numel() == 1:
+        return verdict.item() > 0, done
+    batch = state.shape[0] if isinstance(state, torch.Tensor) and state.dim() else None
+    if batch is None or verdict.numel() != batch:
+        raise ValueError(
+            f"halting condition returned shape {list(verdict.shape)}; it must return one value "
+            f"for the whole batch or one per sample ([{batch}] or [{batch}, 1])"
+        )
+    halted = verdict.reshape(batch) > 0
+    done = halted if done is None else done | halted
+    return bool(done.all()), done
+
+
+def keep_halted(done: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """``new`` for the samples still running, ``old`` for those that halted (``done``)."""
+    return torch.where(done.reshape(-1, *([1] * (new.dim() - 1))), old, new)
+
+
+SOURCE_GLOBALS: dict[str, Any] = {"_torch": torch, "_halt": halt_verdict, "_keep": keep_halted}
+"""The names every :class:`Source` text may use, in the generated forward and in the functions
+compiled here."""
+
+_ADVANCE = "{state} = {step} if {done} is None else _keep({done}, {state}, {step})"
+
+WHILE_COND = Source(
+    (
+        (0, "{state} = {x}", ""),
+        (0, "{done} = None", ""),
+        (0, "for {i} in range({n}):", ""),
+        (1, "{stop}, {done} = _halt({verdict}, {state}, {done})", "halt"),
+        (1, "if {stop}:", ""),
+        (2, "break", ""),
+        (1, _ADVANCE, "loop"),
+    )
+)
+"""A ``while_cond`` loop: ask the condition, then step, at most ``n`` times. Holes as
+:data:`FOR_N`, plus ``verdict`` (the condition's call on ``state``), ``done`` and ``stop``
+(locals for the halted samples and the decision). Halted samples keep their state."""
+
+UNTIL_COND = Source(
+    (
+        (0, "{state} = {x}", ""),
+        (0, "{done} = None", ""),
+        (0, "for {i} in range({n}):", ""),
+        (1, _ADVANCE, "loop"),
+        (1, "if {i} < {n} - 1:", ""),  # after the last iteration there is nothing to decide
+        (2, "{stop}, {done} = _halt({verdict}, {state}, {done})", "halt"),
+        (2, "if {stop}:", ""),
+        (3, "break", ""),
+    )
+)
+"""An ``until_cond`` loop: step, then ask the condition, at most ``n`` times (holes as
+:data:`WHILE_COND`)."""
+
 GATE_SUM = Source(
     (
         (
@@ -78,6 +144,20 @@ for_n: Callable[[Callable[[Any, int], Any], Any, int], Any] = FOR_N.function(
     "for_n", "step, x, n", "state", state="state", x="x", i="i", n="n", step="step(state, i)"
 )
 """``for_n(step, x, n)``: :data:`FOR_N` as a function (``step(state, i)`` gives the next state)."""
+
+_HALTING = {"state": "state", "x": "x", "i": "i", "n": "n", "step": "step(state, i)",
+            "verdict": "cond(state, i)", "done": "done", "stop": "stop"}  # fmt: skip
+
+while_cond: Callable[..., Any] = WHILE_COND.function(
+    "while_cond", "step, cond, x, n", "state", **_HALTING
+)
+"""``while_cond(step, cond, x, n)``: :data:`WHILE_COND` as a function (``cond(state, i)`` gives
+the verdict)."""
+
+until_cond: Callable[..., Any] = UNTIL_COND.function(
+    "until_cond", "step, cond, x, n", "state", **_HALTING
+)
+"""``until_cond(step, cond, x, n)``: :data:`UNTIL_COND` as a function."""
 
 combine_gate: Callable[[list[torch.Tensor] | tuple[torch.Tensor, ...], torch.Tensor], Any] = (
     GATE_SUM.function("combine_gate", "outs, weights", "out", out="out", outs="*outs",
@@ -239,61 +319,24 @@ class Loop(nn.Module):
             self._keep_trace(trace, i)
         return state
 
-    def _halts(self, state: torch.Tensor, i: int) -> torch.Tensor | bool:
-        """The condition's verdict: a bool (whole batch) or a [B] bool mask (per sample)."""
+    def _verdict(self, state: Any, i: int) -> Any:
         try:
-            verdict = self.cond(state)
+            return self.cond(state)
         except Exception as exc:
             _note(exc, f"halting condition at iteration {i + 1}")
             raise
-        if not isinstance(verdict, torch.Tensor):
-            verdict = torch.as_tensor(verdict)
-        if verdict.numel() == 1:  # one host read, what a hand-written `.item() > 0` costs
-            return verdict.item() > 0
-        batch = state.shape[0] if isinstance(state, torch.Tensor) and state.dim() else None
-        if batch is None or verdict.numel() != batch:
-            shape = list(verdict.shape)
-            raise ValueError(
-                f"halting condition returned shape {shape}; it must return one value for the "
-                f"whole batch or one per sample ([{batch}] or [{batch}, 1])"
-            )
-        return verdict.reshape(batch) > 0
-
-    @staticmethod
-    def _keep(done: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-        return torch.where(done.reshape(-1, *([1] * (new.dim() - 1))), old, new)
 
     def run(self, x: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        state = x
         trace = self._begin()
-        if self.kind is LoopKind.FOR_N:
-            return for_n(lambda s, i: self._iterate(s, args, kwargs, i, trace), x, self.n)
-        done: torch.Tensor | None = None
-        for i in range(self.n):
-            if self.kind is LoopKind.WHILE:
-                stop, done = self._check_halt(state, i, done)
-                if stop:
-                    break
-            new = self._step(state, args, kwargs, i)
-            state = new if done is None else self._keep(done, state, new)
-            if trace is not None:
-                self._keep_trace(trace, i)
-            if self.kind is LoopKind.UNTIL and i < self.n - 1:
-                stop, done = self._check_halt(state, i, done)
-                if stop:
-                    break
-        return state
 
-    def _check_halt(
-        self, state: Any, i: int, done: torch.Tensor | None
-    ) -> tuple[bool, torch.Tensor | None]:
-        """(stop the loop?, samples halted so far) after asking the condition."""
-        verdict = self._halts(state, i)
-        if isinstance(verdict, bool):
-            return verdict, done
-        done = verdict if done is None else done | verdict
-        return bool(done.all()), done
+        def step(state: Any, i: int) -> Any:
+            return self._iterate(state, args, kwargs, i, trace)
+
+        if self.kind is LoopKind.FOR_N:
+            return for_n(step, x, self.n)
+        halting = while_cond if self.kind is LoopKind.WHILE else until_cond
+        return halting(step, self._verdict, x, self.n)
 
 
 class _Routed(nn.Module):

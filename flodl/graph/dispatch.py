@@ -37,6 +37,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _module_mod
 
+from flodl.graph.composites import Loop
 from flodl.graph.nodes import LoopKind, LoopOptions, NodeKind
 
 if TYPE_CHECKING:
@@ -141,12 +142,18 @@ def _reach_step(result: Plan, graph: Graph, node: Node) -> None:
 
 
 def _reach_loop(result: Plan, graph: Graph, node: Node) -> None:
-    """A ``for_n`` loop: its body (halting loops run through :meth:`Loop.run`)."""
+    """A loop the generated forward writes out: its body, and a halting loop's condition
+    (a loop with a reset or a trace runs through :meth:`Loop.run`: nothing to plan)."""
     assert node.attr is not None
-    if node.opts(LoopOptions).kind is LoopKind.FOR_N:
-        loop = result.reach(graph, node.attr, False)
-        if not _named(loop.body, node.refs):
-            result.reach(loop, "body", True)
+    loop = graph._modules[node.attr]
+    assert isinstance(loop, Loop)
+    if not loop.inlinable():
+        return
+    result.reach(graph, node.attr, False)
+    if not _named(loop.body, node.refs):
+        result.reach(loop, "body", True)
+    if node.opts(LoopOptions).kind is not LoopKind.FOR_N and "cond" in loop._modules:
+        result.reach(loop, "cond", True)
 
 
 def _reach_gate(result: Plan, graph: Graph, node: Node) -> None:

@@ -23,9 +23,10 @@ from torch import nn
 from flodl.checkpoint.methods import CheckpointMethods
 from flodl.graph import dispatch
 from flodl.graph.codegen import generate
+from flodl.graph.composites import SOURCE_GLOBALS
 from flodl.graph.errors import GraphInputError, UnknownTagError
 from flodl.graph.hashing import structural_hash
-from flodl.graph.nodes import InputOptions, LoopOptions, MergeOptions, Node, NodeKind
+from flodl.graph.nodes import InputOptions, LoopKind, LoopOptions, MergeOptions, Node, NodeKind
 from flodl.graph.observe import Metrics, ObservationMethods
 from flodl.graph.profile import ProfilingMethods, now, record
 from flodl.graph.timing import TimingMethods
@@ -76,9 +77,16 @@ def _add_node_note(graph: Graph, exc: BaseException) -> None:
         return
     node_id, detail = where
     node = graph.node(node_id)
-    if detail == "loop" and tb is not None:
+    if detail in ("loop", "halt") and tb is not None:
         i = tb.tb_frame.f_locals.get(f"_i_{node_id}")
-        detail = f"iteration {i + 1} of {node.opts(LoopOptions).n}" if i is not None else ""
+        loop = node.opts(LoopOptions)
+        if i is None:
+            detail = ""
+        elif detail == "halt":
+            detail = f"halting condition at iteration {i + 1}"
+        else:  # for_n runs exactly n iterations, a halting loop at most n
+            bound = "" if loop.kind is LoopKind.FOR_N else "at most "
+            detail = f"iteration {i + 1} of {bound}{loop.n}"
     try:
         inner = exc.__dict__.pop("_flodl_detail", None)
         trail: list[tuple[Graph, Node, str]] = exc.__dict__.setdefault("_flodl_trail", [])
@@ -355,7 +363,7 @@ class Graph(
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         weakref.finalize(self, linecache.cache.pop, filename, None)  # no leak across rebuilds
         namespace: dict[str, Any] = {
-            "_torch": torch,
+            **SOURCE_GLOBALS,
             "_MISSING": _MISSING,
             "_annotate": _annotate,
             "_missing_input": _missing_input,

@@ -52,6 +52,8 @@ def every_kind() -> fl.Graph:
         .for_n(3)
         .loop_body(block())
         .until_cond(fl.nn.ThresholdHalt(100.0), 3)
+        .loop_body(block())
+        .while_cond(fl.nn.ThresholdHalt(100.0), 2)
         .through(Attend())
         .using(ctx="first")
         .through(fl.nn.Param(6, init=nn.init.normal_))
@@ -168,6 +170,8 @@ SITES = {
     "gate expert": lambda g: g.gate_5.experts[1],
     "step inside a gate expert": lambda g: g.gate_5.experts[1].linear_1,
     "scan cell": lambda g: g.grucell_7,
+    "halting loop body": lambda g: g.loop_8.body,
+    "halting condition": lambda g: g.loop_8.cond,
 }
 
 
@@ -181,6 +185,8 @@ def sites_model() -> fl.Graph:
         .gate(fl.nn.SoftmaxRouter(4, 2), block(4), block(4))
         .through(nn.Unflatten(-1, (2, 2)))
         .scan(nn.GRUCell(2, 3), dim=1)
+        .loop_body(nn.Linear(3, 3))
+        .until_cond(nn.Sequential(nn.Linear(3, 1), fl.nn.Fn(lambda h: h.mean() - 1e4)), 2)
         .build()
     )
 
@@ -202,6 +208,8 @@ def run(graph: fl.Graph) -> torch.Tensor:
 @pytest.mark.parametrize("site", list(SITES))
 @pytest.mark.parametrize("kind", ["forward", "forward_pre", "full_backward", "full_backward_pre"])
 def test_a_hook_registered_after_build_fires(model, site, kind):
+    if site == "halting condition" and "backward" in kind:
+        pytest.skip("a verdict is read on the host (.item()): no gradient flows through it")
     module = SITES[site](model)
     calls = []
     handle = getattr(module, f"register_{kind}_hook")(lambda *a: calls.append(kind))

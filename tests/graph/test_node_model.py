@@ -163,13 +163,60 @@ class FailsSecond(nn.Module):
         self.calls = 0
 
 
+def looped(body: nn.Module, kind: str, cond: nn.Module | None = None) -> fl.Graph:
+    b = fl.FlowBuilder().loop_body(body)
+    never = cond if cond is not None else fl.nn.Fn(lambda x: x.sum() * 0 - 1)
+    if kind == "for_n":
+        return b.for_n(3).build()
+    return (b.while_cond(never, 3) if kind == "while" else b.until_cond(never, 3)).build()
+
+
+@pytest.mark.parametrize("kind", ["for_n", "while", "until"])
 @pytest.mark.parametrize("reset", [True, False])
-def test_a_for_n_iteration_failure_names_the_same_iteration_on_both_paths(reset):
+def test_an_iteration_failure_names_the_same_iteration_on_both_paths(reset, kind):
     body = FailsSecond()
     if not reset:
         body.reset = None  # type: ignore[assignment,method-assign]
-    graph = fl.FlowBuilder().loop_body(body).for_n(3).build()
+    graph = looped(body, kind)
+    # Without a reset or a trace the generated forward writes the loop out; else Loop.run runs it.
     assert ("for _i_loop_2" in graph.code) is not reset
+    assert (".run(" in graph.code) is reset
     with pytest.raises(ValueError, match="boom") as info:
         graph(torch.ones(1))
-    assert "loop_2 (Loop; iteration 2 of 3)" in info.value.__notes__[0]
+    bound = "" if kind == "for_n" else "at most "
+    assert f"loop_2 (Loop; iteration 2 of {bound}3)" in info.value.__notes__[0]
+
+
+@pytest.mark.parametrize("kind", ["while", "until"])
+@pytest.mark.parametrize("reset", [True, False])
+def test_a_halting_condition_failure_names_its_iteration_on_both_paths(reset, kind):
+    body = nn.Identity()
+    if reset:
+        body.reset = lambda: None  # type: ignore[method-assign]
+    calls = []
+
+    def cond(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("bad verdict")
+        return x.sum() * 0 - 1
+
+    graph = looped(body, kind, fl.nn.Fn(cond))
+    with pytest.raises(ValueError, match="bad verdict") as info:
+        graph(torch.ones(1))
+    assert "loop_2 (Loop; halting condition at iteration 2)" in info.value.__notes__[0]
+
+
+@pytest.mark.parametrize("kind", ["while", "until"])
+def test_halting_is_the_same_written_out_and_run_by_the_loop(kind):
+    # Per-sample verdicts (halted samples keep their state) and a whole-batch verdict.
+    torch.manual_seed(0)
+    body = nn.Linear(3, 3)
+    per_sample = fl.nn.Fn(lambda x: x[:, 0])
+    whole = fl.nn.Fn(lambda x: x.mean() - 0.3)
+    x = torch.randn(5, 3)
+    for cond in (per_sample, whole):
+        graph = looped(body, kind, cond)
+        assert ".run(" not in graph.code
+        loop = Loop(body, LoopKind(kind), 3, cond)
+        assert torch.equal(graph(x), loop(x))
