@@ -1,4 +1,4 @@
-"""Parameter dtype casting and CUDA memory queries under the original's names.
+"""Parameter dtype casting and CUDA memory queries, under the names the Rust flodl uses for them.
 
 The CUDA helpers are thin wrappers over ``torch.cuda`` that behave the same whether or not a GPU
 is present: queries that need one raise :class:`DeviceError` with a hint, housekeeping calls
@@ -48,9 +48,9 @@ def cast_parameters(params: torch.nn.Module | Iterable[torch.Tensor], dtype: tor
 
     Parameters already in ``dtype`` are skipped, and the parameter objects stay the same, so
     references held elsewhere see the new dtype. Create optimizers *after* casting: their state
-    (e.g. Adam moments) keeps the dtype it was created with. Unlike the original, a failing cast
-    raises instead of being skipped silently, and gradients are cast too so the next backward and
-    optimizer step do not mix dtypes.
+    (e.g. Adam moments) keeps the dtype it was created with. A failing cast raises instead of
+    being skipped silently (which would leave a model of mixed dtypes), and gradients are cast
+    too so the next backward and optimizer step do not mix dtypes.
 
     >>> import torch
     >>> net = torch.nn.Linear(2, 2)
@@ -137,5 +137,5 @@ def cuda_utilization(device: int = 0) -> int | None:
         return None
     try:
         return int(torch.cuda.utilization(device))
-    except Exception:  # pynvml missing or the driver refuses: the original returns None too
+    except Exception:  # pynvml missing or the driver refuses: None means unknown, not an error
         return None

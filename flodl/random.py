@@ -145,7 +145,7 @@ class Rng:
     def normal(self, mean: float = 0.0, std: float = 1.0) -> float:
         """One Gaussian sample: Box-Muller from two draws, the second value discarded.
 
-        Discarding it (the Rust original does too) keeps ``normal`` free of a cached value: every
+        Discarding it keeps ``normal`` free of a cached value: every
         call consumes exactly two draws, whatever came before."""
         u1 = 1.0 - self.f64()  # in (0, 1]: log is finite
         u2 = self.f64()

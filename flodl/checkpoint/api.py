@@ -249,7 +249,7 @@ def check_rust_dtypes(named: list[tuple[str, torch.Tensor]]) -> None:
 def check_compression(
     dest: Destination, compress: bool | None, *, rust_compatible: bool
 ) -> bool | None:
-    """Check ``compress`` against the destination's name (the original decides by ``.gz``)."""
+    """Check ``compress`` against the destination's name (the Rust flodl gunzips ``.gz`` only)."""
     if not is_path(dest):
         if rust_compatible and compress:
             raise CheckpointError(
@@ -598,7 +598,7 @@ def read_checkpoint(
 
 
 def checkpoint_version(src: Source) -> int:
-    """The format version stored in ``src`` (checks only the magic; the original writes 1 or 2)."""
+    """The format version stored in ``src`` (checks only the magic; Rust flodl files are 1 or 2)."""
     with open_source(src) as reader:
         data = reader.read_upto(8)
     if not data:

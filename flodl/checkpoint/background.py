@@ -19,8 +19,7 @@ background thread with a bounded queue. Training waits only for the copy.
 * The queue is bounded (``max_pending``, 2 by default): a save submitted while it is full waits
   for room, so snapshots never pile up in memory faster than the disk takes them.
 
-This follows the Rust original's ``CpuWorker`` (a single-threaded ordered work queue) and its
-snapshot-then-save pattern.
+One thread works through the queue in order, so saves land in the order they were requested.
 
 >>> import tempfile, torch, flodl as fl
 >>> from pathlib import Path

@@ -280,7 +280,7 @@ def _verify_trailer(
     body_len = reader.pos
     magic = reader.read_upto(4)
     if not magic:
-        return False  # the original's layout: no trailer, nothing to verify
+        return False  # no trailer (checksum=False, or a Rust flodl file): nothing to verify
     if magic != fmt.TRAILER_MAGIC:
         raise reader.error(
             f"unexpected data after the last of {header.count} entries "

@@ -40,7 +40,8 @@ TRAILER_HEAD = struct.Struct("<4sIIQ")  # magic, trailer version, entry count, h
 TRAILER_TAIL = struct.Struct("<QQ")  # body length (offset of the trailer), trailer digest
 DIGEST_BYTES = 8  # trailer version 1: XXH3-64 (seed 0) of the covered bytes
 
-# Tags 1-6 are the original's; 7-10 are flodl additions the original cannot read.
+# Tags 1-6 are the Rust flodl's too, so a file using only them stays readable by it; 7-10 are
+# flodl additions it cannot read.
 DTYPE_TAGS: dict[int, torch.dtype] = {
     1: torch.float16,
     2: torch.bfloat16,
@@ -69,7 +70,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def shape_str(shape: tuple[int, ...] | list[int]) -> str:
-    """``[4, 8]`` — the original's shape notation, also Python's list repr."""
+    """``[4, 8]`` — Python's list repr, the notation error messages use for shapes."""
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 

@@ -49,7 +49,7 @@ class CheckpointMethods:
         graph: its entry names (``tag/param``, ``node_id/param``), its structural hash
         (``structural_hash(scheme="rust")``) and its exact bytes; a step with no counterpart
         there raises, naming the node. When :attr:`source_config` is set, its text is written
-        verbatim next to a path as ``<stem>.config.json``, as the original does.
+        verbatim next to a path as ``<stem>.config.json``, where the Rust flodl puts it.
 
         ``background=True`` returns once the tensors are copied to CPU and writes the file on a
         background thread (``fl.checkpoint.flush()`` waits for it and raises its error).

@@ -1,4 +1,4 @@
-"""Migration of a checkpoint to a model's current names (the original's v1 → v2 path)."""
+"""Migration of a checkpoint to a model's current names (such as a v1 file's auto-generated ids)."""
 
 from __future__ import annotations
 

@@ -166,9 +166,9 @@ def save_optimizer_state(
 ) -> None:
     """Save ``optimizer.state_dict()`` to ``dest`` as a ``.fdl`` file (atomic for paths, no pickle).
 
-    ``format="rust"`` writes the Rust original's ``save_state`` stream instead (SGD, Adam,
+    ``format="rust"`` writes the Rust flodl's ``save_state`` stream instead (SGD, Adam,
     AdamW and RMSprop; see :mod:`flodl.checkpoint.rust_optim` for the mapping), which the
-    original's ``load_state_file`` reads; :func:`load_optimizer_state` recognises either.
+    Rust flodl's ``load_state_file`` reads; :func:`load_optimizer_state` recognises either.
 
     >>> import io, torch, flodl as fl
     >>> w = torch.nn.Parameter(torch.ones(3))
@@ -204,9 +204,9 @@ def load_optimizer_state(
     optimizer: torch.optim.Optimizer, src: Source, *, require_verified: bool = False
 ) -> None:
     """Restore state saved by :func:`save_optimizer_state` (either format, recognised from the
-    content: a ``.fdl`` file starts with ``FDLC``, the original's stream has no magic); the
+    content: a ``.fdl`` file starts with ``FDLC``, a Rust-format stream has no magic); the
     optimizer is untouched on error. ``require_verified=True`` refuses anything without an
-    integrity trailer, the original's streams included."""
+    integrity trailer, Rust-format streams included."""
     with open_source(src) as reader:
         head = reader.read_upto(len(fmt.MAGIC))
         if head != fmt.MAGIC:
@@ -241,7 +241,7 @@ def load_optimizer_state(
 
 
 def _rest(reader: Reader) -> bytes:
-    """Everything left in ``reader`` (the original's optimizer streams are read whole)."""
+    """Everything left in ``reader`` (a Rust-format optimizer stream has no length header)."""
     chunks = []
     while chunk := reader.read_upto(CHUNK_BYTES):
         chunks.append(chunk)

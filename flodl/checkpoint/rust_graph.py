@@ -1,17 +1,17 @@
-"""A graph as the Rust original sees it: its structural hash and its checkpoint entry names.
+"""A graph as the Rust flodl sees it: its structural hash and its checkpoint entry names.
 
-The original identifies a graph by a SHA-256 over its own description: node ids
+The Rust flodl identifies a graph by a SHA-256 over its own description: node ids
 (``<module name>_<counter>``), each module's name and sorted parameter (``P``) and buffer
 (``B``) names with little-endian i64 dimensions, nested graph hashes (``G``), edges with their
 ports, tags with (node index, port index), and the input/output ports. It names checkpoint
 entries ``<tag or node id>/<param>``. To read its files without migration, and to write files it
 loads, flodl rebuilds that description from a :class:`flodl.Graph` whose steps map to the
-original's modules (the table below) and reproduces both.
+Rust flodl's modules (the table below) and reproduces both.
 
-Mapping table (torch module → the original's module name; parameters keep torch's names):
+Mapping table (torch module → the Rust flodl's module name; parameters keep torch's names):
 
 ======================================  =========================================
-torch / flodl                           original
+torch / flodl                           Rust flodl
 ======================================  =========================================
 ``nn.Linear``, ``nn.Bilinear``          ``linear``, ``bilinear``
 ``nn.Conv1d`` / ``2d`` / ``3d``         ``conv1d`` / ``conv2d`` / ``conv3d``
@@ -38,7 +38,7 @@ node and its output ``output`` on the last. Loops, gates, switches, maps, auxili
 ``using`` references, plain functions and modules outside the table have no counterpart: asking
 for the Rust hash of a graph holding one raises :class:`RustMappingError` naming the node.
 
-Where a node carries several tags, the original prefixes its entries with whichever its hash
+Where a node carries several tags, the Rust flodl prefixes its entries with whichever its hash
 map yields first (not deterministic there); flodl writes the first tag in definition order and,
 when loading, accepts any of the node's tags as the prefix.
 """
@@ -104,7 +104,8 @@ RUST_MODULE_NAMES: dict[type[nn.Module], str] = {
     nn.ZeroPad2d: "zero_pad2d",
     nn.ReflectionPad2d: "reflection_pad2d",
 }
-# The original's versions of these always have an affine weight and bias (and running stats).
+# The Rust flodl's versions of these always have an affine weight and bias (and running stats),
+# so only affine (and stat-tracking) torch modules map to them.
 _AFFINE = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d)
 _NO_COUNTERPART_BUFFERS = frozenset({"num_batches_tracked"})
 _MODULE_STEP_KINDS = frozenset({"module", "identity"})
@@ -113,7 +114,7 @@ _MERGE_OPS = frozenset({"add", "mean"})
 
 @dataclass(frozen=True)
 class RustLayout:
-    """This graph as the original sees it: ``hash`` (64 hex) and, in the original's order, the
+    """This graph as the Rust flodl sees it: ``hash`` (64 hex) and, in the order it saves them, the
     ``(rust name, this graph's name)`` of every parameter and buffer it saves."""
 
     hash: str
@@ -122,7 +123,7 @@ class RustLayout:
     aliases: dict[str, str]  # other accepted Rust names (a node's other tags) -> this graph's
 
 
-# One tensor of a module as the original lists it: (its own short name, path under the module).
+# One tensor of a module as the Rust flodl lists it: (its own short name, path under the module).
 _Tensor = tuple[str, str, torch.Tensor]
 
 
@@ -152,7 +153,7 @@ def _leaf_name(graph: Any, node: Any, module: nn.Module) -> str:
 
 
 def _tensors(module: nn.Module, buffers: bool) -> list[_Tensor]:
-    """A module's parameters (or buffers) as the original lists them: a leaf's own, a graph's over
+    """A module's parameters (or buffers) as the Rust flodl lists them: a leaf's own, a graph's over
     its nodes in execution order, each tensor once (torch-only buffers left out)."""
     from flodl.graph.graph import Graph
 
@@ -211,7 +212,7 @@ def _check(graph: Any) -> list[tuple[Any, str, str | None]]:
 
 
 def _ordered(graph: Any, described: list[tuple[Any, str, str | None]]) -> list[Any]:
-    """Nodes in the original's execution order: Kahn's levels, each in node-index order."""
+    """Nodes in the Rust flodl's execution order: Kahn's levels, each in node-index order."""
     index = {node.id: i for i, (node, _, _) in enumerate(described)}
     deps: list[set[int]] = [set() for _ in described]
     dependents: list[set[int]] = [set() for _ in described]
@@ -241,7 +242,7 @@ def _text(hasher: Any, *parts: str) -> None:
 
 
 def rust_structural_hash(graph: Any) -> str:
-    """The original's structural hash of ``graph`` (64 lower-case hex characters)."""
+    """The Rust flodl's structural hash of ``graph`` (64 lower-case hex characters)."""
     return rust_layout(graph).hash
 
 
@@ -287,7 +288,7 @@ def _hash(graph: Any, described: list[tuple[Any, str, str | None]]) -> str:
 def _qualified(
     graph: Any, described: list[tuple[Any, str, str | None]], buffers: bool
 ) -> tuple[list[tuple[str, str]], dict[str, str]]:
-    """The original's ``named_parameters`` (or ``named_buffers``) naming, with this graph's names."""
+    """The Rust flodl's ``named_parameters`` (or ``named_buffers``) names, with this graph's."""
     rust_id = {node.id: rid for node, rid, _ in described}
     tags: dict[str, list[str]] = {}
     for tag, node_id in graph.tag_map.items():  # definition order
@@ -322,7 +323,7 @@ def _qualified(
 
 
 def rust_layout(graph: Any) -> RustLayout:
-    """Hash and entry names of ``graph`` as the original computes them.
+    """Hash and entry names of ``graph`` as the Rust flodl computes them.
 
     Raises :class:`RustMappingError` naming the first node with no counterpart.
 

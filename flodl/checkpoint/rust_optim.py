@@ -1,6 +1,8 @@
-"""Optimizer state in the Rust original's stream format (its ``Stateful::save_state``).
+"""Optimizer state in the Rust flodl's stream format (its ``Stateful::save_state``).
 
-The original saves four optimizers, each as a bare little-endian stream with no magic:
+Writing and reading this format lets optimizer state move between the two, so a run started in
+one continues in the other. The Rust flodl saves four optimizers, each as a bare little-endian
+stream with no magic:
 
 =========  ================================================================================
 SGD        u32 param count, f64 lr, f64 weight_decay, per param: velocity?, groups
@@ -13,23 +15,23 @@ RMSprop    u32 param count, f64 lr, f64 alpha, f64 eps, f64 weight_decay, f64 mo
 ``x?`` is a u8 presence flag (0: none) followed, when 1, by a tensor as in a checkpoint entry
 without its name (u32 rank, i64 dims, u8 dtype tag, u64 byte count, bytes). ``groups`` is a u32
 count, then per group f64 lr, i64 start, i64 end: a range of the flat parameter list. A
-``.gz`` name means gzip, as for checkpoints. Adagrad, RAdam and NAdam exist in the original but
-have no saved-state format there.
+``.gz`` name means gzip, as for checkpoints. Adagrad, RAdam and NAdam exist in the Rust flodl but
+have no saved-state format there, so they are refused.
 
 Mapping to torch (one table; parameters are numbered across ``param_groups`` in order, as in
 torch's ``state_dict``):
 
 =============  ========================================================================
-original       torch
+Rust stream    torch
 =============  ========================================================================
 lr             ``param_groups[0]["lr"]``; with no group records every group gets it
 groups         one record per torch group when there are several (ranges must match)
-weight_decay   every group's ``weight_decay`` (one value in the original)
+weight_decay   every group's ``weight_decay`` (the stream holds one value)
 velocity       SGD ``state[i]["momentum_buffer"]``
 t, m, v        Adam/AdamW ``state[i]["step"]`` (the largest is saved), ``exp_avg``,
                ``exp_avg_sq``; AMSGrad's ``max_exp_avg_sq`` has no slot (refused)
 alpha, eps,    RMSprop's group settings; ``v`` is ``square_avg``, ``buf`` is
-momentum       ``momentum_buffer``; the original counts no step (loaded as 0); centered
+momentum       ``momentum_buffer``; the stream holds no step count (loaded as 0); centered
                RMSprop's ``grad_avg`` has no slot (refused)
 =============  ========================================================================
 """
@@ -54,7 +56,7 @@ _WITHOUT_STREAM = ("Adagrad", "RAdam", "NAdam")
 
 
 def rust_kind(optimizer: torch.optim.Optimizer) -> str:
-    """Which of the original's streams ``optimizer`` uses (raises when it has none)."""
+    """Which Rust-format stream ``optimizer`` uses (raises when it has none)."""
     for kind in (torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD, torch.optim.RMSprop):
         if type(optimizer) is kind:
             return kind.__name__
@@ -88,7 +90,7 @@ def _tensor(out: bytearray, tensor: torch.Tensor | None, what: str) -> None:
 
 
 def _one(optimizer: torch.optim.Optimizer, key: str, kind: str) -> float:
-    """A group setting the original keeps once: it must be the same in every group."""
+    """A group setting the stream holds once: it must be the same in every group."""
     values = {float(g[key]) for g in optimizer.param_groups}
     if len(values) > 1:
         raise CheckpointError(
@@ -105,7 +107,7 @@ def _refuse(optimizer: torch.optim.Optimizer, key: str, kind: str, why: str) -> 
 
 def _groups(out: bytearray, optimizer: torch.optim.Optimizer) -> None:
     groups = optimizer.param_groups
-    if len(groups) == 1:  # the original's plain constructor keeps no group records
+    if len(groups) == 1:  # zero records: what the Rust flodl's plain constructor writes
         out += fmt.U32.pack(0)
         return
     out += fmt.U32.pack(len(groups))
@@ -117,7 +119,7 @@ def _groups(out: bytearray, optimizer: torch.optim.Optimizer) -> None:
 
 
 def encode_rust_optimizer(optimizer: torch.optim.Optimizer) -> bytes:
-    """The bytes the original's ``save_state`` writes for the equivalent optimizer.
+    """The bytes the Rust flodl's ``save_state`` writes for the equivalent optimizer.
 
     >>> import torch
     >>> from flodl.checkpoint.rust_optim import encode_rust_optimizer
@@ -214,7 +216,7 @@ class _Stream:
 def decode_rust_optimizer(
     data: bytes, optimizer: torch.optim.Optimizer, source: str
 ) -> dict[str, Any]:
-    """A validated torch ``state_dict`` for ``optimizer`` from the original's stream."""
+    """A validated torch ``state_dict`` for ``optimizer`` from a Rust-format stream."""
     kind = rust_kind(optimizer)
     s = _Stream(data, source, kind)
     params = [p for g in optimizer.param_groups for p in g["params"]]

@@ -710,9 +710,9 @@ class FlowBuilder:
         """Return several values: ``graph(x)`` gives the tuple of these tags' values, in order.
 
         ``.tag("recon").output("recon", "mu", "logvar")`` makes a VAE's forward return
-        ``(recon, mu, logvar)`` like the original model; the stream itself is returned only when
-        tagged and listed. Tags defined later in the chain are fine (they are read at the end of
-        the pass); an input's name returns that input. Call it once.
+        ``(recon, mu, logvar)`` like a hand-written torch VAE; the stream itself is returned only
+        when tagged and listed. Tags defined later in the chain are fine (they are read at the end
+        of the pass); an input's name returns that input. Call it once.
         """
         site = callsite.capture()
         names = [_text(t) for t in _flatten(tags)]

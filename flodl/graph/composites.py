@@ -197,7 +197,7 @@ class Loop(nn.Module):
 
     Body state: before each run of the loop the body is reset — its ``reset()`` method when it
     has one, else ``reset_state()`` (a Graph body: its forward-reference state) — so a stateful
-    body starts every forward pass fresh, as in the Rust original.
+    body starts every forward pass fresh and no state leaks from one pass into the next.
 
     Traces: a body that defines ``trace(self)`` is asked after every iteration; it returns a
     tensor (kept in :attr:`traces`), a dict of named tensors (kept per name in

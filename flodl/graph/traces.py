@@ -109,7 +109,7 @@ class TraceMethods:
 
     def _check_collisions(self) -> None:
         """A named trace published by two loops, or named like a loop tag that has tensor
-        traces, is ambiguous: refuse to guess (the original refuses too)."""
+        traces, is ambiguous: refuse rather than guess which one a read means."""
         graph: Graph = self  # type: ignore[assignment]
         loops = self._loop_nodes()
         owner: dict[str, str] = {}

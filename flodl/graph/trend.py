@@ -1,7 +1,7 @@
 """``Trend``: questions about one metric's per-epoch history (is it improving, stalled, converged?).
 
-The math follows the original exactly: ``slope`` is the ordinary-least-squares slope over
-x = 0..n-1, ``converged`` uses the population variance.
+The math is the Rust flodl's, so a ported stopping rule fires at the same epoch: ``slope`` is the
+ordinary-least-squares slope over x = 0..n-1, ``converged`` uses the population variance.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ class Trend:
         return (n * sxy - sx * sy) / denom
 
     def stalled(self, window: int = 0, tol: float = 1e-3) -> bool:
-        """``|slope(window)| < tol``. Fewer than 2 points count as stalled (slope 0), as in the
-        original: guard early stopping with ``len(trend) >= window``."""
+        """``|slope(window)| < tol``. Fewer than 2 points count as stalled (slope 0), so a
+        fresh run would stop at once: guard early stopping with ``len(trend) >= window``."""
         return abs(self.slope(window)) < tol
 
     def improving(self, window: int = 0) -> bool:

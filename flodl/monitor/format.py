@@ -107,7 +107,7 @@ def epoch_line(
     *,
     color: bool = False,
 ) -> str:
-    """The terminal line for one epoch, in the original's layout plus CPU and RSS::
+    """The terminal line for one epoch (the Rust flodl's layout, so logs compare) plus CPU, RSS::
 
           epoch   1/100  loss=1.5264  [49ms  ETA 4.8s]  CPU: 12%  RSS: 812 MB
 

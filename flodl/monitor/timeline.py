@@ -33,8 +33,8 @@ Exports: :meth:`save_json` (samples and events), :meth:`save_csv` (one row per s
 :meth:`save_html` (a self-contained page: opens offline, no server, no CDN). Idle GPUs are found
 by :meth:`idle_gaps`; :meth:`summary` gives the aggregate numbers.
 
-This follows the Rust original's ``Timeline`` (``monitor/timeline.rs``): its events are an enum,
-here they are a kind string plus keyword data, and the sampler reuses the monitor's resource
+The events and aggregates are those of the Rust flodl's ``Timeline``, so timelines of both compare;
+an event is a kind string plus keyword data, and the sampler reuses the monitor's resource
 readers.
 
 >>> import flodl as fl

@@ -25,9 +25,10 @@ def focal_loss(
 
     ``logits`` is ``[B, C]`` (raw scores), ``target`` is ``[B]`` class indices; ``p_t`` is the
     softmax probability of the target class. ``log p_t`` comes from ``log_softmax``, so large logits
-    do not overflow. ``reduction`` is ``"mean"`` (the original's), ``"sum"`` or ``"none"`` (one
-    value per sample), as in torch's losses. ``gamma = 0`` gives ``alpha`` times the cross-entropy. This is the original's
-    softmax definition — torchvision's ``sigmoid_focal_loss`` is the binary (per-logit sigmoid) one.
+    do not overflow. ``reduction`` is ``"mean"`` (the default), ``"sum"`` or ``"none"`` (one
+    value per sample), as in torch's losses. ``gamma = 0`` gives ``alpha`` times the
+    cross-entropy. This is the multi-class softmax definition (the Rust flodl's) — torchvision's
+    ``sigmoid_focal_loss`` is the binary (per-logit sigmoid) one.
 
     >>> import torch
     >>> logits = torch.tensor([[2.0, 0.0]]); target = torch.tensor([0])
@@ -60,14 +61,14 @@ def focal_loss(
 
 
 def gaussian_kernel_size(sigma: float) -> int:
-    """``2 * ceil(3 * sigma) + 1`` — the original's (and OpenCV's) kernel size for ``sigma``."""
+    """``2 * ceil(3 * sigma) + 1`` — OpenCV's kernel size for ``sigma``, also the Rust flodl's."""
     return 2 * math.ceil(3.0 * sigma) + 1
 
 
 def gaussian_blur_2d(x: torch.Tensor, sigma: float) -> torch.Tensor:
     """Blur ``[B, C, H, W]`` images with a Gaussian of standard deviation ``sigma`` (pixels).
 
-    As the original: kernel size :func:`gaussian_kernel_size`, weights ``exp(-d²/2σ²)`` computed in
+    Kernel size :func:`gaussian_kernel_size`, weights ``exp(-d²/2σ²)`` computed in
     float64 and normalised to sum 1, two separable depthwise convolutions, **zero** padding (edges
     darken, unlike torchvision's reflect padding), output shape = input shape. The result is
     differentiable with respect to ``x``.

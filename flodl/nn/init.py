@@ -1,4 +1,4 @@
-"""Initialisers that *return* a new float32 tensor, with the Rust original's exact semantics.
+"""Initialisers that *return* a new float32 tensor, bit-identical to the Rust flodl's for a seed.
 
 torch's ``torch.nn.init`` functions fill an existing tensor in place and infer fans from its
 shape; these take the shape and the fans explicitly and return a fresh tensor — convenient when
@@ -11,7 +11,8 @@ Two differ on purpose from torch's functions of the same name:
   **clamps** (torch's ``trunc_normal_`` takes absolute bounds and resamples), so mass piles up at
   the bounds.
 - :func:`orthogonal` uses Gram-Schmidt on the rows of a square Gaussian matrix (no QR sign
-  correction), done in the original's arithmetic; it is O(n³) in Python-driven numpy.
+  correction), float32 storage with float64 left-to-right sums so it rounds like the Rust flodl;
+  it is O(n³) in Python-driven numpy.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def _randn(shape: Shape, device: Device) -> torch.Tensor:
 
 
 def _symmetric(shape: Shape, bound: float, device: Device) -> torch.Tensor:
-    # U(-b, b) as rand * 2b - b: the Rust original's operation order, so the same seed gives
-    # bit-identical weights in both ports.
+    # U(-b, b) as rand * 2b - b, in that order: the Rust flodl computes it this way, so the same
+    # seed gives bit-identical weights in both.
     return _rand(shape, device).mul(2.0 * bound).add(-bound)
 
 
@@ -123,7 +124,7 @@ def trunc_normal(
     """``N(mean, std²)`` clamped to ``[mean + a*std, mean + b*std]`` — a, b in units of std.
 
     This is not ``torch.nn.init.trunc_normal_`` (absolute bounds, resampling): values beyond the
-    bounds are clamped onto them, as in the original.
+    bounds are clamped onto them, so mass piles up at the bounds (the Rust flodl's definition).
 
     >>> t = trunc_normal(1000, mean=3.0, std=0.5)
     >>> bool(t.min() >= 2.0 and t.max() <= 4.0)
@@ -134,8 +135,8 @@ def trunc_normal(
 
 
 def _sequential_sum(values: np.ndarray) -> float:
-    # Left-to-right accumulation (numpy's sum is pairwise): the Rust original's `dot += x * y`,
-    # kept so orthogonal() rounds exactly as it does there.
+    # Left-to-right accumulation (numpy's sum is pairwise), like a `dot += x * y` loop: the Rust
+    # flodl sums this way, so orthogonal() rounds exactly as it does.
     return float(np.cumsum(values)[-1]) if values.size else 0.0
 
 

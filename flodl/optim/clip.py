@@ -1,10 +1,12 @@
 """Gradient clipping that returns the measured value as a float (torch returns a tensor).
 
-Semantics are the original's — :func:`clip_grad_norm` rescales only when the global norm exceeds
-``max_norm``; :func:`clip_grad_value` reports the largest absolute gradient seen before clipping —
-with one deliberate deviation: a non-finite norm leaves the gradients untouched (the original
-scales by ``max_norm / (inf + 1e-6) = 0``, turning every gradient to zero and inf entries to NaN). Both use torch's multi-tensor (``_foreach``) kernels: a constant
-number of kernel launches whatever the number of parameters.
+Semantics are the Rust flodl's, so a ported run clips the same: :func:`clip_grad_norm` rescales
+only when the global norm exceeds ``max_norm``; :func:`clip_grad_value` reports the largest
+absolute gradient seen before clipping. One deliberate deviation: a non-finite norm leaves the
+gradients untouched, so the caller can skip the step (the Rust flodl scales by
+``max_norm / (inf + 1e-6) = 0``, turning every gradient to zero and inf entries to NaN). Both use
+torch's multi-tensor (``_foreach``) kernels: a constant number of kernel launches whatever the
+number of parameters.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def clip_grad_norm(params: Params, max_norm: float) -> float:
     Scaling happens only if the norm is above ``max_norm``, by ``max_norm / (norm + 1e-6)``. With no
     gradient at all it returns 0.0. A NaN or infinite norm is returned and **no gradient is
     touched**, so the caller can skip the step (``math.isfinite(norm)``) with the gradients intact.
-    This deviates from the original, which multiplies every gradient by 0 for an infinite norm
+    This deviates from the Rust flodl, which multiplies every gradient by 0 for an infinite norm
     (inf entries become NaN); torch's ``clip_grad_norm_`` does the same, and multiplies by NaN for
     a NaN norm. ``params`` may be a module, a tensor or an iterable.
 

@@ -104,7 +104,7 @@ def Adam(  # named like the torch class it builds
 ) -> torch.optim.Adam:
     """``torch.optim.Adam`` with the fused kernel where torch has one (CUDA, CPU), else ``foreach``.
 
-    Defaults are torch's (and the original's): betas (0.9, 0.999), eps 1e-8. Any other
+    Defaults are torch's, which the Rust flodl uses too: betas (0.9, 0.999), eps 1e-8. Any other
     ``torch.optim.Adam`` keyword passes through; an explicit ``fused=``/``foreach=`` wins.
 
     >>> import torch, flodl as fl
@@ -127,7 +127,8 @@ def AdamW(
 ) -> torch.optim.AdamW:
     """``torch.optim.AdamW`` (decoupled weight decay, default 0.01) with the fastest kernel.
 
-    The positional order ``(params, lr, weight_decay)`` is the original's ``AdamW::new``.
+    The positional order is ``(params, lr, weight_decay)``, the order of the Rust flodl's
+    ``AdamW::new``, so a ported ``AdamW(params, 1e-3, 0.05)`` keeps its meaning.
     """
     kwargs.update(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
     return _build(torch.optim.AdamW, params, kwargs)  # type: ignore[return-value]

@@ -2,7 +2,7 @@
 
 Two ways to connect a scheduler (any object with ``.lr(step)``) to a ``torch.optim`` optimizer:
 
-- :func:`apply` — the original's explicit style: ``fl.optim.apply(sched, opt, step)`` each step.
+- :func:`apply` — explicit: ``fl.optim.apply(sched, opt, step)`` sets the rate for ``step``.
 - :class:`ScheduledLR` — a ``torch.optim.lr_scheduler.LRScheduler``, for code (or libraries such as
   Lightning) that expects torch's protocol: ``sched.step()`` after ``opt.step()``,
   ``get_last_lr()``, ``state_dict()``.

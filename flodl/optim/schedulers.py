@@ -135,7 +135,7 @@ class CosineScheduler(Scheduler):
     total_steps: int
 
     def __post_init__(self) -> None:
-        # The original divides by total_steps and returns NaN for 0; refuse it up front.
+        # lr() divides by total_steps: 0 would give NaN at every step, so refuse it here.
         object.__setattr__(
             self, "total_steps", _count("CosineScheduler total_steps", self.total_steps, minimum=1)
         )
@@ -217,7 +217,7 @@ class OneCycleLR(Scheduler):
 
     @classmethod
     def with_warmup_frac(cls, max_lr: float, total_steps: int, warmup_frac: float) -> OneCycleLR:
-        """The original's constructor name for an explicit warmup fraction."""
+        """Same as ``OneCycleLR(max_lr, total_steps, warmup_frac)``, under the Rust flodl's name."""
         return cls(max_lr, total_steps, warmup_frac)
 
     def lr(self, step: int) -> float:
@@ -236,10 +236,10 @@ class CyclicLR(Scheduler):
     """Triangular cycles between ``base_lr`` and ``max_lr`` (no amplitude decay).
 
     ``pos = step % (up + down)``; rising for ``pos <= up`` (peak exactly at ``pos == up``), then
-    falling. ``step_size_down`` defaults to ``step_size_up`` (the original's ``CyclicLR::new``).
+    falling. ``step_size_down`` defaults to ``step_size_up``: a symmetric triangle.
 
     >>> s = CyclicLR(0.001, 0.01, step_size_up=10)
-    >>> s.lr(0), s.lr(10), s.lr(20)  # 0.001 + 0.009 * 1.0, rounded as in the original
+    >>> s.lr(0), s.lr(10), s.lr(20)  # 0.001 + 0.009 * 1.0 in float64: the last bit shows
     (0.001, 0.010000000000000002, 0.001)
     """
 
@@ -259,7 +259,7 @@ class CyclicLR(Scheduler):
     def asymmetric(
         cls, base_lr: float, max_lr: float, step_size_up: int, step_size_down: int
     ) -> CyclicLR:
-        """The original's constructor name for different rising and falling lengths."""
+        """Same as ``CyclicLR(base_lr, max_lr, up, down)``, under the Rust flodl's name."""
         return cls(base_lr, max_lr, step_size_up, step_size_down)
 
     def lr(self, step: int) -> float:
