@@ -25,7 +25,7 @@ class GlobalFlags:
     verbosity: int | None = None
     version: bool = False
     no_color: bool = False
-    ansi: bool = False  # --ansi: colour even when not a terminal (the original's flag)
+    ansi: bool = False  # --ansi: colour even when not a terminal (the Rust fdl's flag)
     env: str | None = None
     rest: list[str] = field(default_factory=list)
 
@@ -48,7 +48,7 @@ def split_global_flags(argv: list[str]) -> GlobalFlags:
             flags.verbosity = _VERBOSITY[arg]
         elif arg in ("-V", "--version") and not command_seen:
             flags.version = True
-        elif arg in ("--no-color", "--no-ansi"):  # --no-ansi: the original's spelling
+        elif arg in ("--no-color", "--no-ansi"):  # --no-ansi: the Rust fdl's spelling
             flags.no_color, flags.ansi = True, False
         elif arg == "--ansi":
             flags.ansi, flags.no_color = True, False

@@ -1,8 +1,9 @@
 """Human renderings of an :class:`ApiReference`: the text layout and Markdown.
 
-The text layout follows the original ``fdl api-ref``: a title, then ``## <Category>`` and one
-``### <Name>`` block per entry with its summary, file, constructors, builder methods, methods
-and examples. Markdown is the same content for docs sites and ``llms-full.txt``.
+The text layout is the Rust ``fdl api-ref``'s, so its readers find the same structure: a title,
+then ``## <Category>`` and one ``### <Name>`` block per entry with its summary, file,
+constructors, builder methods, methods and examples. Markdown is the same content for docs sites
+and ``llms-full.txt``.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def _version() -> str:
         return "unknown"
 
 
-TOOL_ALIASES = {"claude-code": "claude"}  # the original fdl's tool name
+TOOL_ALIASES = {"claude-code": "claude"}  # the Rust fdl's name for the tool, kept for its users
 
 
 def list_(

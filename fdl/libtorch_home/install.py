@@ -164,7 +164,7 @@ def install_prebuilt(
     existing = read_arch(target)
     if home.is_installed(variant) and existing.get("torch") == release.torch and not force:
         if activate:
-            home.activate(variant)  # the original returned without activating
+            home.activate(variant)  # --activate holds even when nothing needs installing
         return InstallResult(
             variant,
             target,

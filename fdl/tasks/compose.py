@@ -57,6 +57,6 @@ def compose_run(
     else:
         user_pre, user_post = user_args, []
     parts = [run.strip(), pre, *(quote(t) for t in user_pre)]
-    if had_separator or post or user_post:  # a bare trailing "--" adds nothing (as the original)
+    if had_separator or post or user_post:  # a bare trailing "--" passes nothing: leave it out
         parts += ["--", post, *(quote(t) for t in user_post)]
     return " ".join(part for part in parts if part)

@@ -1,9 +1,9 @@
 """``ddp:``, ``training:`` and ``output:`` sections: validated, merged, turned into program flags.
 
-The Rust original's manifests describe a training run in three structured sections next to
+The Rust fdl's manifests describe a training run in three structured sections next to
 ``entry:`` (defaults) and inside presets (overrides, field by field). Before the entry runs they
-become command-line flags, in the original's order (``config_to_args``) so its programs receive
-exactly what they did::
+become command-line flags, in the Rust fdl's order (``config_to_args``), so programs written for
+it receive exactly the flags they were written for::
 
     ddp:      mode policy backend anchor max_anchor overhead_target divergence_threshold
               max_batch_diff max_grad_norm snapshot_timeout checkpoint_every progressive
@@ -91,7 +91,7 @@ def merge(defaults: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def rust_float(value: float) -> str:
-    """A float as the original printed it (Rust's ``Display``: no exponent, no trailing ``.0``).
+    """A float as Rust's ``Display`` prints it (no exponent, no trailing ``.0``), as flag text.
 
     >>> [rust_float(v) for v in (0.001, 1.0, 2.5, 1e-7)]
     ['0.001', '1', '2.5', '0.0000001']
@@ -101,7 +101,7 @@ def rust_float(value: float) -> str:
 
 
 def json_text(value: Any) -> str:
-    """A free-form value as the original passed it (serde_json's text for non-strings).
+    """A free-form value as flag text: a string as it is, anything else as serde_json writes it.
 
     >>> [json_text(v) for v in ("mlp", 3, 0.5, True, ["a", 1])]
     ['mlp', '3', '0.5', 'true', '["a",1]']
@@ -124,7 +124,7 @@ def json_text(value: Any) -> str:
 def config_to_args(
     ddp: dict[str, Any], training: dict[str, Any], output: dict[str, Any], options: dict[str, Any]
 ) -> list[str]:
-    """The flags for a resolved configuration, in the original's order (module docstring).
+    """The flags for a resolved configuration, in the order the module docstring lists.
 
     >>> config_to_args({"mode": "cpu-sync"}, {"epochs": 1, "lr": 0.001}, {"dir": "runs/"},
     ...                {"model": "all", "validate": True, "tags": ["a", "b"]})
@@ -163,7 +163,9 @@ def config_to_args(
     put("--seed", training.get("seed"), str)
     put("--output", output.get("dir"), str)
     put("--monitor", output.get("monitor"), str)
-    for key in sorted(options, key=str):  # the original kept options in a sorted map
+    for key in sorted(
+        options, key=str
+    ):  # sorted by name, the order programs written for the Rust fdl got
         value = options[key]
         flag = "--" + str(key).replace("_", "-")
         if value is True:

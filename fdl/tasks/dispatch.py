@@ -6,7 +6,8 @@
   ``-h`` shows the child's help, else the child's ``entry:`` runs with the whole tail.
 - preset: the enclosing manifest's ``entry:`` runs with the preset's ``options:`` and the tail.
 
-Unlike the Rust original, ``-h`` after ``--`` is forwarded, not taken as fdl's help.
+``-h`` after ``--`` is forwarded to the program, not taken as fdl's help: everything after ``--``
+belongs to the program (the Rust fdl took it as its own help).
 
 ``--refresh-schema`` before ``--`` (any kind) re-asks the program for its ``--fdl-schema`` first.
 A run command with a ``schema:`` takes its declared options before ``--`` too
@@ -249,8 +250,9 @@ def _strip_leading_separator(tail: list[str]) -> list[str]:
 
 def entry_args(manifest: Manifest, preset: Command | None, args: list[str]) -> list[str]:
     """The arguments after a child's ``entry:``: its ``ddp:``/``training:``/``output:`` defaults
-    merged with the preset's, the preset's ``options:``, then ``args`` (last, so they win) —
-    the Rust original's ``config_to_args`` (see :mod:`fdl.tasks.config_args`)."""
+    merged with the preset's, the preset's ``options:``, then ``args`` (last, so they win) — the
+    flags, in the order, that programs written for the Rust fdl expect (see
+    :mod:`fdl.tasks.config_args`)."""
     from fdl.tasks import config_args
 
     sections = {
@@ -267,7 +269,8 @@ def entry_argv(manifest: Manifest, preset: Command | None, args: list[str]) -> l
     """The argv of a child's ``entry:`` for a preset and user args (see :func:`entry_args`).
 
     Option ``batch_size: 32`` becomes ``--batch-size 32``; ``true`` a bare flag; ``false`` and
-    ``null`` nothing; a list one JSON string (``["a","b"]``), as the original passed it.
+    ``null`` nothing; a list one JSON string (``["a","b"]``), the form programs written for the
+    Rust fdl parse.
     """
     import shlex
 

@@ -25,7 +25,7 @@ Semantics follow the Rust original, whose manifests rely on them:
 - the script runs under ``bash -c`` — under ``sh -c``, with a note on stderr, when the image has no
   bash;
 - the compose process gets the active libtorch's ``LIBTORCH_CPU_PATH``, ``LIBTORCH_HOST_PATH``,
-  ``CUDA_VERSION`` and ``CUDA_TAG`` (for ``${...}`` in the compose file), as the original did.
+  ``CUDA_VERSION`` and ``CUDA_TAG`` (for ``${...}`` in the compose file).
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def find_compose_file(start: Path) -> Path | None:
 
 def interpolation_env(compose_dir: Path) -> dict[str, str]:
     """Variables for ``${VAR}`` in the compose file: ``.env`` next to it, then the environment,
-    then the active libtorch's variables (:func:`libtorch_env`, which the original set last).
+    then the active libtorch's variables (:func:`libtorch_env`), each later source winning.
 
     ``UID`` and ``GID`` are filled in (they are shell variables, rarely exported) so that
     ``user: "${UID:-1000}:${GID:-1000}"`` runs the container as you.
@@ -273,7 +273,7 @@ def container_root(service: Service, project_root: Path) -> str:
 
 
 def libtorch_env(project_root: Path) -> dict[str, str]:
-    """The active libtorch's variables for the compose process (as the original exported them).
+    """The active libtorch's variables for the compose process (compose files use them in ``${}``).
 
     Paths are relative (``./libtorch/...``) when the libtorch home is the project's own, else
     absolute; ``CUDA_VERSION`` is padded to three parts and ``CUDA_TAG`` is its first two.
@@ -309,8 +309,8 @@ def run_in_service(
     """Run ``script`` in ``service_name`` from the service's ``working_dir``.
 
     ``enter``: a host directory to ``cd`` into first (its container path, under the project
-    root's mount), as the original did for child entries. ``FDL_PROJECT_ROOT`` is the container
-    path of ``project_root``.
+    root's mount), so a child manifest's ``entry:`` runs in its own directory.
+    ``FDL_PROJECT_ROOT`` is the container path of ``project_root``.
     """
     compose_file = find_compose_file(cwd)
     if compose_file is None:

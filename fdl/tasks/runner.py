@@ -170,7 +170,8 @@ def execute(outcome: object, project_root: Path, root_python: Path | None = None
 
 
 def _shell_word(word: str) -> str:
-    """Quote as the original's ``shell_join`` did: only words with a space, a ``"`` or nothing."""
+    """Quote only words with a space, a ``"`` or nothing: the Rust fdl's rule, kept so the line
+    run in the container is the one its manifests were written for."""
     if " " in word or '"' in word or not word:
         return "'" + word.replace("'", "'\\''") + "'"
     return word

@@ -34,7 +34,7 @@ TYPES = (
     "string", "int", "float", "bool", "path",
     "list[string]", "list[int]", "list[float]", "list[path]",
 )  # fmt: skip
-RESERVED_LONGS = ("help", "version", "quiet", "env")  # fdl's own flags (as the original)
+RESERVED_LONGS = ("help", "version", "quiet", "env")  # fdl's own: a schema may not reuse them
 RESERVED_SHORTS = ("h", "V", "q", "v", "e")
 UNIVERSAL = {"help": "h", "version": "V", "fdl-schema": None, "refresh-schema": None}
 OPTION_KEYS = ("type", "description", "default", "choices", "short", "env", "completer")

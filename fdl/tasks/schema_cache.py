@@ -9,8 +9,8 @@ entry's script file (``train.py``, ``-m pkg.train``, ``run.sh``) changes, on
 ``fdl CMD --refresh-schema`` and ``fdl schema refresh``. A program that does not answer is
 remembered too (until one of those files changes), so it is not asked again on every run.
 
-``cargo`` entries compile before they answer, so they are probed only with ``compile: true`` (the
-original's rule). Help listings and shell completion never probe: they read the cache.
+``cargo`` entries compile before they answer, so they are probed only with ``compile: true``.
+Help listings and shell completion never probe: they read the cache.
 """
 
 from __future__ import annotations
