@@ -7,8 +7,8 @@ step). Each configuration trains the same epochs of the same data:
 - ``lockstep``: ``fl.DdpConfig(max_anchor=0)``: equal shards, every batch synced (the slow rank
   sets the pace of both).
 - ``el_che``: ``fl.DdpConfig(average="grads")``: each window gives the fast rank about twice
-  the slow rank's batches, one sync and one optimizer step per window (gradients averaged, the
-  original's behaviour).
+  the slow rank's batches, one sync and one optimizer step per window (gradients averaged, as the
+  Rust flodl's El Che does).
 - ``el_che_params``: ``fl.DdpConfig()`` (``average="params"``, the default): the same windows,
   but every batch steps its rank's optimizer and the window ends with the count-weighted mean of
   the parameters.
@@ -19,7 +19,7 @@ whole dataset. Configurations alternate over repetitions (interleaved); medians 
 
 Expected: El Che ~1.5x lockstep's throughput (ideal for speeds 1 and 1/2). Averaging gradients
 takes one optimizer step per window instead of one per batch, so at equal epochs its loss is far
-higher (a large-batch method; the original's behaviour too); averaging parameters keeps a step
+higher (it is a large-batch method); averaging parameters keeps a step
 per batch and should reach lockstep's loss band. See docs/ddp.md.
 """
 

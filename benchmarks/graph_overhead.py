@@ -1,9 +1,10 @@
 """FlowBuilder graphs vs the same models written by hand as ``nn.Module``s (same weights, same run).
 
-The ten architectures of the original flodl benchmark suite plus its adaptive feedback loop:
+The ten architectures of the Rust flodl's benchmark suite plus its adaptive feedback loop, so the
+overhead is measured on the models that suite measures:
 mlp, convnet, conv_autoencoder, gru_seq, lstm_seq, transformer, residual_tower, gated_routing,
-iterative_refine, feedback_fixed and feedback_adaptive. Topologies follow the original; sizes
-are cut to CPU scale (the original runs batch 128-256 on a GPU): a training step takes a few
+iterative_refine, feedback_fixed and feedback_adaptive. Topologies are that suite's; sizes
+are cut to CPU scale (it runs batch 128-256 on a GPU): a training step takes a few
 to a few tens of milliseconds on one thread, the range where per-call Python overhead is
 visible. Each model is written once as a plain module and once with FlowBuilder around the
 same (deep-copied) layers, and the two are checked bit-exact (``torch.equal``) on the
@@ -123,7 +124,7 @@ class PlainConvAutoencoder(nn.Module):
 
 
 class PlainGRUSeq(nn.Module):
-    """A GRUCell unrolled over the sequence (as the original does), a head on the final state."""
+    """A GRUCell unrolled step by step over the sequence (that suite's model), a head on the last state."""
 
     def __init__(self, features: int, hidden: int) -> None:
         super().__init__()
