@@ -105,7 +105,7 @@ def test_bf16_autocast_with_grad_scaler_and_clipping(make_net, scaling):
     opt = fl.optim.AdamW(net.parameters(), lr=1e-2)
     scaler = torch.amp.GradScaler("cpu", enabled=scaling)
     if scaling:
-        assert scaler.get_scale() == 65536.0  # same default as the original's GradScaler
+        assert scaler.get_scale() == 65536.0  # torch's default initial scale, 2**16
     x = torch.randn(64, 8)
     y = x.sum(dim=1, keepdim=True)
     losses = []

@@ -64,7 +64,7 @@ ALLOWED = {
     ),
     (
         "tests/train/test_el_che.py",
-        "\"\"\"El Che cadence calculator: the original's pinned behaviours (reference §3, "
+        '"""El Che cadence calculator: the original\'s pinned behaviours (reference §3, '
         'checklist 1–17)."""',
     ),
     (

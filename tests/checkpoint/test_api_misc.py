@@ -31,7 +31,7 @@ def test_checkpoint_error_is_a_flodl_error_and_all_names_are_exported():
 
 
 def test_checkpoint_version_reports_the_raw_field():
-    # Like the original: only the magic is checked, so callers can see what they are holding.
+    # Only the magic is checked, so callers can see what they are holding.
     assert fl.checkpoint_version(io.BytesIO(header(0, version=99))) == 99
     with pytest.raises(fl.CheckpointError, match="unsupported checkpoint version 99"):
         fl.read_checkpoint(io.BytesIO(header(0, version=99)))

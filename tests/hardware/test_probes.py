@@ -89,7 +89,7 @@ def test_name_table():
 
 def test_wsl_detection_is_case_insensitive():
     assert detect_wsl("5.15.167.4-microsoft-standard-WSL2", {}) == "wsl2"
-    assert detect_wsl("4.4.0-19041-Microsoft", {}) == "wsl1"  # the original missed WSL1
+    assert detect_wsl("4.4.0-19041-Microsoft", {}) == "wsl1"  # WSL1 spells it "Microsoft"
     assert detect_wsl("6.8.0-45-generic", {}) is None
 
 

@@ -47,7 +47,7 @@ def test_second_download_skips_but_still_activates_and_force_redownloads(mirror,
     again = run_fdl("libtorch", "download", "--cpu", env=env, cwd=work)
     assert "already installed" in again.stderr
     assert len(server.gets(CPU_PATH)) == 1  # no second transfer
-    assert (home / ".active").read_text() == "precompiled/cpu\n"  # the original forgot this
+    assert (home / ".active").read_text() == "precompiled/cpu\n"  # activated all the same
     forced = run_fdl("libtorch", "download", "--cpu", "--force", env=env, cwd=work)
     assert forced.returncode == 0, forced.stderr
     assert len(server.gets(CPU_PATH)) == 2  # --force really downloads again
@@ -59,7 +59,7 @@ def test_path_writes_active_in_that_libtorch_dir(mirror, run_fdl, tmp_path):
     result = run_fdl("libtorch", "download", "--cpu", "--path", str(custom), env=env, cwd=work)
     assert result.returncode == 0, result.stderr
     assert (custom / ".active").read_text() == "precompiled/cpu\n"
-    assert not (home / ".active").exists()  # the original wrote it into the context root
+    assert not (home / ".active").exists()  # only --path's directory is touched
     listed = run_fdl("libtorch", "list", "--json", "--path", str(custom), env=env, cwd=work)
     assert json.loads(listed.stdout) == [{"variant": "precompiled/cpu", "active": True}]
 

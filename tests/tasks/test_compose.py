@@ -48,8 +48,8 @@ def test_no_append_drops_the_defaults():
 def test_quoting_is_posix_and_minimal():
     assert quote("plain-token_1.2/x:y=z+@,") == "plain-token_1.2/x:y=z+@,"
     assert quote("$HOME") == "'$HOME'"
-    assert quote("it's") == "'it'\\''s'"  # the original's escape
-    assert quote("50%") == "'50%'"  # '%' is not in the original's safe set
+    assert quote("it's") == "'it'\\''s'"  # an embedded ' closes, escapes and reopens
+    assert quote("50%") == "'50%'"  # '%' is not a safe character: quoted
     assert quote('say "hi"') == "'say \"hi\"'"
 
 

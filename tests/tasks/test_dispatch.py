@@ -101,7 +101,7 @@ def test_preset_options_become_flags_and_user_args_come_last(root):
     outcome = walk(root, ["bench", "quick", "--epochs", "5"])
     assert isinstance(outcome, ExecEntry)
     assert outcome.preset is not None
-    # sorted by name, as the original's map; a list is one JSON string, as the original passed it
+    # options sorted by name; a list is one JSON string (what programs for the Rust fdl parse)
     assert entry_argv(outcome.manifest, outcome.preset, outcome.args) == [
         "python", "-m", "bench", "--batch-size", "8", "--epochs", "1", "--fast",
         "--layers", "[1,2]", "--epochs", "5",

@@ -186,7 +186,7 @@ def test_compose_backend_command_line(run_fdl, docker_project, tmp_path):
     argv = log.read_text().splitlines()
     compose_file = str(docker_project.resolve() / "docker-compose.yml")
     assert argv[:6] == ["compose", "-f", compose_file, "run", "--rm", "-T"]
-    assert "-w" not in argv  # the service's own working_dir, as the original
+    assert "-w" not in argv  # the script runs in the service's own working_dir
     assert "FDL_CONTAINER=dev" in argv
     assert "FDL_PROJECT_ROOT=/workspace" in argv  # the container path of the project root
     assert argv[-6:] == ["dev", *shell_argv("printf '[%s]' 'a b'")]
