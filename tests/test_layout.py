@@ -22,6 +22,7 @@ OTHER_DIRS = {
 # tests/test_*.py that checks the repository rather than one module, and why.
 OTHER_FILES = {
     "test_docs.py": "runs the code in docs/",
+    "test_doctests.py": "runs every docstring example of flodl and fdl",
     "test_layering.py": "the import layers of flodl and fdl",
     "test_layout.py": "this file",
     "test_public_api.py": "the public names of flodl and fdl (docs/development.md)",

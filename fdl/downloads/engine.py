@@ -240,7 +240,9 @@ def download(
     ``stall_timeout``: seconds without a byte before giving up, retries included (see
     :func:`stall_timeout`). ``retries``: how many more attempts after a dropped connection.
 
-    >>> # download("https://…/libtorch-….zip", "/tmp/libtorch.zip")  # doctest: +SKIP
+    For example (not run here: it needs a server)::
+
+        download("https://…/libtorch-….zip", "/tmp/libtorch.zip")
     """
     import requests
 
