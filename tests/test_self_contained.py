@@ -41,45 +41,9 @@ POINTERS = re.compile(
     re.IGNORECASE,
 )
 
-# Lines still to be rewritten, as (path, the line's text without surrounding whitespace).
-# flodl/train and tests/train are being redesigned elsewhere; these entries go once that work
-# has rewritten them. An entry that no longer matches a line fails the test, so the list only
-# shrinks.
-ALLOWED = {
-    (
-        "flodl/train/__init__.py",
-        "Contract: DESIGN.md §3.5; behaviour: reference/original-training-and-ddp.md; "
-        "decisions: docs/ddp.md.",
-    ),
-    ("flodl/train/coordinator.py", "Deadlock invariants kept from the original (reference §5.4):"),
-    (
-        "flodl/train/worker.py",
-        "The loop is the original's worker (reference §2.10, §1.5): wait for a plan while "
-        "handling control",
-    ),
-    (
-        "tests/train/test_coordinator.py",
-        '"""The coordinator state machine driven with in-memory messages (reference §7, items '
-        '56–88)."""',
-    ),
-    (
-        "tests/train/test_el_che.py",
-        '"""El Che cadence calculator: the original\'s pinned behaviours (reference §3, '
-        'checklist 1–17)."""',
-    ),
-    (
-        "tests/train/test_graph_mode.py",
-        "# ------------------------------------------------------------------ LR (checklist 34-38)",
-    ),
-    (
-        "tests/train/test_pure_parts.py",
-        '"""Convergence guard, partitions, chunk pools and metrics aggregation (reference §7)."""',
-    ),
-    (
-        "tests/train/test_worker.py",
-        '"""One rank\'s Worker driven through an in-memory channel (reference §7, items 34–53).',
-    ),
-}
+# Lines allowed to point outside the repository, as (path, the line's text without surrounding
+# whitespace). Empty: an entry needs a reason, and one that no longer matches a line fails.
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def text_files(root: Path):

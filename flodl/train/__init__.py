@@ -1,6 +1,6 @@
 """The Trainer: one training loop on CPU, one GPU, N heterogeneous GPUs (El Che) and N machines.
 
-Contract: DESIGN.md §3.5; behaviour: reference/original-training-and-ddp.md; decisions: docs/ddp.md.
+Its design decisions, and where it differs from the Rust flodl's training, are in docs/ddp.md.
 """
 
 from flodl.train.config import ElCheConfig

@@ -5,7 +5,7 @@ A pure state machine — no threads, clocks or sockets. The runtime feeds it wha
 ``tick(now)``; every call returns the control messages to send as ``(rank, message)`` pairs.
 Aggregated epochs accumulate in :attr:`Coordinator.epochs_ready` (drain with ``take_epochs``).
 
-Deadlock invariants kept from the original (reference §5.4):
+Invariants that keep ranks from deadlocking (the Rust flodl's, kept unchanged):
 
 1. never start an averaging unless every rank is active and has run >= 1 batch since the last;
 2. never start the next collective averaging before every rank acknowledged the previous one
@@ -18,8 +18,8 @@ One deliberate difference: the overshoot gate (a rank streaming into the next ep
 ``count + max_overshoot`` batches past the last averaging) applies to both backends. Without it a
 fast rank drained every later epoch before a slow (or late-starting) rank finished its first
 chunk: the slow rank was left with nothing to train, no averaging could happen again, and its
-stale replica ended up in the final average. The original kept the gate off the collective
-backend because a gated rank could not join a collective; here a rank waiting for work still
+stale replica ended up in the final average. The Rust flodl kept the gate off the collective
+backend because a gated rank there could not join a collective; here a rank waiting for work still
 handles every control message, and when no rank has work left the coordinator averages at once
 (``should_average``), which releases the gate.
 """
@@ -147,7 +147,7 @@ class CoordinatorConfig:
 
 @dataclass
 class _CpuRound:
-    """One CPU averaging round in flight (the original's Collecting state)."""
+    """One CPU averaging round in flight: snapshots requested, not all received yet."""
 
     round: int
     started: float
@@ -325,7 +325,7 @@ class Coordinator:
             out: Outbox = [(r, SyncNow(self.version + 1)) for r in range(w)]
             self.ack_pending = [True] * w
             # Parity decision: feed the collective's measured cost (from the previous acks) to El Che,
-            # so the anchor auto-tunes with the collective backend too (the original fed 0). The
+            # so the anchor auto-tunes with the collective backend too (fed 0, it never moved). The
             # fastest rank's time is the communication itself; the others also waited for it.
             self.last_sync_ms = min(self.sync_ms)
             divergences = [d or 0.0 for d in self.divergences]

@@ -233,5 +233,6 @@ class ElChe:
 
 
 def _round_half_away(x: float) -> int:
-    """Round half away from zero, as the original (Rust ``f64::round``) does; Python rounds half to even."""
+    """Round half away from zero (Rust's ``f64::round``), so window counts match the Rust flodl's;
+    Python's ``round()`` rounds half to even."""
     return math.floor(x + 0.5) if x >= 0 else math.ceil(x - 0.5)

@@ -6,8 +6,8 @@ rising values with the latest above the threshold mean the replicas drift apart 
 window: the guard answers :attr:`GuardAction.SUPPRESS_GROWTH` (the Async overshoot stops growing).
 Single spikes and non-monotone sequences are noise: :attr:`GuardAction.STABLE`.
 
-Parity decision (docs/ddp.md): like the original's code — not its docs — the guard never shrinks
-the anchor; "NudgeDown" is not emitted.
+Parity decision (docs/ddp.md): the guard never shrinks the anchor ("NudgeDown" is not emitted):
+shrinking it would fight El Che's own calibration, and the Rust flodl's code never does it either.
 
 >>> g = ConvergenceGuard(threshold=0.05)
 >>> [g.observe([d]).name for d in (0.06, 0.07, 0.08)]

@@ -1,9 +1,9 @@
 """One rank's training: batches, local optimizer steps, and the control messages in between.
 
-The loop is the original's worker (reference §2.10, §1.5): wait for a plan while handling control
-messages; per batch run the user's ``train_step`` → backward → clip → scheduler LR → step →
-zero_grad → report timing → handle control. Control is polled after every batch and while waiting
-for anything, so a peer's collective never waits on a rank that is idle.
+The loop: wait for a plan while handling control messages; per batch run the user's
+``train_step`` → backward → clip → scheduler LR → step → zero_grad → report timing → handle
+control. Control is polled after every batch and while waiting for anything, so a peer's
+collective never waits on a rank that is idle.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The coordinator state machine driven with in-memory messages (reference §7, items 56–88)."""
+"""The coordinator state machine driven with in-memory messages."""
 
 from __future__ import annotations
 
@@ -420,7 +420,7 @@ def test_rising_divergence_never_shrinks_the_anchor():
 
 
 def test_collective_sync_cost_feeds_el_che():
-    # Parity decision 3: the measured collective time reaches El Che (the original fed 0).
+    # Parity decision 3: the measured collective time reaches El Che, so the anchor auto-tunes.
     c = Coordinator(
         CoordinatorConfig(world=2, num_epochs=1, dataset_size=100, batch_size=1, policy=SYNC),
         ElChe(2, 10, overhead_target=0.1),

@@ -1,4 +1,4 @@
-"""El Che cadence calculator: the original's pinned behaviours (reference §3, checklist 1–17)."""
+"""El Che cadence calculator: its pinned behaviours (the Rust flodl's, so cadences match)."""
 
 from __future__ import annotations
 

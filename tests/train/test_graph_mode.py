@@ -142,7 +142,7 @@ def test_scheduler_must_give_a_learning_rate():
             fl.Trainer.setup(model, None, sgd, lr_scale=bad)
 
 
-# ------------------------------------------------------------------ LR (checklist 34-38)
+# ------------------------------------------------------------------ LR
 def test_scheduler_lr_comes_from_the_pre_increment_step_times_lr_scale():
     model = make_graph()
     fl.Trainer.setup(model, None, sgd, scheduler=lambda step: 0.1 * (step + 1), lr_scale=2.0)

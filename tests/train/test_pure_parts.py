@@ -1,4 +1,4 @@
-"""Convergence guard, partitions, chunk pools and metrics aggregation (reference §7)."""
+"""Convergence guard, partitions, chunk pools and metrics aggregation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One rank's Worker driven through an in-memory channel (reference §7, items 34–53).
+"""One rank's Worker driven through an in-memory channel.
 
 ``MemoryChannel`` is a real (tiny) transport: what the worker sends lands in ``sent``, what a test
 queues in ``inbox`` is what the worker receives. No part of the worker is replaced.
