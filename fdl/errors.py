@@ -21,16 +21,13 @@ parentheses is a second base)::
           └── UnsupportedError                fdl.port.errors: a construct the translation
                                               cannot write (the model stays one step)
 
-Renamed classes keep their old name where it was importable, as a deprecated alias:
-``ChecksumMismatch`` (``fdl.downloads.engine``) and ``Unsupported`` (``fdl.port.translate``,
-``fdl.port.render``) still work and warn with a ``DeprecationWarning``.
+Renamed classes (``ChecksumMismatch``, ``Unsupported``) keep no alias: fdl's interface is its
+command line, and its modules are internal (docs/development.md, "Public and internal names").
 """
 
 from __future__ import annotations
 
 import enum
-import warnings
-from collections.abc import Callable, Mapping
 
 __all__ = ["ExitCode", "FdlError", "FdlUsageError"]
 
@@ -66,25 +63,3 @@ class FdlUsageError(FdlError):
 
     def __init__(self, what: str, hint: str | None = None):
         super().__init__(what, hint, ExitCode.USAGE)
-
-
-def _renamed(module: str, renamed: Mapping[str, type[BaseException]]) -> Callable[[str], type]:
-    """A module ``__getattr__`` that answers each old name in ``renamed`` with the class it is
-    now, warning with a ``DeprecationWarning`` so callers move to the new name.
-
-    Used by fdl's own modules (``__getattr__ = _renamed(__name__, {"Old": NewError})``); any
-    other missing name is an ``AttributeError`` as usual.
-    """
-
-    def __getattr__(name: str) -> type:
-        new = renamed.get(name)
-        if new is None:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        warnings.warn(
-            f"{module}.{name} is deprecated: it is now {new.__module__}.{new.__qualname__}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return new
-
-    return __getattr__

@@ -2,7 +2,7 @@
 
 Each package keeps its exceptions in its ``errors.py``; every exception derives from the
 package's base (``flodl.FlodlError`` or ``fdl.errors.FdlError``) and its name ends in ``Error``
-(a warning's in ``Warning``). Renamed classes answer to their old names with a
+(a warning's in ``Warning``). flodl's renamed classes answer to their old names with a
 ``DeprecationWarning``. The trees drawn in ``flodl/errors.py`` and ``fdl/errors.py`` name every
 class, so the drawing cannot fall behind the code.
 """
@@ -30,9 +30,6 @@ RENAMED = [
     ("flodl.train.transport", "CoordinatorLost", "flodl.train.errors", "CoordinatorLostError"),
     ("flodl.train.runtime", "CoordinatorGone", "flodl.train.errors", "CoordinatorGoneError"),
     ("flodl.checkpoint.api", "Mismatched", "flodl.checkpoint.errors", "HashRefusedError"),
-    ("fdl.downloads.engine", "ChecksumMismatch", "fdl.downloads.errors", "ChecksumMismatchError"),
-    ("fdl.port.translate", "Unsupported", "fdl.port.errors", "UnsupportedError"),
-    ("fdl.port.render", "Unsupported", "fdl.port.errors", "UnsupportedError"),
 ]
 
 

@@ -43,11 +43,7 @@ from fdl.downloads.errors import (
     IncompleteDownloadError,
     StalledDownloadError,
 )
-from fdl.errors import ExitCode, _renamed
-
-# ``ChecksumMismatch`` was this module's name for ChecksumMismatchError; it still resolves, with a
-# warning.
-__getattr__ = _renamed(__name__, {"ChecksumMismatch": ChecksumMismatchError})
+from fdl.errors import ExitCode
 
 CHUNK = 1 << 20  # the most one socket read returns
 SPARE_BYTES = 64 << 20  # keep this much disk free beyond the download

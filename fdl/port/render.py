@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fdl.errors import _renamed
 from fdl.port.errors import UnsupportedError
 from fdl.port.translate import (
     CALL_HELPER,
@@ -31,9 +30,6 @@ from fdl.port.translate import (
     Translation,
     literal,
 )
-
-# ``Unsupported`` was this module's name for UnsupportedError; it still resolves, with a warning.
-__getattr__ = _renamed(__name__, {"Unsupported": UnsupportedError})
 
 CHAIN_LIMIT = 60  # builder calls per expression in flow() (deep nesting strains AST tools)
 

@@ -26,11 +26,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from fdl.errors import _renamed
 from fdl.port.errors import UnsupportedError
-
-# ``Unsupported`` was this module's name for UnsupportedError; it still resolves, with a warning.
-__getattr__ = _renamed(__name__, {"Unsupported": UnsupportedError})
 
 SEARCH_BUDGET = 20_000
 

@@ -12,17 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.loopback import sha256
-from tests.fixtures.machines import fdl_env, libtorch_zip
-from tests.libtorch_home.test_libtorch_cli import CPU_PATH
-
-
-@pytest.fixture
-def mirror(server, tmp_path):
-    server.add(CPU_PATH, libtorch_zip())
-    env = fdl_env(tmp_path, FDL_TORCH_MIRROR=server.url)
-    work = tmp_path / "work"
-    work.mkdir()
-    return server, env, work, tmp_path / "flodl-home" / "libtorch"
+from tests.fixtures.machines import CPU_PATH, libtorch_zip
 
 
 def words(text: str) -> str:

@@ -8,21 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fdl.variants import load_table
 from tests.fixtures.loopback import sha256
-from tests.fixtures.machines import fdl_env, libtorch_zip
-
-NEWEST = load_table().newest.torch
-CPU_PATH = f"/libtorch/cpu/libtorch-shared-with-deps-{NEWEST}+cpu.zip"
-
-
-@pytest.fixture
-def mirror(server, tmp_path):
-    server.add(CPU_PATH, libtorch_zip())
-    env = fdl_env(tmp_path, FDL_TORCH_MIRROR=server.url)
-    work = tmp_path / "work"
-    work.mkdir()
-    return server, env, work, tmp_path / "flodl-home" / "libtorch"
+from tests.fixtures.machines import CPU_PATH, NEWEST, libtorch_zip
 
 
 def test_download_installs_records_and_activates(mirror, run_fdl):
