@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import REPO_ROOT, clean_env
 
@@ -21,6 +22,7 @@ from tests.conftest import REPO_ROOT, clean_env
         ("graph_overhead.py", "graph_overhead", 22, ("ratio", "a_a_ratio", "mem_ratio")),
         ("graph_tree_overhead.py", "graph_tree", 6, ("vs_plain", "vs_graph")),
         ("porting_vocabulary.py", "porting_vocabulary", 4, ("ratio", "a_a_ratio")),
+        ("gpu.py", "gpu", 11, ("ratio", "a_a_ratio")),
     ],
 )
 def test_benchmark_smoke_run_writes_a_complete_report(tmp_path, script, stem, rows, ratios):
@@ -31,6 +33,20 @@ def test_benchmark_smoke_run_writes_a_complete_report(tmp_path, script, stem, ro
         for key in ratios:
             assert math.isfinite(row[key]) and row[key] > 0, row
     assert "SMOKE RUN" in (tmp_path / f"{stem}.md").read_text()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the script measures")
+def test_the_gpu_benchmark_without_a_gpu_says_so_and_measures_nothing(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "gpu.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(),
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "no CUDA device here, nothing measured" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_benchmark_rejects_unknown_models(tmp_path):
