@@ -280,6 +280,9 @@ def test_state_and_handle_pickle():
     assert pickle.loads(pickle.dumps(state)).params[0].shape == state.params[0].shape
 
 
+# At most this many Python threads in rank 0 and rank 1 of a two-rank Builder run.
+THREADS_PER_RANK = {0: 9, 1: 4}
+
 POLICIES = [fl.ApplyPolicy.SYNC, fl.ApplyPolicy.CADENCE, fl.ApplyPolicy.ASYNC]
 BACKENDS = [fl.AverageBackend.NCCL, fl.AverageBackend.CPU]
 
@@ -312,13 +315,22 @@ def test_two_cpu_ranks_every_policy_and_backend(policy, backend, tmp_path, monke
     # train on while a snapshot round trips and then overwrites those batches with the average
     # (as the original; Sync throttles instead): on a loaded machine that discards more of them,
     # so Cadence and Async there get a wider band (4.7e-4 observed).
+    # Async with the CPU backend discards the most (1.3e-3 seen once with both cores saturated).
     band = 3 if backend is fl.AverageBackend.NCCL or policy is fl.ApplyPolicy.SYNC else 10
+    band = 20 if (policy, backend) == (fl.ApplyPolicy.ASYNC, fl.AverageBackend.CPU) else band
     assert final_loss(state) <= band * single_device_loss(4) + 5e-5
-    calls = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
+    rows = [line.split() for line in log.read_text().splitlines()]
+    calls = [tuple(map(int, row[:4])) for row in rows]
     assert all(epoch == current for _, epoch, current, _ in calls)  # worker.current_epoch agrees
     assert {threads for *_, threads in calls} == {1}  # .threads_per_rank(1) reached the ranks
     if policy is fl.ApplyPolicy.SYNC:  # every rank enters every epoch exactly once
         assert sorted(calls) == [(r, e, e, 1) for r in range(2) for e in range(4)]
+    # Python threads per rank: the training thread plus flodl's own, each named. Rank 0 also
+    # hosts the coordinator with its receivers and one sender per rank (docs/ddp.md, "Runtime").
+    for rank, *_, names in rows:
+        threads = names.split(",")
+        assert all(t == "MainThread" or t.startswith("flodl-") for t in threads), threads
+        assert len(threads) <= THREADS_PER_RANK[int(rank)], threads
 
 
 def two_ranks(step, **kw):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -111,9 +112,11 @@ EPOCH_LOG = "FLODL_TEST_EPOCH_LOG"
 
 
 def logging_epoch_fn(epoch: int, worker) -> None:
-    """Appends ``rank epoch current_epoch intra-op-threads`` to the file named by $FLODL_TEST_EPOCH_LOG."""
+    """Appends ``rank epoch current_epoch intra-op-threads python-threads`` to the file named by
+    $FLODL_TEST_EPOCH_LOG (the Python threads' names, comma-separated)."""
+    names = ",".join(sorted(t.name for t in threading.enumerate()))
     with open(os.environ[EPOCH_LOG], "a") as f:
-        f.write(f"{worker.rank} {epoch} {worker.current_epoch} {torch.get_num_threads()}\n")
+        f.write(f"{worker.rank} {epoch} {worker.current_epoch} {torch.get_num_threads()} {names}\n")
 
 
 class RecordingMonitor:
