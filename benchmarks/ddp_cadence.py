@@ -29,7 +29,7 @@ from harness import write_report
 from torch import nn
 
 import flodl as fl
-from flodl.train import context
+from flodl.train import step_context
 
 FAST_MS, SLOW_MS = 10.0, 20.0
 TRUE_W = torch.tensor([[2.0, -1.0, 0.5, 3.0, -2.0, 1.0, 0.0, 1.5]])
@@ -52,7 +52,7 @@ def make_sgd(params) -> torch.optim.Optimizer:
 
 def slowed_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     """Rank 1 takes twice as long per batch as rank 0 (and as the single process)."""
-    time.sleep((SLOW_MS if context.current().rank == 1 else FAST_MS) / 1e3)
+    time.sleep((SLOW_MS if step_context.current().rank == 1 else FAST_MS) / 1e3)
     x, y = batch
     return nn.functional.mse_loss(model(x), y)
 

@@ -63,8 +63,9 @@ parentheses is a second base, so code written against plain Python or torch stil
      └── SmokeBudgetReached                         flodl.smoke (an exit, not an error)
 
 Renamed classes keep their old name, where it was importable, as a deprecated alias:
-``CollectiveFailed``, ``CoordinatorLost``, ``CoordinatorGone`` (``flodl.train``) and
-``Mismatched`` (``flodl.checkpoint.api``) still work and warn with a ``DeprecationWarning``.
+``CollectiveFailed`` (``flodl.train.worker``), ``CoordinatorLost`` (``flodl.train.transport``)
+and ``Mismatched`` (``flodl.checkpoint.api``) still work and warn with a ``DeprecationWarning``
+(``CoordinatorGone`` went with its module, ``flodl.train.runtime``, now ``builder_runtime``).
 """
 
 from __future__ import annotations

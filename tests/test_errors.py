@@ -28,7 +28,6 @@ NOT_ERRORS = {"flodl.smoke.SmokeBudgetReached"}
 RENAMED = [
     ("flodl.train.worker", "CollectiveFailed", "flodl.train.errors", "CollectiveError"),
     ("flodl.train.transport", "CoordinatorLost", "flodl.train.errors", "CoordinatorLostError"),
-    ("flodl.train.runtime", "CoordinatorGone", "flodl.train.errors", "CoordinatorGoneError"),
     ("flodl.checkpoint.api", "Mismatched", "flodl.checkpoint.errors", "HashRefusedError"),
 ]
 
@@ -176,7 +175,7 @@ def test_renamed_errors_keep_their_builtin_bases():
 
 
 def test_a_collective_failure_report_is_a_consequence_not_the_cause():
-    from flodl.train.runtime import first_cause
+    from flodl.train.builder_runtime import first_cause
 
     consequence = (1, "Traceback ...\nflodl.train.errors.CollectiveError: averaging failed")
     cause = (0, "Traceback ...\nValueError: bad batch")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from flodl.train.errors import TrainerConfigError
-from flodl.train.state import TrainedState
+from flodl.train.trained_state import TrainedState
 
 if TYPE_CHECKING:
     from flodl.train.messages import Snapshot

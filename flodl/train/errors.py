@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from flodl.errors import FlodlError
 
 if TYPE_CHECKING:
-    from flodl.train.state import TrainedState
+    from flodl.train.trained_state import TrainedState
 
 __all__ = [
     "CollectiveError",

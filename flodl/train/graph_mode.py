@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 import time
 import warnings
 import weakref
@@ -29,9 +28,9 @@ from flodl.train.checkpointing import SaveFdl, flush_checkpoints, save_version
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero
 from flodl.train.config import TIMEOUT, integer, number
 from flodl.train.errors import TrainerConfigError
-from flodl.train.graph_cadence import Cadence, DdpConfig, devices_differ
-from flodl.train.launch import init_launched_group, under_launcher
+from flodl.train.graph_el_che import Cadence, DdpConfig, devices_differ
 from flodl.train.local_step import LocalStep, check_lr_scale, check_scheduler
+from flodl.train.process_group import init_launched_group, leave_group, under_launcher
 from flodl.train.resume import (
     job_token,
     load_model,
@@ -126,7 +125,7 @@ def _join_group(timeout: float) -> tuple[int, int, torch.device, Any] | None:
         # A gloo group left to interpreter teardown aborts the rank now and then ("terminate
         # called without an active exception"): destroy it at exit, and hold no reference to it
         # (group=None means the default group) so nothing keeps it alive past that.
-        atexit.register(_destroy_group)
+        atexit.register(leave_group)
         world = dist.get_world_size()
     else:
         return None
@@ -141,28 +140,6 @@ def _launcher_device() -> torch.device:
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
-
-
-def _destroy_group() -> None:
-    """Wait for every rank to be done, then destroy the group (``model.finish()``, and at exit).
-
-    A gloo group torn down while a peer still talks to it, or left to interpreter teardown, aborts
-    the rank now and then ("terminate called without an active exception"); at exit it still did
-    in about one run in ten, so call ``model.finish()`` after the loop. After an uncaught
-    exception the barrier is skipped: peers may be blocked in a collective, and the launcher
-    should see this rank fail at once.
-    """
-    if not dist.is_initialized():
-        return
-    # The interpreter sets sys.last_value when it reports an uncaught exception, before the
-    # atexit handlers run: no global excepthook has to be replaced to know the script crashed.
-    crashed = getattr(sys, "last_value", None) is not None
-    if not crashed and dist.get_backend() == "gloo":
-        try:
-            dist.barrier()
-        except Exception:
-            return  # a peer is gone: leave the group to the process exit
-    dist.destroy_process_group()
 
 
 class GraphSession:
@@ -250,7 +227,7 @@ class GraphSession:
             checkpoint.flush()
         finally:
             if self.is_distributed:
-                _destroy_group()
+                leave_group()
 
     def set_scheduler(self, scheduler: Any, lr_scale: float | None) -> None:
         self.local.configure(check_scheduler(scheduler, "set_scheduler"), lr_scale)

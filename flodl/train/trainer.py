@@ -30,23 +30,23 @@ from flodl.data.sources import as_source, require_samples
 from flodl.log import get_logger
 from flodl.monitor import timeline
 from flodl.train import config as cfg
-from flodl.train.checkpointing import SaveFdl, flush_checkpoints
-from flodl.train.errors import TrainerConfigError
-from flodl.train.graph_cadence import DdpConfig
-from flodl.train.graph_mode import GraphSession
-from flodl.train.graph_mode import setup as setup_graph
-from flodl.train.launch import (
+from flodl.train.builder_launch import (
     SpawnedRun,
     resolve_devices,
     run_local,
     run_under_launcher,
-    under_launcher,
 )
+from flodl.train.builder_runtime import built_scheduler, coordinator_for
+from flodl.train.checkpointing import SaveFdl, flush_checkpoints
+from flodl.train.errors import TrainerConfigError
+from flodl.train.graph_el_che import DdpConfig
+from flodl.train.graph_mode import GraphSession
+from flodl.train.graph_mode import setup as setup_graph
 from flodl.train.messages import ApplyPolicy, AverageBackend
 from flodl.train.metrics import EpochMetrics
-from flodl.train.runtime import built_scheduler, coordinator_for
-from flodl.train.spec import TrainSpec
-from flodl.train.state import TrainedState
+from flodl.train.process_group import under_launcher
+from flodl.train.train_spec import TrainSpec
+from flodl.train.trained_state import TrainedState
 
 log = get_logger("flodl.train")
 

@@ -22,7 +22,7 @@ from flodl.data.sources import as_source, require_samples
 from flodl.errors import _renamed
 from flodl.log import TRACE, get_logger
 from flodl.monitor import timeline
-from flodl.train import context
+from flodl.train import step_context
 from flodl.train.checkpointing import flush_checkpoints, save_version
 from flodl.train.errors import CollectiveError
 from flodl.train.local_step import LocalStep
@@ -121,8 +121,8 @@ class Worker:
         self.version = 0
         self.current_epoch: int | None = None
         self.plans: deque[EpochPlan] = deque()
-        self.ctx = context.WorkerContext(rank=rank, world_size=world, device=device)
-        context.install(self.ctx)
+        self.ctx = step_context.WorkerContext(rank=rank, world_size=world, device=device)
+        step_context.install(self.ctx)
 
     # -- one batch -------------------------------------------------------------------------------
 
@@ -207,7 +207,7 @@ class Worker:
             batches=n_batches,
             epoch_ms=(time.perf_counter() - start) * 1e3,
             samples=plan.size,  # the whole slice is done, including a dropped partial tail
-            scalars=context.drain_scalars(),
+            scalars=step_context.drain_scalars(),
             device_index=self.device.index or 0,
             resources=self._sampler.sample().to_json() if self._sampler is not None else {},
             idle_ms=idle,

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import flodl as fl
+from flodl.train.builder_runtime import coordinator_for
 from flodl.train.guard import GuardAction
 from flodl.train.messages import BatchTiming, StartEpoch, Throttle
-from flodl.train.runtime import coordinator_for
 from tests.train import toy
 
 DATA = toy.regression_data()

@@ -14,7 +14,7 @@ from flodl.train import config
 from flodl.train.config import ElCheConfig
 from flodl.train.el_che import ElChe
 from flodl.train.errors import TrainerConfigError
-from flodl.train.spec import TrainSpec
+from flodl.train.train_spec import TrainSpec
 from tests.train import toy
 
 INTEGER_SETTERS = ["batch_size", "num_epochs", "anchor", "max_anchor", "checkpoint_every"]

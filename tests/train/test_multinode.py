@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from flodl.train.runtime import intra_op_threads
+from flodl.train.builder_runtime import intra_op_threads
 from tests.conftest import REPO_ROOT, clean_env
 
 JOB = str(REPO_ROOT / "tests" / "train" / "torchrun_job.py")

@@ -10,8 +10,8 @@ import flodl as fl
 from flodl.train import ApplyPolicy, TrainerConfigError
 from flodl.train.checkpointing import SaveFdl
 from flodl.train.coordinator import Coordinator, CoordinatorConfig
-from flodl.train.launch import attempt_prefix
 from flodl.train.messages import StartEpoch
+from flodl.train.process_group import attempt_prefix
 from flodl.train.resume import (
     ResumableCheckpoint,
     find_resume,

@@ -708,3 +708,16 @@ def test_under_a_launcher_a_frozen_rank_0_fails_the_waiting_peer_within_the_time
     assert "rank 0 stopped responding" in out["training_error"]
     assert out["error_rank"] == 0
     assert out["seconds"] < 8 + 30  # the run's 8 s timeout, plus start-up; not forever
+
+
+def test_a_single_device_run_gives_the_callers_step_context_back():
+    from flodl.train import step_context
+
+    mine = step_context.WorkerContext(rank=0, world_size=1, epoch=7)
+    step_context.install(mine)
+    try:
+        builder().num_epochs(2).run().join()
+        assert fl.train.current() is mine  # not the finished run's worker context
+    finally:
+        step_context.install(None)
+    assert fl.train.current().epoch == 0

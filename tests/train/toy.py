@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from flodl.train import context
+from flodl.train import step_context
 
 TRUE_W = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
 
@@ -48,7 +48,7 @@ SLOW_RANK_MS = (20.0, 60.0)  # rank 0, rank 1: rank 1 is 3x slower
 def slow_rank1_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     """Rank 1 is 3x slower per batch: heterogeneous devices on one CPU. The sleeps dominate the
     compute (well under a millisecond), so the ratio holds when other processes load the machine."""
-    time.sleep(SLOW_RANK_MS[context.current().rank] / 1e3)
+    time.sleep(SLOW_RANK_MS[step_context.current().rank] / 1e3)
     return mse_step(model, batch)
 
 
@@ -62,7 +62,7 @@ def _mark_injection() -> None:
 
 
 def failing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
-    ctx = context.current()
+    ctx = step_context.current()
     if ctx.rank == 1 and ctx.local_step == 3:
         _mark_injection()
         raise ValueError("injected failure in train_step")
@@ -70,7 +70,7 @@ def failing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
 
 
 def crashing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
-    ctx = context.current()
+    ctx = step_context.current()
     if ctx.rank == 1 and ctx.local_step == 3:
         _mark_injection()
         os._exit(17)  # a hard crash: no Python cleanup, no message
@@ -78,7 +78,7 @@ def crashing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
 
 
 def hanging_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
-    ctx = context.current()
+    ctx = step_context.current()
     if ctx.rank == 1 and ctx.local_step == 3:
         time.sleep(3600)
     return mse_step(model, batch)
@@ -86,7 +86,7 @@ def hanging_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
 
 def scalar_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     loss = mse_step(model, batch)
-    context.record_scalar("rank", float(context.current().rank))
+    step_context.record_scalar("rank", float(step_context.current().rank))
     return loss
 
 
@@ -145,7 +145,7 @@ class DropSchedule:
 
     def lr(self, step: int) -> float:
         with open(os.environ[SCHED_LOG], "a") as f:
-            f.write(f"q {context.current().rank} {step}\n")
+            f.write(f"q {step_context.current().rank} {step}\n")
         return 0.05 if step < self.at else 0.005
 
 
@@ -159,7 +159,7 @@ def drop_at_32(world: int) -> DropSchedule:
 
 def lr_logging_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     """Appends ``rank lr`` (the learning rate the optimizer trains this batch with)."""
-    ctx = context.current()
+    ctx = step_context.current()
     with open(os.environ[SCHED_LOG], "a") as f:
         f.write(f"lr {ctx.rank} {ctx.lr}\n")
     return mse_step(model, batch)
@@ -182,7 +182,7 @@ def read_schedule_log(path) -> dict[int, list[tuple[int, float]]]:
 
 def freezing_rank0_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     """Rank 0 stops its own process (SIGSTOP): a process frozen whole, coordinator included."""
-    ctx = context.current()
+    ctx = step_context.current()
     if ctx.rank == 0 and ctx.local_step == 3:
         os.kill(os.getpid(), signal.SIGSTOP)
     return mse_step(model, batch)
@@ -199,7 +199,7 @@ COUNT_LOG = "FLODL_TEST_COUNT_LOG"
 
 def counting_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     """Appends ``rank epoch`` per batch to $FLODL_TEST_COUNT_LOG."""
-    ctx = context.current()
+    ctx = step_context.current()
     with open(os.environ[COUNT_LOG], "a") as f:
         f.write(f"{ctx.rank} {ctx.epoch}\n")
     return mse_step(model, batch)
@@ -259,7 +259,7 @@ def logging_group_lrs(epoch: int, worker) -> None:
 
 def freezing_rank1_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     """Rank 1 stops its own process (SIGSTOP) at its 4th batch; rank 0 stays healthy."""
-    ctx = context.current()
+    ctx = step_context.current()
     if ctx.rank == 1 and ctx.local_step == 3:
         _mark_injection()
         os.kill(os.getpid(), signal.SIGSTOP)

@@ -1,8 +1,14 @@
 """What a train step can ask about where it runs, and per-epoch scalars it can record.
 
->>> from flodl.train.context import current, record_scalar
->>> current().rank, current().world_size
-(0, 1)
+Outside a Trainer (here, a thread no Trainer runs in) the context is rank 0 of 1:
+
+>>> import threading
+>>> from flodl.train.step_context import current, record_scalar
+>>> seen = []
+>>> thread = threading.Thread(target=lambda: seen.append((current().rank, current().world_size)))
+>>> thread.start(); thread.join()
+>>> seen
+[(0, 1)]
 >>> record_scalar("accuracy", 0.5)
 """
 
@@ -39,8 +45,14 @@ def current() -> WorkerContext:
     return ctx
 
 
-def install(ctx: WorkerContext) -> None:
+def install(ctx: WorkerContext | None) -> None:
+    """Make ``ctx`` the calling thread's context (None: back to the default)."""
     _local.ctx = ctx
+
+
+def installed() -> WorkerContext | None:
+    """The calling thread's installed context, if any (to put back with :func:`install`)."""
+    return getattr(_local, "ctx", None)
 
 
 def record_scalar(name: str, value: float | torch.Tensor) -> None:

@@ -1,4 +1,4 @@
-"""Running a :class:`~flodl.train.spec.TrainSpec`: in-process on one device, or one process per
+"""Running a :class:`~flodl.train.train_spec.TrainSpec`: in-process on one device, or one process per
 device on ``torch.distributed`` with a coordinator thread in rank 0.
 """
 
@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 
 from flodl.data.sources import as_source, require_samples
-from flodl.errors import _renamed
 from flodl.log import get_logger, set_rank
 from flodl.monitor import timeline
+from flodl.train import step_context
 from flodl.train.averaging import final_state
 from flodl.train.checkpointing import SaveFdl, flush_checkpoints, save_version
 from flodl.train.coordinator import Coordinator, CoordinatorConfig
@@ -40,9 +40,10 @@ from flodl.train.messages import (
     SyncAck,
 )
 from flodl.train.metrics import EpochMetrics, MetricsMsg, RankEvents, aggregate_epoch_metrics
+from flodl.train.process_group import init_spawned_group, leave_group
 from flodl.train.resume import ResumableCheckpoint, ResumePoint, load_model
-from flodl.train.spec import TrainSpec
-from flodl.train.state import TrainedState
+from flodl.train.train_spec import TrainSpec
+from flodl.train.trained_state import TrainedState
 from flodl.train.transport import (
     CoordinatorChannel,
     GlooCollective,
@@ -52,10 +53,6 @@ from flodl.train.transport import (
     client,
 )
 from flodl.train.worker import FINAL_ROUND, Worker
-
-# ``CoordinatorGone`` was this module's name for CoordinatorGoneError; it still resolves, with a
-# warning.
-__getattr__ = _renamed(__name__, {"CoordinatorGone": CoordinatorGoneError})
 
 FINAL_KEY = "final"
 
@@ -135,7 +132,18 @@ def built_scheduler(spec: TrainSpec, world: int) -> Any:
 def run_single(
     spec: TrainSpec, device: torch.device, on_epoch: Callable[[EpochMetrics], None]
 ) -> TrainedState:
-    """The one-device path: synchronous, in the calling thread; every epoch is the whole dataset."""
+    """The one-device path: synchronous, in the calling thread; every epoch is the whole dataset.
+    The calling thread's step context is put back afterwards."""
+    callers = step_context.installed()
+    try:
+        return _run_single(spec, device, on_epoch)
+    finally:
+        step_context.install(callers)
+
+
+def _run_single(
+    spec: TrainSpec, device: torch.device, on_epoch: Callable[[EpochMetrics], None]
+) -> TrainedState:
     worker = _build(spec, 0, 1, device)
     n = worker.dataset_size
     if n < worker.batch_size:
@@ -194,13 +202,8 @@ def rank_main(
     store = client(host, port, spec.timeout)
     heartbeat = Heartbeat(host, port, rank)
     if not dist.is_initialized():
-        dist.init_process_group(
-            "nccl" if torch_device.type == "cuda" else "gloo",
-            store=dist.PrefixStore("pg", store),
-            rank=rank,
-            world_size=world,
-            timeout=timedelta(seconds=spec.timeout),
-        )
+        backend = "nccl" if torch_device.type == "cuda" else "gloo"
+        init_spawned_group(backend, store, rank, world, spec.timeout)
     coordinator = channel = None
     watched = watch_coordinator and rank != 0
     # Spawned ranks send their timeline events to the training process with their metrics (a
@@ -234,9 +237,8 @@ def rank_main(
             coordinator.join(spec.timeout)
         if channel is not None and channel.lost:  # every call to rank 0 would block: leave
             heartbeat.stop(timeout=0)  # the group and the threads to the process exit
-        else:
-            if dist.is_initialized():
-                dist.destroy_process_group()
+        else:  # the final state was read from the store after every rank sent its own
+            leave_group(wait_for_peers=False)
             heartbeat.stop()
 
 

@@ -1,4 +1,4 @@
-"""Where the ranks come from: a launcher's environment, processes we spawn, or none (one device)."""
+"""How Builder mode starts its ranks: under a launcher, as processes it spawns, or in-process."""
 
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ import torch.multiprocessing as mp
 
 from flodl.log import get_logger
 from flodl.monitor import timeline
+from flodl.train.builder_runtime import FINAL_KEY, rank_main, run_single, wait_final
 from flodl.train.checkpointing import SaveFdl
 from flodl.train.errors import CoordinatorGoneError, TrainerConfigError
 from flodl.train.metrics import EpochMetrics, RankEvents
+from flodl.train.process_group import init_launched_group
 from flodl.train.resume import (
     ResumePoint,
     job_token,
@@ -32,19 +34,11 @@ from flodl.train.resume import (
     restarts_allowed,
     resume_point,
 )
-from flodl.train.runtime import FINAL_KEY, rank_main, run_single, wait_final
-from flodl.train.spec import TrainSpec
-from flodl.train.state import TrainedState, TrainingError
+from flodl.train.train_spec import TrainSpec
+from flodl.train.trained_state import TrainedState, TrainingError
 from flodl.train.transport import KeyStream
 
 log = get_logger("flodl.train")
-
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-def under_launcher() -> bool:
-    """True inside ``torchrun`` (or any c10d launcher): the group is already described by env vars."""
-    return all(v in os.environ for v in LAUNCHER_VARS) and int(os.environ["WORLD_SIZE"]) > 1
 
 
 def resolve_devices(requested: list[str] | None) -> list[str]:
@@ -357,32 +351,6 @@ class Heartbeats:
             ):
                 worst = (r, now - since)
         return worst
-
-
-def attempt_prefix() -> str:
-    """The key prefix of this launch attempt in the launcher's store.
-
-    torchrun keeps one store for the whole job, restarts included: a restarted rank that read
-    its group's keys unprefixed could find the previous attempt's (a dead peer's address) and
-    fail to connect, or wait forever. Each attempt (run id, restart count) gets its own keys.
-    """
-    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
-    return f"flodl/{run}/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
-
-
-def init_launched_group(backend: str, timeout: float) -> None:
-    """Join the process group a launcher describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...)
-    under this attempt's own store keys (:func:`attempt_prefix`)."""
-    limit = timedelta(seconds=timeout)
-    store, rank, world = next(dist.rendezvous("env://", timeout=limit))
-    store.set_timeout(limit)
-    dist.init_process_group(
-        backend,
-        store=dist.PrefixStore(attempt_prefix(), store),
-        rank=rank,
-        world_size=world,
-        timeout=limit,
-    )
 
 
 def run_under_launcher(spec: TrainSpec, on_epoch: Callable[[EpochMetrics], None]) -> TrainedState:

@@ -1,0 +1,91 @@
+"""The process group of a multi-rank run: joining it, and leaving it cleanly or after a failure.
+
+Both training modes go through these functions, so the group's lifecycle is written once:
+
+- :func:`init_launched_group`: join the group a launcher (``torchrun``) describes, under this
+  restart attempt's own store keys (:func:`attempt_prefix`);
+- :func:`init_spawned_group`: join the group of ranks flodl spawned itself, on its control store;
+- :func:`leave_group`: release the group. A rank that finished normally first waits at a
+  barrier for every peer (a gloo group torn down while a peer still talks to it makes the peer
+  fail); a rank leaving because of an exception does not, since its peers may be blocked in a
+  collective and the launcher should see this rank fail at once.
+
+Nothing here replaces a global hook: whether the script is ending because of an uncaught
+exception is read from ``sys.last_value``, which the interpreter sets before atexit handlers run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+
+import torch.distributed as dist
+
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def under_launcher() -> bool:
+    """True inside ``torchrun`` (or any c10d launcher): the group is already described by env vars."""
+    return all(v in os.environ for v in LAUNCHER_VARS) and int(os.environ["WORLD_SIZE"]) > 1
+
+
+def attempt_prefix() -> str:
+    """The key prefix of this launch attempt in the launcher's store.
+
+    torchrun keeps one store for the whole job, restarts included: a restarted rank that read
+    its group's keys unprefixed could find the previous attempt's (a dead peer's address) and
+    fail to connect, or wait forever. Each attempt (run id, restart count) gets its own keys.
+    """
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return f"flodl/{run}/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+
+
+def init_launched_group(backend: str, timeout: float) -> None:
+    """Join the process group a launcher describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...)
+    under this attempt's own store keys (:func:`attempt_prefix`)."""
+    limit = timedelta(seconds=timeout)
+    store, rank, world = next(dist.rendezvous("env://", timeout=limit))
+    store.set_timeout(limit)
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore(attempt_prefix(), store),
+        rank=rank,
+        world_size=world,
+        timeout=limit,
+    )
+
+
+def init_spawned_group(
+    backend: str, store: dist.Store, rank: int, world: int, timeout: float
+) -> None:
+    """Join the group of ranks flodl spawned, on its control ``store`` (keys under ``pg/``)."""
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore("pg", store),
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=timeout),
+    )
+
+
+def ending_with_an_exception() -> bool:
+    """Whether the script is ending because of an uncaught exception (read in atexit handlers)."""
+    return getattr(sys, "last_value", None) is not None
+
+
+def leave_group(*, wait_for_peers: bool = True) -> None:
+    """Release the default process group, if any.
+
+    ``wait_for_peers``: first meet every rank at a gloo barrier, unless the script is ending
+    with an exception (peers may be blocked in a collective). A barrier that fails means a peer
+    is gone: the group is then left to the process exit.
+    """
+    if not dist.is_initialized():
+        return
+    if wait_for_peers and not ending_with_an_exception() and dist.get_backend() == "gloo":
+        try:
+            dist.barrier()
+        except Exception:
+            return
+    dist.destroy_process_group()
