@@ -5,8 +5,8 @@ Both training modes go through these functions, so the group's lifecycle is writ
 - :func:`init_launched_group`: join the group a launcher (``torchrun``) describes, under this
   restart attempt's own store keys (:func:`attempt_prefix`);
 - :func:`init_spawned_group`: join the group of ranks flodl spawned itself, on its control store;
-- :func:`leave_group`: release the group. A rank that finished normally first waits at a
-  barrier for every peer (a gloo group torn down while a peer still talks to it makes the peer
+- :func:`leave_group`: release the group. A rank that finished normally first meets every
+  peer (a gloo group torn down while a peer still talks to it makes the peer
   fail); a rank leaving because of an exception does not, since its peers may be blocked in a
   collective and the launcher should see this rank fail at once.
 
@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from datetime import timedelta
 
 import torch.distributed as dist
+
+from flodl.train.config import TIMEOUT
 
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -47,26 +50,19 @@ def init_launched_group(backend: str, timeout: float) -> None:
     limit = timedelta(seconds=timeout)
     store, rank, world = next(dist.rendezvous("env://", timeout=limit))
     store.set_timeout(limit)
-    dist.init_process_group(
-        backend,
-        store=dist.PrefixStore(attempt_prefix(), store),
-        rank=rank,
-        world_size=world,
-        timeout=limit,
-    )
+    prefixed = dist.PrefixStore(attempt_prefix(), store)
+    dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=limit)
+    _STORE[:] = [prefixed]
 
 
 def init_spawned_group(
     backend: str, store: dist.Store, rank: int, world: int, timeout: float
 ) -> None:
     """Join the group of ranks flodl spawned, on its control ``store`` (keys under ``pg/``)."""
-    dist.init_process_group(
-        backend,
-        store=dist.PrefixStore("pg", store),
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=timeout),
-    )
+    prefixed = dist.PrefixStore("pg", store)
+    limit = timedelta(seconds=timeout)
+    dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=limit)
+    _STORE[:] = [prefixed]
 
 
 def ending_with_an_exception() -> bool:
@@ -74,18 +70,44 @@ def ending_with_an_exception() -> bool:
     return getattr(sys, "last_value", None) is not None
 
 
-def leave_group(*, wait_for_peers: bool = True) -> None:
+_GIL_HANDOVER_S = 0.02
+
+# The store the group was created on (set when this module created the group).
+_STORE: list[dist.Store] = []
+
+
+def meet_every_rank(timeout: float) -> None:
+    """Return once every rank of the group has called this; raises after ``timeout`` seconds.
+
+    The meeting goes through the group's store, not a collective: ``dist.barrier()``'s gloo work
+    holds the works of the collectives before it, tensors made in Python included, and a gloo
+    worker thread may drop it after ``wait()`` has returned, when nothing but the interpreter's
+    shutdown comes next: see :func:`leave_group`.
+    """
+    store = _STORE[-1] if _STORE else dist.distributed_c10d._get_default_store()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    store.set(f"flodl-leave/{rank}", "1")
+    store.wait([f"flodl-leave/{r}" for r in range(world)], timedelta(seconds=timeout))
+
+
+def leave_group(*, wait_for_peers: bool = True, timeout: float = TIMEOUT) -> None:
     """Release the default process group, if any.
 
-    ``wait_for_peers``: first meet every rank at a gloo barrier, unless the script is ending
-    with an exception (peers may be blocked in a collective). A barrier that fails means a peer
-    is gone: the group is then left to the process exit.
+    ``wait_for_peers``: first meet every rank (gloo; :func:`meet_every_rank`), unless the script
+    is ending with an exception (peers may be blocked in a collective). A meeting that fails or
+    times out means a peer is gone: the group is then left to the process exit.
     """
     if not dist.is_initialized():
         return
     if wait_for_peers and not ending_with_an_exception() and dist.get_backend() == "gloo":
         try:
-            dist.barrier()
+            meet_every_rank(timeout)
         except Exception:
             return
     dist.destroy_process_group()
+    _STORE.clear()
+    # A gloo worker thread that finished the last collective may be waiting for the GIL to
+    # drop its hold on a Python-made tensor; a script that ends right after this would start the
+    # interpreter's shutdown first, which ends such a thread mid-C++ and aborts the process.
+    # Sleeping hands the GIL over.
+    time.sleep(_GIL_HANDOVER_S)

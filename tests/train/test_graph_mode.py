@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import threading
-import warnings
 
 import pytest
 import torch
@@ -320,12 +319,8 @@ def run_example(repo_root, *args: str, ranks: int = 1) -> str:
         env=clean_env(OMP_NUM_THREADS="1"),
         check=False,
     )
-    if result.returncode != 0 and EXIT_ABORT in result.stderr:
-        # The known gloo abort at interpreter exit (open work: Graph-mode processes must exit
-        # cleanly every time); what the ranks printed before it is still checked.
-        warnings.warn(f"a rank aborted at exit: {EXIT_ABORT}", stacklevel=2)
-        return result.stdout
     assert result.returncode == 0, result.stderr[-3000:]
+    assert EXIT_ABORT not in result.stderr  # every rank exits cleanly
     return result.stdout
 
 
