@@ -100,6 +100,7 @@ class FlowBuilder:
     def __init__(self, entry: Step | None = None) -> None:
         site = callsite.capture()
         self._nodes: list[Node] = []
+        self._by_id: dict[str, Node] = {}  # node id -> node: lookups in constant time
         self._modules: dict[str, nn.Module] = {}
         self._counter = 0
         self._issues: list[BuildIssue] = []
@@ -176,6 +177,7 @@ class FlowBuilder:
     ) -> Node:
         node = Node(self._new_id(prefix), method, site, options, list(inputs), branch=branch)
         self._nodes.append(node)
+        self._by_id[node.id] = node
         return node
 
     def _add_module_node(
@@ -382,10 +384,7 @@ class FlowBuilder:
             node.writes_state = sorted({*node.writes_state, ref.tag})
 
     def _node(self, node_id: str) -> Node:
-        for node in self._nodes:
-            if node.id == node_id:
-                return node
-        raise KeyError(node_id)
+        return self._by_id[node_id]
 
     def tag(self, name: str) -> FlowBuilder:
         """Name the current value (or the preceding ``fork``'s branch) for ``using``/``tagged``."""

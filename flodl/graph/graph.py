@@ -225,6 +225,7 @@ class Graph(
     # nn.Module.__getattr__ (which types every unknown attribute as Tensor | Module).
     _label: str | None
     _nodes: tuple[Node, ...]
+    _node_index: dict[str, Node]  # node id -> node: lookups in constant time
     _output: str
     _tags: dict[str, str]
     _inputs: tuple[str, ...]
@@ -241,7 +242,7 @@ class Graph(
     _code: str
     _line_nodes: dict[int, tuple[str, str]]
     _forward_fn: Callable[..., Any]
-    _direct_fn: Any  # the direct-dispatch forward; None exactly when _direct_plan is None
+    _direct_fn: Any  # the direct-dispatch forward; None until first used (_direct_forward)
     _direct_plan: Any  # a flodl.graph.dispatch.Plan, or None
 
     def __init__(self) -> None:
@@ -267,6 +268,7 @@ class Graph(
         nn.Module.__init__(self)
         self._label = label
         self._nodes = tuple(nodes)
+        self._node_index = {node.id: node for node in nodes}
         self._output = output
         self._tags = tags
         self._inputs = tuple(inputs)
@@ -335,17 +337,26 @@ class Graph(
     def _install(self) -> None:
         """Generate, compile and bind ``forward`` (also after unpickling or deepcopy)."""
         self._forward_fn = self._compile_forward(frozenset())
-        # The direct-dispatch variant (see flodl.graph.dispatch); none while profiling.
+        # The direct-dispatch variant (see flodl.graph.dispatch); none while profiling. Its
+        # code is generated on the first pass that can use it (_direct_forward), so build()
+        # compiles one forward, not two, and a graph that never runs directly none.
         self._direct_fn = self._direct_plan = None
         if not self._profiling and dispatch.enabled():
             found = dispatch.plan(self)
             if found.callees:
-                self._direct_fn = self._compile_forward(frozenset(map(id, found.callees)))
                 self._direct_plan = found
+
+    def _direct_forward(self) -> Callable[..., Any]:
+        """The direct-dispatch forward, generated and compiled on first use."""
+        fn = self._direct_fn
+        if fn is None:
+            fn = self._compile_forward(frozenset(map(id, self._direct_plan.callees)))
+            self.__dict__["_direct_fn"] = fn
+        return fn
 
     def _compile_forward(self, direct: frozenset[int]) -> Callable[..., Any]:
         """The generated forward; ``direct``: ids of the modules it calls through ``forward``."""
-        modules = {n.id: m for n in self._nodes if (m := self.module_of(n.id)) is not None}
+        modules = {n.id: self._modules[n.attr] for n in self._nodes if n.attr}
         generated = generate(
             list(self._nodes),
             modules,
@@ -385,7 +396,7 @@ class Graph(
         """Run the generated forward (see :attr:`code`): ``graph(x)`` or ``graph(x, ctx=...)``."""
         plan = self._direct_plan
         if plan is not None and dispatch.direct_ok(plan):
-            return self._direct_fn(self, *args, **kwargs)
+            return (self._direct_fn or self._direct_forward())(self, *args, **kwargs)
         return self._forward_fn(self, *args, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -395,7 +406,7 @@ class Graph(
         stop = guard(self)
         state: dict[str, Any] = {GUARD_KEY: stop} if stop is not None else {}
         state.update(self.__dict__)
-        for name in ("_forward_fn", "_direct_fn", "_direct_plan"):
+        for name in ("_forward_fn", "_direct_fn", "_direct_plan", "_node_index", "_children_cache"):
             state.pop(name, None)
         state["_tagged"] = {}
         state["_state"] = {
@@ -409,6 +420,7 @@ class Graph(
 
         state.pop(GUARD_KEY, None)
         super().__setstate__(state)
+        self._node_index = {node.id: node for node in self._nodes}
         self._install()
 
     def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> Graph:
@@ -475,9 +487,9 @@ class Graph(
 
     def node(self, node_id: str) -> Node:
         """The node with id ``node_id`` (e.g. ``"linear_1"``)."""
-        for node in self._nodes:
-            if node.id == node_id:
-                return node
+        node = self._node_index.get(node_id)
+        if node is not None:
+            return node
         close = difflib.get_close_matches(node_id, [n.id for n in self._nodes], n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise UnknownTagError(f"no node '{node_id}' in this graph{hint}")
@@ -485,15 +497,29 @@ class Graph(
     def module_of(self, node_id: str) -> nn.Module | None:
         """The module a node runs (a composite for loops/gates/switches/maps), or None."""
         attr = self.node(node_id).attr
-        return getattr(self, attr) if attr else None
+        return self._modules[attr] if attr else None
 
     def children_graphs(self) -> dict[str, Graph]:
         """Labelled graphs nested directly as steps: label -> Graph."""
-        out: dict[str, Graph] = {}
+        return {label: child for label, (_, child) in self._child_index().items()}
+
+    def _child_index(self) -> dict[str, tuple[Node, Graph]]:
+        """label -> (the node running it, the child Graph), first node first.
+
+        Path lookups ask for it once per segment, so it is kept, and made anew only when a step
+        was replaced since (one C-level comparison of the registered modules, not a scan of
+        the nodes in Python).
+        """
+        modules = list(self._modules.values())
+        cached = self.__dict__.get("_children_cache")
+        if cached is not None and cached[0] == modules:
+            return cached[1]
+        out: dict[str, tuple[Node, Graph]] = {}
         for node in self._nodes:
-            module = self.module_of(node.id) if node.attr else None
-            if isinstance(module, Graph) and module.label:
-                out[module.label] = module
+            module = self._modules[node.attr] if node.attr else None
+            if isinstance(module, Graph) and module.label and module.label not in out:
+                out[module.label] = (node, module)
+        self.__dict__["_children_cache"] = (modules, out)
         return out
 
     def tag_names(self) -> list[str]:

@@ -111,15 +111,30 @@ def _module_fingerprint(module: nn.Module, out: list[str], prefix: str = "") -> 
         out.append(f"G{module.structural_hash()}")
         return
     out.append(f"R{module.extra_repr()}")
-    for name, value in sorted(vars(module).items()):
-        if not name.startswith("_") and is_plain_callable(value):
-            out.append(f"F{name}|{callable_identity(value)}")
-    for name, p in sorted(module.named_parameters(recurse=False)):
-        out.append(f"P{name}|{tuple(p.shape)}")
-    for name, b in sorted(module.named_buffers(recurse=False)):
-        out.append(f"B{name}|{tuple(b.shape)}")
+    # Filtered before sorting (names are unique, so the order is the same): a module's instance
+    # dict holds a dozen private entries, and this runs once per node of every build.
+    plain = [(k, v) for k, v in vars(module).items() if k[:1] != "_" and is_plain_callable(v)]
+    for name, value in sorted(plain):
+        out.append(f"F{name}|{callable_identity(value)}")
+    for name, shape in _own_tensors(module._parameters):
+        out.append(f"P{name}|{shape}")
+    for name, shape in _own_tensors(module._buffers):
+        out.append(f"B{name}|{shape}")
     for name, child in module.named_children():
         _module_fingerprint(child, out, f"{prefix}.{name}")
+
+
+def _own_tensors(tensors: dict[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of a module's own parameters or buffers, sorted by name: what
+    ``named_parameters(recurse=False)`` lists (no ``None``, a tensor registered twice once),
+    without its generator machinery."""
+    seen: set[int] = set()
+    found = []
+    for name, value in tensors.items():
+        if value is not None and id(value) not in seen:
+            seen.add(id(value))
+            found.append((name, tuple(value.shape)))
+    return sorted(found)
 
 
 def structural_hash(graph: Graph) -> str:

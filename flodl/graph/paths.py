@@ -57,14 +57,7 @@ class PathTarget:
 
 
 def _children(graph: Graph) -> dict[str, tuple[Node, Graph]]:
-    from flodl.graph.graph import Graph as _Graph
-
-    out: dict[str, tuple[Node, Graph]] = {}
-    for node in graph.nodes:
-        module = graph.module_of(node.id) if node.attr else None
-        if isinstance(module, _Graph) and module.label and module.label not in out:
-            out[module.label] = (node, module)
-    return out
+    return graph._child_index()
 
 
 def all_paths(graph: Graph, prefix: str = "") -> list[str]:
@@ -132,11 +125,11 @@ def _in_graph(
             )
         node, kind = graph.node(graph.tag_map[seg]), PathKind.TAG
     else:
-        found = [n for n in graph.nodes if seg in (n.id, n.attr)]
-        if not found:
+        found = _node_named(graph, seg)
+        if found is None:
             what = "a child graph label" if not last else "a child graph, tag or node"
             raise _fail(root, path, f'"{seg}" is not {what} of {where}')
-        node, kind = found[0], PathKind.NODE
+        node, kind = found, PathKind.NODE
     module = _module(graph, node)
     if last:
         return PathTarget(path, kind, graph, seg, node, module)
@@ -175,6 +168,17 @@ def _in_module(
     if last:
         return PathTarget(path, PathKind.MODULE, graph, seg, node, sub)
     return _in_module(root, path, graph, node, sub, segments, i + 1)
+
+
+def _node_named(graph: Graph, name: str) -> Node | None:
+    """The node with id ``name``, else the first whose module is registered as ``name``."""
+    node = graph._node_index.get(name)
+    if node is not None:
+        return node
+    module = graph._modules.get(name)
+    if module is None:
+        return None
+    return next((n for n in graph.nodes if n.attr == name), None)
 
 
 def _module(graph: Graph, node: Node) -> nn.Module | None:

@@ -108,7 +108,7 @@ def test_the_direct_variant_calls_forward_and_the_ordinary_one_calls_the_module(
     graph = fl.FlowBuilder(nn.Linear(2, 2)).through(torch.relu).build()
     assert "_m['linear_1'](input)" in graph.code  # graph.code shows the ordinary variant
     assert "_m['relu_2'](v_linear_1)" in graph.code  # an Fn step too: its hooks fire
-    direct = graph._direct_fn.__code__.co_filename
+    direct = graph._direct_forward().__code__.co_filename
     import linecache
 
     source = "".join(linecache.cache[direct][2])
