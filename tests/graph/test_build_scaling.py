@@ -11,9 +11,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import flodl as fl
 import torch
 from torch import nn
+
+import flodl as fl
 
 
 def lines_run(fn: Callable[[], Any]) -> int:
