@@ -337,6 +337,16 @@ class Graph(
     def _install(self) -> None:
         """Generate, compile and bind ``forward`` (also after unpickling or deepcopy)."""
         self._forward_fn = self._compile_forward(frozenset())
+        compiled = self.__dict__.get("_compile_args")
+        if compiled is not None and not self._profiling:
+            # compile(): torch.compile of this graph's own generated function, whose code object
+            # no other graph shares, so each compiled graph has its own dynamo cache (compiling
+            # nn.Module._call_impl would put every graph in one cache and hit its limit). No
+            # direct variant: under dynamo the ordinary calls are what is traced.
+            args, kwargs = compiled
+            self._forward_fn = torch.compile(self._forward_fn, *args, **kwargs)
+            self._direct_fn = self._direct_plan = None
+            return
         # The direct-dispatch variant (see flodl.graph.dispatch); none while profiling. Its
         # code is generated on the first pass that can use it (_direct_forward), so build()
         # compiles one forward, not two, and a graph that never runs directly none.
@@ -399,6 +409,37 @@ class Graph(
             return (self._direct_fn or self._direct_forward())(self, *args, **kwargs)
         return self._forward_fn(self, *args, **kwargs)
 
+    def compile(self, *args: Any, **kwargs: Any) -> Graph:  # type: ignore[override]
+        """Compile this graph with :func:`torch.compile`, in place; returns the graph itself.
+
+        Arguments go to ``torch.compile`` as given (``backend=``, ``mode=``, ``fullgraph=``,
+        ``dynamic=``...). The graph's generated forward is compiled; the module is not
+        wrapped: ``state_dict()`` keys, parameters and ``train()``/``eval()`` behave as before,
+        and compiling happens on the first call (again after ``train()``/``eval()`` switches,
+        once per mode). A graph without halting loops or switches traces into one graph with no
+        breaks, so ``fullgraph=True`` holds for it; a halting loop or a switch breaks where it
+        reads a value on the host. Hooks on the graph itself run outside the compiled code;
+        hooks on its steps are compiled in when registered before the first call (torch does
+        not watch for hooks added later). While profiling, the graph runs its profiled forward
+        uncompiled. A deep copy or an unpickled copy is compiled with the same arguments (they
+        must pickle too). See "Compiling a graph" in ``docs/graph-builder.md``.
+
+        >>> import torch
+        >>> import flodl as fl
+        >>> from torch import nn
+        >>> g = fl.FlowBuilder(nn.Linear(3, 3)).through(nn.ReLU()).build().compile(backend="eager")
+        >>> g(torch.ones(2, 3)).shape, sorted(g.state_dict())
+        (torch.Size([2, 3]), ['linear_1.bias', 'linear_1.weight'])
+        """
+        self.__dict__["_compile_args"] = (args, kwargs)
+        self._install()
+        return self
+
+    @property
+    def is_compiled(self) -> bool:
+        """True once :meth:`compile` was called (on this graph, or on the one it was copied from)."""
+        return "_compile_args" in self.__dict__
+
     def __getstate__(self) -> dict[str, Any]:
         from flodl.graph.pickling import GUARD_KEY, guard
 
@@ -406,7 +447,8 @@ class Graph(
         stop = guard(self)
         state: dict[str, Any] = {GUARD_KEY: stop} if stop is not None else {}
         state.update(self.__dict__)
-        for name in ("_forward_fn", "_direct_fn", "_direct_plan", "_node_index", "_children_cache"):
+        drop = ("_forward_fn", "_direct_fn", "_direct_plan", "_node_index", "_children_cache")
+        for name in drop:  # made anew by _install (a compiled forward from _compile_args)
             state.pop(name, None)
         state["_tagged"] = {}
         state["_state"] = {
