@@ -44,13 +44,13 @@ STATIC: dict[str, Callable[[], fl.Graph]] = {
         .split(nn.Linear(4, 4), nn.Tanh())
         .merge(fl.MergeOp.MEAN)
         .build()
-    ),  # fmt: skip
+    ),
     "for_n": lambda: fl.FlowBuilder(nn.Linear(4, 4)).loop_body(nn.Linear(4, 4)).for_n(3).build(),
     "gate": lambda: (
         fl.FlowBuilder(nn.Linear(4, 4))
         .gate(fl.nn.SoftmaxRouter(4, 2), nn.Linear(4, 4), nn.Tanh())
         .build()
-    ),  # fmt: skip
+    ),
     "map": lambda: fl.FlowBuilder(nn.Linear(4, 4)).map(nn.Linear(4, 4)).each().build(),
     "outputs": lambda: (
         fl.FlowBuilder(nn.Linear(4, 4))
@@ -59,7 +59,7 @@ STATIC: dict[str, Callable[[], fl.Graph]] = {
         .tag("b")
         .output("a", "b")
         .build()
-    ),  # fmt: skip
+    ),
     "forward_ref": lambda: (
         fl.FlowBuilder(nn.Linear(4, 4))
         .through(fl.nn.StateAdd())
@@ -67,12 +67,12 @@ STATIC: dict[str, Callable[[], fl.Graph]] = {
         .through(nn.Tanh())
         .tag("h")
         .build()
-    ),  # fmt: skip
+    ),
     "nested": lambda: (
         fl.FlowBuilder(fl.FlowBuilder(nn.Linear(4, 4)).tag("z").label("enc").build())
         .through(nn.Linear(4, 4))
         .build()
-    ),  # fmt: skip
+    ),
 }
 
 
