@@ -13,7 +13,19 @@ every day are imported here by name from the subpackage that defines them. ``__a
 the public top level, the list docs/development.md ("Public and internal names") documents.
 """
 
-from flodl import checkpoint, data, device, graph, log, monitor, nn, optim, random, train
+from flodl import (
+    checkpoint,
+    cuda_graph,
+    data,
+    device,
+    graph,
+    log,
+    monitor,
+    nn,
+    optim,
+    random,
+    train,
+)
 from flodl._version import __version__
 from flodl.checkpoint import (
     CheckpointError,
@@ -39,6 +51,12 @@ from flodl.checkpoint import (
     save_optimizer_state,
     save_training_state,
     sidecar_config_path,
+)
+from flodl.cuda_graph import (
+    CapturedStep,
+    CudaGraphError,
+    cuda_graph_capture,
+    cuda_graph_pool_handle,
 )
 from flodl.device import (
     DeviceError,
@@ -113,9 +131,11 @@ __all__ = [
     "ApplyPolicy",
     "AverageBackend",
     "BuildIssue",
+    "CapturedStep",
     "CheckpointError",
     "CheckpointInfo",
     "CheckpointWarning",
+    "CudaGraphError",
     "DdpConfig",
     "DeviceError",
     "ElChe",
@@ -173,6 +193,9 @@ __all__ = [
     "cuda_available",
     "cuda_device_count",
     "cuda_empty_cache",
+    "cuda_graph",
+    "cuda_graph_capture",
+    "cuda_graph_pool_handle",
     "cuda_memory_info",
     "cuda_peak_active_bytes",
     "cuda_peak_reserved_bytes",

@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "log": 1,
     "smoke": 1,
     "device": 1,
+    "cuda_graph": 1,
     "random": 1,
     "nn": 2,
     "optim": 2,
