@@ -50,6 +50,7 @@ _CALL_PATH_IS_TORCHS = all(
     getattr(f, "__module__", None) == "torch.nn.modules.module" for f in _CALL
 )
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_HOOK_SET = frozenset(_HOOK_DICTS)
 _is_compiling = torch.compiler.is_compiling
 _tracing = torch._C._get_tracing_state
 
@@ -112,9 +113,7 @@ class Plan:
         module = container._modules[key]
         assert module is not None
         state = vars(module)
-        if called and (
-            type(module) not in known_types() or not all(name in state for name in _HOOK_DICTS)
-        ):
+        if called and (type(module) not in (_KNOWN or known_types()) or _HOOK_SET - state.keys()):
             return module
         self.containers.append(container._modules)
         self.keys.append(key)

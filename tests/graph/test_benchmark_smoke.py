@@ -23,6 +23,7 @@ from tests.conftest import REPO_ROOT, clean_env
         ("graph_tree_overhead.py", "graph_tree", 6, ("vs_plain", "vs_graph")),
         ("porting_vocabulary.py", "porting_vocabulary", 4, ("ratio", "a_a_ratio")),
         ("gpu.py", "gpu", 11, ("ratio", "a_a_ratio")),
+        ("graph_build.py", "graph_build", 12, ("build_ms", "ms_per_1000")),
     ],
 )
 def test_benchmark_smoke_run_writes_a_complete_report(tmp_path, script, stem, rows, ratios):

@@ -199,6 +199,21 @@ def test_an_adaptive_loop_breaks_at_each_halt_check_and_still_matches_eager():
     torch._dynamo.reset()
     compiled = copy.deepcopy(graph).compile(backend="eager")
     assert torch.equal(compiled(x), graph(x))
+    # halting after another number of iterations reuses the pieces compiled on the first call
+    backend = Counting()
+    doubling = (
+        fl.FlowBuilder(nn.Identity())
+        .loop_body(lambda t: t * 2)
+        .until_cond(fl.nn.ThresholdHalt(10.0), 6)
+        .build()
+    )
+    twin = copy.deepcopy(doubling).compile(backend=backend)
+    counts = []
+    for start in (1.0, 6.0, 0.01, 3.0):  # halts after 4, 1, 6 (the most), 2 iterations
+        row = torch.full((1, 2), start)
+        assert torch.equal(twin(row), doubling(row))
+        counts.append(backend.graphs)
+    assert counts[0] > 0 and len(set(counts)) == 1, counts
     # fullgraph=True refuses: the halt decision is a value read on the host
     with pytest.raises((torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError)):
         copy.deepcopy(graph).compile(backend="eager", fullgraph=True)(x)
