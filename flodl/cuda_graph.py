@@ -96,7 +96,8 @@ class CapturedStep:
         return self.output
 
     def __call__(self, *inputs: torch.Tensor) -> Any:
-        """Copy ``inputs`` into the static inputs (same shapes, dtypes, device), then replay."""
+        """Copy ``inputs`` into the static inputs (same shapes and dtypes; tensors on another
+        device are copied over), then replay; returns ``output``."""
         if len(inputs) != len(self.inputs):
             raise CudaGraphError(
                 f"the captured step takes {len(self.inputs)} input(s), got {len(inputs)}"

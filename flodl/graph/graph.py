@@ -366,7 +366,8 @@ class Graph(
 
     def _compile_forward(self, direct: frozenset[int]) -> Callable[..., Any]:
         """The generated forward; ``direct``: ids of the modules it calls through ``forward``."""
-        modules = {n.id: self._modules[n.attr] for n in self._nodes if n.attr}
+        found = self._modules
+        modules = {n.id: m for n in self._nodes if n.attr and (m := found[n.attr]) is not None}
         generated = generate(
             list(self._nodes),
             modules,

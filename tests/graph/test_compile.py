@@ -220,6 +220,21 @@ def test_an_adaptive_loop_breaks_at_each_halt_check_and_still_matches_eager():
 
 
 @pytest.mark.slow
+def test_a_switch_breaks_where_it_reads_the_choice_and_still_matches_eager():
+    torch.manual_seed(0)
+    graph = (
+        fl.FlowBuilder(nn.Linear(4, 4))
+        .switch(fl.nn.ArgmaxSelector(4, 2), nn.Linear(4, 4), nn.Tanh())
+        .build()
+    )
+    x = torch.randn(3, 4)
+    explained = torch._dynamo.explain(graph)(x)
+    assert explained.graph_break_count > 0
+    torch._dynamo.reset()
+    assert torch.equal(copy.deepcopy(graph).compile(backend="eager")(x), graph(x))
+
+
+@pytest.mark.slow
 def test_the_default_inductor_backend_matches_eager():
     torch.manual_seed(0)
     graph = chain()
