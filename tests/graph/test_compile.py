@@ -156,6 +156,23 @@ def test_hooks_on_the_graph_and_on_steps_registered_before_the_first_call_run():
     assert calls == ["graph"] and torch.equal(out, torch.zeros(2, 4))
 
 
+def test_a_hook_added_after_the_first_call_needs_torchs_hook_guards():
+    x = torch.randn(2, 4)
+    graph = chain().compile(backend="eager")
+    graph(x)
+    handle = graph.linear_3.register_forward_hook(lambda m, i, o: o * 0)
+    assert graph(x).abs().sum() > 0  # torch's default: hooks added later are not looked for
+    handle.remove()
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(skip_nnmodule_hook_guards=False):  # the documented knob
+        graph = chain().compile(backend="eager")
+        graph(x)
+        handle = graph.linear_3.register_forward_hook(lambda m, i, o: o * 0)
+        assert torch.equal(graph(x), torch.zeros(2, 4))
+        handle.remove()
+        assert graph(x).abs().sum() > 0
+
+
 def test_copies_and_pickles_stay_compiled():
     graph = chain().compile(backend="eager")
     x = torch.randn(2, 4)
