@@ -107,9 +107,9 @@ def test_static_graphs_trace_into_one_graph_and_match_eager(shape):
         assert torch.equal(compiled.tagged(tag), eager.tagged(tag))
 
 
-def test_compile_is_in_place_and_keeps_state_dict_keys():
+def test_compile_is_in_place_and_keeps_state_dict_keys(tmp_path):
     graph = chain()
-    keys = list(graph.state_dict())
+    keys, digest = list(graph.state_dict()), graph.structural_hash()
     assert not graph.is_compiled
     assert graph.compile(backend="eager") is graph and graph.is_compiled
     x = torch.randn(2, 4)
@@ -119,6 +119,12 @@ def test_compile_is_in_place_and_keeps_state_dict_keys():
     twin.load_state_dict(graph.state_dict())
     assert torch.equal(twin(x), graph(x))
     graph.load_state_dict(chain().state_dict())  # and loads into the compiled graph
+    assert graph.structural_hash() == digest
+    graph.save_checkpoint(tmp_path / "c.fdl")  # checkpoints go both ways too
+    fresh = chain()
+    assert fresh.load_checkpoint(tmp_path / "c.fdl").complete
+    assert torch.equal(fresh(x), graph(x))
+    assert graph.load_checkpoint(tmp_path / "c.fdl").complete
 
 
 def test_each_compiled_graph_has_its_own_cache():
