@@ -51,14 +51,9 @@ from typing import Any
 
 import torch
 
-from flodl.errors import FlodlError
+from flodl.errors import CudaGraphError
 
 __all__ = ["CapturedStep", "CudaGraphError", "cuda_graph_capture", "cuda_graph_pool_handle"]
-
-
-class CudaGraphError(FlodlError, RuntimeError):
-    """A CUDA graph cannot be captured or replayed as asked (no GPU, a CPU tensor, a shape change,
-    an optimizer that is not capturable)."""
 
 
 def _need_cuda(what: str) -> None:

@@ -16,6 +16,7 @@ parentheses is a second base, so code written against plain Python or torch stil
     Exception
      └── FlodlError                                 flodl.errors
           ├── DeviceError (RuntimeError)            flodl.errors
+          ├── CudaGraphError (RuntimeError)         flodl.errors
           ├── RngError (ValueError)                 flodl.errors
           ├── InitError (ValueError)                flodl.nn.errors
           ├── FunctionalError (ValueError)          flodl.nn.errors
@@ -89,6 +90,11 @@ class DeviceError(FlodlError, RuntimeError):
 
 class RngError(FlodlError, ValueError):
     """A seed or a sampling argument was out of range."""
+
+
+class CudaGraphError(FlodlError, RuntimeError):
+    """A CUDA graph cannot be captured or replayed as asked (no GPU, a CPU tensor, a shape change,
+    an optimizer that is not capturable)."""
 
 
 def _renamed(module: str, renamed: Mapping[str, type[BaseException]]) -> Callable[[str], type]:

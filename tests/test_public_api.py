@@ -16,9 +16,15 @@ import pytest
 import flodl
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC_TOP_MODULES = ["flodl/device.py", "flodl/random.py", "flodl/log.py", "flodl/smoke.py"]
+PUBLIC_TOP_MODULES = [
+    "flodl/cuda_graph.py",
+    "flodl/device.py",
+    "flodl/random.py",
+    "flodl/log.py",
+    "flodl/smoke.py",
+]
 # Subpackages whose public names are also ``fl.<name>``; the others stay namespaces.
-RE_EXPORTED = ["checkpoint", "device", "graph", "monitor", "random", "train"]
+RE_EXPORTED = ["checkpoint", "cuda_graph", "device", "graph", "monitor", "random", "train"]
 
 
 def declaring_files() -> list[Path]:
