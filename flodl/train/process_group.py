@@ -16,6 +16,7 @@ exception is read from ``sys.last_value``, which the interpreter sets before ate
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -26,6 +27,24 @@ import torch.distributed as dist
 from flodl.train.config import TIMEOUT
 
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _bind_default_group_lazily() -> None:
+    """Import ``torch.distributed.nn.functional`` now, before any process group exists.
+
+    Its functions take ``group=group.WORLD`` as a default argument, evaluated when the module is
+    first imported, and building any torch optimizer imports it (through ``torch._dynamo``).
+    Imported after a group started, those defaults hold the group for the life of the process:
+    ``destroy_process_group`` cannot free it and its gloo threads keep running until the
+    interpreter shuts down (see :func:`leave_group` for why that aborts). Imported before any
+    group exists, the defaults hold nothing.
+    """
+    if dist.is_available() and not dist.is_initialized():
+        with contextlib.suppress(ImportError):  # a build without it has nothing holding a group
+            import torch.distributed.nn.functional  # noqa: F401
+
+
+_bind_default_group_lazily()
 
 
 def under_launcher() -> bool:

@@ -470,3 +470,53 @@ def test_an_uncaught_exception_ends_the_torchrun_job_at_once(tmp_path):
     assert result.returncode != 0
     assert "RuntimeError: rank 1 fails" in result.stderr
     assert not marker.exists()  # rank 0 was stopped before its 40 s of training ended
+
+
+GROUP_TEARDOWN = """
+import os
+import torch, torch.distributed as dist
+import flodl
+from flodl.train.process_group import init_launched_group, leave_group
+
+def gloo_threads():
+    tasks = f"/proc/{os.getpid()}/task"
+    names = [open(f"{tasks}/{t}/comm").read().strip() for t in os.listdir(tasks)]
+    return sorted(n for n in names if "gloo" in n)
+
+init_launched_group("gloo", 30)
+torch.optim.SGD([torch.zeros(2, requires_grad=True)], lr=0.1)  # imports torch._dynamo & co.
+dist.all_reduce(torch.ones(3))
+print("during", gloo_threads())
+leave_group()
+print("after", gloo_threads())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads thread names in /proc")
+def test_leaving_the_group_ends_its_threads_even_after_building_an_optimizer():
+    # Building a torch optimizer after the group exists imports torch.distributed.nn.functional,
+    # whose functions take the default group as a default argument: a group captured there
+    # outlived destroy_process_group, with its gloo threads running until the interpreter
+    # shut down, where one releasing a tensor aborted the process.
+    from tests.conftest import clean_env
+    from tests.train.test_multinode import free_port
+
+    env = clean_env(
+        OMP_NUM_THREADS="1",
+        RANK="0",
+        WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", GROUP_TEARDOWN],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    during, after = result.stdout.splitlines()
+    assert "pt_gloo_runloop" in during  # the probe sees the group's worker threads
+    assert after == "after []", result.stdout
