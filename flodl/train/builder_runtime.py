@@ -52,7 +52,7 @@ from flodl.train.transport import (
     RankChannel,
     client,
 )
-from flodl.train.worker import FINAL_ROUND, Worker
+from flodl.train.worker import FINAL_ROUND, Worker, forwarded_events
 
 FINAL_KEY = "final"
 
@@ -309,6 +309,8 @@ class CoordinatorThread(threading.Thread):
         )
         self._metrics = KeyWriter(self.channel.store, "metrics")
         self._late_events: list[dict[str, Any]] = []  # sent with the ranks' Exiting messages
+        # The anchor El Che starts from: a change the first batch of messages makes is a change.
+        self._anchor = None if self.coord.el_che is None else self.coord.el_che.anchor
 
     def _send(self, out) -> None:
         for rank, msg in out:
@@ -321,8 +323,7 @@ class CoordinatorThread(threading.Thread):
         """A timeline event (and a debug line) when El Che moved the anchor."""
         el_che = self.coord.el_che
         anchor = None if el_che is None else el_che.anchor
-        before = getattr(self, "_anchor", anchor)
-        self._anchor = anchor
+        before, self._anchor = self._anchor, anchor
         if anchor != before:
             log.debug("El Che anchor %s -> %s", before, anchor)
             timeline.emit("anchor_changed", **{"from": before, "to": anchor})
@@ -377,6 +378,9 @@ class CoordinatorThread(threading.Thread):
             if errors:
                 self._send([(r, Shutdown()) for r in range(self.world) if r not in exited])
             self._collect_finals(finals, errors, exited)
+            self._note_anchor()
+            # This thread's own events after rank 0's worker sent its last message.
+            self._late_events += forwarded_events()
             if self._late_events:  # on the metrics stream, so they arrive before the result
                 self._metrics.put(RankEvents(sorted(self._late_events, key=lambda e: e["wall"])))
             state = final_state(finals)

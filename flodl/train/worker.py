@@ -212,7 +212,7 @@ class Worker:
             resources=self._sampler.sample().to_json() if self._sampler is not None else {},
             idle_ms=idle,
             wall_ms=wall,
-            events=_forwarded_events(),
+            events=forwarded_events(),
         )
 
     # -- control ---------------------------------------------------------------------------------
@@ -287,13 +287,13 @@ class Worker:
             if isinstance(err, CollectiveError):
                 self._send_snapshot(FINAL_ROUND)
             error = _describe(err, self)
-            self.channel.send(Exiting(self.rank, error=error, events=_forwarded_events()))
+            self.channel.send(Exiting(self.rank, error=error, events=forwarded_events()))
             raise
         # The last checkpoint's background write ends (and emits its event) before this rank
         # says it is done, so the events sent with Exiting include it.
         flush_checkpoints()
         self._send_snapshot(FINAL_ROUND)
-        self.channel.send(Exiting(self.rank, events=_forwarded_events()))
+        self.channel.send(Exiting(self.rank, events=forwarded_events()))
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -354,7 +354,7 @@ class Worker:
         self.channel.send(SyncAck(self.rank, version, self.local_step, divergence, sync_ms))
 
 
-def _forwarded_events() -> list[dict[str, Any]]:
+def forwarded_events() -> list[dict[str, Any]]:
     """The timeline events this rank process collected since the last call (when forwarding)."""
     forwarded = timeline.forwarder()
     return forwarded.drain() if forwarded is not None else []
