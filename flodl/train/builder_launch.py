@@ -157,22 +157,74 @@ class MetricsFeed:
 
 
 def _spawn_entry(rank: int, world: int, payload: bytes, host: str, port: int, device: str) -> None:
+    reported: list[BaseException] = []
+
+    def report(err: BaseException) -> None:
+        if isinstance(err, TrainingError):
+            return  # the coordinator's own verdict: the parent reports it once
+        reported.append(err)
+        _report_crash(host, port, rank, traceback.format_exc())
+
     try:
         # Unpickled here, not by multiprocessing, so a function this process cannot import is
         # reported through the crash channel like any other failure.
         spec = pickle.loads(payload)
-        rank_main(rank, world, spec, host, port, device)
+        rank_main(rank, world, spec, host, port, device, on_crash=report)
     except TrainingError:
         sys.exit(1)  # the parent reports the failing rank's traceback once
-    except BaseException:
-        details = traceback.format_exc()
-        try:
-            dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=5)).set(
-                f"crash/{rank}", details
-            )
-        except Exception:
-            sys.stderr.write(details)
+    except BaseException as err:
+        if not reported:  # raised before training started (unpickling, joining the group)
+            report(err)
         sys.exit(1)
+
+
+CRASH_ORDER_KEY = "crash-order"
+
+
+def _report_crash(host: str, port: int, rank: int, details: str) -> None:
+    """Tell the supervising process what this rank raised, numbered in the order reports arrive.
+
+    Written before the rank tears anything down, so a report outranks what the failure then
+    causes: its heartbeat stopping, its peers' collectives failing, a slow exit.
+    """
+    try:
+        store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=5))
+        order = store.add(CRASH_ORDER_KEY, 1)
+        store.set(f"crash/{rank}", f"{order}\n{details}")
+    except Exception:
+        sys.stderr.write(details)
+
+
+def read_crash(store: dist.TCPStore, rank: int) -> tuple[int, str] | None:
+    """(arrival order, traceback) of what ``rank`` reported raising, if it did."""
+    if not store.check([f"crash/{rank}"]):
+        return None
+    order, _, details = store.get(f"crash/{rank}").decode().partition("\n")
+    return int(order), details
+
+
+# Failures a rank reports when a peer stopped under it: never the cause while another rank
+# has a report of its own or died without one.
+_CONSEQUENCES = ("CollectiveFailed", "Connection closed by peer", "Connection reset by peer")
+
+
+def blame(
+    failed: dict[int, int | None], crashes: dict[int, tuple[int, str]], stuck: set[int]
+) -> int:
+    """The rank that caused a failure, of the ranks ``failed`` (rank -> exit code, None while
+    its process is still exiting). In order: the first report that is not a consequence of a
+    peer stopping; a rank frozen (``stuck``) or killed (no report); the first report."""
+    causes = sorted((o, r) for r, (o, d) in crashes.items() if r in failed and not _follows(d))
+    if causes:
+        return causes[0][1]
+    silent = sorted(r for r in failed if r in stuck or r not in crashes)
+    if silent:
+        return silent[0]
+    return min((o, r) for r, (o, _) in crashes.items() if r in failed)[1]
+
+
+def _follows(details: str) -> bool:
+    return any(mark in details for mark in _CONSEQUENCES)
 
 
 class SpawnedRun:
@@ -252,39 +304,58 @@ class SpawnedRun:
     def _supervise(self) -> TrainedState:
         grace: float | None = None
         beats = Heartbeats(self.store, self.world, self.spec.timeout)
+        crashes: dict[int, tuple[int, str]] = {}  # rank -> (arrival order, traceback)
+        suspects: dict[int, float] = {}  # silent ranks with no report yet: since when
         reported: set[int] = set()
         while True:
             if self.store.check([FINAL_KEY]):
                 return wait_final(self.store, 0)
-            dead = [
-                (r, p.exitcode) for r, p in enumerate(self.processes) if p.exitcode not in (None, 0)
-            ]
-            for rank, code in dead:
+            for r in range(self.world):
+                if r not in crashes and (crash := read_crash(self.store, r)) is not None:
+                    crashes[r] = crash
+            alive = [r for r, p in enumerate(self.processes) if p.exitcode is None]
+            silent = dict(beats.silent(alive))
+            # A rank that reported an exception and then went silent is exiting, not frozen;
+            # one still beating may be finishing its part (rank 0's coordinator publishing).
+            failed: dict[int, int | None] = {
+                r: p.exitcode for r, p in enumerate(self.processes) if p.exitcode
+            }
+            failed.update({r: None for r in silent if r in crashes})
+            for rank in sorted(failed):
                 if rank not in reported:  # tell the coordinator: it stops the others and
                     reported.add(rank)  # publishes the survivors' average with the error
-                    self.store.set(f"dead/{rank}", self._death_message(rank, code))
-            if dead and grace is None:
+                    self.store.set(f"dead/{rank}", self._death_message(rank, failed[rank], crashes))
+            if failed and grace is None:
                 # Rank 0 (the coordinator) gone, or survivors that cannot finish: do not wait long.
-                grace = time.monotonic() + (
-                    1.0 if dead[0][0] == 0 else min(self.spec.timeout, 10.0)
-                )
+                grace = time.monotonic() + (1.0 if 0 in failed else min(self.spec.timeout, 10.0))
             if grace is not None and time.monotonic() > grace:
-                rank, code = dead[0]
-                message = self._death_message(rank, code)
+                rank = blame(failed, crashes, set(self._stuck))
+                message = self._death_message(rank, failed[rank], crashes)
                 summary, _, details = message.partition("\n")
                 raise TrainingError(summary, rank=rank, details=details)
             if all(p.exitcode == 0 for p in self.processes) and not self.store.check([FINAL_KEY]):
                 raise TrainingError("every rank exited but no final state was published")
-            alive = [r for r, p in enumerate(self.processes) if p.exitcode is None]
-            if (stuck := beats.stuck(alive)) is not None:
-                rank, silent = stuck
+            now = time.monotonic()
+            for r in list(suspects):
+                if r not in silent or r in crashes:
+                    del suspects[r]
+            frozen = [
+                (r, t) for r, t in silent.items() if r not in crashes and r not in self._stuck
+            ]
+            for r, _ in frozen:
+                suspects.setdefault(r, now)
+            # Silence alone is confirmed for a moment: on a saturated machine a failing rank's
+            # report may still be on its way, and the report names the real cause.
+            confirmed = [(r, t) for r, t in frozen if now - suspects[r] >= SILENCE_CONFIRM_S]
+            if confirmed and not failed:
+                rank, quiet = max(confirmed, key=lambda c: c[1])
                 message = (
-                    f"rank {rank} stopped responding: no heartbeat for {silent:.0f} s (its process "
+                    f"rank {rank} stopped responding: no heartbeat for {quiet:.0f} s (its process "
                     "is frozen or blocked in native code) — every rank was stopped; if it was "
                     "busy, give it longer with .timeout(seconds)"
                 )
-                if rank == 0:  # it hosts the coordinator: nobody is left to average survivors
-                    raise TrainingError(message, rank=rank)
+                if rank == 0:
+                    raise TrainingError(message + RANK0_FROZEN, rank=rank)
                 # Like a killed rank: the frozen one goes (its peers' collectives then fail at
                 # once instead of at their timeout) and the coordinator averages the survivors.
                 self._stuck[rank] = message
@@ -293,14 +364,16 @@ class SpawnedRun:
                 self.processes[rank].kill()
             time.sleep(0.05)
 
-    def _death_message(self, rank: int, code: int | None) -> str:
-        """``rank N exited with code C`` and, below it, what the rank reported before dying."""
+    def _death_message(
+        self, rank: int, code: int | None, crashes: dict[int, tuple[int, str]]
+    ) -> str:
+        """``rank N exited with code C`` (or ``rank N failed`` while it is still exiting) and,
+        below it, what the rank reported raising."""
         if rank in self._stuck:  # killed by us for not responding: say why
             return self._stuck[rank]
-        details = ""
-        if self.store.check([f"crash/{rank}"]):
-            details = self.store.get(f"crash/{rank}").decode()
-        return f"rank {rank} exited with code {code}" + (f"\n{details}" if details else "")
+        details = crashes[rank][1] if rank in crashes else ""
+        head = f"rank {rank} failed" if code is None else f"rank {rank} exited with code {code}"
+        return head + (f"\n{details}" if details else "")
 
     @property
     def pids(self) -> list[int]:
@@ -315,6 +388,16 @@ class SpawnedRun:
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+
+
+# How long a silent heartbeat must stay unexplained (no exception report, no exit) before the
+# rank is taken for frozen.
+SILENCE_CONFIRM_S = 2.0
+
+RANK0_FROZEN = (
+    ". No partial state: rank 0 hosts the coordinator, which gathers and averages the survivors' "
+    "replicas, and it is frozen with it"
+)
 
 
 def heartbeat_timeout(timeout: float) -> float:
@@ -332,25 +415,21 @@ class Heartbeats:
         now = time.monotonic()
         self._seen = [(0, now) for _ in range(world)]
 
-    def stuck(self, ranks: list[int]) -> tuple[int, float] | None:
-        """(rank, seconds silent) of the rank silent the longest past the limit, if any.
+    def silent(self, ranks: list[int]) -> list[tuple[int, float]]:
+        """(rank, seconds silent) of every rank silent past the limit.
 
         A rank counts only from its first beat: starting a process (imports, CUDA) may take long,
         and one that dies while starting is caught by its exit code."""
         now = time.monotonic()
-        worst: tuple[int, float] | None = None
+        found = []
         for r in ranks:
             count = self._store.add(f"hb/{r}", 0)
             last, since = self._seen[r]
             if count != last:
                 self._seen[r] = (count, now)
-            elif (
-                count > 0
-                and now - since > self._limit
-                and (worst is None or now - since > worst[1])
-            ):
-                worst = (r, now - since)
-        return worst
+            elif count > 0 and now - since > self._limit:
+                found.append((r, now - since))
+        return found
 
 
 def run_under_launcher(spec: TrainSpec, on_epoch: Callable[[EpochMetrics], None]) -> TrainedState:

@@ -182,6 +182,7 @@ def rank_main(
     local_world: int | None = None,
     resume: ResumePoint | None = None,
     resume_token: str | None = None,
+    on_crash: Callable[[BaseException], None] | None = None,
 ) -> TrainedState:
     """One rank's process: join the group, train under the coordinator, return the final state.
 
@@ -190,7 +191,9 @@ def rank_main(
     timeout, raising :class:`CoordinatorGoneError` instead of waiting forever. ``local_world``: the
     ranks on this machine (default ``world``), which share its cores. ``resume``: start after
     that checkpoint; ``resume_token`` (rank 0): write a restart's training state with every
-    checkpoint (see :mod:`flodl.train.resume`).
+    checkpoint (see :mod:`flodl.train.resume`). ``on_crash(err)`` is called with an exception
+    leaving this function before anything is torn down: a peer's failure that the teardown
+    causes (its collective losing this rank) then always comes after this rank's own report.
     """
     set_rank(rank)
     torch_device = torch.device(device)
@@ -230,6 +233,10 @@ def rank_main(
             channel.close()
             flush_checkpoints()  # a rank process may end with os._exit: no atexit flush there
         return wait_final(store, spec.timeout)
+    except BaseException as err:
+        if on_crash is not None:
+            on_crash(err)
+        raise
     finally:
         if forwarder is not None:
             forwarder.remove()

@@ -15,6 +15,7 @@ import torch
 import flodl as fl
 from flodl.train.errors import TrainerConfigError
 from tests.train import toy
+from tests.train.leftovers import Leftovers
 
 DATA = toy.regression_data()
 
@@ -349,12 +350,52 @@ def seconds_since_injection(path) -> float:
     return time.time() - float(path.read_text())
 
 
+def run_leftovers(tmp_path, monkeypatch) -> Leftovers:
+    """Marks the ranks the test spawns (their environment) to find whatever they leave."""
+    leftovers = Leftovers(tmp_path)
+    for name, value in leftovers.env().items():
+        monkeypatch.setenv(name, value)
+    return leftovers
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_rank_0s_exception_is_blamed_not_its_silent_heartbeat_or_the_peer_it_took_down(
+    tmp_path, monkeypatch
+):
+    # Rank 0's dataset raises, then its process takes longer to exit than the heartbeat limit
+    # (as on a saturated machine), and rank 1 dies in the collective rank 0 left: the report of
+    # rank 0's exception, written before anything else happens, names the rank and the cause.
+    leftovers = run_leftovers(tmp_path, monkeypatch)
+    handle = (
+        fl.Trainer.builder(toy.make_model, toy.make_sgd, toy.mse_step)
+        .dataset(toy.rank0_failing_dataset)
+        .batch_size(16)
+        .num_epochs(2)
+        .devices(["cpu", "cpu"])
+        .threads_per_rank(1)
+        .timeout(10)
+        .run()
+    )
+    with pytest.raises(fl.TrainingError) as info:
+        handle.join()
+    err = info.value
+    assert err.rank == 0, str(err)
+    assert "stopped responding" not in str(err)
+    assert "ValueError: injected dataset failure on rank 0" in err.details
+    assert "rank0_failing_dataset" in err.details  # the original traceback
+    assert_no_process_left(handle.pids)  # the slow exit was cut short
+    leftovers.check()
+
+
 @pytest.mark.multiproc
 @pytest.mark.timeout(240)
 def test_an_exception_in_one_rank_surfaces_from_join_with_rank_step_and_traceback(
     tmp_path, monkeypatch
 ):
     monkeypatch.setenv(toy.INJECTED_AT, str(tmp_path / "injected"))
+    leftovers = run_leftovers(tmp_path, monkeypatch)
     handle = two_ranks(toy.failing_step, policy=fl.ApplyPolicy.SYNC, timeout=60).run()
     with pytest.raises(fl.TrainingError) as info:
         handle.join()
@@ -368,12 +409,14 @@ def test_an_exception_in_one_rank_surfaces_from_join_with_rank_step_and_tracebac
     assert err.partial is not None and len(err.partial.params) == 2  # the survivor's state
     assert len(handle.pids) == 2
     assert_no_process_left(handle.pids)
+    leftovers.check()
 
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(240)
 def test_a_killed_rank_fails_the_run_quickly_and_leaves_no_process(tmp_path, monkeypatch):
     monkeypatch.setenv(toy.INJECTED_AT, str(tmp_path / "injected"))
+    leftovers = run_leftovers(tmp_path, monkeypatch)
     handle = two_ranks(toy.crashing_step, timeout=60).run()
     with pytest.raises(fl.TrainingError, match="rank 1 exited with code 17") as info:
         handle.join()
@@ -384,6 +427,7 @@ def test_a_killed_rank_fails_the_run_quickly_and_leaves_no_process(tmp_path, mon
     assert info.value.partial is not None and len(info.value.partial.params) == 2
     assert len(handle.pids) == 2
     assert_no_process_left(handle.pids)
+    leftovers.check()
 
 
 @pytest.mark.multiproc
@@ -615,16 +659,22 @@ def test_metrics_arrive_while_ranks_train_and_the_stream_ends_without_join():
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(240)
-def test_a_frozen_rank_0_fails_join_naming_it_and_leaves_no_process():
+def test_a_frozen_rank_0_fails_join_naming_it_and_leaves_no_process(tmp_path, monkeypatch):
     # SIGSTOP freezes rank 0 whole, its coordinator thread included: only the supervising
     # process can notice (rank 0's heartbeat stops).
+    leftovers = run_leftovers(tmp_path, monkeypatch)
     handle = two_ranks(toy.freezing_rank0_step, timeout=10).run()
     with pytest.raises(fl.TrainingError, match="rank 0 stopped responding") as info:
         handle.join()
     assert info.value.rank == 0
+    # The survivors' replicas are averaged by the coordinator, which rank 0 hosts and which is
+    # frozen with it: there is no partial state, and the error says why.
+    assert info.value.partial is None
+    assert "No partial state: rank 0 hosts the coordinator" in str(info.value)
     assert handle.next_metrics() is None  # the stream ended too
     assert len(handle.pids) == 2
     assert_no_process_left(handle.pids)
+    leftovers.check()
 
 
 @pytest.mark.multiproc
@@ -634,6 +684,7 @@ def test_a_frozen_rank_1_fails_join_with_the_survivors_partial_state(tmp_path, m
     # SIGSTOP freezes rank 1 (possibly while rank 0 waits for it in a collective): like a killed
     # rank, the run fails naming it and rank 0's replica comes back on .partial.
     monkeypatch.setenv(toy.INJECTED_AT, str(tmp_path / "injected"))
+    leftovers = run_leftovers(tmp_path, monkeypatch)
     handle = two_ranks(toy.freezing_rank1_step, timeout=10, policy=policy).run()
     with pytest.raises(fl.TrainingError, match="rank 1 stopped responding") as info:
         handle.join()
@@ -642,6 +693,7 @@ def test_a_frozen_rank_1_fails_join_with_the_survivors_partial_state(tmp_path, m
     assert info.value.partial is not None and len(info.value.partial.params) == 2
     assert all(torch.isfinite(p).all() for p in info.value.partial.params)
     assert_no_process_left(handle.pids)
+    leftovers.check()
 
 
 @pytest.mark.multiproc

@@ -264,3 +264,23 @@ def freezing_rank1_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Te
         _mark_injection()
         os.kill(os.getpid(), signal.SIGSTOP)
     return mse_step(model, batch)
+
+
+SLOW_EXIT_S = 12.0  # past the heartbeat limit of a 10 s run timeout (5 s)
+
+
+def rank0_failing_dataset() -> tuple[torch.Tensor, torch.Tensor]:
+    """A dataset factory that raises in rank 0, whose process then takes long to exit.
+
+    As on a saturated machine: the failing rank's heartbeat has stopped (it is exiting) well
+    before its process is gone, and its peer dies of the failure too (its collective loses
+    rank 0). The failure must still be blamed on rank 0's exception, not on a silent heartbeat
+    or on the peer."""
+    import atexit
+
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_rank() == 0:
+        atexit.register(time.sleep, SLOW_EXIT_S)
+        raise ValueError("injected dataset failure on rank 0")
+    return regression_data()

@@ -1,0 +1,75 @@
+"""What a failed training run must not leave behind: processes, shared memory, temp files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+
+import psutil
+
+MARKER = "FLODL_TEST_RUN"
+SHM = Path("/dev/shm")
+# Caches torch keeps in the temp directory on purpose, for every later process of the user.
+CACHES = ("torchinductor_",)
+
+
+def _shm() -> set[str]:
+    return set(os.listdir(SHM)) if SHM.is_dir() else set()
+
+
+def _resource_tracker(proc: psutil.Process) -> bool:
+    """The test process's own multiprocessing helper: started by its first spawn (inheriting
+    that run's environment), shared by every later one, and ending with the test process."""
+    return proc.ppid() == os.getpid() and "multiprocessing.resource_tracker" in " ".join(
+        proc.cmdline()
+    )
+
+
+class Leftovers:
+    """A run's processes carry a marker in their environment and a temp directory of their own
+    (both from :meth:`env`), so whatever they leave — orphaned grandchildren of a launcher too —
+    is found by that, not confused with other programs'. :meth:`check` fails on any of it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.marker = uuid.uuid4().hex
+        self.tmpdir = tmp_path / "run-tmp"
+        self.tmpdir.mkdir()
+        self.shm = _shm()
+
+    def env(self) -> dict[str, str]:
+        return {MARKER: self.marker, "TMPDIR": str(self.tmpdir)}
+
+    def processes(self) -> list[psutil.Process]:
+        """Live processes started with this run's marker (this test's own process excluded)."""
+        found = []
+        for proc in psutil.process_iter():
+            if proc.pid == os.getpid():
+                continue
+            with contextlib.suppress(psutil.Error):
+                if (
+                    proc.environ().get(MARKER) == self.marker
+                    and proc.status() != psutil.STATUS_ZOMBIE
+                    and not _resource_tracker(proc)
+                ):
+                    found.append(proc)
+        return found
+
+    def check(self) -> None:
+        # A process may still be leaving when the failure is reported: it gets a bounded moment.
+        _, alive = psutil.wait_procs(self.processes(), timeout=10)
+        running = []
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    running.append(" ".join(proc.cmdline()))
+        assert not running, f"processes left running: {running}"
+        files = sorted(
+            str(p.relative_to(self.tmpdir))
+            for p in self.tmpdir.rglob("*")
+            if not p.relative_to(self.tmpdir).parts[0].startswith(CACHES)
+        )
+        assert not files, f"temp files left: {files}"
+        segments = sorted(_shm() - self.shm)
+        assert not segments, f"shared memory left in {SHM}: {segments}"
