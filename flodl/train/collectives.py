@@ -46,9 +46,8 @@ def _flat_collective(tensors: Sequence[torch.Tensor], op: Callable[[torch.Tensor
 def broadcast_from_rank_zero(tensors: list[torch.Tensor], group: Any) -> None:
     """Overwrite every rank's tensors with rank 0's (parameters at setup, buffers every step).
 
-    Done as an all_reduce SUM of rank 0's values and zeros from the others (exact: x + 0 = x):
-    a symmetric collective, because ranks whose last collective was gloo's one-sided broadcast
-    aborted now and then at exit ("terminate called without an active exception").
+    Done as an all_reduce SUM of rank 0's values and zeros from the others (exact: x + 0 = x),
+    in the same flattened buckets as the gradients.
     """
     first = dist.get_rank(group) == 0
 

@@ -11,8 +11,9 @@ import psutil
 
 MARKER = "FLODL_TEST_RUN"
 SHM = Path("/dev/shm")
-# Caches torch keeps in the temp directory on purpose, for every later process of the user.
-CACHES = ("torchinductor_",)
+# Not the run's to remove: torch's compile cache, kept on purpose for every later process, and
+# the log directory torchrun's agent leaves behind after every job, successful or not.
+CACHES = ("torchinductor_", "torchelastic_")
 
 
 def _shm() -> set[str]:

@@ -18,6 +18,7 @@ import flodl.checkpoint.background as background
 from flodl.train.errors import TrainerConfigError
 from tests.train import graph_ranks
 from tests.train.launched import run_launched
+from tests.train.leftovers import Leftovers
 
 
 def make_graph(seed: int = 0) -> fl.Graph:
@@ -301,6 +302,9 @@ def test_two_ranks_share_weights_partition_data_and_agree_on_missing_gradients()
         assert re.search(r"ranks would run \d to \d batches", out["uneven_error"])
 
 
+EXIT_ABORT = "terminate called without an active exception"
+
+
 def run_example(repo_root, *args: str, ranks: int = 1) -> str:
     """examples/graph_ddp.py alone or under torchrun (one thread per rank); its stdout."""
     from tests.conftest import clean_env
@@ -322,9 +326,6 @@ def run_example(repo_root, *args: str, ranks: int = 1) -> str:
     assert result.returncode == 0, result.stderr[-3000:]
     assert EXIT_ABORT not in result.stderr  # every rank exits cleanly
     return result.stdout
-
-
-EXIT_ABORT = "terminate called without an active exception"
 
 
 @pytest.mark.slow
@@ -459,17 +460,19 @@ def test_an_uncaught_exception_ends_the_torchrun_job_at_once(tmp_path):
 
     script, marker = tmp_path / "crash.py", tmp_path / "finished"
     script.write_text(CRASHING_RANK)
+    leftovers = Leftovers(tmp_path)
     result = subprocess.run(
         [*TORCHRUN_TWO_RANKS, str(script), str(marker)],
         capture_output=True,
         text=True,
         timeout=120,
-        env=clean_env(OMP_NUM_THREADS="1"),
+        env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
         check=False,
     )
     assert result.returncode != 0
     assert "RuntimeError: rank 1 fails" in result.stderr
     assert not marker.exists()  # rank 0 was stopped before its 40 s of training ended
+    leftovers.check()
 
 
 GROUP_TEARDOWN = """

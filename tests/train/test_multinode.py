@@ -27,6 +27,7 @@ import pytest
 
 from flodl.train.builder_runtime import intra_op_threads
 from tests.conftest import REPO_ROOT, clean_env
+from tests.train.leftovers import Leftovers
 
 JOB = str(REPO_ROOT / "tests" / "train" / "torchrun_job.py")
 LIMIT_S = 100  # per test: every torchrun job of it together
@@ -44,6 +45,7 @@ class Jobs:
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
+        self.env: dict[str, str] = {}  # added to every job's environment
         self.deadline = time.monotonic() + LIMIT_S
 
     def start(self, *torchrun_args: str, job_args: list[str], log: Path) -> subprocess.Popen:
@@ -51,7 +53,7 @@ class Jobs:
             [sys.executable, "-m", "torch.distributed.run", *torchrun_args, JOB, *job_args],
             stdout=log.open("w"),
             stderr=subprocess.STDOUT,
-            env=clean_env(OMP_NUM_THREADS="1"),
+            env=clean_env(OMP_NUM_THREADS="1", **self.env),
             start_new_session=True,
         )
         self.procs.append(proc)
@@ -187,8 +189,11 @@ def test_cpu_ranks_share_the_cores_of_their_own_machine():
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_graph_mode_resumes_to_the_parameters_of_the_uninterrupted_run(jobs, tmp_path):
+    leftovers = Leftovers(tmp_path)
+    jobs.env = leftovers.env()
     whole, restarted, _ = killed_and_whole(jobs, tmp_path, "graph")
     assert (tmp_path / "restarted" / "killed").is_file()
+    leftovers.check()  # nothing left by the killed rank, its restart or the whole run
     assert sorted(restarted) == [(0, 1), (1, 1)]
     assert (
         "checkpoint-0002.fdl (epoch 2 of 4, step 32)"
