@@ -22,9 +22,18 @@ import torch.multiprocessing as mp
 
 from flodl.log import get_logger
 from flodl.monitor import timeline
-from flodl.train.builder_runtime import FINAL_KEY, rank_main, run_single, wait_final
+from flodl.train.averaging import final_state
+from flodl.train.builder_runtime import (
+    COORDINATOR_LOST_KEY,
+    FINAL_KEY,
+    rank_main,
+    run_single,
+    survivor_key,
+    wait_final,
+)
 from flodl.train.checkpointing import SaveFdl
 from flodl.train.errors import CoordinatorGoneError, TrainerConfigError
+from flodl.train.messages import Snapshot
 from flodl.train.metrics import EpochMetrics, RankEvents
 from flodl.train.process_group import init_launched_group
 from flodl.train.resume import (
@@ -354,8 +363,8 @@ class SpawnedRun:
                     "is frozen or blocked in native code) — every rank was stopped; if it was "
                     "busy, give it longer with .timeout(seconds)"
                 )
-                if rank == 0:
-                    raise TrainingError(message + RANK0_FROZEN, rank=rank)
+                if rank == 0:  # it hosts the coordinator: the survivors hand their replicas here
+                    raise self._without_rank0(message)
                 # Like a killed rank: the frozen one goes (its peers' collectives then fail at
                 # once instead of at their timeout) and the coordinator averages the survivors.
                 self._stuck[rank] = message
@@ -363,6 +372,32 @@ class SpawnedRun:
                 self.store.set(f"dead/{rank}", message)
                 self.processes[rank].kill()
             time.sleep(0.05)
+
+    def _without_rank0(self, message: str) -> TrainingError:
+        """The error for a frozen rank 0, with the survivors' average on ``.partial``.
+
+        The coordinator (in rank 0's process) would have averaged them: instead the survivors
+        are told the coordinator is lost — before rank 0 is killed, so a survivor whose
+        collective then fails knows it too — and each hands in its replica (bounded wait)."""
+        self.store.set(COORDINATOR_LOST_KEY, message)
+        self.processes[0].kill()
+        finals: dict[int, Snapshot] = {}
+        deadline = time.monotonic() + min(self.spec.timeout, 10.0)
+        waiting = set(range(1, self.world))
+        while waiting and time.monotonic() < deadline:
+            for r in sorted(waiting):
+                if self.store.check([survivor_key(r)]):
+                    finals[r] = pickle.loads(self.store.get(survivor_key(r)))
+                    waiting.discard(r)
+                elif self.processes[r].exitcode is not None:
+                    waiting.discard(r)  # gone without handing anything in
+            time.sleep(0.05)
+        partial = final_state(finals)
+        if partial is None:
+            return TrainingError(message + RANK0_FROZEN, rank=0)
+        ranks = ", ".join(str(r) for r in sorted(finals))
+        note = f". The survivors' average (rank {ranks}) is on .partial"
+        return TrainingError(message + note, rank=0, partial=partial)
 
     def _death_message(
         self, rank: int, code: int | None, crashes: dict[int, tuple[int, str]]
@@ -396,7 +431,7 @@ SILENCE_CONFIRM_S = 2.0
 
 RANK0_FROZEN = (
     ". No partial state: rank 0 hosts the coordinator, which gathers and averages the survivors' "
-    "replicas, and it is frozen with it"
+    "replicas, and no survivor could hand its replica in instead"
 )
 
 

@@ -215,7 +215,12 @@ def rank_main(
     forwarder = timeline.EventForwarder().install() if forwarding else None
     try:
         channel = RankChannel(
-            host, port, rank, watch=heartbeat if watched else None, limit=spec.timeout
+            host,
+            port,
+            rank,
+            watch=heartbeat if watched else None,
+            limit=spec.timeout,
+            lost_key=None if watch_coordinator else COORDINATOR_LOST_KEY,
         )
         if rank == 0:
             coordinator = CoordinatorThread(spec, world, host, port, resume)
@@ -227,8 +232,12 @@ def rank_main(
         log.info("rank %d of %d joined on %s", rank, world, device)
         try:
             worker.run()
-        except CoordinatorLostError as err:
-            raise CoordinatorGoneError(str(err), rank=0) from None
+        except BaseException as err:
+            if not watch_coordinator and store.check([COORDINATOR_LOST_KEY]):
+                hand_in(store, worker)  # the supervising process averages the survivors
+            if isinstance(err, CoordinatorLostError):
+                raise CoordinatorGoneError(str(err), rank=0) from None
+            raise
         finally:
             channel.close()
             flush_checkpoints()  # a rank process may end with os._exit: no atexit flush there
@@ -253,6 +262,28 @@ def intra_op_threads(requested: int | None, local_world: int) -> int:
     """A CPU rank's intra-op threads: as requested, else an equal share of this machine's cores
     between the ranks on this machine (on several machines, not the whole world)."""
     return requested or max(1, (os.cpu_count() or 1) // max(local_world, 1))
+
+
+# Set by the supervising process (which hosts the control store of spawned ranks) when it
+# stopped a frozen rank 0: the survivors then hand their replicas to it (:func:`hand_in`).
+COORDINATOR_LOST_KEY = "coordinator-lost"
+
+
+def survivor_key(rank: int) -> str:
+    return f"survivor/{rank}"
+
+
+def hand_in(store: dist.TCPStore, worker: Worker) -> None:
+    """This rank's replica, for the supervising process to average when rank 0 (and with it the
+    coordinator, which would have) is gone."""
+    snapshot = Snapshot(
+        rank=worker.rank,
+        round=FINAL_ROUND,
+        params=[p.detach().cpu().clone() for p in worker.params()],
+        buffers=[b.detach().cpu().clone() for b in worker.buffers()],
+        batch_count=max(worker.steps_since_avg, 1),
+    )
+    store.set(survivor_key(worker.rank), pickle.dumps(snapshot))  # type: ignore[arg-type]  # stub says str; bytes work
 
 
 def first_cause(errors: list[tuple[int, str]]) -> tuple[int, str]:

@@ -155,11 +155,15 @@ class RankChannel:
         *,
         watch: Heartbeat | None = None,
         limit: float | None = None,
+        lost_key: str | None = None,
     ) -> None:
         self._inbox: queue.Queue = queue.Queue()
         self._reader = KeyStream(host, port, f"ctl/{rank}", self._inbox)
         self._sender = Sender(KeyWriter(client(host, port), f"up/{rank}"), f"flodl-send-{rank}")
         self._watch, self._limit = watch, limit
+        # Set by a supervising process that hosts the store when it lost rank 0.
+        self._lost_key = lost_key
+        self._lost_store = client(host, port) if lost_key is not None else None
         self.lost = False
 
     def send(self, msg: Any) -> None:
@@ -178,6 +182,8 @@ class RankChannel:
             return self._inbox.get(timeout=timeout)
         except queue.Empty:
             pass
+        if self._lost_store is not None and self._lost_store.check([self._lost_key]):  # type: ignore[list-item]
+            raise CoordinatorLostError(self._lost_store.get(self._lost_key).decode())  # type: ignore[arg-type]
         if self._watch is not None and self._limit is not None:
             silent = self._watch.silent_for()
             if silent > self._limit:

@@ -659,18 +659,22 @@ def test_metrics_arrive_while_ranks_train_and_the_stream_ends_without_join():
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(240)
-def test_a_frozen_rank_0_fails_join_naming_it_and_leaves_no_process(tmp_path, monkeypatch):
+@pytest.mark.parametrize("policy", [fl.ApplyPolicy.SYNC, fl.ApplyPolicy.CADENCE])
+def test_a_frozen_rank_0_fails_join_naming_it_with_the_survivors_partial_state(
+    tmp_path, monkeypatch, policy
+):
     # SIGSTOP freezes rank 0 whole, its coordinator thread included: only the supervising
     # process can notice (rank 0's heartbeat stops).
     leftovers = run_leftovers(tmp_path, monkeypatch)
-    handle = two_ranks(toy.freezing_rank0_step, timeout=10).run()
+    handle = two_ranks(toy.freezing_rank0_step, timeout=10, policy=policy).run()
     with pytest.raises(fl.TrainingError, match="rank 0 stopped responding") as info:
         handle.join()
     assert info.value.rank == 0
-    # The survivors' replicas are averaged by the coordinator, which rank 0 hosts and which is
-    # frozen with it: there is no partial state, and the error says why.
-    assert info.value.partial is None
-    assert "No partial state: rank 0 hosts the coordinator" in str(info.value)
+    # The coordinator, frozen with rank 0, cannot average the survivors: the supervising
+    # process told them so, and rank 1 handed its replica in instead.
+    assert "The survivors' average (rank 1) is on .partial" in str(info.value)
+    assert info.value.partial is not None and len(info.value.partial.params) == 2
+    assert all(torch.isfinite(p).all() for p in info.value.partial.params)
     assert handle.next_metrics() is None  # the stream ended too
     assert len(handle.pids) == 2
     assert_no_process_left(handle.pids)
