@@ -57,6 +57,18 @@ class Leftovers:
                     found.append(proc)
         return found
 
+    def _mapped_by_others(self) -> set[str]:
+        """Shared memory that live processes outside this run have mapped (other programs on
+        the machine create theirs meanwhile)."""
+        held = set()
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                if proc.environ().get(MARKER) == self.marker:
+                    continue
+                maps = Path(f"/proc/{proc.pid}/maps").read_text()
+                held |= {line.rsplit("/", 1)[-1] for line in maps.splitlines() if str(SHM) in line}
+        return held
+
     def check(self) -> None:
         # A process may still be leaving when the failure is reported: it gets a bounded moment.
         _, alive = psutil.wait_procs(self.processes(), timeout=10)
@@ -72,5 +84,5 @@ class Leftovers:
             if not p.relative_to(self.tmpdir).parts[0].startswith(CACHES)
         )
         assert not files, f"temp files left: {files}"
-        segments = sorted(_shm() - self.shm)
+        segments = sorted(_shm() - self.shm - self._mapped_by_others())
         assert not segments, f"shared memory left in {SHM}: {segments}"
