@@ -111,3 +111,24 @@ def test_chunk_messages_collapse_to_one_entry_per_rank():
     assert m.avg_loss == pytest.approx((10 + 30 + 40) / 40)
     assert m.epoch_ms == 15.0
     assert m.per_rank_batch_share == [0.5, 0.5]
+
+
+def test_blame_names_the_first_cause_not_its_consequences_or_a_silent_heartbeat():
+    from flodl.train.launch import blame
+
+    raised = "Traceback ...\nValueError: injected dataset failure on rank 0"
+    lost_peer = "Traceback ...\nRuntimeError: [gloo] Connection closed by peer [127.0.0.1]:1234"
+    collective = "Traceback ...\nflodl.train.worker.CollectiveFailed: all-reduce failed"
+    # Rank 0 raised first; rank 1 then lost it in a collective: rank 0, whatever exits first.
+    assert blame({0: 1, 1: 1}, {0: (1, raised), 1: (2, lost_peer)}, set()) == 0
+    assert blame({0: None, 1: 1}, {0: (1, raised), 1: (2, lost_peer)}, set()) == 0
+    # A consequence reported before the cause's own report still is not the cause.
+    assert blame({0: 1, 1: 1}, {0: (2, raised), 1: (1, collective)}, set()) == 0
+    # Rank 1 killed outright (no report): its survivor's failed collective is the consequence.
+    assert blame({0: 1, 1: -9}, {0: (1, collective)}, set()) == 1
+    # A rank stopped for a silent heartbeat is the cause of its peer's failed collective.
+    assert blame({0: 1, 1: -9}, {0: (1, lost_peer), 1: (2, lost_peer)}, {1}) == 1
+    # Only consequences: the first report.
+    assert blame({0: 1, 1: 1}, {0: (2, lost_peer), 1: (1, collective)}, set()) == 1
+    # Two independent causes: the first to report.
+    assert blame({0: 1, 1: 1}, {0: (2, raised), 1: (1, raised)}, set()) == 1
