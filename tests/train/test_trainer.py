@@ -431,11 +431,13 @@ def test_a_killed_rank_fails_the_run_quickly_and_leaves_no_process(tmp_path, mon
 
 
 @pytest.mark.multiproc
-def test_a_hung_rank_is_detected_by_the_no_progress_timeout():
+def test_a_hung_rank_is_detected_by_the_no_progress_timeout(tmp_path, monkeypatch):
+    leftovers = run_leftovers(tmp_path, monkeypatch)
     handle = two_ranks(toy.hanging_step, timeout=4).run()
     with pytest.raises(fl.TrainingError, match="rank 1 made no progress for 4 s"):
         handle.join()
     assert_no_process_left(handle.pids)
+    leftovers.check()
 
 
 @pytest.mark.multiproc
