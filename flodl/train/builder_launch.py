@@ -214,7 +214,7 @@ def read_crash(store: dist.TCPStore, rank: int) -> tuple[int, str] | None:
 
 # Failures a rank reports when a peer stopped under it: never the cause while another rank
 # has a report of its own or died without one.
-_CONSEQUENCES = ("CollectiveFailed", "Connection closed by peer", "Connection reset by peer")
+_CONSEQUENCES = ("CollectiveError", "Connection closed by peer", "Connection reset by peer")
 
 
 def blame(

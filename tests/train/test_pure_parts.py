@@ -114,11 +114,11 @@ def test_chunk_messages_collapse_to_one_entry_per_rank():
 
 
 def test_blame_names_the_first_cause_not_its_consequences_or_a_silent_heartbeat():
-    from flodl.train.launch import blame
+    from flodl.train.builder_launch import blame
 
     raised = "Traceback ...\nValueError: injected dataset failure on rank 0"
     lost_peer = "Traceback ...\nRuntimeError: [gloo] Connection closed by peer [127.0.0.1]:1234"
-    collective = "Traceback ...\nflodl.train.worker.CollectiveFailed: all-reduce failed"
+    collective = "Traceback ...\nflodl.train.errors.CollectiveError: all-reduce failed"
     # Rank 0 raised first; rank 1 then lost it in a collective: rank 0, whatever exits first.
     assert blame({0: 1, 1: 1}, {0: (1, raised), 1: (2, lost_peer)}, set()) == 0
     assert blame({0: None, 1: 1}, {0: (1, raised), 1: (2, lost_peer)}, set()) == 0
