@@ -1,9 +1,14 @@
 """Graph mode: your own training loop, on one device or on every rank of a torchrun job.
 
-    python examples/graph_ddp.py                                        # one device
+    python examples/graph_ddp.py                                        # one device (or every GPU)
+    python examples/graph_ddp.py --devices cpu,cpu                      # two ranks, no launcher
     torchrun --standalone --nproc-per-node 2 examples/graph_ddp.py      # two ranks, same code
     torchrun --standalone --nproc-per-node 2 examples/graph_ddp.py --verify
     torchrun --standalone --nproc-per-node 2 examples/graph_ddp.py --el-che --slow-rank 1
+
+Without a launcher, ``Trainer.setup`` starts the other ranks itself when it has two or more
+devices (every GPU found, or ``--devices``): it runs this command line again once per other
+device, and this process becomes rank 0.
 
 Every rank runs this whole script on its own shard of the data; ``model.step()`` averages the
 gradients, so every rank prints the same parameter digest. ``--verify`` first checks numerically
@@ -83,6 +88,9 @@ def main() -> None:
     parser.add_argument("--verify", action="store_true")
     parser.add_argument("--el-che", action="store_true", help="per-rank batch counts (El Che)")
     parser.add_argument("--slow-rank", type=int, default=None, help="make this rank 3x slower")
+    parser.add_argument(
+        "--devices", default=None, help="comma-separated, e.g. cpu,cpu or cuda:0,cuda:1"
+    )
     args = parser.parse_args()
 
     torch.manual_seed(int(os.environ.get("RANK", "0")))  # differs per rank on purpose
@@ -93,6 +101,7 @@ def main() -> None:
         lambda params: torch.optim.Adam(params, lr=1e-2),
         scheduler=fl.optim.MultiStepLR(1e-2, [40, 80], 0.5),
         config=fl.DdpConfig() if args.el_che else None,
+        devices=args.devices.split(",") if args.devices else None,
     )  # rank 0's initial parameters are now on every rank
     rank = model.rank
     x, y = make_data()

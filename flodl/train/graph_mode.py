@@ -39,6 +39,14 @@ from flodl.train.resume import (
     resume_point,
     write_state,
 )
+from flodl.train.self_launch import (
+    LAUNCHED_BY,
+    LocalRanks,
+    backend_for,
+    check_in,
+    launch_local_ranks,
+    resolve_devices,
+)
 
 log = get_logger("flodl.train")
 
@@ -52,6 +60,7 @@ def setup(
     lr_scale: float = 1.0,
     timeout: float = TIMEOUT,
     config: DdpConfig | None = None,
+    devices: Any = None,
 ) -> GraphSession:
     """See :meth:`flodl.Trainer.setup`."""
     from flodl.graph import Graph
@@ -79,7 +88,10 @@ def setup(
         raise TrainerConfigError(
             f"Trainer.setup: config must be an fl.DdpConfig, got {type(config).__name__}"
         )
-    session = GraphSession(_join_group(timeout))
+    wanted = resolve_devices(devices)
+    topology, local_ranks = _join_group(timeout, devices, wanted)
+    session = GraphSession(topology)
+    session.local_ranks = local_ranks
     if session.is_distributed:
         set_rank(session.rank)
         model.to(session.device)
@@ -92,6 +104,10 @@ def setup(
             session.device,
             "El Che" if session.cadence is not None else "lockstep",
         )
+    elif wanted:  # one device, named: the model goes there
+        session.device = wanted[0]
+        model.to(session.device)
+        log.info("graph mode: one process, training on %s", session.device)
     else:
         session.device = model.device  # single device: the model stays where the user put it
         log.info("graph mode: one process, training on %s", model.device)
@@ -114,31 +130,68 @@ def setup(
     return session
 
 
-def _join_group(timeout: float) -> tuple[int, int, torch.device, Any] | None:
-    """(rank, world, device, group) when launched as several ranks, else None."""
+def _join_group(
+    timeout: float, devices: Any, wanted: list[torch.device] | None
+) -> tuple[tuple[int, int, torch.device, Any] | None, LocalRanks | None]:
+    """((rank, world, device, group) when the run has several ranks, else None; the ranks this
+    process started, when it launched them itself)."""
+    local_ranks = None
     if dist.is_available() and dist.is_initialized():
         world = dist.get_world_size()
+        _check_launched_world(devices, wanted, world)
+        device = _rank_device(wanted)
     elif under_launcher():
-        device = _launcher_device()
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        init_launched_group(backend, timeout)  # this restart attempt's own store keys
+        world = int(os.environ["WORLD_SIZE"])
+        _check_launched_world(devices, wanted, world)
+        device = _rank_device(wanted)
+        if wanted is not None:
+            backend = backend_for(wanted)
+        else:
+            backend = "nccl" if device.type == "cuda" else "gloo"
+        started_by_rank0 = LAUNCHED_BY in os.environ
+        # This attempt's own store keys; a rank rank 0 started checks in first.
+        init_launched_group(backend, timeout, before_join=check_in if started_by_rank0 else None)
         # A gloo group left to interpreter teardown aborts the rank now and then ("terminate
         # called without an active exception"): destroy it at exit, and hold no reference to it
         # (group=None means the default group) so nothing keeps it alive past that.
         atexit.register(leave_group)
         world = dist.get_world_size()
+    elif wanted is not None and len(wanted) >= 2:
+        local_ranks = launch_local_ranks(wanted, timeout)
+        atexit.register(leave_group)  # runs before the started ranks are reaped
+        world, device = len(wanted), _rank_device(wanted)
     else:
-        return None
+        return None, None
     if world < 2:
-        return None
-    return dist.get_rank(), world, _launcher_device(), None
+        return None, local_ranks
+    return (dist.get_rank(), world, device, None), local_ranks
+
+
+def _check_launched_world(devices: Any, wanted: list[torch.device] | None, world: int) -> None:
+    """Under a launcher, ``devices=`` names this machine's ranks' devices: one per local rank."""
+    if devices is None or wanted is None:
+        return
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if len(wanted) != local_world:
+        raise TrainerConfigError(
+            f"Trainer.setup: devices names {len(wanted)} device(s) but the launcher started "
+            f"{local_world} rank(s) on this machine (world of {world}); pass one device per "
+            "local rank, or devices=None to take cuda:LOCAL_RANK (or the CPU)"
+        )
+
+
+def _rank_device(wanted: list[torch.device] | None) -> torch.device:
+    """This rank's device: ``devices[LOCAL_RANK]`` when given, else cuda:LOCAL_RANK or the CPU."""
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = wanted[local] if wanted is not None else _launcher_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
 
 
 def _launcher_device() -> torch.device:
     if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local)
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return torch.device("cpu")
 
 
@@ -150,6 +203,7 @@ class GraphSession:
         self.local = LocalStep(None)  # the optimizer step, shared with Builder mode
         self.loader: Any = None
         self.cadence: Cadence | None = None
+        self.local_ranks: LocalRanks | None = None  # the ranks this process started, if any
         if topology is None:
             self.rank, self.world_size, self.group = 0, 1, None
             self.device = torch.device("cpu")
@@ -180,6 +234,15 @@ class GraphSession:
 
     # -------------------------------------------------------------- optimisation
     def step(self, graph: nn.Module) -> None:
+        try:
+            self._step(graph)
+        except RuntimeError as err:  # torch.distributed's errors are RuntimeErrors
+            failed = self.local_ranks.failed_peer() if self.local_ranks is not None else None
+            if failed is not None:
+                raise failed from err
+            raise
+
+    def _step(self, graph: nn.Module) -> None:
         if self.cadence is not None:
             if self.cadence.in_window:
                 self.cadence.step(graph, lambda: self._optimizer_step(graph))
@@ -222,12 +285,16 @@ class GraphSession:
 
     def finish(self) -> None:
         """Wait for this process's background checkpoint saves (raising the first failure, as
-        ``fl.checkpoint.flush()``), then for every rank, then release the group setup created."""
+        ``fl.checkpoint.flush()``), then for every rank, then release the group setup created;
+        rank 0 of a run it started itself then waits for the other ranks to end, raising
+        :class:`~flodl.TrainingError` for one that failed."""
         try:
             checkpoint.flush()
         finally:
             if self.is_distributed:
                 leave_group()
+            if self.local_ranks is not None:
+                self.local_ranks.wait()
 
     def set_scheduler(self, scheduler: Any, lr_scale: float | None) -> None:
         self.local.configure(check_scheduler(scheduler, "set_scheduler"), lr_scale)

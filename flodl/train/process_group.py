@@ -20,6 +20,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -63,15 +64,26 @@ def attempt_prefix() -> str:
     return f"flodl/{run}/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
 
 
-def init_launched_group(backend: str, timeout: float) -> None:
+def init_launched_group(
+    backend: str, timeout: float, before_join: Callable[[dist.Store], None] | None = None
+) -> None:
     """Join the process group a launcher describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...)
-    under this attempt's own store keys (:func:`attempt_prefix`)."""
+    under this attempt's own store keys (:func:`attempt_prefix`). ``before_join(store)`` runs
+    once the launcher's store is reached, before the group forms (a self-launched rank checks
+    in there)."""
     limit = timedelta(seconds=timeout)
     store, rank, world = next(dist.rendezvous("env://", timeout=limit))
     store.set_timeout(limit)
+    if before_join is not None:
+        before_join(store)
     prefixed = dist.PrefixStore(attempt_prefix(), store)
     dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=limit)
-    _STORE[:] = [prefixed]
+    register_group(prefixed)
+
+
+def register_group(store: dist.Store) -> None:
+    """Record the store a group was created on (its ranks meet there when they leave)."""
+    _STORE[:] = [store]
 
 
 def init_spawned_group(
@@ -81,7 +93,7 @@ def init_spawned_group(
     prefixed = dist.PrefixStore("pg", store)
     limit = timedelta(seconds=timeout)
     dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=limit)
-    _STORE[:] = [prefixed]
+    register_group(prefixed)
 
 
 def ending_with_an_exception() -> bool:

@@ -416,14 +416,20 @@ class Trainer:
         lr_scale: float = 1.0,
         timeout: float = cfg.TIMEOUT,
         config: DdpConfig | None = None,
+        devices: Any = None,
     ) -> GraphSession:
         """Graph mode: prepare ``model`` (an ``fl.Graph``) for your own loop ending in ``model.step()``.
 
-        Under ``torchrun`` (or any c10d launcher) every rank runs your script: setup joins the
-        group (NCCL on GPUs, gloo on CPU), moves the model to the rank's device and copies rank 0's
-        parameters and buffers to every rank; ``model.step()`` then averages gradients and syncs
-        buffers before the optimizer step. Alone, it is single-device training and the model stays
-        where it is. ``replica_factory(device)`` is accepted for the original's signature but not
+        Every rank runs your script. With two or more devices (``devices=[...]``, or every GPU
+        found when ``devices`` is None) and no launcher, setup starts the other ranks itself: it
+        runs your command line again once per other device, and this process becomes rank 0.
+        Under ``torchrun`` (or any c10d launcher) the launcher started them, and ``devices``, if
+        given, names one device per local rank. Setup then joins the group (NCCL when every rank
+        is on a GPU, else gloo), moves the model to the rank's device and copies rank 0's
+        parameters and buffers to every rank; ``model.step()`` averages gradients and syncs
+        buffers before the optimizer step. With one device it is single-device training: the
+        model stays where it is (or goes to the one device named). ``devices=["cpu", "cpu"]``
+        runs two CPU ranks (docs/multi-gpu.md, "Graph mode without torchrun"). ``replica_factory(device)`` is accepted for the original's signature but not
         called: in one process per rank, each rank's script builds its own model (it may be None).
         ``optim_factory(params)`` builds the optimizer (None: ``step()`` only syncs gradients).
         ``scheduler`` (``.lr(step)`` or ``step -> lr``) sets the LR at every step, × ``lr_scale``
@@ -450,6 +456,7 @@ class Trainer:
             lr_scale=lr_scale,
             timeout=timeout,
             config=config,
+            devices=devices,
         )
 
     @staticmethod
@@ -462,6 +469,7 @@ class Trainer:
         lr_scale: float = 1.0,
         timeout: float = cfg.TIMEOUT,
         config: DdpConfig | None = None,
+        devices: Any = None,
     ) -> GraphSession:
         """Graph mode for a task model (a ``flodl.hf`` head, or any ``fl.Graph``): the same loop
         on CPU, one GPU or N ranks, ending in ``model.step()``.
@@ -506,6 +514,7 @@ class Trainer:
             lr_scale=lr_scale,
             timeout=timeout,
             config=config,
+            devices=devices,
         )
 
     @staticmethod

@@ -1,0 +1,273 @@
+"""Graph mode without a launcher: the devices a run uses, and starting the other local ranks.
+
+``fl.Trainer.setup(..., devices=[...])`` (or two or more GPUs found) in a script started as
+``python train.py`` makes that process rank 0 and re-executes the same command line once per
+other device, with the rendezvous environment a launcher would set (``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``). Each re-executed
+process runs the script from the top, as under ``torchrun``, and its ``setup`` joins the group as
+a launched rank. So one script runs unchanged on one device, on N devices, or under ``torchrun``.
+
+Rank 0 is also the launcher: it hosts the group's store, waits for every rank to check in before
+it joins (a rank that dies first is reported at once, not after the timeout), and at the end
+waits for the others and reports one that failed. A re-executed rank dies with rank 0
+(``PR_SET_PDEATHSIG`` on Linux), so nothing outlives a killed run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from flodl.log import get_logger
+from flodl.train.errors import TrainerConfigError
+from flodl.train.process_group import attempt_prefix, ending_with_an_exception, register_group
+from flodl.train.trained_state import TrainingError
+
+log = get_logger("flodl.train")
+
+# Set in every re-executed rank: the pid of rank 0, which started it.
+LAUNCHED_BY = "FLODL_LAUNCHED_BY"
+READY_KEY = "flodl-ready/{}"
+
+
+def resolve_devices(devices: Any, where: str = "Trainer.setup") -> list[torch.device] | None:
+    """The devices of a run: as given, else every GPU when there are two or more, else None
+    (one process on the model's own device)."""
+    if devices is None:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return [torch.device("cuda", i) for i in range(count)] if count >= 2 else None
+    if isinstance(devices, str | torch.device) or not isinstance(devices, Sequence):
+        raise TrainerConfigError(
+            f"{where}: devices must be a list of devices (e.g. ['cuda:0', 'cuda:1'] or "
+            f"['cpu', 'cpu']) or None to use every GPU found, got {devices!r}"
+        )
+    if not devices:
+        raise TrainerConfigError(f"{where}: devices is empty; pass None to use every GPU found")
+    out = []
+    for d in devices:
+        try:
+            device = torch.device(d)
+        except (RuntimeError, TypeError) as err:
+            raise TrainerConfigError(f"{where}: devices has {d!r}, not a device ({err})") from None
+        if device.type == "cuda":
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            index = 0 if device.index is None else device.index
+            if index >= count:
+                raise TrainerConfigError(
+                    f"{where}: devices has {d!r} but this machine has {count} CUDA device(s)"
+                )
+            device = torch.device("cuda", index)
+        elif device.type != "cpu":
+            raise TrainerConfigError(
+                f"{where}: devices has {d!r}; ranks run on 'cpu' or 'cuda:N' devices"
+            )
+        out.append(device)
+    return out
+
+
+def backend_for(devices: Sequence[torch.device]) -> str:
+    """NCCL when every rank is on a GPU, else gloo (which also reduces CUDA tensors)."""
+    return "nccl" if all(d.type == "cuda" for d in devices) else "gloo"
+
+
+def relaunch_command() -> list[str]:
+    """The command line that started this process, to start it again as another rank."""
+    argv = list(getattr(sys, "orig_argv", []))
+    main = sys.modules.get("__main__")
+    runs_code = "-c" in argv[1:] or "-m" in argv[1:]
+    script = getattr(main, "__file__", None)
+    from_stdin = script in (None, "<stdin>", "-") or (argv[1:] or [""])[-1] == "-"
+    if not argv or (not runs_code and from_stdin):
+        raise TrainerConfigError(
+            "Trainer.setup: several devices need the other ranks to run this same program, but "
+            "it was not started from a script (an interactive session, a notebook or standard "
+            "input): run it as "
+            "`python script.py`, or under torchrun, or pass devices=None / one device"
+        )
+    return [sys.executable, *argv[1:]]
+
+
+class LocalRanks:
+    """Rank 0's handle on the ranks it started: their processes, checked and reaped."""
+
+    def __init__(self, procs: dict[int, subprocess.Popen], timeout: float) -> None:
+        self.procs, self.timeout = procs, timeout
+        self.reported = False
+
+    def failure(self) -> tuple[int, int] | None:
+        """(rank, exit code) of the first rank that ended with an error, if any."""
+        for rank, proc in sorted(self.procs.items()):
+            code = proc.poll()
+            if code not in (None, 0):
+                return rank, code
+        return None
+
+    def error(self, rank: int, code: int) -> TrainingError:
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return TrainingError(
+            f"rank {rank} (started by this process) {how}; its own output, above, says why. "
+            "Every rank was stopped",
+            rank=rank,
+        )
+
+    def failed_peer(self, wait_s: float = 2.0) -> TrainingError | None:
+        """After a collective failed: the rank that ended (waiting a moment for its exit)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            found = self.failure()
+            if found is not None or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        if found is None:
+            return None
+        self.stop()
+        self.reported = True
+        return self.error(*found)
+
+    def wait(self) -> None:
+        """Wait (bounded) for every rank to end; raise for one that failed."""
+        deadline = time.monotonic() + self.timeout
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        found = self.failure()
+        alive = [r for r, p in self.procs.items() if p.poll() is None]
+        self.stop()
+        if found is not None and not self.reported:
+            self.reported = True
+            raise self.error(*found)
+        if alive:
+            raise TrainingError(
+                f"rank {alive[0]} (started by this process) did not end within {self.timeout:.0f} "
+                "s of rank 0 finishing; it was stopped",
+                rank=alive[0],
+            )
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs.values():
+            proc.wait()
+
+    def at_exit(self) -> None:
+        """Rank 0's script is ending: stop the others if it failed, else wait for them. A rank
+        that failed while rank 0 had nothing left to wait for fails the whole run."""
+        if ending_with_an_exception():
+            self.stop()
+            return
+        try:
+            self.wait()
+        except TrainingError as err:
+            sys.stderr.write(f"flodl: {err}\n")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+
+
+def launch_local_ranks(devices: Sequence[torch.device], timeout: float) -> LocalRanks:
+    """Make this process rank 0 of ``len(devices)`` and start the others; join the group."""
+    world = len(devices)
+    command = relaunch_command()
+    limit = timedelta(seconds=timeout)
+    store = dist.TCPStore("127.0.0.1", 0, world, True, limit, wait_for_workers=False)
+    rendezvous = {
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(store.port),
+    }
+    cpu_threads = _cpu_share(devices)
+    procs: dict[int, subprocess.Popen] = {}
+    for rank in range(1, world):
+        env = {**os.environ, **rendezvous, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+        env[LAUNCHED_BY] = str(os.getpid())
+        if cpu_threads is not None:
+            env.setdefault("OMP_NUM_THREADS", str(cpu_threads))
+        procs[rank] = subprocess.Popen(command, env=env)
+    ranks = LocalRanks(procs, timeout)
+    atexit.register(ranks.at_exit)  # before the group's own exit handler, so it runs after it
+    # This process's own code (and the script after setup) sees the world it is rank 0 of.
+    os.environ.update(rendezvous, RANK="0", LOCAL_RANK="0")
+    if cpu_threads is not None and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(cpu_threads)
+    log.info("started ranks 1..%d of %d (%s)", world - 1, world, " ".join(command))
+    try:
+        _wait_for_ranks(store, ranks, timeout)
+    except BaseException:
+        ranks.stop()
+        raise
+    prefixed = dist.PrefixStore(attempt_prefix(), store)
+    dist.init_process_group(
+        backend_for(devices), store=prefixed, rank=0, world_size=world, timeout=limit
+    )
+    register_group(prefixed)
+    return ranks
+
+
+def _cpu_share(devices: Sequence[torch.device]) -> int | None:
+    """Each CPU rank's intra-op threads: an equal share of the cores (None: GPU ranks)."""
+    if any(d.type != "cpu" for d in devices):
+        return None
+    return max(1, (os.cpu_count() or 1) // len(devices))
+
+
+def _wait_for_ranks(store: dist.TCPStore, ranks: LocalRanks, timeout: float) -> None:
+    """Return once every started rank checked in; raise at once for one that died first."""
+    deadline = time.monotonic() + timeout
+    waiting = set(ranks.procs)
+    while waiting:
+        found = ranks.failure()
+        if found is not None:
+            ranks.reported = True
+            raise ranks.error(*found)
+        waiting = {r for r in waiting if not store.check([READY_KEY.format(r)])}
+        ended = [r for r in sorted(waiting) if ranks.procs[r].poll() is not None]
+        if ended:  # it ran the program to its end without calling setup the same way
+            ranks.reported = True
+            raise TrainingError(
+                f"rank {ended[0]} (started by this process) ended without reaching "
+                "Trainer.setup: every rank must run the same program and call setup with the "
+                "same devices",
+                rank=ended[0],
+            )
+        if waiting and time.monotonic() > deadline:
+            raise TrainingError(
+                f"rank {min(waiting)} (started by this process) did not reach Trainer.setup "
+                f"within {timeout:.0f} s",
+                rank=min(waiting),
+            )
+        time.sleep(0.02)
+
+
+def check_in(store: dist.Store) -> None:
+    """In a rank rank 0 started: say it reached setup, and die with rank 0."""
+    rank = int(os.environ["RANK"])
+    _die_with_parent(int(os.environ[LAUNCHED_BY]))
+    store.set(READY_KEY.format(rank), "1")
+
+
+def _die_with_parent(parent: int) -> None:
+    """Ask the kernel to kill this process when rank 0 (its parent) dies (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # rank 0 died before the request was made
+        os._exit(1)

@@ -1,0 +1,74 @@
+"""A Graph-mode script as a user writes it, for the tests of setup starting its own ranks.
+
+    python self_launch_job.py OUT_DIR --devices cpu,cpu [--fail-rank R] [--hang] [--skip-setup R]
+
+Each rank writes ``OUT_DIR/rank<R>.json`` (world, steps, pid, threads, parameters) at the end.
+``--fail-rank R``: rank R raises after its first step. ``--hang``: rank 0 writes its pid and the
+others' to ``OUT_DIR/pids`` after setup, then sleeps (a test kills it). ``--skip-setup R``:
+rank R ends before calling setup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import psutil
+import torch
+from torch import nn
+
+import flodl as fl
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--devices", default=None)
+    parser.add_argument("--fail-rank", type=int, default=None)
+    parser.add_argument("--hang", action="store_true")
+    parser.add_argument("--skip-setup", type=int, default=None)
+    args = parser.parse_args()
+    if args.skip_setup is not None and int(os.environ.get("RANK", "0")) == args.skip_setup:
+        return
+    torch.manual_seed(int(os.environ.get("RANK", "0")))  # rank 0's weights win at setup
+    model = fl.FlowBuilder(nn.Linear(4, 8)).through(nn.Tanh()).through(nn.Linear(8, 1)).build()
+    fl.Trainer.setup(
+        model,
+        None,
+        lambda params: torch.optim.SGD(params, lr=0.05),
+        devices=args.devices.split(",") if args.devices else None,
+        timeout=30,
+    )
+    rank = model.rank
+    if args.hang and rank == 0:
+        me = psutil.Process()
+        (args.out / "pids").write_text(
+            json.dumps([me.pid, *(c.pid for c in me.children(recursive=True))])
+        )
+        time.sleep(120)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 4, generator=g)
+    model.set_data_loader(fl.data.DataLoader.from_tensors(x, x.sum(1, keepdim=True)).batch_size(8))
+    for epoch in range(2):
+        for inputs, targets in model.epoch(epoch):
+            nn.functional.mse_loss(model(inputs), targets).backward()
+            model.step()
+            if rank == args.fail_rank:
+                raise RuntimeError(f"rank {rank} fails on purpose")
+    model.finish()
+    result = {
+        "rank": rank,
+        "world": model.world_size,
+        "steps": model.training_step,
+        "pid": os.getpid(),
+        "threads": torch.get_num_threads(),
+        "params": [p.detach().tolist() for p in model.parameters()],
+    }
+    (args.out / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""Graph mode without a launcher: ``Trainer.setup(..., devices=[...])`` starts the other ranks.
+
+The multi-rank tests run real scripts (``self_launch_job.py``, ``examples/graph_ddp.py``) as a
+user would, ``python script.py``, and look at what the processes did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from torch import nn
+
+import flodl as fl
+from flodl.train.self_launch import resolve_devices
+from tests.conftest import REPO_ROOT, clean_env
+from tests.train.leftovers import Leftovers
+
+JOB = str(REPO_ROOT / "tests" / "train" / "self_launch_job.py")
+EXAMPLE = str(REPO_ROOT / "examples" / "graph_ddp.py")
+
+
+def run(*args: str, timeout: float = 120, env: dict[str, str] | None = None, **kw):
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or clean_env(OMP_NUM_THREADS="1"),
+        check=False,
+        **kw,
+    )
+
+
+def results(out: Path) -> dict[int, dict]:
+    return {int(p.stem[4:]): json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))}
+
+
+# -- which devices ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [
+        ("cpu", "devices must be a list of devices"),
+        (torch.device("cpu"), "devices must be a list of devices"),
+        ([], "devices is empty"),
+        (["cpu", 3.5], "devices has 3.5, not a device"),
+        (["cpu", "mps"], "devices has 'mps'; ranks run on 'cpu' or 'cuda:N' devices"),
+        (["cpu", "nonsense"], "devices has 'nonsense', not a device"),
+    ],
+)
+def test_bad_devices_are_refused_naming_the_value(devices, message):
+    model = fl.FlowBuilder(nn.Linear(2, 1)).build()
+    with pytest.raises(fl.TrainerConfigError, match=re.escape(message)):
+        fl.Trainer.setup(model, None, None, devices=devices)
+    with pytest.raises(fl.TrainingNotSetUpError):  # nothing was set up
+        model.step()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_a_gpu_this_machine_lacks_is_refused():
+    with pytest.raises(fl.TrainerConfigError, match="this machine has 0 CUDA device"):
+        resolve_devices(["cuda:0", "cuda:1"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_without_two_gpus_none_means_one_process_on_the_models_device():
+    assert resolve_devices(None) is None
+    model = fl.FlowBuilder(nn.Linear(2, 1)).build()
+    fl.Trainer.setup(model, None, None)
+    assert (model.world_size, model.device.type) == (1, "cpu")
+
+
+def test_one_named_device_is_single_device_training_there():
+    assert resolve_devices(["cpu", "cpu"]) == [torch.device("cpu")] * 2
+    model = fl.FlowBuilder(nn.Linear(2, 1)).build()
+    fl.Trainer.setup(model, None, lambda p: torch.optim.SGD(p, lr=0.1), devices=["cpu"])
+    assert (model.world_size, model.device) == (1, torch.device("cpu"))
+    model(torch.ones(3, 2)).sum().backward()
+    model.step()
+    assert model.training_step == 1
+
+
+def test_under_a_launcher_devices_must_name_one_device_per_local_rank(tmp_path):
+    # The launcher's environment (no peer needed: the mismatch is found before joining).
+    env = clean_env(
+        OMP_NUM_THREADS="1",
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="2",
+        LOCAL_WORLD_SIZE="2",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="1",
+    )
+    result = run(JOB, str(tmp_path), "--devices", "cpu,cpu,cpu", env=env, timeout=60)
+    assert result.returncode != 0
+    assert (
+        "TrainerConfigError: Trainer.setup: devices names 3 device(s) but the launcher started "
+        "2 rank(s) on this machine" in result.stderr
+    )
+
+
+def test_a_program_read_from_standard_input_cannot_be_run_again_and_says_so():
+    script = (
+        "import flodl as fl, torch\n"
+        "m = fl.FlowBuilder(torch.nn.Linear(2, 1)).build()\n"
+        "fl.Trainer.setup(m, None, None, devices=['cpu', 'cpu'])\n"
+    )
+    result = run("-", input=script, timeout=60)
+    assert result.returncode != 0
+    assert "it was not started from a script" in result.stderr
+    assert "under torchrun" in result.stderr
+
+
+# -- starting the ranks ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_python_script_with_two_devices_trains_exactly_as_under_torchrun():
+    alone = run(EXAMPLE, "--epochs", "2", "--verify", "--devices", "cpu,cpu")
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    launched = run(
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        EXAMPLE,
+        "--epochs",
+        "2",
+        "--verify",
+    )
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    pattern = r"rank (\d): world 2 steps 32 batches 32 loss [\d.]+ -> [\d.]+ digest ([0-9a-f]{16})"
+    mine, theirs = re.findall(pattern, alone.stdout), re.findall(pattern, launched.stdout)
+    assert sorted(r for r, _ in mine) == ["0", "1"]
+    # The same parameters and buffers, bit for bit, on every rank of both runs.
+    assert {d for _, d in mine} == {d for _, d in theirs} and len({d for _, d in mine}) == 1
+    assert len(re.findall(r"rank \d: gradient check max abs diff", alone.stdout)) == 2
+    assert "terminate called" not in alone.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_the_ranks_share_the_cores_and_each_is_its_own_process(tmp_path):
+    leftovers = Leftovers(tmp_path)
+    env = clean_env(**leftovers.env())
+    env.pop("OMP_NUM_THREADS", None)
+    result = run(JOB, str(tmp_path), "--devices", "cpu,cpu", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = results(tmp_path)
+    assert sorted(ranks) == [0, 1]
+    assert ranks[0]["pid"] != ranks[1]["pid"]
+    assert {r["world"] for r in ranks.values()} == {2}
+    assert {r["steps"] for r in ranks.values()} == {8}  # 64 samples / 2 ranks / 8, 2 epochs
+    assert ranks[0]["params"] == ranks[1]["params"]
+    share = max(1, (os.cpu_count() or 1) // 2)
+    assert {r["threads"] for r in ranks.values()} == {share}
+    leftovers.check()
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_a_failing_started_rank_fails_the_run_at_once_naming_it(tmp_path):
+    leftovers = Leftovers(tmp_path)
+    started = time.monotonic()
+    result = run(
+        JOB,
+        str(tmp_path),
+        "--devices",
+        "cpu,cpu",
+        "--fail-rank",
+        "1",
+        env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
+    )
+    assert result.returncode != 0
+    assert "RuntimeError: rank 1 fails on purpose" in result.stderr  # its own traceback
+    assert "TrainingError: rank 1 (started by this process) exited with code 1" in result.stderr
+    assert time.monotonic() - started < 25  # not the 30 s collective timeout
+    assert results(tmp_path) == {}
+    leftovers.check()
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_a_failing_rank_0_stops_the_ranks_it_started(tmp_path):
+    leftovers = Leftovers(tmp_path)
+    result = run(
+        JOB,
+        str(tmp_path),
+        "--devices",
+        "cpu,cpu",
+        "--fail-rank",
+        "0",
+        env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
+    )
+    assert result.returncode != 0
+    assert "RuntimeError: rank 0 fails on purpose" in result.stderr
+    leftovers.check()
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_a_rank_that_never_reaches_setup_is_reported_without_waiting(tmp_path):
+    started = time.monotonic()
+    result = run(JOB, str(tmp_path), "--devices", "cpu,cpu", "--skip-setup", "1")
+    assert result.returncode != 0
+    assert "rank 1 (started by this process) ended without reaching Trainer.setup" in (
+        result.stderr
+    )
+    assert time.monotonic() - started < 25
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_killing_rank_0_takes_the_ranks_it_started_with_it(tmp_path):
+    leftovers = Leftovers(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, JOB, str(tmp_path), "--devices", "cpu,cpu", "--hang"],
+        env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        pids_file = tmp_path / "pids"
+        deadline = time.monotonic() + 60
+        while not pids_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = json.loads(pids_file.read_text())
+        assert len(pids) == 2  # rank 0 and the rank it started
+        os.kill(pids[0], signal.SIGKILL)
+        proc.wait(timeout=10)
+        started = []
+        for pid in pids[1:]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                started.append(psutil.Process(pid))
+        _, alive = psutil.wait_procs(started, timeout=10)
+        assert not alive
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    leftovers.check()
