@@ -35,6 +35,10 @@ class TrainingSession(Protocol):
     def optimizer(self) -> torch.optim.Optimizer | None: ...
     @property
     def el_che(self) -> Any: ...
+    @property
+    def chunk_ratios(self) -> list[float]: ...
+    @property
+    def throughput(self) -> list[float]: ...
 
     def step(self, graph: nn.Module) -> None: ...
     def set_scheduler(self, scheduler: Any, lr_scale: float | None) -> None: ...
@@ -174,3 +178,14 @@ class TrainingMethods:
     def el_che(self) -> Any:
         """The El Che state (``batch_counts``, ``anchor``) while it runs, else None."""
         return self._attached("el_che", None)
+
+    @property
+    def chunk_ratios(self) -> list[float]:
+        """Each rank's share of a batch in lockstep: the auto-balancer's current ratios (mixed
+        devices, ``fl.DdpConfig(max_anchor=0)``), else equal shares (``[1.0]`` alone)."""
+        return self._attached("chunk_ratios", [1.0])
+
+    @property
+    def throughput(self) -> list[float]:
+        """Each rank's measured samples per ms as of the auto-balancer's last rebalance."""
+        return self._attached("throughput", [0.0])

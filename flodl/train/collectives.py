@@ -63,8 +63,11 @@ def broadcast_from_rank_zero(tensors: list[torch.Tensor], group: Any) -> None:
         _flat_collective([t.data for t in tensors], from_rank_zero)
 
 
-def average_gradients(params: Sequence[nn.Parameter], world: int, group: Any) -> None:
-    """Mean of every parameter's gradient across ranks, in place.
+def average_gradients(
+    params: Sequence[nn.Parameter], world: int, group: Any, *, weight: float | None = None
+) -> None:
+    """Mean of every parameter's gradient across ranks, in place; with ``weight``, the sum of
+    every rank's gradient times its own weight (a weighted mean when the weights add up to 1).
 
     Ranks agree first on which parameters have a gradient anywhere (one small all_reduce): those
     with none on every rank (frozen, or unused by every rank's forward) are skipped; a rank
@@ -85,8 +88,11 @@ def average_gradients(params: Sequence[nn.Parameter], world: int, group: Any) ->
     with torch.no_grad():
 
         def reduce(flat: torch.Tensor) -> None:
+            if weight is not None:
+                flat.mul_(weight)
             dist.all_reduce(flat, group=group)
-            flat.div_(world)
+            if weight is None:
+                flat.div_(world)
 
         _flat_collective([p.grad for p in live], reduce)  # type: ignore[misc]
 

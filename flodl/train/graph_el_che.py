@@ -60,6 +60,10 @@ class DdpConfig(ElCheConfig):
             ``"grads"`` (or ``"gradients"``; the original's behaviour): gradients accumulate over
             the window, one optimizer step per window with the mean gradient of all its batches
             — a loop written for one device then takes one step per window, far fewer per epoch.
+        balance: with El Che off (``max_anchor=0``), split every batch between the ranks by
+            their measured throughput (the auto-balancer, ``flodl.train.graph_balance``).
+            None (the default): when the ranks' devices differ; True: always; False: never
+            (equal shards).
 
     >>> import flodl as fl
     >>> fl.DdpConfig(speed_hint=(1, 2.0), max_anchor=50).el_che_enabled
@@ -72,6 +76,7 @@ class DdpConfig(ElCheConfig):
 
     max_grad_norm: float | None = None
     average: str = "params"
+    balance: bool | None = None
 
     _least_max_anchor = 0  # 0: El Che off
 
@@ -86,6 +91,16 @@ class DdpConfig(ElCheConfig):
         if self.max_grad_norm is not None:
             norm = number("max_grad_norm", self.max_grad_norm, above=0.0)
             object.__setattr__(self, "max_grad_norm", norm)
+        if self.balance is not None and not isinstance(self.balance, bool):
+            raise TrainerConfigError(
+                f"balance must be True, False or None (when the devices differ), got "
+                f"{self.balance!r}"
+            )
+        if self.balance and self.el_che_enabled:
+            raise TrainerConfigError(
+                "balance=True splits batches in lockstep; El Che balances by batch counts per "
+                "window instead: pass max_anchor=0 with it"
+            )
 
     @property
     def el_che_enabled(self) -> bool:

@@ -28,6 +28,7 @@ from flodl.train.checkpointing import SaveFdl, flush_checkpoints, save_version
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero
 from flodl.train.config import TIMEOUT, integer, number
 from flodl.train.errors import TrainerConfigError
+from flodl.train.graph_balance import Balancer, hinted_ratios
 from flodl.train.graph_el_che import Cadence, DdpConfig, devices_differ
 from flodl.train.local_step import LocalStep, check_lr_scale, check_scheduler
 from flodl.train.process_group import init_launched_group, leave_group, under_launcher
@@ -204,6 +205,7 @@ class GraphSession:
         self.loader: Any = None
         self.cadence: Cadence | None = None
         self.local_ranks: LocalRanks | None = None  # the ranks this process started, if any
+        self.balancer: Balancer | None = None  # lockstep with per-rank shares of each batch
         if topology is None:
             self.rank, self.world_size, self.group = 0, 1, None
             self.device = torch.device("cpu")
@@ -213,9 +215,12 @@ class GraphSession:
 
     def configure_el_che(self, config: DdpConfig | None) -> None:
         """El Che on when a config asks for it, or, without one, when the ranks' devices differ
-        (the original's rule: ``setup`` on heterogeneous GPUs, ``setup_with`` always)."""
+        (the original's rule: ``setup`` on heterogeneous GPUs, ``setup_with`` always). With El
+        Che off, the auto-balancer splits each batch by throughput when the devices differ (or
+        ``config.balance`` says so)."""
+        differ = devices_differ(self.device, self.group)
         if config is None:
-            if not devices_differ(self.device, self.group):
+            if not differ:
                 return
             config = DdpConfig()
         if config.el_che_enabled:
@@ -226,6 +231,29 @@ class GraphSession:
                 self.group,
                 local_steps=config.average == "params",
             )
+        elif config.balance or (config.balance is None and differ):
+            hint = config.speed_hint
+            ratios = None
+            if hint is not None and hint[0] < self.world_size:
+                ratios = hinted_ratios(self.world_size, *hint)
+            self.balancer = Balancer(self.rank, self.world_size, self.device, self.group, ratios)
+
+    @property
+    def chunk_ratios(self) -> list[float]:
+        """Each rank's share of a batch: the auto-balancer's, else equal shares."""
+        if self.balancer is not None:
+            return list(self.balancer.chunk_ratios)
+        return [1.0 / self.world_size] * self.world_size
+
+    @property
+    def throughput(self) -> list[float]:
+        """Each rank's measured samples per ms, as of the last rebalance (the auto-balancer's;
+        zeros without it or before its first rebalance)."""
+        return (
+            list(self.balancer.throughput)
+            if self.balancer is not None
+            else [0.0] * (self.world_size)
+        )
 
     @property
     def el_che(self) -> Any:
@@ -260,7 +288,10 @@ class GraphSession:
             start = time.perf_counter()
             timeline.emit("sync_start", mode="graph")
             params = [p for p in graph.parameters() if p.requires_grad]
-            average_gradients(params, self.world_size, self.group)
+            if self.balancer is not None:
+                self.balancer.average(params)
+            else:
+                average_gradients(params, self.world_size, self.group)
             broadcast_from_rank_zero(list(graph.buffers()), self.group)
             ms = (time.perf_counter() - start) * 1e3
             timeline.emit("sync_end", mode="graph", duration_ms=ms)
@@ -306,9 +337,10 @@ class GraphSession:
     def set_data_loader(self, graph: nn.Module, loader: Any) -> None:
         from flodl.data import DataLoader, DataLoaderBuilder
 
-        # With El Che every rank reads the whole epoch order and takes its share of each window;
-        # without, each rank iterates its own fixed shard.
-        rank, world = (0, 1) if self.cadence is not None else (self.rank, self.world_size)
+        # With El Che every rank reads the whole epoch order and takes its share of each window,
+        # with the auto-balancer its slice of each batch; else each rank iterates its own shard.
+        whole = self.cadence is not None or self.balancer is not None
+        rank, world = (0, 1) if whole else (self.rank, self.world_size)
         if isinstance(loader, DataLoaderBuilder):
             loader = loader.partition(rank, world).device(self.device).build()
         if not isinstance(loader, DataLoader):
@@ -316,13 +348,15 @@ class GraphSession:
                 f"set_data_loader: expected an fl.data.DataLoader or its builder "
                 f"(fl.data.DataLoader.from_tensors(...).batch_size(n)), got {type(loader).__name__}"
             )
-        if self.cadence is not None and loader.world_size != 1:
+        if whole and loader.world_size != 1:
+            what = "window" if self.cadence is not None else "batch"
             raise TrainerConfigError(
-                "set_data_loader: El Che hands each rank its share of every window from the "
-                f"whole dataset, but this loader is partitioned (rank {loader.rank} of "
+                f"set_data_loader: {'El Che' if self.cadence else 'the auto-balancer'} hands "
+                f"each rank its share of every {what} from the whole dataset, but this loader "
+                f"is partitioned (rank {loader.rank} of "
                 f"{loader.world_size}) — build it without .partition(), or pass the builder unbuilt"
             )
-        if self.cadence is None and (loader.rank, loader.world_size) != (
+        if not whole and (loader.rank, loader.world_size) != (
             self.rank,
             self.world_size,
         ):
@@ -337,11 +371,11 @@ class GraphSession:
             )
             dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=self.group)
             most, fewest = int(counts[0]), -int(counts[1])
-            if most != fewest and self.cadence is not None:
+            if most != fewest and whole:
                 raise TrainerConfigError(
                     f"set_data_loader: the ranks' loaders hold {fewest} to {most} batches per "
-                    "epoch; El Che splits one epoch order between ranks, so every rank needs the "
-                    "same dataset and batch size"
+                    "epoch; El Che and the auto-balancer split one epoch order between ranks, so "
+                    "every rank needs the same dataset and batch size"
                 )
             if most != fewest:
                 raise TrainerConfigError(
@@ -413,12 +447,38 @@ class GraphSession:
                 "model.epoch(): no data loader — call model.set_data_loader(loader) first"
             )
         graph = self._graph()
-        if self.cadence is None or graph is None:
+        batches: Any
+        if self.balancer is not None:
+            batches = SlicedEpoch(self.loader.epoch(epoch), self.balancer)
+        elif self.cadence is None or graph is None:
             batches = self.loader.epoch(epoch)
         else:
             step = lambda: self._optimizer_step(graph)  # noqa: E731
             batches = self.cadence.epoch(self.loader, epoch, graph, step)
         return _EpochEnd(batches, epoch)
+
+
+class SlicedEpoch:
+    """An epoch read whole, each batch cut to this rank's slice (the auto-balancer's)."""
+
+    def __init__(self, batches: Any, balancer: Balancer) -> None:
+        self._batches, self._balancer = batches, balancer
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._balancer.epoch(iter(self._batches))
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __enter__(self) -> SlicedEpoch:
+        enter = getattr(self._batches, "__enter__", None)
+        if enter is not None:
+            enter()
+        return self
+
+    def __exit__(self, *exc: object) -> Any:
+        leave = getattr(self._batches, "__exit__", None)
+        return leave(*exc) if leave is not None else None
 
 
 class _EpochEnd:

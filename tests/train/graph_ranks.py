@@ -6,6 +6,7 @@ same path as under torchrun, runs the scenario, and puts its observations on the
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import time
 import traceback
@@ -137,6 +138,55 @@ def el_che_scenario(rank: int, world: int, port: int, results, average: str = "g
         out["digest"] = hashlib.sha256(
             b"".join(t.detach().numpy().tobytes() for t in model.state_dict().values())
         ).hexdigest()[:16]
+        model.finish()
+    except BaseException:
+        out["error"] = traceback.format_exc()
+    results.put(out)
+
+
+def balance_scenario(rank: int, world: int, port: int, results) -> None:
+    """The auto-balancer on two CPU ranks (forced with ``balance=True``): first a step on shares
+    from a speed hint, checked against the full-batch gradient; then rank 1 made 3x slower."""
+    act_as_launched_rank(rank, world, port)
+    out: dict = {"rank": rank}
+    try:
+        torch.manual_seed(7)
+        model = fl.FlowBuilder(nn.Linear(3, 4)).through(nn.Tanh()).through(nn.Linear(4, 1)).build()
+        reference = copy.deepcopy(model)
+        config = fl.DdpConfig(max_anchor=0, balance=True, speed_hint=(1, 3.0))
+        fl.Trainer.setup(model, None, lambda p: torch.optim.SGD(p, lr=0.1), config=config)
+        g = torch.Generator().manual_seed(3)
+        x = torch.randn(64, 3, generator=g)
+        y = x.sum(1, keepdim=True)
+        model.set_data_loader(fl.data.DataLoader.from_tensors(x, y).batch_size(16))
+        out["ratios_before"] = model.chunk_ratios
+        # One step: this rank's slice of the first batch, then the weighted mean gradient.
+        epoch = iter(model.epoch(0))
+        inputs, targets = next(epoch)
+        out["rows"] = inputs.shape[0]
+        nn.functional.mse_loss(model(inputs), targets).backward()
+        model.step()
+        out["after_one_step"] = params_of(model)
+        # The same step on one process, on the whole batch.
+        (full_x, full_y), *_ = fl.data.DataLoader.from_tensors(x, y).batch_size(16).build().epoch(0)
+        optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+        nn.functional.mse_loss(reference(full_x), full_y).backward()
+        optimizer.step()
+        out["reference"] = params_of(reference)
+        # Rank 1 three times slower per batch: after the calibration steps the shares follow.
+        batches = 0
+        for e in range(1, 5):
+            for inputs, targets in model.epoch(e):
+                started = time.perf_counter()
+                nn.functional.mse_loss(model(inputs), targets).backward()
+                if rank == 1:
+                    time.sleep(2 * (time.perf_counter() - started) + 0.002)
+                model.step()
+                batches += 1
+        out["batches"] = batches
+        out["ratios_after"] = model.chunk_ratios
+        out["throughput"] = model.throughput
+        out["params"] = params_of(model)
         model.finish()
     except BaseException:
         out["error"] = traceback.format_exc()
