@@ -49,6 +49,7 @@ from flodl.train.transport import (
     GlooCollective,
     Heartbeat,
     KeyWriter,
+    LocalLink,
     RankChannel,
     client,
 )
@@ -207,23 +208,26 @@ def rank_main(
     if not dist.is_initialized():
         backend = "nccl" if torch_device.type == "cuda" else "gloo"
         init_spawned_group(backend, store, rank, world, spec.timeout)
-    coordinator = channel = None
+    coordinator: CoordinatorThread | None = None
+    channel: LocalLink | RankChannel | None = None
     watched = watch_coordinator and rank != 0
     # Spawned ranks send their timeline events to the training process with their metrics (a
     # rank whose own script runs a Timeline, under a launcher, records them there instead).
     forwarding = spec.timeline_events and not timeline.timelines_running()
     forwarder = timeline.EventForwarder().install() if forwarding else None
     try:
-        channel = RankChannel(
-            host,
-            port,
-            rank,
-            watch=heartbeat if watched else None,
-            limit=spec.timeout,
-            lost_key=None if watch_coordinator else COORDINATOR_LOST_KEY,
-        )
-        if rank == 0:
-            coordinator = CoordinatorThread(spec, world, host, port, resume)
+        if rank == 0:  # the coordinator runs here: its messages to rank 0 stay in-process
+            link = channel = LocalLink()
+            coordinator = CoordinatorThread(spec, world, host, port, resume, local=link)
+        else:
+            channel = RankChannel(
+                host,
+                port,
+                rank,
+                watch=heartbeat if watched else None,
+                limit=spec.timeout,
+                lost_key=None if watch_coordinator else COORDINATOR_LOST_KEY,
+            )
         worker = _build(spec, rank, world, torch_device, channel, GlooCollective(world), resume)
         if resume_token is not None and isinstance(worker.checkpoint_fn, SaveFdl):
             worker.checkpoint_fn = ResumableCheckpoint(worker.checkpoint_fn, worker, resume_token)
@@ -239,7 +243,8 @@ def rank_main(
                 raise CoordinatorGoneError(str(err), rank=0) from None
             raise
         finally:
-            channel.close()
+            if channel is not None:
+                channel.close()
             flush_checkpoints()  # a rank process may end with os._exit: no atexit flush there
         return wait_final(store, spec.timeout)
     except BaseException as err:
@@ -337,11 +342,17 @@ class CoordinatorThread(threading.Thread):
     """Hosts the pure :class:`Coordinator` in rank 0's process and publishes epochs and the result."""
 
     def __init__(
-        self, spec: TrainSpec, world: int, host: str, port: int, resume: ResumePoint | None = None
+        self,
+        spec: TrainSpec,
+        world: int,
+        host: str,
+        port: int,
+        resume: ResumePoint | None = None,
+        local: LocalLink | None = None,
     ) -> None:
         super().__init__(name="flodl-coordinator", daemon=True)
         self.spec, self.world = spec, world
-        self.channel = CoordinatorChannel(host, port, world)
+        self.channel = CoordinatorChannel(host, port, world, local)
         self.coord = coordinator_for(
             spec, world, require_samples(as_source(spec.resolve_dataset())), resume
         )

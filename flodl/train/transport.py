@@ -6,6 +6,10 @@ they notice when to stop) and pushing into a ``queue.Queue`` the training loop d
 blocking. Every thread uses its own store client (c10d stores are not shared across threads).
 Values are pickled: both ends are processes of the same training job.
 
+Rank 0 runs the coordinator's thread in its own process, so its messages to and from the
+coordinator skip the store: :class:`LocalLink` is a pair of in-process queues (no reader or
+sender threads, no pickling, no round trip).
+
 A rank never waits on the store from its training thread: :class:`RankChannel` hands messages to a
 sender thread, which writes whatever has queued up since its last write as one key (a
 :class:`Bundle`), so a burst of per-batch timings costs one round trip instead of one each.
@@ -201,24 +205,68 @@ class RankChannel:
         self._reader.stop()
 
 
-class CoordinatorChannel:
-    """The coordinator's end: one inbox fed by every rank, one writer per rank."""
+class LocalLink:
+    """Rank 0's channel to the coordinator thread in its own process: two in-process queues.
 
-    def __init__(self, host: str, port: int, world: int) -> None:
+    ``inbox`` receives the coordinator's messages to rank 0; what rank 0 sends goes straight into
+    the coordinator's inbox (set by :class:`CoordinatorChannel`). The same methods as
+    :class:`RankChannel`; never lost (the coordinator lives and dies with this process).
+    """
+
+    def __init__(self) -> None:
         self.inbox: queue.Queue = queue.Queue()
-        self._readers = [KeyStream(host, port, f"up/{r}", self.inbox) for r in range(world)]
-        self._senders = [
-            Sender(KeyWriter(client(host, port), f"ctl/{r}"), f"flodl-ctl-{r}")
-            for r in range(world)
-        ]
+        self.coordinator_inbox: queue.Queue | None = None
+        self.lost = False
+
+    def send(self, msg: Any) -> None:
+        assert self.coordinator_inbox is not None, "the coordinator's channel is not open yet"
+        self.coordinator_inbox.put(msg)
+
+    def poll(self) -> list[Any]:
+        out = []
+        while True:
+            try:
+                out.append(self.inbox.get_nowait())
+            except queue.Empty:
+                return out
+
+    def wait(self, timeout: float) -> Any:
+        try:
+            return self.inbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        return
+
+
+class CoordinatorChannel:
+    """The coordinator's end: one inbox fed by every rank, one writer per rank. With ``local``
+    (rank 0's :class:`LocalLink`), rank 0's messages go through in-process queues."""
+
+    def __init__(self, host: str, port: int, world: int, local: LocalLink | None = None) -> None:
+        self.inbox: queue.Queue = queue.Queue()
+        self._local = local
+        first = 0
+        if local is not None:
+            local.coordinator_inbox = self.inbox
+            first = 1
+        self._readers = [KeyStream(host, port, f"up/{r}", self.inbox) for r in range(first, world)]
+        self._senders: dict[int, Sender] = {
+            r: Sender(KeyWriter(client(host, port), f"ctl/{r}"), f"flodl-ctl-{r}")
+            for r in range(first, world)
+        }
         self.store = client(host, port)  # the coordinator thread's own client
 
     def send(self, rank: int, msg: Any) -> None:
-        self._senders[rank].put(msg)
+        if rank == 0 and self._local is not None:
+            self._local.inbox.put(msg)
+        else:
+            self._senders[rank].put(msg)
 
     def flush(self) -> None:
         """Deliver everything sent so far (the senders stop)."""
-        for sender in self._senders:
+        for sender in self._senders.values():
             sender.close()
 
     def close(self) -> None:
