@@ -82,7 +82,11 @@ class _Extractor:
                     if name not in listed:
                         names.append(name)
                     hidden = _shadowing_import(module, name) is not None
-                    shown = exported and name in listed and not hidden
+                    # A subpackage with its own ``__all__`` is public even when its parent
+                    # leaves it out of ``__all__`` (an optional extra such as ``flodl.hf``,
+                    # which a star import must not pull in with its dependencies).
+                    extra = sub.is_subpackage and sub.exports is not None
+                    shown = exported and (name in listed or extra) and not hidden
                     queue.append((sub, f"{public_path}.{name}", shown))
             self.modules[public_path] = ModuleInfo(
                 path=public_path,

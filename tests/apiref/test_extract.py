@@ -209,3 +209,16 @@ def test_a_module_without_its_own_init_is_built_with_no_arguments():
     ref = extract(find_source(Path(__file__).resolve().parents[2]))
     assert entry(ref, "flodl.nn.StateAdd").signature == "()"
     assert entry(ref, "flodl.FlodlError").signature not in ("()", "")  # Exception takes args
+
+
+def test_the_real_flodl_hf_is_public_though_the_root_leaves_it_out_of_all():
+    # flodl.hf needs the optional transformers: `from flodl import *` must not import it, so it
+    # is not in flodl.__all__, yet it is public API with its own __all__.
+    ref = extract(find_source(Path(__file__).resolve().parents[2]))
+    modules = {m.path: m for m in ref.modules}
+    assert modules["flodl.hf"].exported
+    assert {"AutoModel", "from_pretrained"} & set(modules["flodl.hf"].names)
+    hf = [e for e in ref.entries if e.path.startswith("flodl.hf.") and e.exported]
+    assert len(hf) >= 5
+    # Internal modules without their own __all__ stay out.
+    assert not modules["flodl.train.worker"].exported
