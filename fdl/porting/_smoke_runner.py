@@ -168,10 +168,18 @@ class _Capper(ast.NodeTransformer):
 
 
 def _instrument(source: str, filename: str) -> types.CodeType:
-    tree = ast.parse(source, filename=filename)
-    tree = _Capper(_training_functions(tree)).visit(tree)
-    ast.fix_missing_locations(tree)
-    return compile(tree, filename, "exec")
+    compile(source, filename, "exec")  # fails where `python script.py` would, and as it would
+    # Walking a tree as deep as Python compiles (a long FlowBuilder chain) takes several Python
+    # frames per level: more than the default recursion limit allows.
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(before, 20_000))
+    try:
+        tree = ast.parse(source, filename=filename)
+        tree = _Capper(_training_functions(tree)).visit(tree)
+        ast.fix_missing_locations(tree)
+        return compile(tree, filename, "exec")
+    finally:
+        sys.setrecursionlimit(before)
 
 
 # -- the run ---------------------------------------------------------------------------------

@@ -31,8 +31,11 @@ iterables (``for batch in loader`` binds a ``fl.data.Batch``).
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import re
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,6 +255,39 @@ def analyse(
     source: str, filename: str, ref: ApiReference
 ) -> tuple[list[Finding], set[str], list[CallSite]]:
     """Findings, the flodl paths used, and every flodl call site of ``source``."""
+    try:  # as `python script.py` compiles it, at the usual recursion limit
+        compile(source, filename, "exec", dont_inherit=True)
+    except RecursionError:
+        message = (
+            "the script nests deeper than Python can compile (a chain of about a thousand calls "
+            "or more): split the chain, e.g. build blocks and join them with .through(block)"
+        )
+        return [Finding(filename, 1, 0, "error", "syntax-error", message)], set(), []
+    except (SyntaxError, ValueError):
+        pass  # reported with its line below
+    with deep_syntax_trees():
+        return _analyse(source, filename, ref)
+
+
+# Python's own parser takes about a thousand nested calls (a long FlowBuilder chain); walking
+# that tree takes several Python frames per level, more than the default recursion limit.
+DEEP_RECURSION_LIMIT = 20_000
+
+
+@contextlib.contextmanager
+def deep_syntax_trees() -> Iterator[None]:
+    """Raise the recursion limit while a syntax tree as deep as Python compiles is walked."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(before, DEEP_RECURSION_LIMIT))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
+
+
+def _analyse(
+    source: str, filename: str, ref: ApiReference
+) -> tuple[list[Finding], set[str], list[CallSite]]:
     try:
         tree = ast.parse(source, filename=filename)
         compile(tree, filename, "exec", dont_inherit=True)  # compile-time errors: __future__

@@ -125,3 +125,35 @@ def test_path_that_is_a_file_is_a_clear_error(run_fdl, tmp_path):
     result = run_fdl("check", "--path", str(port), str(port))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"error: --path {port}: not a directory" in result.stderr
+
+
+def chain_script(steps: int) -> str:
+    links = "".join(".through(nn.Linear(4, 4))" for _ in range(steps))
+    return (
+        "import torch\nfrom torch import nn\nimport flodl as fl\n\n"
+        f"model = fl.FlowBuilder(nn.Linear(4, 4)){links}.build()\n"
+        "print(model(torch.ones(1, 4)).shape)\n"
+    )
+
+
+def test_a_long_builder_chain_python_runs_is_checked_and_run(run_fdl, tmp_path):
+    # 600 chained calls: Python compiles and runs it; walking its syntax tree took more frames
+    # than the default recursion limit (a RecursionError traceback before).
+    port = tmp_path / "port.py"
+    port.write_text(chain_script(600))
+    result = run_fdl("check", str(port), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "smoke run (FLODL_SMOKE=1): ran to the end in" in result.stdout
+    assert "check ok: 0 error(s)" in result.stdout
+
+
+def test_a_chain_too_deep_for_python_is_one_clear_error(run_fdl, tmp_path):
+    port = tmp_path / "port.py"
+    port.write_text(chain_script(1500))  # `python port.py` fails to compile this
+    result = run_fdl("check", "--json", str(port))
+    assert result.returncode == 1
+    [finding] = json.loads(result.stdout)["findings"]
+    assert finding["code"] == "syntax-error" and "nests deeper than Python can compile" in (
+        finding["message"]
+    )
+    assert "Traceback" not in result.stderr
