@@ -20,7 +20,7 @@ import torch
 
 from flodl.graph.graph import Graph
 from flodl.hf import hub
-from flodl.hf.errors import HfConfigError, HfHubError, TokenizerError
+from flodl.hf.errors import HfConfigError, HfError, HfHubError, TokenizerError
 from flodl.hf.families import FAMILIES, Family, family_of
 from flodl.hf.tokenizer import HfTokenizer
 from flodl.hf.weights import LoadReport, export_tensors, load_into
@@ -239,6 +239,25 @@ class HfModel(Graph):
         if self.tokenizer is not None:
             self.tokenizer.save(out / hub.TOKENIZER)
         return out
+
+    # Every task class overrides these with its own signature; any ``HfModel`` has them, so a
+    # model typed ``HfModel`` (what the Auto classes return) can be called through them.
+    def predict(self, *args: Any, **kwargs: Any) -> Any:
+        """The task head's prediction (``predict(texts)``, or ``predict(question, context)``
+        for question answering); a model without one raises :class:`HfError`."""
+        raise HfError(self._no_head("predict"))
+
+    def fill_mask(self, *args: Any, **kwargs: Any) -> Any:
+        """A masked-language-modelling head's candidates (``fill_mask(text)``); a model without
+        one raises :class:`HfError`."""
+        raise HfError(self._no_head("fill_mask"))
+
+    def _no_head(self, method: str) -> str:
+        return (
+            f"{type(self).__name__}.{method}: this model's head ({self.head_kind!r}) has no "
+            f"{method}(); load a task class such as fl.hf.AutoModelForSequenceClassification "
+            "(predict) or fl.hf.AutoModelForMaskedLM (fill_mask)"
+        )
 
 
 class SequenceClassifierMixin:

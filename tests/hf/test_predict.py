@@ -134,3 +134,14 @@ def test_tokenizer_pairs_padding_and_truncation(tmp_path):
         tok.encode(["a"], pairs=["b", "c"])
     with pytest.raises(fh.TokenizerError, match="no tokenizer file"):
         fh.HfTokenizer.from_file(tmp_path / "missing.json")
+
+
+def test_a_model_without_the_head_says_which_class_has_predict_or_fill_mask(tmp_path):
+    tiny_bert(tmp_path, "base")
+    bare = fh.AutoModel.from_pretrained(tmp_path)
+    with pytest.raises(fh.HfError, match=r"head \('base'\) has no predict\(\); load a task class"):
+        bare.predict(["text"])
+    tiny_bert(tmp_path / "seqcls", "seqcls")
+    classifier = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path / "seqcls")
+    with pytest.raises(fh.HfError, match=r"has no fill_mask\(\).*AutoModelForMaskedLM"):
+        classifier.fill_mask("a [MASK] film")

@@ -153,7 +153,8 @@ def test_a_chain_too_deep_for_python_is_one_clear_error(run_fdl, tmp_path):
     result = run_fdl("check", "--json", str(port))
     assert result.returncode == 1
     [finding] = json.loads(result.stdout)["findings"]
-    assert finding["code"] == "syntax-error" and "nests deeper than Python can compile" in (
-        finding["message"]
+    assert (
+        finding["code"] == "syntax-error"
+        and "nests deeper than Python can compile" in (finding["message"])
     )
     assert "Traceback" not in result.stderr
