@@ -2,7 +2,8 @@
 
 It covers node ids and kinds, every module's type, hyper-parameters (``extra_repr``) and
 parameter/buffer shapes (recursively), merge ops, loop kinds and counts, map modes, edges, refs,
-tags, inputs and the output. Plain callables held by a module (a ``.through(lambda t: t * 2)``
+tags, inputs with their default values, the output and the tags a multi-output graph returns
+(``.output(...)``). Plain callables held by a module (a ``.through(lambda t: t * 2)``
 step, a function stored as a public attribute) count by what they compute: qualified name plus
 their code object's bytecode, constants (recursively, nested functions included), names,
 default values and simple closure values, so ``lambda t: t * 2`` and ``lambda t: t * 3`` differ.
@@ -152,4 +153,9 @@ def structural_hash(graph: Graph) -> str:
     parts.append("TAGS")
     parts += [f"{tag}|{node_id}" for tag, node_id in sorted(graph.tag_map.items())]
     parts.append(f"INPUTS|{graph.inputs}|OUTPUT|{graph.output_node}")
+    # Added only when present, so a graph without them keeps the hash its checkpoints carry.
+    if graph.input_defaults:
+        parts.append(f"DEFAULTS|{_value(graph.input_defaults)}")
+    if graph.outputs:
+        parts.append(f"OUTPUTS|{graph.outputs}")
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()

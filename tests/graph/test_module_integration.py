@@ -324,3 +324,24 @@ def test_torch_export():
     x = torch.randn(3, 2)
     exported = torch.export.export(g, (x,))
     torch.testing.assert_close(exported.module()(x), g(x))
+
+
+def test_structural_hash_sees_output_tags_and_input_defaults():
+    def graph(outputs=("a", "b"), default=0):
+        b = fl.FlowBuilder().input("x").input("bias", default=default)
+        b = b.through(nn.Linear(2, 2)).tag("a").through(nn.Linear(2, 2)).tag("b")
+        return b.output(*outputs).build().structural_hash()
+
+    base = graph()
+    assert graph() == base
+    assert graph(outputs=("b", "a")) != base  # returns (b, a): a different model to its caller
+    assert graph(outputs=("a",)) != base
+    assert graph(default=1) != base  # graph(x) computes with another bias
+    assert graph(default=None) != base
+
+
+def test_a_graph_without_defaults_or_output_tags_keeps_its_hash():
+    # Checkpoints carry the hash: adding what it covers must not change it for other graphs.
+    g = fl.FlowBuilder(nn.Linear(4, 2)).through(nn.ReLU()).build()
+    # The hash this chain had before defaults and output tags were hashed.
+    assert g.structural_hash() == "4350ee835ea577fd948cda159a759de98fd7fb8bdf147769aa21da2ba758c094"
