@@ -340,6 +340,11 @@ def test_docker_images_install_the_bundled_wheel():
     for image in ("Dockerfile", "Dockerfile.cuda"):
         text = plain[image].decode()
         assert "COPY .fdl/wheels" not in text and 'pip install "flodl>=' in text
+    # Both images pin the same torch release (the CPU one took whatever was newest).
+    assert '/whl/cpu "torch==2.13.0"' in plain["Dockerfile"].decode()
+    assert "ARG TORCH_VERSION=2.13.0" in plain["Dockerfile.cuda"].decode()
+    unpinned = render(Answers("demo", "demo", "docker", "cu126", "", ""))["Dockerfile"].decode()
+    assert "/whl/cpu torch " in unpinned and "torch==" not in unpinned  # older answers
 
 
 def test_update_rewrites_constraints_for_the_machine_it_runs_on(run_fdl, tmp_path):
