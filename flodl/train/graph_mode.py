@@ -458,44 +458,16 @@ class GraphSession:
         return _EpochEnd(batches, epoch)
 
 
-class SlicedEpoch:
-    """An epoch read whole, each batch cut to this rank's slice (the auto-balancer's)."""
+class _Batches:
+    """An epoch's batches as given: ``len``, ``with`` and other attributes pass through."""
 
-    def __init__(self, batches: Any, balancer: Balancer) -> None:
-        self._batches, self._balancer = batches, balancer
-
-    def __iter__(self) -> Iterator[Any]:
-        return self._balancer.epoch(iter(self._batches))
+    def __init__(self, batches: Any) -> None:
+        self._batches = batches
 
     def __len__(self) -> int:
         return len(self._batches)
 
-    def __enter__(self) -> SlicedEpoch:
-        enter = getattr(self._batches, "__enter__", None)
-        if enter is not None:
-            enter()
-        return self
-
-    def __exit__(self, *exc: object) -> Any:
-        leave = getattr(self._batches, "__exit__", None)
-        return leave(*exc) if leave is not None else None
-
-
-class _EpochEnd:
-    """An epoch's batches as given (``len``, ``with``, ``close`` pass through), plus the
-    timeline's ``epoch_end`` event once iteration has consumed them all."""
-
-    def __init__(self, batches: Any, epoch: int) -> None:
-        self._batches, self._epoch = batches, epoch
-
-    def __iter__(self) -> Iterator[Any]:
-        yield from self._batches
-        timeline.emit("epoch_end", epoch=self._epoch)
-
-    def __len__(self) -> int:
-        return len(self._batches)
-
-    def __enter__(self) -> _EpochEnd:
+    def __enter__(self) -> Any:
         enter = getattr(self._batches, "__enter__", None)
         if enter is not None:
             enter()
@@ -507,3 +479,27 @@ class _EpochEnd:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._batches, name)
+
+
+class SlicedEpoch(_Batches):
+    """An epoch read whole, each batch cut to this rank's slice (the auto-balancer's)."""
+
+    def __init__(self, batches: Any, balancer: Balancer) -> None:
+        super().__init__(batches)
+        self._balancer = balancer
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._balancer.epoch(iter(self._batches))
+
+
+class _EpochEnd(_Batches):
+    """An epoch's batches, plus the timeline's ``epoch_end`` event once iteration has consumed
+    them all."""
+
+    def __init__(self, batches: Any, epoch: int) -> None:
+        super().__init__(batches)
+        self._epoch = epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self._batches
+        timeline.emit("epoch_end", epoch=self._epoch)

@@ -37,6 +37,24 @@ __getattr__ = _renamed(__name__, {"CoordinatorLost": CoordinatorLostError})
 _STOP = b"\x00flodl-stop"
 
 
+def drain(inbox: queue.Queue) -> list[Any]:
+    """Everything queued now, in order, without waiting."""
+    out = []
+    while True:
+        try:
+            out.append(inbox.get_nowait())
+        except queue.Empty:
+            return out
+
+
+def next_within(inbox: queue.Queue, timeout: float) -> Any:
+    """The next message, or None after ``timeout`` seconds without one."""
+    try:
+        return inbox.get(timeout=timeout)
+    except queue.Empty:
+        return None
+
+
 class Bundle(tuple):
     """Several messages written under one key; readers unpack them in order."""
 
@@ -174,18 +192,12 @@ class RankChannel:
         self._sender.put(msg)
 
     def poll(self) -> list[Any]:
-        out = []
-        while True:
-            try:
-                out.append(self._inbox.get_nowait())
-            except queue.Empty:
-                return out
+        return drain(self._inbox)
 
     def wait(self, timeout: float) -> Any:
-        try:
-            return self._inbox.get(timeout=timeout)
-        except queue.Empty:
-            pass
+        msg = next_within(self._inbox, timeout)
+        if msg is not None:
+            return msg
         if self._lost_store is not None and self._lost_store.check([self._lost_key]):  # type: ignore[list-item]
             raise CoordinatorLostError(self._lost_store.get(self._lost_key).decode())  # type: ignore[arg-type]
         if self._watch is not None and self._limit is not None:
@@ -223,18 +235,10 @@ class LocalLink:
         self.coordinator_inbox.put(msg)
 
     def poll(self) -> list[Any]:
-        out = []
-        while True:
-            try:
-                out.append(self.inbox.get_nowait())
-            except queue.Empty:
-                return out
+        return drain(self.inbox)
 
     def wait(self, timeout: float) -> Any:
-        try:
-            return self.inbox.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        return next_within(self.inbox, timeout)
 
     def close(self) -> None:
         return

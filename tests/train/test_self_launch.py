@@ -173,7 +173,8 @@ def test_the_ranks_share_the_cores_and_each_is_its_own_process(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiproc
-def test_a_failing_started_rank_fails_the_run_at_once_naming_it(tmp_path):
+@pytest.mark.parametrize("failing", [1, 0])
+def test_a_failing_rank_fails_the_run_at_once_and_stops_the_others(tmp_path, failing):
     leftovers = Leftovers(tmp_path)
     started = time.monotonic()
     result = run(
@@ -182,33 +183,18 @@ def test_a_failing_started_rank_fails_the_run_at_once_naming_it(tmp_path):
         "--devices",
         "cpu,cpu",
         "--fail-rank",
-        "1",
+        str(failing),
         env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
     )
     assert result.returncode != 0
-    assert "RuntimeError: rank 1 fails on purpose" in result.stderr  # its own traceback
-    assert "TrainingError: rank 1 (started by this process) exited with code 1" in result.stderr
+    assert f"RuntimeError: rank {failing} fails on purpose" in result.stderr  # its traceback
+    if failing == 1:  # rank 0 names the rank it started
+        assert "TrainingError: rank 1 (started by this process) exited with code 1" in (
+            result.stderr
+        )
     assert time.monotonic() - started < 25  # not the 30 s collective timeout
     assert results(tmp_path) == {}
-    leftovers.check()
-
-
-@pytest.mark.slow
-@pytest.mark.multiproc
-def test_a_failing_rank_0_stops_the_ranks_it_started(tmp_path):
-    leftovers = Leftovers(tmp_path)
-    result = run(
-        JOB,
-        str(tmp_path),
-        "--devices",
-        "cpu,cpu",
-        "--fail-rank",
-        "0",
-        env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
-    )
-    assert result.returncode != 0
-    assert "RuntimeError: rank 0 fails on purpose" in result.stderr
-    leftovers.check()
+    leftovers.check()  # rank 0 failing stopped the rank it started
 
 
 @pytest.mark.slow
