@@ -129,7 +129,6 @@ class PlainGRUSeq(nn.Module):
     def __init__(self, features: int, hidden: int) -> None:
         super().__init__()
         self.cell = nn.GRUCell(features, hidden)
-        self.last = fl.nn.Select((slice(None), -1))
         self.head = nn.Linear(hidden, features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -281,7 +280,8 @@ def graph_conv_autoencoder(p: PlainConvAutoencoder) -> fl.Graph:
 
 
 def graph_gru_seq(p: PlainGRUSeq) -> fl.Graph:
-    return fl.FlowBuilder().scan(p.cell, dim=1).through(p.last).through(p.head).build()
+    # The loop keeps only its last state, as the hand-written one does: nothing collected.
+    return fl.FlowBuilder().scan(p.cell, dim=1, keep="last").through(p.head).build()
 
 
 def graph_lstm_seq(p: PlainLSTMSeq) -> fl.Graph:

@@ -652,7 +652,12 @@ class FlowBuilder:
 
     # ------------------------------------------------------------------ sequences and outputs
     def scan(
-        self, cell: Step, dim: int = 1, state: str | None = None, final: str | None = None
+        self,
+        cell: Step,
+        dim: int = 1,
+        state: str | None = None,
+        final: str | None = None,
+        keep: str = "all",
     ) -> FlowBuilder:
         """Run ``cell`` once per step along ``dim``, carrying its state: ``nn.LSTMCell`` loops.
 
@@ -670,12 +675,26 @@ class FlowBuilder:
         ``final`` tags the final state (``(h, c)`` for an LSTMCell), e.g. to return it with
         :meth:`output`. The cell is registered like any step (a ``.tag`` after ``scan`` names
         it and tags the stacked outputs).
+
+        ``keep="last"`` continues with the last step's output only (``h``; for an LSTMCell the
+        ``h`` of ``(h, c)``) and collects nothing, equal bit for bit to::
+
+            for x_t in x.unbind(dim):
+                h = cell(x_t, h)
+            x = h[0] if isinstance(h, tuple) else h
         """
         site = callsite.capture()
         prev = self._single("scan", site)
         module = self._coerce(cell, "scan", site)
         if not isinstance(dim, int) or isinstance(dim, bool):
             return self._fail(f"scan: dim must be an integer (got {dim!r})", site, "scan")
+        if keep not in ("all", "last"):
+            return self._fail(
+                f"scan: keep must be 'all' (every step's output, stacked) or 'last' (the last "
+                f"step's output only), got {keep!r}",
+                site,
+                "scan",
+            )
         source = None
         if state is not None:
             state = _text(state)
@@ -698,7 +717,9 @@ class FlowBuilder:
                 return self
         if prev is None or module is None:
             return self
-        node = self._add_module_node(module, "scan", site, [prev], options=ScanOptions(dim, source))
+        node = self._add_module_node(
+            module, "scan", site, [prev], options=ScanOptions(dim, source, keep)
+        )
         if final is not None:
             holder = self._add_node("scan_state", ScanStateOptions(), "scan", site, [node.id])
             self._set_tag(final, holder.id, site)

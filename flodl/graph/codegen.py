@@ -259,7 +259,7 @@ def _emit_scan(g: _Gen, s: _Step) -> str:
     scan = s.node.opts(ScanOptions)
     initial = g.var[scan.state] if scan.state is not None else "None"
     cell = g.invoke(s.own, s.module)
-    emit_scan(g.w.emit, s.id, cell, s.primary, scan.dim, initial, s.out, 2)
+    emit_scan(g.w.emit, s.id, cell, s.primary, scan.dim, initial, s.out, 2, scan.keep)
     return s.out
 
 

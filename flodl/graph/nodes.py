@@ -138,6 +138,15 @@ class ScanOptions(Options):
     KIND: ClassVar[NodeKind] = NodeKind.SCAN
     dim: int  # the sequence dimension
     state: str | None  # the node holding the initial state (None: the cell's own zeros)
+    keep: str = "all"  # "all": every step's output, stacked; "last": the final step's only
+
+    def serialized(self) -> dict[str, Any]:
+        # ``keep`` only when it is not the default: graphs made before it existed keep their
+        # pickles and their structural hash (which checkpoints carry).
+        items = super().serialized()
+        if self.keep == "all":
+            del items["keep"]
+        return items
 
 
 @dataclass(frozen=True)

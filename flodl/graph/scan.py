@@ -14,6 +14,10 @@ and :func:`emit_scan` writes exactly that into the graph's generated ``forward``
 and its gradients equal the hand-written loop's bit for bit. ``state=None`` lets the cell start
 from its own default (torch's cells use zeros, the same values as an explicit ``torch.zeros``).
 The final state is the value of the companion ``scan_state`` node (tagged by ``final=...``).
+
+With ``keep="last"`` nothing is collected: the loop only carries the state, and the node's value
+is the last step's output (``state[0]`` for an LSTMCell), as a model that reads only its final
+hidden state is written by hand.
 """
 
 from __future__ import annotations
@@ -35,11 +39,17 @@ def emit_scan(
     initial: str,
     out: str,
     depth: int,
+    keep: str = "all",
 ) -> None:
     """Write the scan loop for node ``node_id`` (module expression ``own``) into ``emit``."""
     cell, h, outs, x = f"_c_{node_id}", state_local(node_id), f"_o_{node_id}", f"_x_{node_id}"
     emit(f"{cell} = {own}", depth, node_id)
     emit(f"{h} = {initial}", depth, node_id, "initial state")
+    if keep == "last":
+        emit(f"for {x} in {primary}.unbind({int(dim)}):", depth, node_id)
+        emit(f"{h} = {cell}({x}, {h})", depth + 1, node_id, "a step of the scan")
+        emit(f"{out} = {h}[0] if isinstance({h}, tuple) else {h}", depth, node_id, "last output")
+        return
     emit(f"{outs} = []", depth, node_id)
     emit(f"for {x} in {primary}.unbind({int(dim)}):", depth, node_id)
     emit(f"{h} = {cell}({x}, {h})", depth + 1, node_id, "a step of the scan")

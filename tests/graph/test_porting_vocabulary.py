@@ -279,6 +279,51 @@ def test_scan_mistakes_are_build_errors_with_the_call_site():
         fl.FlowBuilder().tag("h").scan(nn.GRUCell(2, 4), final="h").build()
 
 
+class HandLastState(nn.Module):
+    """A model that reads only the final hidden state: no list, no stack."""
+
+    def __init__(self, cell: nn.Module) -> None:
+        super().__init__()
+        self.cell = cell
+        self.head = nn.Linear(5, 2)
+
+    def forward(self, x):
+        h = None
+        for x_t in x.unbind(1):
+            h = self.cell(x_t, h)
+        return self.head(h[0] if isinstance(h, tuple) else h)
+
+
+@pytest.mark.parametrize("cell", [nn.GRUCell(3, 5), nn.LSTMCell(3, 5)], ids=["gru", "lstm"])
+def test_scan_keeping_the_last_output_equals_a_final_state_loop(cell):
+    torch.manual_seed(0)
+    hand = HandLastState(cell)
+    twin = copy.deepcopy(hand)
+    graph = fl.FlowBuilder().scan(twin.cell, keep="last", final="state").through(twin.head)
+    graph = graph.build()
+    _assert_parity(hand, twin, graph, torch.randn(4, 7, 3))
+    x = torch.randn(2, 6, 3)
+    with torch.no_grad():
+        assert graph(x).shape == (2, 2)
+        state = graph.tagged("state")  # the final state is still there to tag
+        assert (state[0] if isinstance(state, tuple) else state).shape == (2, 5)
+    assert "_torch.stack" not in graph.code  # nothing collected
+    restored = _roundtrip(graph)
+    assert torch.equal(restored(x), graph(x))
+
+
+def test_keep_all_is_the_default_and_leaves_existing_graphs_as_they_were():
+    cell = nn.GRUCell(2, 4)
+    default = fl.FlowBuilder().scan(cell).build()
+    explicit = fl.FlowBuilder().scan(cell, keep="all").build()
+    assert default.structural_hash() == explicit.structural_hash()
+    assert "keep" not in default.nodes[0].serialized_options()  # pickles and hashes unchanged
+    last = fl.FlowBuilder().scan(cell, keep="last").build()
+    assert last.structural_hash() != default.structural_hash()
+    with pytest.raises(fl.GraphBuildError, match=r"keep must be 'all' .* or 'last'"):
+        fl.FlowBuilder().scan(cell, keep="first").build()
+
+
 # ---------------------------------------------------------------- several outputs
 class HandVAE(nn.Module):
     def __init__(self) -> None:
