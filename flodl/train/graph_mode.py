@@ -44,6 +44,7 @@ from flodl.train.self_launch import (
     LAUNCHED_BY,
     LocalRanks,
     backend_for,
+    can_relaunch,
     check_in,
     launch_local_ranks,
     resolve_devices,
@@ -105,7 +106,7 @@ def setup(
             session.device,
             "El Che" if session.cadence is not None else "lockstep",
         )
-    elif wanted:  # one device, named: the model goes there
+    elif devices is not None and wanted:  # one device, named: the model goes there
         session.device = wanted[0]
         model.to(session.device)
         log.info("graph mode: one process, training on %s", session.device)
@@ -158,6 +159,16 @@ def _join_group(
         atexit.register(leave_group)
         world = dist.get_world_size()
     elif wanted is not None and len(wanted) >= 2:
+        if devices is None and not can_relaunch():
+            # GPUs found, but a notebook or a REPL cannot be started again as other ranks:
+            # train in this process on the model's own device, as before setup started ranks.
+            warnings.warn(
+                f"Trainer.setup: {len(wanted)} GPUs found, but this session cannot be started "
+                "again as other ranks (an interactive session or a notebook): training in this "
+                "process only; run the code as a script to use them all",
+                stacklevel=3,
+            )
+            return None, None
         local_ranks = launch_local_ranks(wanted, timeout)
         atexit.register(leave_group)  # runs before the started ranks are reaped
         world, device = len(wanted), _rank_device(wanted)

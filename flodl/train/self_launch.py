@@ -82,21 +82,25 @@ def backend_for(devices: Sequence[torch.device]) -> str:
     return "nccl" if all(d.type == "cuda" for d in devices) else "gloo"
 
 
+def can_relaunch() -> bool:
+    """Whether this program can be started again as is: a script, ``python -m`` or ``-c``; not an
+    interactive session, a notebook or a script read from standard input."""
+    argv = list(getattr(sys, "orig_argv", []))
+    if "-c" in argv[1:] or "-m" in argv[1:]:
+        return True
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    return bool(argv) and script not in (None, "<stdin>")
+
+
 def relaunch_command() -> list[str]:
     """The command line that started this process, to start it again as another rank."""
-    argv = list(getattr(sys, "orig_argv", []))
-    main = sys.modules.get("__main__")
-    runs_code = "-c" in argv[1:] or "-m" in argv[1:]
-    script = getattr(main, "__file__", None)
-    from_stdin = script in (None, "<stdin>", "-") or (argv[1:] or [""])[-1] == "-"
-    if not argv or (not runs_code and from_stdin):
+    if not can_relaunch():
         raise TrainerConfigError(
             "Trainer.setup: several devices need the other ranks to run this same program, but "
             "it was not started from a script (an interactive session, a notebook or standard "
-            "input): run it as "
-            "`python script.py`, or under torchrun, or pass devices=None / one device"
+            "input): run it as `python script.py`, or under torchrun, or pass one device"
         )
-    return [sys.executable, *argv[1:]]
+    return [sys.executable, *sys.orig_argv[1:]]
 
 
 class LocalRanks:

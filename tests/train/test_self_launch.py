@@ -238,3 +238,19 @@ def test_killing_rank_0_takes_the_ranks_it_started_with_it(tmp_path):
         if proc.poll() is None:
             proc.kill()
     leftovers.check()
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        (["-c", "from flodl.train.self_launch import can_relaunch; print(can_relaunch())"], "True"),
+        (["-"], "False"),  # the program text came from standard input: nothing to run again
+    ],
+)
+def test_whether_the_program_can_be_started_again(how, expected, tmp_path):
+    source = "from flodl.train.self_launch import can_relaunch; print(can_relaunch())\n"
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    assert run(str(script), timeout=60).stdout.strip() == "True"
+    given = run(*how, input=source if how == ["-"] else None, timeout=60)
+    assert given.stdout.strip() == expected, given.stderr
