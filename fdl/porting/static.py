@@ -255,42 +255,15 @@ def analyse(
     source: str, filename: str, ref: ApiReference
 ) -> tuple[list[Finding], set[str], list[CallSite]]:
     """Findings, the flodl paths used, and every flodl call site of ``source``."""
-    try:  # as `python script.py` compiles it, at the usual recursion limit
-        compile(source, filename, "exec", dont_inherit=True)
+    try:  # as `python script.py` parses and compiles it, at the usual recursion limit
+        tree = ast.parse(source, filename=filename)
+        compile(source, filename, "exec", dont_inherit=True)  # compile-time errors: __future__
     except RecursionError:
         message = (
             "the script nests deeper than Python can compile (a chain of about a thousand calls "
             "or more): split the chain, e.g. build blocks and join them with .through(block)"
         )
         return [Finding(filename, 1, 0, "error", "syntax-error", message)], set(), []
-    except (SyntaxError, ValueError):
-        pass  # reported with its line below
-    with deep_syntax_trees():
-        return _analyse(source, filename, ref)
-
-
-# Python's own parser takes about a thousand nested calls (a long FlowBuilder chain); walking
-# that tree takes several Python frames per level, more than the default recursion limit.
-DEEP_RECURSION_LIMIT = 20_000
-
-
-@contextlib.contextmanager
-def deep_syntax_trees() -> Iterator[None]:
-    """Raise the recursion limit while a syntax tree as deep as Python compiles is walked."""
-    before = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(before, DEEP_RECURSION_LIMIT))
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(before)
-
-
-def _analyse(
-    source: str, filename: str, ref: ApiReference
-) -> tuple[list[Finding], set[str], list[CallSite]]:
-    try:
-        tree = ast.parse(source, filename=filename)
-        compile(tree, filename, "exec", dont_inherit=True)  # compile-time errors: __future__
     except SyntaxError as err:
         line = err.lineno or 1
         lines = source.splitlines()
@@ -310,6 +283,29 @@ def _analyse(
             set(),
             [],
         )
+    with deep_syntax_trees():
+        return _walk(tree, filename, ref)
+
+
+# Python's own parser takes about a thousand nested calls (a long FlowBuilder chain); walking
+# that tree takes several Python frames per level, more than the default recursion limit.
+DEEP_RECURSION_LIMIT = 20_000
+
+
+@contextlib.contextmanager
+def deep_syntax_trees() -> Iterator[None]:
+    """Raise the recursion limit while a syntax tree as deep as Python compiles is walked."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(before, DEEP_RECURSION_LIMIT))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
+
+
+def _walk(
+    tree: ast.Module, filename: str, ref: ApiReference
+) -> tuple[list[Finding], set[str], list[CallSite]]:
     index = ApiIndex(ref)
     first = _Checker(filename, index)
     first.visit(tree)
