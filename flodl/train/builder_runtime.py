@@ -288,7 +288,7 @@ def hand_in(store: dist.TCPStore, worker: Worker) -> None:
         buffers=[b.detach().cpu().clone() for b in worker.buffers()],
         batch_count=max(worker.steps_since_avg, 1),
     )
-    store.set(survivor_key(worker.rank), pickle.dumps(snapshot))  # type: ignore[arg-type]  # stub says str; bytes work
+    store.set(survivor_key(worker.rank), pickle.dumps(snapshot))  # type: ignore[arg-type]  # torch's annotation says str; the store takes bytes
 
 
 def first_cause(errors: list[tuple[int, str]]) -> tuple[int, str]:
@@ -436,7 +436,7 @@ class CoordinatorThread(threading.Thread):
         except BaseException:
             errors.append((0, "coordinator failed:\n" + traceback.format_exc()))
             state = None
-        self.channel.store.set(FINAL_KEY, pickle.dumps((state, errors)))  # type: ignore[arg-type]  # torch's stub says str; the store takes bytes
+        self.channel.store.set(FINAL_KEY, pickle.dumps((state, errors)))  # type: ignore[arg-type]  # torch's annotation says str; the store takes bytes
         self.channel.close()
 
     def _deaths(self, exited: set[int]) -> list[tuple[int, str]]:

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from flodl.log import get_logger
+from flodl.train.builder_runtime import intra_op_threads
 from flodl.train.errors import TrainerConfigError
 from flodl.train.process_group import attempt_prefix, ending_with_an_exception, register_group
 from flodl.train.trained_state import TrainingError
@@ -193,7 +194,8 @@ def launch_local_ranks(devices: Sequence[torch.device], timeout: float) -> Local
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(store.port),
     }
-    cpu_threads = _cpu_share(devices)
+    # CPU ranks share this machine's cores, as spawned Builder ranks do (GPU ranks: untouched).
+    cpu_threads = intra_op_threads(None, world) if all(d.type == "cpu" for d in devices) else None
     procs: dict[int, subprocess.Popen] = {}
     for rank in range(1, world):
         env = {**os.environ, **rendezvous, "RANK": str(rank), "LOCAL_RANK": str(rank)}
@@ -219,13 +221,6 @@ def launch_local_ranks(devices: Sequence[torch.device], timeout: float) -> Local
     )
     register_group(prefixed)
     return ranks
-
-
-def _cpu_share(devices: Sequence[torch.device]) -> int | None:
-    """Each CPU rank's intra-op threads: an equal share of the cores (None: GPU ranks)."""
-    if any(d.type != "cpu" for d in devices):
-        return None
-    return max(1, (os.cpu_count() or 1) // len(devices))
 
 
 def _wait_for_ranks(store: dist.TCPStore, ranks: LocalRanks, timeout: float) -> None:

@@ -98,7 +98,7 @@ class KeyStream:
         try:
             store = client(self._host, self._port, timeout=5)
             n = self._next
-            while store.compare_set(f"{self._prefix}/{n}", "", _STOP) != _STOP:  # type: ignore[arg-type]  # stub says str; bytes work
+            while store.compare_set(f"{self._prefix}/{n}", "", _STOP) != _STOP:  # type: ignore[arg-type]  # torch's annotation says str; the store takes bytes
                 n += 1  # a real message is there: the reader will consume it first
         except RuntimeError:
             return
@@ -114,7 +114,7 @@ class KeyWriter:
     def put(self, value: Any) -> bool:
         """Write the next message; False (dropped) once the reader has stopped."""
         raw = pickle.dumps(value)
-        if self._store.compare_set(f"{self._prefix}/{self._n}", "", raw) != raw:  # type: ignore[arg-type]  # stub says str; bytes work
+        if self._store.compare_set(f"{self._prefix}/{self._n}", "", raw) != raw:  # type: ignore[arg-type]  # torch's annotation says str; the store takes bytes
             return False  # the slot holds the reader's stop marker
         self._n += 1
         return True
