@@ -45,7 +45,7 @@ from flodl.train.resume import (
 )
 from flodl.train.train_spec import TrainSpec
 from flodl.train.trained_state import TrainedState, TrainingError
-from flodl.train.transport import KeyStream
+from flodl.train.transport import KeyStream, heartbeat_timeout, progress_key
 
 log = get_logger("flodl.train")
 
@@ -313,6 +313,7 @@ class SpawnedRun:
     def _supervise(self) -> TrainedState:
         grace: float | None = None
         beats = Heartbeats(self.store, self.world, self.spec.timeout)
+        lagging = Lagging(self.store, self.world, self.spec.timeout)
         crashes: dict[int, tuple[int, str]] = {}  # rank -> (arrival order, traceback)
         suspects: dict[int, float] = {}  # silent ranks with no report yet: since when
         reported: set[int] = set()
@@ -337,11 +338,14 @@ class SpawnedRun:
             if failed and grace is None:
                 # Rank 0 (the coordinator) gone, or survivors that cannot finish: do not wait long.
                 grace = time.monotonic() + (1.0 if 0 in failed else min(self.spec.timeout, 10.0))
-            if grace is not None and time.monotonic() > grace:
+            if grace is not None and (time.monotonic() > grace or not alive):
+                if self.store.check([FINAL_KEY]):
+                    return wait_final(self.store, 0)
                 rank = blame(failed, crashes, set(self._stuck))
                 message = self._death_message(rank, failed[rank], crashes)
                 summary, _, details = message.partition("\n")
-                raise TrainingError(summary, rank=rank, details=details)
+                partial, note = self._survivors(exclude=rank)
+                raise TrainingError(summary + note, rank=rank, details=details, partial=partial)
             if all(p.exitcode == 0 for p in self.processes) and not self.store.check([FINAL_KEY]):
                 raise TrainingError("every rank exited but no final state was published")
             now = time.monotonic()
@@ -356,13 +360,22 @@ class SpawnedRun:
             # Silence alone is confirmed for a moment: on a saturated machine a failing rank's
             # report may still be on its way, and the report names the real cause.
             confirmed = [(r, t) for r, t in frozen if now - suspects[r] >= SILENCE_CONFIRM_S]
+            if not confirmed and not failed:
+                confirmed = lagging.behind([r for r in alive if r not in self._stuck], now)
             if confirmed and not failed:
                 rank, quiet = max(confirmed, key=lambda c: c[1])
-                message = (
-                    f"rank {rank} stopped responding: no heartbeat for {quiet:.0f} s (its process "
-                    "is frozen or blocked in native code) — every rank was stopped; if it was "
-                    "busy, give it longer with .timeout(seconds)"
-                )
+                if rank in silent:
+                    message = (
+                        f"rank {rank} stopped responding: no heartbeat for {quiet:.0f} s (its "
+                        "process is frozen or blocked in native code) — every rank was stopped; "
+                        "if it was busy, give it longer with .timeout(seconds)"
+                    )
+                else:
+                    message = (
+                        f"rank {rank} made no progress for {self.spec.timeout:.0f} s while its "
+                        "peers waited for it in a collective — every rank was stopped; if it "
+                        "was busy, give it longer with .timeout(seconds)"
+                    )
                 if rank == 0:  # it hosts the coordinator: the survivors hand their replicas here
                     raise self._without_rank0(message)
                 # Like a killed rank: the frozen one goes (its peers' collectives then fail at
@@ -398,6 +411,20 @@ class SpawnedRun:
         ranks = ", ".join(str(r) for r in sorted(finals))
         note = f". The survivors' average (rank {ranks}) is on .partial"
         return TrainingError(message + note, rank=0, partial=partial)
+
+    def _survivors(self, exclude: int) -> tuple[TrainedState | None, str]:
+        """The average of the replicas ranks handed in when a peer stopped under them (ranks in
+        lockstep do; under a coordinator, it averages them itself), and a note saying so."""
+        finals = {
+            r: pickle.loads(self.store.get(survivor_key(r)))
+            for r in range(self.world)
+            if r != exclude and self.store.check([survivor_key(r)])
+        }
+        partial = final_state(finals)
+        if partial is None:
+            return None, ""
+        ranks = ", ".join(str(r) for r in sorted(finals))
+        return partial, f". The survivors' average (rank {ranks}) is on .partial"
 
     def _death_message(
         self, rank: int, code: int | None, crashes: dict[int, tuple[int, str]]
@@ -435,12 +462,6 @@ RANK0_FROZEN = (
 )
 
 
-def heartbeat_timeout(timeout: float) -> float:
-    """How long a rank's heartbeat may stay silent: half the run's timeout (at least 5 s), so a
-    frozen rank is named before its peers' collectives time out waiting for it."""
-    return max(timeout / 2, 5.0)
-
-
 class Heartbeats:
     """The supervisor's view of every rank's heartbeat counter."""
 
@@ -465,6 +486,41 @@ class Heartbeats:
             elif count > 0 and now - since > self._limit:
                 found.append((r, now - since))
         return found
+
+
+class Lagging:
+    """The supervisor's view of lockstep ranks' progress (``progress/<rank>``, written by their
+    heartbeat threads): ``"<collectives entered> <batches trained>"``."""
+
+    def __init__(self, store: dist.TCPStore, world: int, timeout: float) -> None:
+        self._store, self._world, self._timeout = store, world, timeout
+        self._seen: dict[int, tuple[tuple[int, int], float]] = {}
+        self._next = 0.0
+
+    def behind(self, ranks: list[int], now: float) -> list[tuple[int, float]]:
+        """(rank, seconds unchanged) of every rank that entered fewer collectives than a peer
+        and has not moved for the run's timeout: its peers wait for it."""
+        if now < self._next:
+            return []
+        self._next = now + 0.5
+        latest: dict[int, tuple[int, int]] = {}
+        for r in ranks:
+            key = progress_key(r)
+            if not self._store.check([key]):
+                continue
+            syncs, steps = (int(x) for x in self._store.get(key).split())
+            latest[r] = (syncs, steps)
+            seen = self._seen.get(r)
+            if seen is None or seen[0] != latest[r]:
+                self._seen[r] = (latest[r], now)
+        if len(latest) < 2:
+            return []
+        ahead = max(syncs for syncs, _ in latest.values())
+        return [
+            (r, now - self._seen[r][1])
+            for r, (syncs, _) in latest.items()
+            if syncs < ahead and now - self._seen[r][1] >= self._timeout
+        ]
 
 
 def run_under_launcher(spec: TrainSpec, on_epoch: Callable[[EpochMetrics], None]) -> TrainedState:

@@ -25,12 +25,14 @@ from flodl.train.averaging import final_state
 from flodl.train.checkpointing import SaveFdl, flush_checkpoints, save_version
 from flodl.train.coordinator import Coordinator, CoordinatorConfig
 from flodl.train.errors import (
+    CollectiveError,
     CoordinatorGoneError,
     CoordinatorLostError,
     TrainerConfigError,
     TrainingError,
 )
 from flodl.train.guard import ConvergenceGuard
+from flodl.train.lockstep import LockstepRank, runs_in_lockstep
 from flodl.train.messages import (
     BatchTiming,
     EpochPlan,
@@ -52,6 +54,7 @@ from flodl.train.transport import (
     LocalLink,
     RankChannel,
     client,
+    heartbeat_timeout,
 )
 from flodl.train.worker import FINAL_ROUND, Worker, forwarded_events
 
@@ -205,17 +208,27 @@ def rank_main(
         torch.cuda.set_device(torch_device)
     store = client(host, port, spec.timeout)
     heartbeat = Heartbeat(host, port, rank)
+    lockstep = runs_in_lockstep(spec)
     if not dist.is_initialized():
         backend = "nccl" if torch_device.type == "cuda" else "gloo"
-        init_spawned_group(backend, store, rank, world, spec.timeout)
+        # In lockstep the supervising process names a rank its peers wait for after the run's
+        # timeout; their collectives must not give up first and take the blame.
+        limit = spec.timeout + heartbeat_timeout(spec.timeout) if lockstep else spec.timeout
+        init_spawned_group(backend, store, rank, world, limit)
     coordinator: CoordinatorThread | None = None
     channel: LocalLink | RankChannel | None = None
     watched = watch_coordinator and rank != 0
+    launched = watch_coordinator  # under a launcher: no supervising process of ours
+    gone = False  # rank 0 stopped answering: nothing that needs it may be called any more
     # Spawned ranks send their timeline events to the training process with their metrics (a
     # rank whose own script runs a Timeline, under a launcher, records them there instead).
     forwarding = spec.timeline_events and not timeline.timelines_running()
     forwarder = timeline.EventForwarder().install() if forwarding else None
     try:
+        if lockstep:
+            return _run_lockstep(
+                spec, rank, world, torch_device, store, heartbeat, resume, resume_token, launched
+            )
         if rank == 0:  # the coordinator runs here: its messages to rank 0 stay in-process
             link = channel = LocalLink()
             coordinator = CoordinatorThread(spec, world, host, port, resume, local=link)
@@ -248,6 +261,7 @@ def rank_main(
             flush_checkpoints()  # a rank process may end with os._exit: no atexit flush there
         return wait_final(store, spec.timeout)
     except BaseException as err:
+        gone = isinstance(err, CoordinatorGoneError)
         if on_crash is not None:
             on_crash(err)
         raise
@@ -256,11 +270,67 @@ def rank_main(
             forwarder.remove()
         if coordinator is not None:
             coordinator.join(spec.timeout)
-        if channel is not None and channel.lost:  # every call to rank 0 would block: leave
+        if gone or (
+            channel is not None and channel.lost
+        ):  # every call to rank 0 would block: leave
             heartbeat.stop(timeout=0)  # the group and the threads to the process exit
         else:  # the final state was read from the store after every rank sent its own
             leave_group(wait_for_peers=False)
             heartbeat.stop()
+
+
+# Under a launcher, a rank whose collective failed blames rank 0 when rank 0's control store
+# has not answered its heartbeat for this long (several missed beats, not one slow reply).
+RANK0_SILENT_S = 2.0
+
+
+def _run_lockstep(
+    spec: TrainSpec,
+    rank: int,
+    world: int,
+    device: torch.device,
+    store: dist.TCPStore,
+    heartbeat: Heartbeat,
+    resume: ResumePoint | None,
+    resume_token: str | None,
+    launched: bool,
+) -> TrainedState:
+    """A rank of a Sync or Cadence run over collectives (:mod:`flodl.train.lockstep`): no
+    coordinator, no control messages; rank 0 publishes the epochs and the result.
+
+    ``launched``: under a launcher, where no supervising process of ours collects survivors. A
+    failed collective there is blamed on rank 0 when its control store went silent too."""
+    worker = _build(spec, rank, world, device, resume=resume)
+    if resume_token is not None and isinstance(worker.checkpoint_fn, SaveFdl):
+        worker.checkpoint_fn = ResumableCheckpoint(worker.checkpoint_fn, worker, resume_token)
+    metrics = KeyWriter(store, "metrics") if rank == 0 else None
+    run = LockstepRank(
+        worker, spec, first_epoch=resume.version if resume is not None else 0, metrics=metrics
+    )
+    heartbeat.progress = lambda: run.progress
+    log.info("rank %d of %d joined in lockstep", rank, world)
+    try:
+        state = run.run()
+    except CollectiveError as err:
+        if not launched:
+            hand_in(store, worker)  # a peer stopped: the supervising process averages survivors
+        elif heartbeat.silent_for() > RANK0_SILENT_S:
+            raise CoordinatorGoneError(
+                f"rank 0 stopped responding: its control store has been silent for "
+                f"{heartbeat.silent_for():.0f} s and averaging with it failed ({err})",
+                rank=0,
+            ) from None
+        raise
+    except BaseException as err:
+        err.add_note(
+            f"rank {rank} failed at local step {worker.local_step} (epoch {worker.current_epoch})"
+        )
+        raise
+    finally:
+        flush_checkpoints()
+    if rank == 0:
+        store.set(FINAL_KEY, pickle.dumps((state, [])))  # type: ignore[arg-type]  # torch's annotation says str; the store takes bytes
+    return wait_final(store, spec.timeout)
 
 
 def intra_op_threads(requested: int | None, local_world: int) -> int:

@@ -21,6 +21,7 @@ import pickle
 import queue
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -282,12 +283,26 @@ class CoordinatorChannel:
 HEARTBEAT_INTERVAL = 0.5
 
 
+def heartbeat_timeout(timeout: float) -> float:
+    """How long a rank's heartbeat may stay silent: half the run's timeout (at least 5 s), so a
+    frozen rank is named before its peers' collectives time out waiting for it."""
+    return max(timeout / 2, 5.0)
+
+
+def progress_key(rank: int) -> str:
+    return f"progress/{rank}"
+
+
 class Heartbeat:
     """A rank's proof of life: a thread bumping ``hb/<rank>`` in the control store."""
 
     def __init__(self, host: str, port: int, rank: int) -> None:
         self._store = client(host, port, timeout=30)
         self._key = f"hb/{rank}"
+        self._progress_key = progress_key(rank)
+        # Set by a rank in lockstep: what it has done so far (``LockstepRank.progress``), for
+        # the supervising process to tell a rank its peers wait for from the waiting ones.
+        self.progress: Callable[[], str] | None = None
         self._stop = threading.Event()
         self._answered = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="flodl-heartbeat", daemon=True)
@@ -297,6 +312,8 @@ class Heartbeat:
         while not self._stop.is_set():
             try:
                 self._store.add(self._key, 1)
+                if self.progress is not None:
+                    self._store.set(self._progress_key, self.progress())
             except RuntimeError:  # the store went away: the job is over
                 return
             self._answered = time.monotonic()

@@ -281,10 +281,13 @@ def test_state_and_handle_pickle():
     assert pickle.loads(pickle.dumps(state)).params[0].shape == state.params[0].shape
 
 
-# At most this many Python threads in rank 0 and rank 1 of a two-rank Builder run: the training
-# thread and the heartbeat in each; rank 0 hosts the coordinator, with a receiver and a sender
-# for rank 1 (its own messages stay in-process); rank 1 has a receiver and a sender.
+# At most this many Python threads in rank 0 and rank 1 of a two-rank Builder run under a
+# coordinator (Async, or the CPU backend): the training thread and the heartbeat in each; rank 0
+# hosts the coordinator, with a receiver and a sender for rank 1 (its own messages stay
+# in-process); rank 1 has a receiver and a sender.
 THREADS_PER_RANK = {0: 5, 1: 4}
+# Sync and Cadence over collectives run in lockstep: no coordinator, no control messages.
+LOCKSTEP_THREADS = ["MainThread", "flodl-heartbeat"]
 
 POLICIES = [fl.ApplyPolicy.SYNC, fl.ApplyPolicy.CADENCE, fl.ApplyPolicy.ASYNC]
 BACKENDS = [fl.AverageBackend.NCCL, fl.AverageBackend.CPU]
@@ -330,10 +333,15 @@ def test_two_cpu_ranks_every_policy_and_backend(policy, backend, tmp_path, monke
         assert sorted(calls) == [(r, e, e, 1) for r in range(2) for e in range(4)]
     # Python threads per rank: the training thread plus flodl's own, each named (docs/ddp.md,
     # "Runtime").
+    lockstep = backend is fl.AverageBackend.NCCL and policy is not fl.ApplyPolicy.ASYNC
     for rank, *_, names in rows:
         threads = names.split(",")
         assert all(t == "MainThread" or t.startswith("flodl-") for t in threads), threads
-        assert len(threads) <= THREADS_PER_RANK[int(rank)], threads
+        if lockstep:
+            assert threads == LOCKSTEP_THREADS
+        else:
+            assert len(threads) <= THREADS_PER_RANK[int(rank)], threads
+            assert "flodl-coordinator" in threads or rank != "0"
 
 
 def two_ranks(step, **kw):
@@ -757,13 +765,24 @@ def test_a_spec_a_rank_cannot_unpickle_is_reported_with_its_traceback():
 @pytest.mark.multiproc
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_under_a_launcher_a_frozen_rank_0_fails_the_waiting_peer_within_the_timeout():
+@pytest.mark.parametrize(
+    ("policy", "backend"),
+    [("CADENCE", "CPU"), ("SYNC", "NCCL")],
+    ids=["coordinator", "lockstep"],
+)
+def test_under_a_launcher_a_frozen_rank_0_fails_the_waiting_peer_within_the_timeout(
+    policy, backend
+):
     # No supervising process of ours under torchrun: the peer itself notices that rank 0's
-    # control store stopped answering its heartbeat, instead of waiting for work forever.
+    # control store stopped answering its heartbeat (waiting for work under a coordinator, in
+    # a collective that times out in lockstep), instead of waiting forever.
     from tests.train import builder_ranks
     from tests.train.launched import run_launched
 
-    (out,) = run_launched(builder_ranks.frozen_rank0_scenario, 2, timeout=120, reporting=1)
+    scenario = functools.partial(
+        builder_ranks.frozen_rank0_scenario, policy=policy, backend=backend
+    )
+    (out,) = run_launched(scenario, 2, timeout=120, reporting=1)
     assert out["rank"] == 1
     assert "rank 0 stopped responding" in out["training_error"]
     assert out["error_rank"] == 0
