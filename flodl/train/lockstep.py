@@ -87,7 +87,6 @@ class LockstepRank:
         self.version = 0
         self._last_sync_ms = 0.0
         self._idle_ms = 0.0
-        self._events_done = False
 
     @property
     def progress(self) -> str:
@@ -240,9 +239,7 @@ class LockstepRank:
         torch.nn.utils.vector_to_parameters(flat, params)
         self.version = version
         worker.steps_since_avg = 0
-        worker.global_step += round(total)
-        worker._counted = worker.local_step
-        worker.ctx.global_step = worker.global_step
+        worker.set_global_step(worker.global_step + round(total))
         sync_ms = (time.perf_counter() - waited) * 1e3
         self._idle_ms += sync_ms
         self._last_sync_ms = sync_ms
@@ -270,7 +267,6 @@ class LockstepRank:
     ) -> MetricsMsg:
         worker = self.worker
         idle, self._idle_ms = self._idle_ms, 0.0
-        sampler = worker._sampler
         return MetricsMsg(
             rank=self.rank,
             epoch=epoch,
@@ -280,7 +276,7 @@ class LockstepRank:
             samples=samples,
             scalars=step_context.drain_scalars(),
             device_index=worker.device.index or 0,
-            resources=sampler.sample().to_json() if sampler is not None else {},
+            resources=worker.resources(),
             idle_ms=idle,
             events=forwarded_events(),
         )

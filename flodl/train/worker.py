@@ -151,6 +151,17 @@ class Worker:
         an averaging resets :attr:`steps_since_avg` before the new global count arrives."""
         return self.global_step + self.local_step - self._counted
 
+    def set_global_step(self, step: int, counted: int | None = None) -> None:
+        """The global step as of an averaging, which counted this rank's first ``counted`` local
+        steps (default: all of them so far)."""
+        self.global_step = step
+        self._counted = self.local_step if counted is None else counted
+        self.ctx.global_step = step
+
+    def resources(self) -> dict[str, Any]:
+        """This process's CPU, memory and GPU now, if a monitor asked for them (else empty)."""
+        return self._sampler.sample().to_json() if self._sampler is not None else {}
+
     def fetch(self, indices: torch.Tensor) -> Batch:
         """The samples at ``indices`` on this rank's device, addressable by position and name."""
         fields = self.source.fetch(indices)
@@ -209,7 +220,7 @@ class Worker:
             samples=plan.size,  # the whole slice is done, including a dropped partial tail
             scalars=step_context.drain_scalars(),
             device_index=self.device.index or 0,
-            resources=self._sampler.sample().to_json() if self._sampler is not None else {},
+            resources=self.resources(),
             idle_ms=idle,
             wall_ms=wall,
             events=forwarded_events(),
@@ -236,9 +247,7 @@ class Worker:
                 self.version = msg.version
                 self.steps_since_avg = 0
             case SetGlobalStep(step=step, counted=counted):
-                self.global_step = step
-                self._counted = counted[self.rank] if counted else self.local_step
-                self.ctx.global_step = step
+                self.set_global_step(step, counted[self.rank] if counted else None)
             case Checkpoint(version=version):
                 if self.checkpoint_fn is not None and self.rank == 0:
                     save_version(self.checkpoint_fn, version, self.model)

@@ -344,6 +344,17 @@ def test_two_cpu_ranks_every_policy_and_backend(policy, backend, tmp_path, monke
             assert "flodl-coordinator" in threads or rank != "0"
 
 
+# Both multi-rank runtimes: in lockstep over collectives (Sync, Cadence) and under rank 0's
+# coordinator (here Cadence with the CPU backend).
+RUNTIMES = [
+    pytest.param({"policy": fl.ApplyPolicy.SYNC}, id="lockstep-sync"),
+    pytest.param({"policy": fl.ApplyPolicy.CADENCE}, id="lockstep-cadence"),
+    pytest.param(
+        {"policy": fl.ApplyPolicy.CADENCE, "backend": fl.AverageBackend.CPU}, id="coordinator"
+    ),
+]
+
+
 def two_ranks(step, **kw):
     b = (
         builder(step)
@@ -401,12 +412,13 @@ def test_rank_0s_exception_is_blamed_not_its_silent_heartbeat_or_the_peer_it_too
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("runtime", RUNTIMES[::2])
 def test_an_exception_in_one_rank_surfaces_from_join_with_rank_step_and_traceback(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, runtime
 ):
     monkeypatch.setenv(toy.INJECTED_AT, str(tmp_path / "injected"))
     leftovers = run_leftovers(tmp_path, monkeypatch)
-    handle = two_ranks(toy.failing_step, policy=fl.ApplyPolicy.SYNC, timeout=60).run()
+    handle = two_ranks(toy.failing_step, timeout=60, **runtime).run()
     with pytest.raises(fl.TrainingError) as info:
         handle.join()
     # Reported, not timed out: far sooner than the 60 s timeout (20 s is only a hang guard).
@@ -424,10 +436,11 @@ def test_an_exception_in_one_rank_surfaces_from_join_with_rank_step_and_tracebac
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(240)
-def test_a_killed_rank_fails_the_run_quickly_and_leaves_no_process(tmp_path, monkeypatch):
+@pytest.mark.parametrize("runtime", RUNTIMES[1:])
+def test_a_killed_rank_fails_the_run_quickly_and_leaves_no_process(tmp_path, monkeypatch, runtime):
     monkeypatch.setenv(toy.INJECTED_AT, str(tmp_path / "injected"))
     leftovers = run_leftovers(tmp_path, monkeypatch)
-    handle = two_ranks(toy.crashing_step, timeout=60).run()
+    handle = two_ranks(toy.crashing_step, timeout=60, **runtime).run()
     with pytest.raises(fl.TrainingError, match="rank 1 exited with code 17") as info:
         handle.join()
     assert seconds_since_injection(tmp_path / "injected") < 20  # not the 60 s timeout
@@ -441,11 +454,16 @@ def test_a_killed_rank_fails_the_run_quickly_and_leaves_no_process(tmp_path, mon
 
 
 @pytest.mark.multiproc
-def test_a_hung_rank_is_detected_by_the_no_progress_timeout(tmp_path, monkeypatch):
+@pytest.mark.parametrize("runtime", RUNTIMES[1:])
+def test_a_hung_rank_is_detected_by_the_no_progress_timeout(tmp_path, monkeypatch, runtime):
+    # In lockstep rank 0 waits for it in a collective (whose own timeout comes later, so rank 0
+    # is not blamed); under a coordinator, rank 1 owes the coordinator its batch.
     leftovers = run_leftovers(tmp_path, monkeypatch)
-    handle = two_ranks(toy.hanging_step, timeout=4).run()
-    with pytest.raises(fl.TrainingError, match="rank 1 made no progress for 4 s"):
+    handle = two_ranks(toy.hanging_step, timeout=4, **runtime).run()
+    with pytest.raises(fl.TrainingError, match="rank 1 made no progress for 4 s") as info:
         handle.join()
+    assert info.value.rank == 1
+    assert info.value.partial is not None  # rank 0's replica
     assert_no_process_left(handle.pids)
     leftovers.check()
 
@@ -671,14 +689,14 @@ def test_metrics_arrive_while_ranks_train_and_the_stream_ends_without_join():
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("policy", [fl.ApplyPolicy.SYNC, fl.ApplyPolicy.CADENCE])
+@pytest.mark.parametrize("runtime", RUNTIMES)
 def test_a_frozen_rank_0_fails_join_naming_it_with_the_survivors_partial_state(
-    tmp_path, monkeypatch, policy
+    tmp_path, monkeypatch, runtime
 ):
     # SIGSTOP freezes rank 0 whole, its coordinator thread included: only the supervising
     # process can notice (rank 0's heartbeat stops).
     leftovers = run_leftovers(tmp_path, monkeypatch)
-    handle = two_ranks(toy.freezing_rank0_step, timeout=10, policy=policy).run()
+    handle = two_ranks(toy.freezing_rank0_step, timeout=10, **runtime).run()
     with pytest.raises(fl.TrainingError, match="rank 0 stopped responding") as info:
         handle.join()
     assert info.value.rank == 0
@@ -695,13 +713,15 @@ def test_a_frozen_rank_0_fails_join_naming_it_with_the_survivors_partial_state(
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("policy", [fl.ApplyPolicy.SYNC, fl.ApplyPolicy.CADENCE])
-def test_a_frozen_rank_1_fails_join_with_the_survivors_partial_state(tmp_path, monkeypatch, policy):
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_frozen_rank_1_fails_join_with_the_survivors_partial_state(
+    tmp_path, monkeypatch, runtime
+):
     # SIGSTOP freezes rank 1 (possibly while rank 0 waits for it in a collective): like a killed
     # rank, the run fails naming it and rank 0's replica comes back on .partial.
     monkeypatch.setenv(toy.INJECTED_AT, str(tmp_path / "injected"))
     leftovers = run_leftovers(tmp_path, monkeypatch)
-    handle = two_ranks(toy.freezing_rank1_step, timeout=10, policy=policy).run()
+    handle = two_ranks(toy.freezing_rank1_step, timeout=10, **runtime).run()
     with pytest.raises(fl.TrainingError, match="rank 1 stopped responding") as info:
         handle.join()
     assert seconds_since_injection(tmp_path / "injected") < 30  # heartbeat limit 5 s, not hung
