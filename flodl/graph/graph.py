@@ -238,7 +238,7 @@ class Graph(
     _epoch_count: int
     _tagged: dict[str, Any]
     _state: dict[str, torch.Tensor | None]
-    _hash: str
+    _hash: str | None
     _code: str
     _line_nodes: dict[int, tuple[str, str]]
     _forward_fn: Callable[..., Any]
@@ -294,12 +294,14 @@ class Graph(
         for child in self.children_graphs().values():
             child._composed = True
         self._install()
-        self._hash = structural_hash(self)
+        # Computed when first asked (a checkpoint, a summary, a log line): most graphs never are,
+        # and it is a fifth of a large graph's build.
+        self._hash = None
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "built graph %s[%s]: %d nodes, %s parameters",
                 f"'{label}' " if label else "",
-                self._hash[:8],
+                self.short_hash(),
                 len(nodes),
                 f"{sum(p.numel() for p in self.parameters()):,}",
             )
@@ -668,8 +670,13 @@ class Graph(
         ``scheme="rust"`` gives the hash the Rust original computes for the equivalent graph
         (what its checkpoints carry; see :mod:`flodl.checkpoint.rust_graph` for the mapping),
         and raises naming the first node with no counterpart there.
+
+        Computed the first time it is asked for (``build()`` does not), then kept: a change to
+        the modules after that (a parametrization, a swapped layer) does not alter it.
         """
         if scheme == "flodl":
+            if self._hash is None:
+                self._hash = structural_hash(self)
             return self._hash
         if scheme == "rust":
             from flodl.checkpoint.rust_graph import rust_structural_hash
@@ -679,7 +686,7 @@ class Graph(
 
     def short_hash(self) -> str:
         """The first 8 characters of :meth:`structural_hash`."""
-        return self._hash[:8]
+        return self.structural_hash()[:8]
 
     def summary(self) -> str:
         """A readable tree of the nodes, their tags, call sites and parameter shapes."""

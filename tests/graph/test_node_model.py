@@ -220,3 +220,19 @@ def test_halting_is_the_same_written_out_and_run_by_the_loop(kind):
         assert ".run(" not in graph.code
         loop = Loop(body, LoopKind(kind), 3, cond)
         assert torch.equal(graph(x), loop(x))
+
+
+def test_the_structural_hash_is_computed_when_first_asked_then_kept():
+    from torch.nn.utils.parametrizations import weight_norm
+
+    def make() -> fl.Graph:
+        return fl.FlowBuilder(nn.Linear(3, 3)).through(nn.ReLU()).build()
+
+    asked, late = make(), make()
+    kept = asked.structural_hash()
+    assert kept == make().structural_hash()  # same architecture, same hash
+    weight_norm(asked.module_of("linear_1"))
+    assert asked.structural_hash() == kept  # fixed once asked
+    assert asked.short_hash() == kept[:8]
+    weight_norm(late.module_of("linear_1"))  # changed before anyone asked: the hash says so
+    assert late.structural_hash() != kept
