@@ -9,8 +9,10 @@ Builder mode — the framework owns the loop::
 
 With one device it trains in the calling process. With ``devices=[...]`` of two or more (or two
 or more GPUs found) it runs one process per device on ``torch.distributed`` — gloo on CPUs, NCCL on
-GPUs — and a coordinator averages the replicas on the chosen :class:`ApplyPolicy` cadence. Under
-``torchrun`` every rank runs the same script and joins the launched group.
+GPUs — and the replicas are averaged on the chosen :class:`ApplyPolicy` cadence: Sync and Cadence
+in lockstep over collectives (:mod:`flodl.train.lockstep`), Async and the CPU backend under a
+coordinator thread in rank 0. Under ``torchrun`` every rank runs the same script and joins the
+launched group.
 """
 
 from __future__ import annotations
