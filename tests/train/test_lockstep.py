@@ -97,6 +97,33 @@ def test_sync_in_lockstep_averages_after_every_batch_with_unequal_shares():
     assert not torch.allclose(state.params[0], sync_by_hand(data, 2, 16, [1.0, 1.0])[0])
 
 
+@pytest.mark.multiproc
+@pytest.mark.timeout(240)
+def test_when_rank_0_raises_the_survivors_replica_is_still_on_partial():
+    # No coordinator in rank 0 to lose: rank 1's averaging fails, it hands its replica in, and
+    # the supervising process averages the hand-ins as soon as every rank has exited.
+    handle = (
+        fl.Trainer.builder(toy.make_model, toy.make_sgd, toy.failing_rank0_step)
+        .dataset(toy.regression_data())
+        .batch_size(16)
+        .num_epochs(3)
+        .devices(["cpu", "cpu"])
+        .threads_per_rank(1)
+        .timeout(60)
+        .policy(SYNC)
+        .run()
+    )
+    with pytest.raises(fl.TrainingError) as info:
+        handle.join()
+    err = info.value
+    assert err.rank == 0
+    assert "injected failure in rank 0's train_step" in err.details
+    assert "rank 0 failed at local step 3" in err.details
+    assert "The survivors' average (rank 1) is on .partial" in str(err)
+    assert err.partial is not None and len(err.partial.params) == 2
+    assert all(torch.isfinite(p).all() for p in err.partial.params)
+
+
 @pytest.fixture
 def store():
     server = torch.distributed.TCPStore(

@@ -69,6 +69,13 @@ def failing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     return mse_step(model, batch)
 
 
+def failing_rank0_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    ctx = step_context.current()
+    if ctx.rank == 0 and ctx.local_step == 3:
+        raise ValueError("injected failure in rank 0's train_step")
+    return mse_step(model, batch)
+
+
 def crashing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     ctx = step_context.current()
     if ctx.rank == 1 and ctx.local_step == 3:
