@@ -334,7 +334,19 @@ class Graph(
             node.attr = name
             used.add(name)
             taken[id(module)] = name
+            self._add_child(name, module)
+
+    def _add_child(self, name: str, module: nn.Module) -> None:
+        """``add_module`` for a name ``_register`` already found free: its ``hasattr`` check
+        raises (and discards) an AttributeError per new name, a tenth of a large graph's
+        build. Torch's checks and hooks run whenever they could matter: a global module
+        registration hook installed, or the name taken by anything of this instance."""
+        hooks = getattr(nn.modules.module, "_global_module_registration_hooks", None)
+        taken = name in self.__dict__ or name in self._parameters or name in self._buffers
+        if hooks is None or hooks or taken:
             self.add_module(name, module)
+        else:
+            self._modules[name] = module
 
     def _install(self) -> None:
         """Generate, compile and bind ``forward`` (also after unpickling or deepcopy)."""

@@ -345,3 +345,20 @@ def test_a_graph_without_defaults_or_output_tags_keeps_its_hash():
     g = fl.FlowBuilder(nn.Linear(4, 2)).through(nn.ReLU()).build()
     # The hash this chain had before defaults and output tags were hashed.
     assert g.structural_hash() == "4350ee835ea577fd948cda159a759de98fd7fb8bdf147769aa21da2ba758c094"
+
+
+def test_a_global_module_registration_hook_sees_every_node_module():
+    # build() skips add_module's per-name attribute probe only when no such hook exists.
+    seen = []
+
+    def hook(parent, name, module):
+        seen.append((type(parent).__name__, name, type(module).__name__))
+
+    handle = torch.nn.modules.module.register_module_module_registration_hook(hook)
+    try:
+        graph = fl.FlowBuilder(nn.Linear(2, 3)).through(nn.ReLU()).tag("act").build()
+    finally:
+        handle.remove()
+    assert ("Graph", "linear_1", "Linear") in seen
+    assert ("Graph", "act", "ReLU") in seen
+    assert [name for name, _ in graph.named_children()] == ["linear_1", "act"]
