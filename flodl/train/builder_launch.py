@@ -33,7 +33,6 @@ from flodl.train.builder_runtime import (
 )
 from flodl.train.checkpointing import SaveFdl
 from flodl.train.errors import CoordinatorGoneError, TrainerConfigError
-from flodl.train.messages import Snapshot
 from flodl.train.metrics import EpochMetrics, RankEvents
 from flodl.train.process_group import init_launched_group
 from flodl.train.resume import (
@@ -313,7 +312,7 @@ class SpawnedRun:
     def _supervise(self) -> TrainedState:
         grace: float | None = None
         beats = Heartbeats(self.store, self.world, self.spec.timeout)
-        lagging = Lagging(self.store, self.world, self.spec.timeout)
+        lagging = Lagging(self.store, self.spec.timeout)
         crashes: dict[int, tuple[int, str]] = {}  # rank -> (arrival order, traceback)
         suspects: dict[int, float] = {}  # silent ranks with no report yet: since when
         reported: set[int] = set()
@@ -394,27 +393,20 @@ class SpawnedRun:
         collective then fails knows it too — and each hands in its replica (bounded wait)."""
         self.store.set(COORDINATOR_LOST_KEY, message)
         self.processes[0].kill()
-        finals: dict[int, Snapshot] = {}
         deadline = time.monotonic() + min(self.spec.timeout, 10.0)
         waiting = set(range(1, self.world))
         while waiting and time.monotonic() < deadline:
             for r in sorted(waiting):
-                if self.store.check([survivor_key(r)]):
-                    finals[r] = pickle.loads(self.store.get(survivor_key(r)))
-                    waiting.discard(r)
-                elif self.processes[r].exitcode is not None:
-                    waiting.discard(r)  # gone without handing anything in
+                if self.store.check([survivor_key(r)]) or self.processes[r].exitcode is not None:
+                    waiting.discard(r)  # handed in, or gone without handing anything in
             time.sleep(0.05)
-        partial = final_state(finals)
-        if partial is None:
-            return TrainingError(message + RANK0_FROZEN, rank=0)
-        ranks = ", ".join(str(r) for r in sorted(finals))
-        note = f". The survivors' average (rank {ranks}) is on .partial"
-        return TrainingError(message + note, rank=0, partial=partial)
+        partial, note = self._survivors(exclude=0)
+        return TrainingError(message + (note or RANK0_FROZEN), rank=0, partial=partial)
 
     def _survivors(self, exclude: int) -> tuple[TrainedState | None, str]:
         """The average of the replicas ranks handed in when a peer stopped under them (ranks in
-        lockstep do; under a coordinator, it averages them itself), and a note saying so."""
+        lockstep do, and any rank once rank 0 and its coordinator are lost), and a note saying
+        so ("" when none did)."""
         finals = {
             r: pickle.loads(self.store.get(survivor_key(r)))
             for r in range(self.world)
@@ -492,8 +484,8 @@ class Lagging:
     """The supervisor's view of lockstep ranks' progress (``progress/<rank>``, written by their
     heartbeat threads): ``"<collectives entered> <batches trained>"``."""
 
-    def __init__(self, store: dist.TCPStore, world: int, timeout: float) -> None:
-        self._store, self._world, self._timeout = store, world, timeout
+    def __init__(self, store: dist.TCPStore, timeout: float) -> None:
+        self._store, self._timeout = store, timeout
         self._seen: dict[int, tuple[tuple[int, int], float]] = {}
         self._next = 0.0
 

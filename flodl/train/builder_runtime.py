@@ -270,10 +270,9 @@ def rank_main(
             forwarder.remove()
         if coordinator is not None:
             coordinator.join(spec.timeout)
-        if gone or (
-            channel is not None and channel.lost
-        ):  # every call to rank 0 would block: leave
-            heartbeat.stop(timeout=0)  # the group and the threads to the process exit
+        if gone or (channel is not None and channel.lost):
+            # Every call to rank 0 would block: leave the group and the threads to the exit.
+            heartbeat.stop(timeout=0)
         else:  # the final state was read from the store after every rank sent its own
             leave_group(wait_for_peers=False)
             heartbeat.stop()
@@ -328,7 +327,7 @@ def _run_lockstep(
         raise
     finally:
         flush_checkpoints()
-    if rank == 0:
+    if state is not None:  # rank 0
         store.set(FINAL_KEY, pickle.dumps((state, [])))  # type: ignore[arg-type]  # torch's annotation says str; the store takes bytes
     return wait_final(store, spec.timeout)
 
@@ -351,14 +350,7 @@ def survivor_key(rank: int) -> str:
 def hand_in(store: dist.TCPStore, worker: Worker) -> None:
     """This rank's replica, for the supervising process to average when rank 0 (and with it the
     coordinator, which would have) is gone."""
-    snapshot = Snapshot(
-        rank=worker.rank,
-        round=FINAL_ROUND,
-        params=[p.detach().cpu().clone() for p in worker.params()],
-        buffers=[b.detach().cpu().clone() for b in worker.buffers()],
-        batch_count=max(worker.steps_since_avg, 1),
-    )
-    store.set(survivor_key(worker.rank), pickle.dumps(snapshot))  # type: ignore[arg-type]  # torch's annotation says str; the store takes bytes
+    store.set(survivor_key(worker.rank), pickle.dumps(worker.snapshot()))  # type: ignore[arg-type]  # torch's annotation says str; the store takes bytes
 
 
 def first_cause(errors: list[tuple[int, str]]) -> tuple[int, str]:

@@ -37,11 +37,11 @@ from flodl.train.averaging import final_state
 from flodl.train.checkpointing import flush_checkpoints, save_version
 from flodl.train.el_che import ElChe
 from flodl.train.errors import CollectiveError
-from flodl.train.messages import ApplyPolicy, AverageBackend, Snapshot
+from flodl.train.messages import ApplyPolicy, AverageBackend
 from flodl.train.metrics import EpochMetrics, MetricsMsg, RankEvents, aggregate_epoch_metrics
 from flodl.train.train_spec import TrainSpec
 from flodl.train.trained_state import TrainedState
-from flodl.train.worker import FINAL_ROUND, Worker, forwarded_events
+from flodl.train.worker import Worker, forwarded_events
 
 log = get_logger("flodl.train")
 
@@ -95,7 +95,8 @@ class LockstepRank:
 
     # -- the run ---------------------------------------------------------------------------------
 
-    def run(self) -> TrainedState:
+    def run(self) -> TrainedState | None:
+        """Train every epoch; the averaged result on rank 0, None on the others."""
         epochs = self.spec.epochs()
         every = self.spec.checkpoint_every
         for epoch in range(self.first_epoch, epochs):
@@ -196,9 +197,7 @@ class LockstepRank:
         facts[self.rank] = compute_ms
         facts[w + self.rank] = batches
         facts[2 * w + self.rank] = self._last_sync_ms
-        summed = self._average(weight=float(batches), facts=facts)
-        assert summed is not None
-        facts = summed
+        facts = self._average(weight=float(batches), facts=facts)
         wall_ms = facts[:w].tolist()
         actual = [int(x) for x in facts[w : 2 * w].tolist()]
         # The fastest rank's sync time is the communication itself; the others also waited.
@@ -211,9 +210,10 @@ class LockstepRank:
 
     # -- the collective --------------------------------------------------------------------------
 
-    def _average(self, *, weight: float, facts: torch.Tensor | None = None) -> torch.Tensor | None:
-        """``Σ w_r · θ_r / Σ w_r`` over ranks in one all-reduce, with ``facts`` (summed) riding
-        along; the global step advances by the batches every rank trained since the last."""
+    def _average(self, *, weight: float, facts: torch.Tensor | None = None) -> torch.Tensor:
+        """``Σ w_r · θ_r / Σ w_r`` over ranks in one all-reduce, with ``facts`` riding along
+        (returned summed, float64 on the CPU); the global step advances by the batches every
+        rank trained since the last."""
         worker = self.worker
         version = self.version + 1
         waited = time.perf_counter()
@@ -244,8 +244,6 @@ class LockstepRank:
         self._idle_ms += sync_ms
         self._last_sync_ms = sync_ms
         timeline.emit("sync_end", mode="builder", version=version, duration_ms=sync_ms)
-        if facts is None:
-            return None
         return wire[size + 1 :].to(torch.float64).cpu()
 
     def _gather(self, value: Any) -> list[Any] | None:
@@ -256,7 +254,7 @@ class LockstepRank:
             dist.gather_object(value, out, dst=0)
         except Exception as err:
             raise CollectiveError(
-                f"rank {self.rank}: gathering the epoch's metrics failed ({err}) — a peer stopped"
+                f"rank {self.rank}: gathering from every rank failed ({err}) — a peer stopped"
             ) from err
         return out
 
@@ -292,23 +290,12 @@ class LockstepRank:
         if self.metrics is not None:
             self.metrics.put(metrics)
 
-    def snapshot(self) -> Snapshot:
-        """This rank's replica, weighted by the batches it trained since the last averaging."""
-        worker = self.worker
-        return Snapshot(
-            rank=self.rank,
-            round=FINAL_ROUND,
-            params=[p.cpu().clone() for p in worker.params()],
-            buffers=[b.cpu().clone() for b in worker.buffers()],
-            batch_count=max(worker.steps_since_avg, 1),
-        )
-
-    def _final(self) -> TrainedState:
+    def _final(self) -> TrainedState | None:
         """Every rank's replica and late timeline events to rank 0, which publishes the events
         (before the result, so the training process has them when ``join()`` returns)."""
-        gathered = self._gather((self.snapshot(), forwarded_events()))
+        gathered = self._gather((self.worker.snapshot(), forwarded_events()))
         if gathered is None:
-            return TrainedState([], [])  # not rank 0: the result is read from the store
+            return None  # not rank 0: the result is read from the store
         events = sorted((e for _, ev in gathered for e in ev), key=lambda e: e["wall"])
         if events and self.metrics is not None:
             self.metrics.put(RankEvents(events))

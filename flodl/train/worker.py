@@ -312,17 +312,20 @@ class Worker:
     def buffers(self) -> list[torch.Tensor]:
         return [b.detach() for b in self.model.buffers()]
 
+    def snapshot(self, rnd: int = FINAL_ROUND) -> Snapshot:
+        """A CPU copy of this rank's replica, weighted by the batches it trained since the last
+        averaging (at least 1)."""
+        return Snapshot(
+            rank=self.rank,
+            round=rnd,
+            params=[p.cpu().clone() for p in self.params()],
+            buffers=[b.cpu().clone() for b in self.buffers()],
+            batch_count=max(self.steps_since_avg, 1),
+        )
+
     def _send_snapshot(self, rnd: int) -> None:
         assert self.channel is not None
-        self.channel.send(
-            Snapshot(
-                rank=self.rank,
-                round=rnd,
-                params=[p.cpu().clone() for p in self.params()],
-                buffers=[b.cpu().clone() for b in self.buffers()],
-                batch_count=max(self.steps_since_avg, 1),
-            )
-        )
+        self.channel.send(self.snapshot(rnd))
 
     def load_state(self, params: list[torch.Tensor], buffers: list[torch.Tensor]) -> None:
         own_params, own_buffers = self.params(), self.buffers()

@@ -39,6 +39,20 @@ def test_which_runs_need_no_coordinator(settings, lockstep):
     assert runs_in_lockstep(spec) is lockstep
 
 
+def two_cpu_ranks(step, data, *, epochs: int) -> fl.TrainerBuilder:
+    """A Sync run on two CPU ranks (one thread each), batch 16."""
+    return (
+        fl.Trainer.builder(toy.make_model, toy.make_sgd, step)
+        .dataset(data)
+        .batch_size(16)
+        .num_epochs(epochs)
+        .devices(["cpu", "cpu"])
+        .threads_per_rank(1)
+        .timeout(60)
+        .policy(SYNC)
+    )
+
+
 def sync_by_hand(data, n_epochs: int, batch: int, ratios: list[float]) -> list[torch.Tensor]:
     """Two replicas trained as the docs say Sync in lockstep trains them: each rank its share of
     the epoch, one local SGD step per batch, then the batch-weighted mean of the replicas (a rank
@@ -77,19 +91,7 @@ def test_sync_in_lockstep_averages_after_every_batch_with_unequal_shares():
     # Rank 0 holds two thirds of every epoch: its last batches are averaged with rank 1 at
     # weight 0, so they count in full, and the collectives stay matched.
     data = toy.regression_data(192)
-    state = (
-        fl.Trainer.builder(toy.make_model, toy.make_sgd, toy.mse_step)
-        .dataset(data)
-        .batch_size(16)
-        .num_epochs(2)
-        .devices(["cpu", "cpu"])
-        .threads_per_rank(1)
-        .timeout(30)
-        .policy(SYNC)
-        .partition_ratios([2.0, 1.0])
-        .run()
-        .join()
-    )
+    state = two_cpu_ranks(toy.mse_step, data, epochs=2).partition_ratios([2.0, 1.0]).run().join()
     expected = sync_by_hand(data, 2, 16, [2.0, 1.0])
     for got, want in zip(state.params, expected, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
@@ -102,17 +104,7 @@ def test_sync_in_lockstep_averages_after_every_batch_with_unequal_shares():
 def test_when_rank_0_raises_the_survivors_replica_is_still_on_partial():
     # No coordinator in rank 0 to lose: rank 1's averaging fails, it hands its replica in, and
     # the supervising process averages the hand-ins as soon as every rank has exited.
-    handle = (
-        fl.Trainer.builder(toy.make_model, toy.make_sgd, toy.failing_rank0_step)
-        .dataset(toy.regression_data())
-        .batch_size(16)
-        .num_epochs(3)
-        .devices(["cpu", "cpu"])
-        .threads_per_rank(1)
-        .timeout(60)
-        .policy(SYNC)
-        .run()
-    )
+    handle = two_cpu_ranks(toy.failing_rank0_step, toy.regression_data(), epochs=3).run()
     with pytest.raises(fl.TrainingError) as info:
         handle.join()
     err = info.value
@@ -133,7 +125,7 @@ def store():
 
 
 def test_the_rank_its_peers_wait_for_is_named_after_the_timeout(store):
-    watch = Lagging(store, 2, timeout=4.0)
+    watch = Lagging(store, timeout=4.0)
     store.set(progress_key(0), "7 30")  # entered its 7th collective: waiting there
     store.set(progress_key(1), "6 29")  # still inside its 29th batch... or hung there
     assert watch.behind([0, 1], now=100.0) == []  # first sighting
@@ -143,7 +135,7 @@ def test_the_rank_its_peers_wait_for_is_named_after_the_timeout(store):
 
 
 def test_a_rank_that_moves_or_is_level_with_its_peers_is_not_behind(store):
-    watch = Lagging(store, 2, timeout=4.0)
+    watch = Lagging(store, timeout=4.0)
     store.set(progress_key(0), "7 30")
     store.set(progress_key(1), "6 29")
     watch.behind([0, 1], now=100.0)
