@@ -46,6 +46,36 @@ from flodl.train.worker import Worker, forwarded_events
 log = get_logger("flodl.train")
 
 
+def window_counts(
+    el_che: ElChe, remaining: int, cap: int | None, taken: list[int]
+) -> list[int] | None:
+    """Each rank's batches for Cadence's next window, or None when the epoch is over.
+
+    ``remaining``: batches left in the epoch; ``taken``: each rank's batches so far in it. In a
+    smoke run (``cap``: batches per rank and epoch) every rank trains ``cap`` batches, fewer
+    only if the data runs out, whatever El Che proposes: a rank that reached the cap sits the
+    next windows out (it joins their averaging with weight 0) while the others catch up.
+
+    >>> el = ElChe(2, 2).with_speed_ratio(1, 2.0)  # rank 0 twice as fast
+    >>> el.window(4)  # El Che's proposal for the 4 batches of a smoke epoch (cap 2, 2 ranks)
+    [3, 1]
+    >>> window_counts(el, 4, 2, [0, 0]), window_counts(el, 1, 2, [2, 1])
+    ([2, 1], [0, 1])
+    >>> window_counts(el, 0, 2, [2, 2]) is None
+    True
+    """
+    counts = el_che.window(remaining)
+    if cap is None:
+        return counts
+    proposed = counts or [1] * len(taken)  # fewer batches left than ranks: one each, in order
+    out = []
+    for count, done in zip(proposed, taken, strict=True):
+        k = max(min(count, cap - done, remaining), 0)
+        out.append(k)
+        remaining -= k
+    return out if any(out) else None
+
+
 def runs_in_lockstep(spec: TrainSpec) -> bool:
     """Whether a multi-rank Builder run needs no coordinator: Sync or Cadence with collective
     averaging. Async (each rank's own pace), the CPU backend (snapshots averaged centrally),
@@ -164,7 +194,7 @@ class LockstepRank:
         start = time.perf_counter()
         loss_sum, trained, done = 0.0, 0, 0
         taken = [0] * self.world
-        while (counts := self._window(el_che, total - done, cap, taken)) is not None:
+        while (counts := window_counts(el_che, total - done, cap, taken)) is not None:
             taken = [t + c for t, c in zip(taken, counts, strict=True)]
             first = done + sum(counts[: self.rank])
             began = time.perf_counter()
@@ -176,15 +206,6 @@ class LockstepRank:
             self._window_sync(counts[self.rank], compute_ms)
             done += sum(counts)
         return self._report(epoch, loss_sum, trained, trained * bs, start)
-
-    def _window(self, el_che: ElChe, remaining: int, cap: int | None, taken: list[int]):
-        """The next window's counts; in a smoke run no rank goes past ``cap`` batches an epoch
-        (``taken``: each rank's batches so far this epoch)."""
-        counts = el_che.window(remaining)
-        if counts is None or cap is None:
-            return counts
-        counts = [min(c, cap - t) for c, t in zip(counts, taken, strict=True)]
-        return counts if min(counts) > 0 else None
 
     def _window_sync(self, batches: int, compute_ms: float) -> None:
         """Average the window's replicas and tell every rank's El Che the same timings."""

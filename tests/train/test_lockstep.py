@@ -10,7 +10,8 @@ import torch
 
 import flodl as fl
 from flodl.train.builder_launch import Lagging
-from flodl.train.lockstep import runs_in_lockstep
+from flodl.train.el_che import ElChe
+from flodl.train.lockstep import runs_in_lockstep, window_counts
 from flodl.train.train_spec import TrainSpec
 from flodl.train.transport import progress_key
 from tests.train import toy
@@ -87,6 +88,27 @@ def sync_by_hand(data, n_epochs: int, batch: int, ratios: list[float]) -> list[t
 
 
 @pytest.mark.multiproc
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("ratio", [1.0, 2.0, 5.0])
+@pytest.mark.parametrize(("cap", "data"), [(2, 100), (3, 100), (2, 5)])
+def test_a_smoke_epoch_gives_every_rank_its_cap_whatever_el_che_proposes(world, ratio, cap, data):
+    # Cadence's windows follow the ranks' speeds; a smoke run still trains `cap` batches on
+    # every rank (fewer only when the data runs out), as the coordinator's runs do.
+    el_che = ElChe(world, 2).with_speed_ratio(world - 1, ratio)
+    total = min(data, cap * world)
+    taken, done, windows = [0] * world, 0, 0
+    while (counts := window_counts(el_che, total - done, cap, taken)) is not None:
+        assert all(c >= 0 for c in counts) and any(counts)
+        taken = [t + c for t, c in zip(taken, counts, strict=True)]
+        done += sum(counts)
+        windows += 1
+        assert windows <= total  # every window trains at least one batch: the epoch ends
+    assert done == total
+    assert max(taken) <= cap
+    if data >= cap * world:
+        assert taken == [cap] * world
+
+
 def test_sync_in_lockstep_averages_after_every_batch_with_unequal_shares():
     # Rank 0 holds two thirds of every epoch: its last batches are averaged with rank 1 at
     # weight 0, so they count in full, and the collectives stay matched.
