@@ -241,14 +241,17 @@ def test_smoke_mode_with_a_real_monitor_finishes_the_run_and_its_callbacks(monke
 
 
 @pytest.mark.multiproc
-def test_smoke_mode_caps_every_rank_not_every_chunk(monkeypatch, tmp_path):
-    # Cadence dispatches an epoch in chunks: the cap is per rank and epoch, not per chunk.
+@pytest.mark.parametrize("hint", [None, (1, 3.0)], ids=["even", "rank1-slow"])
+def test_smoke_mode_caps_every_rank_not_every_chunk(monkeypatch, tmp_path, hint):
+    # Cadence dispatches an epoch in chunks (windows in lockstep): the cap is per rank and
+    # epoch, not per chunk; with rank 1 seeded 3x slower, El Che proposes 3 batches to 1.
     monkeypatch.setenv("FLODL_SMOKE", "1")
     monkeypatch.setenv(toy.COUNT_LOG, str(tmp_path / "batches.log"))
     seen = []
-    two_ranks(toy.counting_step, epochs=50, policy=fl.ApplyPolicy.CADENCE).metrics_fn(
-        seen.append
-    ).run().join()
+    b = two_ranks(toy.counting_step, epochs=50, policy=fl.ApplyPolicy.CADENCE)
+    if hint is not None:
+        b.speed_hint(*hint)
+    b.metrics_fn(seen.append).run().join()
     assert [m.epoch for m in seen] == [0, 1]
     counts = toy.batches_per_rank_and_epoch(tmp_path / "batches.log")
     assert counts == {(r, e): 2 for r in range(2) for e in range(2)}
