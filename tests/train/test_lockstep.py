@@ -87,7 +87,6 @@ def sync_by_hand(data, n_epochs: int, batch: int, ratios: list[float]) -> list[t
     return [p.detach().clone() for p in models[0].parameters()]
 
 
-@pytest.mark.multiproc
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("ratio", [1.0, 2.0, 5.0])
 @pytest.mark.parametrize(("cap", "data"), [(2, 100), (3, 100), (2, 5)])
@@ -109,6 +108,7 @@ def test_a_smoke_epoch_gives_every_rank_its_cap_whatever_el_che_proposes(world, 
         assert taken == [cap] * world
 
 
+@pytest.mark.multiproc
 def test_sync_in_lockstep_averages_after_every_batch_with_unequal_shares():
     # Rank 0 holds two thirds of every epoch: its last batches are averaged with rank 1 at
     # weight 0, so they count in full, and the collectives stay matched.
