@@ -21,6 +21,7 @@ from typing import Any
 
 from torch import nn
 
+from flodl.graph import inline
 from flodl.graph.composites import FOR_N, GATE_SUM, UNTIL_COND, WHILE_COND
 from flodl.graph.nodes import (
     GateOptions,
@@ -100,12 +101,18 @@ class _Gen:
     holding each node's value, the locals of last call's state and the direct-call set."""
 
     def __init__(
-        self, w: _Writer, var: dict[str, str], state_slots: dict[str, str], direct: frozenset[int]
+        self,
+        w: _Writer,
+        var: dict[str, str],
+        state_slots: dict[str, str],
+        direct: frozenset[int],
+        nested: frozenset[int],
     ) -> None:
         self.w = w
         self.var = var
         self.state_slots = state_slots
         self.direct = direct
+        self.nested = nested
 
     def emit_lines(self, lines: list[tuple[int, str, str]], node: str) -> None:
         """Statements filled from a composite's :class:`~flodl.graph.composites.Source`."""
@@ -127,7 +134,7 @@ class _Gen:
     def call(self, callee: str, module: Any, primary: str, refs: list[tuple[Ref, str]]) -> str:
         """The call of ``module`` (named ``callee``) on ``primary`` with (ref, value) pairs."""
         if not refs:
-            return f"{self.invoke(callee, module)}({primary})"
+            return self.apply(callee, module, primary)
         if has_named(module):
             items = ", ".join(f"{literal(r.key)}: {value}" for r, value in refs)
             return f"{callee}.forward_named({primary}, {{{items}}})"
@@ -138,6 +145,17 @@ class _Gen:
     def invoke(self, callee: str, module: Any) -> str:
         """How to call ``module`` (named ``callee``): ``__call__``, or ``forward`` if direct."""
         return f"{callee}.forward" if id(module) in self.direct else callee
+
+    def apply(self, callee: str, module: Any, x: str) -> str:
+        """``module`` (named ``callee``) applied to the local ``x``: if direct, a known layer
+        written out as its functional call (:mod:`flodl.graph.inline`), else ``invoke(x)``."""
+        if id(module) in self.direct:
+            if id(module) in self.nested:  # a nested graph: its direct forward, called here
+                return f"(_q := {callee})._direct_fn(_q, {x})"
+            written = inline.expression(module, callee, x)
+            if written is not None:
+                return written
+        return f"{self.invoke(callee, module)}({x})"
 
     def split_refs(self, module: Any, refs: list[Ref], primary: str) -> tuple[str, str]:
         """(args tuple, kwargs dict) source for a composite's ``run``."""
@@ -216,7 +234,7 @@ def _emit_loop(g: _Gen, s: _Step) -> str:
         return s.out
     cond = f"_c_{s.id}"
     g.w.emit(f"{cond} = {s.own}.cond", 2, s.id)
-    holes["verdict"] = f"{g.invoke(cond, s.module.cond)}({s.out})"
+    holes["verdict"] = g.apply(cond, s.module.cond, s.out)
     holes["done"], holes["stop"] = f"_d_{s.id}", f"_h_{s.id}"
     source = WHILE_COND if loop.kind is LoopKind.WHILE else UNTIL_COND
     g.emit_lines(source.fill(**holes), s.id)
@@ -233,7 +251,7 @@ def _emit_gate(g: _Gen, s: _Step) -> str:
     outs = [f"_o{i}_{s.id}" for i in range(n)]
     g.w.emit(f"{', '.join(experts)}, = {s.own}.experts", 2, s.id)
     for i in range(n):
-        call = f"{g.invoke(experts[i], gate.experts[i])}({s.primary})"
+        call = g.apply(experts[i], gate.experts[i], s.primary)
         g.w.emit(f"{outs[i]} = {call}", 2, s.id, f"expert {i} of {n}")
     g.emit_lines(GATE_SUM.fill(out=s.out, outs=", ".join(outs), weights=weights), s.id)
     return s.out
@@ -297,6 +315,7 @@ def generate(
     defaults: frozenset[str] = frozenset(),
     outputs: list[str] | None = None,
     direct: frozenset[int] = frozenset(),
+    nested: frozenset[int] = frozenset(),
 ) -> Generated:
     """Source of ``def forward(self, input, <aux inputs>)`` for the described graph.
 
@@ -307,7 +326,9 @@ def generate(
     ``direct`` (the ``id()`` of each module to call directly) generates the direct-dispatch
     variant: those modules are called through their ``forward`` (an ``Fn`` through its
     function), skipping ``nn.Module.__call__``; the graph runs it only when
-    :func:`flodl.graph.dispatch.direct_ok` says nothing can tell.
+    :func:`flodl.graph.dispatch.direct_ok` says nothing can tell. Known layers are written
+    out as their functional call (:mod:`flodl.graph.inline`); ``nested`` (ids of nested graphs
+    among ``direct``) are called through their own direct forward (``_direct_fn``).
     """
     for node in nodes:
         identifier(node.id)
@@ -325,7 +346,7 @@ def generate(
 
     w = _Writer()
     _emit_prologue(w, inputs, defaults, profile, state_slots, bool(tags))
-    g = _Gen(w, var, state_slots, direct)
+    g = _Gen(w, var, state_slots, direct, nested)
     kept = {*tags.values(), *(outputs or [output])}
     dying = _last_reads(nodes, kept)
     for k, node in enumerate(nodes):

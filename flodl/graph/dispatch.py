@@ -16,17 +16,30 @@ whether that variant is unobservable. It is when, at the time of the call:
   ``torch.nn.utils.parametrize``, falls back), has no forward/pre/backward hook, no
   ``compile()``d call and no instance-level ``forward`` (as accelerate installs);
 * each step is still the module registered where the plan found it (replacing a step after
-  ``build()`` is seen).
+  ``build()`` is seen);
+* the classes written out as their functional call (:mod:`flodl.graph.inline`) still have the
+  ``forward`` that call mirrors.
 
-Otherwise the whole pass takes the ordinary path, so a hook registered after ``build()`` fires.
+Nested graphs: a graph's plan takes in the plans of the graphs nested in it (as steps, loop
+bodies, gate routers and experts), so one check covers the whole tree, and the direct forward
+calls each nested graph's direct forward itself (no ``Graph.forward``, no second check). Each
+nested graph must still hold the plan taken in: profiling or ``compile()`` rebuilds it, and that
+nested graph's own ``forward`` then decides. When the merged check fails, the plan's
+``fallback`` (the graph's own steps only, nested graphs called through ``forward``) is tried,
+so a hook deep inside one nested graph leaves the rest of the tree direct. Otherwise the whole
+pass takes the ordinary path, so a hook registered after ``build()`` fires.
+
 The check costs a few C-level passes over the steps, far less than the ``__call__`` overhead it
 saves: the plan holds each step's hook dicts and instance ``__dict__``, which torch mutates in
 place when hooks are added or removed (a module built anew, as by ``deepcopy`` or unpickling,
-gets a new plan; a step replaced in its parent is caught by the identity check). ``FLODL_DIRECT_DISPATCH=0`` in the environment turns direct dispatch off.
+gets a new plan; a step replaced in its parent is caught by the identity check).
+``FLODL_DIRECT_DISPATCH=0`` in the environment turns direct dispatch off.
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
 import operator
 import os
 from collections.abc import Callable
@@ -37,6 +50,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _module_mod
 
+from flodl.graph import inline
 from flodl.graph.composites import Loop
 from flodl.graph.nodes import LoopKind, LoopOptions, NodeKind
 
@@ -74,11 +88,16 @@ def _known_types() -> frozenset[type]:
 
 
 _KNOWN: frozenset[type] | None = None
+_GRAPH: tuple[type[nn.Module], Any] = (nn.Module, None)  # (Graph, Graph.forward), set with _KNOWN
+_PLAN_KEYS = itertools.repeat("_direct_plan")
 
 
 def known_types() -> frozenset[type]:
-    global _KNOWN
+    global _KNOWN, _GRAPH
     if _KNOWN is None:
+        from flodl.graph.graph import Graph
+
+        _GRAPH = (Graph, Graph.forward)
         _KNOWN = _known_types()
     return _KNOWN
 
@@ -106,6 +125,19 @@ class Plan:
     hooks: list[dict[Any, Any]] = field(default_factory=list)
     forward_keys: list[str] = field(default_factory=list)
     compiled_keys: list[str] = field(default_factory=list)
+    # nested graphs with a direct forward of their own, found while planning
+    found: list[tuple[nn.Module, Plan]] = field(default_factory=list)
+    # nested graphs whose direct forward this one calls itself (their plans merged into this
+    # one): each must still hold the plan merged here, else it was rebuilt (profiling, compile)
+    nested: list[nn.Module] = field(default_factory=list)
+    nested_dicts: list[dict[str, Any]] = field(default_factory=list)
+    nested_plans: list[Plan] = field(default_factory=list)
+    # (class, forward) of each class whose ``forward`` the direct forward skips: the layers it
+    # writes out as functional calls, and Graph when it calls nested graphs' direct forwards
+    bypassed: tuple[tuple[type[nn.Module], Any], ...] = ()
+    # this plan without the nested graphs merged (they called through ``forward``): the
+    # direct path while a nested graph cannot run directly (a hook deep inside, a profile...)
+    fallback: Plan | None = None
 
     def reach(self, container: nn.Module, key: str, called: bool) -> nn.Module:
         """Record ``container.<key>``; ``called``: call it directly if its type is known (a
@@ -125,7 +157,39 @@ class Plan:
             self.hooks += [state[name] for name in _HOOK_DICTS]
             self.forward_keys.append("forward")
             self.compiled_keys.append("_compiled_call_impl")
+            nested = state.get("_direct_plan")
+            if type(module) is _GRAPH[0] and nested is not None:
+                self.found.append((module, nested))
         return module
+
+    def finish(self) -> Plan:
+        """The plan to run: this one, or, when nested graphs run directly too, this one with
+        theirs merged in (one check covers every step of the tree, and the direct forward
+        calls their direct forwards without ``Graph.forward``) and this one as its fallback."""
+        self.bypassed = tuple((t, inline.FORWARDS[t]) for t in self.inlined_types())
+        if not self.found:
+            return self
+        merged = copy.copy(self)
+        for name in _MERGED:  # its own lists, this plan's entries first
+            setattr(merged, name, list(getattr(self, name)))
+        for graph, nested in self.found:
+            merged.nested.append(graph)
+            merged.nested_dicts.append(vars(graph))
+            merged.nested_plans.append(nested)
+            for name in _MERGED:
+                getattr(merged, name).extend(getattr(nested, name))
+        merged.bypassed = (*((t, inline.FORWARDS[t]) for t in merged.inlined_types()), _GRAPH)
+        merged.found, merged.fallback = [], self
+        return merged
+
+    def inlined_types(self) -> list[type[nn.Module]]:
+        return [t for t in dict.fromkeys(self.types) if t in inline.FORWARDS]
+
+
+_MERGED = (
+    *("containers", "keys", "modules", "callees", "types", "dicts", "hooks", "forward_keys"),
+    *("compiled_keys", "nested", "nested_dicts", "nested_plans"),
+)
 
 
 def _named(module: Any, refs: list[Any]) -> bool:
@@ -189,7 +253,7 @@ def plan(graph: Graph) -> Plan:
         reach = _REACH.get(node.kind)
         if reach is not None and node.attr is not None:
             reach(result, graph, node)
-    return result
+    return result.finish()
 
 
 def direct_ok(p: Plan) -> bool:
@@ -214,4 +278,6 @@ def direct_ok(p: Plan) -> bool:
         and list(map(type, p.callees)) == p.types
         and not any(map(dict.get, p.dicts, p.forward_keys))
         and not any(map(dict.get, p.dicts, p.compiled_keys))
+        and all(map(operator.is_, map(dict.get, p.nested_dicts, _PLAN_KEYS), p.nested_plans))
+        and all(t.forward is f for t, f in p.bypassed)
     )

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from flodl.checkpoint.methods import CheckpointMethods
-from flodl.graph import dispatch
+from flodl.graph import dispatch, inline
 from flodl.graph.codegen import generate
 from flodl.graph.composites import SOURCE_GLOBALS
 from flodl.graph.errors import GraphInputError, UnknownTagError
@@ -243,6 +243,7 @@ class Graph(
     _line_nodes: dict[int, tuple[str, str]]
     _forward_fn: Callable[..., Any]
     _direct_fn: Any  # the direct-dispatch forward; None until first used (_direct_forward)
+    _fallback_fn: Any  # the direct forward of _direct_plan.fallback; None until first used
     _direct_plan: Any  # a flodl.graph.dispatch.Plan, or None
 
     def __init__(self) -> None:
@@ -359,27 +360,36 @@ class Graph(
             # direct variant: under dynamo the ordinary calls are what is traced.
             args, kwargs = compiled
             self._forward_fn = torch.compile(self._forward_fn, *args, **kwargs)
-            self._direct_fn = self._direct_plan = None
+            self._direct_fn = self._fallback_fn = self._direct_plan = None
             return
         # The direct-dispatch variant (see flodl.graph.dispatch); none while profiling. Its
         # code is generated on the first pass that can use it (_direct_forward), so build()
         # compiles one forward, not two, and a graph that never runs directly none.
-        self._direct_fn = self._direct_plan = None
+        self._direct_fn = self._fallback_fn = self._direct_plan = None
         if not self._profiling and dispatch.enabled():
             found = dispatch.plan(self)
             if found.callees:
                 self._direct_plan = found
 
-    def _direct_forward(self) -> Callable[..., Any]:
-        """The direct-dispatch forward, generated and compiled on first use."""
-        fn = self._direct_fn
+    def _direct_forward(self, fallback: bool = False) -> Callable[..., Any]:
+        """The direct-dispatch forward (``fallback``: the variant of ``plan.fallback``, which
+        calls nested graphs through their ``forward``), generated and compiled on first use."""
+        key = "_fallback_fn" if fallback else "_direct_fn"
+        fn = self.__dict__[key]
         if fn is None:
-            fn = self._compile_forward(frozenset(map(id, self._direct_plan.callees)))
-            self.__dict__["_direct_fn"] = fn
+            plan = self._direct_plan.fallback if fallback else self._direct_plan
+            for graph in plan.nested:  # this forward calls theirs: they exist before it runs
+                graph._direct_forward()
+            direct = frozenset(map(id, plan.callees))
+            fn = self._compile_forward(direct, frozenset(map(id, plan.nested)))
+            self.__dict__[key] = fn
         return fn
 
-    def _compile_forward(self, direct: frozenset[int]) -> Callable[..., Any]:
-        """The generated forward; ``direct``: ids of the modules it calls through ``forward``."""
+    def _compile_forward(
+        self, direct: frozenset[int], nested: frozenset[int] = frozenset()
+    ) -> Callable[..., Any]:
+        """The generated forward; ``direct``: ids of the modules it calls through ``forward``
+        (or writes out), ``nested``: ids of the nested graphs whose direct forward it calls."""
         found = self._modules
         modules = {n.id: m for n in self._nodes if n.attr and (m := found[n.attr]) is not None}
         generated = generate(
@@ -392,6 +402,7 @@ class Graph(
             defaults=frozenset(self.input_defaults),
             outputs=[self._tags[tag] for tag in self.outputs],
             direct=direct,
+            nested=nested,
         )
         kind = "direct " if direct else ""
         filename = f"<flodl graph {kind}{self._label or 'forward'} #{next(_SOURCE_IDS)}>"
@@ -406,6 +417,7 @@ class Graph(
             "_unexpected_inputs": _unexpected_inputs,
             "_now": now,
             "_prof_done": record,
+            **inline.NAMES,
         }
         exec(compile(source, filename, "exec"), namespace)
         fn = namespace["forward"]
@@ -420,8 +432,11 @@ class Graph(
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the generated forward (see :attr:`code`): ``graph(x)`` or ``graph(x, ctx=...)``."""
         plan = self._direct_plan
-        if plan is not None and dispatch.direct_ok(plan):
-            return (self._direct_fn or self._direct_forward())(self, *args, **kwargs)
+        if plan is not None:
+            if dispatch.direct_ok(plan):
+                return (self._direct_fn or self._direct_forward())(self, *args, **kwargs)
+            if plan.fallback is not None and dispatch.direct_ok(plan.fallback):
+                return self._direct_forward(fallback=True)(self, *args, **kwargs)
         return self._forward_fn(self, *args, **kwargs)
 
     def compile(self, *args: Any, **kwargs: Any) -> Graph:  # type: ignore[override]
@@ -462,7 +477,14 @@ class Graph(
         stop = guard(self)
         state: dict[str, Any] = {GUARD_KEY: stop} if stop is not None else {}
         state.update(self.__dict__)
-        drop = ("_forward_fn", "_direct_fn", "_direct_plan", "_node_index", "_children_cache")
+        drop = (
+            "_forward_fn",
+            "_direct_fn",
+            "_fallback_fn",
+            "_direct_plan",
+            "_node_index",
+            "_children_cache",
+        )
         for name in drop:  # made anew by _install (a compiled forward from _compile_args)
             state.pop(name, None)
         state["_tagged"] = {}

@@ -1,0 +1,99 @@
+"""Known layers written out as the functional call their ``forward`` makes.
+
+``nn.Linear.forward`` is ``F.linear(input, self.weight, self.bias)``: a Python frame and two
+``nn.Module.__getattr__`` lookups around one C call, a third of the time of a small layer's
+step. When direct dispatch holds (see :mod:`flodl.graph.dispatch`), the generated forward
+writes such a layer as that call itself, reading the parameters from the layer's
+``_parameters`` dict and its settings (``eps``, ``approximate``, ``training``...) from the
+layer, at call time: a parameter replaced or a setting changed after ``build()`` is used, exactly
+as ``forward`` would use it. Each expression below is the layer's own ``forward`` in torch,
+spelled out; ``tests/graph/test_inline.py`` checks each against the layer, bit for bit, values
+and gradients, in training and in eval mode.
+
+A layer is written out only when its class's ``forward`` is still the one recorded here:
+a library that replaces ``nn.Linear.forward`` on the class (as some adapters do) gets its
+``forward`` called: the direct path's check (:func:`flodl.graph.dispatch.direct_ok`) compares
+each written-out class's ``forward`` with :data:`FORWARDS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+from torch.nn import functional
+
+from flodl.nn.select import Select
+
+# ``{m}``: the expression reaching the layer; ``{x}``: its input (a local). ``_q`` and ``_qb``
+# are the generated forward's scratch locals for the layer and its buffers (bound by ``:=``).
+# A layer with a case its expression does not cover (a padding mode other than zeros, batch
+# norm in training) runs its ``forward`` in that case: ``expr if <covered> else _q.forward(x)``.
+_P = "_q._parameters"
+_CONV = (
+    "_F.conv{d}d({{x}}, {p}['weight'], {p}['bias'], _q.stride, _q.padding, _q.dilation, _q.groups)"
+    " if (_q := {{m}}).padding_mode == 'zeros' else _q.forward({{x}})"
+)
+_CONV_T = (
+    "_F.conv_transpose{d}d({{x}}, {p}['weight'], {p}['bias'], _q.stride, _q.padding,"
+    " _q.output_padding, _q.groups, _q.dilation) if (_q := {{m}}).padding_mode == 'zeros' and"
+    " type(_q.padding) is tuple and type(_q.output_padding) is tuple else _q.forward({{x}})"
+)
+# Batch norm in eval mode with running statistics (inference); in training, or without
+# statistics, its forward runs (it updates the running statistics and the batch count).
+_BATCH_NORM = (
+    "_F.batch_norm({{x}}, _qb['running_mean'], _qb['running_var'], {p}['weight'], {p}['bias'],"
+    " False, 0.0 if _q.momentum is None else _q.momentum, _q.eps) if not (_q := {{m}}).training"
+    " and (_qb := _q._buffers)['running_mean'] is not None and _qb['running_var'] is not None"
+    " and {{x}}.dim() in {dims} else _q.forward({{x}})"
+)
+_EXPRESSIONS: dict[type[nn.Module], str] = {
+    nn.Linear: "_F.linear({x}, (_q := {m}._parameters)['weight'], _q['bias'])",
+    nn.GELU: "_F.gelu({x}, approximate={m}.approximate)",
+    nn.ReLU: "_F.relu({x}, inplace={m}.inplace)",
+    nn.SiLU: "_F.silu({x}, inplace={m}.inplace)",
+    nn.Tanh: "_torch.tanh({x})",
+    nn.Sigmoid: "_torch.sigmoid({x})",
+    nn.Identity: "{x}",
+    nn.LayerNorm: (
+        f"_F.layer_norm({{x}}, (_q := {{m}}).normalized_shape, {_P}['weight'], {_P}['bias'],"
+        " _q.eps)"
+    ),
+    nn.Dropout: "_F.dropout({x}, (_q := {m}).p, _q.training, _q.inplace)",
+    nn.Flatten: "{x}.flatten((_q := {m}).start_dim, _q.end_dim)",
+    nn.Embedding: (
+        "_F.embedding({x}, (_q := {m})._parameters['weight'], _q.padding_idx, _q.max_norm,"
+        " _q.norm_type, _q.scale_grad_by_freq, _q.sparse)"
+    ),
+    nn.AdaptiveAvgPool2d: "_F.adaptive_avg_pool2d({x}, {m}.output_size)",
+    nn.MaxPool2d: (
+        "_F.max_pool2d({x}, (_q := {m}).kernel_size, _q.stride, _q.padding, _q.dilation,"
+        " ceil_mode=_q.ceil_mode, return_indices=_q.return_indices)"
+    ),
+    nn.Conv1d: _CONV.format(d=1, p=_P),
+    nn.Conv2d: _CONV.format(d=2, p=_P),
+    nn.Conv3d: _CONV.format(d=3, p=_P),
+    nn.ConvTranspose1d: _CONV_T.format(d=1, p=_P),
+    nn.ConvTranspose2d: _CONV_T.format(d=2, p=_P),
+    nn.ConvTranspose3d: _CONV_T.format(d=3, p=_P),
+    nn.BatchNorm1d: _BATCH_NORM.format(p=_P, dims="(2, 3)"),
+    nn.BatchNorm2d: _BATCH_NORM.format(p=_P, dims="(4,)"),
+    nn.BatchNorm3d: _BATCH_NORM.format(p=_P, dims="(5,)"),
+    Select: "{x}[{m}.index]",
+}
+
+FORWARDS: dict[type[nn.Module], Callable[..., Any]] = {t: t.forward for t in _EXPRESSIONS}
+"""Each written-out class's ``forward`` when flodl was imported: the one its expression mirrors."""
+
+NAMES: dict[str, Any] = {"_F": functional}
+"""What the expressions use besides ``_torch`` (already in every generated forward)."""
+
+
+def expression(module: nn.Module, reach: str, x: str) -> str | None:
+    """The functional call that ``module.forward(x)`` makes, ``module`` being reached by the
+    source expression ``reach``; None when its class is not one written out here."""
+    template = _EXPRESSIONS.get(type(module))
+    if template is None or type(module).forward is not FORWARDS[type(module)]:
+        return None
+    return template.format(m=reach, x=x)

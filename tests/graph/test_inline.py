@@ -1,0 +1,270 @@
+"""Known layers written out as their functional call, and nested graphs' direct forwards called
+without ``Graph.forward``: bit-identical to the layer's own ``forward`` (values, gradients,
+running statistics), reading parameters and settings at call time, and falling back whenever
+the written-out form could differ."""
+
+from __future__ import annotations
+
+import copy
+import linecache
+
+import pytest
+import torch
+from torch import nn
+
+import flodl as fl
+from flodl.graph import dispatch, inline
+
+
+def direct_source(graph: fl.Graph) -> str:
+    fn = graph._direct_forward()
+    return "".join(linecache.cache[fn.__code__.co_filename][2])
+
+
+def whole_tree_direct(graph: fl.Graph) -> bool:
+    return graph._direct_plan is not None and dispatch.direct_ok(graph._direct_plan)
+
+
+# (layer factory, input factory, take gradients?) for every class written out, plus the
+# settings each expression reads (bias off, a non-default mode...)
+CASES = {
+    "linear": (lambda: nn.Linear(5, 3), lambda: torch.randn(4, 5), True),
+    "linear-no-bias": (lambda: nn.Linear(5, 3, bias=False), lambda: torch.randn(4, 5), True),
+    "gelu": (nn.GELU, lambda: torch.randn(4, 5), True),
+    "gelu-tanh": (lambda: nn.GELU("tanh"), lambda: torch.randn(4, 5), True),
+    "relu": (nn.ReLU, lambda: torch.randn(4, 5), True),
+    "relu-inplace": (lambda: nn.ReLU(inplace=True), lambda: torch.randn(4, 5), False),
+    "silu": (nn.SiLU, lambda: torch.randn(4, 5), True),
+    "tanh": (nn.Tanh, lambda: torch.randn(4, 5), True),
+    "sigmoid": (nn.Sigmoid, lambda: torch.randn(4, 5), True),
+    "identity": (nn.Identity, lambda: torch.randn(4, 5), True),
+    "layernorm": (lambda: nn.LayerNorm(5), lambda: torch.randn(4, 5), True),
+    "layernorm-plain": (
+        lambda: nn.LayerNorm(5, elementwise_affine=False),
+        lambda: torch.randn(4, 5),
+        True,
+    ),
+    "dropout": (lambda: nn.Dropout(0.3), lambda: torch.randn(4, 5), True),
+    "flatten": (lambda: nn.Flatten(1), lambda: torch.randn(2, 3, 4), True),
+    "embedding": (
+        lambda: nn.Embedding(10, 4, padding_idx=0, max_norm=1.0),
+        lambda: torch.tensor([[0, 3, 9], [2, 2, 1]]),
+        False,
+    ),
+    "adaptive-avg-pool2d": (
+        lambda: nn.AdaptiveAvgPool2d((2, 1)),
+        lambda: torch.randn(2, 3, 5, 4),
+        True,
+    ),
+    "max-pool2d": (
+        lambda: nn.MaxPool2d(2, ceil_mode=True),
+        lambda: torch.randn(2, 3, 5, 5),
+        True,
+    ),
+    "conv1d": (lambda: nn.Conv1d(3, 4, 3, padding=1), lambda: torch.randn(2, 3, 7), True),
+    "conv2d": (
+        lambda: nn.Conv2d(3, 4, 3, stride=2, groups=1),
+        lambda: torch.randn(2, 3, 8, 8),
+        True,
+    ),
+    "conv2d-reflect": (
+        lambda: nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"),
+        lambda: torch.randn(2, 3, 6, 6),
+        True,
+    ),
+    "conv3d": (lambda: nn.Conv3d(2, 2, 2), lambda: torch.randn(1, 2, 3, 3, 3), True),
+    "conv-transpose1d": (lambda: nn.ConvTranspose1d(3, 2, 3), lambda: torch.randn(2, 3, 5), True),
+    "conv-transpose2d": (
+        lambda: nn.ConvTranspose2d(3, 2, 4, stride=2, padding=1, output_padding=1),
+        lambda: torch.randn(2, 3, 5, 5),
+        True,
+    ),
+    "conv-transpose3d": (
+        lambda: nn.ConvTranspose3d(2, 2, 2),
+        lambda: torch.randn(1, 2, 3, 3, 3),
+        True,
+    ),
+    "batchnorm1d": (lambda: nn.BatchNorm1d(5), lambda: torch.randn(4, 5), True),
+    "batchnorm1d-seq": (lambda: nn.BatchNorm1d(3), lambda: torch.randn(4, 3, 6), True),
+    "batchnorm2d": (lambda: nn.BatchNorm2d(3), lambda: torch.randn(2, 3, 4, 4), True),
+    "batchnorm2d-cumulative": (
+        lambda: nn.BatchNorm2d(3, momentum=None),
+        lambda: torch.randn(2, 3, 4, 4),
+        True,
+    ),
+    "batchnorm2d-untracked": (
+        lambda: nn.BatchNorm2d(3, track_running_stats=False),
+        lambda: torch.randn(2, 3, 4, 4),
+        True,
+    ),
+    "batchnorm3d": (lambda: nn.BatchNorm3d(2), lambda: torch.randn(2, 2, 3, 3, 3), True),
+    "select": (lambda: fl.nn.Select((slice(None), -1)), lambda: torch.randn(2, 3, 4), True),
+}
+
+
+def test_every_written_out_class_has_a_case():
+    covered = {type(make()) for make, _, _ in CASES.values()}
+    assert covered == set(inline.FORWARDS)
+
+
+def _run(module: nn.Module, x: torch.Tensor, grads: bool, seed: int):
+    x = x.clone().requires_grad_(grads and x.is_floating_point())
+    torch.manual_seed(seed)
+    out = module(x)
+    if not grads:
+        return out.detach(), []
+    out.square().sum().backward()
+    return out.detach(), [x.grad] + [p.grad for p in module.parameters()]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_written_out_layer_is_bit_identical_to_its_forward(case, training):
+    make, data, grads = CASES[case]
+    torch.manual_seed(0)
+    layer = make()
+    reference = copy.deepcopy(layer)
+    graph = fl.FlowBuilder(layer).build()
+    graph.train(training)
+    reference.train(training)
+    assert whole_tree_direct(graph)
+    written = inline.expression(layer, "_m[" + repr(graph.nodes[0].attr) + "]", "input")
+    assert written is not None and written in direct_source(graph)
+    x = data()
+    for step in range(3):  # repeated: running statistics and batch counts evolve alike
+        got, got_grads = _run(graph, x, grads, seed=step)
+        want, want_grads = _run(reference, x, grads, seed=step)
+        assert torch.equal(got, want), step
+        assert len(got_grads) == len(want_grads)
+        for a, b in zip(got_grads, want_grads, strict=True):
+            assert (a is None and b is None) or torch.equal(a, b)
+    for (name, a), b in zip(
+        layer.state_dict().items(), reference.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name  # running_mean, running_var, num_batches_tracked
+
+
+def test_a_parameter_replaced_after_build_is_used():
+    graph = fl.FlowBuilder(nn.Linear(3, 2)).through(nn.LayerNorm(2)).build()
+    x = torch.randn(4, 3)
+    graph(x)
+    graph.linear_1.weight = nn.Parameter(torch.zeros(2, 3))
+    graph.layernorm_2.bias = nn.Parameter(torch.full((2,), 7.0))
+    assert whole_tree_direct(graph)
+    want = nn.functional.layer_norm(
+        nn.functional.linear(x, graph.linear_1.weight, graph.linear_1.bias),
+        (2,),
+        graph.layernorm_2.weight,
+        graph.layernorm_2.bias,
+    )
+    assert torch.equal(graph(x), want)
+
+
+def test_settings_changed_after_build_are_used():
+    torch.manual_seed(0)
+    graph = fl.FlowBuilder(nn.Linear(3, 3)).through(nn.GELU()).through(nn.LayerNorm(3)).build()
+    reference = nn.Sequential(*(copy.deepcopy(m) for m in graph.children()))
+    x = torch.randn(4, 3)
+    graph(x)
+    graph.gelu_2.approximate = reference[1].approximate = "tanh"
+    graph.layernorm_3.eps = reference[2].eps = 0.5
+    got = graph(x)
+    assert torch.equal(got, reference(x))
+    reference[2].eps = 1e-5  # the settings matter: with the old eps the result differs
+    assert not torch.equal(got, reference(x))
+
+
+def test_a_class_whose_forward_is_replaced_gets_its_forward_called(monkeypatch):
+    graph = fl.FlowBuilder(nn.Linear(3, 3)).through(nn.Linear(3, 2)).build()
+    x = torch.randn(4, 3)
+    before = graph(x)
+    calls = []
+    original = nn.Linear.forward
+
+    def patched(self, input):  # as an adapter library patching the class would
+        calls.append(self)
+        return original(self, input) * 2
+
+    monkeypatch.setattr(nn.Linear, "forward", patched)
+    assert not whole_tree_direct(graph)
+    assert torch.equal(graph(x), (graph.linear_2(graph.linear_1(x)) / 2) * 2)
+    assert len([c for c in calls if c is graph.linear_1]) == 2  # the graph's call and ours
+    monkeypatch.undo()
+    assert whole_tree_direct(graph) and torch.equal(graph(x), before)
+
+
+# ---------------------------------------------------------------- nested graphs
+
+
+def block(dim: int = 4) -> fl.Graph:
+    return fl.FlowBuilder(nn.Linear(dim, dim)).through(nn.GELU()).through(nn.LayerNorm(dim)).build()
+
+
+def tower() -> fl.Graph:
+    inner = fl.FlowBuilder().also(block()).build()  # two levels of nesting
+    return (
+        fl.FlowBuilder(nn.Linear(4, 4))
+        .also(block())
+        .loop_body(inner)
+        .for_n(2)
+        .gate(fl.nn.SoftmaxRouter(4, 2), block(), block())
+        .through(nn.Linear(4, 2))
+        .build()
+    )
+
+
+def test_nested_graphs_run_their_direct_forward_without_graph_forward(monkeypatch):
+    torch.manual_seed(0)
+    graph = tower()
+    x = torch.randn(3, 4)
+    want = graph(x)
+    assert whole_tree_direct(graph)
+    assert "(_q := _m['graph_2'])._direct_fn(_q, v_linear_1)" in direct_source(graph)
+    entered = []
+    original = fl.Graph.forward
+
+    def counting(self, *args, **kwargs):
+        entered.append(self)
+        return original(self, *args, **kwargs)
+
+    # Graph.forward replaced on the class: the merged path must not skip it any more
+    monkeypatch.setattr(fl.Graph, "forward", counting)
+    assert not whole_tree_direct(graph)
+    assert torch.equal(graph(x), want)
+    assert graph.graph_2 in entered and graph.loop_4.body in entered
+    monkeypatch.undo()
+    entered.clear()
+    assert torch.equal(graph(x), want) and entered == []
+
+
+def test_a_hook_deep_inside_keeps_the_rest_direct_and_fires():
+    torch.manual_seed(0)
+    graph = tower()
+    x = torch.randn(3, 4)
+    want = graph(x)
+    seen = []
+    handle = graph.gate_5.experts[1].linear_1.register_forward_hook(lambda *a: seen.append(1))
+    plan = graph._direct_plan
+    assert not dispatch.direct_ok(plan) and dispatch.direct_ok(plan.fallback)
+    assert torch.equal(graph(x), want) and seen == [1]
+    assert graph._fallback_fn is not None  # the graph's own steps still ran directly
+    handle.remove()
+    assert whole_tree_direct(graph)
+
+
+@pytest.mark.parametrize("change", ["profiling", "compile"])
+def test_a_nested_graph_rebuilt_after_its_parent_is_called_through_its_forward(change):
+    torch.manual_seed(0)
+    graph = tower()
+    x = torch.randn(3, 4)
+    want = graph(x)
+    child = graph.graph_2
+    if change == "profiling":
+        child.enable_profiling()
+    else:
+        child.compile(backend="eager")
+    assert child._direct_plan is None  # profiled or compiled: its own forward decides
+    assert not whole_tree_direct(graph)
+    assert torch.allclose(graph(x), want)
+    if change == "profiling":
+        assert child.profile() is not None  # the nested graph's profiled forward ran
