@@ -247,7 +247,8 @@ class ProfilingMethods:
 
     def disable_profiling(self) -> None:
         """Back to the plain forward (no timing code); forgets the last profile."""
-        for graph in self._profiled_graphs():
+        # Nested graphs first: a graph's direct plan takes in those of the graphs nested in it.
+        for graph in reversed(self._profiled_graphs()):
             graph._profiling = False
             graph._last_profile = None
             graph._install()

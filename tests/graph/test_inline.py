@@ -268,3 +268,35 @@ def test_a_nested_graph_rebuilt_after_its_parent_is_called_through_its_forward(c
     assert torch.allclose(graph(x), want)
     if change == "profiling":
         assert child.profile() is not None  # the nested graph's profiled forward ran
+
+
+def test_profiling_the_whole_tree_on_and_off_restores_the_merged_path():
+    torch.manual_seed(0)
+    graph = tower()
+    x = torch.randn(3, 4)
+    want = graph(x)
+    graph.enable_profiling()
+    assert graph(x).shape == want.shape and graph.profile() is not None
+    graph.disable_profiling()
+    assert whole_tree_direct(graph)  # nested graphs re-planned before the graph that holds them
+    assert [g for g, _ in graph._direct_plan.fallback.found] == [
+        graph.graph_2,
+        graph.loop_4.body,
+        graph.gate_5.experts[0],
+        graph.gate_5.experts[1],
+    ]
+    assert torch.equal(graph(x), want)
+
+
+def test_a_nested_graph_profiled_on_its_own_is_then_called_through_its_forward():
+    torch.manual_seed(0)
+    graph = tower()
+    x = torch.randn(3, 4)
+    want = graph(x)
+    graph.graph_2.enable_profiling()
+    graph.graph_2.disable_profiling()
+    plan = graph._direct_plan
+    assert not dispatch.direct_ok(plan) and dispatch.direct_ok(plan.fallback)
+    assert whole_tree_direct(graph.graph_2)  # its own steps run directly
+    assert torch.equal(graph(x), want)
+    assert whole_tree_direct(copy.deepcopy(graph))  # a rebuilt copy takes it in again
