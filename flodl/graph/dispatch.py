@@ -242,11 +242,13 @@ _REACH: dict[NodeKind, Callable[[Plan, Graph, Node], None]] = {
 
 
 def plan(graph: Graph) -> Plan:
-    """Where the direct forward of ``graph`` finds each module it calls ``forward`` on.
+    """Where the direct forward of ``graph`` finds each module it calls directly.
 
     Mirrors :func:`flodl.graph.codegen.generate` with ``direct=True``: module and scan steps,
-    the body of a ``for_n`` loop, a gate's router and experts. Halting loops, switches and maps
-    run through their composite's ``run`` (ordinary calls), so they are not planned.
+    the body of a loop the forward writes out (and a halting loop's condition), a gate's router
+    and experts. A loop with a reset or a trace, switches and maps run through their
+    composite's ``run`` (ordinary calls), so they are not planned. Nested graphs' plans are
+    merged in by :meth:`Plan.finish`.
     """
     result = Plan()
     for node in graph.nodes:
