@@ -27,23 +27,25 @@ from torch.nn import functional
 from flodl.nn.select import Select
 
 # ``{m}``: the expression reaching the layer; ``{x}``: its input (a local). ``_q`` and ``_qb``
-# are the generated forward's scratch locals for the layer and its buffers (bound by ``:=``).
+# are the generated forward's scratch locals (bound by ``:=``): the layer (for Linear, its
+# parameter dict) and the layer's buffers.
 # A layer with a case its expression does not cover (a padding mode other than zeros, batch
 # norm in training) runs its ``forward`` in that case: ``expr if <covered> else _q.forward(x)``.
-_P = "_q._parameters"
 _CONV = (
-    "_F.conv{d}d({{x}}, {p}['weight'], {p}['bias'], _q.stride, _q.padding, _q.dilation, _q.groups)"
-    " if (_q := {{m}}).padding_mode == 'zeros' else _q.forward({{x}})"
+    "_F.conv{d}d({{x}}, _q._parameters['weight'], _q._parameters['bias'], _q.stride, _q.padding,"
+    " _q.dilation, _q.groups) if (_q := {{m}}).padding_mode == 'zeros' else _q.forward({{x}})"
 )
 _CONV_T = (
-    "_F.conv_transpose{d}d({{x}}, {p}['weight'], {p}['bias'], _q.stride, _q.padding,"
+    "_F.conv_transpose{d}d({{x}}, _q._parameters['weight'], _q._parameters['bias'], _q.stride,"
+    " _q.padding,"
     " _q.output_padding, _q.groups, _q.dilation) if (_q := {{m}}).padding_mode == 'zeros' and"
     " type(_q.padding) is tuple and type(_q.output_padding) is tuple else _q.forward({{x}})"
 )
 # Batch norm in eval mode with running statistics (inference); in training, or without
 # statistics, its forward runs (it updates the running statistics and the batch count).
 _BATCH_NORM = (
-    "_F.batch_norm({{x}}, _qb['running_mean'], _qb['running_var'], {p}['weight'], {p}['bias'],"
+    "_F.batch_norm({{x}}, _qb['running_mean'], _qb['running_var'], _q._parameters['weight'],"
+    " _q._parameters['bias'],"
     " False, 0.0 if _q.momentum is None else _q.momentum, _q.eps) if not (_q := {{m}}).training"
     " and (_qb := _q._buffers)['running_mean'] is not None and _qb['running_var'] is not None"
     " and {{x}}.dim() in {dims} else _q.forward({{x}})"
@@ -57,8 +59,8 @@ _EXPRESSIONS: dict[type[nn.Module], str] = {
     nn.Sigmoid: "_torch.sigmoid({x})",
     nn.Identity: "{x}",
     nn.LayerNorm: (
-        f"_F.layer_norm({{x}}, (_q := {{m}}).normalized_shape, {_P}['weight'], {_P}['bias'],"
-        " _q.eps)"
+        "_F.layer_norm({x}, (_q := {m}).normalized_shape, _q._parameters['weight'],"
+        " _q._parameters['bias'], _q.eps)"
     ),
     nn.Dropout: "_F.dropout({x}, (_q := {m}).p, _q.training, _q.inplace)",
     nn.Flatten: "{x}.flatten((_q := {m}).start_dim, _q.end_dim)",
@@ -71,15 +73,15 @@ _EXPRESSIONS: dict[type[nn.Module], str] = {
         "_F.max_pool2d({x}, (_q := {m}).kernel_size, _q.stride, _q.padding, _q.dilation,"
         " ceil_mode=_q.ceil_mode, return_indices=_q.return_indices)"
     ),
-    nn.Conv1d: _CONV.format(d=1, p=_P),
-    nn.Conv2d: _CONV.format(d=2, p=_P),
-    nn.Conv3d: _CONV.format(d=3, p=_P),
-    nn.ConvTranspose1d: _CONV_T.format(d=1, p=_P),
-    nn.ConvTranspose2d: _CONV_T.format(d=2, p=_P),
-    nn.ConvTranspose3d: _CONV_T.format(d=3, p=_P),
-    nn.BatchNorm1d: _BATCH_NORM.format(p=_P, dims="(2, 3)"),
-    nn.BatchNorm2d: _BATCH_NORM.format(p=_P, dims="(4,)"),
-    nn.BatchNorm3d: _BATCH_NORM.format(p=_P, dims="(5,)"),
+    nn.Conv1d: _CONV.format(d=1),
+    nn.Conv2d: _CONV.format(d=2),
+    nn.Conv3d: _CONV.format(d=3),
+    nn.ConvTranspose1d: _CONV_T.format(d=1),
+    nn.ConvTranspose2d: _CONV_T.format(d=2),
+    nn.ConvTranspose3d: _CONV_T.format(d=3),
+    nn.BatchNorm1d: _BATCH_NORM.format(dims="(2, 3)"),
+    nn.BatchNorm2d: _BATCH_NORM.format(dims="(4,)"),
+    nn.BatchNorm3d: _BATCH_NORM.format(dims="(5,)"),
     Select: "{x}[{m}.index]",
 }
 
