@@ -390,25 +390,55 @@ def test_torch_compile_matches_eager():
     torch.testing.assert_close(compiled(x), graph(x), rtol=0, atol=0)
 
 
-@pytest.mark.slow
-def test_distributed_data_parallel_single_rank(tmp_path, monkeypatch):
-    import torch.distributed as dist
+# Run in a child process that leaves with os._exit once it has checked: gloo's process-group
+# destructor, run when DDP's reducer is freed, sometimes never joins its worker threads (a
+# torch/gloo teardown race), and a hang there would stop the whole test session.
+_DDP_CHILD = """
+import copy, os, sys
+import torch
+import torch.distributed as dist
+from torch import nn
+import flodl as fl
 
-    torch.manual_seed(0)
-    graph = fl.FlowBuilder(nn.Linear(4, 4)).also(block(4)).build()
-    twin = ordinary_twin(graph, monkeypatch)
-    dist.init_process_group(
-        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+torch.manual_seed(0)
+block = fl.FlowBuilder(nn.Linear(4, 4)).through(nn.GELU()).through(nn.LayerNorm(4)).build()
+graph = fl.FlowBuilder(nn.Linear(4, 4)).also(block).build()
+os.environ["FLODL_DIRECT_DISPATCH"] = "0"
+twin = copy.deepcopy(graph)  # rebuilt without a direct variant
+del os.environ["FLODL_DIRECT_DISPATCH"]
+assert graph._direct_plan is not None and twin._direct_plan is None
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+ddp = nn.parallel.DistributedDataParallel(graph)
+x = torch.randn(3, 4)
+ddp(x).sum().backward()
+twin(x).sum().backward()
+pairs = list(zip(graph.parameters(), twin.parameters(), strict=True))
+print("grads equal" if all(torch.equal(a.grad, b.grad) for a, b in pairs) else "grads differ")
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+@pytest.mark.slow
+def test_distributed_data_parallel_single_rank(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": root}
+    env.pop("FLODL_DIRECT_DISPATCH", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _DDP_CHILD, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
     )
-    try:
-        ddp = nn.parallel.DistributedDataParallel(graph)
-        x = torch.randn(3, 4)
-        ddp(x).sum().backward()
-        twin(x).sum().backward()
-        for a, b in zip(graph.parameters(), twin.parameters(), strict=True):
-            assert torch.equal(a.grad, b.grad)
-    finally:
-        dist.destroy_process_group()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "grads equal"
 
 
 @pytest.mark.slow
