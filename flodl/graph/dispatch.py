@@ -20,14 +20,17 @@ whether that variant is unobservable. It is when, at the time of the call:
 * the classes written out as their functional call (:mod:`flodl.graph.inline`) still have the
   ``forward`` that call mirrors.
 
-Nested graphs: a graph's plan takes in the plans of the graphs nested in it (as steps, loop
-bodies, gate routers and experts), so one check covers the whole tree, and the direct forward
-calls each nested graph's direct forward itself (no ``Graph.forward``, no second check). Each
-nested graph must still hold the plan taken in: profiling or ``compile()`` rebuilds it, and that
-nested graph's own ``forward`` then decides. When the merged check fails, the plan's
-``fallback`` (the graph's own steps only, nested graphs called through ``forward``) is tried,
-so a hook deep inside one nested graph leaves the rest of the tree direct. Otherwise the whole
-pass takes the ordinary path, so a hook registered after ``build()`` fires.
+Nested graphs: a graph's plan records the plans of the graphs nested in it (as steps, loop
+bodies, gate routers and experts). On the graph's first pass, :meth:`Plan.merged` joins them
+into one plan for the whole tree, so one check covers every step, and the direct forward calls
+each nested graph's direct forward itself (no ``Graph.forward``, no second check). Each nested
+graph must still hold the plan taken in: profiling or ``compile()`` rebuilds it, and that nested
+graph's own ``forward`` then decides. When the merged check fails, the graph's own plan is
+tried (its own steps direct, nested graphs called through ``forward``), so a hook deep inside
+one nested graph leaves the rest of the tree direct. Otherwise the whole pass takes the ordinary
+path, so a hook registered after ``build()`` fires. Merging happens when a graph is first run,
+not when it is built: only the graph that is run needs the tree's plan, and building a graph
+nested n levels deep stays linear in n.
 
 The check costs a few C-level passes over the steps, far less than the ``__call__`` overhead it
 saves: the plan holds each step's hook dicts and instance ``__dict__``, which torch mutates in
@@ -65,7 +68,7 @@ _CALL_PATH_IS_TORCHS = all(
 )
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _HOOK_SET = frozenset(_HOOK_DICTS)
-_is_compiling = torch.compiler.is_compiling
+is_compiling = torch.compiler.is_compiling
 _tracing = torch._C._get_tracing_state
 
 
@@ -125,19 +128,18 @@ class Plan:
     hooks: list[dict[Any, Any]] = field(default_factory=list)
     forward_keys: list[str] = field(default_factory=list)
     compiled_keys: list[str] = field(default_factory=list)
-    # nested graphs with a direct forward of their own, found while planning
+    # nested graphs with a direct forward of their own, and their plans, found while planning
     found: list[tuple[nn.Module, Plan]] = field(default_factory=list)
-    # nested graphs whose direct forward this one calls itself (their plans merged into this
-    # one): each must still hold the plan merged here, else it was rebuilt (profiling, compile)
+    # in a merged plan: the nested graphs whose direct forward the graph's direct forward
+    # calls itself; each must still hold the plan merged here (``nested_dicts[i]
+    # ["_direct_plan"] is nested_plans[i]``), else it was rebuilt (profiling, compile)
     nested: list[nn.Module] = field(default_factory=list)
     nested_dicts: list[dict[str, Any]] = field(default_factory=list)
     nested_plans: list[Plan] = field(default_factory=list)
     # (class, forward) of each class whose ``forward`` the direct forward skips: the layers it
-    # writes out as functional calls, and Graph when it calls nested graphs' direct forwards
+    # writes out as functional calls, and, in a merged plan, Graph (nested graphs' direct
+    # forwards are called without Graph.forward)
     bypassed: tuple[tuple[type[nn.Module], Any], ...] = ()
-    # this plan without the nested graphs merged (they called through ``forward``): the
-    # direct path while a nested graph cannot run directly (a hook deep inside, a profile...)
-    fallback: Plan | None = None
 
     def reach(self, container: nn.Module, key: str, called: bool) -> nn.Module:
         """Record ``container.<key>``; ``called``: call it directly if its type is known (a
@@ -162,34 +164,39 @@ class Plan:
                 self.found.append((module, nested))
         return module
 
-    def finish(self) -> Plan:
-        """The plan to run: this one, or, when nested graphs run directly too, this one with
-        theirs merged in (one check covers every step of the tree, and the direct forward
-        calls their direct forwards without ``Graph.forward``) and this one as its fallback."""
-        self.bypassed = tuple((t, inline.FORWARDS[t]) for t in self.inlined_types())
+    def merged(self) -> Plan:
+        """The plan of the whole tree: this one with the plans of the graphs nested in it (and
+        in them...) appended, depth first; this plan itself when no graph is nested. Linear in
+        the tree's size (nested graphs' own plans are read, not their merged ones)."""
         if not self.found:
             return self
-        merged = copy.copy(self)
-        for name in _MERGED:  # its own lists, this plan's entries first
-            setattr(merged, name, list(getattr(self, name)))
-        for graph, nested in self.found:
-            merged.nested.append(graph)
-            merged.nested_dicts.append(vars(graph))
-            merged.nested_plans.append(nested)
-            for name in _MERGED:
-                getattr(merged, name).extend(getattr(nested, name))
-        merged.bypassed = (*((t, inline.FORWARDS[t]) for t in merged.inlined_types()), _GRAPH)
-        merged.found, merged.fallback = [], self
-        return merged
+        tree = copy.copy(self)
+        for name in _STEPS:  # its own lists, this plan's entries first
+            setattr(tree, name, list(getattr(self, name)))
+        tree.found, tree.nested, tree.nested_dicts, tree.nested_plans = [], [], [], []
+        pending = self.found[::-1]
+        while pending:  # a stack, not recursion: nesting may be deeper than Python's stack
+            graph, nested = pending.pop()
+            tree.nested.append(graph)
+            tree.nested_dicts.append(vars(graph))
+            tree.nested_plans.append(nested)
+            for name in _STEPS:
+                getattr(tree, name).extend(getattr(nested, name))
+            pending += nested.found[::-1]
+        tree.bypassed = (*_bypassed(tree.types), _GRAPH)
+        return tree
 
-    def inlined_types(self) -> list[type[nn.Module]]:
-        return [t for t in dict.fromkeys(self.types) if t in inline.FORWARDS]
 
-
-_MERGED = (
+# the per-step lists a merged plan concatenates
+_STEPS = (
     *("containers", "keys", "modules", "callees", "types", "dicts", "hooks", "forward_keys"),
-    *("compiled_keys", "nested", "nested_dicts", "nested_plans"),
+    "compiled_keys",
 )
+
+
+def _bypassed(types: list[type]) -> tuple[tuple[type[nn.Module], Any], ...]:
+    """(class, forward) of each class among ``types`` that the direct forward writes out."""
+    return tuple((t, inline.FORWARDS[t]) for t in dict.fromkeys(types) if t in inline.FORWARDS)
 
 
 def _named(module: Any, refs: list[Any]) -> bool:
@@ -247,20 +254,21 @@ def plan(graph: Graph) -> Plan:
     Mirrors :func:`flodl.graph.codegen.generate` with ``direct=True``: module and scan steps,
     the body of a loop the forward writes out (and a halting loop's condition), a gate's router
     and experts. A loop with a reset or a trace, switches and maps run through their
-    composite's ``run`` (ordinary calls), so they are not planned. Nested graphs' plans are
-    merged in by :meth:`Plan.finish`.
+    composite's ``run`` (ordinary calls), so they are not planned. The plans of nested graphs
+    are recorded (``found``) and joined by :meth:`Plan.merged` when the graph is first run.
     """
     result = Plan()
     for node in graph.nodes:
         reach = _REACH.get(node.kind)
         if reach is not None and node.attr is not None:
             reach(result, graph, node)
-    return result.finish()
+    result.bypassed = _bypassed(result.types)
+    return result
 
 
 def direct_ok(p: Plan) -> bool:
     """True when calling the plan's modules' ``forward`` directly is unobservable, right now."""
-    if _is_compiling():  # first: under torch.compile nothing else here is traced
+    if is_compiling():  # first: under torch.compile nothing else here is traced
         return False
     m = _module_mod
     if (

@@ -243,8 +243,9 @@ class Graph(
     _line_nodes: dict[int, tuple[str, str]]
     _forward_fn: Callable[..., Any]
     _direct_fn: Any  # the direct-dispatch forward; None until first used (_direct_forward)
-    _fallback_fn: Any  # the direct forward of _direct_plan.fallback; None until first used
-    _direct_plan: Any  # a flodl.graph.dispatch.Plan, or None
+    _fallback_fn: Any  # the direct forward calling nested graphs through forward; None until used
+    _direct_plan: Any  # a flodl.graph.dispatch.Plan (this graph's own steps), or None
+    _direct_tree: Any  # _direct_plan.merged() (the whole tree's); None until first run
 
     def __init__(self) -> None:
         raise TypeError("build a Graph with flodl.FlowBuilder(...)...build()")
@@ -351,7 +352,10 @@ class Graph(
 
     def _install(self) -> None:
         """Generate, compile and bind ``forward`` (also after unpickling or deepcopy)."""
+        # The ordinary variant is compiled now, not on first use: torch.compile(graph) may make
+        # the first call, and dynamo cannot trace a compile() (fullgraph would fail).
         self._forward_fn = self._compile_forward(frozenset())
+        self._direct_fn = self._fallback_fn = self._direct_plan = self._direct_tree = None
         compiled = self.__dict__.get("_compile_args")
         if compiled is not None and not self._profiling:
             # compile(): torch.compile of this graph's own generated function, whose code object
@@ -360,30 +364,36 @@ class Graph(
             # direct variant: under dynamo the ordinary calls are what is traced.
             args, kwargs = compiled
             self._forward_fn = torch.compile(self._forward_fn, *args, **kwargs)
-            self._direct_fn = self._fallback_fn = self._direct_plan = None
             return
         # The direct-dispatch variant (see flodl.graph.dispatch); none while profiling. Its
         # code is generated on the first pass that can use it (_direct_forward), so build()
         # compiles one forward, not two, and a graph that never runs directly none.
-        self._direct_fn = self._fallback_fn = self._direct_plan = None
         if not self._profiling and dispatch.enabled():
             found = dispatch.plan(self)
             if found.callees:
                 self._direct_plan = found
 
     def _direct_forward(self, fallback: bool = False) -> Callable[..., Any]:
-        """The direct-dispatch forward (``fallback``: the variant of ``plan.fallback``, which
-        calls nested graphs through their ``forward``), generated and compiled on first use."""
+        """The direct-dispatch forward, generated and compiled on first use: the variant that
+        calls nested graphs' direct forwards itself (under the merged plan's check), or with
+        ``fallback``, the one that calls them through their ``forward`` (under the graph's own
+        plan's check)."""
         key = "_fallback_fn" if fallback else "_direct_fn"
         fn = self.__dict__[key]
         if fn is None:
-            plan = self._direct_plan.fallback if fallback else self._direct_plan
-            for graph in plan.nested:  # this forward calls theirs: they exist before it runs
+            plan = self._direct_plan
+            nested = () if fallback else [graph for graph, _ in plan.found]
+            for graph in nested:  # this forward calls theirs: they exist before it runs
                 graph._direct_forward()
             direct = frozenset(map(id, plan.callees))
-            fn = self._compile_forward(direct, frozenset(map(id, plan.nested)))
+            fn = self._compile_forward(direct, frozenset(map(id, nested)))
             self.__dict__[key] = fn
         return fn
+
+    def _merge_plans(self) -> Any:
+        """The whole tree's plan, joined on the first pass (see :meth:`dispatch.Plan.merged`)."""
+        tree = self.__dict__["_direct_tree"] = self._direct_plan.merged()
+        return tree
 
     def _compile_forward(
         self, direct: frozenset[int], nested: frozenset[int] = frozenset()
@@ -432,10 +442,11 @@ class Graph(
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the generated forward (see :attr:`code`): ``graph(x)`` or ``graph(x, ctx=...)``."""
         plan = self._direct_plan
-        if plan is not None:
-            if dispatch.direct_ok(plan):
+        if plan is not None and not dispatch.is_compiling():  # dynamo traces the ordinary path
+            tree = self._direct_tree or self._merge_plans()
+            if dispatch.direct_ok(tree):
                 return (self._direct_fn or self._direct_forward())(self, *args, **kwargs)
-            if plan.fallback is not None and dispatch.direct_ok(plan.fallback):
+            if tree is not plan and dispatch.direct_ok(plan):
                 return self._direct_forward(fallback=True)(self, *args, **kwargs)
         return self._forward_fn(self, *args, **kwargs)
 
@@ -482,6 +493,7 @@ class Graph(
             "_direct_fn",
             "_fallback_fn",
             "_direct_plan",
+            "_direct_tree",
             "_node_index",
             "_children_cache",
         )

@@ -80,14 +80,12 @@ def direct_now(graph: fl.Graph) -> bool:
     plan = graph._direct_plan
     if plan is None:
         return False
-    return dispatch.direct_ok(plan) or (
-        plan.fallback is not None and dispatch.direct_ok(plan.fallback)
-    )
+    return dispatch.direct_ok(plan)
 
 
 def whole_tree_direct(graph: fl.Graph) -> bool:
     """The merged plan holds: nested graphs' direct forwards are called without ``forward``."""
-    return graph._direct_plan is not None and dispatch.direct_ok(graph._direct_plan)
+    return graph._direct_plan is not None and dispatch.direct_ok(graph._direct_plan.merged())
 
 
 def test_direct_path_is_bit_identical_on_every_node_kind(monkeypatch):
