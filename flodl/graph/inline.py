@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from torch import nn
+from torch import _VF, nn
 from torch.nn import functional
 
 from flodl.nn.select import Select
@@ -85,10 +85,30 @@ _EXPRESSIONS: dict[type[nn.Module], str] = {
     Select: "{x}[{m}.index]",
 }
 
-FORWARDS: dict[type[nn.Module], Callable[..., Any]] = {t: t.forward for t in _EXPRESSIONS}
+# Recurrent cells as a scan step (``{c}``: the cell, ``{x}``: this step's input, ``{h}``: the
+# carried state). The cell's own kernel on a batched input and state; any other case (the first
+# step, whose state is None: the cell makes its zeros; an unbatched input) runs ``forward``,
+# which also raises the cell's own errors.
+_CELL = (
+    "_VF.{kernel}({{x}}, {{h}}, (_q := {{c}}._parameters)['weight_ih'], _q['weight_hh'],"
+    " _q['bias_ih'], _q['bias_hh']) if {{x}}.dim() == 2 and {{h}} is not None and {batched}"
+    " else {{c}}.forward({{x}}, {{h}})"
+)
+CELLS: dict[type[nn.Module], str] = {
+    nn.GRUCell: _CELL.format(kernel="gru_cell", batched="{h}.dim() == 2"),
+    nn.LSTMCell: _CELL.format(
+        kernel="lstm_cell",
+        batched="type({h}) is tuple and len({h}) == 2 and {h}[0].dim() == 2 and {h}[1].dim() == 2",
+    ),
+}
+"""Cells a ``scan`` step writes out: each is the kernel call the cell's ``forward`` makes."""
+
+FORWARDS: dict[type[nn.Module], Callable[..., Any]] = {
+    t: t.forward for t in (*_EXPRESSIONS, *CELLS)
+}
 """Each written-out class's ``forward`` when flodl was imported: the one its expression mirrors."""
 
-NAMES: dict[str, Any] = {"_F": functional}
+NAMES: dict[str, Any] = {"_F": functional, "_VF": _VF}
 """What the expressions use besides ``_torch`` (already in every generated forward)."""
 
 
@@ -99,3 +119,13 @@ def expression(module: nn.Module, reach: str, x: str) -> str | None:
     if template is None or type(module).forward is not FORWARDS[type(module)]:
         return None
     return template.format(m=reach, x=x)
+
+
+def cell_step(module: nn.Module) -> str | None:
+    """One scan step of ``module`` (a recurrent cell) written out as its kernel call, a
+    template over the locals ``{c}`` (the cell), ``{x}`` (the step's input) and ``{h}`` (the
+    carried state); None when its class is not one written out here."""
+    template = CELLS.get(type(module))
+    if template is None or type(module).forward is not FORWARDS[type(module)]:
+        return None
+    return template

@@ -40,18 +40,21 @@ def emit_scan(
     out: str,
     depth: int,
     keep: str = "all",
+    step: str = "{c}({x}, {h})",
 ) -> None:
-    """Write the scan loop for node ``node_id`` (module expression ``own``) into ``emit``."""
+    """Write the scan loop for node ``node_id`` (module expression ``own``) into ``emit``;
+    ``step`` is one step's call, a template over the cell ``{c}``, input ``{x}``, state ``{h}``."""
     cell, h, outs, x = f"_c_{node_id}", state_local(node_id), f"_o_{node_id}", f"_x_{node_id}"
+    call = step.format(c=cell, x=x, h=h)
     emit(f"{cell} = {own}", depth, node_id)
     emit(f"{h} = {initial}", depth, node_id, "initial state")
     if keep == "last":
         emit(f"for {x} in {primary}.unbind({int(dim)}):", depth, node_id)
-        emit(f"{h} = {cell}({x}, {h})", depth + 1, node_id, "a step of the scan")
+        emit(f"{h} = {call}", depth + 1, node_id, "a step of the scan")
         emit(f"{out} = {h}[0] if isinstance({h}, tuple) else {h}", depth, node_id, "last output")
         return
     emit(f"{outs} = []", depth, node_id)
     emit(f"for {x} in {primary}.unbind({int(dim)}):", depth, node_id)
-    emit(f"{h} = {cell}({x}, {h})", depth + 1, node_id, "a step of the scan")
+    emit(f"{h} = {call}", depth + 1, node_id, "a step of the scan")
     emit(f"{outs}.append({h}[0] if isinstance({h}, tuple) else {h})", depth + 1, node_id)
     emit(f"{out} = _torch.stack({outs}, {int(dim)})", depth, node_id, "stacking the outputs")

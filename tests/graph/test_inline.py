@@ -22,7 +22,7 @@ def direct_source(graph: fl.Graph) -> str:
 
 
 def whole_tree_direct(graph: fl.Graph) -> bool:
-    return graph._direct_plan is not None and dispatch.direct_ok(graph._direct_plan)
+    return graph._direct_plan is not None and dispatch.direct_ok(graph._direct_plan.merged())
 
 
 # (layer factory, input factory, take gradients?) for every class written out, plus the
@@ -102,8 +102,23 @@ CASES = {
 }
 
 
+# (cell factory, input factory [batch, seq, features] or unbatched [seq, features], with an
+# initial state?) for every recurrent cell a scan writes out
+CELL_CASES = {
+    "gru": (lambda: nn.GRUCell(3, 4), lambda: torch.randn(2, 5, 3), False),
+    "gru-no-bias": (lambda: nn.GRUCell(3, 4, bias=False), lambda: torch.randn(2, 5, 3), False),
+    "gru-initial-state": (lambda: nn.GRUCell(3, 4), lambda: torch.randn(2, 5, 3), True),
+    "gru-unbatched": (lambda: nn.GRUCell(3, 4), lambda: torch.randn(5, 3), False),
+    "lstm": (lambda: nn.LSTMCell(3, 4), lambda: torch.randn(2, 5, 3), False),
+    "lstm-no-bias": (lambda: nn.LSTMCell(3, 4, bias=False), lambda: torch.randn(2, 5, 3), False),
+    "lstm-initial-state": (lambda: nn.LSTMCell(3, 4), lambda: torch.randn(2, 5, 3), True),
+    "lstm-unbatched": (lambda: nn.LSTMCell(3, 4), lambda: torch.randn(5, 3), False),
+}
+
+
 def test_every_written_out_class_has_a_case():
     covered = {type(make()) for make, _, _ in CASES.values()}
+    covered |= {type(make()) for make, _, _ in CELL_CASES.values()}
     assert covered == set(inline.FORWARDS)
 
 
@@ -142,6 +157,73 @@ def test_written_out_layer_is_bit_identical_to_its_forward(case, training):
         layer.state_dict().items(), reference.state_dict().values(), strict=True
     ):
         assert torch.equal(a, b), name  # running_mean, running_var, num_batches_tracked
+
+
+def _by_hand(cell: nn.Module, x: torch.Tensor, h, dim: int, keep: str) -> torch.Tensor:
+    outs = []
+    for x_t in x.unbind(dim):
+        h = cell(x_t, h)
+        outs.append(h[0] if isinstance(h, tuple) else h)
+    return outs[-1] if keep == "last" else torch.stack(outs, dim)
+
+
+@pytest.mark.parametrize("case", list(CELL_CASES))
+@pytest.mark.parametrize("keep", ["all", "last"])
+def test_written_out_cell_in_a_scan_is_bit_identical_to_the_loop_by_hand(case, keep):
+    make, data, with_state = CELL_CASES[case]
+    torch.manual_seed(0)
+    cell = make()
+    reference = copy.deepcopy(cell)
+    x = data()
+    dim = 1 if x.dim() == 3 else 0
+    b = fl.FlowBuilder()
+    if with_state:
+        b = b.input("h0")
+    graph = b.scan(cell, dim=dim, state="h0" if with_state else None, keep=keep).build()
+    assert whole_tree_direct(graph)
+    assert "_VF." in direct_source(graph) and ".forward(" in direct_source(graph)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (cell, reference))
+    for step in range(3):  # gradients, then parameters after optimizer steps, stay identical
+        h = torch.randn(x.shape[0], 4) if with_state else None
+        if h is not None and isinstance(cell, nn.LSTMCell):
+            h = (h, torch.randn_like(h))
+        xs = [x.clone().requires_grad_(True) for _ in range(2)]
+        got = graph(xs[0], h0=h) if with_state else graph(xs[0])
+        want = _by_hand(reference, xs[1], h, dim, keep)
+        assert torch.equal(got, want), step
+        got.square().sum().backward()
+        want.square().sum().backward()
+        assert torch.equal(xs[0].grad, xs[1].grad)
+        for a, b in zip(cell.parameters(), reference.parameters(), strict=True):
+            assert torch.equal(a.grad, b.grad)
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        ref_opt.zero_grad()
+
+
+def test_a_cell_raises_its_own_error_on_a_bad_state():
+    graph = fl.FlowBuilder().input("h0").scan(nn.GRUCell(3, 4), state="h0").build()
+    with pytest.raises(ValueError, match="GRUCell: Expected hidden to be 1D or 2D"):
+        graph(torch.randn(2, 5, 3), h0=torch.zeros(1, 2, 4))
+
+
+def test_a_cell_class_whose_forward_is_replaced_gets_its_forward_called(monkeypatch):
+    graph = fl.FlowBuilder().scan(nn.GRUCell(3, 4), keep="last").build()
+    x = torch.randn(2, 5, 3)
+    before = graph(x)
+    calls = []
+    original = nn.GRUCell.forward
+
+    def patched(self, input, hx=None):
+        calls.append(1)
+        return original(self, input, hx)
+
+    monkeypatch.setattr(nn.GRUCell, "forward", patched)
+    assert not whole_tree_direct(graph)
+    assert torch.equal(graph(x), before) and len(calls) == 5  # every step through forward
+    monkeypatch.undo()
+    assert whole_tree_direct(graph)
 
 
 def test_a_parameter_replaced_after_build_is_used():
@@ -245,11 +327,48 @@ def test_a_hook_deep_inside_keeps_the_rest_direct_and_fires():
     seen = []
     handle = graph.gate_5.experts[1].linear_1.register_forward_hook(lambda *a: seen.append(1))
     plan = graph._direct_plan
-    assert not dispatch.direct_ok(plan) and dispatch.direct_ok(plan.fallback)
+    assert not dispatch.direct_ok(plan.merged()) and dispatch.direct_ok(plan)
     assert torch.equal(graph(x), want) and seen == [1]
     assert graph._fallback_fn is not None  # the graph's own steps still ran directly
     handle.remove()
     assert whole_tree_direct(graph)
+
+
+def test_only_the_graph_that_runs_merges_the_plans_of_the_graphs_inside(monkeypatch):
+    # Building a graph nested n deep stays linear: no level merges the plans below it at build
+    # time (that copied every level's steps into every level above: quadratic in n).
+    torch.manual_seed(0)
+    levels = [fl.FlowBuilder(nn.Linear(3, 3)).through(nn.GELU()).build()]
+    for _ in range(60):
+        levels.append(fl.FlowBuilder(levels[-1]).through(nn.Tanh()).build())
+    outer, x = levels[-1], torch.randn(2, 3)
+    assert all(g._direct_tree is None for g in levels)
+    monkeypatch.setenv("FLODL_DIRECT_DISPATCH", "0")
+    twin = copy.deepcopy(outer)  # re-installed without direct dispatch: the ordinary path
+    monkeypatch.delenv("FLODL_DIRECT_DISPATCH")
+    with torch.no_grad():
+        got = outer(x)
+    assert all(g._direct_tree is None for g in levels[:-1])  # run as one, never merged
+    tree = outer._direct_tree
+    assert tree.nested == levels[-2::-1]  # depth first, each nested graph once
+    assert tree.nested_plans == [g._direct_plan for g in levels[-2::-1]]
+    assert len(tree.callees) == len(outer._direct_plan.callees) + sum(
+        len(g._direct_plan.callees) for g in levels[:-1]
+    )
+    assert whole_tree_direct(outer) and dispatch.direct_ok(tree)
+    with torch.no_grad():
+        assert twin._direct_plan is None and torch.equal(got, twin(x))
+
+
+def test_torch_compile_of_a_fresh_nested_graph_traces_the_ordinary_path_in_one_graph():
+    # The first pass may be dynamo's: it must not trace the plan merge (or anything direct).
+    torch.manual_seed(0)
+    graph = tower()
+    x = torch.randn(3, 4)
+    compiled = torch.compile(graph, backend="eager", fullgraph=True)
+    got = compiled(x)
+    assert graph._direct_tree is None  # traced: the direct path was never looked at
+    assert torch.equal(got, graph(x)) and whole_tree_direct(graph)
 
 
 @pytest.mark.parametrize("change", ["profiling", "compile"])
@@ -279,7 +398,7 @@ def test_profiling_the_whole_tree_on_and_off_restores_the_merged_path():
     assert graph(x).shape == want.shape and graph.profile() is not None
     graph.disable_profiling()
     assert whole_tree_direct(graph)  # nested graphs re-planned before the graph that holds them
-    assert [g for g, _ in graph._direct_plan.fallback.found] == [
+    assert [g for g, _ in graph._direct_plan.found] == [
         graph.graph_2,
         graph.loop_4.body,
         graph.gate_5.experts[0],
@@ -296,7 +415,7 @@ def test_a_nested_graph_profiled_on_its_own_is_then_called_through_its_forward()
     graph.graph_2.enable_profiling()
     graph.graph_2.disable_profiling()
     plan = graph._direct_plan
-    assert not dispatch.direct_ok(plan) and dispatch.direct_ok(plan.fallback)
+    assert not dispatch.direct_ok(plan.merged()) and dispatch.direct_ok(plan)
     assert whole_tree_direct(graph.graph_2)  # its own steps run directly
     assert torch.equal(graph(x), want)
     assert whole_tree_direct(copy.deepcopy(graph))  # a rebuilt copy takes it in again
