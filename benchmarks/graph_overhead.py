@@ -23,8 +23,14 @@ direct dispatch alone; ``plain_mad``/``flodl_mad`` = scaled median absolute devi
 medians, as a fraction of the median; ``plain_peak_kib``/``flodl_peak_kib``/``mem_ratio`` =
 peak memory of one step (see :func:`peak_bytes`).
 
-Usage: ``python benchmarks/graph_overhead.py [--quick | --smoke] [--rounds N] [--models a,b]
-[--out DIR]``. ``--quick`` is a short real run (3 rounds x 2); ``--smoke`` runs every model and
+With ``--repeat N`` the whole measurement (every model, both modes) runs N times in a row and
+each row reports the median of each figure over the N runs, with the N ratios in ``ratio_runs``:
+on a shared machine a single run's row can move by more than the effect measured, and a
+median over whole runs is steadier than more rounds in one run (the noise comes in bursts
+longer than a round).
+
+Usage: ``python benchmarks/graph_overhead.py [--quick | --smoke] [--rounds N] [--repeat N]
+[--models a,b] [--out DIR]``. ``--quick`` is a short real run (3 rounds x 2); ``--smoke`` runs every model and
 mode at toy sizes, one round, and writes its report to ``results/smoke/`` (or ``--out``): it
 checks that the script, the models and the report still work (the test suite runs it) and
 measures nothing worth reading.
@@ -529,6 +535,21 @@ def measure(name: str, spec: Model, rounds: int, inner: int, warmup: int) -> lis
     return rows
 
 
+def combine(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per (model, mode): each figure's median over the runs; ``ratio_runs`` lists the
+    runs' ratios in order."""
+    rows = []
+    for first, *others in zip(*runs, strict=True):
+        same = [first, *others]
+        row = {
+            key: statistics.median(r[key] for r in same) if isinstance(value, float) else value
+            for key, value in first.items()
+        }
+        row["ratio_runs"] = " / ".join(f"{r['ratio']:.3f}" for r in same)
+        rows.append(row)
+    return rows
+
+
 def summary(rows: list[dict[str, Any]]) -> str:
     """Median and worst ratio per mode, the numbers the performance goals are stated in."""
     lines = []
@@ -554,6 +575,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--inner", type=int, default=5)
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="whole runs; rows report medians over them"
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="3 rounds x 2 (a short real run)")
     mode.add_argument(
@@ -573,10 +597,22 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         parser.error(f"unknown model(s) {unknown}; choose from {MODEL_NAMES}")
     torch.set_num_threads(1)
     models = suite(smoke=args.smoke)
-    rows: list[dict[str, Any]] = []
-    for name in names:
-        rows += measure(name, models[name], args.rounds, args.inner, 1 if args.smoke else 2)
-    notes = (
+    runs: list[list[dict[str, Any]]] = []
+    for run in range(max(1, args.repeat)):
+        if args.repeat > 1:
+            print(f"-- run {run + 1} of {args.repeat}", flush=True)
+        rows: list[dict[str, Any]] = []
+        for name in names:
+            rows += measure(name, models[name], args.rounds, args.inner, 1 if args.smoke else 2)
+        runs.append(rows)
+    rows = combine(runs) if len(runs) > 1 else runs[0]
+    repeated = (
+        f"Each figure is the median over {len(runs)} whole runs (ratio_runs: each run's "
+        "ratio). "
+        if len(runs) > 1
+        else ""
+    )
+    notes = repeated + (
         f"flodl / plain nn.Module, same weights (outputs checked bit-exact first), median of "
         f"per-round medians over {args.rounds} interleaved rounds x {args.inner}; torch "
         f"{torch.__version__}, CPU, 1 thread, timed with the process CPU clock (other processes "

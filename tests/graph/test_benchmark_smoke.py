@@ -88,3 +88,28 @@ def run_smoke(script: str, out: Path) -> None:
         timeout=900,  # a hang guard only: the run takes seconds
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_repeated_graph_overhead_runs_report_each_figure_as_the_median_over_runs(tmp_path):
+    args = ["--smoke", "--repeat", "3", "--models", "mlp,gru_seq", "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "graph_overhead.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(),
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("-- run ") == 3
+    rows = json.loads((tmp_path / "graph_overhead.json").read_text())["rows"]
+    assert [(r["model"], r["mode"]) for r in rows] == [
+        ("mlp", "train"),
+        ("mlp", "forward_b1"),
+        ("gru_seq", "train"),
+        ("gru_seq", "forward_b1"),
+    ]
+    for row in rows:
+        runs = [float(v) for v in row["ratio_runs"].split(" / ")]
+        assert len(runs) == 3 and row["ratio"] == pytest.approx(sorted(runs)[1], abs=5e-4)
