@@ -113,6 +113,7 @@ class _Gen:
         self.state_slots = state_slots
         self.direct = direct
         self.nested = nested
+        self.freed: set[str] = set()  # locals an emitter deleted itself (see _Step.last_read)
 
     def emit_lines(self, lines: list[tuple[int, str, str]], node: str) -> None:
         """Statements filled from a composite's :class:`~flodl.graph.composites.Source`."""
@@ -176,6 +177,9 @@ class _Step:
     own: str  # the expression reaching the module (empty for kinds without one)
     primary: str  # the local holding the node's first input
     out: str  # the local the node's value goes to
+    # True when nothing reads ``primary`` after this node: an emitter may free it early (and
+    # adds it to ``_Gen.freed``); otherwise ``generate`` deletes it after the node
+    last_read: bool = False
 
     @property
     def id(self) -> str:
@@ -222,9 +226,14 @@ def _emit_loop(g: _Gen, s: _Step) -> str:
         tmp = f"_r{k}_{s.id}"  # refs are evaluated once, before the iterations
         g.w.emit(f"{tmp} = {value}", 2, s.id)
         refs.append((ref, tmp))
+    free = ""
+    if s.last_read:  # as `x = body(x)` by hand: the input goes once the loop holds it
+        free = f"del {s.primary}"
+        g.freed.add(s.primary)
     holes = {
         "state": s.out,
         "x": s.primary,
+        "free": free,
         "i": f"_i_{s.id}",
         "n": str(int(loop.n)),
         "step": g.call(body, s.module.body, s.out, refs),
@@ -253,7 +262,9 @@ def _emit_gate(g: _Gen, s: _Step) -> str:
     for i in range(n):
         call = g.apply(experts[i], gate.experts[i], s.primary)
         g.w.emit(f"{outs[i]} = {call}", 2, s.id, f"expert {i} of {n}")
-    g.emit_lines(GATE_SUM.fill(out=s.out, outs=", ".join(outs), weights=weights), s.id)
+    names = ", ".join(outs)
+    holes = {"out": s.out, "stacked": f"_s_{s.id}", "outs": names, "free": f"del {names}"}
+    g.emit_lines(GATE_SUM.fill(**holes, weights=weights), s.id)
     return s.out
 
 
@@ -359,13 +370,16 @@ def generate(
             w.emit("_t = _now()", 2)
         primary = var[node.inputs[0]] if node.inputs else "input"
         own = f"_m[{literal(node.attr)}]" if node.attr else ""  # only kinds with a module use it
+        dead = [f"v_{i}" for i in dying.get(k, ()) if var[i] == f"v_{i}"]
         out = var[node.id] = f"v_{node.id}"
-        var[node.id] = EMITTERS[node.kind](g, _Step(node, modules.get(node.id), own, primary, out))
+        step = _Step(node, modules.get(node.id), own, primary, out, primary in dead)
+        var[node.id] = EMITTERS[node.kind](g, step)
         for tag in node.writes_state:
             w.emit(f"_st[{literal(tag)}] = {var[node.id]}", 2, node.id)
         if timed:
             w.emit(f"_prof.append(({literal(node.id)}, _now() - _t))", 2)
-        dead = [f"v_{i}" for i in dying.get(k, ()) if var[i] == f"v_{i}"]
+        dead = [name for name in dead if name not in g.freed]
+        g.freed.clear()
         if dead:  # as `x = layer(x)` does by hand: a value nothing reads any more is freed now
             w.emit(f"del {', '.join(dead)}", 2, node.id)
     _emit_epilogue(w, var, output, tags, profile, outputs)

@@ -35,7 +35,9 @@ class Source:
     lines: tuple[tuple[int, str, str], ...]
 
     def fill(self, **holes: str) -> list[tuple[int, str, str]]:
-        return [(indent, text.format(**holes), detail) for indent, text, detail in self.lines]
+        """The lines with the holes filled; a line filled to nothing (an empty ``free``) goes."""
+        filled = ((indent, text.format(**holes), detail) for indent, text, detail in self.lines)
+        return [line for line in filled if line[1]]
 
     def function(self, name: str, params: str, result: str, **holes: str) -> Callable[..., Any]:
         """``def name(params): <lines>; return result``, with :data:`SOURCE_GLOBALS` as its
@@ -54,13 +56,16 @@ class Source:
 FOR_N = Source(
     (
         (0, "{state} = {x}", ""),
+        (0, "{free}", ""),  # the input goes if nothing reads it after the loop
         (0, "for {i} in range({n}):", ""),
         (1, "{state} = {step}", "loop"),  # "loop": the note names the iteration ({i})
     )
 )
 """A ``for_n`` loop: the state goes through ``step`` ``n`` times, every iteration on the
-autograd tape. Holes: ``state`` (the loop's local), ``x`` (the input), ``i`` (the iteration
-counter), ``n`` (the count) and ``step`` (an expression of ``state`` and ``i``)."""
+autograd tape. Holes: ``state`` (the loop's local), ``x`` (the input), ``free`` (``del x``
+when nothing reads the input after the loop, as ``x = layer(x)`` by hand frees it on the first
+iteration; else empty), ``i`` (the iteration counter), ``n`` (the count) and ``step`` (an
+expression of ``state`` and ``i``)."""
 
 
 def halt_verdict(verdict: Any, state: Any, done: torch.Tensor | None) -> tuple[bool, Any]:
@@ -101,6 +106,7 @@ _ADVANCE = "{state} = {step} if {done} is None else _keep({done}, {state}, {step
 WHILE_COND = Source(
     (
         (0, "{state} = {x}", ""),
+        (0, "{free}", ""),  # the input goes if nothing reads it after the loop
         (0, "{done} = None", ""),
         (0, "for {i} in range({n}):", ""),
         (1, "{stop}, {done} = _halt({verdict}, {state}, {done})", "halt"),
@@ -116,6 +122,7 @@ WHILE_COND = Source(
 UNTIL_COND = Source(
     (
         (0, "{state} = {x}", ""),
+        (0, "{free}", ""),  # the input goes if nothing reads it after the loop
         (0, "{done} = None", ""),
         (0, "for {i} in range({n}):", ""),
         (1, _ADVANCE, "loop"),
@@ -132,20 +139,31 @@ GATE_SUM = Source(
     (
         (
             0,
-            "{out} = (_torch.stack(({outs},), dim=-2) * {weights}.unsqueeze(-1)).sum(dim=-2)",
+            "{stacked} = _torch.stack(({outs},), dim=-2)",
+            "stacking the experts' outputs (each expert must give the same shape)",
+        ),
+        # stacked: the outputs go now, before the product, as a hand-written gate's list does
+        (0, "{free}", ""),
+        (
+            0,
+            "{out} = ({stacked} * {weights}.unsqueeze(-1)).sum(dim=-2)",
             "weighted sum of the experts (weights [..., n] must match outputs [..., D])",
         ),
     )
 )
 """A gate's combination ``Σ_i weights[..., i] * outs[i]``. Holes: ``out`` (the result's
-local), ``outs`` (the experts' outputs, comma-separated) and ``weights`` (the router's)."""
+local), ``stacked`` (a local for the stacked outputs), ``outs`` (the experts' outputs,
+comma-separated), ``free`` (``del`` of the locals holding them, once stacked) and ``weights``
+(the router's)."""
 
 for_n: Callable[[Callable[[Any, int], Any], Any, int], Any] = FOR_N.function(
-    "for_n", "step, x, n", "state", state="state", x="x", i="i", n="n", step="step(state, i)"
-)
+    "for_n", "step, x, n", "state", state="state", x="x", free="del x", i="i", n="n",
+    step="step(state, i)",
+)  # fmt: skip
 """``for_n(step, x, n)``: :data:`FOR_N` as a function (``step(state, i)`` gives the next state)."""
 
-_HALTING = {"state": "state", "x": "x", "i": "i", "n": "n", "step": "step(state, i)",
+_HALTING = {"state": "state", "x": "x", "free": "del x", "i": "i", "n": "n",
+            "step": "step(state, i)",
             "verdict": "cond(state, i)", "done": "done", "stop": "stop"}  # fmt: skip
 
 while_cond: Callable[..., Any] = WHILE_COND.function(
@@ -160,8 +178,8 @@ until_cond: Callable[..., Any] = UNTIL_COND.function(
 """``until_cond(step, cond, x, n)``: :data:`UNTIL_COND` as a function."""
 
 combine_gate: Callable[[list[torch.Tensor] | tuple[torch.Tensor, ...], torch.Tensor], Any] = (
-    GATE_SUM.function("combine_gate", "outs, weights", "out", out="out", outs="*outs",
-                      weights="weights")
+    GATE_SUM.function("combine_gate", "outs, weights", "out", out="out", stacked="stacked",
+                      outs="*outs", free="del outs", weights="weights")
 )  # fmt: skip
 """``combine_gate(outs, weights)``: :data:`GATE_SUM` as a function."""
 
