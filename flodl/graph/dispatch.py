@@ -123,11 +123,11 @@ class Plan:
     modules: list[nn.Module] = field(default_factory=list)
     callees: list[nn.Module] = field(default_factory=list)
     types: list[type] = field(default_factory=list)
-    # the callees' instance dicts and hook dicts, held so the per-pass check is a few C loops
-    dicts: list[dict[str, Any]] = field(default_factory=list)
+    # the callees' hook dicts and instance dicts (each twice, with the two keys an override
+    # would add: ``forward``, ``_compiled_call_impl``), held so the check is a few C loops
     hooks: list[dict[Any, Any]] = field(default_factory=list)
-    forward_keys: list[str] = field(default_factory=list)
-    compiled_keys: list[str] = field(default_factory=list)
+    dicts: list[dict[str, Any]] = field(default_factory=list)
+    override_keys: list[str] = field(default_factory=list)
     # nested graphs with a direct forward of their own, and their plans, found while planning
     found: list[tuple[nn.Module, Plan]] = field(default_factory=list)
     # in a merged plan: the nested graphs whose direct forward the graph's direct forward
@@ -136,10 +136,18 @@ class Plan:
     nested: list[nn.Module] = field(default_factory=list)
     nested_dicts: list[dict[str, Any]] = field(default_factory=list)
     nested_plans: list[Plan] = field(default_factory=list)
-    # (class, forward) of each class whose ``forward`` the direct forward skips: the layers it
-    # writes out as functional calls, and, in a merged plan, Graph (nested graphs' direct
-    # forwards are called without Graph.forward)
-    bypassed: tuple[tuple[type[nn.Module], Any], ...] = ()
+    # the classes whose ``forward`` the direct forward skips (the layers it writes out as
+    # functional calls, and, in a merged plan, Graph: nested graphs' direct forwards are called
+    # without Graph.forward) and that ``forward``, each
+    bypassed: list[type[nn.Module]] = field(default_factory=list)
+    bypassed_forwards: list[Any] = field(default_factory=list)
+
+    def bypass(self, types: list[type[nn.Module]]) -> None:
+        """Record ``types`` as bypassed, with their ``forward`` as the direct forward mirrors it."""
+        self.bypassed = types
+        self.bypassed_forwards = [
+            _GRAPH[1] if t is _GRAPH[0] else inline.FORWARDS[t] for t in types
+        ]
 
     def reach(self, container: nn.Module, key: str, called: bool) -> nn.Module:
         """Record ``container.<key>``; ``called``: call it directly if its type is known (a
@@ -155,10 +163,9 @@ class Plan:
         if called:
             self.callees.append(module)
             self.types.append(type(module))
-            self.dicts.append(state)
             self.hooks += [state[name] for name in _HOOK_DICTS]
-            self.forward_keys.append("forward")
-            self.compiled_keys.append("_compiled_call_impl")
+            self.dicts += (state, state)
+            self.override_keys += _OVERRIDES
             nested = state.get("_direct_plan")
             if type(module) is _GRAPH[0] and nested is not None:
                 self.found.append((module, nested))
@@ -183,20 +190,20 @@ class Plan:
             for name in _STEPS:
                 getattr(tree, name).extend(getattr(nested, name))
             pending += nested.found[::-1]
-        tree.bypassed = (*_bypassed(tree.types), _GRAPH)
+        tree.bypass([*_written_out(tree.types), _GRAPH[0]])
         return tree
 
 
 # the per-step lists a merged plan concatenates
-_STEPS = (
-    *("containers", "keys", "modules", "callees", "types", "dicts", "hooks", "forward_keys"),
-    "compiled_keys",
-)
+_STEPS = ("containers", "keys", "modules", "callees", "types", "hooks", "dicts", "override_keys")
+# what an instance-level forward (as accelerate installs) or a per-module compile() adds
+_OVERRIDES = ("forward", "_compiled_call_impl")
+_FORWARD = operator.attrgetter("forward")
 
 
-def _bypassed(types: list[type]) -> tuple[tuple[type[nn.Module], Any], ...]:
-    """(class, forward) of each class among ``types`` that the direct forward writes out."""
-    return tuple((t, inline.FORWARDS[t]) for t in dict.fromkeys(types) if t in inline.FORWARDS)
+def _written_out(types: list[type]) -> list[type[nn.Module]]:
+    """The classes among ``types`` that the direct forward writes out, once each."""
+    return [t for t in dict.fromkeys(types) if t in inline.FORWARDS]
 
 
 def _named(module: Any, refs: list[Any]) -> bool:
@@ -262,7 +269,7 @@ def plan(graph: Graph) -> Plan:
         reach = _REACH.get(node.kind)
         if reach is not None and node.attr is not None:
             reach(result, graph, node)
-    result.bypassed = _bypassed(result.types)
+    result.bypass(_written_out(result.types))
     return result
 
 
@@ -286,8 +293,10 @@ def direct_ok(p: Plan) -> bool:
         not any(p.hooks)
         and list(map(operator.getitem, p.containers, p.keys)) == p.modules
         and list(map(type, p.callees)) == p.types
-        and not any(map(dict.get, p.dicts, p.forward_keys))
-        and not any(map(dict.get, p.dicts, p.compiled_keys))
-        and all(map(operator.is_, map(dict.get, p.nested_dicts, _PLAN_KEYS), p.nested_plans))
-        and all(t.forward is f for t, f in p.bypassed)
+        and not any(map(dict.get, p.dicts, p.override_keys))
+        and (
+            not p.nested
+            or all(map(operator.is_, map(dict.get, p.nested_dicts, _PLAN_KEYS), p.nested_plans))
+        )
+        and list(map(_FORWARD, p.bypassed)) == p.bypassed_forwards
     )
