@@ -18,9 +18,9 @@ Per model, two timings (interleaved A/B rounds, one thread, process CPU time, me
 Columns: ``ratio`` = flodl / plain (< 1: flodl faster); ``a_a_ratio`` = a second copy of the
 plain model against the first, timed in the same rounds: the noise floor on every row;
 ``direct_gain`` = flodl / the same graph built with direct dispatch off
-(``FLODL_DIRECT_DISPATCH=0``: every step through ``nn.Module.__call__``), the gain of
-direct dispatch alone; ``plain_mad``/``flodl_mad`` = scaled median absolute deviation (x 1.4826) of the per-round
-medians, as a fraction of the median; ``plain_peak_kib``/``flodl_peak_kib``/``mem_ratio`` =
+(``FLODL_DIRECT_DISPATCH=0``: every step through ``nn.Module.__call__``), the gain of direct
+dispatch alone; ``plain_mad``/``flodl_mad`` = scaled median absolute deviation (x 1.4826) of
+the per-round medians, as a fraction of the median; ``plain_peak_kib``/``flodl_peak_kib``/``mem_ratio`` =
 peak memory of one step (see :func:`peak_bytes`).
 
 With ``--repeat N`` the whole measurement (every model, both modes) runs N times in a row and
@@ -29,11 +29,16 @@ on a shared machine a single run's row can move by more than the effect measured
 median over whole runs is steadier than more rounds in one run (the noise comes in bursts
 longer than a round).
 
-Usage: ``python benchmarks/graph_overhead.py [--quick | --smoke] [--rounds N] [--repeat N]
-[--models a,b] [--out DIR]``. ``--quick`` is a short real run (3 rounds x 2); ``--smoke`` runs every model and
-mode at toy sizes, one round, and writes its report to ``results/smoke/`` (or ``--out``): it
-checks that the script, the models and the report still work (the test suite runs it) and
-measures nothing worth reading.
+``--small`` runs the same models with layers 8-16x narrower (64-128 wide instead of 512-1024,
+smaller images, sequences and vocabulary): forwards of tens to hundreds of microseconds, where
+the time goes to per-call overhead rather than to kernels, so the rows show what the framework
+itself costs or saves. Its report is ``graph_overhead_small``.
+
+Usage: ``python benchmarks/graph_overhead.py [--quick | --smoke] [--small] [--rounds N]
+[--repeat N] [--models a,b] [--out DIR]``. ``--quick`` is a short real run (3 rounds x 2);
+``--smoke`` runs every model and mode at toy sizes, one round, and writes its report to
+``results/smoke/`` (or ``--out``): it checks that the script, the models and the report still
+work (the test suite runs it) and measures nothing worth reading.
 """
 
 from __future__ import annotations
@@ -367,13 +372,20 @@ class Model:
     lr: float = 1e-3
 
 
-def suite(smoke: bool = False) -> dict[str, Model]:
-    """The 11 benchmarks at CPU sizes (``smoke``: toy sizes that only prove the script runs)."""
+def suite(smoke: bool = False, small: bool = False) -> dict[str, Model]:
+    """The 11 benchmarks at CPU sizes (``small``: 8-16x narrower, dispatch-bound; ``smoke``:
+    toy sizes that only prove the script runs)."""
     s = smoke
-    d512, d1024 = (8, 8) if s else (512, 1024)
-    conv, img = (2, 32) if s else (32, 32)
-    feat, hid, seq = (4, 8, 3) if s else (64, 256, 16)
-    vocab, dim, heads, ff, depth, tok = (16, 8, 2, 16, 2, 4) if s else (1024, 128, 4, 512, 4, 32)
+    d512, d1024 = (8, 8) if s else (64, 128) if small else (512, 1024)
+    conv, img = (2, 32) if s else (8, 16) if small else (32, 32)
+    feat, hid, seq = (4, 8, 3) if s else (16, 64, 16) if small else (64, 256, 16)
+    vocab, dim, heads, ff, depth, tok = (
+        (16, 8, 2, 16, 2, 4)
+        if s
+        else (256, 32, 4, 64, 4, 16)
+        if small
+        else (1024, 128, 4, 512, 4, 32)
+    )
     return {
         "mlp": Model(lambda: PlainMLP(d1024), graph_mlp, dense(d1024), 8),
         "convnet": Model(lambda: PlainConvNet(conv, 100), graph_convnet, images(img, 100), 2),
@@ -583,6 +595,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     mode.add_argument(
         "--smoke", action="store_true", help="toy models, 1 round: checks the script works"
     )
+    parser.add_argument(
+        "--small", action="store_true", help="8-16x narrower layers: the dispatch-bound tier"
+    )
     parser.add_argument("--models", default=",".join(MODEL_NAMES))
     parser.add_argument("--out", type=Path, help="report directory (default: results/)")
     args = parser.parse_args(argv if argv is not None else [])
@@ -596,7 +611,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if unknown:
         parser.error(f"unknown model(s) {unknown}; choose from {MODEL_NAMES}")
     torch.set_num_threads(1)
-    models = suite(smoke=args.smoke)
+    models = suite(smoke=args.smoke, small=args.small)
     runs: list[list[dict[str, Any]]] = []
     for run in range(max(1, args.repeat)):
         if args.repeat > 1:
@@ -607,8 +622,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         runs.append(rows)
     rows = combine(runs) if len(runs) > 1 else runs[0]
     repeated = (
-        f"Each figure is the median over {len(runs)} whole runs (ratio_runs: each run's "
-        "ratio). "
+        f"Each figure is the median over {len(runs)} whole runs (ratio_runs: each run's ratio). "
         if len(runs) > 1
         else ""
     )
@@ -616,18 +630,25 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         f"flodl / plain nn.Module, same weights (outputs checked bit-exact first), median of "
         f"per-round medians over {args.rounds} interleaved rounds x {args.inner}; torch "
         f"{torch.__version__}, CPU, 1 thread, timed with the process CPU clock (other processes "
-        "may share the cores). CPU-sized models (see the module docstring); train = forward + "
+        "may share the cores). "
+        + (
+            "Small tier: layers 8-16x narrower than the CPU sizes (see the module docstring). "
+            if args.small
+            else "CPU-sized models (see the module docstring). "
+        )
+        + "train = forward + "
         "loss + zero_grad + backward + Adam + loss.item(); forward_b1 = forward only, batch 1, "
         "no_grad. a_a_ratio = a second copy of the plain model against the first: the noise "
-        "floor. direct_gain = flodl / the same graph with direct dispatch off. *_mad = scaled MAD of the per-round medians / median. *_peak_kib = peak tensor "
+        "floor. direct_gain = flodl / the same graph with direct dispatch off. *_mad = scaled "
+        "MAD of the per-round medians / median. *_peak_kib = peak tensor "
         "bytes allocated during one step above those live before it (CPU allocator records).\n\n"
         + summary(rows)
     )
     if args.smoke:
         notes = "SMOKE RUN (toy sizes, 1 round): not a measurement."
-    path = write_report(
-        "FlowBuilder graph overhead vs plain PyTorch", rows, "graph_overhead", notes, args.out
-    )
+    title = "FlowBuilder graph overhead vs plain PyTorch" + (" (small tier)" if args.small else "")
+    stem = "graph_overhead_small" if args.small else "graph_overhead"
+    path = write_report(title, rows, stem, notes, args.out)
     print(path.read_text())
     return rows
 

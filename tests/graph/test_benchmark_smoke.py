@@ -113,3 +113,25 @@ def test_repeated_graph_overhead_runs_report_each_figure_as_the_median_over_runs
     for row in rows:
         runs = [float(v) for v in row["ratio_runs"].split(" / ")]
         assert len(runs) == 3 and row["ratio"] == pytest.approx(sorted(runs)[1], abs=5e-4)
+
+
+@pytest.mark.slow
+def test_the_small_tier_builds_every_model_bit_exact_and_reports_apart(tmp_path):
+    # one round: nothing is measured here; main() checks each graph against its plain model
+    args = ["--small", "--rounds", "1", "--inner", "1", "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "graph_overhead.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(),
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "graph_overhead_small.json",
+        "graph_overhead_small.md",
+    ]
+    report = json.loads((tmp_path / "graph_overhead_small.json").read_text())
+    assert len(report["rows"]) == 22
+    assert "Small tier" in (tmp_path / "graph_overhead_small.md").read_text()
