@@ -79,8 +79,14 @@ def test_observation_benchmarks_still_run(tmp_path, script, stem, cases):
 
 def run_smoke(script: str, out: Path) -> None:
     """``benchmarks/<script> --smoke --out <out>``, which must succeed."""
+    run_script(script, out, "--smoke")
+
+
+def run_script(script: str, out: Path, *args: str) -> str:
+    """``benchmarks/<script> <args> --out <out>`` (run in ``out``), which must succeed; its
+    standard output."""
     proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "benchmarks" / script), "--smoke", "--out", str(out)],
+        [sys.executable, str(REPO_ROOT / "benchmarks" / script), *args, "--out", str(out)],
         capture_output=True,
         text=True,
         cwd=out,
@@ -88,21 +94,13 @@ def run_smoke(script: str, out: Path) -> None:
         timeout=900,  # a hang guard only: the run takes seconds
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
 
 
 @pytest.mark.slow
 def test_repeated_graph_overhead_runs_report_each_figure_as_the_median_over_runs(tmp_path):
-    args = ["--smoke", "--repeat", "3", "--models", "mlp,gru_seq", "--out", str(tmp_path)]
-    proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "benchmarks" / "graph_overhead.py"), *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=clean_env(),
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.count("-- run ") == 3
+    args = ("--smoke", "--repeat", "3", "--models", "mlp,gru_seq")
+    assert run_script("graph_overhead.py", tmp_path, *args).count("-- run ") == 3
     rows = json.loads((tmp_path / "graph_overhead.json").read_text())["rows"]
     assert [(r["model"], r["mode"]) for r in rows] == [
         ("mlp", "train"),
@@ -118,16 +116,7 @@ def test_repeated_graph_overhead_runs_report_each_figure_as_the_median_over_runs
 @pytest.mark.slow
 def test_the_small_tier_builds_every_model_bit_exact_and_reports_apart(tmp_path):
     # one round: nothing is measured here; main() checks each graph against its plain model
-    args = ["--small", "--rounds", "1", "--inner", "1", "--out", str(tmp_path)]
-    proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "benchmarks" / "graph_overhead.py"), *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=clean_env(),
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_script("graph_overhead.py", tmp_path, "--small", "--rounds", "1", "--inner", "1")
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "graph_overhead_small.json",
         "graph_overhead_small.md",
