@@ -372,20 +372,22 @@ class Model:
     lr: float = 1e-3
 
 
+# Sizes per tier: dense widths (the 512- and 1024-wide models), convolutions (width, image
+# side), recurrent models (features, hidden, sequence), transformer (vocab, dim, heads, ff,
+# depth, tokens).
+SIZES = {
+    "cpu": ((512, 1024), (32, 32), (64, 256, 16), (1024, 128, 4, 512, 4, 32)),
+    "small": ((64, 128), (8, 16), (16, 64, 16), (256, 32, 4, 64, 4, 16)),
+    "smoke": ((8, 8), (2, 32), (4, 8, 3), (16, 8, 2, 16, 2, 4)),
+}
+
+
 def suite(smoke: bool = False, small: bool = False) -> dict[str, Model]:
     """The 11 benchmarks at CPU sizes (``small``: 8-16x narrower, dispatch-bound; ``smoke``:
     toy sizes that only prove the script runs)."""
-    s = smoke
-    d512, d1024 = (8, 8) if s else (64, 128) if small else (512, 1024)
-    conv, img = (2, 32) if s else (8, 16) if small else (32, 32)
-    feat, hid, seq = (4, 8, 3) if s else (16, 64, 16) if small else (64, 256, 16)
-    vocab, dim, heads, ff, depth, tok = (
-        (16, 8, 2, 16, 2, 4)
-        if s
-        else (256, 32, 4, 64, 4, 16)
-        if small
-        else (1024, 128, 4, 512, 4, 32)
-    )
+    tier = "smoke" if smoke else "small" if small else "cpu"
+    (d512, d1024), (conv, img), (feat, hid, seq), transformer = SIZES[tier]
+    vocab, dim, heads, ff, depth, tok = transformer
     return {
         "mlp": Model(lambda: PlainMLP(d1024), graph_mlp, dense(d1024), 8),
         "convnet": Model(lambda: PlainConvNet(conv, 100), graph_convnet, images(img, 100), 2),

@@ -287,12 +287,10 @@ def _emit_map(g: _Gen, s: _Step) -> str:
 def _emit_scan(g: _Gen, s: _Step) -> str:
     scan = s.node.opts(ScanOptions)
     initial = g.var[scan.state] if scan.state is not None else "None"
+    # a known cell, called directly: each step written out as its kernel call, on the cell
     step = inline.cell_step(s.module) if id(s.module) in g.direct else None
-    if step is not None:  # a known cell: each step written out as its kernel call
-        emit_scan(g.w.emit, s.id, s.own, s.primary, scan.dim, initial, s.out, 2, scan.keep, step)
-    else:
-        cell = g.invoke(s.own, s.module)
-        emit_scan(g.w.emit, s.id, cell, s.primary, scan.dim, initial, s.out, 2, scan.keep)
+    cell = s.own if step is not None else g.invoke(s.own, s.module)
+    emit_scan(g.w.emit, s.id, cell, s.primary, scan.dim, initial, s.out, 2, scan.keep, step)
     return s.out
 
 

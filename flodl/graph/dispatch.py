@@ -274,9 +274,11 @@ def plan(graph: Graph) -> Plan:
 
 
 def direct_ok(p: Plan) -> bool:
-    """True when calling the plan's modules' ``forward`` directly is unobservable, right now."""
-    if is_compiling():  # first: under torch.compile nothing else here is traced
-        return False
+    """True when calling the plan's modules' ``forward`` directly is unobservable, right now.
+
+    For a pass outside ``torch.compile``'s tracing: :meth:`Graph.forward` checks
+    :func:`is_compiling` first, before it looks at (or merges) any plan, so dynamo traces the
+    ordinary path and never this check."""
     m = _module_mod
     if (
         m._global_forward_hooks

@@ -115,17 +115,21 @@ NAMES: dict[str, Any] = {"_F": functional, "_VF": _VF}
 def expression(module: nn.Module, reach: str, x: str) -> str | None:
     """The functional call that ``module.forward(x)`` makes, ``module`` being reached by the
     source expression ``reach``; None when its class is not one written out here."""
-    template = _EXPRESSIONS.get(type(module))
-    if template is None or type(module).forward is not FORWARDS[type(module)]:
-        return None
-    return template.format(m=reach, x=x)
+    template = _template(_EXPRESSIONS, module)
+    return None if template is None else template.format(m=reach, x=x)
 
 
 def cell_step(module: nn.Module) -> str | None:
     """One scan step of ``module`` (a recurrent cell) written out as its kernel call, a
     template over the locals ``{c}`` (the cell), ``{x}`` (the step's input) and ``{h}`` (the
     carried state); None when its class is not one written out here."""
-    template = CELLS.get(type(module))
+    return _template(CELLS, module)
+
+
+def _template(table: dict[type[nn.Module], str], module: nn.Module) -> str | None:
+    """``module``'s class's entry in ``table``, if that class's ``forward`` is still the one
+    the entry mirrors (see :data:`FORWARDS`)."""
+    template = table.get(type(module))
     if template is None or type(module).forward is not FORWARDS[type(module)]:
         return None
     return template

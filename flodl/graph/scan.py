@@ -40,12 +40,13 @@ def emit_scan(
     out: str,
     depth: int,
     keep: str = "all",
-    step: str = "{c}({x}, {h})",
+    step: str | None = None,
 ) -> None:
     """Write the scan loop for node ``node_id`` (module expression ``own``) into ``emit``;
-    ``step`` is one step's call, a template over the cell ``{c}``, input ``{x}``, state ``{h}``."""
+    ``step`` is one step's call, a template over the cell ``{c}``, input ``{x}``, state ``{h}``
+    (default: calling the cell, ``{c}({x}, {h})``)."""
     cell, h, outs, x = f"_c_{node_id}", state_local(node_id), f"_o_{node_id}", f"_x_{node_id}"
-    call = step.format(c=cell, x=x, h=h)
+    call = (step or "{c}({x}, {h})").format(c=cell, x=x, h=h)
     emit(f"{cell} = {own}", depth, node_id)
     emit(f"{h} = {initial}", depth, node_id, "initial state")
     if keep == "last":
