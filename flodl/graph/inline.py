@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import _VF, nn
 from torch.nn import functional
 
@@ -83,6 +84,9 @@ _EXPRESSIONS: dict[type[nn.Module], str] = {
     nn.BatchNorm2d: _BATCH_NORM.format(dims="(4,)"),
     nn.BatchNorm3d: _BATCH_NORM.format(dims="(5,)"),
     Select: "{x}[{m}.index]",
+    nn.LSTM: "_rnn({m}, {x})",
+    nn.GRU: "_rnn({m}, {x})",
+    nn.RNN: "_rnn({m}, {x})",
 }
 
 # Recurrent cells as a scan step (``{c}``: the cell, ``{x}``: this step's input, ``{h}``: the
@@ -108,7 +112,62 @@ FORWARDS: dict[type[nn.Module], Callable[..., Any]] = {
 }
 """Each written-out class's ``forward`` when flodl was imported: the one its expression mirrors."""
 
-NAMES: dict[str, Any] = {"_F": functional, "_VF": _VF}
+
+# The kernel each recurrent layer's ``forward`` calls, by class and ``mode``.
+_RNN_KERNELS: dict[tuple[type[nn.Module], str], Callable[..., Any]] = {
+    (nn.LSTM, "LSTM"): _VF.lstm,
+    (nn.GRU, "GRU"): _VF.gru,
+    (nn.RNN, "RNN_TANH"): _VF.rnn_tanh,
+    (nn.RNN, "RNN_RELU"): _VF.rnn_relu,
+}
+
+
+def rnn(module: Any, x: Any) -> Any:
+    """``module.forward(x)`` for an ``nn.LSTM``/``nn.GRU``/``nn.RNN`` with no initial state: on
+    a batched tensor, the zero state and the one kernel call that ``forward`` makes, without
+    its bookkeeping (the weights' refresh alone costs about 10 us for two layers). Any other
+    case (unbatched or packed input, a wrong size or dtype: ``forward`` raises its own error)
+    runs ``forward``."""
+    kernel = _RNN_KERNELS.get((type(module), module.mode))
+    if (
+        kernel is None
+        or type(x) is not torch.Tensor
+        or x.dim() != 3
+        or x.size(-1) != module.input_size
+    ):
+        return module.forward(x)
+    # What forward's refresh would pass: the weights registered now, even if one was swapped
+    # into ``_parameters`` directly (as accelerate and ``functional_call`` do), bypassing the
+    # ``__setattr__`` that keeps ``_flat_weights`` current.
+    params = module._parameters
+    names = module._flat_weights_names
+    if not all(n in params for n in names):
+        return module.forward(x)
+    weights = [params[n] for n in names]
+    if x.dtype != weights[0].dtype and not torch._C._is_any_autocast_enabled():
+        return module.forward(x)
+    batch = x.size(0) if module.batch_first else x.size(1)
+    layers = module.num_layers * (2 if module.bidirectional else 1)
+    hidden = module.hidden_size
+    h = torch.zeros(layers, batch, module.proj_size or hidden, dtype=x.dtype, device=x.device)
+    state: Any = h
+    if kernel is _VF.lstm:
+        state = (h, torch.zeros(layers, batch, hidden, dtype=x.dtype, device=x.device))
+    out = kernel(
+        x,
+        state,
+        weights,
+        module.bias,
+        module.num_layers,
+        module.dropout,
+        module.training,
+        module.bidirectional,
+        module.batch_first,
+    )
+    return (out[0], (out[1], out[2])) if kernel is _VF.lstm else (out[0], out[1])
+
+
+NAMES: dict[str, Any] = {"_F": functional, "_VF": _VF, "_rnn": rnn}
 """What the expressions use besides ``_torch`` (already in every generated forward)."""
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import linecache
+import re
 
 import pytest
 import torch
@@ -116,9 +117,43 @@ CELL_CASES = {
 }
 
 
+# (layer factory, input factory) for every recurrent layer written out as its kernel call, with
+# the settings the call reads: layers, directions, batch first or not, a projection, no bias,
+# dropout between layers (random in training), each kernel; an unbatched input runs forward.
+RNN_CASES = {
+    "lstm": (lambda: nn.LSTM(3, 4, num_layers=2, batch_first=True), lambda: torch.randn(2, 5, 3)),
+    "lstm-seq-first": (lambda: nn.LSTM(3, 4), lambda: torch.randn(5, 2, 3)),
+    "lstm-bidirectional": (
+        lambda: nn.LSTM(3, 4, bidirectional=True, batch_first=True),
+        lambda: torch.randn(2, 5, 3),
+    ),
+    "lstm-projection": (
+        lambda: nn.LSTM(3, 4, num_layers=2, proj_size=2, batch_first=True),
+        lambda: torch.randn(2, 5, 3),
+    ),
+    "lstm-no-bias": (lambda: nn.LSTM(3, 4, bias=False), lambda: torch.randn(5, 2, 3)),
+    "lstm-dropout": (
+        lambda: nn.LSTM(3, 4, num_layers=3, dropout=0.5, batch_first=True),
+        lambda: torch.randn(2, 5, 3),
+    ),
+    "lstm-unbatched": (lambda: nn.LSTM(3, 4, num_layers=2), lambda: torch.randn(5, 3)),
+    "gru": (lambda: nn.GRU(3, 4, num_layers=2, batch_first=True), lambda: torch.randn(2, 5, 3)),
+    "gru-bidirectional-dropout": (
+        lambda: nn.GRU(3, 4, num_layers=2, dropout=0.5, bidirectional=True),
+        lambda: torch.randn(5, 2, 3),
+    ),
+    "rnn-tanh": (lambda: nn.RNN(3, 4, num_layers=2), lambda: torch.randn(5, 2, 3)),
+    "rnn-relu": (
+        lambda: nn.RNN(3, 4, nonlinearity="relu", batch_first=True, bias=False),
+        lambda: torch.randn(2, 5, 3),
+    ),
+}
+
+
 def test_every_written_out_class_has_a_case():
     covered = {type(make()) for make, _, _ in CASES.values()}
     covered |= {type(make()) for make, _, _ in CELL_CASES.values()}
+    covered |= {type(make()) for make, _ in RNN_CASES.values()}
     assert covered == set(inline.FORWARDS)
 
 
@@ -224,6 +259,92 @@ def test_a_cell_class_whose_forward_is_replaced_gets_its_forward_called(monkeypa
     assert torch.equal(graph(x), before) and len(calls) == 5  # every step through forward
     monkeypatch.undo()
     assert whole_tree_direct(graph)
+
+
+def _flat(result) -> list[torch.Tensor]:
+    """A recurrent layer's (output, state) as a list of tensors."""
+    out, state = result
+    return [out, *(state if isinstance(state, tuple) else (state,))]
+
+
+@pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
+@pytest.mark.parametrize("case", list(RNN_CASES))
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_written_out_recurrent_layer_is_bit_identical_to_its_forward(case, training):
+    make, data = RNN_CASES[case]
+    torch.manual_seed(0)
+    layer = make()
+    reference = copy.deepcopy(layer)
+    graph = fl.FlowBuilder(layer).build()
+    graph.train(training)
+    reference.train(training)
+    assert whole_tree_direct(graph)
+    assert "_rnn(" in direct_source(graph)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (layer, reference))
+    x = data()
+    for step in range(3):  # dropout draws, gradients, then parameters after steps, identical
+        xs = [x.clone().requires_grad_(True) for _ in range(2)]
+        torch.manual_seed(step)
+        got = _flat(graph(xs[0]))
+        torch.manual_seed(step)
+        want = _flat(reference(xs[1]))
+        assert len(got) == len(want)
+        for a, b in zip(got, want, strict=True):
+            assert torch.equal(a, b), step
+        sum(t.square().sum() for t in got).backward()
+        sum(t.square().sum() for t in want).backward()
+        assert torch.equal(xs[0].grad, xs[1].grad)
+        for a, b in zip(layer.parameters(), reference.parameters(), strict=True):
+            assert torch.equal(a.grad, b.grad)
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        ref_opt.zero_grad()
+
+
+@pytest.mark.parametrize(
+    ("x", "error", "message"),
+    [
+        (torch.randn(2, 5, 4), RuntimeError, "input.size(-1) must be equal to input_size"),
+        (torch.randn(2, 5, 3, dtype=torch.float64), ValueError, "does not match weight dtype"),
+        (torch.randn(2, 2, 5, 3), ValueError, "Expected input to be 2D or 3D"),
+    ],
+    ids=["features", "dtype", "dims"],
+)
+def test_a_recurrent_layer_raises_its_own_error_on_bad_input(x, error, message):
+    graph = fl.FlowBuilder(nn.LSTM(3, 4, batch_first=True)).build()
+    assert whole_tree_direct(graph)
+    with pytest.raises(error, match=re.escape(message)):
+        graph(x)
+
+
+def test_a_recurrent_layer_takes_a_packed_sequence_through_its_forward():
+    torch.manual_seed(0)
+    layer = nn.GRU(3, 4, batch_first=True)
+    graph = fl.FlowBuilder(layer).build()
+    packed = nn.utils.rnn.pack_padded_sequence(torch.randn(2, 5, 3), [5, 3], batch_first=True)
+    got, want = graph(packed), layer.forward(packed)
+    assert torch.equal(got[0].data, want[0].data) and torch.equal(got[1], want[1])
+
+
+def test_a_recurrent_weight_swapped_into_its_parameters_is_used():
+    """accelerate and ``functional_call`` write ``_parameters`` directly, past the
+    ``__setattr__`` that keeps ``_flat_weights`` current: forward notices, and so must the
+    written-out call."""
+    torch.manual_seed(0)
+    layer = nn.LSTM(3, 4, batch_first=True)
+    graph = fl.FlowBuilder(layer).build()
+    x = torch.randn(2, 5, 3)
+    before = graph(x)[0]
+    layer._parameters["weight_hh_l0"] = nn.Parameter(torch.zeros(16, 4))
+    got = graph(x)[0]
+    assert not torch.equal(got, before)
+    assert torch.equal(got, layer.forward(x)[0])
+    name = graph.nodes[0].attr
+    swapped = torch.ones(16, 3)
+    got = torch.func.functional_call(graph, {f"{name}.weight_ih_l0": swapped}, (x,))[0]
+    want = torch.func.functional_call(layer, {"weight_ih_l0": swapped}, (x,))[0]
+    assert torch.equal(got, want) and not torch.equal(got, layer.forward(x)[0])
 
 
 def test_a_parameter_replaced_after_build_is_used():
