@@ -168,7 +168,7 @@ class _Gen:
         return f"({', '.join(pos)}{',' if len(pos) == 1 else ''})", "{" + ", ".join(kw) + "}"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per node
 class _Step:
     """One node as its emit function sees it."""
 

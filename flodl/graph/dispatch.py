@@ -155,7 +155,9 @@ class Plan:
         module = container._modules[key]
         assert module is not None
         state = vars(module)
-        if called and (type(module) not in (_KNOWN or known_types()) or _HOOK_SET - state.keys()):
+        if called and (
+            type(module) not in (_KNOWN or known_types()) or not state.keys() >= _HOOK_SET
+        ):
             return module
         self.containers.append(container._modules)
         self.keys.append(key)

@@ -326,13 +326,13 @@ class Graph(
                 wanted.append(module.label)
             # internal tags name nothing from a parent: names stay valid paths from the root
             wanted += [t for t in node.tags if t not in self._internal]
-            name = next(
-                (n for n in wanted if _is_free(n) and n not in used and n not in ids), node.id
-            )
-            if name in used or not _is_free(name):
-                name = next(
-                    f"{node.id}_{k}" for k in itertools.count(1) if f"{node.id}_{k}" not in used
-                )
+            name = next((n for n in wanted if n not in used and n not in ids and _is_free(n)), None)
+            if name is None:
+                name = node.id
+                if name in used or not _is_free(name):
+                    name = next(
+                        f"{name}_{k}" for k in itertools.count(1) if f"{name}_{k}" not in used
+                    )
             node.attr = name
             used.add(name)
             taken[id(module)] = name
