@@ -140,7 +140,11 @@ class _Gen:
             items = ", ".join(f"{literal(r.key)}: {value}" for r, value in refs)
             return f"{callee}.forward_named({primary}, {{{items}}})"
         parts = [primary] + [value for r, value in refs if r.keyword is None]
+        keywords = [r.keyword for r, _ in refs if r.keyword]
+        written = inline.call(module, len(parts), keywords) if id(module) in self.direct else None
         parts += [keyword_arg(r.keyword, value) for r, value in refs if r.keyword]
+        if written is not None:  # a known layer's call written out (inline.call)
+            return f"{written}({callee}, {', '.join(parts)})"
         return f"{self.invoke(callee, module)}({', '.join(parts)})"
 
     def invoke(self, callee: str, module: Any) -> str:

@@ -18,6 +18,7 @@ each written-out class's ``forward`` with :data:`FORWARDS`.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -107,8 +108,12 @@ CELLS: dict[type[nn.Module], str] = {
 }
 """Cells a ``scan`` step writes out: each is the kernel call the cell's ``forward`` makes."""
 
+# Layers called with more than their input (refs: an attention's key and value), written out
+# by a function of the layer and ``forward``'s own arguments (see :func:`call`).
+_CALLS: dict[type[nn.Module], str] = {nn.MultiheadAttention: "_mha"}
+
 FORWARDS: dict[type[nn.Module], Callable[..., Any]] = {
-    t: t.forward for t in (*_EXPRESSIONS, *CELLS)
+    t: t.forward for t in (*_EXPRESSIONS, *CELLS, *_CALLS)
 }
 """Each written-out class's ``forward`` when flodl was imported: the one its expression mirrors."""
 
@@ -167,7 +172,100 @@ def rnn(module: Any, x: Any) -> Any:
     return (out[0], (out[1], out[2])) if kernel is _VF.lstm else (out[0], out[1])
 
 
-NAMES: dict[str, Any] = {"_F": functional, "_VF": _VF, "_rnn": rnn}
+# torch's own tests for its attention fast path, so the written-out call decides as it does
+_mha_module = nn.modules.activation
+_FAST_PATH_TESTS = ("_check_arg_device", "_arg_requires_grad", "_is_make_fx_tracing")
+_FAST_PATH_KNOWN = all(hasattr(_mha_module, name) for name in _FAST_PATH_TESTS)
+
+
+def attention(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    key_padding_mask: Any = None,
+    need_weights: bool = True,
+    attn_mask: Any = None,
+    average_attn_weights: bool = True,
+    is_causal: bool = False,
+) -> Any:
+    """``module.forward(...)`` for an ``nn.MultiheadAttention``: self-attention without masks
+    in inference (no gradient to record, batch first, packed projections) is the one fused
+    kernel call that ``forward``'s fast path makes, without the 20-odd checks in Python that
+    decide it (about 20 us a call); any other case runs ``forward``."""
+    params = module._parameters
+    weight, bias = params.get("in_proj_weight"), params.get("in_proj_bias")
+    out_proj = module.out_proj._parameters
+    tensors = (query, key, value, weight, bias, out_proj.get("weight"), out_proj.get("bias"))
+    if (  # forward's fast-path conditions, for a call without masks
+        query is key
+        and key is value
+        and key_padding_mask is None
+        and attn_mask is None
+        and not is_causal
+        and not module.training
+        and module.batch_first
+        and module._qkv_same_embed_dim
+        and module.num_heads % 2 == 0
+        and module.bias_k is None
+        and module.bias_v is None
+        and not module.add_zero_attn
+        and weight is not None
+        and bias is not None
+        and type(query) is torch.Tensor
+        and query.dim() == 3
+        and query.dtype == weight.dtype == bias.dtype
+        and torch.backends.mha.get_fastpath_enabled()
+        and not torch.is_autocast_enabled()
+        and not torch.overrides.has_torch_function(tensors)
+        and all(map(_mha_module._check_arg_device, tensors))
+        and not (torch.is_grad_enabled() and any(map(_mha_module._arg_requires_grad, tensors)))
+        and not _mha_module._is_make_fx_tracing()
+    ):
+        return torch._native_multi_head_attention(
+            query,
+            key,
+            value,
+            module.embed_dim,
+            module.num_heads,
+            weight,
+            bias,
+            tensors[5],
+            tensors[6],
+            None,  # no mask, so no mask type either
+            need_weights,
+            average_attn_weights,
+            None,
+        )
+    return module.forward(
+        query,
+        key,
+        value,
+        key_padding_mask,
+        need_weights,
+        attn_mask,
+        average_attn_weights,
+        is_causal,
+    )
+
+
+def call(module: nn.Module, positional: int, keywords: list[str]) -> str | None:
+    """The function that writes out ``module.forward`` called with ``positional`` arguments and
+    ``keywords``, if ``module``'s class is one written out and the call binds to its
+    ``forward`` (else the call is left to ``forward``, which raises its own error)."""
+    name = _template(_CALLS, module)
+    if name is None or not _FAST_PATH_KNOWN:
+        return None
+    try:
+        inspect.signature(FORWARDS[type(module)]).bind(
+            module, *range(positional), **dict.fromkeys(keywords)
+        )
+    except TypeError:
+        return None
+    return name
+
+
+NAMES: dict[str, Any] = {"_F": functional, "_VF": _VF, "_rnn": rnn, "_mha": attention}
 """What the expressions use besides ``_torch`` (already in every generated forward)."""
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import linecache
 import re
+import sys
 
 import pytest
 import torch
@@ -154,6 +155,7 @@ def test_every_written_out_class_has_a_case():
     covered = {type(make()) for make, _, _ in CASES.values()}
     covered |= {type(make()) for make, _, _ in CELL_CASES.values()}
     covered |= {type(make()) for make, _ in RNN_CASES.values()}
+    covered |= {type(make()) for make, _, _ in ATTENTION_CASES.values()}
     assert covered == set(inline.FORWARDS)
 
 
@@ -345,6 +347,118 @@ def test_a_recurrent_weight_swapped_into_its_parameters_is_used():
     got = torch.func.functional_call(graph, {f"{name}.weight_ih_l0": swapped}, (x,))[0]
     want = torch.func.functional_call(layer, {"weight_ih_l0": swapped}, (x,))[0]
     assert torch.equal(got, want) and not torch.equal(got, layer.forward(x)[0])
+
+
+# (attention factory, wiring, takes the fused fast path in inference?) where wiring is
+# "self" (query, key and value the same tensor), "cross" (key and value another input) or
+# "masked" (self-attention with a key padding mask): each setting forward's fast path reads
+ATTENTION_CASES = {
+    "self": (lambda: nn.MultiheadAttention(8, 2, batch_first=True), "self", True),
+    "self-no-bias": (
+        lambda: nn.MultiheadAttention(8, 2, bias=False, batch_first=True),
+        "self",
+        False,
+    ),
+    "self-seq-first": (lambda: nn.MultiheadAttention(8, 2), "self", False),
+    "self-odd-heads": (lambda: nn.MultiheadAttention(9, 3, batch_first=True), "self", False),
+    "self-dropout": (
+        lambda: nn.MultiheadAttention(8, 2, dropout=0.5, batch_first=True),
+        "self",
+        True,
+    ),
+    "self-kv-bias": (
+        lambda: nn.MultiheadAttention(8, 2, add_bias_kv=True, batch_first=True),
+        "self",
+        False,
+    ),
+    "self-zero-attn": (
+        lambda: nn.MultiheadAttention(8, 2, add_zero_attn=True, batch_first=True),
+        "self",
+        False,
+    ),
+    "cross-other-kdim": (
+        lambda: nn.MultiheadAttention(8, 2, kdim=6, vdim=6, batch_first=True),
+        "cross",
+        False,
+    ),
+    "cross": (lambda: nn.MultiheadAttention(8, 2, batch_first=True), "cross", False),
+    "masked": (lambda: nn.MultiheadAttention(8, 2, batch_first=True), "masked", False),
+}
+
+
+def _attention_graph(attn: nn.Module, wiring: str) -> fl.Graph:
+    b = fl.FlowBuilder().input("memory", "mask").tag("x").through(attn)
+    if wiring == "cross":
+        b = b.using(key="memory", value="memory")
+    elif wiring == "masked":
+        b = b.using(key="x", value="x", key_padding_mask="mask")
+    else:
+        b = b.using(key="x", value="x")
+    return b.build()
+
+
+def _frames_of(code: object, run) -> int:
+    """How many times a Python frame of ``code`` starts while ``run()`` runs."""
+    seen = []
+    sys.setprofile(lambda frame, event, arg: seen.append(frame.f_code) if event == "call" else None)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return seen.count(code)
+
+
+@pytest.mark.parametrize("case", list(ATTENTION_CASES))
+@pytest.mark.parametrize("mode", ["train", "eval", "inference"])
+def test_written_out_attention_is_bit_identical_to_its_forward(case, mode):
+    make, wiring, fused = ATTENTION_CASES[case]
+    torch.manual_seed(0)
+    attn = make()
+    reference = copy.deepcopy(attn)
+    graph = _attention_graph(attn, wiring)
+    graph.train(mode == "train")
+    reference.train(mode == "train")
+    assert whole_tree_direct(graph)
+    assert "_mha(" in direct_source(graph)
+    dim = attn.embed_dim
+    x, memory = torch.randn(2, 5, dim), torch.randn(2, 4, attn.kdim)
+    mask = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    if not attn.batch_first:
+        x, memory, mask = x.transpose(0, 1), memory.transpose(0, 1), mask
+
+    def by_hand(x, memory):
+        kv = memory if wiring == "cross" else x
+        masks = {"key_padding_mask": mask} if wiring == "masked" else {}
+        return reference(x, kv, kv, **masks)
+
+    grad = torch.enable_grad() if mode != "inference" else torch.no_grad()
+    for step in range(2):
+        xs = [x.clone().requires_grad_(mode != "inference") for _ in range(2)]
+        with grad:
+            torch.manual_seed(step)
+            got = graph(xs[0], memory=memory, mask=mask)
+            torch.manual_seed(step)
+            want = by_hand(xs[1], memory)
+        for a, b in zip(got, want, strict=True):
+            assert torch.equal(a, b), step
+        if mode != "inference":
+            got[0].square().sum().backward()
+            want[0].square().sum().backward()
+            assert torch.equal(xs[0].grad, xs[1].grad)
+            for a, b in zip(attn.parameters(), reference.parameters(), strict=True):
+                assert (a.grad is None and b.grad is None) or torch.equal(a.grad, b.grad)
+    # The fused kernel is called without forward's frame exactly where forward would take it.
+    with torch.no_grad() if mode == "inference" else torch.enable_grad():
+        frames = _frames_of(
+            nn.MultiheadAttention.forward.__code__, lambda: graph(x, memory=memory, mask=mask)
+        )
+    assert frames == (0 if fused and mode == "inference" else 1)
+
+
+def test_attention_called_without_key_and_value_raises_its_own_error():
+    graph = fl.FlowBuilder(nn.MultiheadAttention(8, 2, batch_first=True)).build()
+    with pytest.raises(TypeError, match=r"forward\(\) missing 2 required positional"):
+        graph(torch.randn(2, 5, 8))
 
 
 def test_a_parameter_replaced_after_build_is_used():
