@@ -193,10 +193,10 @@ def attention(
     in inference (no gradient to record, batch first, packed projections) is the one fused
     kernel call that ``forward``'s fast path makes, without the 20-odd checks in Python that
     decide it (about 20 us a call); any other case runs ``forward``."""
-    params = module._parameters
-    weight, bias = params.get("in_proj_weight"), params.get("in_proj_bias")
-    out_proj = module.out_proj._parameters
-    tensors = (query, key, value, weight, bias, out_proj.get("weight"), out_proj.get("bias"))
+    # Read as forward reads them (attributes): an adapter may wrap ``out_proj`` in a module
+    # whose ``weight`` is a property over the layer it wraps.
+    weight, bias, out_proj = module.in_proj_weight, module.in_proj_bias, module.out_proj
+    tensors = (query, key, value, weight, bias, out_proj.weight, out_proj.bias)
     if (  # forward's fast-path conditions, for a call without masks
         query is key
         and key is value

@@ -455,6 +455,35 @@ def test_written_out_attention_is_bit_identical_to_its_forward(case, mode):
     assert frames == (0 if fused and mode == "inference" else 1)
 
 
+class _Wrapped(nn.Module):
+    """An adapter's wrapper (as LoRA libraries put around ``out_proj``): ``weight`` and
+    ``bias`` are properties over the wrapped layer, which holds the parameters."""
+
+    def __init__(self, base: nn.Linear) -> None:
+        super().__init__()
+        self.base = base
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.base.weight
+
+    @property
+    def bias(self) -> torch.Tensor:
+        return self.base.bias
+
+
+def test_written_out_attention_reads_its_projections_as_forward_does():
+    torch.manual_seed(0)
+    attn = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    attn.out_proj = _Wrapped(attn.out_proj)
+    graph = _attention_graph(attn, "self")
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        got = graph(x, memory=None, mask=None)
+        for a, b in zip(got, attn.forward(x, x, x), strict=True):
+            assert torch.equal(a, b)
+
+
 def test_attention_called_without_key_and_value_raises_its_own_error():
     graph = fl.FlowBuilder(nn.MultiheadAttention(8, 2, batch_first=True)).build()
     with pytest.raises(TypeError, match=r"forward\(\) missing 2 required positional"):
