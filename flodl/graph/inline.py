@@ -10,6 +10,11 @@ as ``forward`` would use it. Each expression below is the layer's own ``forward`
 spelled out; ``tests/graph/test_inline.py`` checks each against the layer, bit for bit, values
 and gradients, in training and in eval mode.
 
+Layers whose ``forward`` is mostly bookkeeping around one kernel get a function instead of an
+expression: :func:`rnn` (``nn.LSTM``/``GRU``/``RNN``: the zero state and the kernel, without
+refreshing the weight list) and :func:`attention` (``nn.MultiheadAttention``: its fused fast
+path, decided by the same conditions). Each runs ``forward`` in every case it does not cover.
+
 A layer is written out only when its class's ``forward`` is still the one recorded here:
 a library that replaces ``nn.Linear.forward`` on the class (as some adapters do) gets its
 ``forward`` called: the direct path's check (:func:`flodl.graph.dispatch.direct_ok`) compares
