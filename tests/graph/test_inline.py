@@ -27,6 +27,33 @@ def whole_tree_direct(graph: fl.Graph) -> bool:
     return graph._direct_plan is not None and dispatch.direct_ok(graph._direct_plan.merged())
 
 
+def _same_gradients_then_step(module: nn.Module, reference: nn.Module, opts) -> None:
+    """The parameters' gradients match; then both take an SGD step (parameters after optimizer
+    steps stay identical only if every step's gradients did)."""
+    for a, b in zip(module.parameters(), reference.parameters(), strict=True):
+        assert (a.grad is None and b.grad is None) or torch.equal(a.grad, b.grad)
+    for opt in opts:
+        opt.step()
+        opt.zero_grad()
+
+
+def _sgd(*modules: nn.Module) -> list[torch.optim.Optimizer]:
+    return [torch.optim.SGD(m.parameters(), lr=0.1) for m in modules]
+
+
+def _layer_graph_and_reference(make, training: bool):
+    """A fresh layer, its deep copy, and a one-step graph of the layer, in ``training`` mode,
+    the graph running its direct forward."""
+    torch.manual_seed(0)
+    layer = make()
+    reference = copy.deepcopy(layer)
+    graph = fl.FlowBuilder(layer).build()
+    graph.train(training)
+    reference.train(training)
+    assert whole_tree_direct(graph)
+    return layer, graph, reference
+
+
 # (layer factory, input factory, take gradients?) for every class written out, plus the
 # settings each expression reads (bias off, a non-default mode...)
 CASES = {
@@ -173,13 +200,7 @@ def _run(module: nn.Module, x: torch.Tensor, grads: bool, seed: int):
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 def test_written_out_layer_is_bit_identical_to_its_forward(case, training):
     make, data, grads = CASES[case]
-    torch.manual_seed(0)
-    layer = make()
-    reference = copy.deepcopy(layer)
-    graph = fl.FlowBuilder(layer).build()
-    graph.train(training)
-    reference.train(training)
-    assert whole_tree_direct(graph)
+    layer, graph, reference = _layer_graph_and_reference(make, training)
     written = inline.expression(layer, "_m[" + repr(graph.nodes[0].attr) + "]", "input")
     assert written is not None and written in direct_source(graph)
     x = data()
@@ -219,7 +240,7 @@ def test_written_out_cell_in_a_scan_is_bit_identical_to_the_loop_by_hand(case, k
     graph = b.scan(cell, dim=dim, state="h0" if with_state else None, keep=keep).build()
     assert whole_tree_direct(graph)
     assert "_VF." in direct_source(graph) and ".forward(" in direct_source(graph)
-    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (cell, reference))
+    opts = _sgd(cell, reference)
     for step in range(3):  # gradients, then parameters after optimizer steps, stay identical
         h = torch.randn(x.shape[0], 4) if with_state else None
         if h is not None and isinstance(cell, nn.LSTMCell):
@@ -231,12 +252,7 @@ def test_written_out_cell_in_a_scan_is_bit_identical_to_the_loop_by_hand(case, k
         got.square().sum().backward()
         want.square().sum().backward()
         assert torch.equal(xs[0].grad, xs[1].grad)
-        for a, b in zip(cell.parameters(), reference.parameters(), strict=True):
-            assert torch.equal(a.grad, b.grad)
-        opt.step()
-        ref_opt.step()
-        opt.zero_grad()
-        ref_opt.zero_grad()
+        _same_gradients_then_step(cell, reference, opts)
 
 
 def test_a_cell_raises_its_own_error_on_a_bad_state():
@@ -274,15 +290,9 @@ def _flat(result) -> list[torch.Tensor]:
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 def test_written_out_recurrent_layer_is_bit_identical_to_its_forward(case, training):
     make, data = RNN_CASES[case]
-    torch.manual_seed(0)
-    layer = make()
-    reference = copy.deepcopy(layer)
-    graph = fl.FlowBuilder(layer).build()
-    graph.train(training)
-    reference.train(training)
-    assert whole_tree_direct(graph)
+    layer, graph, reference = _layer_graph_and_reference(make, training)
     assert "_rnn(" in direct_source(graph)
-    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (layer, reference))
+    opts = _sgd(layer, reference)
     x = data()
     for step in range(3):  # dropout draws, gradients, then parameters after steps, identical
         xs = [x.clone().requires_grad_(True) for _ in range(2)]
@@ -296,12 +306,7 @@ def test_written_out_recurrent_layer_is_bit_identical_to_its_forward(case, train
         sum(t.square().sum() for t in got).backward()
         sum(t.square().sum() for t in want).backward()
         assert torch.equal(xs[0].grad, xs[1].grad)
-        for a, b in zip(layer.parameters(), reference.parameters(), strict=True):
-            assert torch.equal(a.grad, b.grad)
-        opt.step()
-        ref_opt.step()
-        opt.zero_grad()
-        ref_opt.zero_grad()
+        _same_gradients_then_step(layer, reference, opts)
 
 
 @pytest.mark.parametrize(
@@ -432,6 +437,7 @@ def test_written_out_attention_is_bit_identical_to_its_forward(case, mode):
         return reference(x, kv, kv, **masks)
 
     grad = torch.enable_grad() if mode != "inference" else torch.no_grad()
+    opts = _sgd(attn, reference)
     for step in range(2):
         xs = [x.clone().requires_grad_(mode != "inference") for _ in range(2)]
         with grad:
@@ -445,8 +451,7 @@ def test_written_out_attention_is_bit_identical_to_its_forward(case, mode):
             got[0].square().sum().backward()
             want[0].square().sum().backward()
             assert torch.equal(xs[0].grad, xs[1].grad)
-            for a, b in zip(attn.parameters(), reference.parameters(), strict=True):
-                assert (a.grad is None and b.grad is None) or torch.equal(a.grad, b.grad)
+            _same_gradients_then_step(attn, reference, opts)
     # The fused kernel is called without forward's frame exactly where forward would take it.
     with torch.no_grad() if mode == "inference" else torch.enable_grad():
         frames = _frames_of(
