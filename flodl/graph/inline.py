@@ -15,10 +15,11 @@ expression: :func:`rnn` (``nn.LSTM``/``GRU``/``RNN``: the zero state and the ker
 refreshing the weight list) and :func:`attention` (``nn.MultiheadAttention``: its fused fast
 path, decided by the same conditions). Each runs ``forward`` in every case it does not cover.
 
-A layer is written out only when its class's ``forward`` is still the one recorded here:
-a library that replaces ``nn.Linear.forward`` on the class (as some adapters do) gets its
-``forward`` called: the direct path's check (:func:`flodl.graph.dispatch.direct_ok`) compares
-each written-out class's ``forward`` with :data:`FORWARDS`.
+A layer is written out only when its class's ``forward`` is still the one recorded here, and
+was its library's own when flodl was imported: a library that replaces ``nn.Linear.forward`` on
+the class (as some adapters do), before or after, gets its ``forward`` called: the direct path's
+check (:func:`flodl.graph.dispatch.direct_ok`) compares each written-out class's ``forward``
+with :data:`FORWARDS`.
 """
 
 from __future__ import annotations
@@ -90,10 +91,15 @@ _EXPRESSIONS: dict[type[nn.Module], str] = {
     nn.BatchNorm2d: _BATCH_NORM.format(dims="(4,)"),
     nn.BatchNorm3d: _BATCH_NORM.format(dims="(5,)"),
     Select: "{x}[{m}.index]",
-    nn.LSTM: "_rnn({m}, {x})",
-    nn.GRU: "_rnn({m}, {x})",
-    nn.RNN: "_rnn({m}, {x})",
 }
+
+# ``rnn`` and ``attention`` (below) mirror these layers' ``forward`` in detail (private
+# attributes, the fast path's conditions) as torch 2.13 writes them; under another torch the
+# layers keep their ``forward``, until the mirrors are checked against that version's source.
+MIRRORED_TORCH = (2, 13)
+MIRRORS_THIS_TORCH = tuple(int(p) for p in torch.__version__.split(".")[:2]) == MIRRORED_TORCH
+if MIRRORS_THIS_TORCH:
+    _EXPRESSIONS.update(dict.fromkeys((nn.LSTM, nn.GRU, nn.RNN), "_rnn({m}, {x})"))
 
 # Recurrent cells as a scan step (``{c}``: the cell, ``{x}``: this step's input, ``{h}``: the
 # carried state). The cell's own kernel on a batched input and state; any other case (the first
@@ -115,12 +121,21 @@ CELLS: dict[type[nn.Module], str] = {
 
 # Layers called with more than their input (refs: an attention's key and value), written out
 # by a function of the layer and ``forward``'s own arguments (see :func:`call`).
-_CALLS: dict[type[nn.Module], str] = {nn.MultiheadAttention: "_mha"}
+_CALLS: dict[type[nn.Module], str] = {nn.MultiheadAttention: "_mha"} if MIRRORS_THIS_TORCH else {}
+
+
+def _own_forward(cls: type[nn.Module]) -> bool:
+    """``cls.forward`` is the one its library defines, not one patched in before flodl was
+    imported (a wrapper from elsewhere, or one made with ``functools.wraps``)."""
+    forward = cls.forward
+    return forward.__module__ == cls.__module__ and not hasattr(forward, "__wrapped__")
+
 
 FORWARDS: dict[type[nn.Module], Callable[..., Any]] = {
-    t: t.forward for t in (*_EXPRESSIONS, *CELLS, *_CALLS)
+    t: t.forward for t in (*_EXPRESSIONS, *CELLS, *_CALLS) if _own_forward(t)
 }
-"""Each written-out class's ``forward`` when flodl was imported: the one its expression mirrors."""
+"""Each written-out class's ``forward`` when flodl was imported: the one its expression mirrors
+(a class whose ``forward`` was already patched then is not written out)."""
 
 
 # The kernel each recurrent layer's ``forward`` calls, by class and ``mode``.
@@ -146,14 +161,16 @@ def rnn(module: Any, x: Any) -> Any:
         or x.size(-1) != module.input_size
     ):
         return module.forward(x)
-    # What forward's refresh would pass: the weights registered now, even if one was swapped
-    # into ``_parameters`` directly (as accelerate and ``functional_call`` do), bypassing the
-    # ``__setattr__`` that keeps ``_flat_weights`` current.
-    params = module._parameters
-    names = module._flat_weights_names
-    if not all(n in params for n in names):
+    # forward first remakes its weight list if a weight changed since the list was made (set,
+    # or swapped into ``_parameters`` as accelerate and ``functional_call`` do; on CUDA it also
+    # packs them again) and passes the list as is otherwise: the kernel is called here only in
+    # that second case, after forward has remade the list.
+    refs, names, params = module._flat_weight_refs, module._flat_weights_names, module._parameters
+    if len(refs) != len(names) or not all(
+        ref is not None and ref() is params.get(name) for ref, name in zip(refs, names, strict=True)
+    ):
         return module.forward(x)
-    weights = [params[n] for n in names]
+    weights = module._flat_weights
     if x.dtype != weights[0].dtype and not torch._C._is_any_autocast_enabled():
         return module.forward(x)
     batch = x.size(0) if module.batch_first else x.size(1)
@@ -179,8 +196,6 @@ def rnn(module: Any, x: Any) -> Any:
 
 # torch's own tests for its attention fast path, so the written-out call decides as it does
 _mha_module = nn.modules.activation
-_FAST_PATH_TESTS = ("_check_arg_device", "_arg_requires_grad", "_is_make_fx_tracing")
-_FAST_PATH_KNOWN = all(hasattr(_mha_module, name) for name in _FAST_PATH_TESTS)
 
 
 def attention(
@@ -207,7 +222,6 @@ def attention(
         and key is value
         and key_padding_mask is None
         and attn_mask is None
-        and not is_causal
         and not module.training
         and module.batch_first
         and module._qkv_same_embed_dim
@@ -259,7 +273,7 @@ def call(module: nn.Module, positional: int, keywords: list[str]) -> str | None:
     ``keywords``, if ``module``'s class is one written out and the call binds to its
     ``forward`` (else the call is left to ``forward``, which raises its own error)."""
     name = _template(_CALLS, module)
-    if name is None or not _FAST_PATH_KNOWN:
+    if name is None:
         return None
     try:
         inspect.signature(FORWARDS[type(module)]).bind(
@@ -292,6 +306,6 @@ def _template(table: dict[type[nn.Module], str], module: nn.Module) -> str | Non
     """``module``'s class's entry in ``table``, if that class's ``forward`` is still the one
     the entry mirrors (see :data:`FORWARDS`)."""
     template = table.get(type(module))
-    if template is None or type(module).forward is not FORWARDS[type(module)]:
+    if template is None or type(module).forward is not FORWARDS.get(type(module)):
         return None
     return template

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import linecache
 import re
+import subprocess
 import sys
 
 import pytest
@@ -39,6 +40,17 @@ def _same_gradients_then_step(module: nn.Module, reference: nn.Module, opts) -> 
 
 def _sgd(*modules: nn.Module) -> list[torch.optim.Optimizer]:
     return [torch.optim.SGD(m.parameters(), lr=0.1) for m in modules]
+
+
+def _frames_of(code: object, run) -> int:
+    """How many times a Python frame of ``code`` starts while ``run()`` runs."""
+    seen = []
+    sys.setprofile(lambda frame, event, arg: seen.append(frame.f_code) if event == "call" else None)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return seen.count(code)
 
 
 def _layer_graph_and_reference(make, training: bool):
@@ -307,6 +319,9 @@ def test_written_out_recurrent_layer_is_bit_identical_to_its_forward(case, train
         sum(t.square().sum() for t in want).backward()
         assert torch.equal(xs[0].grad, xs[1].grad)
         _same_gradients_then_step(layer, reference, opts)
+    # The kernel is called without forward's frame on a batched input; forward runs otherwise.
+    frames = _frames_of(type(layer).forward.__code__, lambda: graph(x))
+    assert frames == (0 if x.dim() == 3 else 1)
 
 
 @pytest.mark.parametrize(
@@ -329,6 +344,7 @@ def test_a_recurrent_layer_takes_a_packed_sequence_through_its_forward():
     torch.manual_seed(0)
     layer = nn.GRU(3, 4, batch_first=True)
     graph = fl.FlowBuilder(layer).build()
+    assert whole_tree_direct(graph) and "_rnn(" in direct_source(graph)
     packed = nn.utils.rnn.pack_padded_sequence(torch.randn(2, 5, 3), [5, 3], batch_first=True)
     got, want = graph(packed), layer.forward(packed)
     assert torch.equal(got[0].data, want[0].data) and torch.equal(got[1], want[1])
@@ -343,10 +359,12 @@ def test_a_recurrent_weight_swapped_into_its_parameters_is_used():
     graph = fl.FlowBuilder(layer).build()
     x = torch.randn(2, 5, 3)
     before = graph(x)[0]
-    layer._parameters["weight_hh_l0"] = nn.Parameter(torch.zeros(16, 4))
+    swapped_in = layer._parameters["weight_hh_l0"] = nn.Parameter(torch.zeros(16, 4))
     got = graph(x)[0]
+    assert layer._flat_weights[1] is swapped_in  # forward remade its list, as it does alone
     assert not torch.equal(got, before)
     assert torch.equal(got, layer.forward(x)[0])
+    assert _frames_of(nn.LSTM.forward.__code__, lambda: graph(x)) == 0  # and direct again
     name = graph.nodes[0].attr
     swapped = torch.ones(16, 3)
     got = torch.func.functional_call(graph, {f"{name}.weight_ih_l0": swapped}, (x,))[0]
@@ -400,17 +418,6 @@ def _attention_graph(attn: nn.Module, wiring: str) -> fl.Graph:
     else:
         b = b.using(key="x", value="x")
     return b.build()
-
-
-def _frames_of(code: object, run) -> int:
-    """How many times a Python frame of ``code`` starts while ``run()`` runs."""
-    seen = []
-    sys.setprofile(lambda frame, event, arg: seen.append(frame.f_code) if event == "call" else None)
-    try:
-        run()
-    finally:
-        sys.setprofile(None)
-    return seen.count(code)
 
 
 @pytest.mark.parametrize("case", list(ATTENTION_CASES))
@@ -489,10 +496,64 @@ def test_written_out_attention_reads_its_projections_as_forward_does():
             assert torch.equal(a, b)
 
 
-def test_attention_called_without_key_and_value_raises_its_own_error():
-    graph = fl.FlowBuilder(nn.MultiheadAttention(8, 2, batch_first=True)).build()
-    with pytest.raises(TypeError, match=r"forward\(\) missing 2 required positional"):
-        graph(torch.randn(2, 5, 8))
+def test_attention_is_written_out_only_for_calls_that_bind_to_its_forward():
+    attn = nn.MultiheadAttention(8, 2, batch_first=True)
+    assert inline.call(attn, 1, ["key", "value"]) == "_mha"
+    assert inline.call(attn, 3, ["attn_mask", "need_weights"]) == "_mha"
+    assert inline.call(attn, 1, ["key"]) is None  # forward raises its own TypeError
+    assert inline.call(attn, 1, ["key", "value", "scale"]) is None
+    assert inline.call(attn, 9, []) is None
+    assert inline.call(nn.Linear(8, 8), 1, []) is None  # not a class written out this way
+
+
+def test_a_recurrent_weight_set_to_none_runs_as_forward_runs():
+    """forward's refresh skips a weight set to None and keeps the list it has: so must the
+    written-out call (not hand None to the kernel)."""
+    torch.manual_seed(0)
+    layer = nn.GRU(3, 4, batch_first=True)
+    graph = fl.FlowBuilder(layer).build()
+    x = torch.randn(2, 5, 3)
+    graph(x)
+    layer.register_parameter("bias_hh_l0", None)
+    got, want = graph(x), layer.forward(x)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_the_recurrent_and_attention_mirrors_match_this_torch():
+    """``inline.rnn`` and ``inline.attention`` mirror torch's ``forward`` line by line; under
+    another torch they are off (the layers keep their forward) until checked against it."""
+    assert inline.MIRRORS_THIS_TORCH, (
+        f"torch {torch.__version__}: compare inline.rnn/attention with this torch's LSTM/GRU/RNN"
+        " and MultiheadAttention forward, then update inline.MIRRORED_TORCH"
+    )
+
+
+def test_a_class_forward_patched_before_flodl_is_imported_is_not_written_out(tmp_path):
+    """A library that patched ``nn.Linear.forward`` (or ``nn.LSTM.forward``) before flodl was
+    imported keeps its patch: those classes are not written out."""
+    script = tmp_path / "patched_first.py"
+    script.write_text(
+        "import functools, torch\n"
+        "from torch import nn\n"
+        "calls = []\n"
+        "for cls in (nn.Linear, nn.LSTM):\n"
+        "    def wrap(original):\n"
+        "        @functools.wraps(original)\n"
+        "        def forward(self, *args):\n"
+        "            calls.append(type(self).__name__)\n"
+        "            return original(self, *args)\n"
+        "        return forward\n"
+        "    cls.forward = wrap(cls.forward)\n"
+        "import flodl as fl\n"
+        "graph = fl.FlowBuilder(nn.LSTM(3, 4, batch_first=True)).through(fl.nn.Select(0))\n"
+        "graph = graph.through(nn.Linear(4, 2)).build()\n"
+        "graph(torch.randn(2, 5, 3))\n"
+        "print(sorted(calls))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "['LSTM', 'Linear']"
 
 
 def test_a_parameter_replaced_after_build_is_used():
