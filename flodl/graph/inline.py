@@ -213,11 +213,7 @@ def attention(
     in inference (no gradient to record, batch first, packed projections) is the one fused
     kernel call that ``forward``'s fast path makes, without the 20-odd checks in Python that
     decide it (about 20 us a call); any other case runs ``forward``."""
-    # Read as forward reads them (attributes): an adapter may wrap ``out_proj`` in a module
-    # whose ``weight`` is a property over the layer it wraps.
-    weight, bias, out_proj = module.in_proj_weight, module.in_proj_bias, module.out_proj
-    tensors = (query, key, value, weight, bias, out_proj.weight, out_proj.bias)
-    if (  # forward's fast-path conditions, for a call without masks
+    if (  # forward's fast-path conditions for a call without masks: settings first (cheap)
         query is key
         and key is value
         and key_padding_mask is None
@@ -229,33 +225,39 @@ def attention(
         and module.bias_k is None
         and module.bias_v is None
         and not module.add_zero_attn
-        and weight is not None
-        and bias is not None
         and type(query) is torch.Tensor
         and query.dim() == 3
-        and query.dtype == weight.dtype == bias.dtype
         and torch.backends.mha.get_fastpath_enabled()
         and not torch.is_autocast_enabled()
-        and not torch.overrides.has_torch_function(tensors)
-        and all(map(_mha_module._check_arg_device, tensors))
-        and not (torch.is_grad_enabled() and any(map(_mha_module._arg_requires_grad, tensors)))
-        and not _mha_module._is_make_fx_tracing()
     ):
-        return torch._native_multi_head_attention(
-            query,
-            key,
-            value,
-            module.embed_dim,
-            module.num_heads,
-            weight,
-            bias,
-            tensors[5],
-            tensors[6],
-            None,  # no mask, so no mask type either
-            need_weights,
-            average_attn_weights,
-            None,
-        )
+        # then the tensors, read as forward reads them (attributes): an adapter may wrap
+        # ``out_proj`` in a module whose ``weight`` is a property over the layer it wraps
+        weight, bias, out_proj = module.in_proj_weight, module.in_proj_bias, module.out_proj
+        tensors = (query, key, value, weight, bias, out_proj.weight, out_proj.bias)
+        if (
+            weight is not None
+            and bias is not None
+            and query.dtype == weight.dtype == bias.dtype
+            and not torch.overrides.has_torch_function(tensors)
+            and all(map(_mha_module._check_arg_device, tensors))
+            and not (torch.is_grad_enabled() and any(map(_mha_module._arg_requires_grad, tensors)))
+            and not _mha_module._is_make_fx_tracing()
+        ):
+            return torch._native_multi_head_attention(
+                query,
+                key,
+                value,
+                module.embed_dim,
+                module.num_heads,
+                weight,
+                bias,
+                tensors[5],
+                tensors[6],
+                None,  # no mask, so no mask type either
+                need_weights,
+                average_attn_weights,
+                None,
+            )
     return module.forward(
         query,
         key,
