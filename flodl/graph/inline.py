@@ -13,7 +13,10 @@ and gradients, in training and in eval mode.
 Layers whose ``forward`` is mostly bookkeeping around one kernel get a function instead of an
 expression: :func:`rnn` (``nn.LSTM``/``GRU``/``RNN``: the zero state and the kernel, without
 refreshing the weight list) and :func:`attention` (``nn.MultiheadAttention``: its fused fast
-path, decided by the same conditions). Each runs ``forward`` in every case it does not cover.
+path, decided by the same conditions), :func:`encoder_layer` and :func:`encoder`
+(``nn.TransformerEncoderLayer`` and the stack of them: the layer's fused fast path, decided by the
+same conditions, and the stack's loop without its per-layer ``__call__``). Each runs ``forward``
+in every case it does not cover.
 
 A layer is written out only when its class's ``forward`` is still the one recorded here, and
 was its library's own when flodl was imported: a library that replaces ``nn.Linear.forward`` on
@@ -93,13 +96,16 @@ _EXPRESSIONS: dict[type[nn.Module], str] = {
     Select: "{x}[{m}.index]",
 }
 
-# ``rnn`` and ``attention`` (below) mirror these layers' ``forward`` in detail (private
-# attributes, the fast path's conditions) as torch 2.13 writes them; under another torch the
-# layers keep their ``forward``, until the mirrors are checked against that version's source.
+# ``rnn``, ``attention``, ``encoder_layer`` and ``encoder`` (below) mirror these layers'
+# ``forward`` in detail (private attributes, the fast path's conditions) as torch 2.13 writes
+# them; under another torch the layers keep their ``forward``, until the mirrors are checked
+# against that version's source.
 MIRRORED_TORCH = (2, 13)
 MIRRORS_THIS_TORCH = tuple(int(p) for p in torch.__version__.split(".")[:2]) == MIRRORED_TORCH
 if MIRRORS_THIS_TORCH:
     _EXPRESSIONS.update(dict.fromkeys((nn.LSTM, nn.GRU, nn.RNN), "_rnn({m}, {x})"))
+    _EXPRESSIONS[nn.TransformerEncoderLayer] = "_encoder_layer({m}, {x})"
+    _EXPRESSIONS[nn.TransformerEncoder] = "_encoder({m}, {x})"
 
 # Recurrent cells as a scan step (``{c}``: the cell, ``{x}``: this step's input, ``{h}``: the
 # carried state). The cell's own kernel on a batched input and state; any other case (the first
@@ -121,7 +127,15 @@ CELLS: dict[type[nn.Module], str] = {
 
 # Layers called with more than their input (refs: an attention's key and value), written out
 # by a function of the layer and ``forward``'s own arguments (see :func:`call`).
-_CALLS: dict[type[nn.Module], str] = {nn.MultiheadAttention: "_mha"} if MIRRORS_THIS_TORCH else {}
+_CALLS: dict[type[nn.Module], str] = (
+    {
+        nn.MultiheadAttention: "_mha",
+        nn.TransformerEncoderLayer: "_encoder_layer",
+        nn.TransformerEncoder: "_encoder",
+    }
+    if MIRRORS_THIS_TORCH
+    else {}
+)
 
 
 def _own_forward(cls: type[nn.Module]) -> bool:
@@ -270,6 +284,147 @@ def attention(
     )
 
 
+# the device types the encoder layer's fast path accepts (privateuse1's name is read per call:
+# a backend may rename it)
+_ENCODER_DEVICES = ("cpu", "cuda", "xpu")
+
+
+def _forward_hooked(module: nn.Module) -> bool:
+    """A forward or forward pre-hook on ``module`` or any module inside it: the encoder layer's
+    fast path is off then (the hooks of the layers it calls would not fire)."""
+    pending = [module]
+    while pending:
+        m = pending.pop()
+        if m._forward_hooks or m._forward_pre_hooks:
+            return True
+        pending += [child for child in m._modules.values() if child is not None]
+    return False
+
+
+def encoder_layer(
+    module: Any,
+    src: Any,
+    src_mask: Any = None,
+    src_key_padding_mask: Any = None,
+    is_causal: bool = False,
+) -> Any:
+    """``module.forward(...)`` for an ``nn.TransformerEncoderLayer``: without masks, in
+    inference (no gradient to record) on a batched tensor, the one fused kernel call that
+    ``forward``'s fast path makes, without the 30-odd checks in Python (a walk over every
+    submodule's hooks among them) that decide it, about 60 us a layer; any other case runs
+    ``forward``."""
+    if (  # forward's fast-path conditions for a call without masks: settings first (cheap)
+        src_mask is None
+        and src_key_padding_mask is None
+        and not module.training
+        and type(src) is torch.Tensor
+        and src.dim() == 3
+        and torch.backends.mha.get_fastpath_enabled()
+    ):
+        attn, norm1, norm2 = module.self_attn, module.norm1, module.norm2
+        if (
+            attn.batch_first
+            and attn.in_proj_bias is not None
+            and attn._qkv_same_embed_dim
+            and module.activation_relu_or_gelu
+            and norm1.eps == norm2.eps
+            and attn.num_heads % 2 == 0
+            and not torch.is_autocast_enabled()
+            and not _forward_hooked(module)
+        ):
+            # then the tensors, read as forward reads them (attributes)
+            linear1, linear2, out_proj = module.linear1, module.linear2, attn.out_proj
+            tensors = (
+                src,
+                attn.in_proj_weight,
+                attn.in_proj_bias,
+                out_proj.weight,
+                out_proj.bias,
+                norm1.weight,
+                norm1.bias,
+                norm2.weight,
+                norm2.bias,
+                linear1.weight,
+                linear1.bias,
+                linear2.weight,
+                linear2.bias,
+            )
+            devices = (
+                *_ENCODER_DEVICES,
+                torch.utils.backend_registration._privateuse1_backend_name,
+            )
+            if (
+                not torch.overrides.has_torch_function(tensors)
+                and all(t.device.type in devices for t in tensors)
+                and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+            ):
+                return torch._transformer_encoder_layer_fwd(
+                    src,
+                    attn.embed_dim,
+                    attn.num_heads,
+                    *tensors[1:5],
+                    module.activation_relu_or_gelu == 2,
+                    module.norm_first,
+                    norm1.eps,
+                    *tensors[5:],
+                    None,  # no mask, so no mask type either
+                    None,
+                )
+    return module.forward(src, src_mask, src_key_padding_mask, is_causal)
+
+
+def _plain_layer(layer: Any) -> bool:
+    """``layer(...)`` would be exactly ``encoder_layer(layer, ...)``: an
+    ``nn.TransformerEncoderLayer`` whose class ``forward`` is the one mirrored, with no hook, no
+    ``compile()``d call and no ``forward`` of its own (global hooks and tracing are ruled out by
+    the direct path's check, once per pass)."""
+    return (
+        type(layer) is nn.TransformerEncoderLayer
+        and nn.TransformerEncoderLayer.forward is FORWARDS.get(nn.TransformerEncoderLayer)
+        and not (
+            layer._forward_hooks
+            or layer._forward_pre_hooks
+            or layer._backward_hooks
+            or layer._backward_pre_hooks
+        )
+        and layer._compiled_call_impl is None
+        and "forward" not in layer.__dict__
+    )
+
+
+def encoder(
+    module: Any,
+    src: Any,
+    mask: Any = None,
+    src_key_padding_mask: Any = None,
+    is_causal: Any = None,
+) -> Any:
+    """``module.forward(...)`` for an ``nn.TransformerEncoder``: without masks, on a plain
+    tensor, its loop over the layers, each layer that ``__call__`` would only pass on to
+    ``forward`` being called as :func:`encoder_layer` (no ``__call__``, and its fast path
+    decided without ``forward``'s checks), then the final norm; any other case (a mask, where
+    ``forward`` may pack the batch into a nested tensor) runs ``forward``."""
+    layers = module.layers
+    if (
+        mask is None
+        and src_key_padding_mask is None
+        and not is_causal  # None or False: no causal mask to detect without a mask
+        and type(src) is torch.Tensor
+        and src.dim() in (2, 3)  # forward reads the sequence length from these
+        and len(layers) > 0
+        and all(type(layer) is nn.TransformerEncoderLayer for layer in layers)
+    ):
+        out = src
+        for layer in layers:
+            if _plain_layer(layer):
+                out = encoder_layer(layer, out)
+            else:
+                out = layer(out, src_mask=None, is_causal=False, src_key_padding_mask=None)
+        norm = module.norm
+        return out if norm is None else norm(out)
+    return module.forward(src, mask, src_key_padding_mask, is_causal)
+
+
 def call(module: nn.Module, positional: int, keywords: list[str]) -> str | None:
     """The function that writes out ``module.forward`` called with ``positional`` arguments and
     ``keywords``, if ``module``'s class is one written out and the call binds to its
@@ -286,7 +441,14 @@ def call(module: nn.Module, positional: int, keywords: list[str]) -> str | None:
     return name
 
 
-NAMES: dict[str, Any] = {"_F": functional, "_VF": _VF, "_rnn": rnn, "_mha": attention}
+NAMES: dict[str, Any] = {
+    "_F": functional,
+    "_VF": _VF,
+    "_rnn": rnn,
+    "_mha": attention,
+    "_encoder_layer": encoder_layer,
+    "_encoder": encoder,
+}
 """What the expressions use besides ``_torch`` (already in every generated forward)."""
 
 

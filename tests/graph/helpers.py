@@ -1,9 +1,52 @@
-"""Small modules shared by the graph tests (picklable: defined at module level)."""
+"""Small modules shared by the graph tests (picklable: defined at module level), and the
+checks the direct-dispatch tests share."""
 
 from __future__ import annotations
 
+import linecache
+import sys
+
 import torch
 from torch import nn
+
+import flodl as fl
+from flodl.graph import dispatch
+
+
+def direct_source(graph: fl.Graph) -> str:
+    """The source of ``graph``'s generated direct forward."""
+    fn = graph._direct_forward()
+    return "".join(linecache.cache[fn.__code__.co_filename][2])
+
+
+def whole_tree_direct(graph: fl.Graph) -> bool:
+    """The merged plan holds: nested graphs' direct forwards are called without ``forward``."""
+    return graph._direct_plan is not None and dispatch.direct_ok(graph._direct_plan.merged())
+
+
+def same_gradients_then_step(module: nn.Module, reference: nn.Module, opts) -> None:
+    """The parameters' gradients match; then both take an SGD step (parameters after optimizer
+    steps stay identical only if every step's gradients did)."""
+    for a, b in zip(module.parameters(), reference.parameters(), strict=True):
+        assert (a.grad is None and b.grad is None) or torch.equal(a.grad, b.grad)
+    for opt in opts:
+        opt.step()
+        opt.zero_grad()
+
+
+def sgd(*modules: nn.Module) -> list[torch.optim.Optimizer]:
+    return [torch.optim.SGD(m.parameters(), lr=0.1) for m in modules]
+
+
+def frames_of(code: object, run) -> int:
+    """How many times a Python frame of ``code`` starts while ``run()`` runs."""
+    seen = []
+    sys.setprofile(lambda frame, event, arg: seen.append(frame.f_code) if event == "call" else None)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return seen.count(code)
 
 
 def identity_linear(n: int, bias: float = 0.0) -> nn.Linear:

@@ -24,6 +24,7 @@ from tests.conftest import REPO_ROOT, clean_env
         ("porting_vocabulary.py", "porting_vocabulary", 4, ("ratio", "a_a_ratio")),
         ("gpu.py", "gpu", 11, ("ratio", "a_a_ratio")),
         ("graph_build.py", "graph_build", 12, ("build_ms", "ms_per_1000")),
+        ("encoder_overhead.py", "encoder_overhead", 6, ("ratio", "a_a_ratio")),
     ],
 )
 def test_benchmark_smoke_run_writes_a_complete_report(tmp_path, script, stem, rows, ratios):

@@ -15,6 +15,7 @@ from torch.nn.utils import parametrize
 
 import flodl as fl
 from flodl.graph import dispatch
+from tests.graph.helpers import whole_tree_direct
 
 # ---------------------------------------------------------------- models covering every node kind
 
@@ -81,11 +82,6 @@ def direct_now(graph: fl.Graph) -> bool:
     if plan is None:
         return False
     return dispatch.direct_ok(plan)
-
-
-def whole_tree_direct(graph: fl.Graph) -> bool:
-    """The merged plan holds: nested graphs' direct forwards are called without ``forward``."""
-    return graph._direct_plan is not None and dispatch.direct_ok(graph._direct_plan.merged())
 
 
 def test_direct_path_is_bit_identical_on_every_node_kind(monkeypatch):

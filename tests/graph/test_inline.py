@@ -6,7 +6,6 @@ the written-out form could differ."""
 from __future__ import annotations
 
 import copy
-import linecache
 import re
 import subprocess
 import sys
@@ -17,40 +16,13 @@ from torch import nn
 
 import flodl as fl
 from flodl.graph import dispatch, inline
-
-
-def direct_source(graph: fl.Graph) -> str:
-    fn = graph._direct_forward()
-    return "".join(linecache.cache[fn.__code__.co_filename][2])
-
-
-def whole_tree_direct(graph: fl.Graph) -> bool:
-    return graph._direct_plan is not None and dispatch.direct_ok(graph._direct_plan.merged())
-
-
-def _same_gradients_then_step(module: nn.Module, reference: nn.Module, opts) -> None:
-    """The parameters' gradients match; then both take an SGD step (parameters after optimizer
-    steps stay identical only if every step's gradients did)."""
-    for a, b in zip(module.parameters(), reference.parameters(), strict=True):
-        assert (a.grad is None and b.grad is None) or torch.equal(a.grad, b.grad)
-    for opt in opts:
-        opt.step()
-        opt.zero_grad()
-
-
-def _sgd(*modules: nn.Module) -> list[torch.optim.Optimizer]:
-    return [torch.optim.SGD(m.parameters(), lr=0.1) for m in modules]
-
-
-def _frames_of(code: object, run) -> int:
-    """How many times a Python frame of ``code`` starts while ``run()`` runs."""
-    seen = []
-    sys.setprofile(lambda frame, event, arg: seen.append(frame.f_code) if event == "call" else None)
-    try:
-        run()
-    finally:
-        sys.setprofile(None)
-    return seen.count(code)
+from tests.graph.helpers import (
+    direct_source,
+    frames_of,
+    same_gradients_then_step,
+    sgd,
+    whole_tree_direct,
+)
 
 
 def _layer_graph_and_reference(make, training: bool):
@@ -195,6 +167,9 @@ def test_every_written_out_class_has_a_case():
     covered |= {type(make()) for make, _, _ in CELL_CASES.values()}
     covered |= {type(make()) for make, _ in RNN_CASES.values()}
     covered |= {type(make()) for make, _, _ in ATTENTION_CASES.values()}
+    from tests.graph.test_inline_transformer import LAYER_CASES, STACK_CASES
+
+    covered |= {type(make()) for make, _ in (*LAYER_CASES.values(), *STACK_CASES.values())}
     assert covered == set(inline.FORWARDS)
 
 
@@ -252,7 +227,7 @@ def test_written_out_cell_in_a_scan_is_bit_identical_to_the_loop_by_hand(case, k
     graph = b.scan(cell, dim=dim, state="h0" if with_state else None, keep=keep).build()
     assert whole_tree_direct(graph)
     assert "_VF." in direct_source(graph) and ".forward(" in direct_source(graph)
-    opts = _sgd(cell, reference)
+    opts = sgd(cell, reference)
     for step in range(3):  # gradients, then parameters after optimizer steps, stay identical
         h = torch.randn(x.shape[0], 4) if with_state else None
         if h is not None and isinstance(cell, nn.LSTMCell):
@@ -264,7 +239,7 @@ def test_written_out_cell_in_a_scan_is_bit_identical_to_the_loop_by_hand(case, k
         got.square().sum().backward()
         want.square().sum().backward()
         assert torch.equal(xs[0].grad, xs[1].grad)
-        _same_gradients_then_step(cell, reference, opts)
+        same_gradients_then_step(cell, reference, opts)
 
 
 def test_a_cell_raises_its_own_error_on_a_bad_state():
@@ -304,7 +279,7 @@ def test_written_out_recurrent_layer_is_bit_identical_to_its_forward(case, train
     make, data = RNN_CASES[case]
     layer, graph, reference = _layer_graph_and_reference(make, training)
     assert "_rnn(" in direct_source(graph)
-    opts = _sgd(layer, reference)
+    opts = sgd(layer, reference)
     x = data()
     for step in range(3):  # dropout draws, gradients, then parameters after steps, identical
         xs = [x.clone().requires_grad_(True) for _ in range(2)]
@@ -318,9 +293,9 @@ def test_written_out_recurrent_layer_is_bit_identical_to_its_forward(case, train
         sum(t.square().sum() for t in got).backward()
         sum(t.square().sum() for t in want).backward()
         assert torch.equal(xs[0].grad, xs[1].grad)
-        _same_gradients_then_step(layer, reference, opts)
+        same_gradients_then_step(layer, reference, opts)
     # The kernel is called without forward's frame on a batched input; forward runs otherwise.
-    frames = _frames_of(type(layer).forward.__code__, lambda: graph(x))
+    frames = frames_of(type(layer).forward.__code__, lambda: graph(x))
     assert frames == (0 if x.dim() == 3 else 1)
 
 
@@ -364,7 +339,7 @@ def test_a_recurrent_weight_swapped_into_its_parameters_is_used():
     assert layer._flat_weights[1] is swapped_in  # forward remade its list, as it does alone
     assert not torch.equal(got, before)
     assert torch.equal(got, layer.forward(x)[0])
-    assert _frames_of(nn.LSTM.forward.__code__, lambda: graph(x)) == 0  # and direct again
+    assert frames_of(nn.LSTM.forward.__code__, lambda: graph(x)) == 0  # and direct again
     name = graph.nodes[0].attr
     swapped = torch.ones(16, 3)
     got = torch.func.functional_call(graph, {f"{name}.weight_ih_l0": swapped}, (x,))[0]
@@ -444,7 +419,7 @@ def test_written_out_attention_is_bit_identical_to_its_forward(case, mode):
         return reference(x, kv, kv, **masks)
 
     grad = torch.enable_grad() if mode != "inference" else torch.no_grad()
-    opts = _sgd(attn, reference)
+    opts = sgd(attn, reference)
     for step in range(2):
         xs = [x.clone().requires_grad_(mode != "inference") for _ in range(2)]
         with grad:
@@ -458,10 +433,10 @@ def test_written_out_attention_is_bit_identical_to_its_forward(case, mode):
             got[0].square().sum().backward()
             want[0].square().sum().backward()
             assert torch.equal(xs[0].grad, xs[1].grad)
-            _same_gradients_then_step(attn, reference, opts)
+            same_gradients_then_step(attn, reference, opts)
     # The fused kernel is called without forward's frame exactly where forward would take it.
     with torch.no_grad() if mode == "inference" else torch.enable_grad():
-        frames = _frames_of(
+        frames = frames_of(
             nn.MultiheadAttention.forward.__code__, lambda: graph(x, memory=memory, mask=mask)
         )
     assert frames == (0 if fused and mode == "inference" else 1)
@@ -519,12 +494,14 @@ def test_a_recurrent_weight_set_to_none_runs_as_forward_runs():
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
-def test_the_recurrent_and_attention_mirrors_match_this_torch():
-    """``inline.rnn`` and ``inline.attention`` mirror torch's ``forward`` line by line; under
-    another torch they are off (the layers keep their forward) until checked against it."""
+def test_the_recurrent_attention_and_encoder_mirrors_match_this_torch():
+    """``inline.rnn``, ``attention``, ``encoder_layer`` and ``encoder`` mirror torch's
+    ``forward`` line by line; under another torch they are off (the layers keep their forward)
+    until checked against it."""
     assert inline.MIRRORS_THIS_TORCH, (
-        f"torch {torch.__version__}: compare inline.rnn/attention with this torch's LSTM/GRU/RNN"
-        " and MultiheadAttention forward, then update inline.MIRRORED_TORCH"
+        f"torch {torch.__version__}: compare inline.rnn/attention/encoder_layer/encoder with"
+        " this torch's LSTM/GRU/RNN, MultiheadAttention, TransformerEncoderLayer and"
+        " TransformerEncoder forward, then update inline.MIRRORED_TORCH"
     )
 
 
