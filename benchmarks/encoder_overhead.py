@@ -18,7 +18,6 @@ Usage: ``python benchmarks/encoder_overhead.py [--quick | --smoke] [--rounds N] 
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 import time
@@ -30,7 +29,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import interleaved, ratio, write_report
+from harness import interleaved, ratio, sgd_step, timing_options, write_report
 
 import flodl as fl
 
@@ -60,35 +59,13 @@ def _forward(model: nn.Module, x: torch.Tensor) -> Callable[[], None]:
     return run
 
 
-def _train(model: nn.Module, x: torch.Tensor) -> Callable[[], None]:
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-
-    def run() -> None:
-        opt.zero_grad()
-        model(x).square().mean().backward()
-        opt.step()
-
-    return run
-
-
 def main(argv: list[str] | None = None) -> list[dict[str, object]]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--inner", type=int, default=5)
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="3 rounds x 2 (a short real run)")
-    mode.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round: not timed")
-    parser.add_argument("--out", type=Path, help="report directory (default: results/)")
-    args = parser.parse_args(argv if argv is not None else [])
-    if args.quick:
-        args.rounds, args.inner = 3, 2
-    if args.smoke:
-        args.rounds, args.inner = 1, 1
+    args = timing_options(__doc__.splitlines()[0], argv)
     torch.set_num_threads(1)
     rows = []
     for name, (make, width) in MODELS.items():
         width = 8 if args.smoke else width
-        for mode_name, batch, timed in (("forward_b1", 1, _forward), ("train", 8, _train)):
+        for mode_name, batch, timed in (("forward_b1", 1, _forward), ("train", 8, sgd_step)):
             torch.manual_seed(0)
             plain = make(width)
             models = {"plain": plain, "A/A": copy.deepcopy(plain)}

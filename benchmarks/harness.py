@@ -8,6 +8,7 @@ recorded elsewhere.
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import statistics
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -57,6 +59,43 @@ def interleaved(
         name: Measurement(name, statistics.median(values), values)
         for name, values in per_round.items()
     }
+
+
+def timing_options(description: str, argv: list[str] | None) -> argparse.Namespace:
+    """The options of a timing suite: ``--rounds``, ``--inner``, ``--quick`` (3 rounds of 2: a
+    short real run), ``--smoke`` (one round of one, at the suite's tiny sizes: the test suite's
+    check that the script runs; its report goes to ``results/smoke`` unless ``--out``) and
+    ``--out`` (the report's directory, default ``results/``)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--inner", type=int, default=5)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="3 rounds x 2 (a short real run)")
+    mode.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round: not timed")
+    parser.add_argument("--out", type=Path, help="report directory (default: results/)")
+    args = parser.parse_args(argv if argv is not None else [])
+    if args.quick:
+        args.rounds, args.inner = 3, 2
+    if args.smoke:
+        args.rounds, args.inner = 1, 1
+        args.out = args.out or RESULTS_DIR / "smoke"
+    return args
+
+
+def sgd_step(model: Any, x: Any) -> Callable[[], None]:
+    """One training step of ``model`` on ``x``: forward, a loss over its output (each tensor of
+    a tuple), backward, an SGD step."""
+    import torch
+
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def run() -> None:
+        opt.zero_grad()
+        out = model(x)
+        sum(v.float().pow(2).mean() for v in (out if isinstance(out, tuple) else (out,))).backward()
+        opt.step()
+
+    return run
 
 
 def ratio(results: dict[str, Measurement], case: str, baseline: str) -> float:

@@ -13,7 +13,6 @@ Usage: ``python benchmarks/port_overhead.py [--quick | --smoke] [--rounds N] [--
 
 from __future__ import annotations
 
-import argparse
 import copy
 import importlib.util
 import shutil
@@ -24,11 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import interleaved, ratio, write_report
+from harness import interleaved, ratio, sgd_step, timing_options, write_report
 
 from fdl.port.run import port
 
@@ -43,22 +41,6 @@ CASES: dict[str, tuple[str, str, Callable[[int], str]]] = {
 }
 
 
-def _loss(value) -> torch.Tensor:
-    values = value if isinstance(value, tuple) else (value,)
-    return sum(v.float().pow(2).mean() for v in values)
-
-
-def step(model: nn.Module, x: torch.Tensor) -> Callable[[], None]:
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-
-    def run() -> None:
-        opt.zero_grad()
-        _loss(model(x)).backward()
-        opt.step()
-
-    return run
-
-
 def _load(path: Path):
     spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
@@ -67,20 +49,8 @@ def _load(path: Path):
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, object]]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--inner", type=int, default=5)
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="3 rounds x 2 (a short real run)")
-    mode.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round: not timed")
-    parser.add_argument("--out", type=Path, help="report directory (default: results/)")
-    args = parser.parse_args(argv if argv is not None else [])
-    if args.quick:
-        args.rounds, args.inner = 3, 2
-    batch = 16
-    if args.smoke:
-        args.rounds, args.inner, batch = 1, 1, 2
-        args.out = args.out or Path(__file__).resolve().parent / "results" / "smoke"
+    args = timing_options(__doc__.splitlines()[0], argv)
+    batch = 2 if args.smoke else 16
     torch.set_num_threads(1)
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,9 +69,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
             twin = copy.deepcopy(original)
             x = eval(example(batch), {"torch": torch})
             cases = {
-                "original": step(original, x),
-                "port": step(graph, x),
-                "original_again": step(twin, x),
+                "original": sgd_step(original, x),
+                "port": sgd_step(graph, x),
+                "original_again": sgd_step(twin, x),
             }
             results = interleaved(
                 cases, rounds=args.rounds, inner=args.inner, warmup=1, clock=time.process_time

@@ -20,7 +20,6 @@ Usage: ``python benchmarks/porting_vocabulary.py [--quick | --smoke] [--rounds N
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 import time
@@ -32,7 +31,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import interleaved, ratio, write_report
+from harness import interleaved, ratio, sgd_step, timing_options, write_report
 
 import flodl as fl
 
@@ -131,37 +130,9 @@ def graphs(d: int) -> dict[str, tuple[nn.Module, nn.Module, Callable[[int], torc
     return out
 
 
-def _loss(value) -> torch.Tensor:
-    values = value if isinstance(value, tuple) else (value,)
-    return sum(v.pow(2).mean() for v in values)
-
-
-def step(model: nn.Module, x: torch.Tensor) -> Callable[[], None]:
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-
-    def run() -> None:
-        opt.zero_grad()
-        _loss(model(x)).backward()
-        opt.step()
-
-    return run
-
-
 def main(argv: list[str] | None = None) -> list[dict[str, object]]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--inner", type=int, default=5)
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="3 rounds x 2 (a short real run)")
-    mode.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round: not timed")
-    parser.add_argument("--out", type=Path, help="report directory (default: results/)")
-    args = parser.parse_args(argv if argv is not None else [])
-    if args.quick:
-        args.rounds, args.inner = 3, 2
-    width, batch = (64, 16)
-    if args.smoke:
-        args.rounds, args.inner, width, batch = 1, 1, 8, 2
-        args.out = args.out or Path(__file__).resolve().parent / "results" / "smoke"
+    args = timing_options(__doc__.splitlines()[0], argv)
+    width, batch = (8, 2) if args.smoke else (64, 16)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     rows: list[dict[str, object]] = []
@@ -171,7 +142,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
         for a, b in zip(_flat(hand(x)), _flat(graph(x)), strict=True):
             assert torch.equal(a, b), name
         twin = copy.deepcopy(hand)
-        cases = {"hand": step(hand, x), "graph": step(graph, x), "hand_again": step(twin, x)}
+        cases = {
+            "hand": sgd_step(hand, x),
+            "graph": sgd_step(graph, x),
+            "hand_again": sgd_step(twin, x),
+        }
         results = interleaved(
             cases, rounds=args.rounds, inner=args.inner, warmup=1, clock=time.process_time
         )
