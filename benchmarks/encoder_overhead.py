@@ -60,7 +60,7 @@ def _forward(model: nn.Module, x: torch.Tensor) -> Callable[[], None]:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, object]]:
-    args = timing_options(__doc__.splitlines()[0], argv)
+    args = timing_options(argv, description=__doc__.splitlines()[0])
     torch.set_num_threads(1)
     rows = []
     for name, (make, width) in MODELS.items():

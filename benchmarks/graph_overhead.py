@@ -43,7 +43,6 @@ work (the test suite runs it) and measures nothing worth reading.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import itertools
 import os
@@ -61,7 +60,7 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import interleaved, ratio, write_report
+from harness import interleaved, ratio, timing_options, timing_parser, write_report
 
 import flodl as fl
 
@@ -586,28 +585,15 @@ def summary(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--inner", type=int, default=5)
+    parser = timing_parser(__doc__.splitlines()[0])
     parser.add_argument(
         "--repeat", type=int, default=1, help="whole runs; rows report medians over them"
-    )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="3 rounds x 2 (a short real run)")
-    mode.add_argument(
-        "--smoke", action="store_true", help="toy models, 1 round: checks the script works"
     )
     parser.add_argument(
         "--small", action="store_true", help="8-16x narrower layers: the dispatch-bound tier"
     )
     parser.add_argument("--models", default=",".join(MODEL_NAMES))
-    parser.add_argument("--out", type=Path, help="report directory (default: results/)")
-    args = parser.parse_args(argv if argv is not None else [])
-    if args.quick:
-        args.rounds, args.inner = 3, 2
-    if args.smoke:
-        args.rounds, args.inner = 1, 1
-        args.out = args.out or Path(__file__).resolve().parent / "results" / "smoke"
+    args = timing_options(argv, parser)
     names = args.models.split(",")
     unknown = [m for m in names if m not in MODEL_NAMES]
     if unknown:

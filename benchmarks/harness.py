@@ -61,11 +61,11 @@ def interleaved(
     }
 
 
-def timing_options(description: str, argv: list[str] | None) -> argparse.Namespace:
-    """The options of a timing suite: ``--rounds``, ``--inner``, ``--quick`` (3 rounds of 2: a
-    short real run), ``--smoke`` (one round of one, at the suite's tiny sizes: the test suite's
-    check that the script runs; its report goes to ``results/smoke`` unless ``--out``) and
-    ``--out`` (the report's directory, default ``results/``)."""
+def timing_parser(description: str) -> argparse.ArgumentParser:
+    """A parser with the options of a timing suite: ``--rounds``, ``--inner``, ``--quick`` (3
+    rounds of 2: a short real run), ``--smoke`` (one round of one, at the suite's tiny sizes:
+    the test suite's check that the script runs) and ``--out`` (the report's directory, default
+    ``results/``, ``results/smoke`` for a smoke run); a suite adds its own."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--inner", type=int, default=5)
@@ -73,6 +73,15 @@ def timing_options(description: str, argv: list[str] | None) -> argparse.Namespa
     mode.add_argument("--quick", action="store_true", help="3 rounds x 2 (a short real run)")
     mode.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round: not timed")
     parser.add_argument("--out", type=Path, help="report directory (default: results/)")
+    return parser
+
+
+def timing_options(
+    argv: list[str] | None, parser: argparse.ArgumentParser | None = None, description: str = ""
+) -> argparse.Namespace:
+    """``argv`` parsed by ``parser`` (default: :func:`timing_parser`), with ``--quick`` and
+    ``--smoke`` applied to the rounds and the report's directory."""
+    parser = parser or timing_parser(description)
     args = parser.parse_args(argv if argv is not None else [])
     if args.quick:
         args.rounds, args.inner = 3, 2

@@ -49,7 +49,7 @@ def _load(path: Path):
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, object]]:
-    args = timing_options(__doc__.splitlines()[0], argv)
+    args = timing_options(argv, description=__doc__.splitlines()[0])
     batch = 2 if args.smoke else 16
     torch.set_num_threads(1)
     rows: list[dict[str, object]] = []

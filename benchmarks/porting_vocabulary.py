@@ -131,7 +131,7 @@ def graphs(d: int) -> dict[str, tuple[nn.Module, nn.Module, Callable[[int], torc
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, object]]:
-    args = timing_options(__doc__.splitlines()[0], argv)
+    args = timing_options(argv, description=__doc__.splitlines()[0])
     width, batch = (8, 2) if args.smoke else (64, 16)
     torch.set_num_threads(1)
     torch.manual_seed(0)
