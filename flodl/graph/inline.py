@@ -408,7 +408,7 @@ def encoder(
     if (
         mask is None
         and src_key_padding_mask is None
-        and not is_causal  # None or False: no causal mask to detect without a mask
+        and (is_causal is None or is_causal is False)  # no causal mask to detect, or make
         and type(src) is torch.Tensor
         and src.dim() in (2, 3)  # forward reads the sequence length from these
         and len(layers) > 0

@@ -150,6 +150,7 @@ def _masked_graph(module: nn.Module, keyword: str) -> fl.Graph:
     return fl.FlowBuilder().input("mask").through(module).using(**{keyword: "mask"}).build()
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(
     ("make", "keyword", "code"),
@@ -222,6 +223,7 @@ def test_a_layer_forward_of_its_own_inside_the_stack_is_called():
     assert calls == [1]
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
 def test_a_compiled_layer_inside_the_stack_runs_compiled():
     torch.manual_seed(0)
     stack = _stack(_layer()).eval()
