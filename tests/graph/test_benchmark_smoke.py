@@ -51,6 +51,19 @@ def test_the_gpu_benchmark_without_a_gpu_says_so_and_measures_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the script runs the checks")
+def test_the_gpu_check_without_a_gpu_says_so_and_runs_nothing(tmp_path):
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "benchmarks" / "gpu_check.sh"), sys.executable],
+        capture_output=True,
+        text=True,
+        env=clean_env(OUT=str(tmp_path / "gpu")),
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "no CUDA device here, nothing run" in proc.stderr
+    assert not (tmp_path / "gpu").exists()
+
+
 def test_benchmark_rejects_unknown_models(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(REPO_ROOT / "benchmarks" / "graph_overhead.py"), "--models", "nope"],
