@@ -97,11 +97,14 @@ _EXPRESSIONS: dict[type[nn.Module], str] = {
 }
 
 # ``rnn``, ``attention``, ``encoder_layer`` and ``encoder`` (below) mirror these layers'
-# ``forward`` in detail (private attributes, the fast path's conditions) as torch 2.13 writes
-# them; under another torch the layers keep their ``forward``, until the mirrors are checked
-# against that version's source.
-MIRRORED_TORCH = (2, 13)
-MIRRORS_THIS_TORCH = tuple(int(p) for p in torch.__version__.split(".")[:2]) == MIRRORED_TORCH
+# ``forward`` in detail (private attributes, the fast path's conditions) as torch writes them
+# in these versions. Their sources of the mirrored classes and helpers differ only in comments,
+# docstrings, error messages, constructor checks and the order of the attention's conditions
+# (2.10 and 2.11 check make_fx tracing earlier): the same decisions and kernel calls. Under
+# another torch the layers keep their ``forward``, until the mirrors are checked against that
+# version's source.
+MIRRORED_TORCH = ((2, 10), (2, 11), (2, 12), (2, 13))
+MIRRORS_THIS_TORCH = tuple(int(p) for p in torch.__version__.split(".")[:2]) in MIRRORED_TORCH
 if MIRRORS_THIS_TORCH:
     _EXPRESSIONS.update(dict.fromkeys((nn.LSTM, nn.GRU, nn.RNN), "_rnn({m}, {x})"))
     _EXPRESSIONS[nn.TransformerEncoderLayer] = "_encoder_layer({m}, {x})"

@@ -24,7 +24,8 @@ from tests.graph.helpers import (
 )
 
 pytestmark = pytest.mark.skipif(
-    not inline.MIRRORS_THIS_TORCH, reason="the encoder mirrors are on only under torch 2.13"
+    not inline.MIRRORS_THIS_TORCH,
+    reason="the encoder mirrors are on only under the torch versions they were checked against",
 )
 
 LAYER_FORWARD = nn.TransformerEncoderLayer.forward.__code__
