@@ -19,6 +19,6 @@ status=0
 # -rs lists each skip: on a GPU machine none of these should skip for want of CUDA
 "$py" -m pytest -p no:cacheprovider -q -rs -o addopts="--import-mode=importlib" \
   tests/test_cuda_graph.py tests/data/test_memory.py tests/test_device_and_amp.py \
-  tests/graph/test_inline_transformer.py 2>&1 | tee "$out/tests.log" || status=1
+  tests/graph/test_inline.py tests/graph/test_inline_transformer.py 2>&1 | tee "$out/tests.log" || status=1
 "$py" benchmarks/gpu.py --out "$out" 2>&1 | tee "$out/gpu_benchmark.log" || status=1
 exit $status

@@ -347,6 +347,33 @@ def test_a_recurrent_weight_swapped_into_its_parameters_is_used():
     assert torch.equal(got, want) and not torch.equal(got, layer.forward(x)[0])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU])
+def test_a_written_out_recurrent_layer_on_cuda_is_cudnns_call(kind):
+    """On CUDA the kernel takes cuDNN's packed weights: the written-out call passes the list
+    forward packed, and a weight swapped into ``_parameters`` runs forward, which packs again."""
+    torch.manual_seed(0)
+    layer = kind(3, 4, 2, batch_first=True).cuda()
+    reference = copy.deepcopy(layer)
+    graph = fl.FlowBuilder(layer).build()
+    x = torch.randn(2, 5, 3, device="cuda")
+    xs = [x.clone().requires_grad_(True) for _ in range(2)]
+    got, want = _flat(graph(xs[0])), _flat(reference(xs[1]))
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    sum(t.square().sum() for t in got).backward()
+    sum(t.square().sum() for t in want).backward()
+    # cuDNN's recurrent backward is not promised deterministic between two calls
+    torch.testing.assert_close(xs[0].grad, xs[1].grad)
+    assert frames_of(kind.forward.__code__, lambda: graph(x)) == 0
+    swapped = nn.Parameter(torch.zeros_like(layer.weight_hh_l0))
+    layer._parameters["weight_hh_l0"] = swapped
+    reference._parameters["weight_hh_l0"] = nn.Parameter(torch.zeros_like(swapped))
+    assert frames_of(kind.forward.__code__, lambda: graph(x)) == 1  # forward remakes, packs
+    assert torch.equal(graph(x)[0], reference(x)[0])
+    assert frames_of(kind.forward.__code__, lambda: graph(x)) == 0  # and direct again
+
+
 # (attention factory, wiring, takes the fused fast path in inference?) where wiring is
 # "self" (query, key and value the same tensor), "cross" (key and value another input) or
 # "masked" (self-attention with a key padding mask): each setting forward's fast path reads
