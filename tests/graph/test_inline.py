@@ -6,7 +6,6 @@ the written-out form could differ."""
 from __future__ import annotations
 
 import copy
-import re
 import subprocess
 import sys
 
@@ -300,19 +299,23 @@ def test_written_out_recurrent_layer_is_bit_identical_to_its_forward(case, train
 
 
 @pytest.mark.parametrize(
-    ("x", "error", "message"),
+    ("x", "error"),
     [
-        (torch.randn(2, 5, 4), RuntimeError, "input.size(-1) must be equal to input_size"),
-        (torch.randn(2, 5, 3, dtype=torch.float64), ValueError, "does not match weight dtype"),
-        (torch.randn(2, 2, 5, 3), ValueError, "Expected input to be 2D or 3D"),
+        (torch.randn(2, 5, 4), RuntimeError),  # input.size(-1) must be equal to input_size
+        (torch.randn(2, 5, 3, dtype=torch.float64), ValueError),  # a dtype not the weights'
+        (torch.randn(2, 2, 5, 3), ValueError),  # Expected input to be 2D or 3D
     ],
     ids=["features", "dtype", "dims"],
 )
-def test_a_recurrent_layer_raises_its_own_error_on_bad_input(x, error, message):
-    graph = fl.FlowBuilder(nn.LSTM(3, 4, batch_first=True)).build()
+def test_a_recurrent_layer_raises_its_own_error_on_bad_input(x, error):
+    layer = nn.LSTM(3, 4, batch_first=True)
+    graph = fl.FlowBuilder(layer).build()
     assert whole_tree_direct(graph)
-    with pytest.raises(error, match=re.escape(message)):
+    with pytest.raises(error) as want:
+        layer(x)
+    with pytest.raises(error) as got:
         graph(x)
+    assert str(want.value) in str(got.value)  # the layer's own words, whatever torch's version
 
 
 def test_a_recurrent_layer_takes_a_packed_sequence_through_its_forward():
