@@ -376,15 +376,12 @@ def encoder_layer(
     return module.forward(src, src_mask, src_key_padding_mask, is_causal)
 
 
-def _plain_layer(layer: Any) -> bool:
-    """``layer(...)`` would be exactly ``encoder_layer(layer, ...)``: an
-    ``nn.TransformerEncoderLayer`` whose class ``forward`` is the one mirrored, with no hook, no
-    ``compile()``d call and no ``forward`` of its own (global hooks and tracing are ruled out by
-    the direct path's check, once per pass)."""
+def _plain_call(layer: Any) -> bool:
+    """``layer(...)`` would only pass on to ``layer.forward``: no hook, no ``compile()``d call
+    and no ``forward`` of its own (global hooks and tracing are ruled out by the direct path's
+    check, once per pass)."""
     return (
-        type(layer) is nn.TransformerEncoderLayer
-        and nn.TransformerEncoderLayer.forward is FORWARDS.get(nn.TransformerEncoderLayer)
-        and not (
+        not (
             layer._forward_hooks
             or layer._forward_pre_hooks
             or layer._backward_hooks
@@ -416,10 +413,12 @@ def encoder(
         and src.dim() in (2, 3)  # forward reads the sequence length from these
         and len(layers) > 0
         and all(type(layer) is nn.TransformerEncoderLayer for layer in layers)
+        # the layers' class forward is still the one encoder_layer mirrors
+        and nn.TransformerEncoderLayer.forward is FORWARDS.get(nn.TransformerEncoderLayer)
     ):
         out = src
         for layer in layers:
-            if _plain_layer(layer):
+            if _plain_call(layer):
                 out = encoder_layer(layer, out)
             else:
                 out = layer(out, src_mask=None, is_causal=False, src_key_padding_mask=None)

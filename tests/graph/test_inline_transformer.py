@@ -224,6 +224,27 @@ def test_a_layer_forward_of_its_own_inside_the_stack_is_called():
     assert calls == [1]
 
 
+def test_a_layer_class_forward_replaced_after_import_is_called(monkeypatch):
+    """A library patching ``nn.TransformerEncoderLayer.forward`` on the class (after flodl was
+    imported): a layer step and every layer of a stack run the patched forward."""
+    torch.manual_seed(0)
+    layer, stack = _layer().eval(), _stack(_layer()).eval()
+    graphs = [fl.FlowBuilder(layer).build(), fl.FlowBuilder(stack).build()]
+    x = torch.randn(2, 5, 8)
+    calls: list[int] = []
+    original = nn.TransformerEncoderLayer.forward
+
+    def patched(self, src, *args, **kwargs):
+        calls.append(1)
+        return original(self, src, *args, **kwargs)
+
+    monkeypatch.setattr(nn.TransformerEncoderLayer, "forward", patched)
+    with torch.no_grad():
+        for graph in graphs:
+            graph(x)
+    assert len(calls) == 3  # the layer step, then the stack's two layers
+
+
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
 def test_a_compiled_layer_inside_the_stack_runs_compiled():
     torch.manual_seed(0)
