@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +56,26 @@ def private_flodl_home(tmp_path_factory):
         os.environ.pop("FLODL_HOME", None)
     else:
         os.environ["FLODL_HOME"] = saved
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_tmpdir(tmp_path_factory):
+    """Temp files of the whole session (this process's, subprocesses', torchrun agents', docstring
+    examples') go under pytest's base temp, which pytest prunes to the last 3 runs, instead of
+    piling up in the machine's /tmp. torch's compile cache keeps its usual home: it is meant to
+    outlive a run."""
+    saved = {k: os.environ.get(k) for k in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
+    machine_tmp = tempfile.gettempdir()
+    cache = os.path.join(machine_tmp, f"torchinductor_{getpass.getuser()}")
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", cache)
+    os.environ["TMPDIR"] = tempfile.tempdir = str(tmp_path_factory.mktemp("tmp"))
+    yield
+    tempfile.tempdir = None
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="session")
