@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.fx import _symbolic_trace as _fx_trace
 
 from flodl.graph.nodes import LoopKind, MapMode
 
@@ -289,7 +290,7 @@ class Loop(nn.Module):
         except Exception as exc:
             _note(exc, f"trace() after iteration {i + 1}")
             raise
-        if value is None:
+        if value is None or _fx_trace._is_fx_tracing_flag:  # under torch.fx: proxies, not kept
             return
         if isinstance(value, torch.Tensor):
             self.traces.append(value)

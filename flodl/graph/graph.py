@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.fx import _symbolic_trace as _fx_trace
 
 from flodl.checkpoint.methods import CheckpointMethods
 from flodl.graph import dispatch, inline
@@ -39,6 +40,24 @@ from flodl.log import get_logger
 _MISSING = object()
 log = get_logger("flodl.graph")
 _SOURCE_IDS = itertools.count(1)
+
+
+# What a pass leaves on the modules it runs: a graph's tagged values and state, a loop's traces.
+_PER_PASS = ("_tagged", "traces", "named_traces")
+
+
+def _per_pass_values(graph: Graph) -> list[tuple[nn.Module, dict[str, Any]]]:
+    """The per-pass values of every graph and loop in ``graph``'s tree, as they are now (state
+    dicts copied: a pass writes into them)."""
+    kept = []
+    for module in graph.modules():
+        found = module.__dict__
+        values = {key: found[key] for key in _PER_PASS if key in found}
+        if "_state" in found:
+            values["_state"] = dict(found["_state"])
+        if values:
+            kept.append((module, values))
+    return kept
 
 
 def _missing_input(graph: Graph, name: str) -> None:
@@ -448,7 +467,37 @@ class Graph(
                 return (self._direct_fn or self._direct_forward())(self, *args, **kwargs)
             if tree is not plan and dispatch.direct_ok(plan):
                 return self._direct_forward(fallback=True)(self, *args, **kwargs)
+        if _fx_trace._is_fx_tracing_flag:  # torch.fx.symbolic_trace: proxies, not tensors
+            return self._symbolic_pass(args, kwargs)
         return self._forward_fn(self, *args, **kwargs)
+
+    def _symbolic_pass(self, args: Any, kwargs: Any) -> Any:
+        """A pass under ``torch.fx.symbolic_trace``, with this graph as the traced root or inside
+        the traced module.
+
+        As the root, fx hands ``forward(*args, **kwargs)`` one proxy for each, which cannot be
+        unpacked; the graph knows its inputs, so it indexes them: ``input`` is ``args[0]``, an
+        auxiliary input ``kwargs[name]`` (``kwargs.get(name, default)`` when it has a default).
+        The traced module keeps ``forward(*args, **kwargs)`` and is called as the graph is,
+        auxiliary inputs by keyword.
+
+        The values a pass keeps (tagged values, state across calls, loop traces) would be proxies
+        after it, and the next ordinary call would compute with them: every graph and loop in the
+        tree gets its own values back when the pass ends, as ``torch.export`` does for module
+        attributes."""
+        kept = _per_pass_values(self)
+        try:
+            if type(args) is tuple:
+                return self._forward_fn(self, *args, **kwargs)
+            defaults = self.__dict__.get("_input_defaults", {})
+            named = {
+                name: kwargs.get(name, defaults[name]) if name in defaults else kwargs[name]
+                for name in self._inputs
+            }
+            return self._forward_fn(self, args[0], **named)
+        finally:
+            for module, values in kept:
+                module.__dict__.update(values)
 
     def compile(self, *args: Any, **kwargs: Any) -> Graph:  # type: ignore[override]
         """Compile this graph with :func:`torch.compile`, in place; returns the graph itself.

@@ -1,0 +1,181 @@
+"""``torch.fx.symbolic_trace`` of a graph: as the traced root (fx hands ``forward(*args,
+**kwargs)`` one proxy each) and inside a traced module. The traced module computes what the
+graph does, and tracing leaves the graph as it was: no proxy in its tagged values, state or
+loop traces, and the direct path still taken afterwards."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import flodl as fl
+from tests.graph.helpers import whole_tree_direct
+
+
+def block(dim: int = 6) -> fl.Graph:
+    return fl.FlowBuilder(nn.Linear(dim, dim)).through(nn.GELU()).through(nn.LayerNorm(dim)).build()
+
+
+def traceable() -> dict[str, fl.Graph]:
+    """One graph per node kind fx can trace (no host reads: halting loops and switches can't)."""
+    attn = fl.FlowBuilder().tag("q").through(nn.MultiheadAttention(6, 2, batch_first=True))
+    return {
+        "chain": block(),
+        "residual and tag": fl.FlowBuilder(nn.Linear(6, 6)).also(block()).tag("a").build(),
+        "split and merge": fl.FlowBuilder(nn.Linear(6, 6))
+        .split(nn.Linear(6, 6), block())
+        .merge(fl.MergeOp.MEAN)
+        .build(),
+        "for_n loop": fl.FlowBuilder(nn.Linear(6, 6)).loop_body(block()).for_n(3).build(),
+        "gate": fl.FlowBuilder(nn.Linear(6, 6))
+        .gate(fl.nn.SoftmaxRouter(6, 2), block(), block())
+        .build(),
+        "attention with refs": fl.FlowBuilder(nn.Linear(6, 6))
+        .also(attn.using(key="q", value="q").through(fl.nn.Select(0)).build())
+        .build(),
+        "recurrent": fl.FlowBuilder(nn.Linear(6, 6))
+        .through(nn.LSTM(6, 6, batch_first=True))
+        .through(fl.nn.Select(0))
+        .build(),
+    }
+
+
+class Wrapper(nn.Module):
+    """A hand-written model holding a graph: fx traces into the graph's forward."""
+
+    def __init__(self, graph: fl.Graph) -> None:
+        super().__init__()
+        self.inner = graph  # not "graph": fx.GraphModule has that attribute
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x) * 2
+
+
+class Traced(nn.Module):
+    """A loop body whose iterations the loop keeps (``trace``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.last: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.last = self.lin(x)
+        return self.last
+
+    def trace(self) -> torch.Tensor | None:
+        return self.last
+
+
+@pytest.mark.parametrize("name", list(traceable()))
+def test_a_traced_graph_computes_what_the_graph_does(name):
+    torch.manual_seed(0)
+    graph = traceable()[name]
+    root = torch.fx.symbolic_trace(graph)
+    inside = torch.fx.symbolic_trace(Wrapper(graph))
+    assert "placeholder" in {n.op for n in root.graph.nodes}
+    x = torch.randn(2, 5, 6)
+    expected = graph(x)
+    assert torch.equal(root(x), expected)
+    assert torch.equal(inside(x), expected * 2)
+    # gradients flow through the traced module to the graph's own parameters
+    root(x).square().mean().backward()
+    traced_grads = [p.grad.clone() for p in graph.parameters()]
+    graph.zero_grad()
+    graph(x).square().mean().backward()
+    assert all(
+        torch.equal(a, p.grad) for a, p in zip(traced_grads, graph.parameters(), strict=True)
+    )
+
+
+def test_auxiliary_inputs_are_keywords_of_the_traced_module():
+    graph = (
+        fl.FlowBuilder(nn.Linear(6, 6))
+        .input("ctx")
+        .input("scale", default=2.0)
+        .through(torch.add)
+        .using("ctx")
+        .through(torch.mul)
+        .using("scale")
+        .build()
+    )
+    traced = torch.fx.symbolic_trace(graph)
+    x, ctx = torch.randn(2, 6), torch.randn(2, 6)
+    assert torch.equal(traced(x, ctx=ctx), graph(x, ctx=ctx))  # the default, 2.0
+    assert torch.equal(traced(x, ctx=ctx, scale=3.0), graph(x, ctx=ctx, scale=3.0))
+    assert not torch.equal(traced(x, ctx=ctx, scale=3.0), traced(x, ctx=ctx))
+    with pytest.raises(KeyError, match="ctx"):
+        traced(x)
+
+
+@pytest.mark.parametrize("where", ["root", "inside"])
+def test_tracing_leaves_state_tagged_values_and_loop_traces_as_they_were(where):
+    def model() -> fl.Graph:
+        return (
+            fl.FlowBuilder(nn.Linear(2, 2))
+            .through(fl.nn.StateAdd())
+            .using("memory")
+            .tag("memory")
+            .loop_body(Traced())
+            .for_n(2)
+            .tag("out")
+            .build()
+        )
+
+    torch.manual_seed(0)
+    graph = model()
+    untraced = copy.deepcopy(graph)
+    x = torch.randn(1, 2)
+    for g in (graph, untraced):
+        g(x)  # state, tagged values and loop traces now hold tensors
+    loop = graph._modules["out"]
+    before = (graph.tagged("out"), dict(graph._state), loop.traces)
+    assert len(before[2]) == 2 and before[1]["memory"] is not None
+    torch.fx.symbolic_trace(graph if where == "root" else Wrapper(graph))
+    assert graph.tagged("out") is before[0] and loop.traces is before[2]
+    assert graph._state.keys() == before[1].keys()
+    assert all(graph._state[k] is v for k, v in before[1].items())
+    # the next calls carry state on exactly as in a graph that was never traced
+    for _ in range(2):
+        out = graph(x)
+        assert isinstance(out, torch.Tensor) and torch.equal(out, untraced(x))
+
+
+def test_the_graph_takes_its_direct_path_again_after_tracing():
+    graph = fl.FlowBuilder(nn.Linear(6, 6)).also(block()).build()
+    torch.fx.symbolic_trace(graph)
+    assert whole_tree_direct(graph)
+    x = torch.randn(2, 6)
+    assert torch.equal(graph(x), torch.fx.symbolic_trace(graph)(x))
+
+
+UNTRACEABLE = {
+    # a halting loop reads its verdict on the host; a scan iterates over the sequence
+    "halting loop": (
+        lambda: (
+            fl.FlowBuilder(nn.Linear(6, 6))
+            .loop_body(nn.Linear(6, 6))
+            .until_cond(fl.nn.ThresholdHalt(100.0), 3)
+            .build()
+        ),
+        "halting condition",
+    ),
+    "scan": (
+        lambda: fl.FlowBuilder(nn.Linear(6, 6)).scan(nn.GRUCell(6, 6), dim=1).build(),
+        "node 'grucell_2' was added by .scan(...)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(UNTRACEABLE))
+def test_what_fx_cannot_trace_fails_naming_the_node_and_leaves_the_graph_working(name):
+    make, named = UNTRACEABLE[name]
+    graph = make()
+    with pytest.raises(torch.fx.proxy.TraceError) as err:
+        torch.fx.symbolic_trace(graph)
+    assert named in "\n".join(err.value.__notes__)
+    x = torch.randn(2, 5, 6)
+    assert torch.equal(graph(x), copy.deepcopy(graph)(x))  # no proxy left behind
