@@ -6,6 +6,7 @@ loop traces, and the direct path still taken afterwards."""
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -142,6 +143,21 @@ def test_tracing_leaves_state_tagged_values_and_loop_traces_as_they_were(where):
     for _ in range(2):
         out = graph(x)
         assert isinstance(out, torch.Tensor) and torch.equal(out, untraced(x))
+
+
+def test_export_leaves_tagged_values_and_state_as_they_were():
+    graph = fl.FlowBuilder(nn.Linear(2, 2)).through(fl.nn.StateAdd()).using("h").tag("h").build()
+    untraced = copy.deepcopy(graph)
+    x = torch.randn(1, 2)
+    with warnings.catch_warnings():
+        # export's own check: a pass that assigned tensors to module attributes warns
+        warnings.filterwarnings("error", message=".*assigned during export")
+        exported = torch.export.export(graph, (x,))
+    assert graph.tagged("h") is None and graph._state == {"h": None}
+    first_call = copy.deepcopy(untraced)(x)  # zero state
+    assert torch.equal(exported.module()(x), first_call)
+    for _ in range(2):
+        assert torch.equal(graph(x), untraced(x))
 
 
 def test_the_graph_takes_its_direct_path_again_after_tracing():
