@@ -27,6 +27,7 @@ OTHER_FILES = {
     "test_layout.py": "this file",
     "test_public_api.py": "the public names of flodl and fdl (docs/development.md)",
     "test_self_contained.py": "no comment, docstring or doc points to a file outside the repository",
+    "test_session_tmpdir.py": "the suite keeps its temp files to itself (tests/conftest.py)",
 }
 # Packages tested elsewhere, and where.
 UNTESTED_HERE = {

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.fx import _symbolic_trace as _fx_trace
 
+from flodl.graph.fx_tracing import fx_tracing
 from flodl.graph.nodes import LoopKind, MapMode
 
 
@@ -290,7 +290,7 @@ class Loop(nn.Module):
         except Exception as exc:
             _note(exc, f"trace() after iteration {i + 1}")
             raise
-        if value is None or _fx_trace._is_fx_tracing_flag:  # under torch.fx: proxies, not kept
+        if value is None or fx_tracing():  # under torch.fx: proxies, not kept
             return
         if isinstance(value, torch.Tensor):
             self.traces.append(value)

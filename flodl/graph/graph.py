@@ -19,13 +19,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.fx import _symbolic_trace as _fx_trace
 
 from flodl.checkpoint.methods import CheckpointMethods
 from flodl.graph import dispatch, inline
 from flodl.graph.codegen import generate
 from flodl.graph.composites import SOURCE_GLOBALS
 from flodl.graph.errors import GraphInputError, UnknownTagError
+from flodl.graph.fx_tracing import fx_tracing
 from flodl.graph.hashing import structural_hash
 from flodl.graph.nodes import InputOptions, LoopKind, LoopOptions, MergeOptions, Node, NodeKind
 from flodl.graph.observe import Metrics, ObservationMethods
@@ -467,7 +467,7 @@ class Graph(
                 return (self._direct_fn or self._direct_forward())(self, *args, **kwargs)
             if tree is not plan and dispatch.direct_ok(plan):
                 return self._direct_forward(fallback=True)(self, *args, **kwargs)
-        if _fx_trace._is_fx_tracing_flag:  # torch.fx.symbolic_trace: proxies, not tensors
+        if fx_tracing():  # torch.fx.symbolic_trace or torch.export: proxies, not tensors
             return self._symbolic_pass(args, kwargs)
         return self._forward_fn(self, *args, **kwargs)
 
