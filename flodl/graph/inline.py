@@ -100,10 +100,10 @@ _EXPRESSIONS: dict[type[nn.Module], str] = {
 # ``forward`` in detail (private attributes, the fast path's conditions) as torch writes them
 # in these versions. Their sources of the mirrored classes and helpers differ only in comments,
 # docstrings, error messages, constructor checks and the order of the attention's conditions
-# (2.10 and 2.11 check make_fx tracing earlier): the same decisions and kernel calls. Under
-# another torch the layers keep their ``forward``, until the mirrors are checked against that
-# version's source.
-MIRRORED_TORCH = ((2, 10), (2, 11), (2, 12), (2, 13))
+# (2.10 and 2.11 check make_fx tracing earlier): the same decisions and kernel calls (2.12,
+# 2.14.0, 2.14.1 and 2.15.0 are 2.13's code). Under another torch the layers keep their
+# ``forward``, until the mirrors are checked against that version's source.
+MIRRORED_TORCH = ((2, 10), (2, 11), (2, 12), (2, 13), (2, 14), (2, 15))
 MIRRORS_THIS_TORCH = tuple(int(p) for p in torch.__version__.split(".")[:2]) in MIRRORED_TORCH
 if MIRRORS_THIS_TORCH:
     _EXPRESSIONS.update(dict.fromkeys((nn.LSTM, nn.GRU, nn.RNN), "_rnn({m}, {x})"))
