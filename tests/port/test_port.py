@@ -216,7 +216,7 @@ def test_inexact_port_writes_nothing_unless_forced(workdir):
         ("Nope", None, "torch.randn(2, 4)", "class Nope not found in inexact.py"),
         ("Broken", None, "torch.randn(2, 4)", "missing a required argument: 'dim'"),
         ("Broken", "(0,)", "torch.randn(2, 4)", "ValueError: dim must be positive"),
-        ("Broken", "(4,)", "torch.randn(2, 5)", "does not fit Broken: RuntimeError: mat1 and mat2"),
+        ("Broken", "(4,)", "torch.randn(2, 5)", "does not fit Broken: RuntimeError: "),
         ("Broken", "(4,", "torch.randn(2, 4)", "is not a Python literal"),
         ("Broken", "(4,)", "torch.randn(2, 4", "--example-input"),
     ],
