@@ -205,7 +205,7 @@ _FORWARD = operator.attrgetter("forward")
 
 def _written_out(types: list[type]) -> list[type[nn.Module]]:
     """The classes among ``types`` that the direct forward writes out, once each."""
-    return [t for t in dict.fromkeys(types) if t in inline.FORWARDS]
+    return [t for t in dict.fromkeys(types) if t in inline.FORWARDS and inline.checked(t)]
 
 
 def _named(module: Any, refs: list[Any]) -> bool:

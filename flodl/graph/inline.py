@@ -94,21 +94,25 @@ _EXPRESSIONS: dict[type[nn.Module], str] = {
     nn.BatchNorm2d: _BATCH_NORM.format(dims="(4,)"),
     nn.BatchNorm3d: _BATCH_NORM.format(dims="(5,)"),
     Select: "{x}[{m}.index]",
+    nn.LSTM: "_rnn({m}, {x})",
+    nn.GRU: "_rnn({m}, {x})",
+    nn.RNN: "_rnn({m}, {x})",
+    nn.TransformerEncoderLayer: "_encoder_layer({m}, {x})",
+    nn.TransformerEncoder: "_encoder({m}, {x})",
 }
 
-# ``rnn``, ``attention``, ``encoder_layer`` and ``encoder`` (below) mirror these layers'
-# ``forward`` in detail (private attributes, the fast path's conditions) as torch writes them
-# in these versions. Their sources of the mirrored classes and helpers differ only in comments,
-# docstrings, error messages, constructor checks and the order of the attention's conditions
-# (2.10 and 2.11 check make_fx tracing earlier): the same decisions and kernel calls (2.12,
-# 2.14.0, 2.14.1 and 2.15.0 are 2.13's code). Under another torch the layers keep their
-# ``forward``, until the mirrors are checked against that version's source.
-MIRRORED_TORCH = ((2, 10), (2, 11), (2, 12), (2, 13), (2, 14), (2, 15))
-MIRRORS_THIS_TORCH = tuple(int(p) for p in torch.__version__.split(".")[:2]) in MIRRORED_TORCH
-if MIRRORS_THIS_TORCH:
-    _EXPRESSIONS.update(dict.fromkeys((nn.LSTM, nn.GRU, nn.RNN), "_rnn({m}, {x})"))
-    _EXPRESSIONS[nn.TransformerEncoderLayer] = "_encoder_layer({m}, {x})"
-    _EXPRESSIONS[nn.TransformerEncoder] = "_encoder({m}, {x})"
+# ``rnn``, ``attention``, ``encoder_layer`` and ``encoder`` (below) copy these layers'
+# ``forward`` in detail (private attributes, the fast path's conditions): each group is written
+# out only under a torch whose source of what it copies is one it was checked against (see
+# :mod:`flodl.graph.torch_source`; read on the first graph that has such a layer).
+MIRROR_GROUPS: dict[type[nn.Module], str] = {
+    nn.LSTM: "rnn",
+    nn.GRU: "rnn",
+    nn.RNN: "rnn",
+    nn.MultiheadAttention: "attention",
+    nn.TransformerEncoderLayer: "encoder",
+    nn.TransformerEncoder: "encoder",
+}
 
 # Recurrent cells as a scan step (``{c}``: the cell, ``{x}``: this step's input, ``{h}``: the
 # carried state). The cell's own kernel on a batched input and state; any other case (the first
@@ -130,15 +134,11 @@ CELLS: dict[type[nn.Module], str] = {
 
 # Layers called with more than their input (refs: an attention's key and value), written out
 # by a function of the layer and ``forward``'s own arguments (see :func:`call`).
-_CALLS: dict[type[nn.Module], str] = (
-    {
-        nn.MultiheadAttention: "_mha",
-        nn.TransformerEncoderLayer: "_encoder_layer",
-        nn.TransformerEncoder: "_encoder",
-    }
-    if MIRRORS_THIS_TORCH
-    else {}
-)
+_CALLS: dict[type[nn.Module], str] = {
+    nn.MultiheadAttention: "_mha",
+    nn.TransformerEncoderLayer: "_encoder_layer",
+    nn.TransformerEncoder: "_encoder",
+}
 
 
 def _own_forward(cls: type[nn.Module]) -> bool:
@@ -287,9 +287,13 @@ def attention(
     )
 
 
-# the device types the encoder layer's fast path accepts (privateuse1's name is read per call:
-# a backend may rename it)
-_ENCODER_DEVICES = ("cpu", "cuda", "xpu")
+# the device types the encoder layer's fast path accepts: xpu since torch 2.10 (privateuse1's
+# name is read per call: a backend may rename it)
+_ENCODER_DEVICES = (
+    ("cpu", "cuda", "xpu")
+    if tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 10)
+    else ("cpu", "cuda")
+)
 
 
 def _forward_hooked(module: nn.Module) -> bool:
@@ -470,8 +474,24 @@ def cell_step(module: nn.Module) -> str | None:
 
 def _template(table: dict[type[nn.Module], str], module: nn.Module) -> str | None:
     """``module``'s class's entry in ``table``, if that class's ``forward`` is still the one
-    the entry mirrors (see :data:`FORWARDS`)."""
-    template = table.get(type(module))
-    if template is None or type(module).forward is not FORWARDS.get(type(module)):
+    the entry mirrors (see :data:`FORWARDS`) and, for the detailed mirrors, this torch's source
+    is one they were checked against."""
+    cls = type(module)
+    template = table.get(cls)
+    if template is None or cls.forward is not FORWARDS.get(cls) or not checked(cls):
         return None
     return template
+
+
+def checked(cls: type[nn.Module]) -> bool:
+    """Whether ``cls``'s write-out is on under this torch: always, but for the detailed mirrors
+    (:data:`MIRROR_GROUPS`), on only when this torch's source of what they copy is one they
+    were checked against."""
+    group = MIRROR_GROUPS.get(cls)
+    if group is None:
+        return True
+    # imported here, not with flodl: so that ``python -m flodl.graph.torch_source`` runs a
+    # module not imported yet
+    from flodl.graph import torch_source
+
+    return torch_source.mirrored(group)

@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional
 
 import flodl as fl
-from flodl.graph import inline
+from flodl.graph import inline, torch_source
 from tests.graph.helpers import (
     direct_source,
     frames_of,
@@ -24,10 +24,11 @@ from tests.graph.helpers import (
 )
 
 pytestmark = pytest.mark.skipif(
-    not inline.MIRRORS_THIS_TORCH,
-    reason="the encoder mirrors are on only under the torch versions they were checked against",
+    not torch_source.mirrored("encoder"),
+    reason="the encoder mirrors are on only under the torch source they were checked against",
 )
 
+TORCH = tuple(int(p) for p in torch.__version__.split(".")[:2])
 LAYER_FORWARD = nn.TransformerEncoderLayer.forward.__code__
 STACK_FORWARD = nn.TransformerEncoder.forward.__code__
 MODES = ["train", "eval", "inference"]  # eval: gradients recorded; inference: no_grad
@@ -197,12 +198,17 @@ def test_hooks_inside_the_stack_fire_and_decide_as_forward_does():
     stack.layers[1].linear1.register_forward_hook(lambda m, a, out: fired.append("linear1"))
     stack.layers[0].register_forward_hook(lambda m, a, out: fired.append("layer0"))
     graph = fl.FlowBuilder(stack).build()
+    reference = copy.deepcopy(stack)  # hooks are copied
     x = torch.randn(2, 5, 8)
     with torch.no_grad():
-        assert torch.equal(graph(x), copy.deepcopy(stack).forward(x))
+        got = graph(x)
+        by_graph = fired[:]
+        assert torch.equal(got, reference.forward(x))
+    assert by_graph == fired[len(by_graph) :]  # the same hooks fire as in forward
     # layer 0 through its __call__ (its hook fires); layer 1's hook inside turns its fast path
-    # off, as in forward, so linear1 runs and its hook fires too
-    assert fired == ["layer0", "linear1"] * 2  # the graph, then the copy (hooks are copied)
+    # off, as in forward, so linear1 runs and its hook fires too (torch 2.4's fast path takes no
+    # notice of hooks: it fuses, and linear1's hook fires in neither)
+    assert by_graph == (["layer0", "linear1"] if TORCH >= (2, 5) else ["layer0"])
 
 
 def test_a_layer_forward_of_its_own_inside_the_stack_is_called():
@@ -283,13 +289,26 @@ def test_global_switches_decide_as_in_forward(switch):
     torch.backends.mha.set_fastpath_enabled(switch != "fastpath-off")
     try:
         with grad, cast:
-            assert torch.equal(graph(x), copy.deepcopy(layer).forward(x))
+            want = _outcome(copy.deepcopy(layer).forward, x)
+            got = _outcome(graph, x)
+            if isinstance(want, Exception):  # torch 2.4's own layer fails under CPU autocast
+                assert type(got) is type(want) and str(got) == str(want)
+                return
+            assert torch.equal(got, want)
             frames = frames_of(LAYER_FORWARD, lambda: graph(x))
     finally:
         torch.backends.mha.set_fastpath_enabled(enabled)
     # CPU autocast leaves forward's fast path on (it checks CUDA's autocast), and so the kernel
     fused = switch in ("frozen-weights", "autocast")
     assert frames == (0 if fused else 1)
+
+
+def _outcome(call, x):
+    """What ``call(x)`` returns, or the error it raises."""
+    try:
+        return call(x)
+    except RuntimeError as error:
+        return error
 
 
 class _CountingLayer(nn.TransformerEncoderLayer):
