@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from flodl.graph import inline
@@ -42,6 +43,14 @@ INDENT = "    "
 # Names the generated forward uses besides its own ``_``/``v_`` locals: an input named like one
 # of them would shadow it (``input("range")`` would break every loop).
 RESERVED_NAMES = frozenset({"self", "input", "range", "Exception", "isinstance", "tuple"})
+# The tagged values go straight into the instance dict (nn.Module.__setattr__ costs about 2 us a
+# call); torch.compile traces such a store from torch 2.7 on, so before it they are set as an
+# attribute.
+_TAG_STORE = (
+    "self.__dict__['_tagged'] = "
+    if tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 7)
+    else "self._tagged = "
+)
 
 
 @dataclass
@@ -433,7 +442,7 @@ def _emit_prologue(
     # microsecond per call, which is all the overhead a graph would otherwise add.
     w.emit("_m = self._modules", 1)
     if tagged:  # last pass's tagged values (and the autograd history they hold) go now
-        w.emit("self.__dict__['_tagged'] = {}", 1)
+        w.emit(f"{_TAG_STORE}{{}}", 1)
     w.emit("try:", 1)
     if profile:
         w.emit("_prof = []", 2)
@@ -455,8 +464,7 @@ def _emit_epilogue(
     """Publish the tagged values, close the profile, return, and annotate failures."""
     if tags:
         items = ", ".join(f"{literal(tag)}: {var[node_id]}" for tag, node_id in tags.items())
-        # Straight into the instance dict: nn.Module.__setattr__ costs ~2 us a call.
-        w.emit(f"self.__dict__['_tagged'] = {{{items}}}", 2)
+        w.emit(f"{_TAG_STORE}{{{items}}}", 2)
     if profile:
         w.emit("_prof_done(self, _prof, _now() - _t_start)", 2)
     if outputs:

@@ -505,7 +505,8 @@ class Map(nn.Module):
         return torch.cat(outs, dim=0)
 
     def run(self, x: Any) -> Any:
-        if isinstance(x, list | tuple):
+        # a tuple of types: torch.compile before 2.10 breaks on a union
+        if isinstance(x, (list, tuple)):
             return [self.body(item) for item in x]
         if self.mode is not MapMode.SLICES:
             return self._each(x)

@@ -18,7 +18,8 @@ def _sum_refs(
 ) -> torch.Tensor:
     """``x + Σ refs``; a tag group's list of values counts each member."""
     for ref in refs.values():
-        for value in ref if isinstance(ref, list | tuple) else (ref,):
+        # a tuple of types: torch.compile before 2.10 breaks on a union
+        for value in ref if isinstance(ref, (list, tuple)) else (ref,):
             x = x + value
     return x
 

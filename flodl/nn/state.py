@@ -23,7 +23,8 @@ class StateAdd(nn.Module):
 
     def forward(self, x: torch.Tensor, *refs: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
         for ref in refs:
-            for value in ref if isinstance(ref, list | tuple) else (ref,):
+            # a tuple of types: torch.compile before 2.10 breaks on a union
+            for value in ref if isinstance(ref, (list, tuple)) else (ref,):
                 x = x + value
         return x
 

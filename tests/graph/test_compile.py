@@ -130,7 +130,8 @@ def test_compile_is_in_place_and_keeps_state_dict_keys(tmp_path):
 def test_each_compiled_graph_has_its_own_cache():
     # more graphs than dynamo's per-code cache holds: each is still compiled, none falls back
     backend = Counting()
-    limit = torch._dynamo.config.recompile_limit
+    config = torch._dynamo.config
+    limit = getattr(config, "recompile_limit", None) or config.cache_size_limit  # older name
     for _ in range(limit + 2):
         chain().compile(backend=backend)(torch.randn(2, 4))
     assert backend.graphs == limit + 2
@@ -167,7 +168,9 @@ def test_a_hook_added_after_the_first_call_needs_torchs_hook_guards():
     graph = chain().compile(backend="eager")
     graph(x)
     handle = graph.linear_3.register_forward_hook(lambda m, i, o: o * 0)
-    assert graph(x).abs().sum() > 0  # torch's default: hooks added later are not looked for
+    # torch's default: hooks added later are not looked for (torch 2.4 still looked)
+    hooked_late = torch.equal(graph(x), torch.zeros(2, 4))
+    assert hooked_late == (tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 5))
     handle.remove()
     torch._dynamo.reset()
     with torch._dynamo.config.patch(skip_nnmodule_hook_guards=False):  # the documented knob
@@ -218,7 +221,11 @@ def test_an_adaptive_loop_breaks_at_each_halt_check_and_still_matches_eager():
     x = torch.randn(3, 4)
     explained = torch._dynamo.explain(graph)(x)
     assert explained.graph_break_count == 3 and explained.graph_count == 4  # 4 checks, max_iter 4
-    assert all("item()" in str(r.reason) for r in explained.break_reasons)
+    # each at a halt check, where the host reads the verdict (torch before 2.10 names the
+    # tensor's bool() it reads it with)
+    assert all(
+        "item()" in str(r.reason) or "bool" in str(r.reason) for r in explained.break_reasons
+    )
     torch._dynamo.reset()
     compiled = copy.deepcopy(graph).compile(backend="eager")
     assert torch.equal(compiled(x), graph(x))

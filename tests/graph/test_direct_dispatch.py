@@ -432,7 +432,9 @@ def test_distributed_data_parallel_single_rank(tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "grads equal"
+    # torch before 2.11 has gloo print a line of its own when the group forms
+    printed = [line for line in done.stdout.splitlines() if not line.startswith("[Gloo]")]
+    assert printed == ["grads equal"]
 
 
 @pytest.mark.slow

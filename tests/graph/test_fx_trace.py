@@ -148,6 +148,10 @@ def test_tracing_leaves_state_tagged_values_and_loop_traces_as_they_were(where):
         assert isinstance(out, torch.Tensor) and torch.equal(out, untraced(x))
 
 
+@pytest.mark.skipif(
+    tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 6),
+    reason="the export of torch 2.4 and 2.5 fails on any module attribute a pass sets",
+)
 def test_export_leaves_tagged_values_and_state_as_they_were():
     graph = fl.FlowBuilder(nn.Linear(2, 2)).through(fl.nn.StateAdd()).using("h").tag("h").build()
     untraced = copy.deepcopy(graph)
@@ -155,7 +159,7 @@ def test_export_leaves_tagged_values_and_state_as_they_were():
     with warnings.catch_warnings():
         # export's own check: a pass that assigned tensors to module attributes warns
         warnings.filterwarnings("error", message=".*assigned during export")
-        exported = torch.export.export(graph, (x,))
+        exported = torch.export.export(graph, (x,), strict=False)  # the default in newer torch
     assert graph.tagged("h") is None and graph._state == {"h": None}
     first_call = copy.deepcopy(untraced)(x)  # zero state
     assert torch.equal(exported.module()(x), first_call)

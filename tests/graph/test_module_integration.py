@@ -291,7 +291,9 @@ def test_ddp_wrap_trains_on_gloo_loopback():
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("ok linear_1.weight")
+    # torch before 2.11 has gloo print a line of its own when the group forms
+    printed = [line for line in done.stdout.splitlines() if not line.startswith("[Gloo]")]
+    assert printed[0].startswith("ok linear_1.weight")
 
 
 def test_generated_source_shows_in_tracebacks_and_is_released_with_the_graph():
