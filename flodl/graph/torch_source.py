@@ -261,7 +261,7 @@ def is_checked(group: str, root: Path | None = None) -> bool:
     ``root``) is one they were checked against; False when it cannot be read."""
     try:
         return fingerprint(group, root) in CHECKED[group]
-    except (OSError, LookupError, SyntaxError, UnicodeDecodeError):
+    except (OSError, LookupError, SyntaxError, ValueError):  # ValueError: undecodable, NUL bytes
         return False
 
 

@@ -148,6 +148,9 @@ def test_source_that_cannot_be_read_turns_its_group_off(torch_copy):
     assert not torch_source.is_checked("attention", torch_copy)
     _edit(torch_copy, "torch.nn.modules.transformer", "class TransformerEncoder(", "class (")
     assert not torch_source.is_checked("encoder", torch_copy)
+    for junk in (b"\xff\xfe compiled", b"x = 1\x00"):  # bytecode in its place, a NUL byte
+        (torch_copy / "torch" / "nn" / "modules" / "activation.py").write_bytes(junk)
+        assert not torch_source.is_checked("attention", torch_copy)
 
 
 def _canonical(node: ast.AST) -> str:
