@@ -39,6 +39,7 @@ import importlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 import torch
 
@@ -256,12 +257,17 @@ def fingerprint(group: str, root: Path | None = None) -> str:
     return hashlib.sha256("".join(out).encode()).hexdigest()[:16]
 
 
+# what reading a source can raise: a missing file, a moved definition, a file that is not Python
+# (ValueError: undecodable bytes, or a NUL byte, which Python 3.11 reports so)
+_UNREADABLE = (OSError, LookupError, SyntaxError, ValueError)
+
+
 def is_checked(group: str, root: Path | None = None) -> bool:
     """Whether this torch's source of what ``group``'s mirrors copy (or the source under
     ``root``) is one they were checked against; False when it cannot be read."""
     try:
         return fingerprint(group, root) in CHECKED[group]
-    except (OSError, LookupError, SyntaxError, ValueError):  # ValueError: undecodable, NUL bytes
+    except _UNREADABLE:
         return False
 
 
@@ -272,7 +278,10 @@ def mirrored(group: str) -> bool:
     return is_checked(group)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    """The command: each group's fingerprint and verdict on ``out`` (standard output); 1 when a
+    group is not checked or cannot be read."""
+    out = out or sys.stdout
     parser = argparse.ArgumentParser(
         prog="python -m flodl.graph.torch_source",
         description="This torch's fingerprint of the source each group of layer mirrors copies.",
@@ -285,16 +294,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.show:
-        sys.stdout.write(canonical_source(args.show, args.root))
+        out.write(canonical_source(args.show, args.root))
         return 0
-    print(f"torch {torch.__version__}" if args.root is None else f"torch under {args.root}")
+    out.write(f"torch {torch.__version__}\n" if args.root is None else f"torch under {args.root}\n")
     unchecked = 0
     for group in SOURCES:
-        digest = fingerprint(group, args.root)
-        known = CHECKED[group].get(digest)
-        unchecked += known is None
-        verdict = f"checked (as in torch {known})" if known else "NOT CHECKED: mirrors off"
-        print(f"{group:10} {digest}  {verdict}")
+        try:
+            digest = fingerprint(group, args.root)
+        except _UNREADABLE as error:
+            digest, verdict = "-" * 16, f"UNREADABLE ({error}): mirrors off"
+        else:
+            known = CHECKED[group].get(digest)
+            verdict = f"checked (as in torch {known})" if known else "NOT CHECKED: mirrors off"
+        unchecked += not verdict.startswith("checked")
+        out.write(f"{group:10} {digest}  {verdict}\n")
     return 1 if unchecked else 0
 
 

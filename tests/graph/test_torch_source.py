@@ -212,6 +212,10 @@ def test_the_command_reports_each_group(capsys, torch_copy):
     shown = capsys.readouterr().out
     assert "class LSTM(RNNBase):" in shown and "input.size(1) if self" in shown
     assert '"""' not in shown  # docstrings left out
+    # a directory that holds no torch: each group says so, nothing raises
+    assert torch_source.main(["--root", str(torch_copy / "elsewhere")]) == 1
+    out = capsys.readouterr().out
+    assert out.count("UNREADABLE") == len(torch_source.SOURCES) and "rnn.py" in out
 
 
 def test_inline_gates_exactly_the_detailed_mirrors():
