@@ -36,6 +36,11 @@ def _fused_device_types() -> frozenset[str]:
 _FUSED_DEVICES = _fused_device_types()
 
 
+# torch's optimizers take (name, tensor) pairs, and keep the names, from torch 2.6; before it
+# the factories hand them the tensors alone
+_NAMED_PARAMS = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 6)
+
+
 def _flat_params(params: Iterable[Any]) -> tuple[list[Any], list[Any]]:
     """(what to hand to torch, every tensor in it) — params may be tensors, (name, tensor) or groups."""
     items = list(params)
@@ -50,10 +55,14 @@ def _flat_params(params: Iterable[Any]) -> tuple[list[Any], list[Any]]:
             if group is None:
                 raise OptimError(f"a param group needs a 'params' entry, got keys {sorted(item)}")
             group = [group] if isinstance(group, torch.Tensor) else list(group)
+            if not _NAMED_PARAMS:
+                group = [p[1] if isinstance(p, tuple) else p for p in group]
             items[index] = {**item, "params": group}  # generators are read once: keep the list
             tensors.extend(p[1] if isinstance(p, tuple) else p for p in group)
         else:
             tensors.append(item[1] if isinstance(item, tuple) else item)
+            if not _NAMED_PARAMS:
+                items[index] = tensors[-1]
     return items, tensors
 
 
