@@ -294,7 +294,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.show:
-        out.write(canonical_source(args.show, args.root))
+        try:
+            out.write(canonical_source(args.show, args.root))
+        except _UNREADABLE as error:
+            out.write(f"{args.show}: UNREADABLE ({error})\n")
+            return 1
         return 0
     out.write(f"torch {torch.__version__}\n" if args.root is None else f"torch under {args.root}\n")
     unchecked = 0

@@ -216,6 +216,8 @@ def test_the_command_reports_each_group(capsys, torch_copy):
     assert torch_source.main(["--root", str(torch_copy / "elsewhere")]) == 1
     out = capsys.readouterr().out
     assert out.count("UNREADABLE") == len(torch_source.SOURCES) and "rnn.py" in out
+    assert torch_source.main(["--show", "encoder", "--root", str(torch_copy / "elsewhere")]) == 1
+    assert capsys.readouterr().out.startswith("encoder: UNREADABLE (")
 
 
 def test_inline_gates_exactly_the_detailed_mirrors():
