@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: dict[str, int] = {
     "errors": 0,
     "_version": 0,
+    "_torch_release": 0,
     "log": 1,
     "smoke": 1,
     "device": 1,

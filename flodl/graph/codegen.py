@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import nn
 
+from flodl._torch_release import TORCH_RELEASE
 from flodl.graph import inline
 from flodl.graph.composites import FOR_N, GATE_SUM, UNTIL_COND, WHILE_COND
 from flodl.graph.nodes import (
@@ -46,11 +46,7 @@ RESERVED_NAMES = frozenset({"self", "input", "range", "Exception", "isinstance",
 # The tagged values go straight into the instance dict (nn.Module.__setattr__ costs about 2 us a
 # call); torch.compile traces such a store from torch 2.7 on, so before it they are set as an
 # attribute.
-_TAG_STORE = (
-    "self.__dict__['_tagged'] = "
-    if tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 7)
-    else "self._tagged = "
-)
+_TAG_STORE = "self.__dict__['_tagged'] = " if TORCH_RELEASE >= (2, 7) else "self._tagged = "
 
 
 @dataclass

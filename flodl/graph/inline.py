@@ -35,6 +35,7 @@ import torch
 from torch import _VF, nn
 from torch.nn import functional
 
+from flodl._torch_release import TORCH_RELEASE
 from flodl.nn.select import Select
 
 # ``{m}``: the expression reaching the layer; ``{x}``: its input (a local). ``_q`` and ``_qb``
@@ -289,11 +290,7 @@ def attention(
 
 # the device types the encoder layer's fast path accepts: xpu since torch 2.10 (privateuse1's
 # name is read per call: a backend may rename it)
-_ENCODER_DEVICES = (
-    ("cpu", "cuda", "xpu")
-    if tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 10)
-    else ("cpu", "cuda")
-)
+_ENCODER_DEVICES = ("cpu", "cuda", "xpu") if TORCH_RELEASE >= (2, 10) else ("cpu", "cuda")
 
 
 def _forward_hooked(module: nn.Module) -> bool:

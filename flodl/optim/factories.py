@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from flodl._torch_release import TORCH_RELEASE
 from flodl.optim.errors import OptimError
 
 __all__ = ["SGD", "Adam", "AdamW", "kernel_choice"]
@@ -38,7 +39,7 @@ _FUSED_DEVICES = _fused_device_types()
 
 # torch's optimizers take (name, tensor) pairs, and keep the names, from torch 2.6; before it
 # the factories hand them the tensors alone
-_NAMED_PARAMS = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 6)
+_NAMED_PARAMS = TORCH_RELEASE >= (2, 6)
 
 
 def _flat_params(params: Iterable[Any]) -> tuple[list[Any], list[Any]]:

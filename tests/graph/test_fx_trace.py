@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import flodl as fl
+from flodl._torch_release import TORCH_RELEASE
 from tests.graph.helpers import whole_tree_direct
 
 
@@ -149,7 +150,7 @@ def test_tracing_leaves_state_tagged_values_and_loop_traces_as_they_were(where):
 
 
 @pytest.mark.skipif(
-    tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 6),
+    TORCH_RELEASE < (2, 6),
     reason="the export of torch 2.4 and 2.5 fails on any module attribute a pass sets",
 )
 def test_export_leaves_tagged_values_and_state_as_they_were():

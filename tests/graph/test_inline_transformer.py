@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn import functional
 
 import flodl as fl
+from flodl._torch_release import TORCH_RELEASE
 from flodl.graph import inline, torch_source
 from tests.graph.helpers import (
     direct_source,
@@ -28,7 +29,6 @@ pytestmark = pytest.mark.skipif(
     reason="the encoder mirrors are on only under the torch source they were checked against",
 )
 
-TORCH = tuple(int(p) for p in torch.__version__.split(".")[:2])
 LAYER_FORWARD = nn.TransformerEncoderLayer.forward.__code__
 STACK_FORWARD = nn.TransformerEncoder.forward.__code__
 MODES = ["train", "eval", "inference"]  # eval: gradients recorded; inference: no_grad
@@ -208,7 +208,7 @@ def test_hooks_inside_the_stack_fire_and_decide_as_forward_does():
     # layer 0 through its __call__ (its hook fires); layer 1's hook inside turns its fast path
     # off, as in forward, so linear1 runs and its hook fires too (torch 2.4's fast path takes no
     # notice of hooks: it fuses, and linear1's hook fires in neither)
-    assert by_graph == (["layer0", "linear1"] if TORCH >= (2, 5) else ["layer0"])
+    assert by_graph == (["layer0", "linear1"] if TORCH_RELEASE >= (2, 5) else ["layer0"])
 
 
 def test_a_layer_forward_of_its_own_inside_the_stack_is_called():

@@ -10,9 +10,8 @@ import pytest
 import torch
 
 import flodl as fl
+from flodl._torch_release import TORCH_RELEASE
 from flodl.optim import OptimError, clip_grad_norm, clip_grad_value, kernel_choice
-
-TORCH = tuple(int(p) for p in torch.__version__.split(".")[:2])
 
 
 def fake(device: str, dtype: torch.dtype = torch.float32) -> SimpleNamespace:
@@ -75,7 +74,7 @@ def test_factories_use_fused_on_cpu_and_train_like_torch(factory, cls, kwargs):
             fl.optim.AdamW,
             *(
                 ("torch.optim.adam", "_fused_adam")
-                if TORCH >= (2, 7)
+                if TORCH_RELEASE >= (2, 7)
                 else ("torch.optim.adamw", "_fused_adamw")
             ),
         ),
@@ -141,7 +140,7 @@ def test_param_groups_and_named_parameters():
     # named, in a group too: torch keeps the names from 2.6; before it the tensors alone go in
     named = fl.optim.SGD([{"params": net[0].named_parameters(), "lr": 0.2}], 0.1).param_groups[0]
     assert [p is q for p, q in zip(named["params"], net[0].parameters(), strict=True)] == [True] * 2
-    assert named.get("param_names") == (["weight", "bias"] if TORCH >= (2, 6) else None)
+    assert named.get("param_names") == (["weight", "bias"] if TORCH_RELEASE >= (2, 6) else None)
     group = {"params": net[0].weight, "lr": 0.5}
     fl.optim.SGD([group], 0.1)
     assert group == {"params": net[0].weight, "lr": 0.5}  # the caller's dict is left alone
