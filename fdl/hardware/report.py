@@ -27,17 +27,14 @@ def _archs_from_arch_file(text: str) -> list[tuple[int, int]] | None:
 
 
 def torch_build_archs(machine: Machine):
-    """The installed torch's compiled archs from the release table (``None``: not in the table)."""
-    from fdl.errors import FdlError
+    """The installed torch's compiled archs from the release table (``None``: a line the table
+    does not know; a patch release it does not list has its line's)."""
     from fdl.variants import load_table
 
     if machine.torch is None or machine.torch.tag is None:
         return None
-    try:
-        release = load_table().release(machine.torch.public_version)
-    except FdlError:
-        return None
-    return release.build(machine.torch.tag)
+    release = load_table().installed_release(machine.torch.public_version)
+    return release.build(machine.torch.tag) if release else None
 
 
 def build_report(machine: Machine, home, plan) -> dict[str, Any]:

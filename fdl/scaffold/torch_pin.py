@@ -3,9 +3,10 @@
 ``torch>=2.4`` alone lets pip take PyPI's default Linux wheel, a CUDA build of several GB, even on
 a machine without a GPU. ``fdl init`` therefore writes the project's ``constraints.txt`` with the
 build ``fdl setup`` would choose for this machine's hardware (the CPU build when there is no
-NVIDIA GPU) and the wheel index that has it. The release is the one flodl runs with here when
-fdl's table knows it (the combination this flodl was installed and tested with, and often already
-in pip's cache), else the newest that fits.
+NVIDIA GPU) and the wheel index that has it. The release is the one flodl runs with here (the
+combination this flodl was installed and tested with, and often already in pip's cache) when fdl's
+table knows its line, or when it is newer than the table and the machine needs only the CPU
+build; else the newest release in the table that fits.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from urllib.parse import urlparse
 
 if TYPE_CHECKING:
     from fdl.hardware.machine import Machine
+    from fdl.variants import Release, Target, VariantTable
 
 
 @dataclass(frozen=True)
@@ -47,16 +49,46 @@ def choose_torch(machine: Machine | None = None) -> TorchPin:
     table = load_table()
     target = machine.target()
     running = machine.torch.public_version if machine.torch else None
+    release = _running_release(table, running, target) if running else None
     plan = None
-    if running is not None:
+    if release is not None:
         try:
-            table.release(running)
-            plan = resolve(target, torch=running, table=table)
+            plan = resolve(target, torch=release.torch, table=table.with_release(release))
         except FdlError:
-            plan = None  # a release fdl's table does not know: take the resolver's newest
+            plan = None  # e.g. no wheels of that release for this Python: the resolver's newest
     if plan is None:
         plan = resolve(target, table=table)
     why = plan.reasons[0] if plan.reasons else plan.status
     if running == plan.torch:
         why += f"; torch {plan.torch} is the release flodl runs with where this project was made"
+    elif running and release is None:
+        why += (
+            f"; torch {running} runs here, but fdl's release table stops at "
+            f"{table.newest.torch} (a newer fdl knows more releases)"
+        )
     return TorchPin(plan.requirement, plan.index_url or "", why)
+
+
+def _running_release(table: VariantTable, running: str, target: Target) -> Release | None:
+    """The release of the torch installed here, as the resolver should see it, or None.
+
+    A patch release the table does not list has its line's builds. A release newer than the
+    whole table is offered as its CPU build only, and only to a machine without an NVIDIA GPU:
+    every release has a CPU build, but which CUDA builds it has is not known here.
+    """
+    from fdl.variants import Build, Release
+    from fdl.variants.table import version_key
+
+    release = table.installed_release(running)
+    if release is not None:
+        return release
+    if target.gpus or version_key(running) <= version_key(table.newest.torch):
+        return None
+    newest = table.newest
+    return Release(
+        torch=running,
+        python=(target.python, target.python) if target.python else newest.python,
+        libtorch_naming=newest.libtorch_naming,
+        pypi_default=None,
+        builds=(Build(torch=running, tag="cpu"),),
+    )

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -77,6 +78,17 @@ class Release:
         key = _version_key(version)[:2]
         return _version_key(self.python[0]) <= key <= _version_key(self.python[1])
 
+    def as_patch(self, version: str) -> Release:
+        """This release's builds under another patch ``version`` of the same line (PyTorch's
+        patch releases keep their line's CUDA builds and archs); the archive hashes are left
+        out: they belong to this version's files.
+
+        >>> load_table().release("2.9").as_patch("2.9.0").build("cu128").torch
+        '2.9.0'
+        """
+        builds = tuple(dataclasses.replace(b, torch=version) for b in self.builds)
+        return dataclasses.replace(self, torch=version, builds=builds, libtorch_sha256={})
+
 
 @dataclass(frozen=True)
 class VariantTable:
@@ -104,6 +116,32 @@ class VariantTable:
             f"torch {version} is not in fdl's release table",
             f"choose one of {known} (or update fdl for newer releases)",
         )
+
+    def installed_release(self, version: str) -> Release | None:
+        """The release of an installed torch ``version``, which exists since it is installed:
+        its own entry, else its line's builds under that version (``2.9.0`` where the table
+        lists ``2.9.1``, see ``Release.as_patch``); None for a line the table does not know.
+
+        >>> table = load_table()
+        >>> table.installed_release("2.9.0+cu128").torch, table.installed_release("1.13.1")
+        ('2.9.0', None)
+        """
+        wanted = version.strip().lstrip("v").split("+")[0]
+        line = ".".join(wanted.split(".")[:2])
+        for release in self.releases:
+            if release.torch == wanted:
+                return release
+        for release in self.releases:
+            if release.minor == line:
+                return release.as_patch(wanted)
+        return None
+
+    def with_release(self, release: Release) -> VariantTable:
+        """This table with ``release`` added (kept newest first); the shipped table is shared."""
+        releases = sorted(
+            (*self.releases, release), key=lambda r: _version_key(r.torch), reverse=True
+        )
+        return dataclasses.replace(self, releases=tuple(releases))
 
     def mirror(self, override: str | None = None) -> str:
         return (override or os.environ.get(MIRROR_ENV) or self.default_mirror).rstrip("/")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from importlib import resources
 
 import jsonschema
 import pytest
 
-from tests.fixtures.machines import MACHINES, fdl_env, make_bin
+from tests.conftest import REPO_ROOT
+from tests.fixtures.machines import MACHINES, fdl_env, make_bin, torch_metadata
 
 SCHEMA = json.loads((resources.files("fdl.hardware") / "diagnose.schema.json").read_text())
 
@@ -41,6 +43,17 @@ def test_json_has_driver_gpus_compatibility_and_recommendation(run_fdl, tmp_path
     assert [c["libtorch"] for c in report["compatibility"]] == ["no-active-variant"] * 2
     assert report["recommendation"]["status"] == "compromise"
     assert report["recommendation"]["visible_devices"] == "1"
+
+
+def test_an_installed_patch_release_the_table_does_not_list_has_its_lines_archs(run_fdl, tmp_path):
+    # the table lists 2.9.1; a 2.9.0 wheel has the same builds
+    site = torch_metadata(tmp_path, "2.9.0+cu128")
+    pythonpath = os.pathsep.join([str(REPO_ROOT), str(site)])
+    result = diagnose(run_fdl, tmp_path, "mixed_gtx1060_rtx5060ti", "--json", PYTHONPATH=pythonpath)
+    report = json.loads(result.stdout)
+    assert report["torch"]["version"] == "2.9.0+cu128"
+    assert report["torch"]["archs"] == "7.0 7.5 8.0 8.6 9.0 10.0 12.0"
+    assert [c["torch"] for c in report["compatibility"]] == ["none", "sass"]
 
 
 def test_libtorch_compatibility_is_numeric(run_fdl, tmp_path):

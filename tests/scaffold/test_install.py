@@ -26,8 +26,9 @@ from fdl.scaffold import update
 from fdl.scaffold.bundle import build_wheel, detect_origin, running_packages, wheel_name
 from fdl.scaffold.create import create
 from fdl.scaffold.render import Answers
+from fdl.variants import load_table
 from tests.conftest import REPO_ROOT, clean_env, require
-from tests.fixtures.machines import make_bin
+from tests.fixtures.machines import make_bin, torch_metadata
 from tests.scaffold.torch_index import serve_torch_index, torch_wheels
 
 INSTALL = re.compile(r"^python3 -m venv \.venv && .*$", re.MULTILINE)
@@ -71,6 +72,59 @@ def test_gpu_machine_pins_the_cuda_build_that_fits_it(run_fdl, tmp_path):
     text = (project / "constraints.txt").read_text()
     assert re.search(r"^torch==[\d.]+\+cu126$", text, re.MULTILINE), text
     assert "--extra-index-url https://download.pytorch.org/whl/cu126" in text
+
+
+def installed_torch(tmp_path: Path, version: str, machine: str | None) -> dict[str, str]:
+    """An environment in which the installed torch is ``version``, on ``machine``."""
+    return {
+        "PATH": f"{make_bin(tmp_path, machine)}{os.pathsep}/usr/bin:/bin",
+        "FDL_NVML": "0",
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(torch_metadata(tmp_path, version))]),
+    }
+
+
+def torch_constraints(project: Path) -> tuple[str, str, str]:
+    """(requirement, index line, the reason comment) of the project's torch pin."""
+    lines = (project / "constraints.txt").read_text().splitlines()
+    (pin,) = [line for line in lines if line.startswith("torch==")]
+    (index,) = [line for line in lines if line.startswith("--extra-index-url")]
+    (reason,) = [line for line in lines if line.startswith("# torch: ")]
+    return pin, index, reason
+
+
+@pytest.mark.parametrize(
+    ("installed", "machine", "pin", "index"),
+    [
+        # a patch release the table does not list (it has 2.9.1): the line's builds
+        ("2.9.0+cpu", None, "torch==2.9.0+cpu", "whl/cpu"),
+        ("2.9.0+cu128", "gtx1060", "torch==2.9.0+cu126", "whl/cu126"),  # sm_61: cu126 only
+        # newer than the whole table: every release has a CPU build
+        ("2.99.0+cpu", None, "torch==2.99.0+cpu", "whl/cpu"),
+    ],
+)
+def test_the_installed_release_is_pinned_even_where_the_table_lacks_it(
+    run_fdl, tmp_path, installed, machine, pin, index
+):
+    project = init(run_fdl, tmp_path, env=installed_torch(tmp_path, installed, machine))
+    got_pin, got_index, reason = torch_constraints(project)
+    assert (got_pin, got_index) == (pin, f"--extra-index-url https://download.pytorch.org/{index}")
+    release = installed.split("+")[0]
+    assert f"torch {release} is the release flodl runs with where this project was made" in reason
+
+
+def test_a_torch_newer_than_the_table_on_a_gpu_machine_gets_the_tables_newest_and_says_so(
+    run_fdl, tmp_path
+):
+    # which CUDA builds 2.99 has is not known here: the newest release the table knows that fits
+    env = installed_torch(tmp_path, "2.99.0+cu132", "gtx1060")
+    project = init(run_fdl, tmp_path, env=env)
+    pin, index, reason = torch_constraints(project)
+    newest = load_table().newest.torch
+    assert (pin, index) == (
+        f"torch=={newest}+cu126",
+        "--extra-index-url https://download.pytorch.org/whl/cu126",
+    )
+    assert f"torch 2.99.0 runs here, but fdl's release table stops at {newest}" in reason
 
 
 def test_a_local_mirror_is_trusted_and_used(run_fdl, tmp_path):

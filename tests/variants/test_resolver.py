@@ -81,7 +81,7 @@ def test_mixed_gpus_compromise_names_devices_and_source_build(gpu_machine):
 def test_pinned_release_is_respected(gpu_machine):
     gpu_machine("blackwell_driver575")
     plan = resolve(target_for("blackwell_driver575"), torch="2.14")
-    assert plan.torch == "2.14.0" and plan.status == "no-build" and plan.tag == "cpu"
+    assert plan.torch == "2.14.1" and plan.status == "no-build" and plan.tag == "cpu"
     assert any("2.11.0 + cu128 fits every GPU" in a for a in plan.alternatives)
     plan = resolve(target_for("blackwell_driver575"), torch="2.9")
     assert (plan.torch, plan.tag, plan.status) == ("2.9.1", "cu128", "ok")
@@ -179,11 +179,42 @@ def test_aarch64_only_considers_builds_published_for_it():
 
 
 def test_says_when_plain_pypi_would_be_wrong():
+    # PyPI's Linux wheel of 2.14 is its CUDA 13.0 build (requires cuda-toolkit 13.0.x), which a
+    # 550 driver cannot load
     a100 = Target(driver="550.127.05", gpus=(GpuTarget(0, "NVIDIA A100-SXM4-80GB", (8, 0)),))
-    plan = resolve(a100)
+    plan = resolve(a100, torch="2.14")
+    assert plan.tag == "cu126"
     assert any(
-        "a plain 'pip install torch' would install the cu132 build" in r for r in plan.reasons
-    )
+        "a plain 'pip install torch' would install the cu130 build" in r for r in plan.reasons
+    ), plan.reasons
+
+
+def test_an_installed_patch_release_has_its_lines_builds():
+    table = load_table()
+    listed = table.release("2.9")
+    patch = table.installed_release("2.9.0+cu128")
+    assert patch.torch == "2.9.0" and patch.minor == "2.9"
+    assert [(b.tag, b.sass, b.ptx, b.stable) for b in patch.builds] == [
+        (b.tag, b.sass, b.ptx, b.stable) for b in listed.builds
+    ]
+    assert {b.torch for b in patch.builds} == {"2.9.0"}  # pins name the installed patch
+    assert listed.libtorch_sha256 and not patch.libtorch_sha256  # a hash is one file's
+    assert table.installed_release("2.9.1") is listed
+    assert table.installed_release(" v2.9.1+cpu") is listed
+    assert table.installed_release("2.3.1") is None  # a line the table does not know
+    assert table.installed_release("2.99.0") is None
+
+
+def test_a_table_with_an_extra_release_keeps_order_and_leaves_the_shipped_one_alone():
+    table = load_table()
+    patch = table.installed_release("2.9.0")
+    extended = table.with_release(patch)
+    torches = [r.torch for r in extended.releases]
+    assert torches.index("2.9.1") + 1 == torches.index("2.9.0")
+    assert extended.release("2.9.0") is patch and extended.release("2.9") is not patch
+    assert "2.9.0" not in [r.torch for r in load_table().releases]
+    plan = resolve(Target(python="3.11"), torch="2.9.0", table=extended)
+    assert (plan.torch, plan.requirement) == ("2.9.0", "torch==2.9.0+cpu")
 
 
 def test_python_too_new_for_the_release_that_fits_is_explained():
