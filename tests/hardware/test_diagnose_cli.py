@@ -15,8 +15,14 @@ from tests.fixtures.machines import MACHINES, fdl_env, make_bin, torch_metadata
 SCHEMA = json.loads((resources.files("fdl.hardware") / "diagnose.schema.json").read_text())
 
 
-def diagnose(run_fdl, tmp_path, machine, *args, **extra):
-    env = fdl_env(tmp_path, PATH=str(make_bin(tmp_path, machine)), **extra)
+# The torch every report here sees installed, whatever this environment has: a CPU build of a
+# release in the table (its metadata ahead of the real torch on the path; see torch_metadata).
+INSTALLED = "2.13.0+cpu"
+
+
+def diagnose(run_fdl, tmp_path, machine, *args, torch=INSTALLED, **extra):
+    pythonpath = os.pathsep.join([str(REPO_ROOT), str(torch_metadata(tmp_path, torch))])
+    env = fdl_env(tmp_path, PATH=str(make_bin(tmp_path, machine)), PYTHONPATH=pythonpath, **extra)
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     return run_fdl("diagnose", *args, env=env, cwd=work)
@@ -47,9 +53,7 @@ def test_json_has_driver_gpus_compatibility_and_recommendation(run_fdl, tmp_path
 
 def test_an_installed_patch_release_the_table_does_not_list_has_its_lines_archs(run_fdl, tmp_path):
     # the table lists 2.9.1; a 2.9.0 wheel has the same builds
-    site = torch_metadata(tmp_path, "2.9.0+cu128")
-    pythonpath = os.pathsep.join([str(REPO_ROOT), str(site)])
-    result = diagnose(run_fdl, tmp_path, "mixed_gtx1060_rtx5060ti", "--json", PYTHONPATH=pythonpath)
+    result = diagnose(run_fdl, tmp_path, "mixed_gtx1060_rtx5060ti", "--json", torch="2.9.0+cu128")
     report = json.loads(result.stdout)
     assert report["torch"]["version"] == "2.9.0+cu128"
     assert report["torch"]["archs"] == "7.0 7.5 8.0 8.6 9.0 10.0 12.0"
