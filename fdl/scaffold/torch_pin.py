@@ -5,8 +5,8 @@ a machine without a GPU. ``fdl init`` therefore writes the project's ``constrain
 build ``fdl setup`` would choose for this machine's hardware (the CPU build when there is no
 NVIDIA GPU) and the wheel index that has it. The release is the one flodl runs with here (the
 combination this flodl was installed and tested with, and often already in pip's cache) when fdl's
-table knows its line, or when it is newer than the table and the machine needs only the CPU
-build; else the newest release in the table that fits.
+table knows its line, or when the machine needs only the CPU build (every release has one); else
+the newest release in the table that fits.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def choose_torch(machine: Machine | None = None) -> TorchPin:
         why += f"; torch {plan.torch} is the release flodl runs with where this project was made"
     elif running and release is None:
         why += (
-            f"; torch {running} runs here, but fdl's release table stops at "
-            f"{table.newest.torch} (a newer fdl knows more releases)"
+            f"; torch {running} runs here, but fdl's release table does not know its line "
+            f"(it has {table.releases[-1].minor} to {table.newest.minor})"
         )
     return TorchPin(plan.requirement, plan.index_url or "", why)
 
@@ -72,18 +72,16 @@ def choose_torch(machine: Machine | None = None) -> TorchPin:
 def _running_release(table: VariantTable, running: str, target: Target) -> Release | None:
     """The release of the torch installed here, as the resolver should see it, or None.
 
-    A patch release the table does not list has its line's builds. A release newer than the
-    whole table is offered as its CPU build only, and only to a machine without an NVIDIA GPU:
-    every release has a CPU build, but which CUDA builds it has is not known here.
+    A patch release the table does not list has its line's builds. A release of a line the table
+    does not know (newer than the table, or older) is offered as its CPU build only, and only to
+    a machine without an NVIDIA GPU: every release has a CPU build, but which CUDA builds it has
+    is not known here.
     """
     from fdl.variants import Build, Release
-    from fdl.variants.table import version_key
 
     release = table.installed_release(running)
-    if release is not None:
+    if release is not None or target.gpus:
         return release
-    if target.gpus or version_key(running) <= version_key(table.newest.torch):
-        return None
     newest = table.newest
     return Release(
         torch=running,

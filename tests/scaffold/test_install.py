@@ -98,8 +98,9 @@ def torch_constraints(project: Path) -> tuple[str, str, str]:
         # a patch release the table does not list (it has 2.9.1): the line's builds
         ("2.9.0+cpu", None, "torch==2.9.0+cpu", "whl/cpu"),
         ("2.9.0+cu128", "gtx1060", "torch==2.9.0+cu126", "whl/cu126"),  # sm_61: cu126 only
-        # newer than the whole table: every release has a CPU build
+        # a line the table does not know, newer or older: every release has a CPU build
         ("2.99.0+cpu", None, "torch==2.99.0+cpu", "whl/cpu"),
+        ("2.4.1+cu121", None, "torch==2.4.1+cpu", "whl/cpu"),
     ],
 )
 def test_the_installed_release_is_pinned_even_where_the_table_lacks_it(
@@ -112,19 +113,23 @@ def test_the_installed_release_is_pinned_even_where_the_table_lacks_it(
     assert f"torch {release} is the release flodl runs with where this project was made" in reason
 
 
-def test_a_torch_newer_than_the_table_on_a_gpu_machine_gets_the_tables_newest_and_says_so(
+def test_a_torch_the_table_does_not_know_on_a_gpu_machine_gets_the_tables_newest_and_says_so(
     run_fdl, tmp_path
 ):
     # which CUDA builds 2.99 has is not known here: the newest release the table knows that fits
     env = installed_torch(tmp_path, "2.99.0+cu132", "gtx1060")
     project = init(run_fdl, tmp_path, env=env)
     pin, index, reason = torch_constraints(project)
-    newest = load_table().newest.torch
+    table = load_table()
     assert (pin, index) == (
-        f"torch=={newest}+cu126",
+        f"torch=={table.newest.torch}+cu126",
         "--extra-index-url https://download.pytorch.org/whl/cu126",
     )
-    assert f"torch 2.99.0 runs here, but fdl's release table stops at {newest}" in reason
+    lines = f"{table.releases[-1].minor} to {table.newest.minor}"
+    assert (
+        f"torch 2.99.0 runs here, but fdl's release table does not know its line (it has {lines})"
+        in reason
+    )
 
 
 def test_a_local_mirror_is_trusted_and_used(run_fdl, tmp_path):
