@@ -14,6 +14,9 @@ SHM = Path("/dev/shm")
 # Not the run's to remove: torch's compile cache, kept on purpose for every later process, and
 # the log directory torchrun's agent leaves behind after every job, successful or not.
 CACHES = ("torchinductor_", "torchelastic_")
+# torch before 2.10 makes a directory for this file when torch.distributed.nn is imported (as
+# building an optimizer does), and removes it only at a normal exit: never the run's to remove.
+TORCH_IMPORT_DIR_FILE = "_remote_module_non_scriptable.py"
 
 
 def _shm() -> set[str]:
@@ -26,6 +29,11 @@ def _resource_tracker(proc: psutil.Process) -> bool:
     return proc.ppid() == os.getpid() and "multiprocessing.resource_tracker" in " ".join(
         proc.cmdline()
     )
+
+
+def _torch_import_dir(path: Path) -> bool:
+    """Whether ``path`` is torch's own import-time directory (see TORCH_IMPORT_DIR_FILE)."""
+    return [p.name for p in path.iterdir()] == [TORCH_IMPORT_DIR_FILE]
 
 
 class Leftovers:
@@ -82,6 +90,7 @@ class Leftovers:
             str(p.relative_to(self.tmpdir))
             for p in self.tmpdir.rglob("*")
             if not p.relative_to(self.tmpdir).parts[0].startswith(CACHES)
+            and not _torch_import_dir(p if p.is_dir() else p.parent)
         )
         assert not files, f"temp files left: {files}"
         segments = sorted(_shm() - self.shm - self._mapped_by_others())
