@@ -33,8 +33,7 @@ test: lint
 # The suite under another torch release, in a venv of its own (.venv-torch-X.Y.Z), for a release
 # that CI (torch 2.13) does not run: flodl supports torch>=2.4. PyPI's Linux wheels are CUDA builds
 # (3-5 GB with their libraries) that run on the CPU. transformers 5 needs torch 2.6 or later, so
-# older torch gets transformers 4 (whose own save/load round trip of some MLM heads loses a tied
-# bias: tests/hf/test_parity.py reports those cells).
+# older torch gets transformers 4 (see docs/development.md for the parity cells it fails).
 TORCH_VENV := .venv-torch-$(TORCH)
 test-torch:
 	@test -n "$(TORCH)" || { echo "usage: make test-torch TORCH=2.4.0 [ARGS=tests/graph]" >&2; exit 2; }
