@@ -3,7 +3,8 @@
 Each cell: a tiny random transformers model saved with save_pretrained, loaded with
 fl.hf.AutoModelFor*.from_pretrained, outputs compared (max abs diff < 1e-5); then the flodl model
 is exported with save_pretrained and loaded back by transformers with no missing or unexpected
-keys and the same outputs.
+keys and the same outputs as transformers' own checkpoint of the model (transformers 5 reloads
+that exactly; transformers 4 loses the tied bias of some MLM heads).
 """
 
 from __future__ import annotations
@@ -15,11 +16,17 @@ import flodl.hf as fh
 from flodl.hf import parity
 
 
+def transformers_major() -> int:
+    return int(parity.transformers_module().__version__.split(".")[0])
+
+
 @pytest.mark.parametrize("head", fh.HEADS)
 @pytest.mark.parametrize("family", sorted(fh.FAMILIES))
 def test_cell(family, head, tmp_path):
     cell = parity.run_cell(family, head, tmp_path)
     assert cell.error == ""
+    if transformers_major() >= 5:  # reloads its own checkpoints exactly: the export is held to the
+        assert cell.reference_diff < parity.TOLERANCE, cell  # reference's outputs themselves
     assert cell.load_diff < parity.TOLERANCE, cell
     assert cell.export_diff < parity.TOLERANCE, cell
     assert cell.missing == [] and cell.unexpected == []
@@ -54,6 +61,8 @@ def test_the_comparison_sees_a_wrong_weight(tmp_path):
 def test_deberta_variants(variant, tmp_path):
     """DeBERTa-v2's configuration switches (v2 vs v3 attention, MLM layouts) all match."""
     t = parity.transformers_module()
+    if variant == {"legacy": False} and transformers_major() < 5:
+        pytest.skip("transformers 4 ties this head's dense layer to the word embeddings")
     for head in ("base", "mlm"):
         cfg = parity.tiny_config("deberta-v2", head)
         for key, value in variant.items():
