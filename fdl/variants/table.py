@@ -137,10 +137,10 @@ class VariantTable:
         return None
 
     def with_release(self, release: Release) -> VariantTable:
-        """This table with ``release`` added (kept newest first); the shipped table is shared."""
-        releases = sorted(
-            (*self.releases, release), key=lambda r: _version_key(r.torch), reverse=True
-        )
+        """This table with ``release`` in it (in place of one of the same version; kept newest
+        first). The shipped table is shared, so it is never changed."""
+        others = (r for r in self.releases if r.torch != release.torch)
+        releases = sorted((*others, release), key=lambda r: _version_key(r.torch), reverse=True)
         return dataclasses.replace(self, releases=tuple(releases))
 
     def mirror(self, override: str | None = None) -> str:

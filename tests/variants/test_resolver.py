@@ -213,6 +213,7 @@ def test_a_table_with_an_extra_release_keeps_order_and_leaves_the_shipped_one_al
     assert torches.index("2.9.1") + 1 == torches.index("2.9.0")
     assert extended.release("2.9.0") is patch and extended.release("2.9") is not patch
     assert "2.9.0" not in [r.torch for r in load_table().releases]
+    assert table.with_release(table.release("2.9")).releases == table.releases  # no duplicate
     plan = resolve(Target(python="3.11"), torch="2.9.0", table=extended)
     assert (plan.torch, plan.requirement) == ("2.9.0", "torch==2.9.0+cpu")
 
