@@ -66,8 +66,9 @@ def test_cpu_only_machine_pins_the_cpu_build_of_the_running_release(run_fdl, tmp
 
 
 def test_gpu_machine_pins_the_cuda_build_that_fits_it(run_fdl, tmp_path):
-    gtx1060 = make_bin(tmp_path, "gtx1060")  # sm_61, driver 535: cu126 is the build that fits
-    env = {"PATH": f"{gtx1060}{os.pathsep}/usr/bin:/bin", "FDL_NVML": "0"}
+    # sm_61, driver 535: of torch 2.13's builds, cu126 is the one that fits (whatever torch this
+    # environment has: the installed one, as fdl sees it, is 2.13.0)
+    env = installed_torch(tmp_path, "2.13.0+cpu", "gtx1060")
     project = init(run_fdl, tmp_path, env=env)
     text = (project / "constraints.txt").read_text()
     assert re.search(r"^torch==[\d.]+\+cu126$", text, re.MULTILINE), text
@@ -407,11 +408,11 @@ def test_docker_images_install_the_bundled_wheel():
 
 
 def test_update_rewrites_constraints_for_the_machine_it_runs_on(run_fdl, tmp_path):
-    no_gpu = {"PATH": f"{make_bin(tmp_path, None)}{os.pathsep}/usr/bin:/bin", "FDL_NVML": "0"}
+    no_gpu = installed_torch(tmp_path, "2.13.0+cpu", None)  # cu126 fits the GTX 1060 there
     project = init(run_fdl, tmp_path, env=no_gpu)
     again = run_fdl("init", "--update", cwd=project, env=no_gpu)
     assert again.returncode == 0 and "nothing to update" in again.stderr  # same code, same bytes
-    gpu = {"PATH": f"{make_bin(tmp_path, 'gtx1060')}{os.pathsep}/usr/bin:/bin", "FDL_NVML": "0"}
+    gpu = installed_torch(tmp_path, "2.13.0+cpu", "gtx1060")
     moved = run_fdl("init", "--update", cwd=project, env=gpu)
     assert moved.returncode == 0, moved.stderr
     assert "update    constraints.txt" in moved.stderr
