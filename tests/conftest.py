@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,16 @@ def private_flodl_home(tmp_path_factory):
         os.environ.pop("FLODL_HOME", None)
     else:
         os.environ["FLODL_HOME"] = saved
+
+
+@pytest.fixture(scope="session", autouse=True)
+def interruptible_children():
+    """A suite started with SIGINT ignored (a background job of a shell without job control)
+    would start every process with it ignored, and the Ctrl-C tests would time out. The session
+    handles SIGINT as Python does by default instead: a handled signal is back to its default
+    action in a child after exec, so the processes the tests start take Ctrl-C as in a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)
