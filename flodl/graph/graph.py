@@ -25,7 +25,7 @@ from flodl.graph import dispatch, inline
 from flodl.graph.codegen import generate
 from flodl.graph.composites import SOURCE_GLOBALS
 from flodl.graph.errors import GraphInputError, UnknownTagError
-from flodl.graph.fx_tracing import fx_tracing
+from flodl.graph.fx_tracing import FAKE_EXPORT, exporting_on_fakes, fx_tracing
 from flodl.graph.hashing import structural_hash
 from flodl.graph.nodes import InputOptions, LoopKind, LoopOptions, MergeOptions, Node, NodeKind
 from flodl.graph.observe import Metrics, ObservationMethods
@@ -460,6 +460,8 @@ class Graph(
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the generated forward (see :attr:`code`): ``graph(x)`` or ``graph(x, ctx=...)``."""
+        if FAKE_EXPORT and exporting_on_fakes(args, kwargs):  # torch 2.4/2.5's torch.export
+            return self._symbolic_pass(args, kwargs)
         plan = self._direct_plan
         if plan is not None and not dispatch.is_compiling():  # dynamo traces the ordinary path
             tree = self._direct_tree or self._merge_plans()

@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 import flodl as fl
-from flodl._torch_release import TORCH_RELEASE
 from tests.graph.helpers import whole_tree_direct
 
 
@@ -149,10 +148,6 @@ def test_tracing_leaves_state_tagged_values_and_loop_traces_as_they_were(where):
         assert isinstance(out, torch.Tensor) and torch.equal(out, untraced(x))
 
 
-@pytest.mark.skipif(
-    TORCH_RELEASE < (2, 6),
-    reason="the export of torch 2.4 and 2.5 fails on any module attribute a pass sets",
-)
 def test_export_leaves_tagged_values_and_state_as_they_were():
     graph = fl.FlowBuilder(nn.Linear(2, 2)).through(fl.nn.StateAdd()).using("h").tag("h").build()
     untraced = copy.deepcopy(graph)
@@ -166,6 +161,46 @@ def test_export_leaves_tagged_values_and_state_as_they_were():
     assert torch.equal(exported.module()(x), first_call)
     for _ in range(2):
         assert torch.equal(graph(x), untraced(x))
+
+
+class Holder(nn.Module):
+    """A plain module holding a graph, as a model holds its parts (not named ``graph``: the
+    module torch.export gives back is an fx GraphModule, whose ``graph`` would hide it)."""
+
+    def __init__(self, inner: fl.Graph) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x, **inputs):
+        return self.inner(x, **inputs)
+
+
+HELD = {
+    "tags": lambda: fl.FlowBuilder(nn.Linear(2, 2)).tag("out").through(nn.ReLU()).build(),
+    "auxiliary input": lambda: (
+        fl.FlowBuilder(nn.Linear(2, 2)).input("ctx").through(torch.add).using("ctx").build()
+    ),
+    "state": lambda: (
+        fl.FlowBuilder(nn.Linear(2, 2)).through(fl.nn.StateAdd()).using("h").tag("h").build()
+    ),
+}
+
+
+@pytest.mark.parametrize("where", ["root", "held"])
+@pytest.mark.parametrize("name", list(HELD))
+def test_export_of_tags_inputs_and_state_as_root_or_held_by_a_module(name, where):
+    # torch 2.4 and 2.5 export on fake tensors without fx's flag: the graph must see it too
+    graph = HELD[name]()
+    x, inputs = torch.randn(1, 2), {"ctx": torch.randn(1, 2)} if name == "auxiliary input" else {}
+    graph(x, **inputs)
+    kept = (dict(graph.__dict__["_tagged"]), dict(graph._state))
+    untraced = copy.deepcopy(graph)
+    model = graph if where == "root" else Holder(graph)
+    exported = torch.export.export(model, (x,), inputs, strict=False)
+    for now, before in zip((graph.__dict__["_tagged"], graph._state), kept, strict=True):
+        assert now.keys() == before.keys()  # as they were: no fake tensor left on the graph
+        assert all(now[k] is v for k, v in before.items())
+    assert torch.equal(exported.module()(x, **inputs), untraced(x, **inputs))
 
 
 def test_the_graph_takes_its_direct_path_again_after_tracing():
