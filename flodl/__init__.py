@@ -75,6 +75,7 @@ from flodl.device import (
 from flodl.errors import FlodlError
 from flodl.graph import (
     BuildIssue,
+    ExplicitState,
     FlowBuilder,
     Graph,
     GraphBuildError,
@@ -141,6 +142,7 @@ __all__ = [
     "ElChe",
     "ElCheConfig",
     "EpochMetrics",
+    "ExplicitState",
     "FlodlError",
     "FlowBuilder",
     "Graph",

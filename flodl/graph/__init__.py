@@ -11,6 +11,7 @@ from flodl.graph.errors import (
     NotBuiltError,
     TraceError,
 )
+from flodl.graph.explicit_state import ExplicitState
 from flodl.graph.graph import Graph, UnknownTagError
 from flodl.graph.merge import MergeOp
 from flodl.graph.observe import Reduce
@@ -23,6 +24,7 @@ from flodl.graph.visual import GraphvizError
 
 __all__: list[str] = [
     "BuildIssue",
+    "ExplicitState",
     "FlowBuilder",
     "Graph",
     "GraphBuildError",

@@ -25,6 +25,7 @@ from flodl.graph import dispatch, inline
 from flodl.graph.codegen import generate
 from flodl.graph.composites import SOURCE_GLOBALS
 from flodl.graph.errors import GraphInputError, UnknownTagError
+from flodl.graph.explicit_state import ExplicitState
 from flodl.graph.fx_tracing import FAKE_EXPORT, exporting_on_fakes, fx_tracing
 from flodl.graph.hashing import structural_hash
 from flodl.graph.nodes import InputOptions, LoopKind, LoopOptions, MergeOptions, Node, NodeKind
@@ -692,6 +693,28 @@ class Graph(
     def has_state(self) -> bool:
         """True when the graph has forward references (state carried across calls)."""
         return bool(self._state)
+
+    def explicit_state(self) -> ExplicitState:
+        """This graph as a function of its state: ``output, state = step(x, state=state)``.
+
+        The returned :class:`~flodl.ExplicitState` runs this graph with the state it is given
+        (keyed by graph path and tag: ``"memory"``, ``"encoder.h"``) and returns the state the
+        pass wrote, leaving the graph's own state as it was: one graph serves several
+        independent sequences, and ``torch.export`` takes the state as inputs and outputs
+        instead of reading it once as a constant. Raises :class:`~flodl.GraphInputError` when
+        the graph has no forward references, or has a module keeping state of its own.
+
+        >>> import torch
+        >>> import flodl as fl
+        >>> g = fl.FlowBuilder().through(fl.nn.StateAdd()).using("m").tag("m").build()
+        >>> step = g.explicit_state()
+        >>> a, b = torch.ones(1, 2), torch.full((1, 2), 10.0)
+        >>> _, sa = step(a)
+        >>> _, sb = step(b)
+        >>> step(a, state=sa)[0].tolist(), step(b, state=sb)[0].tolist()
+        ([[2.0, 2.0]], [[20.0, 20.0]])
+        """
+        return ExplicitState(self)
 
     def _graphs(self) -> list[Graph]:
         return [m for m in self.modules() if isinstance(m, Graph)]
