@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fdl.errors import ExitCode, FdlError, FdlUsageError
+
+if TYPE_CHECKING:
+    from flodl.hf.parity import Cell
 
 HEADS = ("auto", "base", "seqcls", "tokcls", "qa", "mlm")
 _SUFFIXES = {
@@ -199,7 +202,7 @@ def parity(
     console.info(f"all {len(cells)} cells within {matrix.TOLERANCE:g} of transformers")
 
 
-def parity_row(c: Any, tolerance: float) -> str:
+def parity_row(c: Cell, tolerance: float) -> str:
     """One cell of the parity matrix as a row of ``fdl hf parity``'s table.
 
     >>> from flodl.hf.parity import Cell

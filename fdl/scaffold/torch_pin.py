@@ -77,16 +77,8 @@ def _running_release(table: VariantTable, running: str, target: Target) -> Relea
     a machine without an NVIDIA GPU: every release has a CPU build, but which CUDA builds it has
     is not known here.
     """
-    from fdl.variants import Build, Release
-
     release = table.installed_release(running)
     if release is not None or target.gpus:
         return release
-    newest = table.newest
-    return Release(
-        torch=running,
-        python=(target.python, target.python) if target.python else newest.python,
-        libtorch_naming=newest.libtorch_naming,
-        pypi_default=None,
-        builds=(Build(torch=running, tag="cpu"),),
-    )
+    python = (target.python, target.python) if target.python else None
+    return table.newest.as_cpu_only(running, python)

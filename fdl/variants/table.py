@@ -89,6 +89,22 @@ class Release:
         builds = tuple(dataclasses.replace(b, torch=version) for b in self.builds)
         return dataclasses.replace(self, torch=version, builds=builds, libtorch_sha256={})
 
+    def as_cpu_only(self, version: str, python: tuple[str, str] | None = None) -> Release:
+        """A release of a line this table does not know, as far as can be said without its
+        wheel index: its CPU build (every release has one), this release's libtorch naming,
+        ``python`` (default: this release's range), no PyPI default and no hashes.
+
+        >>> [(b.torch, b.tag) for b in load_table().newest.as_cpu_only("2.99.0").builds]
+        [('2.99.0', 'cpu')]
+        """
+        return Release(
+            torch=version,
+            python=python or self.python,
+            libtorch_naming=self.libtorch_naming,
+            pypi_default=None,
+            builds=(Build(torch=version, tag="cpu"),),
+        )
+
 
 @dataclass(frozen=True)
 class VariantTable:
