@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.compiler import is_compiling
 
 from flodl.graph.composites import Loop
 from flodl.graph.errors import GraphInputError
@@ -44,6 +45,13 @@ def _walk(
         if child is None or id(child) in seen or (isinstance(module, Loop) and name == "body"):
             continue
         yield from _walk(child, f"{path}.{name}" if path else name, seen)
+
+
+def _put_state(graph: Graph, values: dict[str, torch.Tensor | None]) -> None:
+    if is_compiling():  # dynamo of torch 2.4 cannot trace a write into a module's __dict__
+        graph._state = values
+    else:  # a third of nn.Module.__setattr__'s cost, which checks for parameters and modules
+        graph.__dict__["_state"] = values
 
 
 class ExplicitState(nn.Module):
@@ -120,12 +128,12 @@ class ExplicitState(nn.Module):
             for path, graph, tags in self._carriers:
                 prefix = f"{path}." if path else ""
                 values = {tag: given[prefix + tag] for tag in tags}
-                graph._state = values  # the pass writes into this dict
+                _put_state(graph, values)  # the pass writes into this dict
                 installed.append((prefix, values))
             output = self.module(*args, **inputs)
         finally:
             for graph, values in kept:
-                graph._state = values
+                _put_state(graph, values)
         return output, {
             prefix + tag: value for prefix, values in installed for tag, value in values.items()
         }
