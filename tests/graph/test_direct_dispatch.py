@@ -4,6 +4,7 @@ observing the call path (hooks, instance forwards, parametrizations, ...) falls 
 
 from __future__ import annotations
 
+import ast
 import copy
 import pickle
 import warnings
@@ -442,3 +443,46 @@ def test_torch_compile_traces_the_graph_without_breaks():
     graph = fl.FlowBuilder(nn.Linear(4, 4)).through(nn.GELU()).also(block(4)).build()
     explained = torch._dynamo.explain(graph)(torch.randn(2, 4))
     assert explained.graph_break_count == 0 and explained.graph_count == 1
+
+
+# torch raises this warning once per process (TORCH_WARN_ONCE): one child per case
+_WARNING_CHILD = """
+import warnings
+import torch
+from torch import nn
+import flodl as fl
+
+graph = fl.FlowBuilder(nn.Conv1d(2, 2, 4, padding="same")).build()  # even kernel: a warning
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    warnings.filterwarnings("ignore", module="torch")
+    graph(torch.randn(1, 2, 8))
+print([w.filename for w in seen if "padding='same'" in str(w.message)])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_a_kernel_warning_names_the_generated_forward_unless_direct_dispatch_is_off(direct):
+    # as docs/graph-builder.md says: a filter on torch's module matches only the ordinary path
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root, "FLODL_DIRECT_DISPATCH": direct}
+    done = subprocess.run(
+        [sys.executable, "-c", _WARNING_CHILD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    shown = ast.literal_eval(done.stdout.strip())  # the warnings the filter let through
+    if direct == "1":
+        assert len(shown) == 1 and shown[0].startswith("<flodl graph direct forward #")
+    else:
+        assert shown == []  # attributed to torch/nn/modules/conv.py: filtered
