@@ -414,8 +414,9 @@ os._exit(0)
 """
 
 
-@pytest.mark.slow
-def test_distributed_data_parallel_single_rank(tmp_path):
+def run_child(script: str, *args: str, direct: str | None = None) -> str:
+    """Run ``script`` in a fresh Python on this checkout; its stdout (it must exit 0).
+    ``direct``: FLODL_DIRECT_DISPATCH for the child (None: unset)."""
     import os
     import subprocess
     import sys
@@ -424,8 +425,10 @@ def test_distributed_data_parallel_single_rank(tmp_path):
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": root}
     env.pop("FLODL_DIRECT_DISPATCH", None)
+    if direct is not None:
+        env["FLODL_DIRECT_DISPATCH"] = direct
     done = subprocess.run(
-        [sys.executable, "-c", _DDP_CHILD, str(tmp_path / "store")],
+        [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -433,8 +436,14 @@ def test_distributed_data_parallel_single_rank(tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_distributed_data_parallel_single_rank(tmp_path):
+    stdout = run_child(_DDP_CHILD, str(tmp_path / "store"))
     # torch before 2.11 has gloo print a line of its own when the group forms
-    printed = [line for line in done.stdout.splitlines() if not line.startswith("[Gloo]")]
+    printed = [line for line in stdout.splitlines() if not line.startswith("[Gloo]")]
     assert printed == ["grads equal"]
 
 
@@ -465,23 +474,7 @@ print([w.filename for w in seen if "padding='same'" in str(w.message)])
 @pytest.mark.parametrize("direct", ["1", "0"])
 def test_a_kernel_warning_names_the_generated_forward_unless_direct_dispatch_is_off(direct):
     # as docs/graph-builder.md says: a filter on torch's module matches only the ordinary path
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": root, "FLODL_DIRECT_DISPATCH": direct}
-    done = subprocess.run(
-        [sys.executable, "-c", _WARNING_CHILD],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    shown = ast.literal_eval(done.stdout.strip())  # the warnings the filter let through
+    shown = ast.literal_eval(run_child(_WARNING_CHILD, direct=direct).strip())  # not filtered
     if direct == "1":
         assert len(shown) == 1 and shown[0].startswith("<flodl graph direct forward #")
     else:

@@ -21,6 +21,18 @@ def memory_graph(step: nn.Module | None = None, label: str | None = None) -> fl.
     return (b.label(label) if label else b).build()
 
 
+def assert_runs_as_the_graph(graph: fl.Graph, x: torch.Tensor, calls: int = 2) -> fl.ExplicitState:
+    """Calls through explicit_state, handing the state on, give what an untouched copy of the
+    graph gives carrying its own."""
+    step = graph.explicit_state()
+    twin = copy.deepcopy(graph)
+    state = None
+    for _ in range(calls):
+        out, state = step(x, state=state)
+        assert torch.equal(out, twin(x))
+    return step
+
+
 def tree() -> fl.Graph:
     """A tree with state at three levels: the root, a labelled child, an unlabelled child."""
     torch.manual_seed(0)
@@ -113,26 +125,14 @@ def test_auxiliary_inputs_pass_through_by_keyword():
 def test_a_loop_bodys_state_is_not_carried():
     # the loop resets its body before every run: that state never outlives a pass
     g = fl.FlowBuilder().loop_body(memory_graph()).for_n(3).through(AddRef()).using("out")
-    g = g.tag("out").build()
-    step = g.explicit_state()
+    step = assert_runs_as_the_graph(g.tag("out").build(), torch.ones(1, 2))
     assert step.keys == ("out",)
-    twin = copy.deepcopy(g)
-    state = None
-    for _ in range(2):
-        out, state = step(torch.ones(1, 2), state=state)
-        assert torch.equal(out, twin(torch.ones(1, 2)))
 
 
 def test_a_map_bodys_state_is_carried():
     g = fl.FlowBuilder().map(memory_graph()).each().build()
-    step = g.explicit_state()
+    step = assert_runs_as_the_graph(g, torch.ones(2, 3))
     assert len(step.keys) == 1 and step.keys[0].endswith(".memory")
-    twin = copy.deepcopy(g)
-    x = torch.ones(2, 3)
-    state = None
-    for _ in range(2):
-        out, state = step(x, state=state)
-        assert torch.equal(out, twin(x))
 
 
 def test_bad_state_is_refused_naming_the_keys_and_nothing_changes():
@@ -190,13 +190,7 @@ def test_graphs_that_cannot_be_carried_are_refused_when_the_wrapper_is_made():
 def test_a_graph_used_twice_in_the_tree_is_carried_once():
     shared = memory_graph()
     g = fl.FlowBuilder().through(shared).through(shared).build()
-    step = g.explicit_state()
-    assert len(step.keys) == 1
-    twin = copy.deepcopy(g)
-    state = None
-    for _ in range(2):
-        out, state = step(torch.ones(1, 2), state=state)
-        assert torch.equal(out, twin(torch.ones(1, 2)))
+    assert len(assert_runs_as_the_graph(g, torch.ones(1, 2)).keys) == 1
 
 
 def test_the_wrapper_copies_pickles_and_moves_with_its_graph():
