@@ -76,8 +76,8 @@ class ExplicitState(nn.Module):
     >>> x = torch.tensor([[1.0, 2.0]])
     >>> y, state = step(x)  # no state given: zeros, as a first call reads
     >>> y, state = step(x, state=state)
-    >>> y.tolist(), memory.has_state(), memory._state["memory"] is None
-    ([[2.0, 4.0]], True, True)
+    >>> y.tolist(), memory(x).tolist()  # the graph's own first call: its state was left alone
+    ([[2.0, 4.0]], [[1.0, 2.0]])
     """
 
     def __init__(self, graph: Graph) -> None:
