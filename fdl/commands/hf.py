@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from fdl.errors import ExitCode, FdlError, FdlUsageError
-
-if TYPE_CHECKING:
-    from flodl.hf.parity import Cell
 
 HEADS = ("auto", "base", "seqcls", "tokcls", "qa", "mlm")
 _SUFFIXES = {
@@ -202,8 +199,11 @@ def parity(
     console.info(f"all {len(cells)} cells within {matrix.TOLERANCE:g} of transformers")
 
 
-def parity_row(c: Cell, tolerance: float) -> str:
+def parity_row(c: Any, tolerance: float) -> str:
     """One cell of the parity matrix as a row of ``fdl hf parity``'s table.
+
+    ``c`` is a ``flodl.hf.parity.Cell``, typed ``Any``: fdl imports flodl only inside functions,
+    for annotations too.
 
     >>> from flodl.hf.parity import Cell
     >>> parity_row(Cell("albert", "mlm", 1e-7, 2e-7, 0.16), 1e-5)
