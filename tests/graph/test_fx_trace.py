@@ -175,7 +175,7 @@ class Holder(nn.Module):
         return self.inner(x, **inputs)
 
 
-HELD = {
+PER_PASS = {  # graphs whose pass keeps values on them: tags, auxiliary inputs, state
     "tags": lambda: fl.FlowBuilder(nn.Linear(2, 2)).tag("out").through(nn.ReLU()).build(),
     "auxiliary input": lambda: (
         fl.FlowBuilder(nn.Linear(2, 2)).input("ctx").through(torch.add).using("ctx").build()
@@ -187,10 +187,10 @@ HELD = {
 
 
 @pytest.mark.parametrize("where", ["root", "held"])
-@pytest.mark.parametrize("name", list(HELD))
+@pytest.mark.parametrize("name", list(PER_PASS))
 def test_export_of_tags_inputs_and_state_as_root_or_held_by_a_module(name, where):
     # torch 2.4 and 2.5 export on fake tensors without fx's flag: the graph must see it too
-    graph = HELD[name]()
+    graph = PER_PASS[name]()
     x, inputs = torch.randn(1, 2), {"ctx": torch.randn(1, 2)} if name == "auxiliary input" else {}
     graph(x, **inputs)
     kept = (dict(graph.__dict__["_tagged"]), dict(graph._state))
