@@ -113,7 +113,7 @@ class ExplicitState(nn.Module):
             )
         # plain lists: the graphs are submodules of `module` already
         self._carriers = carriers
-        self._graphs = [m for m in graph.modules() if isinstance(m, Graph)]  # all, loop bodies too
+        self._graphs = graph._graphs()  # all of the tree's graphs, loop bodies too
         self.keys: tuple[str, ...] = tuple(
             f"{path}.{tag}" if path else tag for path, _, tags in carriers for tag in tags
         )
