@@ -26,7 +26,7 @@ from flodl.graph.codegen import generate
 from flodl.graph.composites import SOURCE_GLOBALS
 from flodl.graph.errors import GraphInputError, UnknownTagError
 from flodl.graph.explicit_state import ExplicitState
-from flodl.graph.fx_tracing import FAKE_EXPORT, exporting_on_fakes, fx_tracing
+from flodl.graph.fx_tracing import FAKE_EXPORT, exporting_on_fakes, fx_tracing, holds_no_data
 from flodl.graph.hashing import structural_hash
 from flodl.graph.nodes import InputOptions, LoopKind, LoopOptions, MergeOptions, Node, NodeKind
 from flodl.graph.observe import Metrics, ObservationMethods
@@ -44,6 +44,7 @@ _SOURCE_IDS = itertools.count(1)
 
 
 # What a pass leaves on the modules it runs: a graph's tagged values and state, a loop's traces.
+_Tensor = torch.Tensor
 _PER_PASS = ("_tagged", "traces", "named_traces")
 
 
@@ -59,6 +60,11 @@ def _per_pass_values(graph: Graph) -> list[tuple[nn.Module, dict[str, Any]]]:
         if values:
             kept.append((module, values))
     return kept
+
+
+def _put_back(kept: list[tuple[nn.Module, dict[str, Any]]]) -> None:
+    for module, values in kept:
+        module.__dict__.update(values)
 
 
 def _missing_input(graph: Graph, name: str) -> None:
@@ -461,15 +467,20 @@ class Graph(
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the generated forward (see :attr:`code`): ``graph(x)`` or ``graph(x, ctx=...)``."""
-        if FAKE_EXPORT and exporting_on_fakes(args, kwargs):  # torch 2.4/2.5's torch.export
+        if not dispatch.is_compiling():  # dynamo traces the ordinary path (export's too)
+            # fake or meta tensors: the graph must not keep them (inline: a plain tensor first)
+            first = args[0] if type(args) is tuple and args else None
+            if (type(first) is not _Tensor or first.is_meta) and holds_no_data(args, kwargs):
+                return self._pass_without_data(args, kwargs)
+            plan = self._direct_plan
+            if plan is not None:
+                tree = self._direct_tree or self._merge_plans()
+                if dispatch.direct_ok(tree):
+                    return (self._direct_fn or self._direct_forward())(self, *args, **kwargs)
+                if tree is not plan and dispatch.direct_ok(plan):
+                    return self._direct_forward(fallback=True)(self, *args, **kwargs)
+        elif FAKE_EXPORT and exporting_on_fakes(args, kwargs):  # torch 2.4/2.5's export
             return self._symbolic_pass(args, kwargs)
-        plan = self._direct_plan
-        if plan is not None and not dispatch.is_compiling():  # dynamo traces the ordinary path
-            tree = self._direct_tree or self._merge_plans()
-            if dispatch.direct_ok(tree):
-                return (self._direct_fn or self._direct_forward())(self, *args, **kwargs)
-            if tree is not plan and dispatch.direct_ok(plan):
-                return self._direct_forward(fallback=True)(self, *args, **kwargs)
         if fx_tracing():  # torch.fx.symbolic_trace or torch.export: proxies, not tensors
             return self._symbolic_pass(args, kwargs)
         return self._forward_fn(self, *args, **kwargs)
@@ -499,8 +510,26 @@ class Graph(
             }
             return self._forward_fn(self, args[0], **named)
         finally:
+            _put_back(kept)
+
+    def _pass_without_data(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A pass on fake or meta tensors (shape and memory estimates): it reads no state that
+        holds data (such state starts from zeros, as on a first call: a fake or meta pass
+        cannot compute with it), and every graph and loop in the tree gets its own values back
+        when the pass ends. State that holds no data is read: the state a sequence of such
+        passes carries through :meth:`explicit_state`."""
+        kept = _per_pass_values(self)
+        try:
             for module, values in kept:
-                module.__dict__.update(values)
+                state = values.get("_state")
+                if state:
+                    live = module.__dict__["_state"]  # written into in place: see explicit_state
+                    for tag, value in state.items():
+                        if value is not None and not holds_no_data((value,), {}):
+                            live[tag] = None
+            return self._forward_fn(self, *args, **kwargs)
+        finally:
+            _put_back(kept)
 
     def compile(self, *args: Any, **kwargs: Any) -> Graph:  # type: ignore[override]
         """Compile this graph with :func:`torch.compile`, in place; returns the graph itself.
