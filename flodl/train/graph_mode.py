@@ -276,7 +276,7 @@ class GraphSession:
         try:
             self._step(graph)
         except RuntimeError as err:  # torch.distributed's errors are RuntimeErrors
-            failed = self.local_ranks.failed_peer() if self.local_ranks is not None else None
+            failed = self.local_ranks.failed_peer(err) if self.local_ranks is not None else None
             if failed is not None:
                 raise failed from err
             raise

@@ -127,8 +127,14 @@ class LocalRanks:
             rank=rank,
         )
 
-    def failed_peer(self, wait_s: float = 2.0) -> TrainingError | None:
-        """After a collective failed: the rank that ended (waiting a moment for its exit)."""
+    def failed_peer(self, err: BaseException) -> TrainingError | None:
+        """After a collective failed with ``err``: the rank that ended, waiting for its exit.
+
+        The wait is short (2 s) unless ``err`` says a peer closed or reset its connection: that
+        peer is on its way out, but its interpreter can take seconds to end on a loaded machine
+        (measured: over 2 s with every core busy), so the wait is then up to 15 s. Returning
+        earlier would report the collective's error instead of the rank that failed."""
+        wait_s = 15.0 if "by peer" in str(err) else 2.0
         deadline = time.monotonic() + wait_s
         while True:
             found = self.failure()

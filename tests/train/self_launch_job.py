@@ -1,9 +1,11 @@
 """A Graph-mode script as a user writes it, for the tests of setup starting its own ranks.
 
-    python self_launch_job.py OUT_DIR --devices cpu,cpu [--fail-rank R] [--hang] [--skip-setup R]
+    python self_launch_job.py OUT_DIR --devices cpu,cpu [--fail-rank R] [--slow-exit S] [--hang]
+        [--skip-setup R]
 
 Each rank writes ``OUT_DIR/rank<R>.json`` (world, steps, pid, threads, parameters) at the end.
-``--fail-rank R``: rank R raises after its first step. ``--hang``: rank 0 writes its pid and the
+``--fail-rank R``: rank R raises after its first step. ``--slow-exit S``: a rank ends S seconds
+after its group was released (as an interpreter with much to tear down does on a busy machine). ``--hang``: rank 0 writes its pid and the
 others' to ``OUT_DIR/pids`` after setup, then sleeps (a test kills it). ``--skip-setup R``:
 rank R ends before calling setup.
 """
@@ -11,6 +13,7 @@ rank R ends before calling setup.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import time
@@ -28,11 +31,14 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--devices", default=None)
     parser.add_argument("--fail-rank", type=int, default=None)
+    parser.add_argument("--slow-exit", type=float, default=0.0)
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--skip-setup", type=int, default=None)
     args = parser.parse_args()
     if args.skip_setup is not None and int(os.environ.get("RANK", "0")) == args.skip_setup:
         return
+    if args.slow_exit:  # registered before setup's own handler, so it runs after the group left
+        atexit.register(time.sleep, args.slow_exit)
     torch.manual_seed(int(os.environ.get("RANK", "0")))  # rank 0's weights win at setup
     model = fl.FlowBuilder(nn.Linear(4, 8)).through(nn.Tanh()).through(nn.Linear(8, 1)).build()
     fl.Trainer.setup(

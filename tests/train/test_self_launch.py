@@ -199,6 +199,25 @@ def test_a_failing_rank_fails_the_run_at_once_and_stops_the_others(tmp_path, fai
 
 @pytest.mark.slow
 @pytest.mark.multiproc
+def test_a_failing_rank_slow_to_exit_is_still_the_one_reported(tmp_path):
+    # Rank 1 closes its connections at once (rank 0's collective fails) but ends 5 s later.
+    result = run(
+        JOB,
+        str(tmp_path),
+        "--devices",
+        "cpu,cpu",
+        "--fail-rank",
+        "1",
+        "--slow-exit",
+        "5",
+        env=clean_env(OMP_NUM_THREADS="1"),
+    )
+    assert result.returncode != 0
+    assert "TrainingError: rank 1 (started by this process) exited with code 1" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
 def test_a_rank_that_never_reaches_setup_is_reported_without_waiting(tmp_path):
     started = time.monotonic()
     result = run(JOB, str(tmp_path), "--devices", "cpu,cpu", "--skip-setup", "1")
