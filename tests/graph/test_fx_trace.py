@@ -13,35 +13,7 @@ import torch
 from torch import nn
 
 import flodl as fl
-from tests.graph.helpers import whole_tree_direct
-
-
-def block(dim: int = 6) -> fl.Graph:
-    return fl.FlowBuilder(nn.Linear(dim, dim)).through(nn.GELU()).through(nn.LayerNorm(dim)).build()
-
-
-def traceable() -> dict[str, fl.Graph]:
-    """One graph per node kind fx can trace (no host reads: halting loops and switches can't)."""
-    attn = fl.FlowBuilder().tag("q").through(nn.MultiheadAttention(6, 2, batch_first=True))
-    return {
-        "chain": block(),
-        "residual and tag": fl.FlowBuilder(nn.Linear(6, 6)).also(block()).tag("a").build(),
-        "split and merge": fl.FlowBuilder(nn.Linear(6, 6))
-        .split(nn.Linear(6, 6), block())
-        .merge(fl.MergeOp.MEAN)
-        .build(),
-        "for_n loop": fl.FlowBuilder(nn.Linear(6, 6)).loop_body(block()).for_n(3).build(),
-        "gate": fl.FlowBuilder(nn.Linear(6, 6))
-        .gate(fl.nn.SoftmaxRouter(6, 2), block(), block())
-        .build(),
-        "attention with refs": fl.FlowBuilder(nn.Linear(6, 6))
-        .also(attn.using(key="q", value="q").through(fl.nn.Select(0)).build())
-        .build(),
-        "recurrent": fl.FlowBuilder(nn.Linear(6, 6))
-        .through(nn.LSTM(6, 6, batch_first=True))
-        .through(fl.nn.Select(0))
-        .build(),
-    }
+from tests.graph.helpers import block, traceable, whole_tree_direct
 
 
 class Wrapper(nn.Module):

@@ -1,0 +1,130 @@
+"""ONNX export of graphs (``torch.onnx.export(graph, (x,), dynamo=True)``, which records the
+graph with ``torch.export``), checked by running the file in onnxruntime against the graph.
+onnxruntime's kernels are not torch's, so outputs agree to float32 rounding, not bit for bit."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import flodl as fl
+from flodl._torch_release import TORCH_RELEASE
+from tests.graph.helpers import traceable
+
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+pytestmark = [
+    pytest.mark.slow,  # a few seconds per export
+    pytest.mark.skipif(
+        TORCH_RELEASE < (2, 6), reason="torch.onnx's torch.export-based exporter needs torch 2.6"
+    ),
+]
+
+
+def to_onnx(module: nn.Module, path: Path, args: tuple, **options) -> ort.InferenceSession:
+    with warnings.catch_warnings():  # the exporter's own notes on what it decomposed
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, args, dynamo=True, **options).save(str(path))
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def close(ran: np.ndarray, eager: torch.Tensor) -> bool:
+    return np.allclose(ran, eager.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(traceable()))
+def test_an_exported_graph_computes_in_onnxruntime_what_the_graph_does(name, tmp_path):
+    torch.manual_seed(0)
+    graph = traceable()[name].eval()
+    x = torch.randn(3, 6)
+    session = to_onnx(graph, tmp_path / "g.onnx", (x,))
+    (ran,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    assert ran.shape == tuple(graph(x).shape) and close(ran, graph(x))
+
+
+def test_a_dynamic_batch_and_named_inputs_including_auxiliary_ones(tmp_path):
+    torch.manual_seed(0)
+    plain = fl.FlowBuilder(nn.Linear(4, 4)).through(nn.GELU()).build().eval()
+    batch = torch.export.Dim("batch")
+    session = to_onnx(
+        plain,
+        tmp_path / "plain.onnx",
+        (torch.randn(2, 4),),
+        dynamic_shapes={"args": ({0: batch},)},  # Graph.forward(*args, **kwargs)
+        input_names=["input"],
+        output_names=["output"],
+    )
+    assert [(i.name, i.shape) for i in session.get_inputs()] == [("input", ["batch", 4])]
+    x = torch.randn(7, 4)  # a batch the export never saw
+    assert close(session.run(["output"], {"input": x.numpy()})[0], plain(x))
+
+    # Auxiliary inputs with dynamic dims: torch cannot map dynamic_shapes onto **kwargs, so a
+    # module with a named signature holds the graph (as docs/graph-builder.md shows).
+    aux = fl.FlowBuilder(nn.Linear(4, 4)).input("ctx").through(torch.add).using("ctx").build()
+
+    class Named(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = aux
+
+        def forward(self, x, ctx):
+            return self.body(x, ctx=ctx)
+
+    session = to_onnx(
+        Named().eval(),
+        tmp_path / "aux.onnx",
+        (torch.randn(2, 4), torch.randn(2, 4)),
+        dynamic_shapes={"x": {0: batch}, "ctx": {0: batch}},
+    )
+    x, ctx = torch.randn(5, 4), torch.randn(5, 4)
+    (ran,) = session.run(None, {"x": x.numpy(), "ctx": ctx.numpy()})
+    assert close(ran, aux(x, ctx=ctx))
+
+
+def test_a_stateful_graph_exports_with_its_state_in_and_out_through_explicit_state(tmp_path):
+    torch.manual_seed(0)
+    cell = (
+        fl.FlowBuilder(nn.Linear(3, 3))
+        .through(fl.nn.StateAdd())
+        .using("h")
+        .through(nn.Tanh())
+        .tag("h")
+        .build()
+        .eval()
+    )
+    step = cell.explicit_state()
+    x = torch.randn(2, 3)
+    state = fl.ExplicitState.zeros(step(x)[1])
+    session = to_onnx(step, tmp_path / "cell.onnx", (x,), kwargs={"state": state})
+    names = [i.name for i in session.get_inputs()]
+    assert len(names) == 2 and len(session.get_outputs()) == 2  # input and h; output and h
+    h_ran, state_eager = state["h"].numpy(), state
+    for _ in range(3):  # the sequence carried by the caller, in both
+        xs = torch.randn(2, 3)
+        out_ran, h_ran = session.run(None, {names[0]: xs.numpy(), names[1]: h_ran})
+        out_eager, state_eager = step(xs, state=state_eager)
+        assert close(out_ran, out_eager) and close(h_ran, state_eager["h"])
+    assert cell._state == {"h": None}  # exporting the wrapper left the graph's own state alone
+
+
+def test_a_halting_loop_does_not_export_and_the_error_names_its_node(tmp_path):
+    halting = (
+        fl.FlowBuilder(nn.Linear(4, 4))
+        .loop_body(nn.Linear(4, 4))
+        .until_cond(fl.nn.ThresholdHalt(100.0), 3)
+        .build()
+    )
+    with pytest.raises(Exception) as caught:
+        to_onnx(halting, tmp_path / "halting.onnx", (torch.randn(2, 4),))
+    notes = []
+    err: BaseException | None = caught.value
+    while err is not None:  # the exporter wraps torch.export's error, which carries the note
+        notes += getattr(err, "__notes__", [])
+        err = err.__cause__
+    assert any("halting condition" in n and ".until_cond(...)" in n for n in notes), notes
