@@ -10,6 +10,7 @@ Decisions and the differences from the original are in docs/ddp.md ("Graph mode"
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import time
 import warnings
@@ -170,7 +171,8 @@ def _join_group(
             )
             return None, None
         local_ranks = launch_local_ranks(wanted, timeout)
-        atexit.register(leave_group)  # runs before the started ranks are reaped
+        # Runs before the started ranks are reaped; it stops waiting for one that died.
+        atexit.register(functools.partial(leave_group, peer_failed=local_ranks.any_failed))
         world, device = len(wanted), _rank_device(wanted)
     else:
         return None, None
@@ -334,7 +336,8 @@ class GraphSession:
             checkpoint.flush()
         finally:
             if self.is_distributed:
-                leave_group()
+                started = self.local_ranks
+                leave_group(peer_failed=started.any_failed if started is not None else None)
             if self.local_ranks is not None:
                 self.local_ranks.wait()
 

@@ -107,32 +107,51 @@ _GIL_HANDOVER_S = 0.02
 _STORE: list[dist.Store] = []
 
 
-def meet_every_rank(timeout: float) -> None:
+def meet_every_rank(timeout: float, peer_failed: Callable[[], bool] | None = None) -> None:
     """Return once every rank of the group has called this; raises after ``timeout`` seconds.
 
     The meeting goes through the group's store, not a collective: ``dist.barrier()``'s gloo work
     holds the works of the collectives before it, tensors made in Python included, and a gloo
     worker thread may drop it after ``wait()`` has returned, when nothing but the interpreter's
     shutdown comes next: see :func:`leave_group`.
+
+    ``peer_failed``: polled while waiting; when it says True (a rank this process started has
+    died) the meeting gives up at once instead of waiting out ``timeout`` for it.
     """
     store = _STORE[-1] if _STORE else dist.distributed_c10d._get_default_store()
     rank, world = dist.get_rank(), dist.get_world_size()
     store.set(f"flodl-leave/{rank}", "1")
-    store.wait([f"flodl-leave/{r}" for r in range(world)], timedelta(seconds=timeout))
+    keys = [f"flodl-leave/{r}" for r in range(world)]
+    if peer_failed is None:
+        store.wait(keys, timedelta(seconds=timeout))
+        return
+    deadline = time.monotonic() + timeout
+    while not store.check(keys):
+        if peer_failed():
+            raise RuntimeError("a rank this process started ended before meeting the others")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not every rank left the group within {timeout:.0f} s")
+        time.sleep(0.05)
 
 
-def leave_group(*, wait_for_peers: bool = True, timeout: float = TIMEOUT) -> None:
+def leave_group(
+    *,
+    wait_for_peers: bool = True,
+    timeout: float = TIMEOUT,
+    peer_failed: Callable[[], bool] | None = None,
+) -> None:
     """Release the default process group, if any.
 
-    ``wait_for_peers``: first meet every rank (gloo; :func:`meet_every_rank`), unless the script
-    is ending with an exception (peers may be blocked in a collective). A meeting that fails or
-    times out means a peer is gone: the group is then left to the process exit.
+    ``wait_for_peers``: first meet every rank (gloo; :func:`meet_every_rank`, which polls
+    ``peer_failed``), unless the script is ending with an exception (peers may be blocked in a
+    collective). A meeting that fails or times out means a peer is gone: the group is then left
+    to the process exit.
     """
     if not dist.is_initialized():
         return
     if wait_for_peers and not ending_with_an_exception() and dist.get_backend() == "gloo":
         try:
-            meet_every_rank(timeout)
+            meet_every_rank(timeout, peer_failed)
         except Exception:
             return
     dist.destroy_process_group()

@@ -119,6 +119,11 @@ class LocalRanks:
                 return rank, code
         return None
 
+    def any_failed(self) -> bool:
+        """Whether a rank this process started has ended with an error (polled while rank 0
+        waits for the others to leave the group)."""
+        return self.failure() is not None
+
     def error(self, rank: int, code: int) -> TrainingError:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         return TrainingError(

@@ -1,10 +1,11 @@
 """A Graph-mode script as a user writes it, for the tests of setup starting its own ranks.
 
-    python self_launch_job.py OUT_DIR --devices cpu,cpu [--fail-rank R] [--slow-exit S] [--hang]
-        [--skip-setup R]
+    python self_launch_job.py OUT_DIR --devices cpu,cpu [--fail-rank R] [--fail-before-finish R]
+        [--slow-exit S] [--hang] [--skip-setup R]
 
 Each rank writes ``OUT_DIR/rank<R>.json`` (world, steps, pid, threads, parameters) at the end.
-``--fail-rank R``: rank R raises after its first step. ``--slow-exit S``: a rank ends S seconds
+``--fail-rank R``: rank R raises after its first step; ``--fail-before-finish R``: after its
+last step, before ``finish`` (its peers are then leaving the group, not in a collective). ``--slow-exit S``: a rank ends S seconds
 after its group was released (as an interpreter with much to tear down does on a busy machine). ``--hang``: rank 0 writes its pid and the
 others' to ``OUT_DIR/pids`` after setup, then sleeps (a test kills it). ``--skip-setup R``:
 rank R ends before calling setup.
@@ -31,6 +32,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--devices", default=None)
     parser.add_argument("--fail-rank", type=int, default=None)
+    parser.add_argument("--fail-before-finish", type=int, default=None)
     parser.add_argument("--slow-exit", type=float, default=0.0)
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--skip-setup", type=int, default=None)
@@ -64,6 +66,8 @@ def main() -> None:
             model.step()
             if rank == args.fail_rank:
                 raise RuntimeError(f"rank {rank} fails on purpose")
+    if rank == args.fail_before_finish:
+        raise RuntimeError(f"rank {rank} fails on purpose before finish")
     model.finish()
     result = {
         "rank": rank,

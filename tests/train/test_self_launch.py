@@ -218,6 +218,30 @@ def test_a_failing_rank_slow_to_exit_is_still_the_one_reported(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiproc
+def test_a_rank_failing_after_its_last_step_is_reported_without_waiting_out_the_timeout(tmp_path):
+    # Rank 0 is then in finish(), waiting for every rank to leave the group: it stops waiting
+    # for a rank it started that died, instead of the 30 s the job sets.
+    leftovers = Leftovers(tmp_path)
+    started = time.monotonic()
+    result = run(
+        JOB,
+        str(tmp_path),
+        "--devices",
+        "cpu,cpu",
+        "--fail-before-finish",
+        "1",
+        env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
+    )
+    assert result.returncode != 0
+    assert "RuntimeError: rank 1 fails on purpose before finish" in result.stderr
+    assert "TrainingError: rank 1 (started by this process) exited with code 1" in result.stderr
+    assert time.monotonic() - started < 25
+    assert set(results(tmp_path)) == set()  # rank 0 raised in finish(), before writing its own
+    leftovers.check()
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
 def test_a_rank_that_never_reaches_setup_is_reported_without_waiting(tmp_path):
     started = time.monotonic()
     result = run(JOB, str(tmp_path), "--devices", "cpu,cpu", "--skip-setup", "1")
