@@ -43,8 +43,9 @@ log = get_logger("flodl.graph")
 _SOURCE_IDS = itertools.count(1)
 
 
+_Tensor = torch.Tensor  # a global read in forward's check of its first input
+
 # What a pass leaves on the modules it runs: a graph's tagged values and state, a loop's traces.
-_Tensor = torch.Tensor
 _PER_PASS = ("_tagged", "traces", "named_traces")
 
 
