@@ -1,9 +1,13 @@
-"""ONNX export of graphs (``torch.onnx.export(graph, (x,), dynamo=True)``, which records the
-graph with ``torch.export``), checked by running the file in onnxruntime against the graph.
-onnxruntime's kernels are not torch's, so outputs agree to float32 rounding, not bit for bit."""
+"""ONNX export of graphs, checked by running the file in onnxruntime against the graph:
+``torch.onnx.export(graph, (x,), dynamo=True)`` records the graph with ``torch.export`` (the
+default from torch 2.9); ``dynamo=False`` is the TorchScript-based exporter, which traces one call
+as ``torch.jit.trace`` does. onnxruntime's kernels are not torch's, so outputs agree to float32
+rounding, not bit for bit."""
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import warnings
 from pathlib import Path
 
@@ -17,14 +21,18 @@ from flodl._torch_release import TORCH_RELEASE
 from tests.graph.helpers import traceable
 
 ort = pytest.importorskip("onnxruntime")
-pytest.importorskip("onnxscript")
+pytest.importorskip("onnx")  # both exporters write through it
 
-pytestmark = [
-    pytest.mark.slow,  # a few seconds per export
-    pytest.mark.skipif(
-        TORCH_RELEASE < (2, 6), reason="torch.onnx's torch.export-based exporter needs torch 2.6"
-    ),
-]
+pytestmark = pytest.mark.slow  # a few seconds per export
+# torch.onnx's torch.export-based exporter (onnxscript writes its ONNX)
+dynamo_exporter = pytest.mark.skipif(
+    TORCH_RELEASE < (2, 6) or importlib.util.find_spec("onnxscript") is None,
+    reason="the torch.export-based exporter needs torch 2.6 and onnxscript",
+)
+
+
+# The TorchScript-based exporter: the only one before torch 2.5 (no `dynamo` argument there)
+LEGACY = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
 
 
 def to_onnx(module: nn.Module, path: Path, args: tuple, **options) -> ort.InferenceSession:
@@ -38,6 +46,7 @@ def close(ran: np.ndarray, eager: torch.Tensor) -> bool:
     return np.allclose(ran, eager.detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
+@dynamo_exporter
 @pytest.mark.parametrize("name", list(traceable()))
 def test_an_exported_graph_computes_in_onnxruntime_what_the_graph_does(name, tmp_path):
     torch.manual_seed(0)
@@ -48,6 +57,7 @@ def test_an_exported_graph_computes_in_onnxruntime_what_the_graph_does(name, tmp
     assert ran.shape == tuple(graph(x).shape) and close(ran, graph(x))
 
 
+@dynamo_exporter
 def test_a_dynamic_batch_and_named_inputs_including_auxiliary_ones(tmp_path):
     torch.manual_seed(0)
     plain = fl.FlowBuilder(nn.Linear(4, 4)).through(nn.GELU()).build().eval()
@@ -88,6 +98,7 @@ def test_a_dynamic_batch_and_named_inputs_including_auxiliary_ones(tmp_path):
     assert close(ran, aux(x, ctx=ctx))
 
 
+@dynamo_exporter
 def test_a_stateful_graph_exports_with_its_state_in_and_out_through_explicit_state(tmp_path):
     torch.manual_seed(0)
     cell = (
@@ -114,6 +125,7 @@ def test_a_stateful_graph_exports_with_its_state_in_and_out_through_explicit_sta
     assert cell._state == {"h": None}  # exporting the wrapper left the graph's own state alone
 
 
+@dynamo_exporter
 def test_a_halting_loop_does_not_export_and_the_error_names_its_node(tmp_path):
     halting = (
         fl.FlowBuilder(nn.Linear(4, 4))
@@ -139,3 +151,24 @@ def test_a_halting_loop_does_not_export_and_the_error_names_its_node(tmp_path):
         notes += getattr(caught, "__notes__", [])
         caught = caught.__cause__
     assert any("halting condition" in n and ".until_cond(...)" in n for n in notes), notes
+
+
+def test_the_torchscript_exporter_traces_one_call_with_a_dynamic_batch(tmp_path):
+    torch.manual_seed(0)
+    graph = fl.FlowBuilder(nn.Linear(6, 6)).tag("h").through(nn.GELU()).also(nn.Linear(6, 6))
+    graph = graph.build().eval()
+    path = tmp_path / "legacy.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its deprecation notice on newer torch
+        torch.onnx.export(
+            graph,
+            (torch.randn(3, 6),),
+            str(path),
+            **LEGACY,
+            input_names=["input"],
+            dynamic_axes={"input": {0: "batch"}},
+        )
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [(i.name, i.shape) for i in session.get_inputs()] == [("input", ["batch", 6])]
+    x = torch.randn(5, 6)
+    assert close(session.run(None, {"input": x.numpy()})[0], graph(x))
