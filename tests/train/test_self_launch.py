@@ -171,28 +171,35 @@ def test_the_ranks_share_the_cores_and_each_is_its_own_process(tmp_path):
     leftovers.check()
 
 
-@pytest.mark.slow
-@pytest.mark.multiproc
-@pytest.mark.parametrize("failing", [1, 0])
-def test_a_failing_rank_fails_the_run_at_once_and_stops_the_others(tmp_path, failing):
-    leftovers = Leftovers(tmp_path)
+RANK_1_FAILED = "TrainingError: rank 1 (started by this process) exited with code 1"
+
+
+def on_two_cpu_ranks(tmp_path, *flags: str, leftovers: Leftovers | None = None):
+    """The job on two CPU ranks with ``flags``: its result, and how long it took."""
     started = time.monotonic()
+    marked = leftovers.env() if leftovers is not None else {}
     result = run(
         JOB,
         str(tmp_path),
         "--devices",
         "cpu,cpu",
-        "--fail-rank",
-        str(failing),
-        env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
+        *flags,
+        env=clean_env(OMP_NUM_THREADS="1", **marked),
     )
+    return result, time.monotonic() - started
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+@pytest.mark.parametrize("failing", [1, 0])
+def test_a_failing_rank_fails_the_run_at_once_and_stops_the_others(tmp_path, failing):
+    leftovers = Leftovers(tmp_path)
+    result, took = on_two_cpu_ranks(tmp_path, "--fail-rank", str(failing), leftovers=leftovers)
     assert result.returncode != 0
     assert f"RuntimeError: rank {failing} fails on purpose" in result.stderr  # its traceback
     if failing == 1:  # rank 0 names the rank it started
-        assert "TrainingError: rank 1 (started by this process) exited with code 1" in (
-            result.stderr
-        )
-    assert time.monotonic() - started < 25  # not the 30 s collective timeout
+        assert RANK_1_FAILED in result.stderr
+    assert took < 25  # not the 30 s collective timeout
     assert results(tmp_path) == {}
     leftovers.check()  # rank 0 failing stopped the rank it started
 
@@ -201,42 +208,21 @@ def test_a_failing_rank_fails_the_run_at_once_and_stops_the_others(tmp_path, fai
 @pytest.mark.multiproc
 def test_a_failing_rank_slow_to_exit_is_still_the_one_reported(tmp_path):
     # Rank 1 closes its connections at once (rank 0's collective fails) but ends 5 s later.
-    result = run(
-        JOB,
-        str(tmp_path),
-        "--devices",
-        "cpu,cpu",
-        "--fail-rank",
-        "1",
-        "--slow-exit",
-        "5",
-        env=clean_env(OMP_NUM_THREADS="1"),
-    )
-    assert result.returncode != 0
-    assert "TrainingError: rank 1 (started by this process) exited with code 1" in result.stderr
+    result, _ = on_two_cpu_ranks(tmp_path, "--fail-rank", "1", "--slow-exit", "5")
+    assert result.returncode != 0 and RANK_1_FAILED in result.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.multiproc
 def test_a_rank_failing_after_its_last_step_is_reported_without_waiting_out_the_timeout(tmp_path):
     # Rank 0 is then in finish(), waiting for every rank to leave the group: it stops waiting
-    # for a rank it started that died, instead of the 30 s the job sets.
+    # for a rank it started that died, instead of the 60 s a meeting may take.
     leftovers = Leftovers(tmp_path)
-    started = time.monotonic()
-    result = run(
-        JOB,
-        str(tmp_path),
-        "--devices",
-        "cpu,cpu",
-        "--fail-before-finish",
-        "1",
-        env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
-    )
+    result, took = on_two_cpu_ranks(tmp_path, "--fail-before-finish", "1", leftovers=leftovers)
     assert result.returncode != 0
     assert "RuntimeError: rank 1 fails on purpose before finish" in result.stderr
-    assert "TrainingError: rank 1 (started by this process) exited with code 1" in result.stderr
-    assert time.monotonic() - started < 25
-    assert set(results(tmp_path)) == set()  # rank 0 raised in finish(), before writing its own
+    assert RANK_1_FAILED in result.stderr and took < 25
+    assert results(tmp_path) == {}  # rank 0 raised in finish(), before writing its own
     leftovers.check()
 
 
