@@ -117,6 +117,16 @@ def block(dim: int = 6) -> fl.Graph:
     return fl.FlowBuilder(nn.Linear(dim, dim)).through(nn.GELU()).through(nn.LayerNorm(dim)).build()
 
 
+def halting_loop(dim: int = 6) -> fl.Graph:
+    """A loop that halts on a verdict read on the host: no tracer (fx, torch.export) records it."""
+    return (
+        fl.FlowBuilder(nn.Linear(dim, dim))
+        .loop_body(nn.Linear(dim, dim))
+        .until_cond(fl.nn.ThresholdHalt(100.0), 3)
+        .build()
+    )
+
+
 def traceable() -> dict[str, fl.Graph]:
     """One graph per node kind fx (and so torch.export) can trace: no host reads, which halting
     loops and switches make."""

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import flodl as fl
-from tests.graph.helpers import block, traceable, whole_tree_direct
+from tests.graph.helpers import block, halting_loop, traceable, whole_tree_direct
 
 
 class Wrapper(nn.Module):
@@ -185,15 +185,7 @@ def test_the_graph_takes_its_direct_path_again_after_tracing():
 
 UNTRACEABLE = {
     # a halting loop reads its verdict on the host; a scan iterates over the sequence
-    "halting loop": (
-        lambda: (
-            fl.FlowBuilder(nn.Linear(6, 6))
-            .loop_body(nn.Linear(6, 6))
-            .until_cond(fl.nn.ThresholdHalt(100.0), 3)
-            .build()
-        ),
-        "halting condition",
-    ),
+    "halting loop": (halting_loop, "halting condition"),
     "scan": (
         lambda: fl.FlowBuilder(nn.Linear(6, 6)).scan(nn.GRUCell(6, 6), dim=1).build(),
         "node 'grucell_2' was added by .scan(...)",

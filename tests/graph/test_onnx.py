@@ -18,7 +18,7 @@ from torch import nn
 
 import flodl as fl
 from flodl._torch_release import TORCH_RELEASE
-from tests.graph.helpers import traceable
+from tests.graph.helpers import halting_loop, traceable
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")  # both exporters write through it
@@ -126,15 +126,7 @@ def test_a_stateful_graph_exports_with_its_state_in_and_out_through_explicit_sta
 
 
 REFUSED = {  # what reads a value on the host, and what the note names
-    "halting loop": (
-        lambda: (
-            fl.FlowBuilder(nn.Linear(4, 4))
-            .loop_body(nn.Linear(4, 4))
-            .until_cond(fl.nn.ThresholdHalt(100.0), 3)
-            .build()
-        ),
-        "halting condition",
-    ),
+    "halting loop": (lambda: halting_loop(4), "halting condition"),
     "switch": (
         lambda: (
             fl.FlowBuilder(nn.Linear(4, 4))
