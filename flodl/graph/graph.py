@@ -68,6 +68,12 @@ def _put_back(kept: list[tuple[nn.Module, dict[str, Any]]]) -> None:
         module.__dict__.update(values)
 
 
+def _is_to_empty(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn``, given to ``_apply``, is ``nn.Module.to_empty``'s: every tensor it maps
+    comes out uninitialised."""
+    return getattr(fn, "__qualname__", "") == "Module.to_empty.<locals>.<lambda>"
+
+
 def _missing_input(graph: Graph, name: str) -> None:
     declared = next(
         (
@@ -598,10 +604,13 @@ class Graph(
 
     def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> Graph:
         super()._apply(fn, recurse)
-        # State follows the module (``.to(device)``, ``.double()``...) as detached values.
+        # State follows the module (``.to(device)``, ``.double()``...) as detached values. A
+        # ``to_empty`` (also reached through a parent module's) would make it uninitialised
+        # memory that the next call computes with: the state starts again from zeros instead.
+        blank = _is_to_empty(fn)
         for tag, value in self._state.items():
             if isinstance(value, torch.Tensor):
-                self._state[tag] = fn(value.detach())
+                self._state[tag] = None if blank else fn(value.detach())
         self._tagged = {}
         return self
 

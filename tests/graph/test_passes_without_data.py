@@ -88,6 +88,28 @@ def test_a_meta_pass_before_to_empty_leaves_no_state_and_the_first_real_call_rea
         assert torch.equal(graph(x), reference(x))
 
 
+@pytest.mark.parametrize("where", ["root", "held"])
+def test_to_empty_after_real_calls_starts_the_state_again_from_zeros(where):
+    """``to_empty`` materializes storage without values: state kept from real calls would
+    become uninitialised memory, so it starts again from zeros, also when a parent module's
+    ``to_empty`` reaches the graph; ``.to()`` still carries it."""
+    torch.manual_seed(0)
+    graph, fresh = model(), model()
+    fresh.load_state_dict(graph.state_dict())
+    x = torch.randn(4, 3)
+    for _ in range(2):
+        graph(x)
+    carried = graph._state["memory"]
+    graph.to(torch.float32)
+    assert torch.equal(graph._state["memory"], carried)
+    (graph if where == "root" else Holder(graph)).to_empty(device="cpu")
+    inner = graph.children_graphs()["cell"]
+    assert graph._state == {"memory": None} and inner._state == {"h": None}
+    graph.load_state_dict(fresh.state_dict())
+    for _ in range(3):  # the sequence of a graph that never ran
+        assert torch.equal(graph(x), fresh(x))
+
+
 def test_a_sequence_of_fake_passes_carries_its_state_through_explicit_state():
     torch.manual_seed(0)
     graph = model()
