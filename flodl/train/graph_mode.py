@@ -93,7 +93,7 @@ def setup(
         )
     wanted = resolve_devices(devices)
     topology, local_ranks = _join_group(timeout, devices, wanted)
-    session = GraphSession(topology)
+    session = GraphSession(topology, timeout)
     session.local_ranks = local_ranks
     if session.is_distributed:
         set_rank(session.rank)
@@ -157,7 +157,7 @@ def _join_group(
         # A gloo group left to interpreter teardown aborts the rank now and then ("terminate
         # called without an active exception"): destroy it at exit, and hold no reference to it
         # (group=None means the default group) so nothing keeps it alive past that.
-        atexit.register(leave_group)
+        atexit.register(functools.partial(leave_group, timeout=timeout))
         world = dist.get_world_size()
     elif wanted is not None and len(wanted) >= 2:
         if devices is None and not can_relaunch():
@@ -172,7 +172,9 @@ def _join_group(
             return None, None
         local_ranks = launch_local_ranks(wanted, timeout)
         # Runs before the started ranks are reaped; it stops waiting for one that died.
-        atexit.register(functools.partial(leave_group, peer_failed=local_ranks.any_failed))
+        atexit.register(
+            functools.partial(leave_group, timeout=timeout, peer_failed=local_ranks.any_failed)
+        )
         world, device = len(wanted), _rank_device(wanted)
     else:
         return None, None
@@ -212,8 +214,11 @@ def _launcher_device() -> torch.device:
 class GraphSession:
     """The training state behind a Graph's ``step()`` (see ``flodl.graph.training``)."""
 
-    def __init__(self, topology: tuple[int, int, torch.device, Any] | None) -> None:
+    def __init__(
+        self, topology: tuple[int, int, torch.device, Any] | None, timeout: float = TIMEOUT
+    ) -> None:
         self.training_step = 0
+        self.timeout = timeout  # setup's: collectives, and the meeting before leaving the group
         self.local = LocalStep(None)  # the optimizer step, shared with Builder mode
         self.loader: Any = None
         self.cadence: Cadence | None = None
@@ -329,7 +334,8 @@ class GraphSession:
 
     def finish(self) -> None:
         """Wait for this process's background checkpoint saves (raising the first failure, as
-        ``fl.checkpoint.flush()``), then for every rank, then release the group setup created;
+        ``fl.checkpoint.flush()``), then for every rank (at most setup's ``timeout``; past it,
+        a warning, and this rank goes on), then release the group setup created;
         rank 0 of a run it started itself then waits for the other ranks to end, raising
         :class:`~flodl.TrainingError` for one that failed."""
         try:
@@ -337,7 +343,10 @@ class GraphSession:
         finally:
             if self.is_distributed:
                 started = self.local_ranks
-                leave_group(peer_failed=started.any_failed if started is not None else None)
+                leave_group(
+                    timeout=self.timeout,
+                    peer_failed=started.any_failed if started is not None else None,
+                )
             if self.local_ranks is not None:
                 self.local_ranks.wait()
 

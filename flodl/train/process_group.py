@@ -25,7 +25,10 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from flodl.log import get_logger
 from flodl.train.config import TIMEOUT
+
+log = get_logger("flodl.train")
 
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -122,15 +125,12 @@ def meet_every_rank(timeout: float, peer_failed: Callable[[], bool] | None = Non
     rank, world = dist.get_rank(), dist.get_world_size()
     store.set(f"flodl-leave/{rank}", "1")
     keys = [f"flodl-leave/{r}" for r in range(world)]
-    if peer_failed is None:
-        store.wait(keys, timedelta(seconds=timeout))
-        return
     deadline = time.monotonic() + timeout
     while not store.check(keys):
-        if peer_failed():
+        if peer_failed is not None and peer_failed():
             raise RuntimeError("a rank this process started ended before meeting the others")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"not every rank left the group within {timeout:.0f} s")
+            raise TimeoutError(f"not every rank reached the end of training within {timeout:g} s")
         time.sleep(0.05)
 
 
@@ -143,15 +143,19 @@ def leave_group(
     """Release the default process group, if any.
 
     ``wait_for_peers``: first meet every rank (gloo; :func:`meet_every_rank`, which polls
-    ``peer_failed``), unless the script is ending with an exception (peers may be blocked in a
-    collective). A meeting that fails or times out means a peer is gone: the group is then left
-    to the process exit.
+    ``peer_failed``), for at most ``timeout`` seconds (``Trainer.setup``'s), unless the script is
+    ending with an exception (peers may be blocked in a collective). A meeting that fails means
+    a peer is gone, one that times out (logged) that a peer is late or stuck: this rank goes on
+    and the group is left to the process exit.
     """
     if not dist.is_initialized():
         return
     if wait_for_peers and not ending_with_an_exception() and dist.get_backend() == "gloo":
         try:
             meet_every_rank(timeout, peer_failed)
+        except TimeoutError as err:
+            log.warning("%s: rank %d goes on without them", err, dist.get_rank())
+            return
         except Exception:
             return
     dist.destroy_process_group()

@@ -1,14 +1,16 @@
 """A Graph-mode script as a user writes it, for the tests of setup starting its own ranks.
 
     python self_launch_job.py OUT_DIR --devices cpu,cpu [--fail-rank R] [--fail-before-finish R]
-        [--slow-exit S] [--hang] [--skip-setup R]
+        [--slow-exit S] [--hang] [--skip-setup R] [--timeout T] [--slow-finish S]
 
 Each rank writes ``OUT_DIR/rank<R>.json`` (world, steps, pid, threads, parameters) at the end.
 ``--fail-rank R``: rank R raises after its first step; ``--fail-before-finish R``: after its
 last step, before ``finish`` (its peers are then leaving the group, not in a collective). ``--slow-exit S``: a rank ends S seconds
 after its group was released (as an interpreter with much to tear down does on a busy machine). ``--hang``: rank 0 writes its pid and the
 others' to ``OUT_DIR/pids`` after setup, then sleeps (a test kills it). ``--skip-setup R``:
-rank R ends before calling setup.
+rank R ends before calling setup. ``--timeout T``: setup's timeout (default 30 s).
+``--slow-finish S``: rank 1 calls ``finish`` S seconds after its last step (a long final
+evaluation).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def main() -> None:
     parser.add_argument("--slow-exit", type=float, default=0.0)
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--skip-setup", type=int, default=None)
+    parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--slow-finish", type=float, default=0.0)
     args = parser.parse_args()
     if args.skip_setup is not None and int(os.environ.get("RANK", "0")) == args.skip_setup:
         return
@@ -48,7 +52,7 @@ def main() -> None:
         None,
         lambda params: torch.optim.SGD(params, lr=0.05),
         devices=args.devices.split(",") if args.devices else None,
-        timeout=30,
+        timeout=args.timeout,
     )
     rank = model.rank
     if args.hang and rank == 0:
@@ -68,6 +72,8 @@ def main() -> None:
                 raise RuntimeError(f"rank {rank} fails on purpose")
     if rank == args.fail_before_finish:
         raise RuntimeError(f"rank {rank} fails on purpose before finish")
+    if rank == 1:
+        time.sleep(args.slow_finish)
     model.finish()
     result = {
         "rank": rank,

@@ -228,6 +228,23 @@ def test_a_rank_failing_after_its_last_step_is_reported_without_waiting_out_the_
 
 @pytest.mark.slow
 @pytest.mark.multiproc
+def test_a_rank_later_to_finish_than_setups_timeout_is_reported_and_stopped(tmp_path):
+    # Rank 1 reaches finish() 40 s after its last step; setup's timeout is 10 s. Rank 0 waits
+    # that long for it in finish() (not a fixed 60 s), says so, gives it the timeout again to
+    # end, then stops it and names it.
+    leftovers = Leftovers(tmp_path)
+    flags = ("--timeout", "10", "--slow-finish", "40")
+    result, took = on_two_cpu_ranks(tmp_path, *flags, leftovers=leftovers)
+    assert result.returncode != 0
+    late = "not every rank reached the end of training within 10 s: rank 0 goes on without them"
+    assert late in result.stderr
+    stopped = "rank 1 (started by this process) did not end within 10 s of rank 0 finishing"
+    assert stopped in result.stderr and took < 38
+    leftovers.check()
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
 def test_a_rank_that_never_reaches_setup_is_reported_without_waiting(tmp_path):
     started = time.monotonic()
     result = run(JOB, str(tmp_path), "--devices", "cpu,cpu", "--skip-setup", "1")
