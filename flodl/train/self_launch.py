@@ -138,7 +138,11 @@ class LocalRanks:
         The wait is short (2 s) unless ``err`` says a peer closed or reset its connection: that
         peer is on its way out, but its interpreter can take seconds to end on a loaded machine
         (measured: over 2 s with every core busy), so the wait is then up to 15 s. Returning
-        earlier would report the collective's error instead of the rank that failed."""
+        earlier would report the collective's error instead of the rank that failed.
+
+        A collective that timed out while every started rank is still running means one of them
+        is stuck (or far slower): they are stopped and the error says so, instead of gloo's
+        ``Timed out waiting ... for recv``."""
         wait_s = 15.0 if "by peer" in str(err) else 2.0
         deadline = time.monotonic() + wait_s
         while True:
@@ -147,7 +151,18 @@ class LocalRanks:
                 break
             time.sleep(0.02)
         if found is None:
-            return None
+            alive = [r for r, p in sorted(self.procs.items()) if p.poll() is None]
+            if not alive or "timed out" not in str(err).lower():
+                return None
+            self.stop()
+            self.reported = True
+            names = ", ".join(map(str, alive))
+            return TrainingError(
+                f"a collective waited {self.timeout:g} s (Trainer.setup's timeout) for rank "
+                f"{names} (started by this process): running, but not taking part (stuck, or far "
+                "slower than this rank). Every rank was stopped",
+                rank=alive[0] if len(alive) == 1 else None,
+            )
         self.stop()
         self.reported = True
         return self.error(*found)

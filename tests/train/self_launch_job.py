@@ -2,6 +2,7 @@
 
     python self_launch_job.py OUT_DIR --devices cpu,cpu [--fail-rank R] [--fail-before-finish R]
         [--slow-exit S] [--hang] [--skip-setup R] [--timeout T] [--slow-finish S]
+        [--stall-rank R]
 
 Each rank writes ``OUT_DIR/rank<R>.json`` (world, steps, pid, threads, parameters) at the end.
 ``--fail-rank R``: rank R raises after its first step; ``--fail-before-finish R``: after its
@@ -10,7 +11,8 @@ after its group was released (as an interpreter with much to tear down does on a
 others' to ``OUT_DIR/pids`` after setup, then sleeps (a test kills it). ``--skip-setup R``:
 rank R ends before calling setup. ``--timeout T``: setup's timeout (default 30 s).
 ``--slow-finish S``: rank 1 calls ``finish`` S seconds after its last step (a long final
-evaluation).
+evaluation). ``--stall-rank R``: rank R stops answering after its first step (alive, in a
+long sleep), so its peers' next collective waits out the timeout.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def main() -> None:
     parser.add_argument("--skip-setup", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--slow-finish", type=float, default=0.0)
+    parser.add_argument("--stall-rank", type=int, default=None)
     args = parser.parse_args()
     if args.skip_setup is not None and int(os.environ.get("RANK", "0")) == args.skip_setup:
         return
@@ -68,6 +71,8 @@ def main() -> None:
         for inputs, targets in model.epoch(epoch):
             nn.functional.mse_loss(model(inputs), targets).backward()
             model.step()
+            if rank == args.stall_rank:
+                time.sleep(300)
             if rank == args.fail_rank:
                 raise RuntimeError(f"rank {rank} fails on purpose")
     if rank == args.fail_before_finish:

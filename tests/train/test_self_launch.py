@@ -245,6 +245,25 @@ def test_a_rank_later_to_finish_than_setups_timeout_is_reported_and_stopped(tmp_
 
 @pytest.mark.slow
 @pytest.mark.multiproc
+def test_a_stuck_rank_is_named_when_rank_0s_collective_times_out(tmp_path):
+    # Rank 1 is alive but stops taking part after its first step: rank 0's next collective
+    # waits out setup's timeout (5 s), then names the rank and stops it, instead of passing on
+    # gloo's "Timed out waiting 5000ms for recv operation to complete".
+    leftovers = Leftovers(tmp_path)
+    flags = ("--timeout", "5", "--stall-rank", "1")
+    result, took = on_two_cpu_ranks(tmp_path, *flags, leftovers=leftovers)
+    assert result.returncode != 0
+    stuck = (
+        "TrainingError: a collective waited 5 s (Trainer.setup's timeout) for rank 1 (started "
+        "by this process): running, but not taking part"
+    )
+    assert stuck in result.stderr and took < 60  # rank 1 would sleep 300 s
+    assert results(tmp_path) == {}
+    leftovers.check()
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
 def test_a_rank_that_never_reaches_setup_is_reported_without_waiting(tmp_path):
     started = time.monotonic()
     result = run(JOB, str(tmp_path), "--devices", "cpu,cpu", "--skip-setup", "1")
