@@ -158,10 +158,13 @@ def leave_group(
             return
         except Exception:
             return
+    # A gloo worker thread that finished the last collective may be waiting for the GIL to
+    # drop its hold on a Python-made tensor. Before torch 2.5, destroying the group joins that
+    # thread while holding the GIL, a deadlock (seen on a rank ending with an exception right
+    # after a step, which skips the meeting); after it, a script that ends at once would start
+    # the interpreter's shutdown first, which ends such a thread mid-C++ and aborts the process.
+    # Sleeping hands the GIL over, before and after.
+    time.sleep(_GIL_HANDOVER_S)
     dist.destroy_process_group()
     _STORE.clear()
-    # A gloo worker thread that finished the last collective may be waiting for the GIL to
-    # drop its hold on a Python-made tensor; a script that ends right after this would start the
-    # interpreter's shutdown first, which ends such a thread mid-C++ and aborts the process.
-    # Sleeping hands the GIL over.
     time.sleep(_GIL_HANDOVER_S)
