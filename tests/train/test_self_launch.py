@@ -189,19 +189,28 @@ def on_two_cpu_ranks(tmp_path, *flags: str, leftovers: Leftovers | None = None):
     return result, time.monotonic() - started
 
 
+def fails_saying(tmp_path, *flags: str, says: list[str], within: float) -> None:
+    """The job with ``flags`` fails within ``within`` seconds, printing each of ``says``, with
+    no rank writing a result and nothing left behind (processes, shared memory, temp files)."""
+    leftovers = Leftovers(tmp_path)
+    result, took = on_two_cpu_ranks(tmp_path, *flags, leftovers=leftovers)
+    assert result.returncode != 0
+    for text in says:
+        assert text in result.stderr, result.stderr[-3000:]
+    assert took < within
+    assert results(tmp_path) == {}
+    leftovers.check()
+
+
 @pytest.mark.slow
 @pytest.mark.multiproc
 @pytest.mark.parametrize("failing", [1, 0])
 def test_a_failing_rank_fails_the_run_at_once_and_stops_the_others(tmp_path, failing):
-    leftovers = Leftovers(tmp_path)
-    result, took = on_two_cpu_ranks(tmp_path, "--fail-rank", str(failing), leftovers=leftovers)
-    assert result.returncode != 0
-    assert f"RuntimeError: rank {failing} fails on purpose" in result.stderr  # its traceback
+    says = [f"RuntimeError: rank {failing} fails on purpose"]  # its traceback
     if failing == 1:  # rank 0 names the rank it started
-        assert RANK_1_FAILED in result.stderr
-    assert took < 25  # not the 30 s collective timeout
-    assert results(tmp_path) == {}
-    leftovers.check()  # rank 0 failing stopped the rank it started
+        says.append(RANK_1_FAILED)
+    # Not the 30 s collective timeout; rank 0 failing stops the rank it started.
+    fails_saying(tmp_path, "--fail-rank", str(failing), says=says, within=25)
 
 
 @pytest.mark.slow
@@ -216,14 +225,10 @@ def test_a_failing_rank_slow_to_exit_is_still_the_one_reported(tmp_path):
 @pytest.mark.multiproc
 def test_a_rank_failing_after_its_last_step_is_reported_without_waiting_out_the_timeout(tmp_path):
     # Rank 0 is then in finish(), waiting for every rank to leave the group: it stops waiting
-    # for a rank it started that died, instead of the 60 s a meeting may take.
-    leftovers = Leftovers(tmp_path)
-    result, took = on_two_cpu_ranks(tmp_path, "--fail-before-finish", "1", leftovers=leftovers)
-    assert result.returncode != 0
-    assert "RuntimeError: rank 1 fails on purpose before finish" in result.stderr
-    assert RANK_1_FAILED in result.stderr and took < 25
-    assert results(tmp_path) == {}  # rank 0 raised in finish(), before writing its own
-    leftovers.check()
+    # for a rank it started that died, instead of the 30 s a meeting may take; it raises there,
+    # before writing its own result.
+    says = ["RuntimeError: rank 1 fails on purpose before finish", RANK_1_FAILED]
+    fails_saying(tmp_path, "--fail-before-finish", "1", says=says, within=25)
 
 
 @pytest.mark.slow
@@ -232,15 +237,11 @@ def test_a_rank_later_to_finish_than_setups_timeout_is_reported_and_stopped(tmp_
     # Rank 1 reaches finish() 40 s after its last step; setup's timeout is 10 s. Rank 0 waits
     # that long for it in finish() (not a fixed 60 s), says so, gives it the timeout again to
     # end, then stops it and names it.
-    leftovers = Leftovers(tmp_path)
-    flags = ("--timeout", "10", "--slow-finish", "40")
-    result, took = on_two_cpu_ranks(tmp_path, *flags, leftovers=leftovers)
-    assert result.returncode != 0
-    late = "not every rank reached the end of training within 10 s: rank 0 goes on without them"
-    assert late in result.stderr
-    stopped = "rank 1 (started by this process) did not end within 10 s of rank 0 finishing"
-    assert stopped in result.stderr and took < 38
-    leftovers.check()
+    says = [
+        "not every rank reached the end of training within 10 s: rank 0 goes on without them",
+        "rank 1 (started by this process) did not end within 10 s of rank 0 finishing",
+    ]
+    fails_saying(tmp_path, "--timeout", "10", "--slow-finish", "40", says=says, within=38)
 
 
 @pytest.mark.slow
@@ -248,18 +249,12 @@ def test_a_rank_later_to_finish_than_setups_timeout_is_reported_and_stopped(tmp_
 def test_a_stuck_rank_is_named_when_rank_0s_collective_times_out(tmp_path):
     # Rank 1 is alive but stops taking part after its first step: rank 0's next collective
     # waits out setup's timeout (5 s), then names the rank and stops it, instead of passing on
-    # gloo's "Timed out waiting 5000ms for recv operation to complete".
-    leftovers = Leftovers(tmp_path)
-    flags = ("--timeout", "5", "--stall-rank", "1")
-    result, took = on_two_cpu_ranks(tmp_path, *flags, leftovers=leftovers)
-    assert result.returncode != 0
+    # gloo's "Timed out waiting 5000ms for recv operation to complete". Rank 1 would sleep 300 s.
     stuck = (
         "TrainingError: a collective waited 5 s (Trainer.setup's timeout) for rank 1 (started "
         "by this process): running, but not taking part"
     )
-    assert stuck in result.stderr and took < 60  # rank 1 would sleep 300 s
-    assert results(tmp_path) == {}
-    leftovers.check()
+    fails_saying(tmp_path, "--timeout", "5", "--stall-rank", "1", says=[stuck], within=60)
 
 
 @pytest.mark.slow
