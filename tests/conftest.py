@@ -15,7 +15,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# onnxruntime (the ONNX tests' reference; torch 2.4 and 2.5 also import it when an optimizer is
+# onnxruntime (the ONNX tests' reference; torch 2.4 also imports it when an optimizer is
 # built) writes a device id under ~/.cache and a session file in the temp directory at import,
 # for its usage telemetry, unless this is set. Set here, so every child process inherits it.
 os.environ["ORT_DISABLE_TELEMETRY"] = "1"
