@@ -308,6 +308,13 @@ class Loop(nn.Module):
                 f"tensors or None, got {type(value).__name__}"
             )
 
+    def _apply(self, fn: Any, recurse: bool = True) -> Loop:
+        super()._apply(fn, recurse)
+        # The last run's traces hold tensors of the old device or dtype: forgotten, as a graph's
+        # tagged values are; the next run records new ones.
+        self.__dict__["traces"], self.__dict__["named_traces"] = [], {}
+        return self
+
     def detach_state(self) -> None:
         """Cut the autograd history of the kept traces (``graph.detach_state`` calls this)."""
         self.__dict__["traces"] = [t.detach() for t in self.traces]

@@ -135,6 +135,16 @@ def test_a_new_forward_replaces_the_traces():
     assert [float(t) for t in graph.traces("h")] == [50.0, 25.0]
 
 
+def test_moving_the_graph_forgets_the_traces_and_the_next_run_records_them_anew():
+    graph = fl.FlowBuilder().loop_body(Named()).for_n(2).tag("n").build()
+    graph(torch.tensor([0.0]))
+    graph.to(torch.float64)  # the traces were float32 tensors of the last run
+    with pytest.raises(fl.TraceError, match="traces appear after a forward"):
+        graph.traces_named("value")
+    graph(torch.tensor([0.0], dtype=torch.float64))
+    assert [t.dtype for t in graph.traces_named("value")] == [torch.float64] * 2
+
+
 def test_named_traces_from_a_dict_with_halting_loop():
     stop = fl.nn.ThresholdHalt(2.5)
     graph = fl.FlowBuilder().loop_body(Named()).until_cond(stop, 10).build()
