@@ -125,12 +125,22 @@ def meet_every_rank(timeout: float, peer_failed: Callable[[], bool] | None = Non
     rank, world = dist.get_rank(), dist.get_world_size()
     store.set(f"flodl-leave/{rank}", "1")
     keys = [f"flodl-leave/{r}" for r in range(world)]
+    late = f"not every rank reached the end of training within {timeout:g} s"
+    if peer_failed is None:
+        # A blocking wait, answered the moment the last rank arrives: the rank that hosts the
+        # store may leave (and take the store with it) right then, so polling could miss it.
+        try:
+            store.wait(keys, timedelta(seconds=timeout))
+        except dist.DistStoreError as err:  # the wait's timeout (a lost store is another error)
+            raise TimeoutError(late) from err
+        return
+    # Rank 0 of ranks it started: it hosts the store and outlives them, so it can poll.
     deadline = time.monotonic() + timeout
     while not store.check(keys):
-        if peer_failed is not None and peer_failed():
+        if peer_failed():
             raise RuntimeError("a rank this process started ended before meeting the others")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"not every rank reached the end of training within {timeout:g} s")
+            raise TimeoutError(late)
         time.sleep(0.05)
 
 
