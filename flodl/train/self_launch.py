@@ -119,6 +119,10 @@ class LocalRanks:
                 return rank, code
         return None
 
+    def running(self) -> list[int]:
+        """The ranks this process started that have not ended."""
+        return [rank for rank, proc in sorted(self.procs.items()) if proc.poll() is None]
+
     def any_failed(self) -> bool:
         """Whether a rank this process started has ended with an error (polled while rank 0
         waits for the others to leave the group)."""
@@ -151,7 +155,7 @@ class LocalRanks:
                 break
             time.sleep(0.02)
         if found is None:
-            alive = [r for r, p in sorted(self.procs.items()) if p.poll() is None]
+            alive = self.running()
             if not alive or "timed out" not in str(err).lower():
                 return None
             self.stop()
@@ -174,7 +178,7 @@ class LocalRanks:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
         found = self.failure()
-        alive = [r for r, p in self.procs.items() if p.poll() is None]
+        alive = self.running()
         self.stop()
         if found is not None and not self.reported:
             self.reported = True
