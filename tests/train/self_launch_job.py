@@ -1,7 +1,7 @@
 """A Graph-mode script as a user writes it, for the tests of setup starting its own ranks.
 
     python self_launch_job.py OUT_DIR --devices cpu,cpu [--fail-rank R] [--fail-before-finish R]
-        [--slow-exit S] [--hang] [--skip-setup R] [--timeout T] [--slow-finish S]
+        [--slow-exit S] [--hang] [--skip-setup R] [--timeout T] [--slow-finish S] [--slow-rank R]
         [--stall-rank R]
 
 Each rank writes ``OUT_DIR/rank<R>.json`` (world, steps, pid, threads, parameters) at the end.
@@ -10,8 +10,8 @@ last step, before ``finish`` (its peers are then leaving the group, not in a col
 after its group was released (as an interpreter with much to tear down does on a busy machine). ``--hang``: rank 0 writes its pid and the
 others' to ``OUT_DIR/pids`` after setup, then sleeps (a test kills it). ``--skip-setup R``:
 rank R ends before calling setup. ``--timeout T``: setup's timeout (default 30 s).
-``--slow-finish S``: rank 1 calls ``finish`` S seconds after its last step (a long final
-evaluation). ``--stall-rank R``: rank R stops answering after its first step (alive, in a
+``--slow-finish S``: rank R (``--slow-rank``, default 1) calls ``finish`` S seconds after its
+last step (a long final evaluation). ``--stall-rank R``: rank R stops answering after its first step (alive, in a
 long sleep), so its peers' next collective waits out the timeout.
 """
 
@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("--skip-setup", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--slow-finish", type=float, default=0.0)
+    parser.add_argument("--slow-rank", type=int, default=1)
     parser.add_argument("--stall-rank", type=int, default=None)
     args = parser.parse_args()
     if args.skip_setup is not None and int(os.environ.get("RANK", "0")) == args.skip_setup:
@@ -77,7 +78,7 @@ def main() -> None:
                 raise RuntimeError(f"rank {rank} fails on purpose")
     if rank == args.fail_before_finish:
         raise RuntimeError(f"rank {rank} fails on purpose before finish")
-    if rank == 1:
+    if rank == args.slow_rank:
         time.sleep(args.slow_finish)
     model.finish()
     result = {

@@ -246,6 +246,21 @@ def test_a_rank_later_to_finish_than_setups_timeout_is_reported_and_stopped(tmp_
 
 @pytest.mark.slow
 @pytest.mark.multiproc
+def test_a_rank_waiting_on_a_late_rank_0_gives_up_after_setups_timeout_and_the_run_ends(tmp_path):
+    # Rank 1 does not host the store: it waits on it (blocking) for rank 0, which reaches
+    # finish() 20 s late; after setup's 10 s it says so and ends. Rank 0 then finds rank 1
+    # already arrived, and the run ends cleanly with both ranks' results.
+    flags = ("--timeout", "10", "--slow-finish", "20", "--slow-rank", "0")
+    result, _ = on_two_cpu_ranks(tmp_path, *flags)
+    assert result.returncode == 0, result.stderr[-3000:]
+    late = "not every rank reached the end of training within 10 s: rank 1 goes on without them"
+    assert late in result.stderr
+    ranks = results(tmp_path)
+    assert sorted(ranks) == [0, 1] and ranks[0]["params"] == ranks[1]["params"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
 def test_a_stuck_rank_is_named_when_rank_0s_collective_times_out(tmp_path):
     # Rank 1 is alive but stops taking part after its first step: rank 0's next collective
     # waits out setup's timeout (5 s), then names the rank and stops it, instead of passing on
