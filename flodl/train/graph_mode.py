@@ -32,7 +32,13 @@ from flodl.train.errors import TrainerConfigError
 from flodl.train.graph_balance import Balancer, hinted_ratios
 from flodl.train.graph_el_che import Cadence, DdpConfig, devices_differ
 from flodl.train.local_step import LocalStep, check_lr_scale, check_scheduler
-from flodl.train.process_group import init_launched_group, leave_group, under_launcher
+from flodl.train.process_group import (
+    init_launched_group,
+    is_timeout,
+    leave_group,
+    ranks_missing_from_collective,
+    under_launcher,
+)
 from flodl.train.resume import (
     job_token,
     load_model,
@@ -50,6 +56,7 @@ from flodl.train.self_launch import (
     launch_local_ranks,
     resolve_devices,
 )
+from flodl.train.trained_state import TrainingError
 
 log = get_logger("flodl.train")
 
@@ -283,10 +290,29 @@ class GraphSession:
         try:
             self._step(graph)
         except RuntimeError as err:  # torch.distributed's errors are RuntimeErrors
-            failed = self.local_ranks.failed_peer(err) if self.local_ranks is not None else None
+            if self.local_ranks is not None:
+                failed = self.local_ranks.failed_peer(err)
+            elif self.is_distributed and is_timeout(err):
+                failed = self._stuck_ranks()
+            else:
+                failed = None
             if failed is not None:
                 raise failed from err
             raise
+
+    def _stuck_ranks(self) -> TrainingError | None:
+        """After a collective timed out in a rank this process did not start: the error naming
+        the ranks that never reached it, when the group's store can tell."""
+        missing = ranks_missing_from_collective(self.timeout)
+        if not missing:
+            return None
+        names = ", ".join(map(str, missing))
+        return TrainingError(
+            f"a collective waited {self.timeout:g} s (Trainer.setup's timeout) for rank {names}, "
+            "which never reached it (stuck in its own code, or far slower than the others); "
+            f"rank {self.rank} stops here, and the launcher ends the others",
+            rank=missing[0] if len(missing) == 1 else None,
+        )
 
     def _step(self, graph: nn.Module) -> None:
         if self.cadence is not None:

@@ -110,6 +110,43 @@ _GIL_HANDOVER_S = 0.02
 _STORE: list[dist.Store] = []
 
 
+def _group_store() -> dist.Store:
+    return _STORE[-1] if _STORE else dist.distributed_c10d._get_default_store()
+
+
+def is_timeout(err: BaseException) -> bool:
+    """Whether a collective's error is its timeout (gloo: ``Timed out waiting 5000ms for recv
+    operation to complete``), not a lost peer (``Connection closed by peer``)."""
+    return "timed out" in str(err).lower()
+
+
+def ranks_missing_from_collective(timeout: float) -> list[int] | None:
+    """After this rank's collective timed out: the ranks that never reached it (stuck in their
+    own code, or far slower), or None when the group's store cannot tell.
+
+    Every rank whose collective timed out says so in the group's store, then gives the others
+    a grace period to say so too: they entered the collective at most a step apart, so they time
+    out about that far apart. The ranks still silent after it never entered the collective.
+    None when every rank timed out (nobody is missing: a slow network, not a stuck rank) or
+    the store is gone.
+
+    This runs only after a failure; a normal step pays nothing for it.
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    keys = [f"flodl-timed-out/{r}" for r in range(world)]
+    deadline = time.monotonic() + min(timeout, max(5.0, timeout / 4))
+    try:
+        store = _group_store()
+        store.set(keys[rank], "1")
+        while not store.check(keys):
+            if time.monotonic() > deadline:
+                return [r for r in range(world) if not store.check([keys[r]])]
+            time.sleep(0.1)
+    except Exception:  # the store went with a rank that hosted it: nothing to tell
+        return None
+    return None
+
+
 def meet_every_rank(timeout: float, peer_failed: Callable[[], bool] | None = None) -> None:
     """Return once every rank of the group has called this; raises after ``timeout`` seconds.
 
@@ -121,7 +158,7 @@ def meet_every_rank(timeout: float, peer_failed: Callable[[], bool] | None = Non
     ``peer_failed``: polled while waiting; when it says True (a rank this process started has
     died) the meeting gives up at once instead of waiting out ``timeout`` for it.
     """
-    store = _STORE[-1] if _STORE else dist.distributed_c10d._get_default_store()
+    store = _group_store()
     rank, world = dist.get_rank(), dist.get_world_size()
     store.set(f"flodl-leave/{rank}", "1")
     keys = [f"flodl-leave/{r}" for r in range(world)]

@@ -33,7 +33,13 @@ import torch.distributed as dist
 from flodl.log import get_logger
 from flodl.train.builder_runtime import intra_op_threads
 from flodl.train.errors import TrainerConfigError
-from flodl.train.process_group import attempt_prefix, ending_with_an_exception, register_group
+from flodl.train.process_group import (
+    attempt_prefix,
+    ending_with_an_exception,
+    is_timeout,
+    ranks_missing_from_collective,
+    register_group,
+)
 from flodl.train.trained_state import TrainingError
 
 log = get_logger("flodl.train")
@@ -145,7 +151,8 @@ class LocalRanks:
         earlier would report the collective's error instead of the rank that failed.
 
         A collective that timed out while every started rank is still running means one of them
-        is stuck (or far slower): they are stopped and the error says so, instead of gloo's
+        is stuck (or far slower): they are stopped and the error names the ones that never
+        reached the collective (:func:`ranks_missing_from_collective`), instead of gloo's
         ``Timed out waiting ... for recv``."""
         wait_s = 15.0 if "by peer" in str(err) else 2.0
         deadline = time.monotonic() + wait_s
@@ -156,16 +163,19 @@ class LocalRanks:
             time.sleep(0.02)
         if found is None:
             alive = self.running()
-            if not alive or "timed out" not in str(err).lower():
+            if not alive or not is_timeout(err):
                 return None
+            # Of the running ranks, the stuck ones are those that never reached the collective.
+            missing = ranks_missing_from_collective(self.timeout)
+            stuck = [r for r in alive if missing is None or r in missing] or alive
             self.stop()
             self.reported = True
-            names = ", ".join(map(str, alive))
+            names = ", ".join(map(str, stuck))
             return TrainingError(
                 f"a collective waited {self.timeout:g} s (Trainer.setup's timeout) for rank "
                 f"{names} (started by this process): running, but not taking part (stuck, or far "
                 "slower than this rank). Every rank was stopped",
-                rank=alive[0] if len(alive) == 1 else None,
+                rank=stuck[0] if len(stuck) == 1 else None,
             )
         self.stop()
         self.reported = True

@@ -191,3 +191,26 @@ def balance_scenario(rank: int, world: int, port: int, results) -> None:
     except BaseException:
         out["error"] = traceback.format_exc()
     results.put(out)
+
+
+def timed_out_together_scenario(rank: int, world: int, port: int, results) -> None:
+    """Every rank's collective timed out (a slow network, nobody stuck): each asks which ranks
+    never reached it, and gets None as soon as all have said so, not after the grace period."""
+    from flodl.train.process_group import (
+        init_launched_group,
+        leave_group,
+        ranks_missing_from_collective,
+    )
+
+    act_as_launched_rank(rank, world, port)
+    out: dict = {"rank": rank}
+    try:
+        init_launched_group("gloo", 30)
+        time.sleep(0.5 * rank)  # they time out a little apart
+        started = time.monotonic()
+        out["missing"] = ranks_missing_from_collective(30)
+        out["seconds"] = time.monotonic() - started
+        leave_group()
+    except BaseException:
+        out["error"] = traceback.format_exc()
+    results.put(out)

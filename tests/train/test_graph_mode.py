@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -302,6 +303,15 @@ def test_two_ranks_share_weights_partition_data_and_agree_on_missing_gradients()
         assert re.search(r"ranks would run \d to \d batches", out["uneven_error"])
 
 
+@pytest.mark.multiproc
+def test_when_every_rank_timed_out_no_rank_is_blamed():
+    # The grace for 30 s is 7.5 s; with every rank in, nobody waits it out.
+    outs = run_launched(graph_ranks.timed_out_together_scenario, 2, timeout=90)
+    for out in outs:
+        assert out["missing"] is None
+        assert out["seconds"] < 5
+
+
 EXIT_ABORT = "terminate called without an active exception"
 
 
@@ -472,6 +482,58 @@ def test_an_uncaught_exception_ends_the_torchrun_job_at_once(tmp_path):
     assert result.returncode != 0
     assert "RuntimeError: rank 1 fails" in result.stderr
     assert not marker.exists()  # rank 0 was stopped before its 40 s of training ended
+    leftovers.check()
+
+
+STALLING_RANK = """
+import os, sys, time, torch, flodl as fl
+from torch import nn
+model = fl.FlowBuilder(nn.Linear(4, 1)).build()
+fl.Trainer.setup(model, None, lambda p: torch.optim.SGD(p, lr=0.1), timeout=5)
+for step in range(3):
+    model(torch.ones(2, 4)).sum().backward()
+    if step == 1 and os.environ["RANK"] == sys.argv[1]:
+        time.sleep(300)  # alive, but stuck in its own code: never reaches the next averaging
+    model.step()
+model.finish()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("stuck", ["2", "0"])
+def test_under_torchrun_the_ranks_waiting_on_a_stuck_rank_name_it(tmp_path, stuck):
+    """Under torchrun no rank started the others, so none can see which is alive: the ranks
+    whose averaging timed out say so in the group's store, and the one that never did is named
+    (rank 0 too, whose process would host the store without torchrun), instead of gloo's
+    "Timed out waiting 5000ms for recv". The launcher then ends the stuck rank."""
+    from tests.conftest import clean_env
+
+    script = tmp_path / "stall.py"
+    script.write_text(STALLING_RANK)
+    leftovers = Leftovers(tmp_path)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    started = time.monotonic()
+    result = subprocess.run(
+        [*launcher, "--nproc-per-node", "3", str(script), stuck],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
+        check=False,
+    )
+    assert result.returncode != 0
+    named = re.findall(
+        r"TrainingError: a collective waited 5 s \(Trainer.setup's timeout\) for rank (\d), "
+        r"which never reached it \(stuck in its own code, or far slower than the others\); "
+        r"rank (\d) stops here",
+        result.stderr,
+    )
+    # Every rank that waited names the stuck one (the launcher may end the second a moment
+    # before it reports); the stuck rank never speaks.
+    assert named and {n for n, _ in named} == {stuck}
+    assert stuck not in {r for _, r in named}
+    assert time.monotonic() - started < 100  # 5 s timeout + 5 s grace, not 300 s of stall
     leftovers.check()
 
 

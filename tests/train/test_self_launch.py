@@ -174,32 +174,34 @@ def test_the_ranks_share_the_cores_and_each_is_its_own_process(tmp_path):
 RANK_1_FAILED = "TrainingError: rank 1 (started by this process) exited with code 1"
 
 
-def on_two_cpu_ranks(tmp_path, *flags: str, leftovers: Leftovers | None = None):
-    """The job on two CPU ranks with ``flags``: its result, and how long it took."""
+def on_cpu_ranks(tmp_path, *flags: str, ranks: int = 2, leftovers: Leftovers | None = None):
+    """The job on ``ranks`` CPU ranks with ``flags``: its result, and how long it took."""
     started = time.monotonic()
     marked = leftovers.env() if leftovers is not None else {}
     result = run(
         JOB,
         str(tmp_path),
         "--devices",
-        "cpu,cpu",
+        ",".join(["cpu"] * ranks),
         *flags,
         env=clean_env(OMP_NUM_THREADS="1", **marked),
     )
     return result, time.monotonic() - started
 
 
-def fails_saying(tmp_path, *flags: str, says: list[str], within: float) -> None:
+def fails_saying(tmp_path, *flags: str, says: list[str], within: float, ranks: int = 2) -> str:
     """The job with ``flags`` fails within ``within`` seconds, printing each of ``says``, with
-    no rank writing a result and nothing left behind (processes, shared memory, temp files)."""
+    no rank writing a result and nothing left behind (processes, shared memory, temp files).
+    Its standard error, for more checks."""
     leftovers = Leftovers(tmp_path)
-    result, took = on_two_cpu_ranks(tmp_path, *flags, leftovers=leftovers)
+    result, took = on_cpu_ranks(tmp_path, *flags, ranks=ranks, leftovers=leftovers)
     assert result.returncode != 0
     for text in says:
         assert text in result.stderr, result.stderr[-3000:]
     assert took < within
     assert results(tmp_path) == {}
     leftovers.check()
+    return result.stderr
 
 
 @pytest.mark.slow
@@ -217,7 +219,7 @@ def test_a_failing_rank_fails_the_run_at_once_and_stops_the_others(tmp_path, fai
 @pytest.mark.multiproc
 def test_a_failing_rank_slow_to_exit_is_still_the_one_reported(tmp_path):
     # Rank 1 closes its connections at once (rank 0's collective fails) but ends 5 s later.
-    result, _ = on_two_cpu_ranks(tmp_path, "--fail-rank", "1", "--slow-exit", "5")
+    result, _ = on_cpu_ranks(tmp_path, "--fail-rank", "1", "--slow-exit", "5")
     assert result.returncode != 0 and RANK_1_FAILED in result.stderr
 
 
@@ -251,7 +253,7 @@ def test_a_rank_waiting_on_a_late_rank_0_gives_up_after_setups_timeout_and_the_r
     # finish() 20 s late; after setup's 10 s it says so and ends. Rank 0 then finds rank 1
     # already arrived, and the run ends cleanly with both ranks' results.
     flags = ("--timeout", "10", "--slow-finish", "20", "--slow-rank", "0")
-    result, _ = on_two_cpu_ranks(tmp_path, *flags)
+    result, _ = on_cpu_ranks(tmp_path, *flags)
     assert result.returncode == 0, result.stderr[-3000:]
     late = "not every rank reached the end of training within 10 s: rank 1 goes on without them"
     assert late in result.stderr
@@ -270,6 +272,20 @@ def test_a_stuck_rank_is_named_when_rank_0s_collective_times_out(tmp_path):
         "by this process): running, but not taking part"
     )
     fails_saying(tmp_path, "--timeout", "5", "--stall-rank", "1", says=[stuck], within=60)
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_of_three_ranks_only_the_stuck_one_is_named_not_every_running_one(tmp_path):
+    # Rank 2 stalls; rank 1 runs and times out in the same collective as rank 0, and says so
+    # in the store: rank 0 names rank 2 alone (both are running, only one is stuck).
+    stuck = (
+        "TrainingError: a collective waited 5 s (Trainer.setup's timeout) for rank 2 (started "
+        "by this process): running, but not taking part"
+    )
+    flags = ("--timeout", "5", "--stall-rank", "2")
+    stderr = fails_saying(tmp_path, *flags, says=[stuck], within=60, ranks=3)
+    assert "for rank 1, 2" not in stderr
 
 
 @pytest.mark.slow
