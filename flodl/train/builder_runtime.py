@@ -42,7 +42,7 @@ from flodl.train.messages import (
     SyncAck,
 )
 from flodl.train.metrics import EpochMetrics, MetricsMsg, RankEvents, aggregate_epoch_metrics
-from flodl.train.process_group import init_spawned_group, leave_group
+from flodl.train.process_group import init_spawned_group, is_timeout, leave_group
 from flodl.train.resume import ResumableCheckpoint, ResumePoint, load_model
 from flodl.train.train_spec import TrainSpec
 from flodl.train.trained_state import TrainedState
@@ -55,6 +55,7 @@ from flodl.train.transport import (
     RankChannel,
     client,
     heartbeat_timeout,
+    ranks_behind,
 )
 from flodl.train.worker import FINAL_ROUND, Worker, forwarded_events
 
@@ -319,6 +320,18 @@ def _run_lockstep(
                 f"{heartbeat.silent_for():.0f} s and averaging with it failed ({err})",
                 rank=0,
             ) from None
+        elif err.__cause__ is not None and is_timeout(err.__cause__):
+            # Alive (its heartbeat beats) but stuck short of this collective: name it, as the
+            # supervising process does for ranks it started.
+            behind = ranks_behind(store, world, run.syncs)
+            if behind:
+                names = ", ".join(map(str, behind))
+                raise TrainingError(
+                    f"rank {names} made no progress for {spec.timeout:.0f} s while its peers "
+                    f"waited for it in a collective (rank {rank} stops here, and the launcher "
+                    "ends the others); if it was busy, give it longer with .timeout(seconds)",
+                    rank=behind[0] if len(behind) == 1 else None,
+                ) from err
         raise
     except BaseException as err:
         err.add_note(

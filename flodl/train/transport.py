@@ -293,6 +293,21 @@ def progress_key(rank: int) -> str:
     return f"progress/{rank}"
 
 
+def ranks_behind(store: dist.Store, world: int, entered: int) -> list[int]:
+    """The ranks whose heartbeat says they entered fewer than ``entered`` collectives (the
+    lockstep progress in ``progress/<rank>``): after a collective this rank entered as its
+    ``entered``-th timed out, the ranks it waited for. Empty when the store cannot tell."""
+    behind = []
+    try:
+        for r in range(world):
+            key = progress_key(r)
+            if store.check([key]) and int(store.get(key).split()[0]) < entered:
+                behind.append(r)
+    except (RuntimeError, ValueError):  # the store is gone: nothing to tell
+        return []
+    return behind
+
+
 class Heartbeat:
     """A rank's proof of life: a thread bumping ``hb/<rank>`` in the control store."""
 

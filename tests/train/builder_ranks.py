@@ -51,9 +51,16 @@ def scenario(rank: int, world: int, port: int, results) -> None:
 
 
 def frozen_rank0_scenario(
-    rank: int, world: int, port: int, results, policy: str = "CADENCE", backend: str = "CPU"
+    rank: int,
+    world: int,
+    port: int,
+    results,
+    policy: str = "CADENCE",
+    backend: str = "CPU",
+    step: str = "freezing_rank0_step",
 ) -> None:
-    """Rank 0 freezes (SIGSTOP) mid-training under a launcher; rank 1 reports what it saw."""
+    """Rank 0 freezes (SIGSTOP) mid-training under a launcher (or, with ``step``, another
+    ``toy`` step stalls some rank); the ranks that report say what they saw."""
     import time
 
     act_as_launched_rank(rank, world, port)
@@ -61,7 +68,7 @@ def frozen_rank0_scenario(
     started = time.monotonic()
     try:
         (
-            fl.Trainer.builder(toy.make_model, toy.make_sgd, toy.freezing_rank0_step)
+            fl.Trainer.builder(toy.make_model, toy.make_sgd, getattr(toy, step))
             .dataset(toy.regression_data())
             .batch_size(16)
             .num_epochs(3)

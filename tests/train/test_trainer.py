@@ -812,6 +812,33 @@ def test_under_a_launcher_a_frozen_rank_0_fails_the_waiting_peer_within_the_time
     assert out["seconds"] < 8 + 30  # the run's 8 s timeout, plus start-up; not forever
 
 
+@pytest.mark.multiproc
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("policy", "backend"),
+    [("CADENCE", "CPU"), ("SYNC", "NCCL")],
+    ids=["coordinator", "lockstep"],
+)
+def test_under_a_launcher_a_stuck_rank_1_is_named_by_rank_0(policy, backend):
+    # Rank 1 sleeps in its step (alive: its heartbeat beats). Under a coordinator, rank 0's
+    # coordinator sees it owe a batch; in lockstep, rank 0's averaging times out and the
+    # heartbeats' progress shows rank 1 never entered it. Either way it is named, not gloo's
+    # "Timed out waiting 8000ms for recv".
+    from tests.train import builder_ranks
+    from tests.train.launched import run_launched
+
+    scenario = functools.partial(
+        builder_ranks.frozen_rank0_scenario, policy=policy, backend=backend, step="hanging_step"
+    )
+    (out,) = run_launched(scenario, 2, timeout=120, reporting=1)
+    assert out["rank"] == 0
+    assert "rank 1 made no progress for 8 s" in out["training_error"]
+    assert "Timed out" not in out["training_error"]
+    assert out["error_rank"] == 1
+    assert out["seconds"] < 8 + 30
+
+
 def test_a_single_device_run_gives_the_callers_step_context_back():
     from flodl.train import step_context
 
