@@ -846,7 +846,7 @@ class FlowBuilder:
                 f"did you mean '{close[0]}'?"
                 if close
                 else f"tag a value with .tag('{tag}') (later in the chain for a forward ref "
-                "across calls) or declare .input('{tag}')"
+                f"across calls) or declare .input('{tag}')"
             )
             for ref in refs:
                 issues.append(

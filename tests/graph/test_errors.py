@@ -80,6 +80,17 @@ def test_unresolved_ref_suggests_a_close_tag():
     assert f"{HERE}:{line_of('TYPO')}" in str(err)
 
 
+def test_unresolved_ref_with_no_close_tag_names_it_in_the_hint():
+    b = fl.FlowBuilder().tag("encoded").through(AddRef())
+    b.using("memory")
+    err = build_error(b)
+    assert (
+        "hint: tag a value with .tag('memory') (later in the chain for a forward ref across "
+        "calls) or declare .input('memory')"
+    ) in str(err)
+    assert "{" not in str(err)  # no placeholder left unfilled
+
+
 def test_using_on_a_module_that_cannot_take_refs():
     b = fl.FlowBuilder().tag("ctx").through(nn.Linear(2, 2))
     b.using("ctx")  # LINEAR-REFS
