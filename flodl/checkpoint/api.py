@@ -143,6 +143,26 @@ def _all_named(
     return params, buffers
 
 
+def _check_arguments(verb: str, file: object, named_params: object) -> None:
+    """``fl.save_checkpoint(model, path)`` (``torch.save``'s order), a model passed for its
+    tensors, or a path after the tensors: say how to call it instead of failing on the first
+    item of what was passed."""
+    name = "dest" if verb == "save" else "src"
+    usage = (
+        f"fl.{verb}_checkpoint({name}, named_params, named_buffers) takes a path (or binary "
+        "file) first, then named tensors"
+    )
+    way = (
+        f"For a model: model.{verb}_checkpoint(path) on an fl.Graph, or fl.{verb}_checkpoint("
+        "path, model.named_parameters(), model.named_buffers())"
+    )
+    for value, where in ((file, f"as {name}"), (named_params, "for named_params")):
+        if isinstance(value, torch.nn.Module):
+            raise CheckpointError(f"{usage}; got a {type(value).__name__} {where}. {way}")
+    if isinstance(named_params, str | bytes | os.PathLike):
+        raise CheckpointError(f"{usage}; got the path {named_params!r} for named_params. {way}")
+
+
 def save_checkpoint(
     dest: Destination,
     named_params: NamedTensors,
@@ -184,6 +204,7 @@ def save_checkpoint(
     ...     print(str(err)[:53])
     cannot write 'mask' for the Rust original: dtype bool
     """
+    _check_arguments("save", dest, named_params)
     options: dict[str, Any] = {
         "checksum": checksum,
         "compress": compress,
@@ -370,6 +391,7 @@ def load_checkpoint(
     >>> report.loaded, report.skipped, report.missing, w.tolist()
     (['w'], ['old'], ['b'], [1.0, 1.0])
     """
+    _check_arguments("load", src, named_params)
     params, buffers = _all_named(named_params, named_buffers)
     start = src.tell() if not is_path(src) and seekable(src) else None  # type: ignore[union-attr]
     rename: list[Rename] = []

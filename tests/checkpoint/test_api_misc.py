@@ -1,4 +1,5 @@
-"""Small API contracts: the error hierarchy, raw version reporting, fsync=False, docstring examples."""
+"""Small API contracts: the error hierarchy, raw version reporting, fsync=False, docstring examples,
+and calls with a model or a path in the wrong place."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import io
 
 import pytest
 import torch
+from torch import nn
 
 import flodl as fl
 from tests.checkpoint.layout import header
@@ -51,3 +53,39 @@ def test_docstring_examples(module):
     mod = importlib.import_module(f"flodl.checkpoint.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def _model() -> fl.Graph:
+    return fl.FlowBuilder(nn.Linear(2, 3)).through(nn.BatchNorm1d(3)).build()
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda m, p: fl.save_checkpoint(m, p), "got a Graph as dest"),  # torch.save's order
+        (lambda m, p: fl.save_checkpoint(p, m), "got a Graph for named_params"),
+        (lambda m, p: fl.load_checkpoint(m, p), "got a Graph as src"),
+        (lambda m, p: fl.load_checkpoint(str(p), str(p)), "got the path"),
+    ],
+    ids=["save-model-first", "save-model-as-tensors", "load-model-first", "load-path-twice"],
+)
+def test_a_model_or_path_in_the_wrong_place_says_how_to_call_it(tmp_path, call, says):
+    model, path = _model(), tmp_path / "m.fdl"
+    with pytest.raises(fl.CheckpointError, match="takes a path \\(or binary file\\) first") as e:
+        call(model, path)
+    assert says in str(e.value)
+    assert "model.named_parameters(), model.named_buffers()" in str(e.value)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_the_way_the_error_suggests_saves_and_loads_a_plain_module(tmp_path):
+    path = tmp_path / "m.fdl"
+    torch.manual_seed(0)
+    saved = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    saved(torch.randn(4, 2))  # running statistics move
+    fl.save_checkpoint(path, saved.named_parameters(), saved.named_buffers())
+    loaded = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    report = fl.load_checkpoint(path, loaded.named_parameters(), loaded.named_buffers())
+    assert not report.missing and not report.skipped
+    for key, value in saved.state_dict().items():
+        assert torch.equal(value, loaded.state_dict()[key]), key
