@@ -708,6 +708,17 @@ class Graph(
         """Every tag, in definition order."""
         return list(self._tags)
 
+    def _tag_hint(self, tag: str) -> str:
+        """A close tag, else the graph's tags (the first few), else that it has none."""
+        known = list(self._tags)
+        close = difflib.get_close_matches(tag, known, n=1)
+        if close:
+            return f"; did you mean '{close[0]}'?"
+        if not known:
+            return "; it has no tags (name a value with .tag('name') in the builder)"
+        listed = ", ".join(repr(t) for t in known[:8])
+        return f"; its tags: {listed}" + (f" and {len(known) - 8} more" if len(known) > 8 else "")
+
     def tagged(self, tag: str) -> Any:
         """The value tag ``tag`` had in the last forward pass (None before the first, and after
         a pass that failed). Released when the next pass starts."""
@@ -715,9 +726,7 @@ class Graph(
             if tag in self._tag_groups:
                 members = ", ".join(repr(m) for m in self._tag_groups[tag])
                 raise UnknownTagError(f"'{tag}' is a tag group: tagged() its members {members}")
-            close = difflib.get_close_matches(tag, list(self._tags), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise UnknownTagError(f"no tag '{tag}' in this graph{hint}")
+            raise UnknownTagError(f"no tag '{tag}' in this graph{self._tag_hint(tag)}")
         return self._tagged.get(tag)
 
     def _signature(self) -> str:

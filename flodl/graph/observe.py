@@ -236,6 +236,13 @@ class ObservationMethods:
     def record(self, name: str, values: list[float]) -> None:
         """Append several numbers to metric ``name``'s per-batch buffer."""
         _check_name("record", name)
+        if isinstance(values, int | float) or (
+            isinstance(values, torch.Tensor) and values.dim() == 0
+        ):
+            raise TypeError(
+                f"record('{name}', values) takes several numbers (a list or a 1-D tensor), got "
+                f"one; for one number use record_scalar('{name}', value)"
+            )
         numbers = [to_float(f"record('{name}')", v) for v in values]
         self._metrics.add(name, numbers)
 

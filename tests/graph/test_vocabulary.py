@@ -180,6 +180,17 @@ def test_tagged_is_refreshed_every_forward_and_unknown_tags_raise():
     torch.testing.assert_close(g.tagged("features"), torch.tensor([10.0]))
     with pytest.raises(fl.UnknownTagError, match="did you mean 'features'"):
         g.tagged("feature")
+    with pytest.raises(
+        fl.UnknownTagError, match="no tag 'logits' in this graph; its tags: 'features'"
+    ):
+        g.tagged("logits")  # nothing close: the tags there are
+    many = fl.FlowBuilder()
+    for i in range(10):
+        many = many.through(Scale(1.0)).tag(f"t{i}")
+    with pytest.raises(fl.UnknownTagError, match=r"its tags: 't0', .*'t7' and 2 more$"):
+        many.build().tagged("logits")
+    with pytest.raises(fl.UnknownTagError, match="it has no tags"):
+        fl.FlowBuilder(Scale(1.0)).build().tagged("features")
 
 
 def test_training_converges_on_a_line():

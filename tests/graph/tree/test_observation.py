@@ -94,7 +94,11 @@ def test_record_scalar_accepts_numbers_and_one_element_tensors_only():
         g.record_scalar("loss", "0.1")  # type: ignore[arg-type]
     with pytest.raises(fl.PathError, match="use record_at"):
         g.record_scalar("encoder.loss", 0.1)
-    assert g.collected("loss") == [0.5, 1.0, 0.25, 0.25]
+    g.record("loss", torch.tensor([0.5, 0.75]))  # a 1-D tensor is several numbers
+    for one in (0.1, 3, torch.tensor(0.1)):  # record takes several: says which call takes one
+        with pytest.raises(TypeError, match=r"for one number use record_scalar\('loss', value\)"):
+            g.record("loss", one)  # type: ignore[arg-type]
+    assert g.collected("loss") == [0.5, 1.0, 0.25, 0.25, 0.5, 0.75]
 
 
 def test_record_at_then_child_flush():
