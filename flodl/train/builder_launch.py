@@ -42,6 +42,7 @@ from flodl.train.resume import (
     restarts_allowed,
     resume_point,
 )
+from flodl.train.self_launch import existing_cuda_device
 from flodl.train.train_spec import TrainSpec
 from flodl.train.trained_state import TrainedState, TrainingError
 from flodl.train.transport import KeyStream, heartbeat_timeout, progress_key
@@ -54,9 +55,11 @@ def resolve_devices(requested: list[str] | None) -> list[str]:
     if requested:
         for d in requested:
             try:
-                torch.device(d)
+                device = torch.device(d)
             except RuntimeError as err:
                 raise TrainerConfigError(f"unknown device {d!r}: {err}") from None
+            if device.type == "cuda":
+                existing_cuda_device(d, device, "Trainer.builder")
         return list(requested)
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
         return [f"cuda:{i}" for i in range(torch.cuda.device_count())]

@@ -88,6 +88,10 @@ def _build(
         for t in [*model.parameters(), *model.buffers()]:
             dist.broadcast(t.data, src=0)
     optimizer = spec.optim_factory(model.parameters())
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TrainerConfigError(
+            f"optim_factory must return a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
     if resume is not None and resume.optimizer is not None:
         optimizer.load_state_dict(resume.optimizer)  # rank 0's state, on every rank
     scale = (

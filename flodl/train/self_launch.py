@@ -69,19 +69,30 @@ def resolve_devices(devices: Any, where: str = "Trainer.setup") -> list[torch.de
         except (RuntimeError, TypeError) as err:
             raise TrainerConfigError(f"{where}: devices has {d!r}, not a device ({err})") from None
         if device.type == "cuda":
-            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            index = 0 if device.index is None else device.index
-            if index >= count:
-                raise TrainerConfigError(
-                    f"{where}: devices has {d!r} but this machine has {count} CUDA device(s)"
-                )
-            device = torch.device("cuda", index)
+            device = existing_cuda_device(d, device, where)
         elif device.type != "cpu":
             raise TrainerConfigError(
                 f"{where}: devices has {d!r}; ranks run on 'cpu' or 'cuda:N' devices"
             )
         out.append(device)
     return out
+
+
+def existing_cuda_device(name: object, device: torch.device, where: str) -> torch.device:
+    """``device`` (a CUDA one, named ``name`` by the caller) with its index, when this machine
+    has it; else a :class:`TrainerConfigError` saying what it has (and, for a torch built
+    without CUDA, how to get one that has it)."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = 0 if device.index is None else device.index
+    if index < count:
+        return torch.device("cuda", index)
+    why = f"this machine has {count} CUDA device(s)"
+    if torch.version.cuda is None:
+        why = (
+            f"this torch ({torch.__version__}) is built without CUDA: `fdl setup` installs the "
+            "build for this machine's GPUs"
+        )
+    raise TrainerConfigError(f"{where}: devices has {name!r} but {why}")
 
 
 def backend_for(devices: Sequence[torch.device]) -> str:

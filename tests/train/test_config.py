@@ -93,6 +93,24 @@ def test_a_factory_returning_a_number_fails_run_before_training():
 
 
 @pytest.mark.parametrize(
+    ("model", "optim", "message"),
+    [
+        (lambda device: 3, toy.make_sgd, "model_factory must return a torch.nn.Module, got int"),
+        (
+            toy.make_model,
+            lambda params: "sgd",
+            "optim_factory must return a torch.optim.Optimizer, got str",
+        ),
+    ],
+    ids=["model", "optimizer"],
+)
+def test_a_factory_returning_the_wrong_kind_fails_run_saying_which(model, optim, message):
+    b = fl.Trainer.builder(model, optim, toy.mse_step).dataset(toy.regression_data(64))
+    with pytest.raises(TrainerConfigError, match=message):
+        b.batch_size(16).num_epochs(1).run().join()
+
+
+@pytest.mark.parametrize(
     ("field", "value", "message"),
     [
         ("model_factory", None, "model_factory must be a function device -> nn.Module"),

@@ -24,6 +24,7 @@ from torch import nn
 import flodl as fl
 from flodl.train.self_launch import resolve_devices
 from tests.conftest import REPO_ROOT, clean_env
+from tests.train import toy
 from tests.train.leftovers import Leftovers
 
 JOB = str(REPO_ROOT / "tests" / "train" / "self_launch_job.py")
@@ -69,9 +70,19 @@ def test_bad_devices_are_refused_naming_the_value(devices, message):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
-def test_a_gpu_this_machine_lacks_is_refused():
-    with pytest.raises(fl.TrainerConfigError, match="this machine has 0 CUDA device"):
+def test_a_gpu_this_machine_lacks_is_refused_in_both_modes_saying_why():
+    # A CPU-only torch (CI's) says so and how to get one with CUDA; a CUDA torch on a machine
+    # without a GPU (torch 2.14's default wheel, say) counts the devices.
+    if torch.version.cuda is None:
+        why = f"this torch ({torch.__version__}) is built without CUDA: `fdl setup` installs"
+    else:
+        why = "this machine has 0 CUDA device(s)"
+    with pytest.raises(fl.TrainerConfigError, match=re.escape(f"has 'cuda:0' but {why}")):
         resolve_devices(["cuda:0", "cuda:1"])
+    builder = fl.Trainer.builder(toy.make_model, toy.make_sgd, toy.mse_step)
+    builder = builder.dataset(toy.regression_data(64)).batch_size(16).num_epochs(1)
+    with pytest.raises(fl.TrainerConfigError, match=re.escape(f"has 'cuda' but {why}")):
+        builder.devices(["cuda"]).run()  # before torch's "not compiled with CUDA" assertion
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
