@@ -9,6 +9,7 @@ traceback renderers (pygments, markdown-it) on every ``--help``, which tripled i
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -43,10 +44,24 @@ class FdlGroup(TyperGroup):
             return name, project.TaskCommand(name, set(self.commands)), rest  # `fdl ci test`
         path = ctx.command_path
         close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
-        hint = (
-            f"did you mean '{path} {close[0]}'?" if close else f"run '{path} --help' to list them"
-        )
+        if close:
+            hint = f"did you mean '{path} {close[0]}'?"
+        elif (taker := self._file_command(name)) is not None:
+            hint = f"did you mean '{path} {taker} {name}'?"  # `fdl checkpoint model.fdl`
+        else:
+            hint = f"run '{path} --help' to list them"
         raise FdlUsageError(f"unknown command '{name}'", hint)
+
+    def _file_command(self, name: str) -> str | None:
+        """The subcommand that takes a file first (see :func:`_group`), when ``name`` looks
+        like a file."""
+        if not ("." in name or "/" in name or Path(name).exists()):
+            return None
+        return _FILE_COMMANDS.get(self.name or "")
+
+
+# group name -> its subcommand taking a file first: `fdl checkpoint model.fdl` suggests it.
+_FILE_COMMANDS: dict[str, str] = {}
 
 
 _PLAIN = None  # rich_markup_mode: click's own help layout (see the module docstring)
@@ -110,8 +125,12 @@ class FdlRootGroup(FdlGroup):
                 formatter.write_dl(entries)
 
 
-def _group(name: str, help_text: str) -> typer.Typer:
-    """A command group; run without a sub-command it prints its help and exits 0."""
+def _group(name: str, help_text: str, file_command: str | None = None) -> typer.Typer:
+    """A command group; run without a sub-command it prints its help and exits 0.
+    ``file_command``: its subcommand taking a file first, suggested for an unknown command
+    that looks like a file."""
+    if file_command is not None:
+        _FILE_COMMANDS[name] = file_command
     group = typer.Typer(
         name=name,
         help=help_text,

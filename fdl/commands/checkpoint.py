@@ -70,8 +70,8 @@ def info(
         )
 
 
-def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
-    group = make_group("checkpoint", "Inspect .fdl checkpoints.")
+def register(app: typer.Typer, make_group: Callable[..., typer.Typer]) -> None:
+    group = make_group("checkpoint", "Inspect .fdl checkpoints.", file_command="info")
     app.add_typer(group)
     group.command(
         "info",

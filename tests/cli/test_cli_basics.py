@@ -70,6 +70,14 @@ def test_unknown_subcommand_in_a_group(run_fdl):
     assert "fdl libtorch download" in result.stderr
 
 
+def test_a_file_given_to_the_checkpoint_group_suggests_its_info_command(run_fdl):
+    result = run_fdl("checkpoint", "model.fdl")  # as `fdl checkpoint info model.fdl` means
+    assert result.returncode == 2
+    assert "did you mean 'fdl checkpoint info model.fdl'?" in result.stderr
+    other = run_fdl("config", "fdl.yml")  # a group with no command taking a file: no guess
+    assert other.returncode == 2 and "run 'fdl config --help'" in other.stderr
+
+
 def test_unknown_option_is_a_usage_error(run_fdl):
     result = run_fdl("config", "show", "--bogus")
     assert result.returncode == 2
