@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -46,6 +46,55 @@ def _read_config(source: dict[str, Any] | str | os.PathLike[str]) -> dict[str, A
     if not isinstance(raw, dict):
         raise HfConfigError(f"{path} is not a JSON object")
     return raw
+
+
+Labels = Mapping[int, str] | Sequence[str]
+
+
+def _with_labels(
+    raw: dict[str, Any], head_kind: str, owner: str, num_labels: int | None, id2label: Any
+) -> dict[str, Any]:
+    """``raw`` with the classification labels asked for (``transformers``' ``num_labels=`` and
+    ``id2label=``): ``id2label`` names them (a list, or a mapping of 0..N-1), ``num_labels`` alone
+    gives ``LABEL_<i>`` names; both must agree."""
+    if num_labels is None and id2label is None:
+        return raw
+    if head_kind not in ("seqcls", "tokcls"):
+        raise HfConfigError(
+            f"{owner}: num_labels and id2label set a classification head's labels; this model "
+            "has no such head (use a ...ForSequenceClassification or ...ForTokenClassification)"
+        )
+    if num_labels is not None and (
+        isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1
+    ):
+        raise HfConfigError(f"{owner}: num_labels must be an integer >= 1, got {num_labels!r}")
+    if id2label is None:
+        names = {i: f"LABEL_{i}" for i in range(int(num_labels or 0))}
+    else:
+        if isinstance(id2label, str) or not isinstance(id2label, Mapping | Sequence):
+            raise HfConfigError(
+                f"{owner}: id2label must be a list of names or a mapping index -> name, got "
+                f"{type(id2label).__name__}"
+            )
+        items = id2label.items() if isinstance(id2label, Mapping) else enumerate(id2label)
+        try:
+            names = {int(i): str(name) for i, name in items}
+        except (TypeError, ValueError):
+            raise HfConfigError(f"{owner}: id2label's indices must be integers") from None
+        if sorted(names) != list(range(len(names))) or not names:
+            raise HfConfigError(
+                f"{owner}: id2label must name the labels 0..N-1 once each, got indices "
+                f"{sorted(names)}"
+            )
+        if num_labels is not None and num_labels != len(names):
+            raise HfConfigError(
+                f"{owner}: num_labels={num_labels} but id2label names {len(names)} labels"
+            )
+    out = dict(raw)
+    out["num_labels"] = len(names)
+    out["id2label"] = {str(i): name for i, name in names.items()}
+    out["label2id"] = {name: i for i, name in names.items()}
+    return out
 
 
 class HfModel(Graph):
@@ -100,10 +149,13 @@ class HfModel(Graph):
     @classmethod
     def from_config(
         cls, config: dict[str, Any] | str | os.PathLike[str], *, device: Any = None,
-        dtype: torch.dtype | None = None,
+        dtype: torch.dtype | None = None, num_labels: int | None = None,
+        id2label: Labels | None = None,
     ) -> HfModel:  # fmt: skip
-        """A freshly initialised model (no weights read) from a ``config.json`` dict or path."""
-        model = cls._build(_read_config(config))
+        """A freshly initialised model (no weights read) from a ``config.json`` dict or path;
+        ``num_labels`` / ``id2label`` set a classification head's labels over the config's."""
+        raw = _with_labels(_read_config(config), cls.head_kind, cls.__name__, num_labels, id2label)
+        model = cls._build(raw)
         return model.to(device=device, dtype=dtype)
 
     @classmethod
@@ -115,26 +167,42 @@ class HfModel(Graph):
         device: Any = None,
         dtype: torch.dtype | None = None,
         init_head: bool = False,
+        num_labels: int | None = None,
+        id2label: Labels | None = None,
     ) -> HfModel:
         """Load a model directory or hub id (``config.json`` + ``model.safetensors``
         [+ ``tokenizer.json``]).
 
         Every key and shape is checked before any weight is written; missing keys and shape
         mismatches raise :class:`~flodl.hf.errors.WeightsError`, extra keys are reported in
-        ``model.load_report.unexpected``. ``init_head=True`` starts a task head that the
-        checkpoint does not have (a base checkpoint, for fine-tuning) from a fresh
-        initialisation. ``dtype`` defaults to the checkpoint's; the model is returned in eval
-        mode, like ``transformers``.
+        ``model.load_report.unexpected``. ``init_head=True`` starts the task head from a fresh
+        initialisation where the checkpoint has none (a base checkpoint, for fine-tuning) or
+        one of other shapes (another label count). ``num_labels`` / ``id2label`` (a list of
+        names, or index -> name) set a classification head's labels over ``config.json``'s, as
+        in ``transformers``. ``dtype`` defaults to the checkpoint's; the model is returned in
+        eval mode, like ``transformers``.
         """
         files = hub.resolve(name_or_path, revision)
-        return cls._from_files(files, device=device, dtype=dtype, init_head=init_head)
+        return cls._from_files(
+            files,
+            device=device,
+            dtype=dtype,
+            init_head=init_head,
+            labels=(num_labels, id2label),
+        )
 
     @classmethod
     def _from_files(
-        cls, files: hub.ModelFiles, *, device: Any, dtype: torch.dtype | None, init_head: bool
+        cls,
+        files: hub.ModelFiles,
+        *,
+        device: Any,
+        dtype: torch.dtype | None,
+        init_head: bool,
+        labels: tuple[int | None, Any] = (None, None),
     ) -> HfModel:
         name_or_path = files.source
-        raw = _read_config(files.config)
+        raw = _with_labels(_read_config(files.config), cls.head_kind, cls.__name__, *labels)
         if not files.weights:
             hint = (
                 f"; it has {hub.LEGACY_WEIGHTS}: convert it with `fdl hf convert {name_or_path}`"
@@ -153,6 +221,9 @@ class HfModel(Graph):
             files.weights,
             prefix,
             init_head=init_head or cls.head_kind == "base",
+            num_labels=(
+                family.config(raw).num_labels if cls.head_kind in ("seqcls", "tokcls") else None
+            ),
             source=files.source,
         )
         if files.tokenizer is not None:
@@ -464,22 +535,34 @@ class _Auto:
         device: Any = None,
         dtype: torch.dtype | None = None,
         init_head: bool = False,
+        num_labels: int | None = None,
+        id2label: Labels | None = None,
     ) -> HfModel:
-        """Load any supported family, chosen by ``config.json``'s ``model_type``."""
+        """Load any supported family, chosen by ``config.json``'s ``model_type`` (the options
+        are :meth:`HfModel.from_pretrained`'s)."""
         files = hub.resolve(name_or_path, revision)
         family = family_of(_read_config(files.config))
         target = model_class(family.model_type, cls.head_kind)
-        return target._from_files(files, device=device, dtype=dtype, init_head=init_head)
+        return target._from_files(
+            files,
+            device=device,
+            dtype=dtype,
+            init_head=init_head,
+            labels=(num_labels, id2label),
+        )
 
     @classmethod
     def from_config(
         cls, config: dict[str, Any] | str | os.PathLike[str], *, device: Any = None,
-        dtype: torch.dtype | None = None,
+        dtype: torch.dtype | None = None, num_labels: int | None = None,
+        id2label: Labels | None = None,
     ) -> HfModel:  # fmt: skip
         """A freshly initialised model of the family ``config.json``'s ``model_type`` names."""
         raw = _read_config(config)
         target = model_class(family_of(raw).model_type, cls.head_kind)
-        return target.from_config(raw, device=device, dtype=dtype)
+        return target.from_config(
+            raw, device=device, dtype=dtype, num_labels=num_labels, id2label=id2label
+        )
 
 
 class AutoModel(_Auto):

@@ -111,10 +111,15 @@ def load_into(
     prefix: str,
     *,
     init_head: bool = False,
+    num_labels: int | None = None,
     source: str = "",
 ) -> LoadReport:
     """Validate ``path`` (a safetensors file, or every shard of one) against ``model`` and copy
-    every weight in, or raise and copy none."""
+    every weight in, or raise and copy none.
+
+    ``init_head``: head weights the checkpoint lacks are left freshly initialised, and so are
+    those of a classifier whose label count (``num_labels``, the model's) differs from the
+    checkpoint's (fine-tuning for other labels)."""
     from safetensors import safe_open
 
     paths = [path] if isinstance(path, Path) else list(path)
@@ -124,6 +129,7 @@ def load_into(
     table = hf_names(model, family, prefix)
     state = model.state_dict(keep_vars=True)
     missing, mismatched, initialized = [], [], []
+    relabelled: set[str] = set()  # checkpoint keys of a classifier for another label count
     for name, hf in table.items():
         if hf not in keys:
             if init_head and name.startswith("head."):
@@ -132,7 +138,13 @@ def load_into(
                 missing.append(hf)
             continue
         shape = shapes[keys[hf]]
-        if tuple(state[name].shape) != shape:
+        mine = tuple(state[name].shape)
+        if mine != shape:
+            if _other_labels(name, mine, shape, num_labels):
+                relabelled.add(keys[hf])
+                if init_head:
+                    initialized.append(name)
+                    continue
             mismatched.append(f"{hf}: checkpoint {list(shape)} vs model {list(state[name].shape)}")
     if missing or mismatched:
         parts = [f"{source or paths[0]}: the checkpoint does not fit the model; nothing was loaded"]
@@ -143,11 +155,16 @@ def load_into(
         head_keys = {table[n] for n in table if n.startswith("head.")}
         if missing and set(missing) <= head_keys and not init_head:
             parts.append("to start a new task head from a base checkpoint, pass init_head=True")
+        elif not missing and len(relabelled) == len(mismatched):
+            parts.append(
+                "the checkpoint's classifier is for another label count: to train a new one, "
+                "pass init_head=True"
+            )
         raise WeightsError("\n  ".join(parts), missing=sorted(missing), mismatched=mismatched)
     used = {table[n] for n in table if n not in initialized}
     report = LoadReport(
         source=source or str(paths[0]),
-        unexpected=sorted(keys[k] for k in keys if k not in used),
+        unexpected=sorted(keys[k] for k in keys if k not in used and keys[k] not in relabelled),
         initialized=initialized,
     )
     by_file: dict[Path, list[str]] = {}
@@ -174,11 +191,24 @@ def load_into(
         )
     if report.initialized:
         log.warning(
-            "%s: task head not in the checkpoint, freshly initialised: %s",
+            "%s: task head not in the checkpoint (or of other shapes), freshly initialised: %s",
             report.source,
             _listing(report.initialized),
         )
     return report
+
+
+def _other_labels(
+    name: str, mine: tuple[int, ...], theirs: tuple[int, ...], num_labels: int | None
+) -> bool:
+    """Whether head weight ``name`` differs from the checkpoint's only in its label count."""
+    return (
+        num_labels is not None
+        and name.startswith("head.")
+        and len(mine) == len(theirs) >= 1
+        and mine[0] == num_labels
+        and mine[1:] == theirs[1:]
+    )
 
 
 def export_tensors(model: nn.Module, family: Family, prefix: str) -> dict[str, torch.Tensor]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 import torch
@@ -97,6 +98,90 @@ def test_base_checkpoint_into_a_task_head(tmp_path):
     assert torch.equal(model.subgraph("encoder").layer_1.output.dense.weight,
                        base.subgraph("encoder").layer_1.output.dense.weight)  # fmt: skip
     assert model(ids).shape == (2, 2) and model.id2label == {0: "no", 1: "yes"}
+
+
+def test_labels_given_at_load_build_the_head_as_transformers_does(tmp_path):
+    # transformers' from_pretrained(base, num_labels=3) and ours start a 3-label head over the
+    # same encoder; what we save, transformers loads with nothing missing and the same logits.
+    t = parity.transformers_module()
+    parity.make_reference("bert", "base", tmp_path / "base")
+    names = ["negative", "neutral", "positive"]
+    model = fh.AutoModelForSequenceClassification.from_pretrained(
+        tmp_path / "base", init_head=True, id2label=names
+    )
+    assert model.id2label == {0: "negative", 1: "neutral", 2: "positive"}
+    assert set(model.load_report.initialized) == {"head.classifier.weight", "head.classifier.bias"}
+    inputs = parity.sample_inputs()
+    assert model(**inputs).shape == (2, 3)
+    ours = model.save_pretrained(tmp_path / "ours")
+    with parity._quiet():
+        theirs, info = t.AutoModelForSequenceClassification.from_pretrained(
+            ours, output_loading_info=True
+        )
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+    assert theirs.config.id2label == {0: "negative", 1: "neutral", 2: "positive"}
+    assert theirs.config.label2id == {"negative": 0, "neutral": 1, "positive": 2}
+    with torch.no_grad():
+        torch.testing.assert_close(theirs.eval()(**inputs).logits, model(**inputs))
+    # num_labels alone: LABEL_<i>, as transformers names them
+    tokens = fh.AutoModelForTokenClassification.from_pretrained(
+        tmp_path / "base", init_head=True, num_labels=4
+    )
+    with parity._quiet():
+        reference = t.AutoModelForTokenClassification.from_pretrained(
+            tmp_path / "base", num_labels=4
+        )
+    assert tokens.id2label == reference.config.id2label
+    assert tokens(**inputs).shape == (2, 9, 4)
+
+
+def test_a_head_of_another_label_count_is_refused_unless_init_head_starts_a_new_one(
+    bert_seqcls,
+):
+    # bert_seqcls was saved with 3 labels; fine-tuning it for 5 needs a new classifier.
+    with pytest.raises(
+        fh.WeightsError, match="another label count: to train a new one, pass init_head=True"
+    ) as err:
+        fh.AutoModelForSequenceClassification.from_pretrained(bert_seqcls, num_labels=5)
+    assert "classifier.weight: checkpoint [3, 32] vs model [5, 32]" in str(err.value)
+    model = fh.AutoModelForSequenceClassification.from_pretrained(
+        bert_seqcls, num_labels=5, init_head=True
+    )
+    assert set(model.load_report.initialized) == {"head.classifier.weight", "head.classifier.bias"}
+    assert model.load_report.unexpected == []  # the old classifier is accounted for
+    same = fh.AutoModelForSequenceClassification.from_pretrained(bert_seqcls)
+    for name, value in same.state_dict().items():  # the encoder came from the checkpoint
+        if not name.startswith("head."):
+            assert torch.equal(value, model.state_dict()[name]), name
+    # a mismatch outside the head is never papered over
+    _rewrite(bert_seqcls, lambda t: t.update({"bert.pooler.dense.bias": torch.zeros(7)}))
+    with pytest.raises(fh.WeightsError, match=r"pooler\.dense\.bias: checkpoint \[7\]") as err:
+        fh.AutoModelForSequenceClassification.from_pretrained(bert_seqcls, init_head=True)
+    assert "another label count" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "message"),
+    [
+        (fh.AutoModel, {"num_labels": 3}, "this model has no such head"),
+        (fh.AutoModelForMaskedLM, {"id2label": ["a"]}, "this model has no such head"),
+        (fh.AutoModelForSequenceClassification, {"num_labels": 0}, "integer >= 1, got 0"),
+        (fh.AutoModelForSequenceClassification, {"num_labels": "3"}, "integer >= 1, got '3'"),
+        (fh.AutoModelForSequenceClassification, {"id2label": "abc"}, "a list of names or"),
+        (fh.AutoModelForSequenceClassification, {"id2label": {0: "a", 2: "b"}}, "0..N-1"),
+        (fh.AutoModelForSequenceClassification, {"id2label": []}, "0..N-1"),
+        (
+            fh.AutoModelForSequenceClassification,
+            {"num_labels": 2, "id2label": ["a", "b", "c"]},
+            "num_labels=2 but id2label names 3 labels",
+        ),
+    ],
+)
+def test_bad_labels_are_refused_before_anything_is_read(bert_seqcls, cls, kwargs, message):
+    with pytest.raises(fh.HfConfigError, match=re.escape(message)):
+        cls.from_pretrained(bert_seqcls, **kwargs)
+    with pytest.raises(fh.HfConfigError, match=re.escape(message)):
+        cls.from_config(bert_seqcls, **kwargs)
 
 
 def test_task_checkpoint_into_the_bare_encoder(bert_seqcls):
