@@ -19,6 +19,7 @@ from torch import nn
 import flodl as fl
 import flodl.checkpoint.background as background
 from flodl.checkpoint import CpuWorker, ModelSnapshot
+from tests.fixtures.failing_saves import path_failing_at_write
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,14 +60,26 @@ def test_free_function_background_save_and_options_pass_through(tmp_path):
 
 
 def test_a_failed_background_save_raises_on_flush_then_is_forgotten(tmp_path):
-    fl.save_checkpoint(tmp_path / "missing-dir" / "x.fdl", {"w": torch.ones(1)}, background=True)
+    with path_failing_at_write(tmp_path) as path:
+        fl.save_checkpoint(path, {"w": torch.ones(1)}, background=True)
     with pytest.raises(fl.CheckpointError, match="directory exists"):
         fl.checkpoint.flush()
     fl.checkpoint.flush()  # reported once
 
 
+@pytest.mark.parametrize("where", ["missing-dir/x.fdl", "."], ids=["missing-dir", "a-directory"])
+def test_a_path_that_cannot_be_written_is_refused_at_the_call(tmp_path, where):
+    # Not at the next save or flush, maybe an epoch later: nothing is queued.
+    message = "check that the directory exists" if "/" in where else "Is a directory"
+    with pytest.raises(fl.CheckpointError, match=message):
+        fl.save_checkpoint(tmp_path / where, {"w": torch.ones(1)}, background=True)
+    assert background.default_worker().pending == 0
+    fl.checkpoint.flush()  # nothing left to report
+
+
 def test_a_failed_background_save_raises_on_the_next_background_call(tmp_path):
-    fl.save_checkpoint(tmp_path / "nope" / "x.fdl", {"w": torch.ones(1)}, background=True)
+    with path_failing_at_write(tmp_path) as path:
+        fl.save_checkpoint(path, {"w": torch.ones(1)}, background=True)
     background.default_worker()._queue.join()  # let it fail
     good = tmp_path / "good.fdl"
     with pytest.raises(fl.CheckpointError, match="cannot write checkpoint"):
@@ -85,7 +98,8 @@ def test_background_needs_a_path():
 def test_monitor_finish_waits_for_and_reports_background_saves(tmp_path):
     mon = fl.Monitor(1, stream=None, gpu=False)
     mon.log(0, 0.1, {"loss": 1.0})
-    fl.save_checkpoint(tmp_path / "absent" / "m.fdl", {"w": torch.ones(1)}, background=True)
+    with path_failing_at_write(tmp_path) as path:
+        fl.save_checkpoint(path, {"w": torch.ones(1)}, background=True)
     with pytest.raises(fl.CheckpointError):
         mon.finish()
     mon.close()

@@ -14,6 +14,7 @@ from torch import nn
 import flodl as fl
 import flodl.checkpoint.background as background
 from flodl.checkpoint import listeners
+from tests.fixtures.failing_saves import path_failing_at_write
 
 
 @pytest.fixture
@@ -86,7 +87,8 @@ def test_failed_and_stream_saves_tell_nobody(tmp_path, heard):
         fl.save_checkpoint(io.BytesIO(), {"w": torch.ones(1)})
         with pytest.raises(fl.CheckpointError):
             fl.save_checkpoint(tmp_path / "no-dir" / "x.fdl", {"w": torch.ones(1)})
-        fl.save_checkpoint(tmp_path / "no-dir" / "y.fdl", {"w": torch.ones(1)}, background=True)
+        with path_failing_at_write(tmp_path) as path:
+            fl.save_checkpoint(path, {"w": torch.ones(1)}, background=True)
         with pytest.raises(fl.CheckpointError):
             fl.checkpoint.flush()
     assert heard == []

@@ -17,6 +17,7 @@ from torch import nn
 import flodl as fl
 import flodl.checkpoint.background as background
 from flodl.train.errors import TrainerConfigError
+from tests.fixtures.failing_saves import path_failing_at_write
 from tests.train import graph_ranks
 from tests.train.launched import run_launched
 from tests.train.leftovers import Leftovers
@@ -440,7 +441,8 @@ def test_graph_mode_finish_waits_for_background_saves_and_raises_their_failure(t
     threading.Timer(0.2, gate.set).start()
     model.finish()
     assert model.load_checkpoint(tmp_path / "last.fdl").loaded  # written before finish returned
-    model.save_checkpoint(tmp_path / "missing" / "x.fdl", background=True)
+    with path_failing_at_write(tmp_path) as path:
+        model.save_checkpoint(path, background=True)
     with pytest.raises(fl.CheckpointError, match="directory exists"):
         model.finish()
 
