@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from flodl.log import get_logger
 from flodl.train.config import TIMEOUT
+from flodl.train.errors import TrainingError
 
 log = get_logger("flodl.train")
 
@@ -80,8 +81,26 @@ def init_launched_group(
     if before_join is not None:
         before_join(store)
     prefixed = dist.PrefixStore(attempt_prefix(), store)
-    dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=limit)
+    prefixed.set(f"flodl-joining/{rank}", "1")
+    try:
+        dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=limit)
+    except dist.DistStoreError as err:  # its wait for every rank timed out
+        raise _not_joined(prefixed, world, timeout) from err
     register_group(prefixed)
+
+
+def _not_joined(store: dist.Store, world: int, timeout: float) -> TrainingError:
+    """The error for a group that did not form within ``timeout``: which ranks never came."""
+    missing: list[int] = []
+    with contextlib.suppress(Exception):  # the store itself may be gone
+        missing = [r for r in range(world) if not store.check([f"flodl-joining/{r}"])]
+    who = f"rank {', '.join(map(str, missing))}" if missing else "a rank"
+    return TrainingError(
+        f"{who} did not join the group within {timeout:g} s (Trainer.setup's timeout): it "
+        "started late (slow imports or data loading before setup?) or not at all; give setup "
+        "a longer timeout if it was only slow",
+        rank=missing[0] if len(missing) == 1 else None,
+    )
 
 
 def register_group(store: dist.Store) -> None:
@@ -162,14 +181,13 @@ def meet_every_rank(timeout: float, peer_failed: Callable[[], bool] | None = Non
     rank, world = dist.get_rank(), dist.get_world_size()
     store.set(f"flodl-leave/{rank}", "1")
     keys = [f"flodl-leave/{r}" for r in range(world)]
-    late = f"not every rank reached the end of training within {timeout:g} s"
     if peer_failed is None:
         # A blocking wait, answered the moment the last rank arrives: the rank that hosts the
         # store may leave (and take the store with it) right then, so polling could miss it.
         try:
             store.wait(keys, timedelta(seconds=timeout))
         except dist.DistStoreError as err:  # the wait's timeout (a lost store is another error)
-            raise TimeoutError(late) from err
+            raise TimeoutError(_late(store, keys, timeout)) from err
         return
     # Rank 0 of ranks it started: it hosts the store and outlives them, so it can poll.
     deadline = time.monotonic() + timeout
@@ -177,8 +195,18 @@ def meet_every_rank(timeout: float, peer_failed: Callable[[], bool] | None = Non
         if peer_failed():
             raise RuntimeError("a rank this process started ended before meeting the others")
         if time.monotonic() > deadline:
-            raise TimeoutError(late)
+            raise TimeoutError(_late(store, keys, timeout))
         time.sleep(0.05)
+
+
+def _late(store: dist.Store, keys: list[str], timeout: float) -> str:
+    """The meeting's timeout, naming the ranks that have not arrived (when the store can tell)."""
+    late = f"not every rank reached the end of training within {timeout:g} s"
+    with contextlib.suppress(Exception):  # the store may be gone: the message still stands
+        missing = [r for r, key in enumerate(keys) if not store.check([key])]
+        if missing:
+            late += f" (rank {', '.join(map(str, missing))} did not)"
+    return late
 
 
 def leave_group(

@@ -487,18 +487,53 @@ def test_an_uncaught_exception_ends_the_torchrun_job_at_once(tmp_path):
     leftovers.check()
 
 
-STALLING_RANK = """
-import os, sys, time, torch, flodl as fl
+LATE_OR_STUCK_RANK = """
+import os, sys, time, pathlib, torch, flodl as fl
 from torch import nn
+mode, who, meet = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3])
+rank = os.environ["RANK"]
+# The ranks reach setup together (three interpreters importing torch on a loaded machine can be
+# further apart than the 5 s timeout), but for the one late on purpose.
+(meet / rank).touch()
+deadline = time.monotonic() + 60
+while len(list(meet.iterdir())) < int(os.environ["WORLD_SIZE"]) and time.monotonic() < deadline:
+    time.sleep(0.05)
+if mode == "late" and rank == who:
+    time.sleep(12)  # joins after the others' 5 s
 model = fl.FlowBuilder(nn.Linear(4, 1)).build()
 fl.Trainer.setup(model, None, lambda p: torch.optim.SGD(p, lr=0.1), timeout=5)
 for step in range(3):
     model(torch.ones(2, 4)).sum().backward()
-    if step == 1 and os.environ["RANK"] == sys.argv[1]:
+    if mode == "stuck" and step == 1 and rank == who:
         time.sleep(300)  # alive, but stuck in its own code: never reaches the next averaging
     model.step()
 model.finish()
 """
+
+
+def under_torchrun_three_ranks(tmp_path, mode: str, who: str) -> tuple[str, float]:
+    """LATE_OR_STUCK_RANK under torchrun (3 ranks): it fails; its stderr, and how long it took.
+    Nothing is left behind."""
+    from tests.conftest import clean_env
+
+    script, meet = tmp_path / "job.py", tmp_path / "meet"
+    script.write_text(LATE_OR_STUCK_RANK)
+    meet.mkdir()
+    leftovers = Leftovers(tmp_path)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    started = time.monotonic()
+    result = subprocess.run(
+        [*launcher, "--nproc-per-node", "3", str(script), mode, who, str(meet)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
+        check=False,
+    )
+    took = time.monotonic() - started
+    assert result.returncode != 0
+    leftovers.check()
+    return result.stderr, took
 
 
 @pytest.mark.slow
@@ -509,34 +544,32 @@ def test_under_torchrun_the_ranks_waiting_on_a_stuck_rank_name_it(tmp_path, stuc
     whose averaging timed out say so in the group's store, and the one that never did is named
     (rank 0 too, whose process would host the store without torchrun), instead of gloo's
     "Timed out waiting 5000ms for recv". The launcher then ends the stuck rank."""
-    from tests.conftest import clean_env
-
-    script = tmp_path / "stall.py"
-    script.write_text(STALLING_RANK)
-    leftovers = Leftovers(tmp_path)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    started = time.monotonic()
-    result = subprocess.run(
-        [*launcher, "--nproc-per-node", "3", str(script), stuck],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
-        check=False,
-    )
-    assert result.returncode != 0
+    stderr, took = under_torchrun_three_ranks(tmp_path, "stuck", stuck)
     named = re.findall(
         r"TrainingError: a collective waited 5 s \(Trainer.setup's timeout\) for rank (\d), "
         r"which never reached it \(stuck in its own code, or far slower than the others\); "
         r"rank (\d) stops here",
-        result.stderr,
+        stderr,
     )
     # Every rank that waited names the stuck one (the launcher may end the second a moment
     # before it reports); the stuck rank never speaks.
-    assert named and {n for n, _ in named} == {stuck}
+    assert named and {n for n, _ in named} == {stuck}, stderr[-4000:]
     assert stuck not in {r for _, r in named}
-    assert time.monotonic() - started < 100  # 5 s timeout + 5 s grace, not 300 s of stall
-    leftovers.check()
+    assert took < 100  # 5 s timeout + 5 s grace, not 300 s of stall
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_under_torchrun_a_rank_joining_after_setups_timeout_is_named(tmp_path):
+    # Rank 1 reaches setup 12 s after the others, whose setup waits 5 s: they name it, instead
+    # of torch's "wait timeout after 5000ms, keys: /flodl/<run>/attempt-0//0//cpu//0/1".
+    stderr, took = under_torchrun_three_ranks(tmp_path, "late", "1")
+    late = (
+        "TrainingError: rank 1 did not join the group within 5 s (Trainer.setup's timeout): it "
+        "started late"
+    )
+    assert late in stderr, stderr[-4000:]
+    assert took < 100
 
 
 GROUP_TEARDOWN = """

@@ -251,7 +251,8 @@ def test_a_rank_later_to_finish_than_setups_timeout_is_reported_and_stopped(tmp_
     # that long for it in finish() (not a fixed 60 s), says so, gives it the timeout again to
     # end, then stops it and names it.
     says = [
-        "not every rank reached the end of training within 10 s: rank 0 goes on without them",
+        "not every rank reached the end of training within 10 s (rank 1 did not): rank 0 goes "
+        "on without them",
         "rank 1 (started by this process) did not end within 10 s of rank 0 finishing",
     ]
     fails_saying(tmp_path, "--timeout", "10", "--slow-finish", "40", says=says, within=38)
@@ -266,7 +267,10 @@ def test_a_rank_waiting_on_a_late_rank_0_gives_up_after_setups_timeout_and_the_r
     flags = ("--timeout", "10", "--slow-finish", "20", "--slow-rank", "0")
     result, _ = on_cpu_ranks(tmp_path, *flags)
     assert result.returncode == 0, result.stderr[-3000:]
-    late = "not every rank reached the end of training within 10 s: rank 1 goes on without them"
+    late = (
+        "not every rank reached the end of training within 10 s (rank 0 did not): rank 1 goes on "
+        "without them"
+    )
     assert late in result.stderr
     ranks = results(tmp_path)
     assert sorted(ranks) == [0, 1] and ranks[0]["params"] == ranks[1]["params"]
