@@ -79,8 +79,11 @@ def make_tiny_model(directory: Path) -> Path:
     return model.save_pretrained(directory)
 
 
-def load(model_path: str | Path, init_head: bool) -> fl.hf.HfModel:
-    return fl.hf.AutoModelForSequenceClassification.from_pretrained(model_path, init_head=init_head)
+def load(model_path: str | Path, init_head: bool, device=None) -> fl.hf.HfModel:
+    """The checkpoint with this task's labels (a base one gets a new head with them)."""
+    return fl.hf.AutoModelForSequenceClassification.from_pretrained(
+        model_path, init_head=init_head, id2label=[LABELS[0], LABELS[1]], device=device
+    )
 
 
 def accuracy(model: fl.hf.HfModel, texts: list[str], labels: list[int]) -> float:
@@ -110,10 +113,11 @@ def train_setup_head(model: fl.hf.HfModel, texts, labels, steps: int, batch: int
     return losses
 
 
-def load_on(model_path: Path, device) -> fl.hf.HfModel:
-    """The model factory of the builder path: each rank loads the checkpoint on its device."""
+def load_on(model_path: Path, init_head: bool, device) -> fl.hf.HfModel:
+    """The model factory of the builder path: each rank loads the checkpoint on its device (a
+    new head starts the same on every rank: rank 0's weights are copied to all anyway)."""
     torch.manual_seed(0)
-    return fl.hf.AutoModelForSequenceClassification.from_pretrained(model_path, device=device)
+    return load(model_path, init_head, device)
 
 
 def classification_step(model: fl.hf.HfModel, batch) -> torch.Tensor:
@@ -125,12 +129,14 @@ def adamw(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=2e-3)
 
 
-def train_builder(model_path: Path, texts, labels, epochs: int, batch: int, ranks: int):
+def train_builder(
+    model_path: Path, init_head: bool, texts, labels, epochs: int, batch: int, ranks: int
+):
     """The framework's loop: fl.Trainer.builder over the tokenized dataset (``ranks`` CPU
     processes when > 1; the factories are module-level so spawned ranks can import them)."""
     tokenizer = fl.hf.HfTokenizer.from_file(model_path)
     enc = tokenizer.encode(texts)
-    factory = functools.partial(load_on, model_path)
+    factory = functools.partial(load_on, model_path, init_head)
     builder = (
         fl.Trainer.builder(factory, adamw, classification_step)
         .dataset((enc.input_ids, enc.attention_mask, torch.tensor(labels)))
@@ -142,7 +148,7 @@ def train_builder(model_path: Path, texts, labels, epochs: int, batch: int, rank
     handle = builder.run()
     for metrics in iter(handle.next_metrics, None):
         print(f"epoch {metrics.epoch}: loss {metrics.avg_loss:.4f}")
-    model = handle.join().load_into(load_on(model_path, "cpu"))
+    model = handle.join().load_into(load_on(model_path, init_head, "cpu"))
     print(f"trained on {handle.world_size} rank(s)")
     return model.eval()
 
@@ -164,7 +170,9 @@ def main() -> None:
 
     if args.builder:
         epochs = max(1, args.steps * args.batch // len(texts))
-        model = train_builder(model_path, texts, labels, epochs, args.batch, args.ranks)
+        model = train_builder(
+            model_path, args.init_head, texts, labels, epochs, args.batch, args.ranks
+        )
     else:
         model = load(model_path, args.init_head)
         print(f"accuracy before: {accuracy(model, test_texts, test_labels):.2f}")

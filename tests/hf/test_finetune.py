@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -82,3 +84,34 @@ def test_the_worked_example(mode, repo_root, tmp_path):
     with torch.no_grad():
         expected = reference.eval()(**enc.inputs()).logits
     assert torch.allclose(model(**enc.inputs()), expected, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [[], ["--builder"]], ids=["setup_head", "builder"])
+def test_the_worked_example_from_a_base_checkpoint(mode, repo_root, tmp_path):
+    # A base checkpoint (an encoder with no classifier, as bert-base-uncased) with --init-head:
+    # a new head with the task's labels, trained to the same accuracy, exported with them.
+    from tests.conftest import clean_env
+
+    spec = importlib.util.spec_from_file_location(
+        "hf_finetune", repo_root / "examples" / "hf_finetune.py"
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    bare = fh.AutoModel.from_pretrained(example.make_tiny_model(tmp_path / "tiny"))
+    base = bare.save_pretrained(tmp_path / "base")  # encoder and tokenizer, no classifier
+    config = json.loads((base / "config.json").read_text())
+    for key in ("id2label", "label2id", "num_labels"):  # nor labels, as bert-base-uncased
+        config.pop(key, None)
+    (base / "config.json").write_text(json.dumps(config))
+    result = subprocess.run(
+        [sys.executable, str(repo_root / "examples" / "hf_finetune.py"), "--out", str(tmp_path),
+         "--model", str(base), "--init-head", *mode],
+        capture_output=True, text=True, timeout=300, env=clean_env(OMP_NUM_THREADS="1"),
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    accuracy = float(re.search(r"accuracy after: ([\d.]+)", result.stdout).group(1))
+    assert accuracy >= 0.9, result.stdout
+    config = json.loads((tmp_path / "finetuned" / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
