@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # rank: a unit imports only units of a lower rank ("flodl" is the package's __init__.py)
 LAYERS: dict[str, int] = {
     "errors": 0,
+    "files": 0,
     "_version": 0,
     "_torch_release": 0,
     "log": 1,

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flodl.errors import FlodlError
+from flodl.files import open_atomic, write_text
 from flodl.graph.observe import Metrics
 from flodl.graph.trend import Trend, TrendGroup
 
@@ -133,7 +134,6 @@ class TimingMethods:
     ) -> Path:
         """A self-contained page of timing curves (milliseconds per forward, per epoch)."""
         from flodl.graph.plot import curves_page
-        from flodl.graph.visual import _write
 
         series = self._series(tags, timing=True)
         if not series:
@@ -143,8 +143,7 @@ class TimingMethods:
             )
         graph: Graph = self  # type: ignore[assignment]
         ms = {name: [v * 1e3 for v in values] for name, values in series.items()}
-        _write(path, curves_page(f"{graph.label or 'graph'} — timing trends (ms)", ms))
-        return Path(path)
+        return write_text(path, curves_page(f"{graph.label or 'graph'} — timing trends (ms)", ms))
 
     def write_log(
         self,
@@ -175,7 +174,7 @@ class TimingMethods:
                     line += f"  ETA {format_duration(left)}"
                 line += "]"
             lines.append(line)
-        return _write_text(path, "\n".join(lines) + "\n")
+        return write_text(path, "\n".join(lines) + "\n")
 
 
 def _write_csv(
@@ -185,14 +184,12 @@ def _write_csv(
         raise FlodlError(f"{what}: no epoch data to export — call {hint} first")
     rows = max(len(v) for v in series.values())
     target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
+    with open_atomic(target, newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["epoch", *series])
         for i in range(rows):
             cells = [_cell(v[i]) if i < len(v) else "" for v in series.values()]
             writer.writerow([i + 1, *cells])
-    tmp.replace(target)
     return target
 
 
@@ -205,11 +202,3 @@ def _metric(value: float) -> str:
 
 def _cell(value: float) -> str:
     return repr(value) if math.isfinite(value) else str(value)
-
-
-def _write_text(path: str | os.PathLike[str], text: str) -> Path:
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
-    return target

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from flodl.errors import FlodlError
+from flodl.files import write_text
 from flodl.graph.errors import GraphvizError
 from flodl.graph.nodes import InputOptions, MergeOptions, NodeKind
 from flodl.graph.profile import Profile, format_duration
@@ -254,10 +255,7 @@ def run_dot(source: str, fmt: str = "svg") -> str:
 
 def _write(path: str | os.PathLike[str] | None, text: str) -> None:
     if path is not None:
-        target = Path(path)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(target)
+        write_text(path, text)
 
 
 class VisualMethods:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from flodl.files import replacing
 from flodl.hf.errors import ConvertError
 
 
@@ -40,7 +41,6 @@ def bin_to_safetensors(source: str | os.PathLike[str], target: str | os.PathLike
     ):
         raise ConvertError(f"{source}: not a state dict of named tensors")
     tensors = {k: v.detach().clone().contiguous() for k, v in state.items()}
-    tmp = target.with_name(target.name + ".tmp")
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
-    tmp.replace(target)
+    with replacing(target) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
     return target

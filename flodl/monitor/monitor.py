@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
 
 from flodl.checkpoint.background import flush as checkpoint_flush
+from flodl.files import open_atomic, write_text
 from flodl.monitor.errors import MonitorError
 from flodl.monitor.eta import EtaEstimator
 from flodl.monitor.format import digit_count, epoch_line, finish_line, format_eta, format_metric
@@ -526,7 +527,7 @@ class Monitor:
         boot["graph_html"] = self._graph_html
         boot["complete"] = self._complete_json() if self._finished_at is not None else None
         page, _ = render_page(boot, title=self._title("Training Report"))
-        _atomic_write(path, page)
+        write_text(path, page)
 
     def metric_names(self) -> list[str]:
         """Every metric name that appeared in any epoch, in order of first appearance."""
@@ -541,8 +542,7 @@ class Monitor:
         names = self.metric_names()
         header = ["epoch", "duration_s", "elapsed_s", *names, *_CSV_RESOURCES]
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
+        with open_atomic(path, newline="") as f:
             writer = csv.writer(f)
             writer.writerow(header)
             for r in self._records:
@@ -556,7 +556,6 @@ class Monitor:
                         *("" if res.get(k) is None else res[k] for k in _CSV_RESOURCES.values()),
                     ]
                 )
-        tmp.replace(path)
         return path
 
     def export_tensorboard(self, logdir: str | os.PathLike[str]) -> Path:
@@ -594,7 +593,7 @@ class Monitor:
         if messages:
             lines += ["# messages", *messages]
         path = Path(path)
-        _atomic_write(path, "\n".join(lines) + "\n")
+        write_text(path, "\n".join(lines) + "\n")
         return path
 
 
@@ -676,12 +675,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     return str(value)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def _write_line(stream: Any, text: str) -> None:

@@ -56,7 +56,6 @@ import csv
 import json
 import os
 import re
-import secrets
 import threading
 import time
 from collections.abc import Iterable
@@ -67,6 +66,7 @@ from typing import Any
 import psutil
 
 from flodl.checkpoint import listeners as checkpoint_listeners
+from flodl.files import open_atomic, write_text
 from flodl.log import current_rank
 from flodl.monitor.errors import MonitorError
 
@@ -408,7 +408,7 @@ class Timeline:
 
     def save_json(self, path: str | os.PathLike[str]) -> Path:
         """Samples and events as JSON (``t`` in ms; see :meth:`TimelineSample.to_json`)."""
-        return _atomic(path, json.dumps(self.to_json(), allow_nan=False))
+        return write_text(path, json.dumps(self.to_json(), allow_nan=False))
 
     def save_csv(self, path: str | os.PathLike[str]) -> Path:
         """One row per sample: ``elapsed_ms,cpu_pct,ram_used,ram_total`` then
@@ -424,9 +424,7 @@ class Timeline:
                 f"gpu{d}_vram_used",
                 f"gpu{d}_vram_total",
             ]
-        target = Path(path)
-        tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
+        with open_atomic(path, newline="") as f:
             writer = csv.writer(f)
             writer.writerow(header)
             for s in samples:
@@ -441,15 +439,14 @@ class Timeline:
                     )
                     row += ["" if v is None else v for v in values]
                 writer.writerow(row)
-        tmp.replace(target)
-        return target
+        return Path(path)
 
     def save_html(self, path: str | os.PathLike[str]) -> Path:
         """A self-contained page: CPU, RAM and per-GPU lanes with event markers and sync spans."""
         from flodl.monitor.timeline_page import render_timeline
 
         page, _ = render_timeline(self)
-        return _atomic(path, page)
+        return write_text(path, page)
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
@@ -457,14 +454,6 @@ class Timeline:
             f"Timeline(poll_interval_ms={self.poll_interval_ms:g}, samples={len(self._samples)}, "
             f"events={len(self._events)}, {state})"
         )
-
-
-def _atomic(path: str | os.PathLike[str], text: str) -> Path:
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
-    return target
 
 
 # -- the process's event subscribers ----------------------------------------------------------------
