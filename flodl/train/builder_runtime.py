@@ -30,6 +30,7 @@ from flodl.train.errors import (
     CoordinatorLostError,
     TrainerConfigError,
     TrainingError,
+    naming_ranks,
 )
 from flodl.train.guard import ConvergenceGuard
 from flodl.train.lockstep import LockstepRank, runs_in_lockstep
@@ -329,12 +330,11 @@ def _run_lockstep(
             # supervising process does for ranks it started.
             behind = ranks_behind(store, world, run.syncs)
             if behind:
-                names = ", ".join(map(str, behind))
-                raise TrainingError(
-                    f"rank {names} made no progress for {spec.timeout:.0f} s while its peers "
+                raise naming_ranks(
+                    behind,
+                    f"{{ranks}} made no progress for {spec.timeout:.0f} s while its peers "
                     f"waited for it in a collective (rank {rank} stops here, and the launcher "
                     "ends the others); if it was busy, give it longer with .timeout(seconds)",
-                    rank=behind[0] if len(behind) == 1 else None,
                 ) from err
         raise
     except BaseException as err:

@@ -52,6 +52,15 @@ class TrainingError(FlodlError):
         self.partial = partial
 
 
+def naming_ranks(ranks: list[int], message: str) -> TrainingError:
+    """The :class:`TrainingError` for ``ranks``: ``{ranks}`` in ``message`` reads ``rank 2`` or
+    ``rank 1, 2`` (``a rank`` for none); its ``rank`` is set when there is one."""
+    names = "rank " + ", ".join(map(str, ranks)) if ranks else "a rank"
+    return TrainingError(
+        message.replace("{ranks}", names), rank=ranks[0] if len(ranks) == 1 else None
+    )
+
+
 class CollectiveError(FlodlError, RuntimeError):
     """The averaging collective failed — a peer died or timed out. This rank's replica is
     intact (it was not overwritten), so it still counts towards the survivors' average."""

@@ -28,7 +28,7 @@ from flodl.monitor import timeline
 from flodl.train.checkpointing import SaveFdl, flush_checkpoints, save_version
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero
 from flodl.train.config import TIMEOUT, integer, number
-from flodl.train.errors import TrainerConfigError
+from flodl.train.errors import TrainerConfigError, naming_ranks
 from flodl.train.graph_balance import Balancer, hinted_ratios
 from flodl.train.graph_el_che import Cadence, DdpConfig, devices_differ
 from flodl.train.local_step import LocalStep, check_lr_scale, check_scheduler
@@ -306,12 +306,11 @@ class GraphSession:
         missing = ranks_missing_from_collective(self.timeout)
         if not missing:
             return None
-        names = ", ".join(map(str, missing))
-        return TrainingError(
-            f"a collective waited {self.timeout:g} s (Trainer.setup's timeout) for rank {names}, "
+        return naming_ranks(
+            missing,
+            f"a collective waited {self.timeout:g} s (Trainer.setup's timeout) for {{ranks}}, "
             "which never reached it (stuck in its own code, or far slower than the others); "
             f"rank {self.rank} stops here, and the launcher ends the others",
-            rank=missing[0] if len(missing) == 1 else None,
         )
 
     def _step(self, graph: nn.Module) -> None:

@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from flodl.log import get_logger
 from flodl.train.config import TIMEOUT
-from flodl.train.errors import TrainingError
+from flodl.train.errors import TrainingError, naming_ranks
 
 log = get_logger("flodl.train")
 
@@ -94,12 +94,11 @@ def _not_joined(store: dist.Store, world: int, timeout: float) -> TrainingError:
     missing: list[int] = []
     with contextlib.suppress(Exception):  # the store itself may be gone
         missing = [r for r in range(world) if not store.check([f"flodl-joining/{r}"])]
-    who = f"rank {', '.join(map(str, missing))}" if missing else "a rank"
-    return TrainingError(
-        f"{who} did not join the group within {timeout:g} s (Trainer.setup's timeout): it "
+    return naming_ranks(
+        missing,
+        f"{{ranks}} did not join the group within {timeout:g} s (Trainer.setup's timeout): it "
         "started late (slow imports or data loading before setup?) or not at all; give setup "
         "a longer timeout if it was only slow",
-        rank=missing[0] if len(missing) == 1 else None,
     )
 
 

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from flodl.log import get_logger
 from flodl.train.builder_runtime import intra_op_threads
-from flodl.train.errors import TrainerConfigError
+from flodl.train.errors import TrainerConfigError, naming_ranks
 from flodl.train.process_group import (
     attempt_prefix,
     ending_with_an_exception,
@@ -181,12 +181,11 @@ class LocalRanks:
             stuck = [r for r in alive if missing is None or r in missing] or alive
             self.stop()
             self.reported = True
-            names = ", ".join(map(str, stuck))
-            return TrainingError(
-                f"a collective waited {self.timeout:g} s (Trainer.setup's timeout) for rank "
-                f"{names} (started by this process): running, but not taking part (stuck, or far "
-                "slower than this rank). Every rank was stopped",
-                rank=stuck[0] if len(stuck) == 1 else None,
+            return naming_ranks(
+                stuck,
+                f"a collective waited {self.timeout:g} s (Trainer.setup's timeout) for {{ranks}} "
+                "(started by this process): running, but not taking part (stuck, or far slower "
+                "than this rank). Every rank was stopped",
             )
         self.stop()
         self.reported = True

@@ -785,14 +785,17 @@ def test_a_spec_a_rank_cannot_unpickle_is_reported_with_its_traceback():
     assert_no_process_left(handle.pids)
 
 
-@pytest.mark.multiproc
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize(
+UNDER_A_COORDINATOR_OR_IN_LOCKSTEP = pytest.mark.parametrize(
     ("policy", "backend"),
     [("CADENCE", "CPU"), ("SYNC", "NCCL")],
     ids=["coordinator", "lockstep"],
 )
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@UNDER_A_COORDINATOR_OR_IN_LOCKSTEP
 def test_under_a_launcher_a_frozen_rank_0_fails_the_waiting_peer_within_the_timeout(
     policy, backend
 ):
@@ -815,11 +818,7 @@ def test_under_a_launcher_a_frozen_rank_0_fails_the_waiting_peer_within_the_time
 @pytest.mark.multiproc
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(
-    ("policy", "backend"),
-    [("CADENCE", "CPU"), ("SYNC", "NCCL")],
-    ids=["coordinator", "lockstep"],
-)
+@UNDER_A_COORDINATOR_OR_IN_LOCKSTEP
 def test_under_a_launcher_a_stuck_rank_1_is_named_by_rank_0(policy, backend):
     # Rank 1 sleeps in its step (alive: its heartbeat beats). Under a coordinator, rank 0's
     # coordinator sees it owe a batch; in lockstep, rank 0's averaging times out and the
