@@ -11,8 +11,8 @@ background thread with a bounded queue. Training waits only for the copy.
   one either complete or absent.
 * :func:`flush` waits for every pending save and raises the first error. A failed background
   save also raises on the next background call. A path that cannot be written for sure (no
-  such directory) is refused at the call instead, as a blocking save refuses it. ``fl.Monitor.finish`` and the Trainer's end of
-  training call :func:`flush`.
+  such directory) is refused at the call instead, as a blocking save refuses it.
+  ``fl.Monitor.finish`` and the Trainer's end of training call :func:`flush`.
 * At normal interpreter exit (the end of the script, ``sys.exit``, an uncaught exception) the
   pending saves are still written: an ``atexit`` hook flushes the default worker. A process
   killed by a signal, or ended with ``os._exit`` (as multiprocessing children are), writes
@@ -35,7 +35,6 @@ One thread works through the queue in order, so saves land in the order they wer
 from __future__ import annotations
 
 import atexit
-import errno
 import os
 import queue
 import threading
@@ -50,6 +49,7 @@ import torch
 
 from flodl.checkpoint import listeners
 from flodl.checkpoint.errors import CheckpointError
+from flodl.checkpoint.streams import refuse_unwritable
 from flodl.log import get_logger
 
 __all__ = ["CpuWorker", "ModelSnapshot", "default_worker", "flush"]
@@ -269,24 +269,6 @@ def _flush_at_exit(worker: CpuWorker) -> None:
         log.error("a background checkpoint save failed: %s", err)
 
 
-def _check_writable_path(path: Path) -> None:
-    """What would make the write fail for sure, said at the call (a typo in the directory
-    would otherwise surface only at the next save or flush, possibly an epoch later): the same
-    errors a blocking save raises."""
-    if path.is_dir():
-        raise CheckpointError(
-            f"cannot write checkpoint: {os.strerror(errno.EISDIR)} (the previous file, if any, "
-            "is untouched)",
-            source=str(path),
-        )
-    if not path.parent.is_dir():
-        raise CheckpointError(
-            f"cannot write checkpoint: {os.strerror(errno.ENOENT)} — check that the directory "
-            "exists and is writable",
-            source=str(path),
-        )
-
-
 def save_in_background(
     save: Callable[..., Any],
     dest: Any,
@@ -303,7 +285,9 @@ def save_in_background(
             f"background=True needs a file path (got {type(dest).__name__}): a stream may be "
             "closed or moved before the background write reaches it"
         )
-    _check_writable_path(Path(dest))
+    # Said at the call: a typo in the directory would otherwise surface only at the next save
+    # or flush, possibly an epoch later.
+    refuse_unwritable(Path(dest))
     worker = default_worker()
     worker._raise_error()  # surface an earlier failure before taking a new snapshot
     snap = ModelSnapshot.from_tensors(params, buffers, structural_hash)

@@ -12,6 +12,7 @@ of the whole file: durability at little more than the cost of the writes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import io
 import mmap
@@ -361,6 +362,25 @@ class _Writeback:
             raise self._error
 
 
+_CHECK_DIRECTORY = "— check that the directory exists and is writable"
+_UNTOUCHED = "(the previous file, if any, is untouched)"
+
+
+def refuse_unwritable(path: Path) -> None:
+    """Raise now the error a write to ``path`` would end in for sure (it is a directory, or its
+    directory does not exist), as :func:`open_destination` raises it: for a write that happens
+    later, elsewhere (a background save)."""
+    if path.is_dir():
+        raise CheckpointError(
+            f"cannot write checkpoint: {os.strerror(errno.EISDIR)} {_UNTOUCHED}", source=str(path)
+        )
+    if not path.parent.is_dir():
+        raise CheckpointError(
+            f"cannot write checkpoint: {os.strerror(errno.ENOENT)} {_CHECK_DIRECTORY}",
+            source=str(path),
+        )
+
+
 @contextlib.contextmanager
 def open_destination(
     dest: Destination, *, compress: bool | None = None, fsync: bool = True
@@ -377,8 +397,7 @@ def open_destination(
             raw = open(tmp, "xb")  # noqa: SIM115 (closed by the with-block below)
         except OSError as exc:
             raise CheckpointError(
-                f"cannot write checkpoint: {exc.strerror or exc} "
-                "— check that the directory exists and is writable",
+                f"cannot write checkpoint: {exc.strerror or exc} {_CHECK_DIRECTORY}",
                 source=str(path),
             ) from exc
         try:
@@ -407,8 +426,7 @@ def open_destination(
                 tmp.unlink()
             if isinstance(exc, OSError):
                 raise CheckpointError(
-                    f"cannot write checkpoint: {exc.strerror or exc} "
-                    "(the previous file, if any, is untouched)",
+                    f"cannot write checkpoint: {exc.strerror or exc} {_UNTOUCHED}",
                     source=str(path),
                 ) from exc
             raise

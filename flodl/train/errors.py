@@ -52,12 +52,16 @@ class TrainingError(FlodlError):
         self.partial = partial
 
 
+def rank_list(ranks: list[int]) -> str:
+    """``rank 2``, ``rank 1, 2``, or ``a rank`` for none."""
+    return "rank " + ", ".join(map(str, ranks)) if ranks else "a rank"
+
+
 def naming_ranks(ranks: list[int], message: str) -> TrainingError:
-    """The :class:`TrainingError` for ``ranks``: ``{ranks}`` in ``message`` reads ``rank 2`` or
-    ``rank 1, 2`` (``a rank`` for none); its ``rank`` is set when there is one."""
-    names = "rank " + ", ".join(map(str, ranks)) if ranks else "a rank"
+    """The :class:`TrainingError` for ``ranks``: ``{ranks}`` in ``message`` reads as
+    :func:`rank_list` does; its ``rank`` is set when there is one."""
     return TrainingError(
-        message.replace("{ranks}", names), rank=ranks[0] if len(ranks) == 1 else None
+        message.replace("{ranks}", rank_list(ranks)), rank=ranks[0] if len(ranks) == 1 else None
     )
 
 

@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from flodl.log import get_logger
 from flodl.train.config import TIMEOUT
-from flodl.train.errors import TrainingError, naming_ranks
+from flodl.train.errors import TrainingError, naming_ranks, rank_list
 
 log = get_logger("flodl.train")
 
@@ -81,7 +81,7 @@ def init_launched_group(
     if before_join is not None:
         before_join(store)
     prefixed = dist.PrefixStore(attempt_prefix(), store)
-    prefixed.set(f"flodl-joining/{rank}", "1")
+    prefixed.set(f"{_JOINING}{rank}", "1")
     try:
         dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world, timeout=limit)
     except dist.DistStoreError as err:  # its wait for every rank timed out
@@ -91,15 +91,26 @@ def init_launched_group(
 
 def _not_joined(store: dist.Store, world: int, timeout: float) -> TrainingError:
     """The error for a group that did not form within ``timeout``: which ranks never came."""
-    missing: list[int] = []
-    with contextlib.suppress(Exception):  # the store itself may be gone
-        missing = [r for r in range(world) if not store.check([f"flodl-joining/{r}"])]
     return naming_ranks(
-        missing,
+        _absent(store, _JOINING, world) or [],
         f"{{ranks}} did not join the group within {timeout:g} s (Trainer.setup's timeout): it "
         "started late (slow imports or data loading before setup?) or not at all; give setup "
         "a longer timeout if it was only slow",
     )
+
+
+def _absent(store: dist.Store, prefix: str, world: int) -> list[int] | None:
+    """The ranks that have not set ``prefix + rank`` in ``store``; None when it cannot tell
+    (the store went with the rank that hosted it, or a timed-out client is unusable)."""
+    try:
+        return [r for r in range(world) if not store.check([f"{prefix}{r}"])]
+    except Exception:
+        return None
+
+
+# Keys each rank sets in the group's store: before the group forms, after a collective of it
+# timed out, and when it reaches the end of training.
+_JOINING, _TIMED_OUT, _LEAVING = "flodl-joining/", "flodl-timed-out/", "flodl-leave/"
 
 
 def register_group(store: dist.Store) -> None:
@@ -151,14 +162,14 @@ def ranks_missing_from_collective(timeout: float) -> list[int] | None:
     This runs only after a failure; a normal step pays nothing for it.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
-    keys = [f"flodl-timed-out/{r}" for r in range(world)]
+    keys = [f"{_TIMED_OUT}{r}" for r in range(world)]
     deadline = time.monotonic() + min(timeout, max(5.0, timeout / 4))
     try:
         store = _group_store()
         store.set(keys[rank], "1")
         while not store.check(keys):
             if time.monotonic() > deadline:
-                return [r for r in range(world) if not store.check([keys[r]])]
+                return _absent(store, _TIMED_OUT, world)
             time.sleep(0.1)
     except Exception:  # the store went with a rank that hosted it: nothing to tell
         return None
@@ -178,15 +189,15 @@ def meet_every_rank(timeout: float, peer_failed: Callable[[], bool] | None = Non
     """
     store = _group_store()
     rank, world = dist.get_rank(), dist.get_world_size()
-    store.set(f"flodl-leave/{rank}", "1")
-    keys = [f"flodl-leave/{r}" for r in range(world)]
+    store.set(f"{_LEAVING}{rank}", "1")
+    keys = [f"{_LEAVING}{r}" for r in range(world)]
     if peer_failed is None:
         # A blocking wait, answered the moment the last rank arrives: the rank that hosts the
         # store may leave (and take the store with it) right then, so polling could miss it.
         try:
             store.wait(keys, timedelta(seconds=timeout))
         except dist.DistStoreError as err:  # the wait's timeout (a lost store is another error)
-            raise TimeoutError(_late(store, keys, timeout)) from err
+            raise TimeoutError(_late(store, world, timeout)) from err
         return
     # Rank 0 of ranks it started: it hosts the store and outlives them, so it can poll.
     deadline = time.monotonic() + timeout
@@ -194,18 +205,15 @@ def meet_every_rank(timeout: float, peer_failed: Callable[[], bool] | None = Non
         if peer_failed():
             raise RuntimeError("a rank this process started ended before meeting the others")
         if time.monotonic() > deadline:
-            raise TimeoutError(_late(store, keys, timeout))
+            raise TimeoutError(_late(store, world, timeout))
         time.sleep(0.05)
 
 
-def _late(store: dist.Store, keys: list[str], timeout: float) -> str:
+def _late(store: dist.Store, world: int, timeout: float) -> str:
     """The meeting's timeout, naming the ranks that have not arrived (when the store can tell)."""
     late = f"not every rank reached the end of training within {timeout:g} s"
-    with contextlib.suppress(Exception):  # the store may be gone: the message still stands
-        missing = [r for r, key in enumerate(keys) if not store.check([key])]
-        if missing:
-            late += f" (rank {', '.join(map(str, missing))} did not)"
-    return late
+    missing = _absent(store, _LEAVING, world)
+    return late + f" ({rank_list(missing)} did not)" if missing else late
 
 
 def leave_group(
