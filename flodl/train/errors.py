@@ -60,8 +60,9 @@ def rank_list(ranks: list[int]) -> str:
 def naming_ranks(ranks: list[int], message: str) -> TrainingError:
     """The :class:`TrainingError` for ``ranks``: ``{ranks}`` in ``message`` reads as
     :func:`rank_list` does; its ``rank`` is set when there is one."""
+    placeholder = "{ranks}"  # noqa: RUF027 (filled below, not an f-string)
     return TrainingError(
-        message.replace("{ranks}", rank_list(ranks)), rank=ranks[0] if len(ranks) == 1 else None
+        message.replace(placeholder, rank_list(ranks)), rank=ranks[0] if len(ranks) == 1 else None
     )
 
 
