@@ -159,6 +159,62 @@ def test_monitor_write_log_includes_the_records_of_the_run(tmp_path):
     assert "INFO flodl.graph: built graph 'probe'" in text and "'after'" not in text
 
 
+_WHILE_A_MONITOR_RUNS = textwrap.dedent(
+    """
+    import logging, sys
+    import flodl as fl
+    {setup}
+    log = logging.getLogger("flodl.train")
+    mon = fl.Monitor(3, stream=None, gpu=False)
+    log.warning("mark-warning")
+    log.error("mark-error")
+    log.info("mark-info")
+    mon.close()
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("setup", "env_value", "info_shown"),
+    [
+        ("", None, False),  # nobody configured logging: Python's last resort prints them
+        ("logging.basicConfig(stream=sys.stderr)", None, False),  # the user's own handler
+        ("", "info", True),  # flodl's handler
+    ],
+    ids=["default", "basicConfig", "verbosity-info"],
+)
+def test_warnings_and_errors_reach_stderr_once_while_a_monitor_runs(setup, env_value, info_shown):
+    # The Monitor keeps the records for write_log with a handler of its own; a handler anywhere
+    # stops Python's last-resort printing, which once hid every error (a failed checkpoint too)
+    # for as long as a Monitor was open.
+    done = run_child(env_value, _WHILE_A_MONITOR_RUNS.format(setup=setup))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("mark-warning") == 1 and done.stderr.count("mark-error") == 1
+    assert ("mark-info" in done.stderr) is info_shown
+
+
+def test_a_failed_checkpoint_is_reported_while_a_monitor_runs(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    code = textwrap.dedent(
+        f"""
+        import torch
+        from torch import nn
+        import flodl as fl
+        torch.manual_seed(0)
+        def step(m, batch):
+            x, y = batch
+            return nn.functional.mse_loss(m(x), y)
+        (fl.Trainer.builder(lambda device: nn.Linear(2, 1),
+                            lambda params: torch.optim.SGD(params, lr=0.1), step).dataset((torch.randn(8, 2), torch.randn(8, 1)))
+            .batch_size(4).num_epochs(1).monitor(fl.Monitor(1, stream=None, gpu=False))
+            .checkpoint_every(1, directory={str(tmp_path / "a_file" / "ckpts")!r}).run())
+        """
+    )
+    done = run_child(None, code)
+    assert done.returncode == 0, done.stderr
+    assert "checkpoint 1 failed" in done.stderr and "a_file" in done.stderr
+
+
 @pytest.mark.parametrize(
     ("flag", "exported"), [("-q", "0"), ("-v", "1"), ("-vv", "2"), ("-vvv", "3")]
 )

@@ -11,7 +11,10 @@ class MessageLog(logging.Handler):
     """Keeps the last ``limit`` records logged under ``flodl`` as text lines.
 
     It sees exactly the records flodl's loggers emit at the current verbosity (see
-    :mod:`flodl.log`): nothing below WARNING by default.
+    :mod:`flodl.log`): nothing below WARNING by default. Being a handler, it would stop Python
+    from printing warnings and errors when nobody configured logging (Python prints them only
+    when no handler at all is found): so a record that no other handler takes goes on to
+    :data:`logging.lastResort`, exactly as it would without a Monitor.
 
     >>> import logging, time
     >>> log = MessageLog(time.monotonic())
@@ -36,6 +39,21 @@ class MessageLog(logging.Handler):
             self._lines.append(text.replace("\n", " "))
         except Exception:  # a broken record must never break training
             self.handleError(record)
+        last = logging.lastResort
+        if last is not None and record.levelno >= last.level and not self._others_take(record):
+            last.handle(record)
+
+    def _others_take(self, record: logging.LogRecord) -> bool:
+        """Whether a handler besides this one sees ``record`` (logging.Logger.callHandlers'
+        walk up the hierarchy)."""
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None:
+            if any(h is not self for h in logger.handlers):
+                return True
+            if not logger.propagate:
+                return False
+            logger = logger.parent
+        return False
 
     def lines(self) -> list[str]:
         return list(self._lines)
