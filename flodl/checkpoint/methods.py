@@ -137,7 +137,7 @@ class CheckpointMethods:
             allow_no_match=allow_no_match,
             verify=verify,
             _hash_opt_out=_OPT_OUT,
-            _alternates=_rust_alternate(self) if strict_hash else None,
+            _alternates=_alternate_hashes(self) if strict_hash else None,
         )
 
     def load_subgraph_checkpoint(
@@ -182,7 +182,7 @@ class CheckpointMethods:
             require_verified=require_verified,
             allow_no_match=allow_no_match,
             _hash_opt_out=_OPT_OUT,
-            _alternates=_rust_alternate(child) if strict_hash else None,
+            _alternates=_alternate_hashes(child) if strict_hash else None,
         )
         prefix = f"{label}{self.subgraph_name_separator}"
         report.loaded = [prefix + n for n in report.loaded]
@@ -191,16 +191,23 @@ class CheckpointMethods:
         return report
 
 
-def _rust_alternate(module: object) -> dict[bytes, Callable[[str], str]] | None:
-    """The Rust hash of ``module`` and how to rename the original's entries (None: no mapping)."""
+def _alternate_hashes(module: object) -> dict[bytes, Callable[[str], str]]:
+    """The other hashes a file from this architecture may carry, each with how to rename the
+    file's entries: the Rust original's, and the one flodl wrote before it hashed the plain
+    attributes of modules with an empty ``extra_repr`` (a file from then cannot tell more)."""
     from flodl.checkpoint.rust_graph import RustMappingError, rust_layout
 
+    found: dict[bytes, Callable[[str], str]] = {}
+    earlier = getattr(module, "_earlier_structural_hash", None)
+    if callable(earlier):
+        found[bytes.fromhex(earlier())] = lambda name: name
     try:
         layout = rust_layout(module)
     except (RustMappingError, AttributeError):
-        return None
+        return found
     names = {**layout.aliases, **dict(layout.params + layout.buffers)}
-    return {bytes.fromhex(layout.hash): lambda name: names.get(name, name)}
+    found[bytes.fromhex(layout.hash)] = lambda name: names.get(name, name)
+    return found
 
 
 def _structural_hash(module: object) -> str | None:

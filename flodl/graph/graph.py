@@ -852,6 +852,11 @@ class Graph(
             return rust_structural_hash(self)
         raise ValueError(f"unknown structural hash scheme {scheme!r}: use 'flodl' or 'rust'")
 
+    def _earlier_structural_hash(self) -> str:
+        """The hash files saved before flodl hashed the plain attributes of modules with an
+        empty ``extra_repr`` carry (see :mod:`flodl.graph.hashing`); loads accept it too."""
+        return structural_hash(self, legacy=True)
+
     def short_hash(self) -> str:
         """The first 8 characters of :meth:`structural_hash`."""
         return self.structural_hash()[:8]

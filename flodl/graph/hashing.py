@@ -11,6 +11,13 @@ Bytecode is the same in every process of one Python minor version (hash seeds do
 but changes between versions: a graph holding plain Python functions hashes differently under
 another Python (builtins such as ``torch.relu`` and modules are unaffected). It leaves out
 parameter values, dtype, device, labels and state.
+
+A module whose ``extra_repr()`` is empty says nothing of its hyper-parameters there
+(``nn.MultiheadAttention``'s ``num_heads``, a custom layer's ``self.scale``): it counts by its
+public plain attributes instead (numbers, strings, booleans, None and tuples of them; not
+``training``, nor ``inplace``, which changes no result). A module that keeps a counter in such an
+attribute should say what defines it in ``extra_repr``. Files saved before these attributes were
+hashed carry the hash without them (``structural_hash(graph, legacy=True)``), which loads accept.
 """
 
 from __future__ import annotations
@@ -103,15 +110,37 @@ def _filled(cell: types.CellType) -> bool:
     return True
 
 
-def _module_fingerprint(module: nn.Module, out: list[str], prefix: str = "") -> None:
+# Attributes of a module that change no architecture: its mode, and whether it writes in place.
+_NOT_ARCHITECTURE = frozenset({"training", "inplace"})
+
+
+def _plain_setting(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_plain_setting(v) for v in value)
+    return isinstance(value, _SCALARS)
+
+
+def _module_fingerprint(
+    module: nn.Module, out: list[str], prefix: str = "", *, legacy: bool = False
+) -> None:
     from flodl.graph.graph import Graph
 
     kind = type(module)
     out.append(f"M{prefix}|{kind.__module__}.{kind.__qualname__}")
     if isinstance(module, Graph):
-        out.append(f"G{module.structural_hash()}")
+        out.append(
+            f"G{structural_hash(module, legacy=True) if legacy else module.structural_hash()}"
+        )
         return
-    out.append(f"R{module.extra_repr()}")
+    described = module.extra_repr()
+    out.append(f"R{described}")
+    if not described and not legacy:
+        settings = [
+            (k, v)
+            for k, v in vars(module).items()
+            if k[:1] != "_" and k not in _NOT_ARCHITECTURE and _plain_setting(v)
+        ]
+        out += [f"A{name}|{_value(value)}" for name, value in sorted(settings)]
     # Filtered before sorting (names are unique, so the order is the same): a module's instance
     # dict holds a dozen private entries, and this runs once per node of every build.
     plain = [(k, v) for k, v in vars(module).items() if k[:1] != "_" and is_plain_callable(v)]
@@ -122,7 +151,7 @@ def _module_fingerprint(module: nn.Module, out: list[str], prefix: str = "") -> 
     for name, shape in _own_tensors(module._buffers):
         out.append(f"B{name}|{shape}")
     for name, child in module.named_children():
-        _module_fingerprint(child, out, f"{prefix}.{name}")
+        _module_fingerprint(child, out, f"{prefix}.{name}", legacy=legacy)
 
 
 def _own_tensors(tensors: dict[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
@@ -138,7 +167,9 @@ def _own_tensors(tensors: dict[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
     return sorted(found)
 
 
-def structural_hash(graph: Graph) -> str:
+def structural_hash(graph: Graph, *, legacy: bool = False) -> str:
+    """The hash :meth:`Graph.structural_hash` returns; ``legacy=True``: without the plain
+    attributes of modules with an empty ``extra_repr`` (what files saved before carry)."""
     parts: list[str] = []
     for node in graph.nodes:
         options = sorted((k, repr(v)) for k, v in node.serialized_options().items())
@@ -149,7 +180,7 @@ def structural_hash(graph: Graph) -> str:
                 parts.append(f"m{member.tag}|{member.source}")
         module = graph.module_of(node.id)
         if module is not None:
-            _module_fingerprint(module, parts)
+            _module_fingerprint(module, parts, legacy=legacy)
     parts.append("TAGS")
     parts += [f"{tag}|{node_id}" for tag, node_id in sorted(graph.tag_map.items())]
     parts.append(f"INPUTS|{graph.inputs}|OUTPUT|{graph.output_node}")

@@ -63,6 +63,42 @@ def test_another_architecture_is_refused_naming_both_hashes_and_changes_nothing(
     assert unchanged(other, before)
 
 
+def attention(heads: int) -> fl.Graph:
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(8, heads, batch_first=True)
+    b = fl.FlowBuilder(nn.Identity()).tag("x").through(mha).using(key="x", value="x")
+    return b.through(fl.nn.Select(0)).build()
+
+
+def test_a_file_from_another_head_count_is_refused(tmp_path):
+    # Same parameter names and shapes; only num_heads (absent from MHA's extra_repr) differs,
+    # and loading computed different outputs without a word.
+    two, four = attention(2), attention(4)
+    two.save_checkpoint(tmp_path / "two.fdl")
+    before = tensors(four)
+    with pytest.raises(fl.CheckpointError, match="different architecture"):
+        four.load_checkpoint(tmp_path / "two.fdl")
+    assert unchanged(four, before)
+    assert attention(2).load_checkpoint(tmp_path / "two.fdl").complete
+
+
+def test_a_file_saved_before_module_attributes_were_hashed_still_loads(tmp_path):
+    from flodl.graph.hashing import structural_hash
+
+    model = attention(2)
+    earlier = structural_hash(model, legacy=True)
+    assert earlier != model.structural_hash()
+    fl.save_checkpoint(
+        tmp_path / "old.fdl", model.named_parameters(), model.named_buffers(), earlier
+    )
+    other = attention(2)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.zero_()
+    assert other.load_checkpoint(tmp_path / "old.fdl").complete
+    assert unchanged(other, tensors(model))
+
+
 def test_strict_hash_false_loads_what_matches(tmp_path):
     source = classifier(0)
     source.save_checkpoint(tmp_path / "m.fdl")

@@ -352,6 +352,52 @@ def test_a_graph_without_defaults_or_output_tags_keeps_its_hash():
     assert g.structural_hash() == "4350ee835ea577fd948cda159a759de98fd7fb8bdf147769aa21da2ba758c094"
 
 
+class Scaled(nn.Module):
+    """A custom layer that keeps its hyper-parameters as attributes, with no extra_repr."""
+
+    def __init__(self, scale: float, mode: str = "mul", dims: tuple[int, ...] = (1,)) -> None:
+        super().__init__()
+        self.scale, self.mode, self.dims, self.calls_seen = scale, mode, dims, None
+
+    def forward(self, x):
+        return x * self.scale
+
+
+@pytest.mark.parametrize(
+    ("change", "same"),
+    [
+        (lambda m: None, True),
+        (lambda m: setattr(m, "scale", 3.0), False),
+        (lambda m: setattr(m, "mode", "add"), False),
+        (lambda m: setattr(m, "dims", (2,)), False),
+        (lambda m: m.eval(), True),  # the mode is no architecture
+        (lambda m: setattr(m, "_private", 7), True),
+        (lambda m: setattr(m, "table", torch.zeros(2)), True),  # a tensor: no hyper-parameter
+    ],
+    ids=["same", "scale", "mode", "dims", "eval", "private", "tensor"],
+)
+def test_a_module_with_no_extra_repr_hashes_its_plain_attributes(change, same):
+    def graph(module: nn.Module) -> str:
+        return fl.FlowBuilder(nn.Linear(2, 2)).through(module).build().structural_hash()
+
+    changed = Scaled(2.0)
+    change(changed)
+    assert (graph(changed) == graph(Scaled(2.0))) is same
+
+
+def test_the_head_count_of_attention_layers_is_in_the_hash():
+    def graph(layer: nn.Module) -> str:
+        b = fl.FlowBuilder(nn.Identity()).tag("x")
+        if isinstance(layer, nn.MultiheadAttention):
+            b = b.through(layer).using(key="x", value="x").through(fl.nn.Select(0))
+        else:
+            b = b.through(layer)
+        return b.build().structural_hash()
+
+    assert graph(nn.MultiheadAttention(8, 2)) != graph(nn.MultiheadAttention(8, 4))
+    assert graph(nn.TransformerEncoderLayer(8, 2)) != graph(nn.TransformerEncoderLayer(8, 4))
+
+
 def test_a_global_module_registration_hook_sees_every_node_module():
     # build() skips add_module's per-name attribute probe only when no such hook exists.
     seen = []
