@@ -812,6 +812,7 @@ class FlowBuilder:
             if tag not in self._tags:
                 issues.append(BuildIssue(f"internal('{tag}'): no tag '{tag}' in this graph",
                                          tag_site, "internal"))  # fmt: skip
+        issues += self._check_tags_against_ids()
         node_vars = {f"v_{node.id}" for node in self._nodes}
         for name in self._inputs:
             if name in node_vars:
@@ -836,6 +837,24 @@ class FlowBuilder:
             input_defaults=dict(self._defaults),
             outputs=list(self._outputs),
         )
+
+    def _check_tags_against_ids(self) -> list[BuildIssue]:
+        """A tag spelt as another node's id would make one path name two modules (a path tries
+        tags first, state_dict names the node by its id): freeze('linear_3') froze the wrong one."""
+        issues = []
+        for tag, node_id in self._tags.items():
+            other = self._by_id.get(tag)
+            if other is not None and other.id != node_id:
+                issues.append(
+                    BuildIssue(
+                        f"tag '{tag}' is also the id of another node ({other.where}), so paths "
+                        "and state_dict names would mean two modules by it",
+                        self._tag_sites.get(tag),
+                        "tag",
+                        "choose a tag that is not a node id (ids are <kind>_<number>)",
+                    )
+                )
+        return issues
 
     def _unresolved(self) -> list[BuildIssue]:
         issues = []

@@ -64,6 +64,29 @@ def test_duplicate_tag_names_the_first_tag():
     assert f"{HERE}:{line_of('SECOND-TAG')}" in str(err)
 
 
+@pytest.mark.parametrize("later", [True, False], ids=["id-of-a-later-node", "id-of-an-earlier"])
+def test_a_tag_spelt_as_another_nodes_id_is_refused(later):
+    # Paths try tags first and state_dict names an untagged node by its id: freeze("linear_3")
+    # froze the first layer while linear_3.weight was the last one's.
+    b = fl.FlowBuilder(nn.Linear(4, 4))
+    if later:
+        b = b.tag("linear_3").through(nn.ReLU()).through(nn.Linear(4, 4))  # LATER-ID
+    else:
+        b = b.through(nn.ReLU()).tag("linear_1").through(nn.Linear(4, 4))  # EARLIER-ID
+    err = build_error(b)
+    tag, tag_line = ("linear_3", "LATER-ID") if later else ("linear_1", "EARLIER-ID")
+    assert f"tag '{tag}' is also the id of another node" in str(err)
+    assert f"{HERE}:{line_of(tag_line)}" in str(err)
+    assert "choose a tag that is not a node id" in str(err)
+
+
+def test_a_tag_spelt_as_its_own_nodes_id_names_that_node():
+    first = nn.Linear(4, 4)
+    g = fl.FlowBuilder(first).tag("linear_1").through(nn.ReLU()).through(nn.Linear(4, 4)).build()
+    g.freeze("linear_1")
+    assert not first.weight.requires_grad and g.linear_3.weight.requires_grad
+
+
 def test_all_problems_are_listed_not_just_the_first():
     b = fl.FlowBuilder().split(nn.ReLU()).tag("a").tag("a")
     err = build_error(b)
