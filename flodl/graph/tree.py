@@ -30,6 +30,14 @@ def _with_parameters(target: PathTarget, action: str) -> list[nn.Parameter]:
     return params
 
 
+def _freeze_records(owner: nn.Module) -> tuple[set[str], set[str]]:
+    """The names of ``owner``'s parameters that freeze turned off, and of those it found fixed."""
+    records = owner.__dict__.get("_flodl_freeze")
+    if records is None:
+        records = owner.__dict__["_flodl_freeze"] = (set(), set())
+    return records
+
+
 class TreeMethods:
     """Path-addressed operations on a graph tree (mixed into ``fl.Graph``)."""
 
@@ -97,17 +105,51 @@ class TreeMethods:
         >>> model.freeze("encoder"), model.is_frozen("encoder")
         (2, True)
         """
-        params = _with_parameters(self.validate_path(path), "freeze")
+        target = self.validate_path(path)
+        params = _with_parameters(target, "freeze")
+        # thaw undoes freeze, no more: a parameter already not training, unless an earlier
+        # freeze did that, is fixed (a constant table) and stays so. Kept on the owning module
+        # by name: deepcopy copies a module's attributes, not a parameter's.
+        for owner in target.module.modules():  # type: ignore[union-attr]
+            frozen, fixed = _freeze_records(owner)
+            for name, p in owner._parameters.items():
+                if p is None:
+                    continue
+                if p.requires_grad:
+                    frozen.add(name)
+                    fixed.discard(name)
+                elif name not in frozen:
+                    fixed.add(name)
         for p in params:
             p.requires_grad_(False)
         return len(params)
 
     def thaw(self, path: str) -> int:
-        """Train everything at ``path`` again (``requires_grad = True``); returns the count."""
-        params = _with_parameters(self.validate_path(path), "thaw")
-        for p in params:
+        """Train everything at ``path`` again (``requires_grad = True``); returns how many
+        parameters there train.
+
+        Parameters that were already not training when :meth:`freeze` covered them (a fixed
+        positional table, say) stay as they were: thaw undoes freeze, no more.
+
+        >>> import flodl as fl
+        >>> from torch import nn
+        >>> model = fl.FlowBuilder(nn.Linear(2, 4)).tag("enc").through(nn.Linear(4, 1)).build()
+        >>> _ = model.enc.bias.requires_grad_(False)  # fixed on purpose
+        >>> model.freeze("enc"), model.thaw("enc"), model.enc.bias.requires_grad
+        (2, 1, False)
+        """
+        target = self.validate_path(path)
+        _with_parameters(target, "thaw")
+        thawed: dict[int, nn.Parameter] = {}
+        for owner in target.module.modules():  # type: ignore[union-attr]
+            frozen, fixed = _freeze_records(owner)
+            for name, p in owner._parameters.items():
+                if p is not None and name not in fixed:
+                    thawed[id(p)] = p
+                    frozen.discard(name)
+        for p in thawed.values():
             p.requires_grad_(True)
-        return len(params)
+        return len(thawed)
 
     def is_frozen(self, path: str) -> bool:
         """True when ``path`` has parameters and none of them trains."""

@@ -3,6 +3,9 @@ path-shaped named_parameters, subgraph checkpoints."""
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 import torch
 from torch import nn
@@ -61,6 +64,33 @@ def test_freeze_and_thaw_by_path_change_which_gradients_flow():
     assert model.thaw("encoder") == 4
     assert not model.is_frozen("encoder")
     assert all(gradients(model).values())
+
+
+@pytest.mark.parametrize("copy_between", [None, "deepcopy", "pickle"])
+def test_thaw_leaves_a_parameter_fixed_before_freeze_fixed(copy_between):
+    # A positional table made constant on purpose: freeze + thaw used to make it trainable.
+    model = composed()
+    fixed = model.subgraph("encoder").hidden.bias
+    fixed.requires_grad_(False)
+    assert model.freeze("encoder") == 4
+    if copy_between == "deepcopy":
+        model = copy.deepcopy(model)
+    elif copy_between == "pickle":
+        model = pickle.loads(pickle.dumps(model))
+    assert model.thaw("encoder") == 3
+    trains = {n: p.requires_grad for n, p in model.named_parameters()}
+    assert [n for n, t in trains.items() if not t] == ["encoder.hidden.bias"]
+    model.subgraph("encoder").hidden.bias.requires_grad_(True)  # trained again on purpose
+    model.freeze("encoder")
+    assert model.thaw("encoder") == 4
+
+
+def test_thaw_undoes_nested_freezes():
+    model = composed()
+    model.freeze("encoder.hidden")
+    model.freeze("encoder")  # finds hidden frozen by freeze, not fixed
+    assert model.thaw("encoder") == 4
+    assert all(p.requires_grad for p in model.parameters())
 
 
 def test_freezing_the_innermost_graph_leaves_the_middle_one_trainable():
