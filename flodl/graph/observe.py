@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import enum
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -65,11 +66,30 @@ class Metrics:
     flush_count: int = 0
     flush_times: list[float] = field(default_factory=list)  # seconds since `started`
     started: float = field(default_factory=time.monotonic)
+    sources: dict[str, str] = field(default_factory=dict)  # name -> "collect" or "record"
 
     def add(self, name: str, values: list[float]) -> None:
         if name not in self.order:
             self.order.append(name)
         self.buffers.setdefault(name, []).extend(values)
+
+    def claim(self, name: str, source: str, what: str) -> None:
+        """Mark ``name`` as fed by ``source`` ("collect" or "record"); one name fed by both
+        would average a tag's activations with, say, a loss, and every trend would be wrong."""
+        sources = self.__dict__.setdefault("sources", {})  # a graph pickled before had none
+        first = sources.setdefault(name, source)
+        if first == source:
+            return
+        if source == "record":
+            raise ValueError(
+                f"{what}: '{name}' already holds what collect('{name}') takes from the tag "
+                f"'{name}', and a recorded number would be averaged with it — record it under "
+                "another name"
+            )
+        raise ValueError(
+            f"{what}: metric '{name}' already holds numbers recorded with record_scalar/record, "
+            f"and the tag's values would be averaged with them — record those under another name"
+        )
 
     def flush(self, names: list[str]) -> bool:
         flushed = False
@@ -88,15 +108,23 @@ class Metrics:
 
 
 def to_float(what: str, value: Any) -> float:
-    """A recorded value as a float: a number or a one-element tensor."""
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
+    """A recorded value as a float: a number (NumPy's too) or a one-element tensor or array.
+
+    >>> import numpy as np, torch
+    >>> to_float("x", np.float32(0.5)), to_float("x", torch.tensor([2])), to_float("x", np.array(3))
+    (0.5, 2.0, 3.0)
+    """
+    size = getattr(value, "size", None)  # NumPy arrays and scalars; a tensor's is a method
+    if isinstance(value, torch.Tensor) or (isinstance(size, int) and hasattr(value, "item")):
+        if value.numel() != 1 if isinstance(value, torch.Tensor) else size != 1:
             raise ValueError(
-                f"{what}: expected a number or a one-element tensor, got a tensor of shape "
-                f"{list(value.shape)} — reduce it first (e.g. .mean()), or use collect() on a tag"
+                f"{what}: expected a number or a one-element tensor, got a "
+                f"{'tensor' if isinstance(value, torch.Tensor) else 'NumPy array'} of shape "
+                f"{list(value.shape)} — reduce it first "
+                "(e.g. .mean()), or use collect() on a tag"
             )
-        return float(value.detach().item())
-    if isinstance(value, bool) or not isinstance(value, int | float):
+        value = value.detach().item() if isinstance(value, torch.Tensor) else value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{what}: expected a number, got {type(value).__name__} {value!r}")
     return float(value)
 
@@ -221,6 +249,7 @@ class ObservationMethods:
                 number = reduce.apply(value)
             else:
                 number = to_float(f"{method}('{name}')", value)
+            target.graph._metrics.claim(target.name, "collect", f"{method}('{name}')")
             pending.append((target.graph, target.name, number))
             collected[name] = number
         for graph, local, number in pending:
@@ -231,6 +260,7 @@ class ObservationMethods:
         """Append one number (or one-element tensor) to metric ``name``'s per-batch buffer."""
         _check_name("record_scalar", name)
         number = to_float(f"record_scalar('{name}')", value)
+        self._metrics.claim(name, "record", f"record_scalar('{name}')")
         self._metrics.add(name, [number])
 
     def record(self, name: str, values: list[float]) -> None:
@@ -244,6 +274,7 @@ class ObservationMethods:
                 f"one; for one number use record_scalar('{name}', value)"
             )
         numbers = [to_float(f"record('{name}')", v) for v in values]
+        self._metrics.claim(name, "record", f"record('{name}')")
         self._metrics.add(name, numbers)
 
     def record_at(self, path: str, value: float | torch.Tensor) -> None:
@@ -317,14 +348,19 @@ class ObservationMethods:
 
     def reset_trend(self, *names: str) -> None:
         """Forget epoch history: of ``names`` (groups expand), or all of it with no arguments."""
+        sources = self._metrics.__dict__.get("sources", {})
         if not names:
             self._metrics.history.clear()
+            for key in set(sources) - set(self._metrics.buffers):
+                del sources[key]
             return
         keys = self._expand(names)
         for key in keys:
             self._require_known(key, key)
         for key in keys:
             self._metrics.history.pop(key, None)
+            if key not in self._metrics.buffers:
+                sources.pop(key, None)
 
     # ------------------------------------------------------------------ trends
     def trend(self, name: str) -> Trend:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -80,6 +81,42 @@ def test_collect_bad_input_changes_nothing():
         model.collect("encoder")
     with pytest.raises(fl.PathError):
         model.collect()
+
+
+def test_numpy_numbers_are_numbers():
+    # Metrics from NumPy or scikit-learn arrive as NumPy scalars and 0-d arrays.
+    g = composed()
+    g.record_scalar("acc", np.float32(0.5))
+    g.record_scalar("acc", np.int64(1))
+    g.record_scalar("acc", np.array(0.25))
+    g.record("acc", np.array([0.5, 0.75]))
+    assert g.collected("acc") == [0.5, 1.0, 0.25, 0.5, 0.75]
+    with pytest.raises(ValueError, match=r"NumPy array of shape \[2\]"):
+        g.record_scalar("acc", np.array([0.5, 0.75]))
+    with pytest.raises(TypeError, match="expected a number, got bool"):
+        g.record_scalar("acc", np.bool_(True))
+
+
+@pytest.mark.parametrize("collect_first", [True, False])
+def test_a_tags_values_and_recorded_numbers_never_share_a_metric(collect_first):
+    # collect("out") then record_scalar("out", loss) averaged an activation with a loss.
+    g = fl.FlowBuilder(nn.Linear(2, 2)).tag("h").through(nn.Linear(2, 1)).tag("out").build()
+    g(torch.randn(4, 2))
+    if collect_first:
+        g.collect("out")
+        with pytest.raises(ValueError, match="record it under another name"):
+            g.record_scalar("out", 100.0)
+        with pytest.raises(ValueError, match="record it under another name"):
+            g.record("out", [1.0, 2.0])
+    else:
+        g.record_scalar("out", 100.0)
+        with pytest.raises(ValueError, match="already holds numbers recorded"):
+            g.collect("h", "out")
+        assert g.collected("h") == []  # nothing of a refused call is kept
+    assert len(g.collected("out")) == 1
+    g.flush()
+    g.reset_trend("out")  # a forgotten metric may be fed the other way
+    g.record_scalar("out", 1.0) if collect_first else g.collect("out")
 
 
 def test_record_scalar_accepts_numbers_and_one_element_tensors_only():
