@@ -117,11 +117,22 @@ class Profile:
         (keys of graphs inside composites have dots: ``loop_2.body``)."""
         if not isinstance(name, str):
             return None
-        keys = [k for k in self.children if name.startswith(k + ".")]
-        if not keys:
+        keys = {k: k for k in self.children} | self._tagged_keys()
+        found = [k for k in keys if name.startswith(k + ".")]
+        if not found:
             return None
-        key = max(keys, key=len)
-        return self.children[key], name[len(key) + 1 :]
+        key = max(found, key=len)
+        return self.children[keys[key]], name[len(key) + 1 :]
+
+    def _tagged_keys(self) -> dict[str, str]:
+        """A composite's children under its tags too (``L.body`` for ``loop_2.body``), as
+        every other path-taking method of a graph reads them."""
+        out: dict[str, str] = {}
+        for n in self.nodes:
+            for key in self.children:
+                if key.startswith(n.id + "."):
+                    out.update({tag + key[len(n.id) :]: key for tag in n.tags})
+        return out
 
     def names(self) -> list[str]:
         """Every name ``timing`` accepts: node ids, tags, then nested graphs' names as paths."""

@@ -116,6 +116,16 @@ def test_timing_finds_every_tag_of_a_node_and_nested_paths():
     assert "encoder.hidden" in tp.names() and "head" in tp.names()
 
 
+def test_timing_takes_a_loop_by_its_tag_as_freeze_and_tagged_at_do():
+    body = fl.FlowBuilder(nn.Linear(8, 8)).tag("core").build()
+    model = fl.FlowBuilder(nn.Linear(8, 8)).loop_body(body).for_n(2).tag("L").build()
+    assert model.freeze("L.body.core") == 2  # the loop's tag is a path segment everywhere
+    model.enable_profiling()
+    model(torch.randn(3, 8))
+    profile = model.profile()
+    assert profile.timing("L.body.core") == profile.timing("loop_2.body.core") > 0
+
+
 def test_timing_of_an_unknown_name_is_an_error_not_zero():
     model = fl.FlowBuilder().tag("entry").input("ctx").through(nn.Linear(2, 2)).tag("hidden")
     model = model.build()
