@@ -203,7 +203,7 @@ class FlowBuilder:
                 f"{method} got a FlowBuilder, not a module",
                 site,
                 method,
-                "call .build() on the inner builder first: .through(inner.build())",
+                f"call .build() on the inner builder first: .{method}(inner.build())",
             )
             return None
         if isinstance(step, type):
@@ -560,11 +560,11 @@ class FlowBuilder:
         self._unfinished.pop(id(pending), None)
 
     def _add_loop(
-        self, body: Step, kind: LoopKind, n: int, cond: Step | None, site: CallSite | None
+        self, body: Step | None, kind: LoopKind, n: int, cond: Step | None, site: CallSite | None
     ) -> FlowBuilder:
         method = _LOOP_METHODS[kind]
         prev = self._single(method, site)
-        body_m = self._coerce(body, method, site)
+        body_m = None if body is None else self._coerce(body, method, site)
         cond_m = self._coerce(cond, method, site) if cond is not None else None
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             what = "n" if kind is LoopKind.FOR_N else "max_iter"
@@ -609,7 +609,7 @@ class FlowBuilder:
 
     def _add_map(
         self,
-        body: Step,
+        body: Step | None,
         mode: MapMode,
         batched: bool,
         site: CallSite | None,
@@ -618,7 +618,7 @@ class FlowBuilder:
     ) -> FlowBuilder:
         method = mode.value
         prev = self._single(method, site)
-        body_m = self._coerce(body, method, site)
+        body_m = None if body is None else self._coerce(body, method, site)
         if mode is MapMode.SLICES and (not isinstance(n, int) or n < 1):
             return self._fail(f"slices: n must be an integer >= 1 (got {n!r})", site, method)
         source = prev
@@ -1055,7 +1055,9 @@ class _Pending:
 
     def __init__(self, builder: FlowBuilder, body: Step, site: CallSite | None) -> None:
         self._builder = builder
-        self._body = body
+        # Checked here, so a wrong body is reported at loop_body/map, not at the call ending it;
+        # None once its issue is recorded.
+        self._body: nn.Module | None = builder._coerce(body, self._method, site)
         self._site = site
         builder._open(self, self._method, site)
 

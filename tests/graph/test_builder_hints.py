@@ -50,6 +50,22 @@ def test_a_builder_passed_to_through_names_build():
         fl.FlowBuilder(nn.Linear(2, 3)).through(unbuilt()).build()
 
 
+@pytest.mark.parametrize(
+    ("method", "end"),
+    [("loop_body", lambda pending: pending.for_n(2)), ("map", lambda pending: pending.each())],
+)
+def test_a_builder_given_as_a_body_is_reported_at_the_call_that_took_it(method, end):
+    b = fl.FlowBuilder(nn.Linear(3, 3))
+    pending = getattr(b, method)(unbuilt())
+    line = here() - 1
+    with pytest.raises(fl.GraphBuildError) as info:
+        end(pending).build()
+    assert len(info.value.issues) == 1
+    issue = info.value.issues[0]
+    assert issue.method == method and issue.site.lineno == line
+    assert f".{method}(inner.build())" in str(info.value)
+
+
 def test_builders_still_behave_as_plain_objects():
     builder = unbuilt()
     assert not hasattr(builder, "parameters")  # NotBuiltError is an AttributeError too
