@@ -134,6 +134,11 @@ def set_verbosity(level: int | str | None, *, stream: IO[str] | None = None) -> 
     Overrides ``FLODL_VERBOSITY``.
     """
     value = _parse_verbosity(level)
+    if stream is not None and not callable(getattr(stream, "write", None)):
+        raise TypeError(
+            f"set_verbosity(stream=...) takes an open text stream (sys.stdout, "
+            f"open('train.log', 'a')), got {type(stream).__name__} {stream!r}"
+        )
     old = _state["handler"]
     if isinstance(old, logging.Handler):
         _root.removeHandler(old)

@@ -96,6 +96,15 @@ def test_set_verbosity_names_and_numbers():
     assert fl.verbosity() is None and logging.getLogger("flodl").propagate
 
 
+@pytest.mark.parametrize("stream", ["train.log", Path("train.log"), 3])
+def test_a_stream_that_cannot_be_written_is_refused_at_the_call(stream, tmp_path, monkeypatch):
+    # A path was accepted, then every record failed with "'str' object has no attribute 'write'".
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError, match=r"takes an open text stream .*open\('train.log', 'a'\)"):
+        fl.set_verbosity("info", stream=stream)
+    assert fl.verbosity() is None and not list(tmp_path.iterdir())
+
+
 def test_one_handler_however_often_it_is_set():
     out = io.StringIO()
     for _ in range(3):
