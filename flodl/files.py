@@ -22,6 +22,7 @@ also syncs to disk (``flodl.checkpoint``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 from collections.abc import Iterator
@@ -33,8 +34,12 @@ from typing import IO, Any
 def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary path beside ``path`` for a writer that wants a file name (``safetensors``'
     ``save_file``); it becomes ``path`` when the block ends without an exception. With one,
-    ``path`` is untouched and the temporary file is removed. ``OSError`` names ``path``."""
+    ``path`` is untouched and the temporary file is removed. ``OSError`` names ``path``; a
+    directory (``"."`` included) is an ``IsADirectoryError`` before anything is written."""
     target = Path(path)
+    if not target.name or target.is_dir():
+        # "." has no name to put a temporary file beside: say what is wrong with the path.
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     try:
         yield tmp

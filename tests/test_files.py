@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import flodl as fl
@@ -49,3 +51,26 @@ def test_every_writer_goes_through_it(tmp_path):
     finally:
         monitor.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{i}.out" for i in range(5)]
+
+
+@pytest.mark.parametrize("where", [".", "", "sub"])
+def test_a_directory_is_an_error_naming_it_and_nothing_is_written(tmp_path, monkeypatch, where):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    monitor = fl.Monitor(1, stream=None, gpu=False)
+    monitor.log(0, 0.1, {"loss": 1.0})
+    writers = [
+        lambda p: write_text(p, "x"),
+        monitor.save_html,
+        monitor.export_csv,
+        monitor.write_log,
+        fl.monitor.Timeline(gpu=False).save_json,
+    ]
+    try:
+        for write in writers:
+            with pytest.raises(IsADirectoryError, match=r"Is a directory: ") as err:
+                write(where)
+            assert err.value.filename == str(Path(where))
+    finally:
+        monitor.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["sub"] and not any((tmp_path / "sub").iterdir())

@@ -14,7 +14,7 @@ from flodl.checkpoint import codec, listeners
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.codec import EntryInfo, Header, NamedTensors
 from flodl.checkpoint.errors import CheckpointError, CheckpointWarning, HashRefusedError
-from flodl.checkpoint.explain import explain_names
+from flodl.checkpoint.explain import explain_names, other_kind_of_file
 from flodl.checkpoint.streams import (
     Destination,
     Source,
@@ -24,9 +24,12 @@ from flodl.checkpoint.streams import (
     open_source,
 )
 from flodl.errors import _renamed
+from flodl.log import get_logger
 
 # ``Mismatched`` was this module's name for HashRefusedError; it still resolves, with a warning.
 __getattr__ = _renamed(__name__, {"Mismatched": HashRefusedError})
+
+log = get_logger("flodl.checkpoint")
 
 HASH_OPT_OUT = "pass structural_hash=None to load the matching entries anyway"
 VERIFIED = "checksums verified"
@@ -218,10 +221,8 @@ def save_checkpoint(
             _write_checkpoint, dest, named_params, named_buffers, structural_hash, **options
         )
         return
-    tags = listeners.begin(dest)
-    _write_checkpoint(dest, named_params, named_buffers, structural_hash, **options)
-    if tags is not None and is_path(dest):
-        listeners.notify(dest, tags, background=False)
+    with listeners.writing(dest):
+        _write_checkpoint(dest, named_params, named_buffers, structural_hash, **options)
 
 
 def _write_checkpoint(
@@ -359,6 +360,7 @@ def load_checkpoint(
     verify: bool = True,
     _hash_opt_out: str = HASH_OPT_OUT,
     _alternates: dict[bytes, Rename] | None = None,
+    _warn_partial: bool = True,
 ) -> LoadReport:
     """Load ``src`` into the given tensors, matching by name; returns a :class:`LoadReport`.
 
@@ -371,8 +373,10 @@ def load_checkpoint(
 
     A hash mismatch names the entries that differ and the likely cause (a renamed tag). A load
     in which no file entry matches any target name is an error naming a few names from each
-    side (``allow_no_match=True`` accepts it). ``require_verified=True`` refuses a file with no
-    integrity trailer (see :class:`LoadReport`).
+    side (``allow_no_match=True`` accepts it). A partial load (entries missing from the file,
+    left unused, or skipped for their shape) succeeds and logs a warning on the
+    ``flodl.checkpoint`` logger naming a few of them. ``require_verified=True`` refuses a file
+    with no integrity trailer (see :class:`LoadReport`).
 
     A plain file given by path is memory-mapped: payloads are checksummed and copied straight
     from the page cache into the targets, with no read() copies or staging buffers (a file
@@ -412,6 +416,9 @@ def load_checkpoint(
             decoded = codec.decode(reader, keep=targets, on_header=on_header, verify=verify)
     except HashRefusedError as refused:
         entries = entries_again(src, start)
+        other = None if entries is None else other_kind_of_file([e.name for e in entries])
+        if other is not None:
+            raise CheckpointError(other, source=describe(src)) from None
         explanation = "" if entries is None else explain_names(entries, params, buffers)
         raise hash_mismatch(
             refused.header,
@@ -430,7 +437,34 @@ def load_checkpoint(
     if not allow_no_match:
         check_some_match(report, decoded, params, buffers, source=reader.name)
     commit(plan)
+    if _warn_partial:
+        warn_if_partial(report, reader.name)
     return report
+
+
+def warn_if_partial(report: LoadReport, source: str) -> None:
+    """Log a warning when a load left model entries as they were or file entries unused: a
+    partial load is a feature (new heads, transfer learning), but one that happened by
+    accident must not pass unnoticed behind a report nobody printed."""
+    from flodl.checkpoint.explain import few
+
+    shapes = [m.name for m in report.mismatches if m.kind == "shape"]
+    parts = []
+    if report.missing:
+        parts.append(f"not in the file (they keep their values): {few(report.missing)}")
+    if shapes:
+        parts.append(f"skipped for their shape: {few(shapes)}")
+    if report.skipped:
+        parts.append(f"in the file but not in the model (skipped): {few(report.skipped)}")
+    if parts:
+        total = len(report.loaded) + len(report.missing) + len(shapes)
+        log.warning(
+            "%s: partial load, %d of %d model entries loaded — %s",
+            source,
+            len(report.loaded),
+            total,
+            "; ".join(parts),
+        )
 
 
 def seekable(src: object) -> bool:
@@ -464,6 +498,9 @@ def check_some_match(
     from flodl.checkpoint.explain import few, name_style_hint
 
     file_names = [e.name for e in decoded.entries]
+    other = other_kind_of_file(file_names)
+    if other is not None:
+        raise CheckpointError(other, source=source)
     model_names = [n for n, _ in [*params, *buffers]]
     raise CheckpointError(
         f"no entry of the file matches a model name, so nothing was loaded — the file has "

@@ -9,10 +9,13 @@ background thread with a bounded queue. Training waits only for the copy.
 * The file is written exactly as a blocking save writes it: atomically (temporary file, fsync,
   rename), so a crash or ``kill -9`` at any moment leaves the previous file intact and the new
   one either complete or absent.
-* :func:`flush` waits for every pending save and raises the first error. A failed background
-  save also raises on the next background call. A path that cannot be written for sure (no
-  such directory) is refused at the call instead, as a blocking save refuses it.
-  ``fl.Monitor.finish`` and the Trainer's end of training call :func:`flush`.
+* A failed write is logged (ERROR, ``flodl.checkpoint``) as soon as the writer hits it, naming
+  its file and its :func:`~flodl.checkpoint.listeners.save_tags` labels (the Trainer's
+  ``version``), and :func:`flush` raises the first failure since the last flush. A failure never
+  costs a later save: the next background call takes its snapshot and queues its write as
+  usual. A path that cannot be written for sure (no such directory) is refused at the call
+  instead, as a blocking save refuses it. ``fl.Monitor.finish`` and the Trainer's end of
+  training call :func:`flush`.
 * At normal interpreter exit (the end of the script, ``sys.exit``, an uncaught exception) the
   pending saves are still written: an ``atexit`` hook flushes the default worker. A process
   killed by a signal, or ended with ``os._exit`` (as multiprocessing children are), writes
@@ -65,7 +68,9 @@ class CpuWorker:
     ``submit(fn, *args, **kwargs)`` returns a :class:`concurrent.futures.Future` at once (or
     after waiting for room when ``max_pending`` tasks are already queued). A task that raises
     does not stop the worker: the error is kept, raised by :meth:`flush` and, if nobody flushed
-    first, by the next :meth:`submit`. :meth:`close` flushes and stops the thread.
+    first, by the next :meth:`submit`. (Background checkpoint saves queue their writes without
+    that check: a failed write is logged when it happens and must not cost the next save.)
+    :meth:`close` flushes and stops the thread.
 
     >>> worker = CpuWorker(max_pending=4)
     >>> results = []
@@ -82,7 +87,8 @@ class CpuWorker:
             raise ValueError(f"CpuWorker(max_pending={max_pending!r}): need an integer >= 1")
         self.max_pending = max_pending
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_pending)
-        self._errors: list[BaseException] = []
+        # Each failure, and whether its task already logged it (a checkpoint write does).
+        self._errors: list[tuple[BaseException, bool]] = []
         self._lock = threading.Lock()
         self._busy = False
         self._closed = False
@@ -95,14 +101,14 @@ class CpuWorker:
             try:
                 if item is _STOP:
                     return
-                future, fn, args, kwargs = item
+                future, fn, args, kwargs, reported = item
                 self._busy = True
                 if future.set_running_or_notify_cancel():
                     try:
                         future.set_result(fn(*args, **kwargs))
                     except BaseException as err:  # kept for flush(); the worker goes on
                         with self._lock:
-                            self._errors.append(err)
+                            self._errors.append((err, reported))
                         future.set_exception(err)
             finally:
                 self._busy = False
@@ -113,8 +119,22 @@ class CpuWorker:
         if self._closed:
             raise RuntimeError("CpuWorker.submit: the worker is closed")
         self._raise_error()
+        return self._enqueue(fn, args, kwargs)
+
+    def _enqueue(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        reported: bool = False,
+    ) -> Future[Any]:
+        """Queue a task without raising earlier errors first. ``reported``: the task logs its
+        own failure, so :meth:`flush` need not log it again when it raises another one."""
+        if self._closed:
+            raise RuntimeError("CpuWorker.submit: the worker is closed")
         future: Future[Any] = Future()
-        self._queue.put((future, fn, args, kwargs))
+        self._queue.put((future, fn, args, kwargs, reported))
         return future
 
     def is_idle(self) -> bool:
@@ -134,13 +154,18 @@ class CpuWorker:
         self._queue.join()
         self._raise_error()
 
-    def _raise_error(self) -> None:
+    def _take_errors(self) -> list[tuple[BaseException, bool]]:
         with self._lock:
             errors, self._errors = self._errors, []
-        for extra in errors[1:]:
-            log.error("another background task failed as well: %r", extra)
+        return errors
+
+    def _raise_error(self) -> None:
+        errors = self._take_errors()
+        for extra, reported in errors[1:]:
+            if not reported:
+                log.error("another background task failed as well: %r", extra)
         if errors:
-            raise errors[0]
+            raise errors[0][0]
 
     def close(self) -> None:
         """Flush, then stop the thread; idempotent. Raises what :meth:`flush` raises."""
@@ -263,10 +288,10 @@ def _flush_at_exit(worker: CpuWorker) -> None:
     pending = worker.pending
     if pending:
         log.info("writing %d pending background checkpoint(s) before exit", pending)
-    try:
-        worker.flush()
-    except Exception as err:
-        log.error("a background checkpoint save failed: %s", err)
+    worker._queue.join()
+    for err, reported in worker._take_errors():
+        if not reported:  # a checkpoint write logged its own failure when it happened
+            log.error("a background task failed: %s", err)
 
 
 def save_in_background(
@@ -278,8 +303,10 @@ def save_in_background(
     **options: Any,
 ) -> None:
     """Snapshot the tensors now, then run ``save(dest, snapshot..., **options)`` (a blocking
-    write) on the default worker and tell the save listeners once it is done. Raises a previous
-    background save's error first."""
+    write) on the default worker and tell the save listeners once it is done.
+
+    An earlier background save's failure is not raised here: the writer logged it when it
+    happened and :func:`flush` raises it; this save goes ahead all the same."""
     if not isinstance(dest, str | os.PathLike):
         raise CheckpointError(
             f"background=True needs a file path (got {type(dest).__name__}): a stream may be "
@@ -289,7 +316,6 @@ def save_in_background(
     # or flush, possibly an epoch later.
     refuse_unwritable(Path(dest))
     worker = default_worker()
-    worker._raise_error()  # surface an earlier failure before taking a new snapshot
     snap = ModelSnapshot.from_tensors(params, buffers, structural_hash)
     log.debug(
         "checkpoint snapshot of %d tensors (%.1f MB) in %.1f ms; writing %s in the background",
@@ -299,16 +325,10 @@ def save_in_background(
         os.fspath(dest),
     )
     tags = listeners.begin(dest) or {}
-    worker.submit(
-        _write,
-        save,
-        os.fspath(dest),
-        snap.params,
-        snap.buffers,
-        snap.structural_hash,
-        options,
-        tags,
-    )
+    # Not submit(): it would raise an earlier write's failure in place of this save, which
+    # would then be lost although the disk may be fine again.
+    args = (save, os.fspath(dest), snap.params, snap.buffers, snap.structural_hash, options, tags)
+    worker._enqueue(_write, args, {}, reported=True)
 
 
 def _write(
@@ -321,7 +341,22 @@ def _write(
     tags: dict[str, Any],
 ) -> None:
     start = time.perf_counter()
-    save(dest, params, buffers, structural_hash, **options)
+    try:
+        save(dest, params, buffers, structural_hash, **options)
+    except Exception as err:
+        # Said now, as this checkpoint's failure: flush() may come much later, and the next
+        # save goes ahead without raising it.
+        labels = ", ".join(f"{key} {value}" for key, value in tags.items())
+        what = (
+            str(err) if isinstance(err, CheckpointError) else f"{dest}: {type(err).__name__}: {err}"
+        )
+        log.error(
+            "background checkpoint save failed%s: %s — later saves go ahead; "
+            "fl.checkpoint.flush() raises this error",
+            f" ({labels})" if labels else "",
+            what,
+        )
+        raise
     log.info(
         "checkpoint saved: %s (%.0f ms, background)", dest, (time.perf_counter() - start) * 1e3
     )

@@ -72,6 +72,26 @@ def name_style_hint(file_names: list[str], model_names: list[str]) -> str:
     )
 
 
+def other_kind_of_file(file_names: list[str]) -> str | None:
+    """What to say when the file is not a model checkpoint but a training or optimizer state
+    (its names would otherwise look like the Rust original's ``model/...``); None otherwise."""
+    from flodl.checkpoint import optimizer, training  # they import this module's users
+
+    if training.META_ENTRY in file_names:
+        return (
+            "this file is a training state (written by fl.save_training_state), not a model "
+            "checkpoint: load it with fl.load_training_state(path, model, optimizer, ...) "
+            "— nothing was loaded"
+        )
+    if optimizer.META_ENTRY in file_names:
+        return (
+            "this file is an optimizer state (written by fl.save_optimizer_state), not a model "
+            "checkpoint: load it with fl.load_optimizer_state(optimizer, path) — nothing was "
+            "loaded"
+        )
+    return None
+
+
 def explain_names(
     entries: list[EntryInfo],
     params: list[tuple[str, torch.Tensor]],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from flodl.checkpoint import api, codec
+from flodl.checkpoint import api, codec, listeners
 from flodl.checkpoint.errors import CheckpointError
 from flodl.checkpoint.streams import Destination, PathLike, Source, open_destination, open_source
 
@@ -33,7 +33,7 @@ def fdl_to_safetensors(src: Source, dst: Destination) -> None:
         decoded = codec.decode(reader)
     digest = decoded.header.structural_hash
     data = st.torch.save(decoded.tensors, metadata={HASH_KEY: digest} if digest else None)
-    with open_destination(dst, compress=False) as f:
+    with listeners.writing(dst), open_destination(dst, compress=False) as f:
         f.write(data)
 
 

@@ -1,12 +1,14 @@
 """Save listeners: callbacks told when a checkpoint file is completely written.
 
 ``add_save_listener(fn)`` registers ``fn(saved)``, called with a :class:`SavedCheckpoint` after
-``fl.save_checkpoint`` (and so ``graph.save_checkpoint``, ``ModelSnapshot.save``) has written a
-file to a path: renamed into place, fsynced. A blocking save calls it in the saving thread
-before returning; a ``background=True`` save calls it on the writer thread once the file is on
-disk, not when the call returns. A save that fails calls nothing; a save to a stream (a file
-object) calls nothing either. ``remove_save_listener(fn)`` unregisters. An exception in a
-listener is logged and never fails the save.
+a checkpoint file is written to a path: renamed into place, fsynced. Every checkpoint writer
+tells: ``fl.save_checkpoint`` (and so ``graph.save_checkpoint``, ``ModelSnapshot.save``,
+``fl.safetensors_to_fdl``), ``fl.save_training_state``, ``fl.save_optimizer_state``,
+``fl.migrate_checkpoint_file`` and ``fl.fdl_to_safetensors``. A blocking save calls it in the
+saving thread before returning; a ``background=True`` save calls it on the writer thread once
+the file is on disk, not when the call returns. A save that fails calls nothing; a save to a
+stream (a file object) calls nothing either. ``remove_save_listener(fn)`` unregisters. An
+exception in a listener is logged and never fails the save.
 
 Higher layers use this without the checkpoint layer knowing about them: a running
 ``fl.monitor.Timeline`` records each save as a ``checkpoint_saved`` event.
@@ -120,6 +122,17 @@ def begin(dest: object) -> dict[str, Any] | None:
         scope.saves += 1
         tags.update(scope.tags)
     return tags
+
+
+@contextlib.contextmanager
+def writing(dest: object) -> Iterator[None]:
+    """Around a blocking write of a checkpoint file to ``dest``: the save is counted in the
+    enclosing scopes, and the listeners are told once the block ends without an exception
+    (never for a stream)."""
+    tags = begin(dest)
+    yield
+    if tags is not None:
+        notify(dest, tags, background=False)  # type: ignore[arg-type]
 
 
 def notify(dest: str | os.PathLike[str], tags: dict[str, Any], *, background: bool) -> None:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from flodl.checkpoint import listeners
-from flodl.checkpoint.api import LoadReport, load_checkpoint, save_checkpoint
+from flodl.checkpoint.api import LoadReport, load_checkpoint, save_checkpoint, warn_if_partial
 from flodl.checkpoint.errors import CheckpointError
 from flodl.checkpoint.sidecar import write_source_config
 from flodl.checkpoint.streams import Destination, Source, describe, is_path
@@ -183,11 +183,13 @@ class CheckpointMethods:
             allow_no_match=allow_no_match,
             _hash_opt_out=_OPT_OUT,
             _alternates=_alternate_hashes(child) if strict_hash else None,
+            _warn_partial=False,  # said below, in the composed model's names
         )
         prefix = f"{label}{self.subgraph_name_separator}"
         report.loaded = [prefix + n for n in report.loaded]
         report.missing = [prefix + n for n in report.missing]
         report.mismatches = [replace(m, name=prefix + m.name) for m in report.mismatches]
+        warn_if_partial(report, describe(path))
         return report
 
 

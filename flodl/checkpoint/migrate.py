@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flodl.checkpoint import codec
+from flodl.checkpoint import codec, listeners
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.codec import NamedTensors
 from flodl.checkpoint.errors import CheckpointError
@@ -135,6 +135,6 @@ def migrate_checkpoint_file(
     from flodl.checkpoint.api import check_compression
 
     compress = check_compression(dst, compress, rust_compatible=False)
-    with open_destination(dst, compress=compress) as f:
+    with listeners.writing(dst), open_destination(dst, compress=compress) as f:
         codec.encode(f, prepared, fmt.ZERO_HASH, checksum=checksum)
     return report

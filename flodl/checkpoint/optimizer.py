@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from flodl.checkpoint import codec, tree
+from flodl.checkpoint import codec, listeners, tree
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.errors import CheckpointError
 from flodl.checkpoint.streams import (
@@ -186,7 +186,7 @@ def save_optimizer_state(
 
         data = encode_rust_optimizer(optimizer)
         compress = check_compression(dest, compress, rust_compatible=True)
-        with open_destination(dest, compress=compress) as f:
+        with listeners.writing(dest), open_destination(dest, compress=compress) as f:
             f.write(data)
         return
     if format != "fdl":
@@ -196,7 +196,7 @@ def save_optimizer_state(
         [(META_ENTRY, tree.to_bytes_tensor(doc)), *tensors], "optimizer state"
     )
     prepared = codec.prepare(entries)
-    with open_destination(dest, compress=compress) as f:
+    with listeners.writing(dest), open_destination(dest, compress=compress) as f:
         codec.encode(f, prepared, fmt.ZERO_HASH, checksum=checksum)
 
 

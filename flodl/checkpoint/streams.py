@@ -366,14 +366,18 @@ _CHECK_DIRECTORY = "— check that the directory exists and is writable"
 _UNTOUCHED = "(the previous file, if any, is untouched)"
 
 
+def _refuse_directory(path: Path) -> None:
+    if not path.name or path.is_dir():  # "." has no name for a temporary file beside it
+        raise CheckpointError(
+            f"cannot write checkpoint: {os.strerror(errno.EISDIR)} {_UNTOUCHED}", source=str(path)
+        )
+
+
 def refuse_unwritable(path: Path) -> None:
     """Raise now the error a write to ``path`` would end in for sure (it is a directory, or its
     directory does not exist), as :func:`open_destination` raises it: for a write that happens
     later, elsewhere (a background save)."""
-    if path.is_dir():
-        raise CheckpointError(
-            f"cannot write checkpoint: {os.strerror(errno.EISDIR)} {_UNTOUCHED}", source=str(path)
-        )
+    _refuse_directory(path)
     if not path.parent.is_dir():
         raise CheckpointError(
             f"cannot write checkpoint: {os.strerror(errno.ENOENT)} {_CHECK_DIRECTORY}",
@@ -391,6 +395,7 @@ def open_destination(
     """
     if is_path(dest):
         path = Path(dest)
+        _refuse_directory(path)
         gz = path.name.endswith(".gz") if compress is None else compress
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import torch
 
-from flodl.checkpoint import api, codec, tree
+from flodl.checkpoint import api, codec, listeners, tree
 from flodl.checkpoint import format as fmt
 from flodl.checkpoint.errors import CheckpointError, HashRefusedError
 from flodl.checkpoint.optimizer import apply_optimizer, decode_optimizer, encode_optimizer
@@ -27,6 +27,8 @@ from flodl.checkpoint.streams import (
     open_destination,
     open_source,
 )
+from flodl.optim.errors import OptimError
+from flodl.optim.lr import ScheduledLR, check_same_schedule, schedule_identity
 from flodl.random import Rng, RngError
 
 META_ENTRY = "training.json"
@@ -280,6 +282,8 @@ def _prepare_scheduler(
             problem = "it is not a mapping"
         else:
             problem = _misfit(state, scheduler.state_dict(), "the state")
+        if not problem and isinstance(scheduler, ScheduledLR):
+            _check_scheduled_lr(scheduler, state, source)
         if problem:
             raise CheckpointError(
                 f"stored scheduler state does not fit {name}: {problem} — it was saved for "
@@ -309,6 +313,22 @@ def _prepare_scheduler(
         "state_dict()/load_state_dict()",
         source=source,
     )
+
+
+def _check_scheduled_lr(scheduler: ScheduledLR, state: dict[str, Any], source: str) -> None:
+    """A ScheduledLR's state is a step count on the schedule it wraps: on another schedule the
+    rate would jump. Refused here, as a pure scheduler's other settings are, before anything
+    is applied."""
+    try:
+        check_same_schedule(state.get("schedule"), scheduler.scheduler)
+    except OptimError:
+        raise CheckpointError(
+            f"the file holds ScheduledLR state following {state.get('schedule')}, but the "
+            f"ScheduledLR passed follows {schedule_identity(scheduler.scheduler)} — pass the "
+            "same schedule (it resumes where it stopped), or scheduler=None to continue with a "
+            "different one",
+            source=source,
+        ) from None
 
 
 def _prepare_data_rng(
@@ -449,7 +469,7 @@ def save_training_state(
     entries += state_tensors
     entries.append((META_ENTRY, tree.to_bytes_tensor(doc)))
     prepared = codec.prepare(codec.named_list(entries, "training state"))
-    with open_destination(dest, compress=compress) as f:
+    with listeners.writing(dest), open_destination(dest, compress=compress) as f:
         codec.encode(f, prepared, fmt.encode_hash(_hash_of(model)), checksum=checksum)
 
 
@@ -470,10 +490,11 @@ def load_training_state(
     Everything is validated first (model tensors, optimizer state against the live optimizer,
     scheduler state against the live scheduler, every RNG state), then applied. Model tensors
     are loaded like :func:`load_checkpoint` (``report`` says what was loaded, skipped or
-    missing); optimizer, scheduler and ``data_rng`` state are replaced; the global RNG states are
-    restored when ``restore_rng``. A pure scheduler is checked against the stored schedule and
-    left as it is: resume it at the returned ``step``. Returns ``epoch``, ``step`` and ``extra``.
-    ``require_verified=True`` refuses a file without an integrity trailer (nothing is applied).
+    missing, and a partial load logs a warning); optimizer, scheduler and ``data_rng`` state
+    are replaced; the global RNG states are restored when ``restore_rng``. A pure scheduler
+    is checked against the stored schedule and left as it is: resume it at the returned
+    ``step``. Returns ``epoch``, ``step`` and ``extra``. ``require_verified=True`` refuses a
+    file without an integrity trailer (nothing is applied).
     """
     params = list(model.named_parameters())
     buffers = list(model.named_buffers())
@@ -568,4 +589,5 @@ def load_training_state(
     extra = tree.decode(doc.get("extra"), decoded.tensors)
     # Everything is validated: from here on, apply.
     _commit(parts, plan, restore, source)
+    api.warn_if_partial(report, source)
     return TrainingState(doc.get("epoch"), doc.get("step"), extra, report)

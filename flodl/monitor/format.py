@@ -155,9 +155,27 @@ def _resource_text(res: ResourceSample, paint: Callable[[str, str], str]) -> str
     return text
 
 
-def finish_line(total_secs: float, metrics: dict[str, float]) -> str:
-    """``  training complete in 2.8s  | loss: 0.0012``."""
-    text = f"  training complete in {format_eta(total_secs)}"
+def finish_line(
+    total_secs: float,
+    metrics: dict[str, float],
+    *,
+    status: str = "complete",
+    where: str = "",
+    reason: str = "",
+) -> str:
+    """``  training complete in 2.8s  | loss: 0.0012``; a run that ended otherwise (``status``
+    ``"failed"`` or ``"interrupted"``) says where and why.
+
+    >>> finish_line(2.8, {"loss": 0.0012}, status="failed", where="at epoch 3/10",
+    ...             reason="ValueError: bad batch")
+    '  training failed at epoch 3/10 after 2.8s (ValueError: bad batch)  | loss: 0.0012'
+    """
+    if status == "complete":
+        text = f"  training complete in {format_eta(total_secs)}"
+    else:
+        text = f"  training {status} {where} after {format_eta(total_secs)}"
+        if reason:
+            text += f" ({printable(reason)})"
     for name, value in metrics.items():
         text += f"  | {printable(name)}: {format_metric(value)}"
     return text

@@ -10,11 +10,13 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
 
 from flodl.checkpoint.background import flush as checkpoint_flush
 from flodl.files import open_atomic, write_text
+from flodl.log import get_logger
 from flodl.monitor.errors import MonitorError
 from flodl.monitor.eta import EtaEstimator
 from flodl.monitor.format import digit_count, epoch_line, finish_line, format_eta, format_metric
@@ -23,13 +25,15 @@ from flodl.monitor.messages import MessageLog
 from flodl.monitor.page import render_page, svg_data_uri
 from flodl.monitor.record import EpochRecord
 from flodl.monitor.resources import ResourceSample, ResourceSampler, hardware_summary
-from flodl.monitor.server import DashboardServer
+from flodl.monitor.server import DashboardServer, check_port
 from flodl.monitor.tensorboard import write_scalars
 from flodl.monitor.timeline import Timeline
 from flodl.monitor.timeline_page import render_timeline
 from flodl.smoke import SMOKE_EPOCHS, SmokeBudgetReached, loops_capped, smoke_enabled
 
 __all__ = ["MetricSource", "Monitor"]
+
+log = get_logger("flodl.monitor")
 
 # CSV column -> key of ResourceSample.to_json()
 _CSV_RESOURCES = {
@@ -109,6 +113,7 @@ class Monitor:
         self._started_wall = time.time()
         self._eta = EtaEstimator(num_epochs, started_at=self._started, start_epoch=start_epoch)
         self._records: list[EpochRecord] = []
+        self._time_given = False  # the latest epoch's duration was passed to log(), not timed
         self._pending_ranks: dict[int, ResourceSample] = {}
         self._sampler = ResourceSampler(gpu=gpu)
         self._gpu = gpu
@@ -122,6 +127,7 @@ class Monitor:
         self._svg_version = 0
         self._archive_path: Path | None = None
         self._finished_at: float | None = None
+        self._outcome = _Outcome()  # how the run ended, decided by the first finish()
         self._server: DashboardServer | None = None
         self._messages = MessageLog(self._started)
         #: The :class:`~flodl.monitor.Timeline` shown at ``/timeline.html`` (see
@@ -163,6 +169,7 @@ class Monitor:
     def serve(self, port: int = 3000, host: str = "127.0.0.1", *, max_clients: int = 16) -> str:
         """Start the live dashboard on a background thread and return its URL.
 
+        ``port`` is an int in [0, 65535] (anything else is a :class:`MonitorServerError`).
         ``max_clients`` is how many live streams (browser tabs) are served at once; the page,
         ``/api/history`` and the graph are always answered, however many tabs are open, and a
         client that stalls is dropped without slowing the others or the training loop.
@@ -171,6 +178,7 @@ class Monitor:
         Raises :class:`MonitorServerError` when the port is taken. Only rank 0 serves (others
         get ""); a second call returns the running server's URL.
         """
+        check_port(port)  # on every rank: a script's mistake fails the same way everywhere
         if self.rank != 0:
             return ""
         if self._server is not None:
@@ -180,7 +188,7 @@ class Monitor:
         self._server = self._owned["server"] = server
         self._serve_timeline()
         for record in self._records:  # a dashboard started mid-run still shows the whole run
-            server.log.publish("epoch", record.to_json())
+            server.log.publish("epoch", record.to_json(), key=record.epoch)
         server.svg, server.graph_html = self._svg, self._graph_html
         if self._finished_at is not None:
             server.log.publish("complete", self._complete_json())
@@ -200,7 +208,17 @@ class Monitor:
         from the page) and next to the HTML archive (``<archive>.timeline.html``, written by
         :meth:`finish`). Without ``timeline`` the monitor creates one sampling every
         ``poll_interval_ms`` and stops it at :meth:`close`; a given one is started if it is not
-        running and left to its owner. Returns the timeline."""
+        running and left to its owner. Returns the timeline.
+
+        Called again without ``timeline``, it returns the timeline already attached (one
+        sampling thread per monitor); given another one, that one replaces it, and a timeline
+        the monitor created is stopped."""
+        if timeline is None and self.timeline is not None:
+            return self.timeline
+        created = self._owned.get("timeline")
+        if created is not None and created is not timeline:
+            created.stop()  # replaced: nothing would stop its sampling thread later
+            self._owned["timeline"] = None
         if timeline is None:
             timeline = Timeline(poll_interval_ms, gpu=self._gpu)
             self._owned["timeline"] = timeline
@@ -354,12 +372,19 @@ class Monitor:
         flush. ``epoch`` must lie in ``[start_epoch, num_epochs)``; outside it
         :class:`MonitorError` names it and nothing is recorded.
 
+        Logging the latest epoch again (training metrics, then validation metrics) merges the
+        new metrics into its row — a name logged twice keeps the later value — and prints the
+        merged line; without ``elapsed`` the epoch's time runs to this call, with it ``elapsed``
+        is the whole epoch's. An epoch before the latest one is a :class:`MonitorError`.
+
         >>> import flodl as fl
         >>> mon = fl.Monitor(2, stream=None)
         >>> mon.log(0, {"loss": 0.5}).duration >= 0.0  # timed since the Monitor was created
         True
         >>> mon.log(1, 0.25, {"loss": 0.4}).duration  # or given
         0.25
+        >>> mon.log(1, {"val_loss": 0.45}).metrics  # validation: merged into epoch 1's row
+        {'loss': 0.4, 'val_loss': 0.45}
         >>> mon.log(2, {"loss": 0.3})
         Traceback (most recent call last):
           ...
@@ -380,6 +405,15 @@ class Monitor:
                 f"(Monitor(num_epochs={self.num_epochs}, start_epoch={self.start_epoch})) — "
                 f"{hint}; nothing was recorded"
             )
+        latest = self._records[-1] if self._records else None
+        if latest is not None and epoch < latest.epoch:
+            raise MonitorError(
+                f"Monitor.log: epoch {epoch} comes after epoch {latest.epoch} was logged — log "
+                f"epochs in order (metrics logged again for the latest epoch, {latest.epoch}, "
+                "are merged into its row); nothing was recorded"
+            )
+        # Lightning's habit: training metrics, then validation metrics, for the same epoch.
+        merged_into = latest if latest is not None and epoch == latest.epoch else None
         if metrics is None and isinstance(elapsed, (Mapping, MetricSource)):
             elapsed, metrics = None, elapsed
         if metrics is None:
@@ -390,6 +424,8 @@ class Monitor:
         now = time.monotonic()
         if elapsed is None:
             duration = now - self._last_log
+            if merged_into is not None:  # the epoch runs on to this call, unless its time was given
+                duration = merged_into.duration + (0.0 if self._time_given else duration)
         else:
             try:
                 duration = float(elapsed)  # type: ignore[arg-type]
@@ -399,6 +435,12 @@ class Monitor:
                     f"got {elapsed!r}"
                 ) from None
         values = _resolve_metrics(epoch, metrics)
+        ranks = self._pending_ranks
+        if merged_into is not None:
+            values = {**merged_into.metrics, **values}
+            ranks = {**merged_into.ranks, **ranks}
+        # The estimator ignores an epoch logged again: its interval runs from one epoch's first
+        # log to the next one's, the same length either way.
         eta = self._eta.update(epoch, now)
         resources = self._sampler.sample()
         record = EpochRecord(
@@ -409,18 +451,22 @@ class Monitor:
             metrics=values,
             resources=resources,
             eta=eta,
-            ranks=self._pending_ranks,
+            ranks=ranks,
         )
         self._pending_ranks = {}
-        self._records.append(record)
+        if merged_into is not None:
+            self._records[-1] = record
+        else:
+            self._records.append(record)
+        self._time_given = elapsed is not None or (merged_into is not None and self._time_given)
         stream = self._stream
         if stream is not None:
             line = epoch_line(
                 epoch, self.num_epochs, duration, values, eta, resources, color=self._color(stream)
             )
             _write_line(stream, line)
-        if self._server is not None:
-            self._server.log.publish("epoch", record.to_json())
+        if self._server is not None:  # the page replaces an epoch sent again
+            self._server.log.publish("epoch", record.to_json(), key=epoch)
         self._last_log = time.monotonic()  # the next epoch starts now (this call not counted)
         if self._smoke_budget_spent(epoch):
             self._stop_for_smoke()
@@ -465,17 +511,39 @@ class Monitor:
 
     # -- the end --------------------------------------------------------------------------------
 
-    def finish(self) -> None:
+    def finish(self, *, error: BaseException | None = None) -> None:
         """Print the summary, write the HTML archive if ``save_html`` named one, and tell the
-        dashboard the run is complete (it keeps serving until :meth:`close` or process exit).
+        dashboard the run is over (it keeps serving until :meth:`close` or process exit).
+
+        ``error`` is the exception that ended a run early: the summary, the dashboard and the
+        archive then say ``training failed at epoch 3/10 after 1m 02s (ValueError: ...)``, or
+        ``training interrupted at epoch 3/10 after ...`` for a ``KeyboardInterrupt`` (Ctrl-C)
+        and other exits, instead of ``training complete``. The first call decides how the run
+        ended. Leaving a ``with fl.Monitor(...)`` block by an exception before ``finish`` does
+        the same for you.
 
         Then waits for pending background checkpoint saves (``fl.checkpoint.flush()``) and
         raises the first one that failed."""
+        self._end(error)
+        checkpoint_flush()
+
+    def _end(self, error: BaseException | None) -> None:
+        """Everything :meth:`finish` does but the checkpoint flush (which may raise)."""
         first_finish = self._finished_at is None
         if self._finished_at is None:
             self._finished_at = time.monotonic()
+            self._outcome = _Outcome.of(error, self._records, self.start_epoch, self.num_epochs)
         last = self._records[-1].metrics if self._records else {}
-        self._say(finish_line(self._finished_at - self._started, last))
+        outcome = self._outcome
+        self._say(
+            finish_line(
+                self._finished_at - self._started,
+                last,
+                status=outcome.status,
+                where=outcome.where,
+                reason=outcome.reason,
+            )
+        )
         if self._archive_path is not None:
             try:
                 self._write_html(self._archive_path)
@@ -485,20 +553,38 @@ class Monitor:
                     self.timeline.save_html(page)
                     self._say(f"  saved: {page}")
             except OSError as err:
-                self._say(f"  warning: failed to save the dashboard archive: {err}", err=True)
+                # Through the logger, so that a monitor with stream=None still tells.
+                log.warning(
+                    "Monitor.finish: could not rewrite the dashboard archive (%s) — the run's "
+                    "final state is not in it; save it again with mon.save_html(path)",
+                    err,
+                )
         if self._server is not None and first_finish:
             self._server.log.publish("complete", self._complete_json())
-        checkpoint_flush()
 
-    def finish_with(self, graph: Any) -> None:
+    def finish_with(self, graph: Any, *, error: BaseException | None = None) -> None:
         """Like :meth:`finish`, after taking the graph's final SVG (``graph.svg()``)."""
         self._take_svg(graph, warn=True)
         self._publish_meta()
-        self.finish()
+        self.finish(error=error)
 
     def _complete_json(self) -> dict[str, Any]:
+        """The dashboard's and the archive's end of the run: ``status`` is ``complete``,
+        ``failed`` or ``interrupted``; ``error`` the exception, when one ended it."""
         total = (self._finished_at or time.monotonic()) - self._started
-        return {"elapsed": round(total, 3), "text": f"Complete ({format_eta(total)})"}
+        outcome = self._outcome
+        out: dict[str, Any] = {"elapsed": round(total, 3), "status": outcome.status}
+        if outcome.status == "complete":
+            out["text"] = f"Complete ({format_eta(total)})"
+            return out
+        text = f"{outcome.status.capitalize()} {outcome.where} ({format_eta(total)})"
+        if outcome.reason:
+            short = outcome.reason
+            short = short if len(short) <= 80 else short[:79] + "…"
+            text += f": {short}"
+            out["error"] = outcome.reason
+        out["text"] = text
+        return out
 
     def close(self) -> None:
         """Stop the dashboard server and the GPU poller; idempotent."""
@@ -508,8 +594,15 @@ class Monitor:
     def __enter__(self) -> Monitor:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            if exc is not None and self._finished_at is None:
+                # The block ended by an exception before finish(): say so, not "Complete".
+                self._end(exc)
+        except Exception:  # reporting the end must never replace the exception that ended it
+            log.exception("Monitor: could not report the end of the run")
+        finally:
+            self.close()
 
     # -- archives -------------------------------------------------------------------------------
 
@@ -595,6 +688,35 @@ class Monitor:
         path = Path(path)
         write_text(path, "\n".join(lines) + "\n")
         return path
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """How a run ended: ``status`` ``complete``, ``failed`` (an exception) or ``interrupted``
+    (Ctrl-C, ``SystemExit``); ``where``: ``at epoch 3/10`` (the epoch under way, 1-based) or
+    ``at the end of epoch 10/10``; ``reason``: ``ValueError: message`` (first line)."""
+
+    status: str = "complete"
+    where: str = ""
+    reason: str = ""
+
+    @classmethod
+    def of(
+        cls, error: BaseException | None, records: list[EpochRecord], start: int, total: int
+    ) -> _Outcome:
+        if error is None:
+            return cls()
+        done = records[-1].epoch + 1 if records else start  # epochs logged, zero-based end
+        where = f"at epoch {done + 1}/{total}"
+        if done >= total:  # every epoch was logged: it ended in what came after
+            where = f"at the end of epoch {total}/{total}"
+        message = str(error).strip().splitlines()
+        reason = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+        reason = reason if len(reason) <= 300 else reason[:299] + "…"
+        if isinstance(error, Exception):
+            return cls("failed", where, reason)
+        # Ctrl-C says all there is to say; another exit (SystemExit) keeps its code.
+        return cls("interrupted", where, "" if isinstance(error, KeyboardInterrupt) else reason)
 
 
 def _release(owned: dict[str, Any]) -> None:

@@ -79,6 +79,7 @@ class EventLog:
     def __init__(self) -> None:
         self.run_token = secrets.token_hex(4)
         self._events: list[tuple[str, str]] = []  # (event name, JSON data)
+        self._keys: list[Any] = []  # what each event is about: a later one with its key replaces it
         self._frames: list[bytes] = []  # each event as sent, encoded once for every client
         self._cond = threading.Condition()
         self._complete = False
@@ -89,10 +90,13 @@ class EventLog:
         """Call ``wake()`` (cheap, non-blocking) after every publish and on close."""
         self._listeners.append(wake)
 
-    def publish(self, event: str, data: Any) -> int:
+    def publish(self, event: str, data: Any, *, key: Any = None) -> int:
+        """Append an event; ``key`` (e.g. an epoch) makes it replace the earlier events of the
+        same name and key in :meth:`history` (streams send every event, in order)."""
         payload = strict_json(data)
         with self._cond:
             self._events.append((event, payload))
+            self._keys.append(key)
             self._frames.append(self.frame(len(self._events), event, payload))
             if event == "complete":
                 self._complete = True
@@ -155,11 +159,27 @@ class EventLog:
             return batch, self._complete, self._closed
 
     def history(self, event: str) -> list[str]:
+        """The data of every ``event``, the latest for each key, in order of first appearance."""
         with self._cond:
-            return [d for e, d in self._events if e == event]
+            latest: dict[Any, str] = {}
+            for index, ((name, data), key) in enumerate(zip(self._events, self._keys, strict=True)):
+                if name == event:
+                    latest[index if key is None else (key,)] = data
+            return list(latest.values())
 
     def frame(self, number: int, event: str, data: str) -> bytes:
         return f"id: {self.run_token}-{number}\nevent: {event}\ndata: {data}\n\n".encode()
+
+
+def check_port(port: object) -> int:
+    """``port`` if it is a TCP port number (0 asks for a free one), else a clear error rather
+    than the socket layer's bare ``TypeError`` or ``OverflowError``."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise MonitorServerError(
+            f"port={port!r}: need an int in [0, 65535] (0 picks a free port), e.g. "
+            "mon.serve(port=8080)"
+        )
+    return port
 
 
 @dataclass(eq=False)
@@ -231,6 +251,7 @@ class DashboardServer:
         max_clients: int = 16,
         log: EventLog | None = None,
     ) -> None:
+        check_port(port)
         if isinstance(max_clients, bool) or not isinstance(max_clients, int) or max_clients < 1:
             raise MonitorServerError(
                 f"max_clients={max_clients!r}: need a positive number of dashboard streams"

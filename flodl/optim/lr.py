@@ -14,6 +14,7 @@ tenth of the rate: ``{"params": ..., "lr_scale": 0.1}``.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -180,16 +181,47 @@ class ScheduledLR(LRScheduler):
         return self.get_lr()
 
     def state_dict(self) -> dict[str, Any]:
-        # The step count is the state; the scheduler itself is configuration, rebuilt by the caller.
+        # The step count is the state; the scheduler itself is configuration, rebuilt by the
+        # caller. What identifies it is kept, so a resume with another schedule is refused.
         state = super().state_dict()
         state.pop("scheduler", None)
+        state["schedule"] = schedule_identity(self.scheduler)
         if hasattr(self.scheduler, "state_dict"):
             state["scheduler_state"] = self.scheduler.state_dict()
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume the step count (and a stateful inner scheduler's state). A state saved while
+        following another schedule is an :class:`OptimError`, with nothing changed: the
+        learning rate would jump to the other curve."""
         state = dict(state_dict)
+        check_same_schedule(state.pop("schedule", None), self.scheduler)
         inner = state.pop("scheduler_state", None)
         if inner is not None and hasattr(self.scheduler, "load_state_dict"):
             self.scheduler.load_state_dict(inner)
         super().load_state_dict(state)
+
+
+def schedule_identity(scheduler: object) -> str:
+    """What identifies a schedule: for flodl's (frozen dataclasses) their repr, which is exact
+    (floats round-trip) and the same in every process; for others, the class.
+
+    >>> import flodl as fl
+    >>> schedule_identity(fl.optim.StepDecay(0.1, 2, 0.5))
+    'StepDecay(base_lr=0.1, step_size=2, gamma=0.5)'
+    """
+    if dataclasses.is_dataclass(scheduler) and not isinstance(scheduler, type):
+        return repr(scheduler)
+    return type(scheduler).__qualname__
+
+
+def check_same_schedule(saved: object, scheduler: object) -> None:
+    """Refuse a ScheduledLR state saved while following another schedule (``saved`` is its
+    :func:`schedule_identity`; None, from a state saved before it was kept, is accepted)."""
+    mine = schedule_identity(scheduler)
+    if saved is not None and saved != mine:
+        raise OptimError(
+            f"the ScheduledLR state was saved following {saved}, but this ScheduledLR follows "
+            f"{mine} — build it with the same schedule to resume, or keep the new schedule "
+            "and start it from a fresh ScheduledLR (no state loaded)"
+        )

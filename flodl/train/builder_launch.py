@@ -244,8 +244,8 @@ class SpawnedRun:
     A supervisor thread starts with the ranks: it watches for the result, for ranks that exit
     and for ranks whose heartbeat stops (a frozen process cannot report anything, and when it is
     rank 0 it takes the coordinator's own watchdog with it). When training ends — finished or
-    failed — it stops every rank, delivers the last metrics and calls ``on_done``; ``join()``
-    only waits for it.
+    failed — it stops every rank, delivers the last metrics and calls ``on_done(error)`` (None
+    when training finished, else what ended it); ``join()`` only waits for it.
     """
 
     def __init__(
@@ -253,7 +253,7 @@ class SpawnedRun:
         spec: TrainSpec,
         devices: list[str],
         on_epoch: Callable[[EpochMetrics], None],
-        on_done: Callable[[], None] = lambda: None,
+        on_done: Callable[[BaseException | None], None] = lambda error: None,
     ) -> None:
         payload = pickled_spec(spec)
         self.spec, self.world = spec, len(devices)
@@ -280,6 +280,7 @@ class SpawnedRun:
             p.start()
         self._result: TrainedState | None = None
         self._error: BaseException | None = None
+        self._interrupted: BaseException | None = None  # Ctrl-C in join(): what ended the run
         self._on_done = on_done
         self._stuck: dict[int, str] = {}  # ranks stopped for a silent heartbeat: why
         self._thread = threading.Thread(target=self._run, name="flodl-supervisor", daemon=True)
@@ -289,7 +290,8 @@ class SpawnedRun:
         try:
             while self._thread.is_alive():
                 self._thread.join(timeout=0.5)
-        except BaseException:  # Ctrl-C while waiting: leave nothing running
+        except BaseException as err:  # Ctrl-C while waiting: leave nothing running
+            self._interrupted = err
             self._reap(kill=True)
             raise
         if self._error is not None:
@@ -308,7 +310,7 @@ class SpawnedRun:
                 self._reap(kill=True)
             self.feed.close()  # every published epoch is delivered before the stream ends
         finally:
-            self._on_done()
+            self._on_done(self._interrupted or self._error)
             if not failed:  # the result is in: let the ranks finish exiting on their own
                 self._reap(kill=False)
 

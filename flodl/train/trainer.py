@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 import os
 import queue
 import threading
@@ -316,9 +317,13 @@ class TrainerBuilder:
 
     def run(self) -> TrainingHandle:
         """Start training. One device: trains now and returns a finished handle. Several: returns at
-        once; ``handle.join()`` waits. A monitor is finished when training ends, failed or not."""
+        once; ``handle.join()`` waits. A monitor is finished when training ends, failed or not:
+        a run ended by an exception (which propagates unchanged) is reported as failed or
+        interrupted (``Monitor.finish(error=...)``), not complete. A monitor counting another
+        number of epochs than ``num_epochs`` is refused here, before anything trains."""
         spec = self._validate()
         metrics_fn, monitor = self._metrics_fn, self._monitor
+        _check_monitor_epochs(monitor, spec)
         started = time.monotonic()
         log.info(
             "trainer: %d epochs, batch size %d per device, policy %s",
@@ -346,18 +351,24 @@ class TrainerBuilder:
                     monitor.log, metrics.epoch, metrics.epoch_ms / 1e3, metrics.monitor_metrics()
                 )
 
-        def finish() -> None:
+        def finish(error: BaseException | None) -> None:
+            """The end of training; ``error`` is what ended it early (it propagates after)."""
             flush_checkpoints()  # background saves of this process, before the monitor's end
-            log.info("trainer: training ended after %.1f s", time.monotonic() - started)
+            how = "ended" if error is None else f"stopped by {type(error).__name__}"
+            log.info("trainer: training %s after %.1f s", how, time.monotonic() - started)
             if monitor is not None and hasattr(monitor, "finish"):
-                _guarded(monitor.finish)
+                if error is not None and _takes_keyword(monitor.finish, "error"):
+                    # Said as failed or interrupted, not "training complete".
+                    _guarded(monitor.finish, error=error)
+                else:
+                    _guarded(monitor.finish)
 
         if under_launcher():
             rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
             check_for_world(spec, world)
             handle = TrainingHandle(world, [])
             # Every rank runs the script; only rank 0 logs epochs, so only rank 0 finishes.
-            finish_here = finish if rank == 0 else (lambda: None)
+            finish_here = finish if rank == 0 else (lambda error: None)
             state = _finishing(finish_here, run_under_launcher, spec, on_epoch)
             handle._end_stream()
             handle._join = lambda: state
@@ -372,9 +383,9 @@ class TrainerBuilder:
             handle._join = lambda: state
             return handle
 
-        def done() -> None:  # the supervisor's last act, whether training finished or failed
+        def done(error: BaseException | None) -> None:  # the supervisor's last act
             handle._end_stream()
-            finish()
+            finish(error)
 
         spawned = _finishing_on_error(finish, SpawnedRun, spec, devices, on_epoch, done)
         handle.pids = spawned.pids
@@ -382,26 +393,59 @@ class TrainerBuilder:
         return handle
 
 
-def _guarded(fn: Callable, *args: Any) -> None:
+def _check_monitor_epochs(monitor: Any, spec: TrainSpec) -> None:
+    """The Trainer decides how many epochs run; a monitor counting others would refuse the
+    epochs past its count (silently: a monitor failure never stops training) or show a wrong
+    ETA and total. Refused before training starts, with the fix."""
+    counted = getattr(monitor, "num_epochs", None)
+    if isinstance(counted, bool) or not isinstance(counted, int) or counted == spec.num_epochs:
+        return
+    raise TrainerConfigError(
+        f"monitor: fl.Monitor({counted}) counts {counted} epochs, but the trainer runs "
+        f"num_epochs({spec.num_epochs}) — build it with fl.Monitor({spec.num_epochs}), or pass "
+        "the same number to both; nothing was trained"
+    )
+
+
+def _guarded(fn: Callable, *args: Any, **kwargs: Any) -> None:
     """Run a user callback; a failing one is reported and training goes on."""
     try:
-        fn(*args)
+        fn(*args, **kwargs)
     except Exception:
         log.exception("%s failed; training goes on", getattr(fn, "__qualname__", repr(fn)))
 
 
-def _finishing(finish: Callable[[], None], fn: Callable, *args: Any) -> Any:
+def _takes_keyword(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` accepts the keyword ``name`` (a monitor standing in for fl.Monitor may
+    have a plain ``finish()``)."""
     try:
-        return fn(*args)
-    finally:
-        finish()
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind is p.VAR_KEYWORD or (p.name == name and p.kind is not p.POSITIONAL_ONLY)
+        for p in params
+    )
 
 
-def _finishing_on_error(finish: Callable[[], None], fn: Callable, *args: Any) -> Any:
+def _finishing(finish: Callable[[BaseException | None], None], fn: Callable, *args: Any) -> Any:
+    """``fn(*args)``, then ``finish`` with the exception that ended it, if any (re-raised)."""
+    try:
+        result = fn(*args)
+    except BaseException as err:
+        finish(err)
+        raise
+    finish(None)
+    return result
+
+
+def _finishing_on_error(
+    finish: Callable[[BaseException | None], None], fn: Callable, *args: Any
+) -> Any:
     try:
         return fn(*args)
-    except BaseException:
-        finish()
+    except BaseException as err:
+        finish(err)
         raise
 
 

@@ -143,6 +143,18 @@ def test_missing_directory_is_a_clear_error(tmp_path):
         fl.save_checkpoint(tmp_path / "nope" / "m.fdl", {"w": torch.ones(1)})
 
 
+@pytest.mark.parametrize("where", [".", "", "sub"])
+def test_a_directory_is_a_clear_error_naming_it(tmp_path, monkeypatch, where):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    graph = fl.FlowBuilder(torch.nn.Linear(2, 1)).build()
+    with pytest.raises(fl.CheckpointError, match=r"^\S+: cannot write checkpoint: Is a directory"):
+        graph.save_checkpoint(where)  # blocking, as the background save refuses it
+    with pytest.raises(fl.CheckpointError, match="Is a directory"):
+        fl.save_training_state(where, graph)
+    assert [p.name for p in tmp_path.iterdir()] == ["sub"] and not any((tmp_path / "sub").iterdir())
+
+
 def test_a_refused_save_touches_nothing(tmp_path):
     path = tmp_path / "m.fdl"
     previous(path)

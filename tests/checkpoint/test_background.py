@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import doctest
 import io
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +20,7 @@ from torch import nn
 
 import flodl as fl
 import flodl.checkpoint.background as background
-from flodl.checkpoint import CpuWorker, ModelSnapshot
+from flodl.checkpoint import CpuWorker, ModelSnapshot, listeners
 from tests.fixtures.failing_saves import path_failing_at_write
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,17 +79,24 @@ def test_a_path_that_cannot_be_written_is_refused_at_the_call(tmp_path, where):
     fl.checkpoint.flush()  # nothing left to report
 
 
-def test_a_failed_background_save_raises_on_the_next_background_call(tmp_path):
-    with path_failing_at_write(tmp_path) as path:
-        fl.save_checkpoint(path, {"w": torch.ones(1)}, background=True)
-    background.default_worker()._queue.join()  # let it fail
-    good = tmp_path / "good.fdl"
-    with pytest.raises(fl.CheckpointError, match="cannot write checkpoint"):
-        fl.save_checkpoint(good, {"w": torch.ones(1)}, background=True)
-    assert not good.exists()  # the call that reported the error saved nothing
-    fl.save_checkpoint(good, {"w": torch.ones(1)}, background=True)
+def test_a_failed_background_save_is_logged_at_once_and_costs_no_later_save(tmp_path, caplog):
+    with caplog.at_level(logging.ERROR, logger="flodl.checkpoint"):
+        with listeners.save_tags(version=1), path_failing_at_write(tmp_path) as path:
+            fl.save_checkpoint(path, {"w": torch.ones(1)}, background=True)
+        background.default_worker()._queue.join()  # let it fail
+        logged = [r.getMessage() for r in caplog.records if r.name == "flodl.checkpoint"]
+        assert len(logged) == 1  # when it failed, as that save's failure: its file, its labels
+        assert logged[0].startswith(f"background checkpoint save failed (version 1): {path}: ")
+        good = tmp_path / "good.fdl"
+        fl.save_checkpoint(good, {"w": torch.full((1,), 2.0)}, background=True)  # goes ahead
+        # Not lost either: flush() still raises it, naming the file that failed, once.
+        with pytest.raises(
+            fl.CheckpointError, match=rf"^{re.escape(str(path))}: cannot write checkpoint"
+        ):
+            fl.checkpoint.flush()
+    assert fl.read_checkpoint(good)["w"].item() == 2.0
     fl.checkpoint.flush()
-    assert good.exists()
+    assert len([r for r in caplog.records if r.name == "flodl.checkpoint"]) == 1
 
 
 def test_background_needs_a_path():

@@ -82,6 +82,32 @@ def test_graph_saves_tell_listeners_and_a_set_up_graph_labels_its_step(tmp_path,
     ]
 
 
+def test_every_checkpoint_writer_tells_listeners_once_its_file_is_written(tmp_path, heard):
+    model = nn.Linear(2, 1)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(3, 2)).sum().backward()
+    opt.step()
+    fl.save_checkpoint(tmp_path / "old.fdl", {"w": torch.ones(2, 2)})
+    heard.clear()
+    with listeners.save_tags(version=4) as scope:
+        fl.save_training_state(tmp_path / "state.fdl", model, opt, epoch=1, step=2)
+        fl.save_optimizer_state(opt, tmp_path / "opt.fdl")
+        fl.save_optimizer_state(opt, tmp_path / "opt.rust", format="rust")
+        fl.migrate_checkpoint_file(
+            tmp_path / "old.fdl", tmp_path / "new.fdl", {"v": torch.zeros(2, 2)}
+        )
+        fl.fdl_to_safetensors(tmp_path / "new.fdl", tmp_path / "new.safetensors")
+        fl.save_training_state(io.BytesIO(), model)  # a stream: nobody is told
+        with pytest.raises(fl.CheckpointError):  # a failed save: nobody is told
+            fl.save_training_state(tmp_path / "no-dir" / "x.fdl", model)
+    names = ["state.fdl", "opt.fdl", "opt.rust", "new.fdl", "new.safetensors"]
+    assert [(s.path, s.background, s.tags) for s, _, _ in heard] == [
+        (str(tmp_path / name), False, {"version": 4}) for name in names
+    ]
+    assert [complete for _, complete, _ in heard[:2]] == [True, True]  # whole when told
+    assert scope.saves == 6  # the path saves started, the failed one included (no stream)
+
+
 def test_failed_and_stream_saves_tell_nobody(tmp_path, heard):
     with listeners.save_tags(version=1) as scope:
         fl.save_checkpoint(io.BytesIO(), {"w": torch.ones(1)})

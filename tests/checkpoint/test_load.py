@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 
 import pytest
 import torch
@@ -41,6 +42,42 @@ def test_partial_load_reports_skipped_and_missing_and_keeps_missing_values():
     assert torch.equal(extra, torch.full((4,), 5.0)) and torch.equal(a, torch.ones(2))
     text = str(report)
     assert "loaded 2, skipped 1, missing 1" in text and "missing: extra" in text
+
+
+def _warnings(caplog) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "flodl.checkpoint" and r.levelno == logging.WARNING
+    ]
+
+
+def test_a_partial_load_logs_a_warning_naming_what_was_left_out(tmp_path, caplog):
+    path = tmp_path / "m.fdl"
+    fl.save_checkpoint(path, {"a": torch.ones(2), "b": torch.ones(3), "old": torch.ones(1)})
+    with caplog.at_level(logging.WARNING, logger="flodl.checkpoint"):
+        fl.load_checkpoint(path, {"a": torch.zeros(2), "b": torch.zeros(3)}, {"n": torch.zeros(1)})
+        assert _warnings(caplog) == [
+            f"{path}: partial load, 2 of 3 model entries loaded — not in the file (they keep "
+            "their values): 'n' (1 entry); in the file but not in the model (skipped): 'old' "
+            "(1 entry)"
+        ]
+        caplog.clear()
+        fl.load_checkpoint(path, {"a": torch.zeros(5), "b": torch.zeros(3)}, strict_shapes=False)
+        assert _warnings(caplog) == [
+            f"{path}: partial load, 1 of 2 model entries loaded — skipped for their shape: "
+            "'a' (1 entry); in the file but not in the model (skipped): 'old' (1 entry)"
+        ]
+        caplog.clear()
+        graph = fl.FlowBuilder(nn.Linear(2, 2)).label("enc").build()
+        host = fl.FlowBuilder(graph).through(nn.Linear(2, 1)).build()
+        fl.save_checkpoint(tmp_path / "enc.fdl", {"linear_1.weight": torch.ones(2, 2)})
+        host.load_subgraph_checkpoint("enc", tmp_path / "enc.fdl", strict_hash=False)
+        (message,) = _warnings(caplog)  # in the composed model's names
+        assert "1 of 2 model entries loaded" in message and "'enc.linear_1.bias'" in message
+        caplog.clear()
+        fl.load_checkpoint(path, {"a": torch.zeros(2), "b": torch.zeros(3), "old": torch.zeros(1)})
+        assert _warnings(caplog) == []  # a complete load says nothing
 
 
 def test_empty_file_and_empty_model():

@@ -4,6 +4,7 @@ and a data Rng."""
 from __future__ import annotations
 
 import io
+import logging
 import random
 
 import numpy as np
@@ -401,3 +402,83 @@ def test_torch_schedulers_resume_with_their_exact_state(name):
     fl.load_training_state(src, model2, opt2, sched2)
     assert repr(sched2.state_dict()) == repr(sched.state_dict())  # types included (Counter)
     assert [g["lr"] for g in opt2.param_groups] == [g["lr"] for g in opt.param_groups]
+
+
+# ------------------------------------------------------------------ the wrong loader
+
+
+@pytest.mark.parametrize("how", ["function", "graph", "graph-of-another-architecture"])
+def test_loading_a_training_state_as_a_checkpoint_names_the_loader_to_use(tmp_path, how):
+    def graph(width: int = 8) -> fl.Graph:
+        return (
+            fl.FlowBuilder(nn.Linear(4, width))
+            .through(nn.Tanh())
+            .through(nn.Linear(width, 1))
+            .build()
+        )
+
+    path = tmp_path / "run.fdl"
+    model = make_model() if how == "function" else graph()
+    fl.save_training_state(path, model, torch.optim.Adam(model.parameters()), epoch=1, step=3)
+    expected = (
+        r"run\.fdl: this file is a training state \(written by fl\.save_training_state\), not a "
+        r"model checkpoint: load it with fl\.load_training_state\(path, model, optimizer, \.\.\.\)"
+    )
+    with pytest.raises(fl.CheckpointError, match=expected) as err:
+        if how == "function":
+            fl.load_checkpoint(path, make_model().named_parameters(), make_model().named_buffers())
+        else:
+            (graph(16) if how.endswith("architecture") else graph()).load_checkpoint(path)
+    assert "Rust" not in str(err.value) and "migrate" not in str(err.value)
+
+    opt_path = tmp_path / "opt.fdl"
+    fl.save_optimizer_state(torch.optim.SGD(model.parameters(), lr=0.1), opt_path)
+    with pytest.raises(fl.CheckpointError, match=r"fl\.load_optimizer_state\(optimizer, path\)"):
+        fl.load_checkpoint(opt_path, make_model().named_parameters())
+
+
+def test_a_scheduled_lr_on_another_schedule_is_refused_like_a_pure_one():
+    def setup(schedule):
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        return model, opt, fl.optim.ScheduledLR(opt, schedule)
+
+    model, opt, sched = setup(fl.optim.StepDecay(0.1, step_size=2, gamma=0.5))
+    for step in range(5):
+        train_step(model, opt, step)
+        sched.step()
+    src = saved(model, opt, sched)
+    model2, opt2, sched2 = setup(fl.optim.StepDecay(0.5, step_size=10, gamma=0.1))
+    before = frozen({"opt": opt2.state_dict(), "sched": sched2.state_dict()})
+    expected = (
+        r"the file holds ScheduledLR state following StepDecay\(base_lr=0\.1, step_size=2, "
+        r"gamma=0\.5\), but the ScheduledLR passed follows StepDecay\(base_lr=0\.5, "
+        r"step_size=10, gamma=0\.1\) — pass the same schedule .* or scheduler=None"
+    )
+    with pytest.raises(fl.CheckpointError, match=expected):
+        fl.load_training_state(src, model2, opt2, sched2)
+    assert same(frozen({"opt": opt2.state_dict(), "sched": sched2.state_dict()}), before)
+    src.seek(0)
+    model3, opt3, sched3 = setup(fl.optim.StepDecay(0.1, step_size=2, gamma=0.5))
+    fl.load_training_state(src, model3, opt3, sched3)  # the same schedule resumes
+    assert sched3.get_last_lr() == sched.get_last_lr() == [0.025]
+
+
+def test_a_partial_training_state_load_logs_a_warning(caplog):
+    model, opt, _ = trained()
+    src = saved(model, opt, epoch=1, step=2)
+    bigger = nn.Sequential(*make_model(), nn.Linear(1, 1))  # a layer the file does not have
+    with caplog.at_level(logging.WARNING, logger="flodl.checkpoint"):
+        state = fl.load_training_state(src, bigger)
+    assert state.report.missing == ["4.weight", "4.bias"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "flodl.checkpoint"]
+    assert warned == [
+        "<stream>: partial load, 4 of 6 model entries loaded — not in the file (they keep their "
+        "values): '4.weight', '4.bias' (2 entries)"
+    ]
+    caplog.clear()
+    src.seek(0)
+    same = make_model()
+    with caplog.at_level(logging.WARNING, logger="flodl.checkpoint"):
+        fl.load_training_state(src, same, torch.optim.Adam(same.parameters(), lr=1e-2))
+    assert [r for r in caplog.records if r.name == "flodl.checkpoint"] == []  # complete: silent

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import re
 from html.parser import HTMLParser
 
@@ -172,6 +173,52 @@ def test_an_epoch_outside_the_run_is_an_error_that_records_nothing(start, epoch,
     mon.close()
 
 
+def test_metrics_logged_again_for_an_epoch_are_merged_into_its_row(tmp_path):
+    import time
+    import urllib.request
+
+    out = io.StringIO()
+    mon = fl.Monitor(3, stream=out)
+    url = mon.serve(port=0)
+    mon.log(0, 0.5, {"loss": 1.0})
+    mon.log(0, {"val_loss": 1.2})  # after validation, Lightning-style; the given time stays
+    assert mon.history[0].metrics == {"loss": 1.0, "val_loss": 1.2}
+    assert mon.history[0].duration == 0.5
+    trained = mon.log(1, {"loss": 0.5}).duration
+    time.sleep(0.03)
+    merged = mon.log(1, {"val_loss": 0.6, "loss": 0.4})  # timed: the epoch runs to this call
+    assert merged.metrics == {"loss": 0.4, "val_loss": 0.6}  # a name logged again: the later
+    assert merged.duration >= trained + 0.03
+    assert [r.epoch for r in mon.history] == [0, 1]
+
+    with pytest.raises(
+        fl.MonitorError, match=r"epoch 0 comes after epoch 1 was logged .* in order"
+    ):
+        mon.log(0, 0.1, {"loss": 9.0})
+    assert [r.metrics["loss"] for r in mon.history] == [1.0, 0.4]  # nothing recorded
+
+    lines = out.getvalue().splitlines()
+    assert "  epoch 2/3  loss=0.4000  val_loss=0.6000  [" in lines[-1]  # the merged line
+    rows = list(csv.reader(mon.export_csv(tmp_path / "run.csv").open()))
+    assert [r[:2] + r[3:5] for r in rows] == [
+        ["epoch", "duration_s", "loss", "val_loss"],
+        ["1", "0.500000", "1.0", "1.2"],
+        ["2", f"{merged.duration:.6f}", "0.4", "0.6"],
+    ]
+    text = mon.write_log(tmp_path / "run.log").read_text().splitlines()
+    assert [line for line in text if line.startswith("epoch")][1].startswith(
+        "epoch 2/3  loss=0.4000  val_loss=0.6000"
+    )
+    history = json.load(urllib.request.urlopen(url + "/api/history", timeout=5))
+    assert [(e["epoch"], e["metrics"]) for e in history] == [
+        (1, {"loss": 1.0, "val_loss": 1.2}),
+        (2, {"loss": 0.4, "val_loss": 0.6}),
+    ]
+    mon.finish()
+    assert out.getvalue().splitlines()[-1].endswith("| loss: 0.4000  | val_loss: 0.6000")
+    mon.close()
+
+
 def test_start_epoch_must_lie_in_the_run():
     with pytest.raises(fl.MonitorError, match=r"start_epoch must lie in \[0, num_epochs\]"):
         fl.Monitor(3, start_epoch=4)
@@ -270,6 +317,92 @@ def test_archive_is_self_contained_and_escapes_hostile_names(tmp_path, graph_cls
     mon.finish()  # rewrites the archive with the final state
     final = boot_of(path.read_text())
     assert final["complete"]["text"].startswith("Complete (")
+
+
+def test_a_run_ended_by_an_error_says_failed_where_and_why_everywhere(tmp_path, sse):
+    out = io.StringIO()
+    mon = fl.Monitor(5, stream=out)
+    url = mon.serve(port=0)
+    archive = mon.save_html(tmp_path / "report.html")
+    for epoch in range(2):
+        mon.log(epoch, 0.1, {"loss": 1.0})
+    mon.finish(error=ValueError("NaN loss in batch 7\nsecond line"))
+    mon.finish()  # the first call decided how the run ended
+    last = out.getvalue().splitlines()[-2]  # then "saved: ..."
+    assert re.fullmatch(
+        r"  training failed at epoch 3/5 after \S+ \(ValueError: NaN loss in batch 7\)"
+        r"  \| loss: 1\.0000",
+        last,
+    )
+    assert "training complete" not in out.getvalue()
+    ended = boot_of(archive.read_text())["complete"]
+    assert ended["status"] == "failed" and ended["error"] == "ValueError: NaN loss in batch 7"
+    assert re.fullmatch(
+        r"Failed at epoch 3/5 \(\S+\): ValueError: NaN loss in batch 7", ended["text"]
+    )
+    client = sse(url)
+    events = list(client.events())
+    client.close()
+    assert [e.event for e in events] == ["epoch", "epoch", "complete"]
+    assert events[-1].json == ended
+    mon.close()
+
+
+def test_ctrl_c_says_interrupted_and_a_with_block_left_by_an_exception_says_failed(tmp_path):
+    out = io.StringIO()
+    mon = fl.Monitor(4, stream=out)
+    mon.log(0, 0.1, {"loss": 1.0})
+    mon.finish(error=KeyboardInterrupt())
+    assert re.fullmatch(
+        r"  training interrupted at epoch 2/4 after \S+  \| loss: 1\.0000",
+        out.getvalue().splitlines()[-1],
+    )
+    mon.close()
+
+    out = io.StringIO()
+    # The exception goes on unchanged.
+    with pytest.raises(RuntimeError, match=r"^disk on fire$"), fl.Monitor(2, stream=out) as mon:
+        archive = mon.save_html(tmp_path / "report.html")
+        mon.log(0, 0.1, {"loss": 1.0})
+        mon.log(1, 0.1, {"loss": 0.5})
+        raise RuntimeError("disk on fire")  # after the last epoch, before finish()
+    assert (
+        out.getvalue()
+        .splitlines()[-2]
+        .startswith("  training failed at the end of epoch 2/2 after ")
+    )
+    assert boot_of(archive.read_text())["complete"]["status"] == "failed"
+    assert mon.url is None  # and it closed
+
+    with fl.Monitor(2, stream=None) as mon:  # a block that ends normally finishes nothing
+        mon.log(0, 0.1, {"loss": 1.0})
+    assert mon._finished_at is None
+
+
+def test_a_failed_archive_rewrite_is_a_logged_warning_whatever_the_stream(tmp_path, caplog):
+    directory = tmp_path / "reports"
+    directory.mkdir()
+    mon = quiet(1)
+    mon.save_html(directory / "report.html")
+    mon.log(0, 0.1, {"loss": 1.0})
+    (directory / "report.html").unlink()
+    directory.rmdir()  # the archive's directory is gone when finish() rewrites it
+    with caplog.at_level(logging.WARNING, logger="flodl.monitor"):
+        mon.finish()  # does not raise: the run's end is not spoiled by its report
+    warned = [r for r in caplog.records if r.name == "flodl.monitor"]
+    assert len(warned) == 1 and warned[0].levelno == logging.WARNING
+    assert "could not rewrite the dashboard archive" in warned[0].getMessage()
+    assert str(directory / "report.html") in warned[0].getMessage()
+    mon.close()
+
+
+@pytest.mark.parametrize("port", ["8080", -1, 65536, 1.5, True, None])
+def test_a_port_that_is_not_one_is_a_clear_error(port):
+    mon = quiet(1)
+    with pytest.raises(fl.MonitorServerError, match=r"port=.*: need an int in \[0, 65535\]"):
+        mon.serve(port=port)
+    assert mon.url is None
+    mon.close()
 
 
 def test_live_page_escapes_hostile_names(graph_cls):

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -183,6 +184,28 @@ def test_monitor_owns_a_timeline_shows_it_and_archives_it(tmp_path):
     assert "epoch_end" in (tmp_path / "run.timeline.html").read_text()
     mon.close()
     assert not tl.running  # the monitor's own timeline stops with it
+
+
+def _sampling_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "flodl-timeline" and t.is_alive()]
+
+
+def test_attaching_twice_keeps_one_timeline_and_close_leaves_no_sampling_thread():
+    before = set(_sampling_threads())
+    mon = fl.Monitor(2, stream=None, gpu=False)
+    first = mon.attach_timeline(poll_interval_ms=10)
+    assert mon.attach_timeline() is first and first.running  # the same, still sampling
+    assert len(set(_sampling_threads()) - before) == 1
+    mine = Timeline(poll_interval_ms=10, gpu=False)
+    assert mon.attach_timeline(mine) is mine and mon.timeline is mine
+    assert not first.running  # replaced: the monitor's own one stopped
+    mon.close()
+    assert mine.running  # a given one is its owner's
+    mine.stop()
+    deadline = time.monotonic() + 5
+    while set(_sampling_threads()) - before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not set(_sampling_threads()) - before
 
 
 def test_a_given_timeline_is_started_and_left_to_its_owner():

@@ -100,6 +100,29 @@ def test_scheduled_lr_state_round_trip_resumes_the_curve():
     assert opt2.param_groups[0]["lr"] == sched.lr(8)
 
 
+def test_scheduled_lr_refuses_the_state_of_another_schedule_and_changes_nothing():
+    opt = sgd()
+    bridge = ScheduledLR(opt, StepDecay(0.1, 2, 0.5))
+    for _ in range(5):
+        opt.step()
+        bridge.step()
+    state = bridge.state_dict()
+    assert state["schedule"] == "StepDecay(base_lr=0.1, step_size=2, gamma=0.5)"
+    opt2 = sgd()
+    other = ScheduledLR(opt2, StepDecay(0.5, 10, 0.1))
+    expected = (
+        r"saved following StepDecay\(base_lr=0\.1, step_size=2, gamma=0\.5\), but this "
+        r"ScheduledLR follows StepDecay\(base_lr=0\.5, step_size=10, gamma=0\.1\) — build it "
+        "with the same schedule"
+    )
+    with pytest.raises(OptimError, match=expected):
+        other.load_state_dict(state)
+    assert other.last_epoch == 0 and opt2.param_groups[0]["lr"] == 0.5  # nothing changed
+    same = ScheduledLR(sgd(), StepDecay(0.1, 2, 0.5))  # an equal schedule, another object
+    same.load_state_dict(state)
+    assert same.last_epoch == 5
+
+
 def test_scheduled_lr_with_plateau_carries_its_state():
     plateau = PlateauScheduler(0.1, 1, 0.5, 0.0)
     opt = sgd()

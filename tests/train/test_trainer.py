@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
+import json
+import logging
 import pickle
 import re
+import shutil
 import time
 
 import psutil
@@ -13,7 +17,9 @@ import pytest
 import torch
 
 import flodl as fl
+from flodl.checkpoint import background
 from flodl.train.errors import TrainerConfigError
+from tests.fixtures.failing_saves import writer_held
 from tests.train import toy
 from tests.train.leftovers import Leftovers
 
@@ -277,6 +283,31 @@ def test_checkpoint_every_writes_fdl_files_by_default(tmp_path):
         list(model.named_buffers()),
     )
     assert sorted(report.loaded) == ["bias", "weight"] and not report.missing
+
+
+def test_a_failed_background_checkpoint_is_reported_as_its_own_and_the_next_one_is_written(
+    tmp_path, caplog
+):
+    directory = tmp_path / "ckpt"
+
+    def epoch_fn(epoch, worker):
+        if epoch == 1:  # checkpoint 1 is queued: its directory goes, then the writer reaches it
+            shutil.rmtree(directory)
+            held.set()
+            background.default_worker()._queue.join()  # it has failed; the disk is fine again
+
+    with caplog.at_level(logging.ERROR), writer_held() as held:
+        builder().num_epochs(3).epoch_fn(epoch_fn).checkpoint_every(
+            1, directory=str(directory)
+        ).run().join()
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "checkpoint-0002.fdl",
+        "checkpoint-0003.fdl",
+    ]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, errors  # checkpoint 2 is not blamed for checkpoint 1's failure
+    assert errors[0].startswith("background checkpoint save failed (version 1): ")
+    assert str(directory / "checkpoint-0001.fdl") in errors[0]
 
 
 def test_state_and_handle_pickle():
@@ -621,6 +652,60 @@ def test_the_monitor_is_finished_when_training_fails():
     with pytest.raises(TypeError, match="scalar loss"):
         b.dataset(DATA).batch_size(16).num_epochs(2).monitor(monitor).run()
     assert monitor.finished == 1 and monitor.logs == []
+
+
+@pytest.mark.parametrize(
+    ("raised", "said"),
+    [
+        (
+            ValueError("boom in batch 20"),
+            "failed at epoch 3/5 after \\S+ \\(ValueError: boom in batch 20\\)",
+        ),
+        (KeyboardInterrupt(), "interrupted at epoch 3/5 after \\S+"),
+    ],
+    ids=["exception", "ctrl-c"],
+)
+def test_a_run_that_does_not_complete_is_not_reported_complete(tmp_path, raised, said):
+    calls = [0]
+
+    def step(model, batch):
+        calls[0] += 1
+        if calls[0] == 20:  # 8 batches an epoch: in the third epoch
+            raise raised
+        return toy.mse_step(model, batch)
+
+    out = io.StringIO()
+    mon = fl.Monitor(5, stream=out, gpu=False)
+    archive = mon.save_html(tmp_path / "report.html")
+    b = fl.Trainer.builder(toy.make_model, toy.make_sgd, step).dataset(DATA).batch_size(64)
+    with pytest.raises(type(raised)) as caught:
+        b.num_epochs(5).monitor(mon).run()
+    assert caught.value is raised  # the very exception, unchanged
+    summary = [line for line in out.getvalue().splitlines() if "training" in line]
+    assert len(summary) == 1 and re.match(f"  training {said}  \\| loss: ", summary[0])
+    ended = json.loads(re.search(r'"complete": ?(\{[^}]*\})', archive.read_text())[1])
+    assert ended["status"] == ("failed" if isinstance(raised, Exception) else "interrupted")
+    assert ended["text"].startswith(f"{ended['status'].capitalize()} at epoch 3/5 (")
+    mon.close()
+
+
+@pytest.mark.parametrize("counted", [2, 6])
+def test_a_monitor_counting_other_epochs_is_refused_before_anything_trains(counted):
+    steps = []
+
+    def step(model, batch):
+        steps.append(1)
+        return toy.mse_step(model, batch)
+
+    mon = fl.Monitor(counted, stream=None, gpu=False)
+    expected = (
+        rf"monitor: fl.Monitor\({counted}\) counts {counted} epochs, but the trainer runs "
+        r"num_epochs\(4\) — build it with fl.Monitor\(4\)"
+    )
+    with pytest.raises(TrainerConfigError, match=expected):
+        builder(step).num_epochs(4).monitor(mon).run()
+    assert steps == [] and mon.history == [] and mon._finished_at is None
+    mon.close()
 
 
 def test_a_scheduler_follows_the_step_count_on_one_device(tmp_path, monkeypatch):

@@ -108,6 +108,11 @@
     $("graph-card").hidden = false;
   }
 
+  // How the run ended: "complete", or "failed" / "interrupted" (an exception ended it).
+  function endStatus(complete) {
+    return complete.status === "failed" || complete.status === "interrupted" ? complete.status : "complete";
+  }
+
   function setStatus(cls, text) {
     const s = $("status");
     s.className = "status " + cls;
@@ -440,7 +445,7 @@
     try {
       for (const rec of boot.history || []) processEpoch(rec);
       state.complete = boot.complete;
-      setStatus(boot.complete ? "complete" : "waiting", boot.complete ? boot.complete.text : "Incomplete run");
+      setStatus(boot.complete ? endStatus(boot.complete) : "waiting", boot.complete ? boot.complete.text : "Incomplete run");
       if (!boot.complete && state.lastElapsed !== null) state.lastElapsedAt = performance.now();
     } catch (err) {
       setStatus("disconnected", "Archive error — see console");
@@ -454,7 +459,7 @@
     source.addEventListener("meta", (ev) => applyMeta(JSON.parse(ev.data)));
     source.addEventListener("complete", (ev) => {
       state.complete = JSON.parse(ev.data);
-      setStatus("complete", state.complete.text || "Complete");
+      setStatus(endStatus(state.complete), state.complete.text || "Complete");
       source.close();  // otherwise the browser would reconnect when the stream ends
       scheduleRender();
     });
