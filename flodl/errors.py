@@ -35,6 +35,7 @@ parentheses is a second base, so code written against plain Python or torch stil
           │    └── HashRefusedError                 (internal: becomes a CheckpointError)
           ├── GraphBuildError                       flodl.graph.errors
           ├── GraphInputError (TypeError)
+          ├── GraphStateError (RuntimeError)
           ├── NotBuiltError (TypeError, AttributeError)
           ├── TraceError (KeyError)
           ├── PathError (KeyError)

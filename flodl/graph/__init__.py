@@ -8,6 +8,7 @@ from flodl.graph.errors import (
     BuildIssue,
     GraphBuildError,
     GraphInputError,
+    GraphStateError,
     NotBuiltError,
     TraceError,
 )
@@ -30,6 +31,7 @@ __all__: list[str] = [
     "GraphBuildError",
     "GraphInputError",
     "GraphPickleError",
+    "GraphStateError",
     "GraphvizError",
     "LevelTiming",
     "LoopBuilder",

@@ -338,6 +338,7 @@ def generate(
     outputs: list[str] | None = None,
     direct: frozenset[int] = frozenset(),
     nested: frozenset[int] = frozenset(),
+    carried: int = 0,
 ) -> Generated:
     """Source of ``def forward(self, input, <aux inputs>)`` for the described graph.
 
@@ -351,6 +352,13 @@ def generate(
     :func:`flodl.graph.dispatch.direct_ok` says nothing can tell. Known layers are written
     out as their functional call (:mod:`flodl.graph.inline`); ``nested`` (ids of nested graphs
     among ``direct``) are called through their own direct forward (``_direct_fn``).
+
+    State is all or nothing: the pass reads last call's state first and writes the new state
+    (into the same dict: :class:`~flodl.ExplicitState` reads it there) last, once everything
+    else succeeded, so a pass that raises leaves it as it was. ``carried`` is the number of
+    graphs nested below this one that keep state (``_c0``, ``_c1``... in the namespace the
+    source runs in): each writes its own when its pass ends, so this pass copies their state
+    first and puts it back if it raises.
     """
     for node in nodes:
         identifier(node.id)
@@ -367,10 +375,11 @@ def generate(
                 state_slots[leaf.tag] = f"_s{len(state_slots)}"
 
     w = _Writer()
-    _emit_prologue(w, inputs, defaults, profile, state_slots, bool(tags))
+    _emit_prologue(w, inputs, defaults, profile, state_slots, bool(tags), carried)
     g = _Gen(w, var, state_slots, direct, nested)
     kept = {*tags.values(), *(outputs or [output])}
     dying = _last_reads(nodes, kept)
+    written: dict[str, str] = {}  # state tag -> the local holding this pass's value
     for k, node in enumerate(nodes):
         timed = profile and node.kind not in UNTIMED_KINDS
         if timed:
@@ -381,15 +390,16 @@ def generate(
         out = var[node.id] = f"v_{node.id}"
         step = _Step(node, modules.get(node.id), own, primary, out, primary in dead)
         var[node.id] = EMITTERS[node.kind](g, step)
-        for tag in node.writes_state:
-            w.emit(f"_st[{literal(tag)}] = {var[node.id]}", 2, node.id)
+        for tag in node.writes_state:  # a tag: its local lives to the end of the pass
+            written[tag] = var[node.id]
         if timed:
             w.emit(f"_prof.append(({literal(node.id)}, _now() - _t))", 2)
         dead = [name for name in dead if name not in g.freed]
         g.freed.clear()
         if dead:  # as `x = layer(x)` does by hand: a value nothing reads any more is freed now
             w.emit(f"del {', '.join(dead)}", 2, node.id)
-    _emit_epilogue(w, var, output, tags, profile, outputs)
+    state = {tag: written[tag] for tag in state_slots}
+    _emit_epilogue(w, var, output, tags, profile, outputs, state, carried)
     return Generated("\n".join(w.lines) + "\n", w.where)
 
 
@@ -422,8 +432,10 @@ def _emit_prologue(
     profile: bool,
     state_slots: dict[str, str],
     tagged: bool,
+    carried: int,
 ) -> None:
-    """The signature, the input checks, the module dict, and last call's state."""
+    """The signature, the input checks, the module dict, last call's state, and the nested
+    graphs' state dicts (put back if the pass raises)."""
     params = ["self", "input", *(f"{name}=_MISSING" for name in inputs), "**_unexpected"]
     w.emit(f"def forward({', '.join(params)}):", 0)
     w.emit("if _unexpected:", 1)
@@ -437,6 +449,9 @@ def _emit_prologue(
     # Modules are looked up in the _modules dict directly: nn.Module.__getattr__ costs about a
     # microsecond per call, which is all the overhead a graph would otherwise add.
     w.emit("_m = self._modules", 1)
+    for k in range(carried):  # the dict (a loop's reset replaces it) and what it holds
+        w.emit(f"_k{k} = _c{k}._state", 1)
+        w.emit(f"_j{k} = _k{k}.copy()", 1)
     if tagged:  # last pass's tagged values (and the autograd history they hold) go now
         w.emit(f"{_TAG_STORE}{{}}", 1)
     w.emit("try:", 1)
@@ -456,18 +471,33 @@ def _emit_epilogue(
     tags: dict[str, str],
     profile: bool,
     outputs: list[str] | None,
+    state: dict[str, str],
+    carried: int,
 ) -> None:
-    """Publish the tagged values, close the profile, return, and annotate failures."""
+    """Publish the tagged values, close the profile, write the state, return; on failure put
+    the nested graphs' state back and annotate the exception."""
     if tags:
         items = ", ".join(f"{literal(tag)}: {var[node_id]}" for tag, node_id in tags.items())
         w.emit(f"{_TAG_STORE}{{{items}}}", 2)
     if profile:
         w.emit("_prof_done(self, _prof, _now() - _t_start)", 2)
+    for tag, value in state.items():  # last: nothing after it can fail
+        w.emit(f"_st[{literal(tag)}] = {value}", 2)
     if outputs:
         values = ", ".join(var[node_id] for node_id in outputs)
         w.emit(f"return ({values}{',' if len(outputs) == 1 else ''})", 2)
     else:
         w.emit(f"return {var[output]}", 2)
+    restore = []
+    for k in range(carried):
+        restore += [f"_k{k}.update(_j{k})", f"_c{k}.__dict__['_state'] = _k{k}"]
     w.emit("except Exception as _e:", 1)
+    for line in restore:
+        w.emit(line, 2)
     w.emit("_annotate(self, _e)", 2)
     w.emit("raise", 2)
+    if restore:  # an interrupt too: the state stays as it was before the pass
+        w.emit("except BaseException:", 1)
+        for line in restore:
+            w.emit(line, 2)
+        w.emit("raise", 2)

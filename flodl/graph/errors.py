@@ -13,7 +13,8 @@ plain Python raises for the same mistake, so existing ``except`` clauses still c
      ├── UnknownTagError (KeyError)             a tag the graph does not have
      ├── GraphPickleError (pickle.PicklingError)  a step pickle cannot store (a lambda)
      ├── GraphvizError                          Graphviz's ``dot`` is missing or failed
-     └── TrainingNotSetUpError (RuntimeError)   a training method before ``fl.Trainer.setup``
+     ├── TrainingNotSetUpError (RuntimeError)   a training method before ``fl.Trainer.setup``
+     └── GraphStateError (RuntimeError)         state across calls where it cannot be right
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "GraphBuildError",
     "GraphInputError",
     "GraphPickleError",
+    "GraphStateError",
     "GraphvizError",
     "NotBuiltError",
     "PathError",
@@ -175,3 +177,10 @@ class TrainingNotSetUpError(FlodlError, RuntimeError):
 
 class GraphvizError(FlodlError):
     """Graphviz's ``dot`` is missing or failed to render."""
+
+
+class GraphStateError(FlodlError, RuntimeError):
+    """A graph that carries state across calls was run where that state cannot be right: rerun
+    while autograd runs a backward, as activation checkpointing (``torch.utils.checkpoint``)
+    recomputes a forward. The state that forward read was replaced when it ran, so the rerun
+    would read the next call's and give wrong gradients (also a ``RuntimeError``)."""

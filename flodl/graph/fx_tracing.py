@@ -10,6 +10,14 @@ A pass on tensors that hold no data is the same kind of pass: fake tensors (``Fa
 which the non-strict ``torch.export`` of torch 2.4 and 2.5 uses without setting that flag) or
 tensors on the meta device. :func:`holds_no_data` recognizes it by its first tensor input, and
 :func:`exporting_on_fakes` that export, inside what torch calls compiling.
+
+Two more passes must leave nothing either: a pass while autograd runs a backward on this thread
+(:func:`backward_task` is not -1), which is activation checkpointing (``torch.utils.checkpoint``)
+recomputing a forward, and a pass under a ``torch.func`` transform (:func:`transforming`:
+``vmap``, ``grad``, ``jacrev``...), whose values are the transform's wrappers. Both are read
+from private torch functions that torch's own ``checkpoint`` and ``autograd.Function`` call
+(both there in every torch flodl supports); a torch without one detects nothing there, and the
+tests say so.
 """
 
 from __future__ import annotations
@@ -27,6 +35,10 @@ from flodl._torch_release import TORCH_RELEASE
 
 fx_tracing: Callable[[], bool] = getattr(_fx, "_get_is_fx_tracing", None) or (
     lambda: bool(_fx._is_fx_tracing_flag)
+)
+backward_task: Callable[[], int] = getattr(torch._C, "_current_graph_task_id", None) or (lambda: -1)
+transforming: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", None) or (
+    lambda: False
 )
 
 _FAKES = (FakeTensor, FunctionalTensor)

@@ -13,6 +13,7 @@ import difflib
 import itertools
 import linecache
 import logging
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -24,9 +25,16 @@ from flodl.checkpoint.methods import CheckpointMethods
 from flodl.graph import dispatch, inline
 from flodl.graph.codegen import generate
 from flodl.graph.composites import SOURCE_GLOBALS
-from flodl.graph.errors import GraphInputError, UnknownTagError
-from flodl.graph.explicit_state import ExplicitState
-from flodl.graph.fx_tracing import FAKE_EXPORT, exporting_on_fakes, fx_tracing, holds_no_data
+from flodl.graph.errors import GraphInputError, GraphStateError, UnknownTagError
+from flodl.graph.explicit_state import ExplicitState, _walk
+from flodl.graph.fx_tracing import (
+    FAKE_EXPORT,
+    backward_task,
+    exporting_on_fakes,
+    fx_tracing,
+    holds_no_data,
+    transforming,
+)
 from flodl.graph.hashing import structural_hash
 from flodl.graph.nodes import InputOptions, LoopKind, LoopOptions, MergeOptions, Node, NodeKind
 from flodl.graph.observe import Metrics, ObservationMethods
@@ -45,8 +53,19 @@ _SOURCE_IDS = itertools.count(1)
 
 _Tensor = torch.Tensor  # a global read in forward's check of its first input
 
-# What a pass leaves on the modules it runs: a graph's tagged values and state, a loop's traces.
-_PER_PASS = ("_tagged", "traces", "named_traces")
+# What a pass leaves on the modules it runs: a graph's tagged values, state and profile, a
+# loop's traces.
+_PER_PASS = ("_tagged", "traces", "named_traces", "_last_profile")
+
+
+class _Aside(threading.local):
+    """How deep this thread is in passes aside (:meth:`Graph._pass_aside`): only the outermost
+    puts the tree's values back; the graphs it runs meanwhile run as in an ordinary pass."""
+
+    depth = 0
+
+
+_aside = _Aside()
 
 
 def _per_pass_values(graph: Graph) -> list[tuple[nn.Module, dict[str, Any]]]:
@@ -66,6 +85,48 @@ def _per_pass_values(graph: Graph) -> list[tuple[nn.Module, dict[str, Any]]]:
 def _put_back(kept: list[tuple[nn.Module, dict[str, Any]]]) -> None:
     for module, values in kept:
         module.__dict__.update(values)
+
+
+def _stateful_below(graph: Graph) -> tuple[Graph, ...]:
+    """The graphs nested in ``graph``, at any depth (loop bodies too), that keep state across
+    calls, each once. A nested graph adds the list it made when it was built (``_carried``), so
+    building a deep tree stays linear."""
+    found: dict[int, Graph] = {}
+    seen: set[int] = set()
+    pending = [m for m in graph._modules.values() if m is not None]
+    while pending:
+        module = pending.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        own = module.__dict__
+        if isinstance(module, Graph) and own["_state"]:
+            found.setdefault(id(module), module)
+        if isinstance(module, Graph) and "_carried" in own:
+            for below in own["_carried"]:
+                found.setdefault(id(below), below)
+        else:  # a graph not installed yet (a pickle being loaded) is walked
+            pending += [m for m in module._modules.values() if m is not None]
+    return tuple(found.values())
+
+
+def _refuse_recomputation(graph: Graph) -> None:
+    keys = [
+        f"{path}.{tag}" if path else tag
+        for path, module in _walk(graph)
+        if isinstance(module, Graph)
+        for tag in module.__dict__["_state"]
+    ]
+    name = f"graph '{graph.label}'" if graph.label else "a graph"
+    raise GraphStateError(
+        f"{name} that carries state across calls (forward references: "
+        f"{', '.join(repr(k) for k in keys)}) was run again while autograd runs a backward: "
+        "activation checkpointing (torch.utils.checkpoint) recomputes the forward there, but "
+        "the state that forward read was replaced when it ran, so the gradients would be "
+        "wrong. Checkpoint a part without state instead (a nested graph or module without "
+        "forward references: the state-keeping steps run outside the checkpoint), or run "
+        "this graph without checkpointing"
+    )
 
 
 def _is_to_empty(fn: Callable[..., Any]) -> bool:
@@ -385,6 +446,8 @@ class Graph(
 
     def _install(self) -> None:
         """Generate, compile and bind ``forward`` (also after unpickling or deepcopy)."""
+        if "_carried" not in self.__dict__:  # found at build (a copy or pickle keeps it)
+            self.__dict__["_carried"] = _stateful_below(self)
         # The ordinary variant is compiled now, not on first use: torch.compile(graph) may make
         # the first call, and dynamo cannot trace a compile() (fullgraph would fail).
         self._forward_fn = self._compile_forward(frozenset())
@@ -435,6 +498,7 @@ class Graph(
         (or writes out), ``nested``: ids of the nested graphs whose direct forward it calls."""
         found = self._modules
         modules = {n.id: m for n in self._nodes if n.attr and (m := found[n.attr]) is not None}
+        carried = self.__dict__["_carried"]
         generated = generate(
             list(self._nodes),
             modules,
@@ -446,6 +510,7 @@ class Graph(
             outputs=[self._tags[tag] for tag in self.outputs],
             direct=direct,
             nested=nested,
+            carried=len(carried),
         )
         kind = "direct " if direct else ""
         filename = f"<flodl graph {kind}{self._label or 'forward'} #{next(_SOURCE_IDS)}>"
@@ -461,6 +526,7 @@ class Graph(
             "_now": now,
             "_prof_done": record,
             **inline.NAMES,
+            **{f"_c{k}": graph for k, graph in enumerate(carried)},  # no cycle: they are below
         }
         exec(compile(source, filename, "exec"), namespace)
         fn = namespace["forward"]
@@ -479,6 +545,10 @@ class Graph(
             first = args[0] if type(args) is tuple and args else None
             if (type(first) is not _Tensor or first.is_meta) and holds_no_data(args, kwargs):
                 return self._pass_without_data(args, kwargs)
+            # a recomputation in a backward (checkpointing) or a torch.func transform (vmap):
+            # two C calls, once per pass
+            if backward_task() != -1 or transforming():
+                return self._pass_aside(args, kwargs)
             plan = self._direct_plan
             if plan is not None:
                 tree = self._direct_tree or self._merge_plans()
@@ -517,6 +587,31 @@ class Graph(
             }
             return self._forward_fn(self, args[0], **named)
         finally:
+            _put_back(kept)
+
+    def _pass_aside(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A pass whose values must not stay on the graph: a rerun while autograd runs a
+        backward (``torch.utils.checkpoint`` recomputing what it did not keep, maybe stopping
+        early), or a pass under a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``),
+        whose values are the transform's wrappers. It computes what an ordinary pass computes,
+        and every graph and loop in the tree gets its own values back when it ends, as after an
+        fx trace: the tagged values, traces, profile and state of the last ordinary pass stay.
+        Graphs it runs in turn run as in an ordinary pass (a loop body's state moves from
+        iteration to iteration); this outermost one puts them back.
+
+        A rerun in a backward cannot read the state the forward it repeats read (that forward
+        replaced it), so a graph carrying state across calls raises :class:`GraphStateError`
+        there instead of giving wrong gradients."""
+        if _aside.depth:
+            return self._forward_fn(self, *args, **kwargs)
+        if backward_task() != -1 and self.has_state():
+            _refuse_recomputation(self)
+        kept = _per_pass_values(self)
+        _aside.depth = 1
+        try:
+            return self._forward_fn(self, *args, **kwargs)
+        finally:
+            _aside.depth = 0
             _put_back(kept)
 
     def _pass_without_data(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -739,8 +834,10 @@ class Graph(
 
     # ------------------------------------------------------------------ state across calls
     def has_state(self) -> bool:
-        """True when the graph has forward references (state carried across calls)."""
-        return bool(self._state)
+        """True when the graph carries state across calls: forward references in it or in a
+        graph nested in it (the keys of :meth:`explicit_state`). A loop body's forward
+        references do not count: the loop resets the body every run."""
+        return any(isinstance(m, Graph) and m.__dict__["_state"] for _, m in _walk(self))
 
     def explicit_state(self) -> ExplicitState:
         """This graph as a function of its state: ``output, state = step(x, state=state)``.

@@ -2,6 +2,10 @@
 estimates) or tensors on the meta device. Such a pass computes shapes, so what it would keep on
 the graph (state across calls, tagged values, loop traces) must not outlive it: the next real
 call would compute with a fake or meta state, or, after ``to_empty``, with uninitialised memory.
+
+The same holds for the passes aside: a recomputation while autograd runs a backward (activation
+checkpointing), which must leave the real forward's values, and a pass under a ``torch.func``
+transform (``vmap``, ``grad``, ``jacrev``), whose values are the transform's wrappers.
 """
 
 from __future__ import annotations
@@ -12,8 +16,12 @@ import pytest
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.utils.checkpoint import checkpoint
 
 import flodl as fl
+from flodl.graph import fx_tracing
+from flodl.graph.composites import Loop
+from flodl.graph.errors import GraphStateError
 from tests.graph.helpers import whole_tree_direct
 
 
@@ -123,3 +131,171 @@ def test_a_sequence_of_fake_passes_carries_its_state_through_explicit_state():
     assert isinstance(out, FakeTensor) and set(state) == {"memory", "cell.h"}
     assert all(isinstance(v, FakeTensor) and v.shape == (7, 3) for v in state.values())
     assert all(a is b for a, b in zip(kept(graph), before, strict=True))
+
+
+class Traced(nn.Module):
+    """A loop body the loop asks for a trace after every iteration."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        self.last = torch.tanh(self.lin(x))
+        return self.last
+
+    def trace(self):
+        return self.last
+
+
+def observed(stateful: bool) -> fl.Graph:
+    """Tagged values and a loop keeping traces; with ``stateful``, state at the root and in a
+    nested graph too."""
+    b = fl.FlowBuilder(nn.Linear(3, 3)).tag("hidden")
+    if stateful:
+        inner = fl.FlowBuilder(nn.Linear(3, 3)).through(fl.nn.StateAdd()).using("h").tag("h")
+        inner = inner.label("cell").build()
+        b = b.through(fl.nn.StateAdd()).using("memory").tag("memory").through(inner)
+    return b.loop_body(Traced()).for_n(2).tag("out").build()
+
+
+def left(graph: fl.Graph) -> list[object]:
+    """What passes leave on the tree, by identity: tagged values, state, loop traces."""
+    found: list[object] = []
+    for m in graph.modules():
+        if isinstance(m, fl.Graph):
+            found += [*m._tagged.values(), *m._state.values()]
+        elif isinstance(m, Loop):
+            found += m.traces
+    return found
+
+
+def same(found: list[object], before: list[object]) -> bool:
+    return len(found) == len(before) and all(a is b for a, b in zip(found, before, strict=True))
+
+
+REENTRANT = pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+
+
+@REENTRANT
+def test_a_checkpointed_graph_without_state_keeps_the_forwards_values_and_its_gradients(reentrant):
+    torch.manual_seed(0)
+    graph = observed(stateful=False)
+    reference = copy.deepcopy(graph)
+    x = torch.randn(2, 3, requires_grad=True)
+    reference(x).sum().backward()
+    out = checkpoint(graph, x, use_reentrant=reentrant)
+    before = left(graph)
+    assert len(before) == 4 and graph.tagged("out") is not None
+    out.sum().backward()  # recomputes the forward (non-reentrant: stops once it has enough)
+    assert same(left(graph), before)  # the real forward's values, not the recomputation's
+    assert torch.equal(graph.tagged("out"), reference.tagged("out"))
+    for a, b in zip(graph.parameters(), reference.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)
+
+
+class Checkpointed(nn.Module):
+    def __init__(self, inner: nn.Module, reentrant: bool) -> None:
+        super().__init__()
+        self.inner, self.reentrant = inner, reentrant
+
+    def forward(self, x):
+        return checkpoint(self.inner, x, use_reentrant=self.reentrant)
+
+
+@REENTRANT
+def test_a_stateless_part_checkpointed_inside_a_graph_with_state(reentrant):
+    """What the error below recommends: the state-keeping steps outside the checkpoint."""
+
+    def make(wrap: bool) -> tuple[fl.Graph, fl.Graph]:
+        torch.manual_seed(0)
+        part = fl.FlowBuilder(nn.Linear(3, 3)).tag("z").through(nn.Tanh()).build()
+        g = fl.FlowBuilder(nn.Linear(3, 3)).through(fl.nn.StateAdd()).using("memory")
+        step = Checkpointed(part, reentrant) if wrap else part
+        return g.through(step).tag("memory").build(), part
+
+    (graph, part), (reference, reference_part) = make(True), make(False)
+    x = torch.randn(2, 3)
+    for _ in range(3):
+        out = graph(x)
+        z = part.tagged("z")
+        out.sum().backward()
+        reference(x).sum().backward()
+        assert part.tagged("z") is z and torch.equal(z, reference_part.tagged("z"))
+        for a, b in zip(graph.parameters(), reference.parameters(), strict=True):
+            assert torch.equal(a.grad, b.grad)
+        graph.end_step()
+        reference.end_step()
+
+
+# Reentrant over state only in a nested graph is left out: were the root to miss that state,
+# the rerun would loop (the state read is the checkpoint's own output, which reruns it again).
+@pytest.mark.parametrize(
+    ("where", "reentrant"),
+    [("root", False), ("root", True), ("nested", False)],
+    ids=["root-non-reentrant", "root-reentrant", "nested-non-reentrant"],
+)
+def test_checkpointing_a_graph_with_state_fails_at_the_recomputation(where, reentrant):
+    def make() -> fl.Graph:
+        torch.manual_seed(0)
+        if where == "root":
+            return observed(stateful=True)
+        inner = fl.FlowBuilder(nn.Linear(3, 3)).through(fl.nn.StateAdd()).using("h").tag("h")
+        return fl.FlowBuilder(nn.Linear(3, 3)).through(inner.label("cell").build()).build()
+
+    graph, reference = make(), make()
+    x = torch.randn(2, 3, requires_grad=True)
+    # two checkpointed calls before one backward: each advanced the state once
+    outs = [checkpoint(graph, x, use_reentrant=reentrant) for _ in range(2)]
+    for _ in range(2):
+        reference(x)
+    before = left(graph)
+    with pytest.raises(GraphStateError, match=r"'cell\.h'.*torch\.utils\.checkpoint"):
+        sum(outs).sum().backward()
+    assert same(left(graph), before)
+    assert torch.equal(graph(x), reference(x))
+
+
+@pytest.mark.parametrize("transform", ["vmap", "grad", "jacrev"])
+@pytest.mark.parametrize("where", ["root", "held"])
+def test_a_pass_under_a_torch_func_transform_leaves_the_graph_as_it_was(where, transform):
+    torch.manual_seed(0)
+    graph = observed(stateful=True)
+    untouched = copy.deepcopy(graph)
+    x = torch.randn(2, 3)
+    for g in (graph, untouched):
+        g(x)  # state, tagged values and loop traces now hold tensors
+    xs = torch.randn(4, 2, 3)
+    state = {"memory": graph._state["memory"], "cell.h": graph.subgraph("cell")._state["h"]}
+    each = [graph.explicit_state()(v, state=state)[0] for v in xs]  # what each sample computes
+    before = left(graph)
+    run = graph if where == "root" else Holder(graph)
+    if transform == "vmap":  # each sample reads the state the graph holds
+        torch.testing.assert_close(torch.func.vmap(run)(xs), torch.stack(each))
+    elif transform == "grad":
+        torch.func.grad(lambda v: run(v).sum())(x)
+    else:
+        torch.func.jacrev(run)(x)
+    assert same(left(graph), before)
+    for _ in range(2):  # the sequence of a graph that never saw the transform
+        out = graph(x)
+        assert type(out) is torch.Tensor and torch.equal(out, untouched(x))
+
+
+def test_vmap_over_a_graph_without_state_keeps_working():
+    torch.manual_seed(0)
+    graph = observed(stateful=False)
+    xs = torch.randn(4, 2, 3)
+    out = torch.func.vmap(graph)(xs)
+    assert graph.tagged("out") is None  # no ordinary pass yet: nothing kept
+    torch.testing.assert_close(out, torch.stack([graph(v) for v in xs]))
+    before = left(graph)
+    torch.testing.assert_close(torch.func.vmap(graph)(xs), out)
+    assert same(left(graph), before)
+    assert whole_tree_direct(graph)  # ordinary passes still take the direct path
+
+
+def test_the_private_torch_functions_that_recognize_these_passes_exist():
+    """Read with a fallback that detects nothing: a torch without them must be noticed here."""
+    assert fx_tracing.backward_task is torch._C._current_graph_task_id
+    assert fx_tracing.transforming is torch._C._are_functorch_transforms_active

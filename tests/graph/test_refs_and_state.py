@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -294,3 +296,71 @@ def test_nested_graph_inputs_are_checked_wherever_the_graph_is_called():
 class EqualRouterOf2(nn.Module):
     def forward(self, x):
         return torch.full((*x.shape[:-1], 2), 0.5)
+
+
+class Boom(nn.Module):
+    """Passes its input through, or raises ``error`` when one is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.error: BaseException | None = None
+
+    def forward(self, x):
+        if self.error is not None:
+            raise self.error
+        return x
+
+
+def failing_models() -> dict[str, tuple[fl.Graph, Boom]]:
+    """A step that can fail between state nodes: at the root, inside a nested graph, and at the
+    root after a nested graph (used twice, as a map body is: once per element) wrote its state."""
+
+    def cell(boom: nn.Module | None = None, label: str = "cell") -> fl.Graph:
+        b = fl.FlowBuilder().through(fl.nn.StateAdd()).using("a").tag("a")
+        b = b.through(boom or nn.Identity()).through(fl.nn.StateAdd()).using("b").tag("b")
+        return b.label(label).build()
+
+    models = {}
+    boom = Boom()
+    models["root"] = (cell(boom), boom)
+    boom = Boom()
+    models["nested"] = (fl.FlowBuilder(nn.Linear(2, 2)).through(cell(boom)).build(), boom)
+    boom = Boom()
+    g = fl.FlowBuilder(nn.Linear(2, 2)).through(fl.nn.StateAdd()).using("m").tag("m")
+    g = g.through(cell()).map(cell(label="each")).each().through(boom).build()
+    models["after nested"] = (g, boom)
+    return models
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()], ids=type)
+@pytest.mark.parametrize("where", ["root", "nested", "after nested"])
+def test_a_failed_pass_leaves_every_state_of_the_tree_as_it_was(where, error):
+    torch.manual_seed(0)
+    graph, boom = failing_models()[where]
+    untouched = copy.deepcopy(graph)
+    x = torch.randn(3, 2)
+    for g in (graph, untouched):
+        g(x)
+        g(x)
+    graphs = [g for g in graph.modules() if isinstance(g, fl.Graph) and g._state]
+    before = [(g._state, dict(g._state)) for g in graphs]
+    boom.error = error
+    with pytest.raises(type(error)):
+        graph(x)
+    boom.error = None
+    # each state as it was: the same dict, holding the same tensors
+    for g, (state, values) in zip(graphs, before, strict=True):
+        assert g._state is state and g._state.keys() == values.keys()
+        assert all(g._state[k] is v for k, v in values.items())
+    for _ in range(2):  # the sequence goes on as if the failed call never happened
+        assert torch.equal(graph(x), untouched(x))
+
+
+def test_has_state_sees_state_in_nested_graphs_not_in_loop_bodies():
+    assert memory_graph().has_state()
+    assert fl.FlowBuilder(nn.Linear(2, 2)).through(memory_graph()).build().has_state()
+    held = fl.FlowBuilder().map(memory_graph()).each().build()  # a map body carries its state
+    assert held.has_state()
+    looped = fl.FlowBuilder().loop_body(memory_graph()).for_n(2).build()
+    assert not looped.has_state()  # the loop resets its body every run: nothing carried
+    assert not fl.FlowBuilder(nn.Linear(2, 2)).through(nn.ReLU()).build().has_state()
