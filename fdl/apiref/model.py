@@ -16,7 +16,7 @@ from typing import Any
 SCHEMA_ID = "flodl-api-ref/1"
 
 # Subsystems in reading order; anything else sorts after them, alphabetically.
-CATEGORY_ORDER = ("graph", "nn", "optim", "checkpoint", "monitor", "train", "data", "core")
+CATEGORY_ORDER = ("graph", "nn", "optim", "checkpoint", "monitor", "train", "data", "hf", "core")
 CATEGORY_TITLES = {
     "graph": "Graph",
     "nn": "Modules (nn)",
@@ -25,6 +25,7 @@ CATEGORY_TITLES = {
     "monitor": "Monitor",
     "train": "Training",
     "data": "Data",
+    "hf": "HuggingFace (hf)",
     "core": "Core",
 }
 

@@ -44,7 +44,7 @@ def _auto_class(head: str) -> Any:
     return getattr(fh, HF_AUTO[head])
 
 
-def _load(source: str, head: str) -> Any:
+def _load(source: str, head: str, **options: Any) -> Any:
     from flodl.hf import hub
     from flodl.hf.errors import HfError
     from flodl.hf.model import _read_config
@@ -52,7 +52,7 @@ def _load(source: str, head: str) -> Any:
     try:
         if head == "auto":
             head = _head_of(_read_config(hub.resolve(source).config))
-        return _auto_class(head).from_pretrained(source)
+        return _auto_class(head).from_pretrained(source, **options)
     except HfError as err:
         raise _flodl_error(err) from err
 
@@ -80,16 +80,39 @@ def export(
     force: Annotated[
         bool, typer.Option("--force", help="Overwrite the files of an existing OUT.")
     ] = False,
+    init_head: Annotated[
+        bool,
+        typer.Option(
+            "--init-head",
+            help="Start the task head afresh where the checkpoint has none (a base checkpoint) "
+            "or one for another label count.",
+        ),
+    ] = False,
+    num_labels: Annotated[
+        int | None,
+        typer.Option("--num-labels", min=1, help="A classification head's label count."),
+    ] = None,
+    labels: Annotated[
+        str | None,
+        typer.Option(
+            "--labels", metavar="NAME,...", help="A classification head's label names, in order."
+        ),
+    ] = None,
 ) -> None:
     from fdl import console
 
     if head not in HEADS:
         raise FdlUsageError(f"unknown head '{head}'", f"use one of {', '.join(HEADS)}")
+    id2label = None
+    if labels is not None:
+        id2label = [name.strip() for name in labels.split(",")]
+        if not all(id2label):
+            raise FdlUsageError(f"--labels '{labels}' has an empty name", "e.g. --labels neg,pos")
     if out.exists() and not out.is_dir():
         raise FdlError(f"'{out}' exists and is not a directory", "choose another OUT")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise FdlError(f"'{out}' is not empty", "choose an empty directory, or pass --force")
-    model = _load(name_or_path, head)
+    model = _load(name_or_path, head, init_head=init_head, num_labels=num_labels, id2label=id2label)
     written = model.save_pretrained(out)
     console.info(f"exported {model.hf_class_name} ({model.load_report.source})")
     console.out(str(written))
@@ -101,25 +124,47 @@ def verify_export(
         float, typer.Option("--tolerance", help="Largest allowed absolute difference.")
     ] = 1e-5,
 ) -> None:
+    import math
+
     import torch
 
     from fdl import console
+    from flodl.hf.errors import HfError
     from flodl.hf.model import _read_config
     from flodl.hf.parity import HF_AUTO, max_diff, outputs_of
 
+    if not (math.isfinite(tolerance) and tolerance >= 0):
+        raise FdlUsageError(
+            f"--tolerance {tolerance} is not a number >= 0", "e.g. --tolerance 1e-5"
+        )
     if not (directory / "config.json").is_file():
         raise FdlUsageError(f"{directory}: no config.json", "pass an exported model directory")
     t = _transformers()
-    config = _read_config(directory)
+    try:
+        config = _read_config(directory)
+    except HfError as err:
+        raise _flodl_error(err) from err
     head = _head_of(config)
-    reference, info = getattr(t, HF_AUTO[head]).from_pretrained(directory, output_loading_info=True)
-    missing, unexpected = sorted(info["missing_keys"]), sorted(info["unexpected_keys"])
+    # flodl first: its errors (no weights, an unreadable file) name the file in one line
     model = _load(str(directory), head)
+    try:
+        reference, info = getattr(t, HF_AUTO[head]).from_pretrained(
+            directory, output_loading_info=True
+        )
+    except Exception as err:  # whatever transformers raises, the user gets one line
+        raise FdlError(
+            f"transformers cannot load {directory}: {type(err).__name__}: {err}".strip(),
+            "check the directory with transformers directly",
+        ) from err
+    missing, unexpected = sorted(info["missing_keys"]), sorted(info["unexpected_keys"])
     g = torch.Generator().manual_seed(0)
     vocab = int(config.get("vocab_size", 100))
-    ids = torch.randint(5, max(6, vocab), (2, 16), generator=g)
+    # 16 tokens, or fewer for a model with fewer positions; the second row partly padded
+    seq = max(1, min(16, int(getattr(model.embeddings, "max_length", 16))))
+    low = min(5, vocab - 1) if vocab > 1 else 0
+    ids = torch.randint(low, max(low + 1, vocab), (2, seq), generator=g)
     mask = torch.ones_like(ids)
-    mask[1, 12:] = 0
+    mask[1, max(1, seq * 3 // 4) :] = 0
     inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
     diff = max_diff(outputs_of(model, head, inputs), outputs_of(reference.eval(), head, inputs))
     console.out(f"class        {type(reference).__name__}")

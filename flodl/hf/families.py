@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
@@ -43,21 +43,32 @@ HEAD_CLASS_SUFFIX = {
 class Config:
     """``config.json`` as read: ``raw`` is the dict, the attributes the normalised fields."""
 
-    def __init__(self, raw: dict[str, Any], aliases: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        raw: dict[str, Any],
+        aliases: dict[str, str] | None = None,
+        defaults: dict[str, Any] | None = None,
+    ) -> None:
         self.raw = dict(raw)
         self._aliases = aliases or {}
+        # What the family's transformers config class assumes for a key config.json leaves out
+        # (keyed by the config.json name): a checkpoint must build the same model either way.
+        self._defaults = defaults or {}
 
     def get(self, key: str, default: Any = None) -> Any:
         key = self._aliases.get(key, key)
-        value = self.raw.get(key, default)
+        value = self.raw.get(key)
+        if value is None:
+            value = self._defaults.get(key, default)
         return default if value is None else value
 
     def need(self, key: str) -> Any:
         real = self._aliases.get(key, key)
-        if self.raw.get(real) is None:
+        value = self.get(key)
+        if value is None:
             mt = self.raw.get("model_type", "?")
             raise HfConfigError(f"config.json ({mt}) has no {real!r}, which this model needs")
-        return self.raw[real]
+        return value
 
     # the fields every family has, under its own names
     @property
@@ -106,8 +117,18 @@ class Config:
 
     @property
     def pad_token_id(self) -> int | None:
-        value = self.raw.get("pad_token_id")
+        # An explicit null means no padding row; a missing key is the family's default.
+        value = (
+            self.raw["pad_token_id"]
+            if "pad_token_id" in self.raw
+            else (self._defaults.get("pad_token_id"))
+        )
         return None if value is None else int(value)
+
+    @property
+    def tied_decoder(self) -> bool:
+        """Whether the masked-LM decoder is the word-embedding matrix (``tie_word_embeddings``)."""
+        return bool(self.get("tie_word_embeddings", True))
 
     @property
     def init_std(self) -> float:
@@ -166,16 +187,31 @@ class Family:
     custom_encoder: Callable[[Config], Graph] | None = None
     embeddings_take_mask: bool = False
     table_variant: Callable[[Config], Table] | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)
+    # An untied masked-LM decoder (tie_word_embeddings: false): the HF prefix of its own
+    # weight and bias, and the head's bias that transformers ties to the decoder's (written
+    # with the same values, read when the decoder's is absent); None when the layout has none.
+    untied_decoder: Callable[[Config], tuple[str, str | None] | None] | None = None
 
     def table_for(self, raw: dict[str, Any]) -> Table:
-        """The name table for this configuration (DeBERTa's MLM head has two layouts)."""
-        return self.table_variant(self.config(raw)) if self.table_variant else self.table
+        """The name table for this configuration (DeBERTa's MLM head has two layouts; an untied
+        masked-LM decoder has its own weight)."""
+        cfg = self.config(raw)
+        table = self.table_variant(cfg) if self.table_variant else self.table
+        untied = self.decoder_names(cfg)
+        return [("head.decoder.", untied[0]), *table] if untied else table
+
+    def decoder_names(self, cfg: Config) -> tuple[str, str | None] | None:
+        """The untied decoder's HF prefix and its tied-bias alias, or None when it is tied."""
+        if cfg.tied_decoder or self.untied_decoder is None:
+            return None
+        return self.untied_decoder(cfg)
 
     def class_name(self, head: str) -> str:
         return self.class_prefix + HEAD_CLASS_SUFFIX[head]
 
     def config(self, raw: dict[str, Any]) -> Config:
-        return Config(raw, self.config_aliases)
+        return Config(raw, self.config_aliases, self.defaults)
 
     def build(self, cfg: Config, head: str) -> Graph:
         """The graph for ``head`` (one of ``base``, ``seqcls``, ``tokcls``, ``qa``, ``mlm``)."""
@@ -274,14 +310,20 @@ def _span_head(dropout_key: str | None = None) -> Callable[[Config, nn.Module], 
     return head
 
 
+def _decoder(cfg: Config, emb: nn.Module, in_dim: int, tied: bool) -> nn.Module:
+    """The vocabulary projection: the word embeddings themselves, or (``tie_word_embeddings:
+    false``) a matrix of its own, as the checkpoint has it."""
+    word = emb.word_embeddings
+    assert isinstance(word, nn.Embedding)
+    return L.TiedDecoder(word) if tied else nn.Linear(in_dim, word.num_embeddings)
+
+
 def _mlm_head(act: Callable[[Config], str], out_dim: Callable[[Config], int]):
     def head(cfg: Config, emb: nn.Module) -> FlowBuilder:
-        word = emb.word_embeddings
-        assert isinstance(word, nn.Embedding)  # the decoder shares the embedding's weights
         return (
             FlowBuilder(L.Transform(cfg.dim, out_dim(cfg), act(cfg), cfg.eps))
             .tag("transform")
-            .through(L.TiedDecoder(word))
+            .through(_decoder(cfg, emb, out_dim(cfg), cfg.tied_decoder))
             .tag("decoder")
         )
 
@@ -297,6 +339,14 @@ def _bert_seqcls(cfg: Config, emb: nn.Module) -> FlowBuilder:
         .tag("classifier")
     )
 
+
+# transformers' BertConfig sizes, shared by RoBERTa and XLM-R (vocab sizes differ)
+_BERT_SIZES = {
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+}
 
 _BERT_TABLE: Table = [
     ("embeddings.", "{p}embeddings."),
@@ -323,6 +373,8 @@ BERT = Family(
         "mlm": _mlm_head(lambda c: c.act, lambda c: c.dim),
     },
     table=_BERT_TABLE,
+    defaults={**_BERT_SIZES, "vocab_size": 30522, "pad_token_id": 0},
+    untied_decoder=lambda cfg: ("cls.predictions.decoder.", "cls.predictions.bias"),
 )
 
 
@@ -361,6 +413,8 @@ ROBERTA = Family(
     heads=_ROBERTA_HEADS,
     table=_ROBERTA_TABLE,
     mask_token="<mask>",
+    defaults={**_BERT_SIZES, "vocab_size": 50265, "pad_token_id": 1},
+    untied_decoder=lambda cfg: ("lm_head.decoder.", "lm_head.bias"),
 )
 
 XLM_ROBERTA = Family(
@@ -373,6 +427,8 @@ XLM_ROBERTA = Family(
     heads=_ROBERTA_HEADS,
     table=_ROBERTA_TABLE,
     mask_token="<mask>",
+    defaults={**_BERT_SIZES, "vocab_size": 30522, "pad_token_id": 1},
+    untied_decoder=lambda cfg: ("lm_head.decoder.", "lm_head.bias"),
 )
 
 
@@ -413,12 +469,10 @@ def _distil_seqcls(cfg: Config, emb: nn.Module) -> FlowBuilder:
 
 
 def _distil_mlm(cfg: Config, emb: nn.Module) -> FlowBuilder:
-    word = emb.word_embeddings
-    assert isinstance(word, nn.Embedding)  # the decoder shares the embedding's weights
     return (
         FlowBuilder(L.Transform(cfg.dim, cfg.dim, cfg.act, 1e-12))
         .tag("transform")
-        .through(L.TiedDecoder(word))
+        .through(_decoder(cfg, emb, cfg.dim, cfg.tied_decoder))
         .tag("decoder")
     )
 
@@ -447,6 +501,16 @@ DISTILBERT = Family(
         ("head.transform.LayerNorm.", "vocab_layer_norm."),
         ("head.decoder.bias", "vocab_projector.bias"),
     ],
+    defaults={
+        "vocab_size": 30522,
+        "dim": 768,
+        "n_layers": 6,
+        "n_heads": 12,
+        "hidden_dim": 3072,
+        "pad_token_id": 0,
+        "qa_dropout": 0.1,
+    },
+    untied_decoder=lambda cfg: ("vocab_projector.", None),
 )
 
 
@@ -507,6 +571,19 @@ ALBERT = Family(
         ("head.decoder.bias", "predictions.bias"),
         ("head.transform.", "predictions."),
     ],
+    defaults={
+        "vocab_size": 30000,
+        "embedding_size": 128,
+        "hidden_size": 4096,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 64,
+        "intermediate_size": 16384,
+        "pad_token_id": 0,
+        "hidden_act": "gelu_new",
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+    },
+    untied_decoder=lambda cfg: ("predictions.decoder.", "predictions.bias"),
 )
 
 
@@ -622,7 +699,14 @@ def _deberta_table(cfg: Config) -> Table:
 def _deberta_mlm(cfg: Config, emb: nn.Module) -> FlowBuilder:
     legacy = cfg.get("legacy", True)
     out = int(cfg.get("embedding_size", cfg.dim)) if legacy else cfg.dim
-    return _mlm_head(lambda c: c.act, lambda c: out)(cfg, emb)
+    # the v3 layout always multiplies by the word embeddings, whatever tie_word_embeddings says
+    tied = cfg.tied_decoder or not legacy
+    return (
+        FlowBuilder(L.Transform(cfg.dim, out, cfg.act, cfg.eps))
+        .tag("transform")
+        .through(_decoder(cfg, emb, out, tied))
+        .tag("decoder")
+    )
 
 
 DEBERTA_V2 = Family(
@@ -644,6 +728,19 @@ DEBERTA_V2 = Family(
     custom_encoder=_deberta_encoder,
     embeddings_take_mask=True,
     mask_token="[MASK]",
+    defaults={
+        "vocab_size": 128100,
+        "hidden_size": 1536,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 24,
+        "intermediate_size": 6144,
+        "pad_token_id": 0,
+        "layer_norm_eps": 1e-7,
+        "type_vocab_size": 0,
+    },
+    untied_decoder=lambda cfg: (
+        ("cls.predictions.decoder.", "cls.predictions.bias") if cfg.get("legacy", True) else None
+    ),
 )
 
 FAMILIES: dict[str, Family] = {

@@ -19,19 +19,35 @@ WEIGHTS = "model.safetensors"
 LEGACY_WEIGHTS = "pytorch_model.bin"
 TOKENIZER = "tokenizer.json"
 WEIGHTS_INDEX = "model.safetensors.index.json"
+# The other tokenizer files transformers writes beside tokenizer.json: carried over on export, so
+# that AutoTokenizer reads the export as it read the source (model_max_length, special tokens...)
+TOKENIZER_EXTRAS = (
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "spm.model",
+)
+# the ones fetched for a hub id (each file asked for is a request)
+_HUB_TOKENIZER_EXTRAS = ("tokenizer_config.json", "special_tokens_map.json")
 
 
 @dataclass(frozen=True)
 class ModelFiles:
     """Where a model's files are: ``config``, ``weights`` (one ``model.safetensors``, or the
     shards a ``model.safetensors.index.json`` lists; empty when there are none) and, when
-    present, ``tokenizer``."""
+    present, ``tokenizer`` and the other tokenizer files (``tokenizer_extras``)."""
 
     source: str
     config: Path
     weights: list[Path]
     tokenizer: Path | None
     legacy_weights: Path | None = None
+    tokenizer_extras: tuple[Path, ...] = ()
 
 
 def cache_dir() -> Path:
@@ -80,6 +96,9 @@ def _local(directory: Path) -> ModelFiles:
         weights=weights,
         tokenizer=tokenizer if tokenizer.is_file() else None,
         legacy_weights=legacy if legacy.is_file() else None,
+        tokenizer_extras=tuple(
+            directory / name for name in TOKENIZER_EXTRAS if (directory / name).is_file()
+        ),
     )
 
 
@@ -156,4 +175,7 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelFiles:
         weights=weights,
         tokenizer=fetch(TOKENIZER, required=False),
         legacy_weights=legacy,
+        tokenizer_extras=tuple(
+            p for p in (fetch(name, required=False) for name in _HUB_TOKENIZER_EXTRAS) if p
+        ),
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -49,6 +50,7 @@ def _read_config(source: dict[str, Any] | str | os.PathLike[str]) -> dict[str, A
 
 
 Labels = Mapping[int, str] | Sequence[str]
+_REGISTRY: dict[tuple[str, str], type[HfModel]] = {}
 
 
 def _with_labels(
@@ -56,7 +58,7 @@ def _with_labels(
 ) -> dict[str, Any]:
     """``raw`` with the classification labels asked for (``transformers``' ``num_labels=`` and
     ``id2label=``): ``id2label`` names them (a list, or a mapping of 0..N-1), ``num_labels`` alone
-    gives ``LABEL_<i>`` names; both must agree."""
+    keeps the config's names when it has that many, else gives ``LABEL_<i>``; both must agree."""
     if num_labels is None and id2label is None:
         return raw
     if head_kind not in ("seqcls", "tokcls"):
@@ -70,6 +72,9 @@ def _with_labels(
         raise HfConfigError(f"{owner}: num_labels must be an integer >= 1, got {num_labels!r}")
     if id2label is None:
         names = {i: f"LABEL_{i}" for i in range(int(num_labels or 0))}
+        raw_names = {int(k): str(v) for k, v in (raw.get("id2label") or {}).items()}
+        if sorted(raw_names) == sorted(names):  # the same count: transformers keeps the names
+            names = dict(sorted(raw_names.items()))
     else:
         if isinstance(id2label, str) or not isinstance(id2label, Mapping | Sequence):
             raise HfConfigError(
@@ -121,6 +126,13 @@ class HfModel(Graph):
     config: dict[str, Any]
     tokenizer: HfTokenizer | None
     load_report: LoadReport | None
+    _tokenizer_files: tuple[list[Path], HfTokenizer | None]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        family_type = cls.__dict__.get("family_type")
+        if family_type is not None:  # a concrete class: the one model_class() returns
+            _REGISTRY[(family_type, cls.head_kind)] = cls
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -144,6 +156,7 @@ class HfModel(Graph):
         model.config = dict(raw)
         model.tokenizer = None
         model.load_report = None
+        model._tokenizer_files = ([], None)
         return model
 
     @classmethod
@@ -228,6 +241,8 @@ class HfModel(Graph):
         )
         if files.tokenizer is not None:
             model.tokenizer = HfTokenizer.from_file(files.tokenizer)
+        # carried over by save_pretrained while the model keeps the tokenizer it was loaded with
+        model._tokenizer_files = (list(files.tokenizer_extras), model.tokenizer)
         model.eval()
         return model.to(device=device, dtype=dtype)
 
@@ -258,6 +273,12 @@ class HfModel(Graph):
 
         A missing mask attends to every token; missing token types are zeros (families without
         segment embeddings ignore them)."""
+        if input_ids.dim() != 2:
+            hint = " add a batch dimension: ids.unsqueeze(0)" if input_ids.dim() == 1 else ""
+            raise HfError(
+                f"{type(self).__name__} expects input_ids of shape [batch, seq], got "
+                f"{list(input_ids.shape)};{hint or ' reshape it to [batch, seq]'}"
+            )
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
@@ -288,7 +309,9 @@ class HfModel(Graph):
     def save_pretrained(self, directory: str | os.PathLike[str]) -> Path:
         """Write ``model.safetensors`` + ``config.json`` (+ ``tokenizer.json``) in HuggingFace's
         layout, which ``transformers.AutoModelFor*.from_pretrained`` loads with no missing or
-        unexpected keys. Returns the directory."""
+        unexpected keys; the source's other tokenizer files (``tokenizer_config.json``,
+        ``special_tokens_map.json``, vocabularies) come along while the model keeps the tokenizer
+        it was loaded with. Returns the directory."""
         from safetensors.torch import save_file
 
         out = Path(directory)
@@ -309,6 +332,12 @@ class HfModel(Graph):
         (out / hub.CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         if self.tokenizer is not None:
             self.tokenizer.save(out / hub.TOKENIZER)
+        extras, loaded_with = getattr(self, "_tokenizer_files", ([], None))
+        if self.tokenizer is loaded_with:
+            for path in extras:
+                target = out / path.name
+                if path.is_file() and not (target.exists() and target.samefile(path)):
+                    shutil.copyfile(path, target)
         return out
 
     # Every task class overrides these with its own signature; any ``HfModel`` has them, so a
@@ -338,6 +367,8 @@ class SequenceClassifierMixin:
         """Per text, the ``top_k`` ``(label, score)`` pairs, highest softmax score first."""
         model: HfModel = self  # type: ignore[assignment]
         texts = [texts] if isinstance(texts, str) else list(texts)
+        if not texts:
+            return []
         enc = model._tokenizer().encode(texts)
         labels = model.id2label
         with model._inference():
@@ -362,6 +393,8 @@ class TokenClassifierMixin:
         token is returned."""
         model: HfModel = self  # type: ignore[assignment]
         texts = [texts] if isinstance(texts, str) else list(texts)
+        if not texts:
+            return []
         enc = model._tokenizer().encode(texts)
         labels = model.id2label
         with model._inference():
@@ -439,38 +472,8 @@ class MaskedLMMixin:
 
 
 # ---------------------------------------------------------------------------------- classes
-_REGISTRY: dict[tuple[str, str], type[HfModel]] = {}
-_MIXINS = {
-    "base": (),
-    "seqcls": (SequenceClassifierMixin,),
-    "tokcls": (TokenClassifierMixin,),
-    "qa": (QuestionAnsweringMixin,),
-    "mlm": (MaskedLMMixin,),
-}
-_DOCS = {
-    "base": "the bare encoder: returns the last hidden states ``[B, S, H]`` (the pooled first "
-    "token, where the family has a pooler, is tagged ``pooled``)",
-    "seqcls": "sequence classification: returns logits ``[B, num_labels]``; ``predict(texts)``",
-    "tokcls": "token classification: returns logits ``[B, S, num_labels]``; ``predict(texts)``",
-    "qa": "extractive question answering: returns ``(start_logits, end_logits)``, each "
-    "``[B, S]``; ``predict(question, context)``",
-    "mlm": "masked language modelling: returns logits ``[B, S, vocab]``; ``fill_mask(text)``",
-}
-
-
-def _make_class(family: Family, head: str) -> type[HfModel]:
-    name = family.class_name(head)
-    doc = (
-        f"{family.class_prefix} {_DOCS[head]}.\n\n"
-        f"An ``fl.Graph``; ``{name}.from_pretrained(name_or_path)`` loads a "
-        f"``model_type: {family.model_type}`` checkpoint (see docs/hf.md)."
-    )
-    cls = type(name, (*_MIXINS[head], HfModel), {
-        "__doc__": doc, "__module__": __name__, "head_kind": head,
-        "family_type": family.model_type,
-    })  # fmt: skip
-    _REGISTRY[(family.model_type, head)] = cls
-    return cls
+# One class per family and head, written out (not made in a loop) so that readers, type checkers
+# and `fdl api-ref` see them as the classes they are; each registers itself (__init_subclass__).
 
 
 def model_class(model_type: str, head: str) -> type[HfModel]:
@@ -482,41 +485,332 @@ def model_class(model_type: str, head: str) -> type[HfModel]:
         raise HfConfigError(f"no {head} model for model_type {model_type!r}") from None
 
 
-for _family in FAMILIES.values():
-    for _head in _MIXINS:
-        globals()[_family.class_name(_head)] = _make_class(_family, _head)
+class BertModel(HfModel):
+    """BERT bare encoder: returns the last hidden states ``[B, S, H]``.
 
-# The names, spelled out for readers and linters (the loop above defines them).
-BertModel = _REGISTRY[("bert", "base")]
-BertForSequenceClassification = _REGISTRY[("bert", "seqcls")]
-BertForTokenClassification = _REGISTRY[("bert", "tokcls")]
-BertForQuestionAnswering = _REGISTRY[("bert", "qa")]
-BertForMaskedLM = _REGISTRY[("bert", "mlm")]
-RobertaModel = _REGISTRY[("roberta", "base")]
-RobertaForSequenceClassification = _REGISTRY[("roberta", "seqcls")]
-RobertaForTokenClassification = _REGISTRY[("roberta", "tokcls")]
-RobertaForQuestionAnswering = _REGISTRY[("roberta", "qa")]
-RobertaForMaskedLM = _REGISTRY[("roberta", "mlm")]
-DistilBertModel = _REGISTRY[("distilbert", "base")]
-DistilBertForSequenceClassification = _REGISTRY[("distilbert", "seqcls")]
-DistilBertForTokenClassification = _REGISTRY[("distilbert", "tokcls")]
-DistilBertForQuestionAnswering = _REGISTRY[("distilbert", "qa")]
-DistilBertForMaskedLM = _REGISTRY[("distilbert", "mlm")]
-AlbertModel = _REGISTRY[("albert", "base")]
-AlbertForSequenceClassification = _REGISTRY[("albert", "seqcls")]
-AlbertForTokenClassification = _REGISTRY[("albert", "tokcls")]
-AlbertForQuestionAnswering = _REGISTRY[("albert", "qa")]
-AlbertForMaskedLM = _REGISTRY[("albert", "mlm")]
-XLMRobertaModel = _REGISTRY[("xlm-roberta", "base")]
-XLMRobertaForSequenceClassification = _REGISTRY[("xlm-roberta", "seqcls")]
-XLMRobertaForTokenClassification = _REGISTRY[("xlm-roberta", "tokcls")]
-XLMRobertaForQuestionAnswering = _REGISTRY[("xlm-roberta", "qa")]
-XLMRobertaForMaskedLM = _REGISTRY[("xlm-roberta", "mlm")]
-DebertaV2Model = _REGISTRY[("deberta-v2", "base")]
-DebertaV2ForSequenceClassification = _REGISTRY[("deberta-v2", "seqcls")]
-DebertaV2ForTokenClassification = _REGISTRY[("deberta-v2", "tokcls")]
-DebertaV2ForQuestionAnswering = _REGISTRY[("deberta-v2", "qa")]
-DebertaV2ForMaskedLM = _REGISTRY[("deberta-v2", "mlm")]
+    The pooled first token is tagged ``pooled``. An ``fl.Graph``;
+    ``BertModel.from_pretrained(name_or_path)`` loads a ``model_type: bert`` checkpoint (see
+    docs/hf.md).
+    """
+
+    family_type = "bert"
+
+
+class BertForSequenceClassification(SequenceClassifierMixin, HfModel):
+    """BERT sequence classification: returns logits ``[B, num_labels]``.
+
+    ``predict(texts, top_k=1)`` gives each text's ``(label, score)`` pairs. An ``fl.Graph``;
+    ``BertForSequenceClassification.from_pretrained(name_or_path)`` loads a ``model_type: bert``
+    checkpoint (see docs/hf.md).
+    """
+
+    family_type = "bert"
+
+
+class BertForTokenClassification(TokenClassifierMixin, HfModel):
+    """BERT token classification: returns logits ``[B, S, num_labels]``.
+
+    ``predict(texts)`` gives each sub-token's ``(token, label, score)``. An ``fl.Graph``;
+    ``BertForTokenClassification.from_pretrained(name_or_path)`` loads a ``model_type: bert``
+    checkpoint (see docs/hf.md).
+    """
+
+    family_type = "bert"
+
+
+class BertForQuestionAnswering(QuestionAnsweringMixin, HfModel):
+    """BERT extractive question answering: returns ``(start_logits, end_logits)``.
+
+    Each is ``[B, S]``; ``predict(question, context)`` gives ``(answer, score)``. An
+    ``fl.Graph``; ``BertForQuestionAnswering.from_pretrained(name_or_path)`` loads a
+    ``model_type: bert`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "bert"
+
+
+class BertForMaskedLM(MaskedLMMixin, HfModel):
+    """BERT masked language modelling: returns logits ``[B, S, vocab]``.
+
+    ``fill_mask(text, top_k=5)`` gives the mask token's ``(token, score)`` candidates. An
+    ``fl.Graph``; ``BertForMaskedLM.from_pretrained(name_or_path)`` loads a ``model_type: bert``
+    checkpoint (see docs/hf.md).
+    """
+
+    family_type = "bert"
+
+
+class RobertaModel(HfModel):
+    """RoBERTa bare encoder: returns the last hidden states ``[B, S, H]``.
+
+    The pooled first token is tagged ``pooled``. An ``fl.Graph``;
+    ``RobertaModel.from_pretrained(name_or_path)`` loads a ``model_type: roberta`` checkpoint
+    (see docs/hf.md).
+    """
+
+    family_type = "roberta"
+
+
+class RobertaForSequenceClassification(SequenceClassifierMixin, HfModel):
+    """RoBERTa sequence classification: returns logits ``[B, num_labels]``.
+
+    ``predict(texts, top_k=1)`` gives each text's ``(label, score)`` pairs. An ``fl.Graph``;
+    ``RobertaForSequenceClassification.from_pretrained(name_or_path)`` loads a ``model_type:
+    roberta`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "roberta"
+
+
+class RobertaForTokenClassification(TokenClassifierMixin, HfModel):
+    """RoBERTa token classification: returns logits ``[B, S, num_labels]``.
+
+    ``predict(texts)`` gives each sub-token's ``(token, label, score)``. An ``fl.Graph``;
+    ``RobertaForTokenClassification.from_pretrained(name_or_path)`` loads a ``model_type:
+    roberta`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "roberta"
+
+
+class RobertaForQuestionAnswering(QuestionAnsweringMixin, HfModel):
+    """RoBERTa extractive question answering: returns ``(start_logits, end_logits)``.
+
+    Each is ``[B, S]``; ``predict(question, context)`` gives ``(answer, score)``. An
+    ``fl.Graph``; ``RobertaForQuestionAnswering.from_pretrained(name_or_path)`` loads a
+    ``model_type: roberta`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "roberta"
+
+
+class RobertaForMaskedLM(MaskedLMMixin, HfModel):
+    """RoBERTa masked language modelling: returns logits ``[B, S, vocab]``.
+
+    ``fill_mask(text, top_k=5)`` gives the mask token's ``(token, score)`` candidates. An
+    ``fl.Graph``; ``RobertaForMaskedLM.from_pretrained(name_or_path)`` loads a ``model_type:
+    roberta`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "roberta"
+
+
+class DistilBertModel(HfModel):
+    """DistilBERT bare encoder: returns the last hidden states ``[B, S, H]``.
+
+    An ``fl.Graph``; ``DistilBertModel.from_pretrained(name_or_path)`` loads a ``model_type:
+    distilbert`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "distilbert"
+
+
+class DistilBertForSequenceClassification(SequenceClassifierMixin, HfModel):
+    """DistilBERT sequence classification: returns logits ``[B, num_labels]``.
+
+    ``predict(texts, top_k=1)`` gives each text's ``(label, score)`` pairs. An ``fl.Graph``;
+    ``DistilBertForSequenceClassification.from_pretrained(name_or_path)`` loads a ``model_type:
+    distilbert`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "distilbert"
+
+
+class DistilBertForTokenClassification(TokenClassifierMixin, HfModel):
+    """DistilBERT token classification: returns logits ``[B, S, num_labels]``.
+
+    ``predict(texts)`` gives each sub-token's ``(token, label, score)``. An ``fl.Graph``;
+    ``DistilBertForTokenClassification.from_pretrained(name_or_path)`` loads a ``model_type:
+    distilbert`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "distilbert"
+
+
+class DistilBertForQuestionAnswering(QuestionAnsweringMixin, HfModel):
+    """DistilBERT extractive question answering: returns ``(start_logits, end_logits)``.
+
+    Each is ``[B, S]``; ``predict(question, context)`` gives ``(answer, score)``. An
+    ``fl.Graph``; ``DistilBertForQuestionAnswering.from_pretrained(name_or_path)`` loads a
+    ``model_type: distilbert`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "distilbert"
+
+
+class DistilBertForMaskedLM(MaskedLMMixin, HfModel):
+    """DistilBERT masked language modelling: returns logits ``[B, S, vocab]``.
+
+    ``fill_mask(text, top_k=5)`` gives the mask token's ``(token, score)`` candidates. An
+    ``fl.Graph``; ``DistilBertForMaskedLM.from_pretrained(name_or_path)`` loads a ``model_type:
+    distilbert`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "distilbert"
+
+
+class AlbertModel(HfModel):
+    """ALBERT bare encoder: returns the last hidden states ``[B, S, H]``.
+
+    The pooled first token is tagged ``pooled``. An ``fl.Graph``;
+    ``AlbertModel.from_pretrained(name_or_path)`` loads a ``model_type: albert`` checkpoint (see
+    docs/hf.md).
+    """
+
+    family_type = "albert"
+
+
+class AlbertForSequenceClassification(SequenceClassifierMixin, HfModel):
+    """ALBERT sequence classification: returns logits ``[B, num_labels]``.
+
+    ``predict(texts, top_k=1)`` gives each text's ``(label, score)`` pairs. An ``fl.Graph``;
+    ``AlbertForSequenceClassification.from_pretrained(name_or_path)`` loads a ``model_type:
+    albert`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "albert"
+
+
+class AlbertForTokenClassification(TokenClassifierMixin, HfModel):
+    """ALBERT token classification: returns logits ``[B, S, num_labels]``.
+
+    ``predict(texts)`` gives each sub-token's ``(token, label, score)``. An ``fl.Graph``;
+    ``AlbertForTokenClassification.from_pretrained(name_or_path)`` loads a ``model_type:
+    albert`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "albert"
+
+
+class AlbertForQuestionAnswering(QuestionAnsweringMixin, HfModel):
+    """ALBERT extractive question answering: returns ``(start_logits, end_logits)``.
+
+    Each is ``[B, S]``; ``predict(question, context)`` gives ``(answer, score)``. An
+    ``fl.Graph``; ``AlbertForQuestionAnswering.from_pretrained(name_or_path)`` loads a
+    ``model_type: albert`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "albert"
+
+
+class AlbertForMaskedLM(MaskedLMMixin, HfModel):
+    """ALBERT masked language modelling: returns logits ``[B, S, vocab]``.
+
+    ``fill_mask(text, top_k=5)`` gives the mask token's ``(token, score)`` candidates. An
+    ``fl.Graph``; ``AlbertForMaskedLM.from_pretrained(name_or_path)`` loads a ``model_type:
+    albert`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "albert"
+
+
+class XLMRobertaModel(HfModel):
+    """XLM-RoBERTa bare encoder: returns the last hidden states ``[B, S, H]``.
+
+    The pooled first token is tagged ``pooled``. An ``fl.Graph``;
+    ``XLMRobertaModel.from_pretrained(name_or_path)`` loads a ``model_type: xlm-roberta``
+    checkpoint (see docs/hf.md).
+    """
+
+    family_type = "xlm-roberta"
+
+
+class XLMRobertaForSequenceClassification(SequenceClassifierMixin, HfModel):
+    """XLM-RoBERTa sequence classification: returns logits ``[B, num_labels]``.
+
+    ``predict(texts, top_k=1)`` gives each text's ``(label, score)`` pairs. An ``fl.Graph``;
+    ``XLMRobertaForSequenceClassification.from_pretrained(name_or_path)`` loads a ``model_type:
+    xlm-roberta`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "xlm-roberta"
+
+
+class XLMRobertaForTokenClassification(TokenClassifierMixin, HfModel):
+    """XLM-RoBERTa token classification: returns logits ``[B, S, num_labels]``.
+
+    ``predict(texts)`` gives each sub-token's ``(token, label, score)``. An ``fl.Graph``;
+    ``XLMRobertaForTokenClassification.from_pretrained(name_or_path)`` loads a ``model_type:
+    xlm-roberta`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "xlm-roberta"
+
+
+class XLMRobertaForQuestionAnswering(QuestionAnsweringMixin, HfModel):
+    """XLM-RoBERTa extractive question answering: returns ``(start_logits, end_logits)``.
+
+    Each is ``[B, S]``; ``predict(question, context)`` gives ``(answer, score)``. An
+    ``fl.Graph``; ``XLMRobertaForQuestionAnswering.from_pretrained(name_or_path)`` loads a
+    ``model_type: xlm-roberta`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "xlm-roberta"
+
+
+class XLMRobertaForMaskedLM(MaskedLMMixin, HfModel):
+    """XLM-RoBERTa masked language modelling: returns logits ``[B, S, vocab]``.
+
+    ``fill_mask(text, top_k=5)`` gives the mask token's ``(token, score)`` candidates. An
+    ``fl.Graph``; ``XLMRobertaForMaskedLM.from_pretrained(name_or_path)`` loads a ``model_type:
+    xlm-roberta`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "xlm-roberta"
+
+
+class DebertaV2Model(HfModel):
+    """DeBERTa-v2 bare encoder: returns the last hidden states ``[B, S, H]``.
+
+    An ``fl.Graph``; ``DebertaV2Model.from_pretrained(name_or_path)`` loads a ``model_type:
+    deberta-v2`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "deberta-v2"
+
+
+class DebertaV2ForSequenceClassification(SequenceClassifierMixin, HfModel):
+    """DeBERTa-v2 sequence classification: returns logits ``[B, num_labels]``.
+
+    ``predict(texts, top_k=1)`` gives each text's ``(label, score)`` pairs. An ``fl.Graph``;
+    ``DebertaV2ForSequenceClassification.from_pretrained(name_or_path)`` loads a ``model_type:
+    deberta-v2`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "deberta-v2"
+
+
+class DebertaV2ForTokenClassification(TokenClassifierMixin, HfModel):
+    """DeBERTa-v2 token classification: returns logits ``[B, S, num_labels]``.
+
+    ``predict(texts)`` gives each sub-token's ``(token, label, score)``. An ``fl.Graph``;
+    ``DebertaV2ForTokenClassification.from_pretrained(name_or_path)`` loads a ``model_type:
+    deberta-v2`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "deberta-v2"
+
+
+class DebertaV2ForQuestionAnswering(QuestionAnsweringMixin, HfModel):
+    """DeBERTa-v2 extractive question answering: returns ``(start_logits, end_logits)``.
+
+    Each is ``[B, S]``; ``predict(question, context)`` gives ``(answer, score)``. An
+    ``fl.Graph``; ``DebertaV2ForQuestionAnswering.from_pretrained(name_or_path)`` loads a
+    ``model_type: deberta-v2`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "deberta-v2"
+
+
+class DebertaV2ForMaskedLM(MaskedLMMixin, HfModel):
+    """DeBERTa-v2 masked language modelling: returns logits ``[B, S, vocab]``.
+
+    ``fill_mask(text, top_k=5)`` gives the mask token's ``(token, score)`` candidates. An
+    ``fl.Graph``; ``DebertaV2ForMaskedLM.from_pretrained(name_or_path)`` loads a ``model_type:
+    deberta-v2`` checkpoint (see docs/hf.md).
+    """
+
+    family_type = "deberta-v2"
 
 
 # ---------------------------------------------------------------------------------- auto

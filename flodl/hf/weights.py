@@ -10,7 +10,10 @@ as ``weight``/``bias``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +59,15 @@ def hf_names(model: nn.Module, family: Family, prefix: str) -> dict[str, str]:
     return table
 
 
+def bias_alias(model: nn.Module, family: Family) -> tuple[str, str] | None:
+    """An untied masked-LM decoder's bias name and the head bias transformers ties to it
+    (``cls.predictions.decoder.bias`` / ``cls.predictions.bias``): one value under two names."""
+    names = family.decoder_names(family.config(getattr(model, "config", {})))
+    if names is None or names[1] is None:
+        return None
+    return names[0] + "bias", names[1]
+
+
 def _legacy(key: str) -> str:
     if key.endswith(".gamma"):
         return key[: -len("gamma")] + "weight"
@@ -75,11 +87,27 @@ def read_header(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     from safetensors import safe_open
 
     out = {}
-    with safe_open(str(path), framework="pt") as f:
+    with _readable(path), safe_open(str(path), framework="pt") as f:
         for key in f.keys():  # noqa: SIM118 - safe_open has no __iter__
             s = f.get_slice(key)
             out[key] = (tuple(s.get_shape()), s.get_dtype())
     return out
+
+
+@contextlib.contextmanager
+def _readable(path: Path) -> Iterator[None]:
+    """Turn safetensors' and the OS's read errors (an empty, truncated or corrupt file) into a
+    :class:`WeightsError` that names the file."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (SafetensorError, OSError) as err:
+        raise WeightsError(
+            f"{path}: not a readable safetensors file ({err}); download or export it again",
+            missing=[],
+            mismatched=[],
+        ) from err
 
 
 def read_headers(paths: list[Path]) -> tuple[dict[str, tuple[int, ...]], dict[str, Path]]:
@@ -127,6 +155,14 @@ def load_into(
     keys = {_legacy(k): k for k in shapes}
     prefix = choose_prefix(family, prefix, set(keys))
     table = hf_names(model, family, prefix)
+    alias = bias_alias(model, family)
+    also_used: set[str] = set()
+    if alias is not None:
+        # a checkpoint may hold the decoder's bias under either name (or both, equal)
+        for name, hf in table.items():
+            if hf == alias[0] and hf not in keys and alias[1] in keys:
+                table[name] = alias[1]
+        also_used.add(alias[1])
     state = model.state_dict(keep_vars=True)
     missing, mismatched, initialized = [], [], []
     relabelled: set[str] = set()  # checkpoint keys of a classifier for another label count
@@ -154,14 +190,17 @@ def load_into(
             parts.append(f"shape mismatches ({len(mismatched)}): {_listing(mismatched)}")
         head_keys = {table[n] for n in table if n.startswith("head.")}
         if missing and set(missing) <= head_keys and not init_head:
-            parts.append("to start a new task head from a base checkpoint, pass init_head=True")
+            parts.append(
+                "to start a new task head from a base checkpoint, pass init_head=True "
+                "(fdl hf export: --init-head)"
+            )
         elif not missing and len(relabelled) == len(mismatched):
             parts.append(
                 "the checkpoint's classifier is for another label count: to train a new one, "
-                "pass init_head=True"
+                "pass init_head=True (fdl hf export: --init-head)"
             )
         raise WeightsError("\n  ".join(parts), missing=sorted(missing), mismatched=mismatched)
-    used = {table[n] for n in table if n not in initialized}
+    used = {table[n] for n in table if n not in initialized} | also_used
     report = LoadReport(
         source=source or str(paths[0]),
         unexpected=sorted(keys[k] for k in keys if k not in used and keys[k] not in relabelled),
@@ -173,7 +212,7 @@ def load_into(
             by_file.setdefault(where[keys[hf]], []).append(name)
     with torch.no_grad():
         for file, names in by_file.items():
-            with safe_open(str(file), framework="pt") as f:
+            with _readable(file), safe_open(str(file), framework="pt") as f:
                 for name in names:
                     target = state[name]
                     value = f.get_tensor(keys[table[name]])
@@ -181,6 +220,13 @@ def load_into(
                         target.data = target.data.to(value.dtype)
                     target.copy_(value)
                     report.loaded.append(name)
+        # A fresh head takes the checkpoint's dtype, so that a bf16 encoder feeds a bf16 head.
+        loaded = Counter(state[n].dtype for n in report.loaded if state[n].is_floating_point())
+        if loaded:
+            dtype = loaded.most_common(1)[0][0]
+            for name in initialized:
+                if state[name].is_floating_point():
+                    state[name].data = state[name].data.to(dtype)
     if report.unexpected:
         log.warning(
             "%s: %d checkpoint key(s) not used by %s: %s",
@@ -214,7 +260,13 @@ def _other_labels(
 def export_tensors(model: nn.Module, family: Family, prefix: str) -> dict[str, torch.Tensor]:
     """The model's weights under HF names, contiguous, on CPU (tied weights written once)."""
     state = model.state_dict()
-    return {
+    out = {
         hf: state[name].detach().to("cpu").contiguous()
         for name, hf in hf_names(model, family, prefix).items()
     }
+    alias = bias_alias(model, family)
+    if alias is not None and alias[0] in out:
+        # transformers' model has both parameters: write the tied one too (a copy: safetensors
+        # refuses two names for one storage)
+        out[alias[1]] = out[alias[0]].clone()
+    return out

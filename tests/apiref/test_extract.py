@@ -222,3 +222,17 @@ def test_the_real_flodl_hf_is_public_though_the_root_leaves_it_out_of_all():
     assert len(hf) >= 5
     # Internal modules without their own __all__ stay out.
     assert not modules["flodl.train.worker"].exported
+
+
+def test_the_real_flodl_hf_model_classes_are_classes():
+    # The 30 concrete models (fl.hf.BertForSequenceClassification...) with their docstrings and
+    # the methods they inherit, not attributes of a registry.
+    ref = extract(find_source(Path(__file__).resolve().parents[2]))
+    found = entry(ref, "flodl.hf.BertForSequenceClassification")
+    assert found.kind == "class" and found.doc.startswith("BERT sequence classification")
+    assert {"from_pretrained", "predict", "save_pretrained"} <= {m.name for m in found.methods}
+    suffixes = ("Model", "ForSequenceClassification", "ForTokenClassification",
+                "ForQuestionAnswering", "ForMaskedLM")  # fmt: skip
+    models = [e for e in ref.entries if e.path.startswith("flodl.hf.") and e.exported
+              and e.name.endswith(suffixes) and not e.name.startswith(("Auto", "Hf"))]  # fmt: skip
+    assert len(models) == 30 and {e.kind for e in models} == {"class"}

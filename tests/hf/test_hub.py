@@ -70,3 +70,12 @@ def test_sharded_hub_checkpoint_from_the_cache(offline_home, tmp_path):
     ids = parity.sample_inputs()["input_ids"]
     whole = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path / "one")
     assert torch.equal(model(ids), whole(ids))
+
+
+def test_a_hub_ids_tokenizer_config_is_carried_to_the_export(offline_home, tmp_path):
+    parity.make_reference("bert", "seqcls", tmp_path / "src")
+    (tmp_path / "src" / "tokenizer_config.json").write_text('{"model_max_length": 16}')
+    populate_cache(offline_home, "tiny-org/with-tokenizer-config", tmp_path / "src")
+    model = fh.AutoModelForSequenceClassification.from_pretrained("tiny-org/with-tokenizer-config")
+    out = model.save_pretrained(tmp_path / "out")
+    assert (out / "tokenizer_config.json").read_text() == '{"model_max_length": 16}'

@@ -145,3 +145,21 @@ def test_a_model_without_the_head_says_which_class_has_predict_or_fill_mask(tmp_
     classifier = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path / "seqcls")
     with pytest.raises(fh.HfError, match=r"has no fill_mask\(\).*AutoModelForMaskedLM"):
         classifier.fill_mask("a [MASK] film")
+
+
+@pytest.mark.parametrize("head", ["seqcls", "tokcls"])
+def test_predict_of_no_texts_is_empty(head, tmp_path):
+    tiny_bert(tmp_path, head)
+    auto = getattr(fh, parity.HF_AUTO[head])
+    assert auto.from_pretrained(tmp_path).predict([]) == []
+
+
+def test_ids_without_a_batch_dimension_are_refused_clearly():
+    config = {"model_type": "bert", "vocab_size": 30, "hidden_size": 8, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "intermediate_size": 16}  # fmt: skip
+    model = fh.AutoModelForSequenceClassification.from_config(config)
+    with pytest.raises(fh.HfError, match=r"\[batch, seq\].*unsqueeze\(0\)"):
+        model(torch.tensor([2, 5, 7]))
+    with pytest.raises(fh.HfError, match=r"\[batch, seq\], got \[1, 1, 3\]"):
+        model(torch.tensor([[[2, 5, 7]]]))
+    assert model(torch.tensor([[2, 5, 7]])).shape == (1, 2)
