@@ -129,6 +129,18 @@ def _refuse_recomputation(graph: Graph) -> None:
     )
 
 
+# Names a PyTorch or Lightning user reaches for, and the Graph method that does it.
+_OTHER_NAMES = {
+    "unfreeze": "a frozen path trains again with .thaw(path) (the original's name)",
+    "unfreeze_at": "a frozen path trains again with .thaw(path)",
+    "freeze_at": "use .freeze(path)",
+    "tags": "the tags are .tag_names() (and .tag_map, tag -> node id)",
+    "get_tagged": "use .tagged(tag), or .tagged_at('child.tag') through a child",
+    "reset_states": "use .reset_state()",
+    "detach_states": "use .detach_state()",
+}
+
+
 def _is_to_empty(fn: Callable[..., Any]) -> bool:
     """Whether ``fn``, given to ``_apply``, is ``nn.Module.to_empty``'s: every tensor it maps
     comes out uninitialised."""
@@ -663,6 +675,16 @@ class Graph(
     def is_compiled(self) -> bool:
         """True once :meth:`compile` was called (on this graph, or on the one it was copied from)."""
         return "_compile_args" in self.__dict__
+
+    def __getattr__(self, name: str) -> Any:
+        # nn.Module's lookup of parameters, buffers and submodules; only a miss pays for the hint.
+        try:
+            return super().__getattr__(name)
+        except AttributeError as err:
+            hint = _OTHER_NAMES.get(name)
+            if hint is None:
+                raise
+            raise AttributeError(f"{err}: {hint}", name=name, obj=self) from None
 
     def __getstate__(self) -> dict[str, Any]:
         from flodl.graph.pickling import GUARD_KEY, guard

@@ -251,3 +251,16 @@ def test_module_paths_that_name_nothing_say_what_is_there():
         fl.FlowBuilder(nn.Linear(2, 2)).also(nn.Linear(2, 2)).tag("sum").build().validate_path(
             "sum.x"
         )
+
+
+def test_a_name_from_pytorch_habit_points_at_the_graph_method():
+    model = composed()
+    with pytest.raises(AttributeError, match=r"no attribute 'unfreeze': .*\.thaw\(path\)"):
+        model.unfreeze("encoder")
+    with pytest.raises(AttributeError, match=r"no attribute 'tags': the tags are \.tag_names\(\)"):
+        model.tags  # noqa: B018
+    assert not hasattr(model, "unfreeze")  # still a plain AttributeError to hasattr
+    with pytest.raises(AttributeError) as info:
+        model.unfreez  # noqa: B018  a typo with no hint stays torch's message
+    assert str(info.value) == "'Graph' object has no attribute 'unfreez'"
+    assert model.head is model._modules["head"]  # submodules as before
