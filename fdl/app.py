@@ -227,7 +227,14 @@ class BuiltinCommand(typer.core.TyperCommand):
                 else "built-ins: " + ", ".join(names)
             )
             raise FdlUsageError(f"'{name}' is not a built-in fdl command", hint)
-        return command.main(args=rest, prog_name=f"fdl {name}", standalone_mode=False)
+        # a fresh top-level context: give it the -h that the root's context_settings would
+        # have passed down to a command run as `fdl NAME`
+        return command.main(
+            args=rest,
+            prog_name=f"fdl {name}",
+            standalone_mode=False,
+            help_option_names=list(HELP_FLAGS),
+        )
 
 
 def _register_commands() -> None:

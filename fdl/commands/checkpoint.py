@@ -34,7 +34,11 @@ def info(
     try:
         found = fl.checkpoint_info(path)
     except fl.CheckpointError as exc:
-        raise FdlError(str(exc), "the file is damaged or is not a .fdl checkpoint") from exc
+        message = str(exc)
+        # flodl's messages mostly end in their own " — what it means / what to do"; a generic
+        # hint after one of those only repeats it ("… — this is not a .fdl checkpoint — …")
+        hint = None if " — " in message else "the file is damaged or is not a .fdl checkpoint"
+        raise FdlError(message, hint) from exc
     entries: list[dict[str, Any]] = [
         {
             "name": e.name,

@@ -22,6 +22,19 @@ def _gb(n: int | None) -> str:
     return f"{n / 1024**3:.0f} GB" if n else "unknown"
 
 
+def vram_gb(mib: int) -> str:
+    """A card's memory as it is sold: nvidia-smi reports what is usable (24564 MiB on a 24 GB
+    RTX 4090, 11178 on an 11 GB 1080 Ti), a little under the size, so round to the nearest GB
+    instead of down.
+
+    >>> vram_gb(24564), vram_gb(11178), vram_gb(32607), vram_gb(512)
+    ('24 GB', '11 GB', '32 GB', '512 MiB')
+    """
+    if mib < 1024:
+        return f"{mib} MiB"
+    return f"{(mib + 512) // 1024} GB"
+
+
 def render_text(report: dict[str, Any]) -> list[str | tuple[str, str]]:
     """The human report, one line per item: plain text, or ``(text, style)`` (never markup, so
     GPU names, paths and error messages print verbatim)."""
@@ -51,7 +64,12 @@ def render_text(report: dict[str, Any]) -> list[str | tuple[str, str]]:
     if torch:
         cuda = f"CUDA {torch['cuda']}" if torch["cuda"] else "CPU build"
         lines.append(f"  torch:       {torch['version']} ({cuda})")
-        lines.append(f"  Archs:       {torch['archs'] or 'not in fdl’s release table'}")
+        archs = torch["archs"] or (
+            f"unknown ({unknown['torch_archs']})"
+            if "torch_archs" in unknown
+            else "not in fdl’s release table"
+        )
+        lines.append(f"  Archs:       {archs}")
         for name, version in torch["companions"].items():
             lines.append(f"  {name + ':':<12} {version}")
     else:
@@ -64,7 +82,7 @@ def render_text(report: dict[str, Any]) -> list[str | tuple[str, str]]:
         lines.append(f"  Devices:     {len(nv['gpus'])} (via {nv['source']})")
         for g in nv["gpus"]:
             sm = g["sm"] or "sm unknown"
-            vram = f"{g['vram_mib'] // 1024} GB VRAM" if g["vram_mib"] else "VRAM unknown"
+            vram = f"{vram_gb(g['vram_mib'])} VRAM" if g["vram_mib"] else "VRAM unknown"
             lines.append(f"  [{g['index']}] {g['name']} -- {sm}, {vram}")
     else:
         lines.append("  No NVIDIA GPU found")
@@ -91,9 +109,21 @@ def render_text(report: dict[str, Any]) -> list[str | tuple[str, str]]:
     rec, judged = report["recommendation"], report.get("verdict")
     if judged:
         lines += ["", ("Verdict", "bold")]
-        style = {"fine": "green", "works": "yellow", "fix": "red"}[judged["status"]]
+        style = {"fine": "green", "works": "yellow", "fix": "red", "driver": "red"}[
+            judged["status"]
+        ]
         lines.append((f"  {judged['status']}: {judged['summary']}", style))
-    if rec:
+    if not rec and unknown.get("recommendation"):
+        lines += ["", ("Recommendation", "bold"), f"  unknown: {unknown['recommendation']}"]
+    if rec and judged is not None and judged["status"] == "driver":
+        lines += ["", ("Recommendation", "bold")]
+        lines.append(
+            "  Fix the NVIDIA driver first (see the verdict), then run fdl diagnose again:"
+        )
+        lines.append(
+            f"  until it answers, fdl setup would install torch {rec['torch']} + {rec['tag']}"
+        )
+    elif rec:
         needed = judged is None or judged["status"] == "fix"
         title = "Recommendation" if needed else "The build fdl setup would install (optional)"
         lines += ["", (title, "bold")]

@@ -89,6 +89,10 @@ def download_variant(
         "verification": {"checked": False, "source": source, "expected": expected, "sha256": None},
     }
     if dry_run:
+        from fdl.libtorch_home.install import already_installed, refuse_unverified
+
+        if not already_installed(home, f"precompiled/{tag}", release, force):
+            refuse_unverified(url, expected, require_verified)  # as the real run would
         _say("dry run: nothing downloaded")
         return summary
     result = install_prebuilt(
@@ -279,6 +283,10 @@ def download(
 
     if cpu and cuda:
         raise FdlUsageError("--cpu and --cuda are mutually exclusive", "choose one")
+    if mirror is not None:
+        from fdl.variants.table import check_mirror
+
+        mirror = check_mirror(mirror)  # before the hardware is probed or anything fetched
     if cpu:
         tag, platform = "cpu", _platform()
     elif cuda:

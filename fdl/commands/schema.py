@@ -97,7 +97,9 @@ def list_(
         console.out(json.dumps(rows, indent=2))
         return
     if not rows:
-        console.out("no cached schemas (they are written when a command runs or shows help)")
+        console.out(
+            "no cached schemas (a command writes its own when it runs; so does 'fdl schema refresh')"
+        )
         return
     width = max(len(r["name"]) for r in rows) + 2
     for row in rows:

@@ -20,12 +20,11 @@ def _show_plan(machine, plan, python: str) -> None:
             console.info(escape(f"  [{g.index}] {g.name} -- {g.sm or 'sm unknown'}"))
     else:
         console.info("[bold]GPUs[/bold]: none (CPU-only)")
-        if nv.smi_path:  # a driver is installed but listed nothing: do not silently go CPU
-            console.warn(
-                "nvidia-smi is installed but reported no GPU ("
-                + "; ".join(nv.problems)
-                + "); after a driver upgrade, reboot — or force a build with --variant"
-            )
+        from fdl.hardware.nvidia import broken_driver
+
+        problem = broken_driver(nv)  # a driver is installed but listed nothing: not silently CPU
+        if problem:
+            console.warn(escape(f"{problem} — or force a build with --variant"))
     console.info(f"[bold]Plan[/bold]: torch {plan.torch} + {plan.tag} ({plan.status})")
     for reason in plan.reasons:
         console.info(escape(f"  - {reason}"))

@@ -1,10 +1,11 @@
 """Download a (large) file: stream to ``<dest>.part``, resume with ``Range``/``If-Range``, retry
 with backoff, check size and sha256, then rename into place.
 
-* A server that stops sending fails the download after ``stall_timeout`` seconds without a byte
-  (default 60, also ``FDL_STALL_TIMEOUT``), retries included: each attempt waits at most a third
-  of it, and the backoff between attempts counts too. Only bytes past the furthest point received
-  so far reset the clock (a server that resends the same prefix and hangs still runs out).
+* A server that stops sending — or refuses or drops the connection — fails the download after
+  ``stall_timeout`` seconds without a byte (default 60, also ``FDL_STALL_TIMEOUT``), retries
+  included: each attempt waits at most a third of it, and the backoff between attempts counts
+  too. Only bytes past the furthest point received so far reset the clock (a server that resends
+  the same prefix and hangs still runs out).
 
 * A ``.part`` survives Ctrl-C and errors; the next call resumes it. Its validator (ETag or
   Last-Modified) is kept in ``<dest>.part.json`` and sent as ``If-Range``, so a file that changed
@@ -234,7 +235,8 @@ def download(
 
     ``expected_sha256``: checked before the file is renamed into place (a mismatch deletes it).
     ``stall_timeout``: seconds without a byte before giving up, retries included (see
-    :func:`stall_timeout`). ``retries``: how many more attempts after a dropped connection.
+    :func:`stall_timeout`). ``retries``: how many more attempts after a dropped connection, at
+    most (they stop sooner when the stall budget runs out).
 
     For example (not run here: it needs a server)::
 
@@ -286,19 +288,29 @@ def download(
                     raise _stall_error(url, part, clock.silent(), budget) from err
                 continue
             attempt += 1
-            if attempt > retries:
+            # a refused or dropped connection brings no data either: the retries share the
+            # stall budget, so an unreachable server fails within --stall-timeout
+            silent = clock.silent()
+            out_of_time = silent >= budget * 0.99
+            if attempt > retries or out_of_time:
                 have = part.stat().st_size if part.exists() else 0
                 hint = (
                     f"re-run the command to resume ({have} bytes kept in {part})"
                     if have
-                    else "check the network, or use a mirror (FDL_TORCH_MIRROR)"
+                    else "check the network, or use a mirror (--mirror / FDL_TORCH_MIRROR)"
+                )
+                why = (
+                    f" in {silent:.0f} s without data (stall timeout {budget:g} s)"
+                    if out_of_time
+                    else ""
                 )
                 raise DownloadError(
-                    f"download of {url} failed after {retries + 1} attempts: {_short(err)}",
+                    f"download of {url} failed after {attempt} attempt"
+                    f"{'s' if attempt > 1 else ''}{why}: {_short(err)}",
                     hint,
                     ExitCode.UNAVAILABLE,
                 ) from err
-            time.sleep(backoff * 2 ** (attempt - 1))
+            time.sleep(min(backoff * 2 ** (attempt - 1), budget - silent))
         except KeyboardInterrupt:
             from fdl import console
 

@@ -242,6 +242,26 @@ def probe_nvidia() -> NvidiaReport:
     return report
 
 
+def broken_driver(report: NvidiaReport) -> str | None:
+    """Why a driver that is installed lists no GPU, with what to do; ``None`` when nvidia-smi is
+    absent (no NVIDIA driver: a CPU machine) or lists GPUs.
+
+    A driver upgraded without a reboot is the common case: the loaded kernel module and the new
+    user-space library disagree ("Driver/library version mismatch") until the machine restarts.
+    """
+    if report.smi_path is None or report.gpus:
+        return None
+    detail = "; ".join(report.problems) or "it listed none"
+    if "mismatch" in detail.lower():
+        advice = (
+            "the driver was upgraded without a reboot: reboot (or reinstall the driver if that "
+            "does not help)"
+        )
+    else:
+        advice = "after a driver upgrade, reboot; otherwise reinstall the NVIDIA driver"
+    return f"nvidia-smi is installed but reported no GPU ({detail}); {advice}"
+
+
 def driver_from_kernel_module() -> str | None:
     """The loaded kernel module's version (``/sys/module/nvidia/version``, ``/proc``), if any."""
     with contextlib.suppress(OSError):

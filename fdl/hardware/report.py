@@ -39,12 +39,17 @@ def torch_build_archs(machine: Machine):
 
 def build_report(machine: Machine, home, plan) -> dict[str, Any]:
     """The whole report as plain data (see ``diagnose.schema.json``)."""
+    from fdl.errors import FdlError
     from fdl.libtorch_home import read_arch
 
+    try:
+        build = torch_build_archs(machine)
+    except FdlError as err:  # an unreadable release table: diagnose reports it, never fails
+        build = None
+        machine.unknown["torch_archs"] = str(err)
     data: dict[str, Any] = {"schema": SCHEMA_ID}
     data["context"] = {"mode": home.mode, "libtorch_home": str(home.path)}
     data.update(machine_dict(machine))
-    build = torch_build_archs(machine)
     if data["torch"] is not None:
         data["torch"]["archs"] = build.arch_list if build else None
     active = home.active()
@@ -95,14 +100,21 @@ def verdict(machine: Machine, plan, compat: list[dict[str, Any]]) -> dict[str, A
 
     ``status``: ``fine`` (the right kind of build: nothing to do), ``works`` (runs, but another
     build suits the machine better: optional), ``fix`` (a GPU cannot be used, or no torch:
-    ``fdl setup`` fixes it). ``newer``: a newer release of the same build, always optional.
+    ``fdl setup`` fixes it), ``driver`` (an NVIDIA driver is installed but lists no GPU — a
+    version mismatch after an upgrade —: the driver needs fixing first, and no build can be
+    judged until it answers). ``newer``: a newer release of the same build, always optional.
     """
+    from fdl.hardware.nvidia import broken_driver
     from fdl.variants.table import version_key
 
     if plan is None:
         return None
     installed = machine.torch
     gpus = machine.nvidia.gpus
+    problem = broken_driver(machine.nvidia)
+    if problem:
+        now = f"torch {installed.version}" if installed else "torch"
+        return _verdict("driver", f"{problem}; until then {now} sees no GPU", None)
     if installed is None:
         return _verdict("fix", f"torch is not installed: fdl setup installs torch {plan.torch} + "
                         f"{plan.tag}", None)  # fmt: skip

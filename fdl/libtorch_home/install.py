@@ -111,6 +111,26 @@ def expected_hash(
     return (pinned.lower(), SOURCE_TABLE) if pinned else (None, None)
 
 
+def already_installed(home: LibtorchHome, variant: str, release: Release, force: bool) -> bool:
+    """Whether ``install_prebuilt`` would keep the installed variant (same torch, no force)."""
+    return (
+        not force
+        and home.is_installed(variant)
+        and read_arch(home.variant_dir(variant)).get("torch") == release.torch
+    )
+
+
+def refuse_unverified(url: str, expected: str | None, require_verified: bool) -> None:
+    """Refuse, before any download, a file with no known sha256 when one is required (shared by
+    the real run and ``--dry-run``, so both give the same answer)."""
+    if expected is None and require_verified:
+        raise FdlError(
+            f"no sha256 is known for {Path(url).name.replace('%2B', '+')} and unverified "
+            f"downloads are refused (--require-verified or {REQUIRE_VERIFIED_ENV})",
+            "pass --sha256 HEX with a hash from a source you trust; nothing was downloaded",
+        )
+
+
 def _libtorch_layout(url: str):
     def check(root: Path) -> None:
         if not any((root / "lib" / lib).exists() for lib in LIBRARIES):
@@ -162,7 +182,7 @@ def install_prebuilt(
     url = table.libtorch_url(release, build.tag, platform, mirror)
     expected, source = expected_hash(release, build, platform, verify=verify, sha256=sha256)
     existing = read_arch(target)
-    if home.is_installed(variant) and existing.get("torch") == release.torch and not force:
+    if already_installed(home, variant, release, force):
         if activate:
             home.activate(variant)  # --activate holds even when nothing needs installing
         return InstallResult(
@@ -174,12 +194,7 @@ def install_prebuilt(
             activate,
             verification=Verification.from_arch(existing),
         )
-    if expected is None and require_verified:
-        raise FdlError(
-            f"no sha256 is known for {Path(url).name.replace('%2B', '+')} and unverified "
-            f"downloads are refused (--require-verified or {REQUIRE_VERIFIED_ENV})",
-            "pass --sha256 HEX with a hash from a source you trust; nothing was downloaded",
-        )
+    refuse_unverified(url, expected, require_verified)
 
     cache = home.path / ".downloads"
     archive = cache / Path(url).name.replace("%2B", "+")

@@ -2,8 +2,9 @@
 
 Names, in order of preference (the same order for manifests and overlays, unlike the Rust
 original): ``fdl.yml``, ``fdl.yaml``, ``fdl.json``. A directory holding only a committed
-``fdl.yml.example`` (or ``.dist``) counts too: on a terminal fdl offers, once, to copy it to the
-git-ignored ``fdl.yml`` you can edit; elsewhere (CI, pipes) the example is used as is.
+``fdl.yml.example`` (or ``.dist``) counts too: on a terminal fdl offers, once, to copy it to an
+``fdl.yml`` you can edit (a "no" is remembered in ``$FLODL_HOME``); elsewhere (CI, pipes) the
+example is used as is.
 """
 
 from __future__ import annotations
@@ -53,10 +54,15 @@ def find_manifest(start: Path | None = None, *, offer_copy: bool = True) -> Path
     return None
 
 
+DECLINED_FILE = "declined-examples.json"  # under $FLODL_HOME: examples the user chose to keep
+
+
 def _adopt_example(example: Path) -> Path:
     target = example.with_name(example.name.rsplit(".", 1)[0])
     if not (sys.stdin.isatty() and sys.stderr.isatty()) or os.environ.get("CI"):
         return example
+    if str(example) in _declined():
+        return example  # asked once already: the answer was no
     from rich.prompt import Confirm
 
     from fdl import console
@@ -66,6 +72,66 @@ def _adopt_example(example: Path) -> Path:
     )
     if Confirm.ask(question, default=True, console=console.console(stderr=True)):
         shutil.copyfile(example, target)
-        console.info(f"fdl: created {target.name} (edit it to customise; it is git-ignored)")
+        ignored = _git_ignored(target)  # claimed only when git says so
+        note = ""
+        if ignored is True:
+            note = "; it is git-ignored"
+        elif ignored is False:
+            note = "; it is not git-ignored: add it to .gitignore to keep your edits out of commits"
+        console.info(f"fdl: created {target.name} (edit it to customise{note})")
         return target
+    _decline(example)
+    console.info(
+        f"fdl: using {example.name} as is; fdl will not ask again here (copy it to "
+        f"{target.name} yourself to customise)"
+    )
     return example
+
+
+def _git_ignored(path: Path) -> bool | None:
+    """Whether git ignores ``path`` (``None``: not in a git work tree, or no git)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["git", "check-ignore", "-q", "--", path.name],
+            cwd=path.parent,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {0: True, 1: False}.get(done.returncode)  # 128: not a repository
+
+
+def _declined_path() -> Path:
+    home = os.environ.get("FLODL_HOME")
+    return (Path(home).expanduser() if home else Path.home() / ".flodl") / DECLINED_FILE
+
+
+def _declined() -> list[str]:
+    """Examples the user declined to copy. Kept per user, not in the project (whose ``.fdl/``
+    is committed): one person's "no" is not the team's."""
+    import json
+
+    try:
+        data = json.loads(_declined_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [str(p) for p in data] if isinstance(data, list) else []
+
+
+def _decline(example: Path) -> None:
+    import json
+
+    path = _declined_path()
+    known = [p for p in _declined() if Path(p).exists()]  # forget projects that are gone
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(sorted({*known, str(example)}), indent=1), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # not remembered: asked again next time, nothing worse

@@ -2,9 +2,15 @@
 
 ``fdl --help`` inside a project adds the manifest's commands and environments to fdl's own help
 (see ``fdl.app``); ``fdl <cmd> -h`` explains one command: what it runs, where, with what.
+
+Help never runs a program to learn its options: it reads the ``--fdl-schema`` cache, and when
+there is no fresh answer it says how to get one. Running an unknown script just to print help
+could start a training run or hang; ``--refresh-schema`` next to ``-h`` is the explicit way.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from fdl.errors import FdlError
 from fdl.tasks.compose import split_append
@@ -12,6 +18,9 @@ from fdl.tasks.dispatch import ShowHelp, load_child
 from fdl.tasks.layers import list_envs
 from fdl.tasks.manifest import Command, Manifest
 from fdl.tasks.schema import Schema
+
+if TYPE_CHECKING:
+    from fdl.tasks.schema_cache import Target
 
 
 def describe(command: Command, env: str | None = None) -> str:
@@ -69,6 +78,33 @@ def _options(schema: Schema | None) -> list[str]:
     return ["", f"Options (checked before the program runs{strict}):", *lines]
 
 
+def _entry_not_asked(manifest: Manifest, qualified: str, refresh: bool) -> list[str]:
+    from fdl.tasks.dispatch import entry_target
+
+    if manifest.entry is None or refresh:
+        return []
+    return _not_asked(entry_target(manifest), qualified)
+
+
+def _not_asked(target: Target, qualified: str) -> list[str]:
+    """How to list a program's own options when the cache holds no fresh answer (help never
+    asks the program itself: see the module docstring)."""
+    from fdl.tasks import schema_cache
+
+    if not target.probe_allowed:
+        return []
+    record = schema_cache.read(target)
+    if schema_cache.is_fresh(target, record):
+        return []
+    state = "not been asked yet" if record is None else "changed since it was last asked"
+    return [
+        "",
+        f"The program's own options ({schema_cache.PROBE_FLAG}) are not listed: it has {state},",
+        "and help never runs it. Run the command once, or ask it now with",
+        f"'fdl {qualified} --refresh-schema -h' (or 'fdl schema refresh {target.name}').",
+    ]
+
+
 def _defaults(manifest: Manifest, preset: Command | None = None) -> list[str]:
     rows = []
     for section in ("ddp", "training", "output"):
@@ -89,13 +125,15 @@ def _run_help(command: Command, qualified: str, refresh: bool = False) -> str:
     runs = " ".join(filter(None, [command.run.strip() if command.run else "", pre, "[ARGS...]"]))
     if separator or post:
         runs += " -- " + " ".join(filter(None, [post, "[MORE...]"]))
-    from fdl.tasks.dispatch import run_schema
+    from fdl.tasks.dispatch import run_schema, run_target
 
-    schema = run_schema(command, refresh=refresh)
+    schema = run_schema(command, refresh=refresh, probe=refresh)
     lines = [f"fdl {qualified}" + (f" — {command.description}" if command.description else "")]
-    slot = " [OPTIONS]" if schema is not None else ""
+    slot = " [OPTIONS]" if schema is not None or command.probe_schema else ""
     lines += ["", f"Usage: fdl {qualified}{slot} [--no-append] [-- ARGS... [-- MORE...]]"]
     lines += _options(schema)
+    if command.probe_schema and not refresh:
+        lines += _not_asked(run_target(command), qualified)
     lines += ["", "Runs:"]
     where = f"in service '{command.docker}' (docker)" if command.docker else "on this machine"
     lines += [f"  {runs}", f"  {where}, from {command.declared_in}"]
@@ -122,7 +160,11 @@ def _manifest_help(manifest: Manifest, qualified: str, refresh: bool = False) ->
     lines = [title, "", f"Usage: {prog}{slot} [ARGS...]"]
     lines += _table("Presets", presets)
     lines += _table("Commands", others)
-    lines += _options(entry_schema(manifest, refresh=refresh) if qualified else manifest.schema)
+    if qualified:
+        lines += _options(entry_schema(manifest, refresh=refresh, probe=refresh))
+        lines += _entry_not_asked(manifest, qualified, refresh)
+    else:
+        lines += _options(manifest.schema)
     lines += _defaults(manifest)
     if manifest.entry:
         docker = f"  (in service '{manifest.docker}')" if manifest.docker else ""
@@ -147,7 +189,8 @@ def _preset_help(
     if command.options:
         lines += ["", "Preset options:"]
         lines += [f"  {key}: {value}" for key, value in command.options.items()]
-    lines += _options(entry_schema(manifest, refresh=refresh))
+    lines += _options(entry_schema(manifest, refresh=refresh, probe=refresh))
+    lines += _entry_not_asked(manifest, qualified, refresh)
     if manifest.entry:
         import shlex
 

@@ -67,9 +67,12 @@ def _load(file: Path, env: str | None, stamp: tuple[int, int]) -> tuple[Any, str
     """(manifest, None) or (None, the error); cached per file, environment and modification
     times (help asks for it many times)."""
     from fdl.tasks.manifest import load_manifest
+    from fdl.tasks.runner import check_reserved
 
     try:
-        return load_manifest(file, env), None
+        manifest = load_manifest(file, env)
+        check_reserved(manifest)  # running a command would refuse it: so does the listing
+        return manifest, None
     except FdlError as err:
         return None, str(err)
 

@@ -88,6 +88,13 @@ def load_root(selection: Selection, builtins: Collection[str]) -> Manifest:
     """The root manifest with its overlay. A root command may shadow a built-in (``fdl builtin
     NAME`` still runs that one), but not take the reserved name ``builtin``."""
     manifest = load_manifest(selection.file, selection.env)
+    check_reserved(manifest)
+    return manifest
+
+
+def check_reserved(manifest: Manifest) -> None:
+    """A root manifest may not declare a command named ``builtin`` (see :data:`RESERVED`); help
+    and completion check it too, so the manifest is reported where commands are listed."""
     for name in manifest.commands:
         if name in RESERVED:
             raise manifest.merged.error(
@@ -95,7 +102,6 @@ def load_root(selection: Selection, builtins: Collection[str]) -> Manifest:
                 f"'{name}' is reserved: 'fdl builtin NAME' runs fdl's own command NAME",
                 "rename the command",
             )
-    return manifest
 
 
 def run_tokens(tokens: list[str], builtins: Collection[str]) -> int:

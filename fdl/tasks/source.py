@@ -34,12 +34,17 @@ def _limit(variable: str, default: int) -> int:
     import os
 
     raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return default
     try:
-        return max(1, int(raw)) if raw else default
+        value = int(raw)
     except ValueError:
+        value = 0
+    if value < 1:  # never silently a limit of 1, which refuses every manifest
         raise FdlError(
-            f"{variable}={raw!r} is not a whole number", f"unset it or give e.g. {default}"
-        ) from None
+            f"{variable}={raw!r} is not a positive whole number", f"unset it or give e.g. {default}"
+        )
+    return value
 
 
 @dataclass

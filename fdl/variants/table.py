@@ -160,7 +160,11 @@ class VariantTable:
         return dataclasses.replace(self, releases=tuple(releases))
 
     def mirror(self, override: str | None = None) -> str:
-        return (override or os.environ.get(MIRROR_ENV) or self.default_mirror).rstrip("/")
+        if override:
+            return check_mirror(override, "--mirror")
+        if os.environ.get(MIRROR_ENV):
+            return check_mirror(os.environ[MIRROR_ENV], MIRROR_ENV)
+        return self.default_mirror.rstrip("/")
 
     def wheel_index_url(self, tag: str, mirror: str | None = None) -> str:
         return self.wheel_index.format(mirror=self.mirror(mirror), tag=tag)
@@ -190,6 +194,29 @@ class VariantTable:
     ) -> str:
         file = self.libtorch_file(release, tag, platform)
         return self.libtorch_url_form.format(mirror=self.mirror(mirror), tag=tag, file=file)
+
+
+def check_mirror(url: str, source: str = "--mirror") -> str:
+    """A mirror's base URL without its trailing ``/``; a usage error unless it is an http(s) URL
+    with a host (the downloader and pip speak nothing else), so a typo fails before anything
+    is fetched.
+
+    >>> check_mirror("http://mirror.lan:8080/pytorch/")
+    'http://mirror.lan:8080/pytorch'
+    """
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+    except ValueError:  # e.g. a malformed port or IPv6 literal
+        parts, host = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise FdlUsageError(
+            f"{source} {url!r} is not an http(s) URL",
+            "give the base URL of a PyTorch mirror, e.g. https://mirror.example/pytorch",
+        )
+    return url.strip().rstrip("/")
 
 
 def _version_key(version: str) -> tuple[int, ...]:
@@ -258,9 +285,21 @@ def parse_table(data: dict[str, Any], source: str = "") -> VariantTable:
 @functools.cache
 def load_table(path: str | None = None) -> VariantTable:
     """The shipped table, or the one at ``path`` (also ``FDL_TORCH_TABLE``) for a local override."""
+    from_env = path is None and bool(os.environ.get("FDL_TORCH_TABLE"))
     path = path or os.environ.get("FDL_TORCH_TABLE")
     if path:
-        text, source = Path(path).read_text(encoding="utf-8"), str(path)
+        source = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            named = " (FDL_TORCH_TABLE)" if from_env else ""
+            raise FdlError(
+                f"cannot read the torch release table {source}{named}: {why}",
+                "point FDL_TORCH_TABLE at a readable copy of fdl/variants/torch_releases.json, "
+                "or unset it",
+                ExitCode.UNAVAILABLE,
+            ) from err
     else:
         ref = resources.files("fdl.variants") / "torch_releases.json"
         text, source = ref.read_text(encoding="utf-8"), "fdl/variants/torch_releases.json"

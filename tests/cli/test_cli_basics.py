@@ -78,6 +78,21 @@ def test_a_file_given_to_the_checkpoint_group_suggests_its_info_command(run_fdl)
     assert other.returncode == 2 and "run 'fdl config --help'" in other.stderr
 
 
+def test_checkpoint_info_on_a_damaged_file_says_it_once(run_fdl, tmp_path):
+    empty = tmp_path / "empty.fdl"
+    empty.write_bytes(b"")
+    result = run_fdl("checkpoint", "info", str(empty))
+    assert result.returncode == 1
+    assert (
+        result.stderr == f"error: {empty}, offset 0: empty file — this is not a .fdl checkpoint\n"
+    )
+    junk = tmp_path / "junk.fdl"
+    junk.write_bytes(b"JUNK" + bytes(40))  # a message without advice of its own gets the hint
+    result = run_fdl("checkpoint", "info", str(junk))
+    assert result.returncode == 1 and "bad magic" in result.stderr
+    assert result.stderr.endswith(" — the file is damaged or is not a .fdl checkpoint\n")
+
+
 def test_unknown_option_is_a_usage_error(run_fdl):
     result = run_fdl("config", "show", "--bogus")
     assert result.returncode == 2
@@ -101,6 +116,19 @@ def test_every_command_answers_help(run_fdl):
         for child in getattr(sub, "commands", {}):
             result = run_fdl(name, child, "-h")
             assert result.returncode == 0, (name, child, result.stderr)
+
+
+def test_every_command_answers_help_through_fdl_builtin(capsys, tmp_path, monkeypatch):
+    from fdl.main import main
+
+    monkeypatch.chdir(tmp_path)  # outside any project
+    command = __import__("typer").main.get_command(app)
+    names = [name for name in command.commands if name != "builtin"]
+    assert {"diagnose", "check", "libtorch"} <= set(names)
+    for name in names:
+        for flag in ("-h", "--help"):
+            assert main(["builtin", name, flag]) == 0, (name, flag, capsys.readouterr().err)
+            assert f"Usage: fdl {name}" in capsys.readouterr().out, (name, flag)
 
 
 @pytest.mark.parametrize(

@@ -112,6 +112,21 @@ def test_unreachable_server_fails_after_retries(tmp_path):
         download(f"http://127.0.0.1:{port}/x", tmp_path / "x", retries=1, backoff=0, progress=False)
 
 
+def test_an_unreachable_server_is_given_up_on_within_the_stall_timeout(tmp_path):
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nobody listens on: every attempt is refused at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(DownloadError) as err:  # 4 retries with backoff 1 s would take 15 s
+        download(f"http://127.0.0.1:{port}/x", tmp_path / "x", stall_timeout=1.5, progress=False)
+    elapsed = time.monotonic() - started
+    assert 1.4 < elapsed < 4, elapsed
+    assert "without data (stall timeout 1.5 s)" in str(err.value) and err.value.code == 3
+
+
 def test_not_enough_disk_space_is_refused_before_writing(server, tmp_path):
     server.add("/huge.bin", b"x" * 1000, announce_length=1 << 60)  # an exabyte
     with pytest.raises(DownloadError, match="not enough disk space") as err:

@@ -145,6 +145,26 @@ def test_require_verified_refuses_an_unpinned_download(mirror, run_fdl, how):
     assert "sha256_verified=yes" in (home / "precompiled" / "cpu" / ".arch").read_text()
 
 
+def test_a_dry_run_refuses_what_the_real_run_would_refuse(mirror, run_fdl):
+    server, env, work, home = mirror
+    real = run_fdl("libtorch", "download", "--cpu", "--require-verified", env=env, cwd=work)
+    dry = run_fdl(
+        "libtorch", "download", "--cpu", "--require-verified", "--dry-run", env=env, cwd=work
+    )
+    assert real.returncode == dry.returncode == 1, dry.stderr
+    refusal = real.stderr[real.stderr.index("error: ") :]
+    assert "no sha256 is known" in refusal and refusal in dry.stderr
+    assert "dry run: nothing downloaded" not in dry.stderr
+    digest = sha256(server.state.files[CPU_PATH].body)
+    ok = run_fdl(
+        "libtorch", "download", "--cpu", "--require-verified", "--sha256", digest, "--dry-run",
+        env=env, cwd=work,
+    )  # fmt: skip
+    assert ok.returncode == 0 and "dry run: nothing downloaded" in ok.stderr, ok.stderr
+    assert server.gets(CPU_PATH) == []
+    assert_nothing_left(home)
+
+
 def test_contradictory_or_malformed_hash_options_are_usage_errors(mirror, run_fdl):
     server, env, work, _home = mirror
     cases = [

@@ -81,7 +81,7 @@ def test_text_report_sections(run_fdl, tmp_path):
     for section in ("System", "Python", "CUDA", "libtorch", "Compatibility", "Recommendation"):
         assert f"\n{section}\n" in f"\n{out}"
     assert "Driver:      580.95.05 (supports CUDA ≤ 13.0)" in out
-    assert "[1] NVIDIA GeForce RTX 5060 Ti -- sm_120, 15 GB VRAM" in out
+    assert "[1] NVIDIA GeForce RTX 5060 Ti -- sm_120, 16 GB VRAM" in out  # 16311 MiB
     assert "CUDA_VISIBLE_DEVICES=1" in out
     assert "\x1b[" not in out  # not a terminal: no escapes
 
@@ -122,3 +122,47 @@ def test_every_fixture_machine_produces_valid_json(tmp_path, monkeypatch):
         m = detect(docker=False)
         report = build_report(m, find_home(tmp_path / "lt"), resolve(m.target()))
         jsonschema.validate(json.loads(json.dumps(report)), SCHEMA)
+
+
+@pytest.mark.parametrize("table", ["missing", "malformed"])
+def test_an_unreadable_release_table_is_reported_and_diagnose_still_exits_0(
+    run_fdl, tmp_path, table
+):
+    path = tmp_path / "table.json"
+    if table == "malformed":
+        path.write_text('{"releases": []}')
+    text = diagnose(run_fdl, tmp_path, "gtx1060", FDL_TORCH_TABLE=str(path))
+    assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+    problem = "cannot read the torch release table" if table == "missing" else "is malformed"
+    assert "\nRecommendation\n  unknown: " in text.stdout and problem in text.stdout
+    assert "[0] NVIDIA GeForce GTX 1060 6GB -- sm_61" in text.stdout  # the facts are still there
+    as_json = diagnose(run_fdl, tmp_path, "gtx1060", "--json", FDL_TORCH_TABLE=str(path))
+    assert as_json.returncode == 0, as_json.stderr
+    report = json.loads(as_json.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert report["recommendation"] is None and problem in report["unknown"]["recommendation"]
+    assert problem in report["unknown"]["torch_archs"]
+
+
+THREE_CARDS = """\
+#!/bin/sh
+case "$*" in
+  *--query-gpu*)
+    echo "0, NVIDIA GeForce RTX 4090, 8.9, 24564, 570.133.20"
+    echo "1, NVIDIA GeForce GTX 1080 Ti, 6.1, 11178, 570.133.20"
+    echo "2, NVIDIA GeForce RTX 5090, 12.0, 32607, 570.133.20" ;;
+  *) echo "| NVIDIA-SMI 570.133.20   Driver Version: 570.133.20   CUDA Version: 12.8 |" ;;
+esac
+"""
+
+
+def test_vram_is_shown_as_the_size_the_card_is_sold_as(run_fdl, tmp_path):
+    # nvidia-smi reports the usable memory, a little under the card's size
+    bin_dir = make_bin(tmp_path, None)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(THREE_CARDS)
+    smi.chmod(0o755)
+    out = diagnose(run_fdl, tmp_path, None, FDL_NVML="0").stdout
+    assert "[0] NVIDIA GeForce RTX 4090 -- sm_89, 24 GB VRAM" in out, out
+    assert "[1] NVIDIA GeForce GTX 1080 Ti -- sm_61, 11 GB VRAM" in out
+    assert "[2] NVIDIA GeForce RTX 5090 -- sm_120, 32 GB VRAM" in out

@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import jsonschema
+import pytest
+
 from fdl.hardware import detect
 from fdl.hardware.python_env import TorchInstall
 from fdl.hardware.report import verdict
 from fdl.variants import load_table, resolve
 from fdl.variants.table import version_key
-from tests.hardware.test_diagnose_cli import INSTALLED, diagnose
+from tests.hardware.test_diagnose_cli import INSTALLED, SCHEMA, diagnose
 
 
 def test_cpu_build_without_a_gpu_is_fine_and_a_newer_release_is_optional(run_fdl, tmp_path):
@@ -39,6 +42,26 @@ def test_a_cpu_build_on_a_gpu_machine_needs_fixing(run_fdl, tmp_path):
         "summary": report["verdict"]["summary"],
         "newer": None,
     }
+
+
+@pytest.mark.parametrize(
+    ("machine", "advice"),
+    [
+        ("driver_library_mismatch", "the driver was upgraded without a reboot: reboot"),
+        ("driver_not_loaded", "reinstall the NVIDIA driver"),
+    ],
+)
+def test_an_installed_driver_that_lists_no_gpu_is_not_fine(run_fdl, tmp_path, machine, advice):
+    result = diagnose(run_fdl, tmp_path, machine)
+    assert result.returncode == 0, result.stderr
+    verdict_line = result.stdout.split("\nVerdict\n", 1)[1].splitlines()[0]
+    assert verdict_line.startswith("  driver: nvidia-smi is installed but reported no GPU (")
+    assert advice in verdict_line and f"until then torch {INSTALLED} sees no GPU" in verdict_line
+    assert "fine:" not in result.stdout and "Nothing to do" not in result.stdout
+    assert "Fix the NVIDIA driver first" in result.stdout
+    report = json.loads(diagnose(run_fdl, tmp_path, machine, "--json").stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert report["verdict"]["status"] == "driver" and advice in report["verdict"]["summary"]
 
 
 def cpu_machine(torch: TorchInstall | None):

@@ -155,6 +155,20 @@ def test_usage_errors(mirror, run_fdl):
     assert unknown.returncode == 2 and "cu99" in unknown.stderr
 
 
+@pytest.mark.parametrize("how", ["flag", "env"])
+@pytest.mark.parametrize("url", ["notaurl", "ftp://mirror.lan/pytorch", "http://"])
+def test_a_mirror_that_is_not_an_http_url_is_a_usage_error(mirror, run_fdl, how, url):
+    server, env, work, home = mirror
+    args = ["--mirror", url] if how == "flag" else []
+    if how == "env":
+        env = {**env, "FDL_TORCH_MIRROR": url}
+    result = run_fdl("libtorch", "download", "--cpu", *args, env=env, cwd=work)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    source = "--mirror" if how == "flag" else "FDL_TORCH_MIRROR"
+    assert f"error: {source} '{url}' is not an http(s) URL — " in result.stderr
+    assert server.state.log == [] and not home.exists()
+
+
 def test_dry_run_names_the_cxx11_abi_file_and_downloads_nothing(mirror, run_fdl):
     server, env, work, home = mirror
     result = run_fdl(

@@ -71,6 +71,20 @@ def test_oversized_manifest_is_refused_before_parsing(tmp_path: Path, monkeypatc
     assert read_source(path).data == {"commands": {}}
 
 
+@pytest.mark.parametrize("variable", ["FDL_MANIFEST_MAX_BYTES", "FDL_MANIFEST_MAX_NODES"])
+@pytest.mark.parametrize("value", ["-1", "0", "1.5", "lots"])
+def test_a_limit_that_is_not_a_positive_whole_number_is_an_error(
+    tmp_path: Path, monkeypatch, variable, value
+):
+    path = tmp_path / "fdl.yml"
+    path.write_text("commands: {}\n")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(FdlError, match=f"{variable}='{value}' is not a positive whole number"):
+        read_source(path)
+    monkeypatch.setenv(variable, "1000")
+    assert read_source(path).data == {"commands": {}}
+
+
 def test_help_survives_a_bomb_and_names_the_problem(run_fdl, tmp_path: Path):
     (tmp_path / "fdl.yml").write_text(alias_bomb())
     result = run_fdl("--help", cwd=tmp_path, timeout=30)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shutil
 import subprocess
 import sys
 
@@ -205,6 +206,16 @@ def test_builtin_is_a_reserved_command_name(run_fdl, project):
     assert run_fdl("builtin", "config", "--help", cwd=root).returncode == 0  # still fdl's
 
 
+def test_a_reserved_command_name_is_reported_where_commands_are_listed(run_fdl, project):
+    root = project({"fdl.yml": "commands:\n  builtin: {run: echo mine}\n  ok: {run: echo ok}\n"})
+    listed = run_fdl("--help", cwd=root)
+    assert listed.returncode == 0
+    assert listed.stderr.count("warning: project commands unavailable: ") == 1, listed.stderr
+    assert "commands.builtin: 'builtin' is reserved" in listed.stderr
+    assert "Project commands" not in listed.stdout  # none listed that would not run
+    assert complete(root, "fdl o") == []
+
+
 def test_outside_a_project_unknown_commands_stay_unknown(run_fdl, tmp_path):
     result = run_fdl("train", cwd=tmp_path)
     assert result.returncode == 2
@@ -221,17 +232,30 @@ def test_example_is_used_as_is_when_not_on_a_terminal(run_fdl, project):
     assert not (root / "fdl.yml").exists()
 
 
-def run_on_a_terminal(args: list[str], cwd, answer: bytes) -> tuple[int, str]:
-    """Run fdl with stdin/stdout/stderr on a pseudo-terminal, typing ``answer``."""
+def run_on_a_terminal(
+    args: list[str], cwd, answer: bytes, timeout: float = 60, **env: str
+) -> tuple[int, str]:
+    """Run fdl with stdin/stdout/stderr on a pseudo-terminal, typing ``answer``; a child still
+    running after ``timeout`` seconds (waiting for an answer nobody types) is killed."""
+    import select
+    import time
+
     leader, follower = pty.openpty()
     child = subprocess.Popen(
-        [sys.executable, "-m", "fdl", *args], cwd=cwd, env=clean_env(), stdin=follower,
+        [sys.executable, "-m", "fdl", *args], cwd=cwd, env=clean_env(**env), stdin=follower,
         stdout=follower, stderr=follower, close_fds=True,
     )  # fmt: skip
     os.close(follower)
     os.write(leader, answer)
     output = b""
+    deadline = time.monotonic() + timeout
     while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            child.kill()
+            break
+        if not select.select([leader], [], [], left)[0]:
+            continue
         try:
             chunk = os.read(leader, 4096)
         except OSError:
@@ -251,6 +275,34 @@ def test_example_copy_is_offered_on_a_terminal(project, answer, copied):
     assert "Copy it to create your local config?" in output
     assert "from-example" in output
     assert (root / "fdl.yml").exists() == copied
+
+
+def test_a_declined_example_is_not_offered_again(project, tmp_path):
+    root = project({"fdl.yml.example": "commands:\n  hi: {run: echo from-example}\n"})
+    home = {"FLODL_HOME": str(tmp_path / "home")}
+    code, output = run_on_a_terminal(["hi"], root, b"n\n", **home)
+    assert code == 0 and "Copy it to create your local config?" in output, output
+    assert "will not ask again" in output
+    code, output = run_on_a_terminal(["hi"], root, b"", timeout=30, **home)  # nobody answers
+    assert code == 0, output
+    assert "Copy it" not in output and "from-example" in output
+    assert not (root / "fdl.yml").exists()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_copy_is_called_git_ignored_only_when_git_says_so(project, tmp_path):
+    root = project({"fdl.yml.example": "commands:\n  hi: {run: echo from-example}\n"})
+    home = {"FLODL_HOME": str(tmp_path / "home")}
+    subprocess.run(["git", "init", "-q", str(root)], check=True, timeout=30)
+    code, output = run_on_a_terminal(["hi"], root, b"y\n", **home)
+    assert code == 0 and (root / "fdl.yml").exists(), output
+    flat = " ".join(output.split())
+    assert "it is not git-ignored: add it to .gitignore" in flat
+    assert "; it is git-ignored" not in flat
+    (root / "fdl.yml").unlink()
+    (root / ".gitignore").write_text("fdl.yml\n")
+    code, output = run_on_a_terminal(["hi"], root, b"y\n", **home)
+    assert code == 0 and "(edit it to customise; it is git-ignored)" in " ".join(output.split())
 
 
 def test_config_show_tags_every_value_with_its_file_and_line(run_fdl, proj):

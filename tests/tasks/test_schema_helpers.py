@@ -115,7 +115,8 @@ def test_a_probed_argparse_script_drives_help_and_validation(tmp_path):
     (tmp_path / "fdl.yml").write_text(
         f"python: {sys.executable}\ncommands:\n  train:\n    run: python train.py\n    schema: probe\n"
     )
-    help_text = run(tmp_path, "train", "--help").stdout
+    assert "--epochs" not in run(tmp_path, "train", "--help").stdout  # help never runs it
+    help_text = run(tmp_path, "train", "--refresh-schema", "--help").stdout
     for line in (
         "--epochs <INT>",
         "--resume",
@@ -177,7 +178,7 @@ def test_scaffold_train_help_lists_typed_options(run_fdl, tmp_path):
     root = tmp_path / "demo"
     manifest = (root / "fdl.yml.example").read_text()
     (root / "fdl.yml").write_text(f"python: {sys.executable}\n" + manifest)
-    help_text = run_fdl("train", "--help", cwd=root, timeout=300).stdout
+    help_text = run_fdl("train", "--refresh-schema", "--help", cwd=root, timeout=300).stdout
     for line in ("--epochs <INT>", "--resume", "--dashboard <INT>", "--lr <FLOAT>"):
         assert line in help_text, help_text
     bad = run_fdl("train", "--epochs", "many", cwd=root)

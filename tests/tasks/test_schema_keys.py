@@ -314,4 +314,40 @@ def test_cargo_entries_are_probed_only_with_compile(tmp_path):
     assert not (tmp_path / "cargo.log").exists()
     (root / "tool" / "fdl.yml").write_text("entry: cargo run --\ncompile: true\n")
     assert fdl(root, "tool", "-h", PATH=path).returncode == 0
+    assert not (tmp_path / "cargo.log").exists()  # help alone never runs the program
+    assert fdl(root, "tool", "--refresh-schema", "-h", PATH=path).returncode == 0
     assert (tmp_path / "cargo.log").read_text() == "run -- --fdl-schema\n"
+
+
+SLOW_JOB = """\
+import sys, time
+with open("ran.log", "a") as out:
+    out.write(repr(sys.argv) + "\\n")
+time.sleep(60)
+"""
+
+
+def test_help_never_runs_the_program_and_says_how_to_list_its_options(tmp_path):
+    root = tmp_path / "h"
+    (root / "tool").mkdir(parents=True)
+    (root / "job.py").write_text(SLOW_JOB)
+    (root / "tool" / "main.py").write_text(SLOW_JOB)
+    (root / "fdl.yml").write_text(
+        "commands:\n  job: {run: python3 job.py, schema: probe}\n  tool:\n"
+    )
+    (root / "tool" / "fdl.yml").write_text(
+        "entry: python3 main.py\ncommands:\n  quick: {options: {a: 1}}\n"
+    )
+    started = time.monotonic()
+    for words, name in ((["job"], "job"), (["tool"], "tool"), (["tool", "quick"], "tool")):
+        shown = subprocess.run(
+            [sys.executable, "-m", "fdl", *words, "-h"], cwd=root, env=clean_env(),
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        text = " ".join(shown.stdout.split())
+        assert "it has not been asked yet, and help never runs it" in text, shown.stdout
+        assert f"'fdl {' '.join(words)} --refresh-schema -h'" in text
+        assert f"'fdl schema refresh {name}'" in text
+    assert time.monotonic() - started < 30
+    assert not (root / "ran.log").exists() and not (root / "tool" / "ran.log").exists()

@@ -54,6 +54,14 @@ def test_bad_options(run_fdl, tmp_path):
     assert not_python.returncode == 2 and "is not a working Python interpreter" in not_python.stderr
 
 
+def test_an_unreadable_release_table_is_one_error_line(run_fdl, tmp_path):
+    env = fdl_env(tmp_path, FDL_TORCH_TABLE=str(tmp_path / "nope.json"))
+    result = run_fdl("setup", "--dry-run", env=env, cwd=tmp_path)
+    assert result.returncode == 3 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("error: cannot read the torch release table")
+    assert "nope.json (FDL_TORCH_TABLE): No such file or directory — " in result.stderr
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
     """A throwaway venv with pip (no torch): the environment fdl setup installs into."""

@@ -168,6 +168,20 @@ def test_a_malformed_table_fails_loudly(tmp_path, monkeypatch):
         parse_table({})
 
 
+def test_a_missing_table_is_an_error_not_a_traceback(tmp_path, monkeypatch):
+    from fdl.errors import ExitCode, FdlError
+
+    monkeypatch.setenv("FDL_TORCH_TABLE", str(tmp_path / "nope.json"))
+    load_table.cache_clear()
+    try:
+        with pytest.raises(FdlError, match=r"cannot read the torch release table") as err:
+            load_table()
+    finally:
+        load_table.cache_clear()
+    assert "nope.json (FDL_TORCH_TABLE): No such file or directory" in err.value.what
+    assert err.value.code == ExitCode.UNAVAILABLE and "unset it" in (err.value.hint or "")
+
+
 def test_aarch64_only_considers_builds_published_for_it():
     gh200 = (GpuTarget(0, "NVIDIA GH200 480GB", (9, 0)),)
     new_driver = Target(platform="linux-aarch64", driver="580.82.07", gpus=gh200)
