@@ -20,6 +20,9 @@ parentheses is a second base)::
           ├── PortError                       fdl.port.errors: ``fdl port`` cannot go on
           └── UnsupportedError                fdl.port.errors: a construct the translation
                                               cannot write (the model stays one step)
+    KeyboardInterrupt
+     └── SmokeStopped                         fdl.porting.smoke: a signal stopped ``fdl check``
+                                              and its smoke run (an interrupt, not an error)
 
 Renamed classes (``ChecksumMismatch``, ``Unsupported``) keep no alias: fdl's interface is its
 command line, and its modules are internal (docs/development.md, "Public and internal names").

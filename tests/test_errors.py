@@ -21,8 +21,9 @@ import fdl.errors
 import flodl
 import flodl.errors
 
-# Not errors: ``SmokeBudgetReached`` is how the smoke budget ends a script (a ``SystemExit``).
-NOT_ERRORS = {"flodl.smoke.SmokeBudgetReached"}
+# Not errors: ``SmokeBudgetReached`` is how the smoke budget ends a script (a ``SystemExit``);
+# ``SmokeStopped`` is the interrupt that stopped ``fdl check`` (a ``KeyboardInterrupt``).
+NOT_ERRORS = {"flodl.smoke.SmokeBudgetReached", "fdl.porting.smoke.SmokeStopped"}
 
 # (module that defined the old name, old name, errors module, new name)
 RENAMED = [

@@ -25,7 +25,7 @@ def add(
     root = features.find_project(path)
     changes = features.add(root, feature)
     console.info(escape(f"fdl add {feature} in {root}:"))
-    features.report(feature, changes, lambda line: console.info(escape(line)))
+    features.report(feature, changes, lambda line: console.info(escape(line)), root)
 
 
 def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:

@@ -53,20 +53,28 @@ def check(
     from fdl import console
     from fdl.apiref import load_reference
     from fdl.porting.check import check_script, render_report
+    from fdl.porting.smoke import SmokeStopped
 
     if script.is_dir():
         raise FdlUsageError(f"{script}: is a directory", "pass the path of a Python script")
     if not script.is_file():
         raise FdlUsageError(f"{script}: no such file", "pass the path of a Python script")
     ref = load_reference(path)
-    report = check_script(
-        script,
-        ref,
-        run=not no_run,
-        timeout=timeout,
-        args=list(script_args or []),
-        allow_unverified=allow_unverified,
-    )
+    try:
+        report = check_script(
+            script,
+            ref,
+            run=not no_run,
+            timeout=timeout,
+            args=list(script_args or []),
+            allow_unverified=allow_unverified,
+        )
+    except SmokeStopped as stopped:
+        import signal
+
+        name = signal.Signals(stopped.signum).name
+        console.error(f"interrupted by {name}: the smoke run was stopped too")
+        raise typer.Exit(128 + stopped.signum) from None
     if json_out:
         import json
 

@@ -19,7 +19,8 @@ def init(
     name: Annotated[
         str | None,
         typer.Argument(
-            help="Project directory and name (letters, digits, '-', '_'; at most 64); '.' "
+            help="Project directory and name (letters, digits, '-', '_'; starts with a letter, "
+            "ends with a letter or digit; at most 64); '.' "
             "scaffolds into the current directory (empty, or only .git) named after it.",
             show_default=False,
         ),
@@ -82,7 +83,8 @@ def _add_feature(root: Path, feature: str) -> None:
     from fdl import console
     from fdl.scaffold import features
 
-    features.report(feature, features.add(root, feature), lambda line: console.info(escape(line)))
+    changes = features.add(root, feature)
+    features.report(feature, changes, lambda line: console.info(escape(line)), root)
 
 
 def _ask_mode() -> str:

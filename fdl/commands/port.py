@@ -44,6 +44,10 @@ def port(
         bool,
         typer.Option("--force", help="Write even when parity is not exact."),
     ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option("--overwrite", help="Replace OUT.py when it exists (refused otherwise)."),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON report on stdout.")] = False,
 ) -> None:
     from fdl import console
@@ -57,7 +61,7 @@ def port(
     out = output or default_output(script)
     if out.resolve() == script.resolve():
         raise FdlUsageError("the output would overwrite the script", "pass another -o OUT.py")
-    report = run_port(script, model, init, list(example_input), out, force)
+    report = run_port(script, model, init, list(example_input), out, force, overwrite)
     if json_out:
         import json
 

@@ -16,6 +16,7 @@ import builtins
 import inspect
 import shutil
 import subprocess
+import sys
 import textwrap
 import types
 from collections.abc import Sequence
@@ -99,20 +100,45 @@ def _signature_call(sig: inspect.Signature) -> str:
 def original_source(cls: type, script_module: Any, reason: str = "") -> Source:
     """``build`` that constructs the original class (imported from the script)."""
     script = script_module.__name__
-    sig = inspect.signature(cls)
-    params = _params_text(cls) or str(sig)[1:-1]
+    params, imports, call = _constructor(cls)
     return Source(
         params=params,
-        body=[f"return from_torch({cls.__name__}({_signature_call(sig)}))"],
-        imports=[f"from {script} import {cls.__name__}"],
+        body=[f"return from_torch({cls.__name__}({call}))"],
+        imports=[f"from {script} import {cls.__name__}", *imports],
         holder="",
         constructs_original=True,
         note=reason,
     )
 
 
-def _params_text(cls: type) -> str | None:
-    init = _init_def(cls)
+def _init_owner(cls: type) -> type:
+    """The class whose ``__init__`` runs when ``cls`` is constructed: ``cls`` or a base."""
+    return next(k for k in cls.__mro__ if "__init__" in vars(k))
+
+
+def _constructor(cls: type) -> tuple[str, list[str], str]:
+    """``build``'s parameters, the imports they need, and the call handing them to ``cls``."""
+    from torch import nn
+
+    owner = _init_owner(cls)
+    if owner is nn.Module or owner is object:
+        return "", [], ""  # nn.Module's (*args, **kwargs) refuses any argument: take none
+    written = _params_source(owner)
+    if written is None:  # no usable source: pass what the caller gives through, unchanged
+        return "*args, **kwargs", [], "*args, **kwargs"
+    params, imports = written
+    return params, imports, _signature_call(inspect.signature(cls))
+
+
+def _params_source(owner: type) -> tuple[str, list[str]] | None:
+    """``owner.__init__``'s parameters as written (without ``self``), and the imports their
+    annotations and defaults need in the generated file.
+
+    When an annotation names what its module does not hold at run time (a ``TYPE_CHECKING``
+    import), the annotations are dropped; None when the source is unavailable or a default
+    needs such a name.
+    """
+    init = _init_def(owner)
     if init is None:
         return None
     args = init.args
@@ -120,7 +146,27 @@ def _params_text(cls: type) -> str | None:
         args.posonlyargs = args.posonlyargs[1:]
     else:
         args.args = args.args[1:]
-    return ast.unparse(args)
+    namespace = getattr(vars(owner)["__init__"], "__globals__", {})
+    module = getattr(owner, "__module__", None) or ""
+    imports = _imports_of(args, namespace, module)
+    if imports is None:
+        for node in ast.walk(args):
+            if isinstance(node, ast.arg):
+                node.annotation = None
+        imports = _imports_of(args, namespace, module)
+    return None if imports is None else (ast.unparse(args), imports)
+
+
+def _imports_of(node: ast.AST, namespace: dict[str, Any], module: str) -> list[str] | None:
+    """Imports binding the names ``node`` reads; None when one is neither in ``namespace`` nor
+    a builtin."""
+    imports = []
+    for name in sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name)}):
+        if name in namespace:
+            imports.append(_import_for(name, namespace[name], module))
+        elif not hasattr(builtins, name):
+            return None
+    return imports
 
 
 def _init_def(cls: type) -> ast.FunctionDef | None:
@@ -143,7 +189,12 @@ def init_source(cls: type, script_module: Any) -> Source:
     init = _init_def(cls)
     if init is None:
         return original_source(cls, script_module, f"{cls.__name__} has no __init__ of its own")
-    params = _params_text(cls) or ""
+    written = _params_source(cls)
+    if written is None:
+        return original_source(
+            cls, script_module, "its parameters' defaults read names defined elsewhere"
+        )
+    params, param_imports = written
     body = [s for s in init.body if not _is_super_init(s)]
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
@@ -179,7 +230,7 @@ def init_source(cls: type, script_module: Any) -> Source:
         and n.id not in arg_names | assigned | {holder}
         and not hasattr(builtins, n.id)
     )
-    imports = []
+    imports = list(param_imports)
     for name in dict.fromkeys(free):
         if name in ("nn", "fl"):
             continue
@@ -266,7 +317,7 @@ def _imports_block(imports: set[str]) -> str:
     def rank(line: str) -> tuple[int, int, str]:
         module = line.split()[1]
         top = module.split(".")[0]
-        group = {"math": 0, "operator": 0, "torch": 1, "flodl": 2}.get(top, 3)
+        group = {"torch": 1, "flodl": 2}.get(top, 0 if top in sys.stdlib_module_names else 3)
         return (group, 0 if line.startswith("import ") else 1, line)
 
     groups: dict[int, list[str]] = {}

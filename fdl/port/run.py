@@ -91,14 +91,18 @@ def port(
     exprs: list[str],
     output: Path | None = None,
     force: bool = False,
+    overwrite: bool = False,
 ) -> Report:
-    """Port ``model`` from ``script``; writes the file only when parity is exact (or ``force``)."""
+    """Port ``model`` from ``script``; writes the file only when parity is exact (or ``force``),
+    and replaces an existing file only with ``overwrite``."""
     import torch
 
     from fdl.port import parity as parity_mod
     from fdl.port import render, trace, translate
 
     output = output or default_output(script)
+    if not overwrite and (output.exists() or output.is_symlink()):
+        raise _exists(output)  # before the work: a port could not change the answer
     report = Report(script, model, output)
     args, kwargs = parse_init(init)
     examples = example_inputs(exprs)
@@ -230,11 +234,23 @@ def port(
         report.refused = "parity is not exact: nothing written (use --force to write anyway)"
         return report
     try:
-        output.write_text(text)
+        # "x": a file that appeared while the port ran is refused too, never replaced
+        with open(output, "w" if overwrite else "x", encoding="utf-8") as handle:
+            handle.write(text)
+    except FileExistsError:
+        raise _exists(output) from None
     except OSError as exc:
         raise PortError(f"cannot write {output}: {exc.strerror or exc}") from None
     report.written = True
     return report
+
+
+def _exists(output: Path) -> PortError:
+    """A port never silently replaces a file: it may hold the user's edits of an earlier one."""
+    return PortError(
+        f"{output} already exists",
+        "pass --overwrite to replace it (edits made to it are lost), or -o another file",
+    )
 
 
 def _opaque_inputs(model: Any) -> list[tuple[str, Any]]:

@@ -12,6 +12,12 @@ process it starts), so a correct script on a loaded machine does not fail for wa
 core; wall time is only a generous backstop (``wall_timeout``, default 4x the limit plus 30 s)
 for a script that hangs without computing. On a limit the whole process group is killed.
 
+Stopping ``fdl check`` stops the smoke run too: SIGINT (Ctrl-C), SIGTERM, SIGHUP and SIGQUIT
+sent to fdl are passed on to the script's process group, which gets the task runner's grace
+period to exit before it is killed (``fdl.tasks.child``); then :class:`SmokeStopped` tells the
+command to end with 128 + the signal's number, as shells report it. Nothing the run started is
+left running when ``run_smoke`` returns or raises.
+
 The script runs as ``python SCRIPT ARGS`` would, from its own directory on ``sys.path``; in a
 src layout (the nearest ``pyproject.toml`` has a ``src/`` beside it) ``src/`` is on the path
 too, so ``src/<pkg>/train.py`` can import its own package without being installed.
@@ -34,6 +40,17 @@ SMOKE_ENV = "FLODL_SMOKE"
 LOOP_CAP = 2  # iterations of each training-shaped loop (flodl.smoke.SMOKE_EPOCHS)
 TAIL_LINES = 20
 POLL_S = 0.2
+
+
+class SmokeStopped(KeyboardInterrupt):
+    """fdl got ``signum`` during the smoke run, which was stopped with it.
+
+    A KeyboardInterrupt, so a caller that does not look for it still ends as interrupted.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 @dataclass
@@ -68,7 +85,10 @@ def run_smoke(
     """Run ``script`` with ``FLODL_SMOKE=1`` in its own process group; never raises on failure.
 
     ``timeout`` is CPU seconds of the process tree; ``wall_timeout`` the wall-clock backstop.
+    Raises :class:`SmokeStopped` when fdl was signalled meanwhile (the run is stopped too).
     """
+    from fdl.tasks.child import forwarding_signals
+
     script = script.resolve()
     wall = wall_timeout if wall_timeout is not None else default_wall_timeout(timeout)
     with tempfile.TemporaryDirectory(prefix="fdl-check-") as tmp:
@@ -91,9 +111,12 @@ def run_smoke(
                 env=env,
                 start_new_session=True,  # one group: DDP workers it spawns die with it
             )
-            limit, cpu = _wait(proc, timeout, wall)
+            with forwarding_signals(proc) as forwarded:
+                limit, cpu = _wait(proc, timeout, wall)
             seconds = time.perf_counter() - start
             sink.flush()
+        if forwarded.signum is not None:
+            raise SmokeStopped(forwarded.signum)
         output = out_path.read_text(encoding="utf-8", errors="replace")
         document = _read(report) or {}
     ran = [int(n) for n in document.get("lines", []) if isinstance(n, int)]

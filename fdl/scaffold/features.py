@@ -23,7 +23,7 @@ class Feature:
     summary: str
     extra: str  # the flodl extra it needs ("" for none)
     files: dict[str, str]  # project path -> path under scaffold_templates/features/<name>/
-    next_steps: tuple[str, ...] = ()
+    next_steps: tuple[str, ...] = ()  # "{install}": the project's install command
 
 
 FEATURES: dict[str, Feature] = {
@@ -34,8 +34,7 @@ FEATURES: dict[str, Feature] = {
         extra="hf",
         files={"examples/hf_classify.py": "hf_classify.py"},
         next_steps=(
-            "pip install -e .            # installs flodl[hf] (safetensors, huggingface_hub, "
-            "tokenizers)",
+            "{install}  # installs flodl[hf] (safetensors, huggingface_hub, tokenizers)",
             'python examples/hf_classify.py MODEL_DIR_OR_HUB_ID "a text to classify"',
         ),
     ),
@@ -153,7 +152,16 @@ def add(root: Path, name: str) -> list[Change]:
 Reporter = Callable[[str], None]
 
 
-def report(name: str, changes: list[Change], say: Reporter) -> None:
+def install_command(root: Path) -> str:
+    """The project's editable install, as its README gives it: with ``constraints.txt`` (the
+    torch build for the machine, a bundled flodl) when it has one, which a bare
+    ``pip install -e .`` would ignore."""
+    if (root / "constraints.txt").is_file():
+        return "pip install -c constraints.txt -e ."
+    return "pip install -e ."
+
+
+def report(name: str, changes: list[Change], say: Reporter, root: Path) -> None:
     spec = feature(name)
     if all(c.status in ("unchanged", "kept") for c in changes):
         say(f"'{name}' is already in this project: nothing to do")
@@ -162,4 +170,6 @@ def report(name: str, changes: list[Change], say: Reporter) -> None:
         if c.status != "unchanged":
             say(f"  {c.status:<8} {c.path}{note}")
     if any(c.status in ("updated", "created") for c in changes) and spec.next_steps:
-        say("Next:\n" + "\n".join(f"  {step}" for step in spec.next_steps))
+        install = install_command(root)
+        steps = [step.format(install=install) for step in spec.next_steps]
+        say("Next:\n" + "\n".join(f"  {step}" for step in steps))

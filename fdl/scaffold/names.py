@@ -56,6 +56,12 @@ def validate(name: str) -> str:
             f"project name '{name}' must start with a letter",
             "its Python package name is derived from it (e.g. model-2, not 2-model)",
         )
+    if not name[-1].isalnum():
+        raise FdlUsageError(
+            f"project name '{name}' must end with a letter or digit",
+            f"it is also the distribution name, which must begin and end with one (PEP 508), "
+            f"or the project cannot be installed: e.g. {name.rstrip('-_') or 'my-model'}",
+        )
     if keyword.iskeyword(package) or package in _SHADOWING or package in sys.stdlib_module_names:
         raise FdlUsageError(
             f"project name '{name}' gives the package name '{package}', which would shadow "

@@ -106,8 +106,30 @@ def wait(child: subprocess.Popen[Any]) -> int:
     return _code(code)
 
 
+@contextlib.contextmanager
+def forwarding_signals(child: subprocess.Popen[Any]) -> Iterator[_Forwarded]:
+    """For a caller that waits for ``child`` its own way (``fdl check`` polls its smoke run for
+    a CPU limit): while the block runs, fdl's signals reach ``child``'s process group as in
+    :func:`wait`. On leaving, that group gets the rest of its grace after a signal, or is
+    killed at once (the block ended early, or left processes behind): none outlives fdl.
+    The state says which signal came (``signum``), if any."""
+    state = _Forwarded()
+    if not _POSIX:  # no process groups to signal: the caller's own handling stands
+        yield state
+        return
+    try:
+        with _forwarding(child, state):
+            yield state
+    finally:
+        if state.first is not None:
+            _drain_group(child.pid, state.first + GRACE_S)
+        else:
+            _kill_group(child.pid)
+
+
 class _Forwarded:
     first: float | None = None  # when the first signal was forwarded (time.monotonic)
+    signum: int | None = None  # which signal that was
 
 
 def _code(code: int) -> int:
@@ -161,7 +183,7 @@ def _forwarding(child: subprocess.Popen[Any], state: _Forwarded) -> Iterator[Non
         if state.first is not None:  # asked twice: stop waiting
             _kill_group(child.pid)
             return
-        state.first = time.monotonic()
+        state.first, state.signum = time.monotonic(), signum
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signum)
         timer = threading.Timer(GRACE_S, _kill_group, (child.pid,))  # if the task ignores it

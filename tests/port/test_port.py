@@ -194,7 +194,12 @@ def test_init_arguments_reach_the_model_and_build(workdir):
     generated = load(out)
     assert generated.build(1, 5)(torch.randn(2, 1, 32, 32)).shape == (2, 5)
     report = port(
-        workdir / "cnn.py", "CNN", "{'num_classes': 7}", ["torch.randn(1, 3, 32, 32)"], out
+        workdir / "cnn.py",
+        "CNN",
+        "{'num_classes': 7}",
+        ["torch.randn(1, 3, 32, 32)"],
+        out,
+        overwrite=True,
     )
     assert report.parity.exact
     assert load(out).build(num_classes=7)(torch.randn(1, 3, 32, 32)).shape == (1, 7)
@@ -247,9 +252,26 @@ def test_cli_json_report_and_byte_stable_output(workdir, run_fdl):
     assert {"node": "fc_mu", "original": "self.fc_mu", "as": "m.fc_mu"} in data["translated"]
     assert data["output"] == "vae_flodl.py" and data["opaque"] == []
     written = (workdir / "vae_flodl.py").read_bytes()
-    again = run_fdl(*argv[:-1], cwd=workdir)
+    again = run_fdl(*argv[:-1], "--overwrite", cwd=workdir)
     assert again.returncode == 0 and "parity: exact" in again.stdout
     assert (workdir / "vae_flodl.py").read_bytes() == written
+
+
+def test_an_existing_output_is_replaced_only_with_overwrite(workdir, run_fdl):
+    edited = workdir / "vae_flodl.py"
+    edited.write_text("# my edits of an earlier port\n")
+    argv = ["port", "vae.py", "--model", "VAE", "--example-input", "torch.rand(4, 64)"]
+    for extra in ([], ["--force"]):  # --force is about parity: it replaces nothing
+        refused = run_fdl(*argv, *extra, cwd=workdir)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert refused.stderr.startswith(
+            "error: vae_flodl.py already exists — pass --overwrite to replace it"
+        )
+        assert "Traceback" not in refused.stderr
+        assert edited.read_text() == "# my edits of an earlier port\n"
+    replaced = run_fdl(*argv, "--overwrite", cwd=workdir)
+    assert replaced.returncode == 0, replaced.stderr
+    assert edited.read_text().startswith("# Ported from vae.py (class VAE) by:")
 
 
 def test_cli_errors_have_no_traceback(workdir, run_fdl):
@@ -287,7 +309,7 @@ def test_every_port_passes_fdl_check_and_is_byte_stable(workdir, run_fdl, case):
     first = run_fdl(*argv, cwd=workdir)
     assert first.returncode == 0, first.stdout + first.stderr
     written = (workdir / "out.py").read_bytes()
-    assert run_fdl(*argv, cwd=workdir).returncode == 0
+    assert run_fdl(*argv, "--overwrite", cwd=workdir).returncode == 0
     assert (workdir / "out.py").read_bytes() == written
     check = run_fdl("check", "--no-run", "out.py", cwd=workdir)
     assert check.returncode == 0 and "check ok" in check.stdout, check.stdout + check.stderr
@@ -329,6 +351,35 @@ def test_build_constructs_the_original_when_init_calls_its_own_methods(workdir):
     graph = load(out).build(dim=3)
     (bias,) = [p for n, p in graph.named_parameters() if n.endswith("bias")]
     assert torch.equal(bias, torch.zeros(3))  # the original's own initialisation ran
+
+
+def test_a_module_without_its_own_init_ports_with_exact_parity(workdir):
+    out = workdir / "d.py"
+    report = port(workdir / "inherited.py", "Doubled", None, ["torch.randn(2, 4)"], out)
+    assert report.written and report.parity.exact and len(report.translated) == 2
+    assert "def build() -> fl.Graph:" in out.read_text()
+    x = torch.randn(3, 4)
+    assert torch.equal(load(out).build()(x), torch.relu(x) * 2)
+
+
+@pytest.mark.parametrize(
+    ("cls", "signature", "kwargs"),
+    [
+        ("Child", "def build(dim: int = 4) -> fl.Graph:", {"dim": 4}),
+        ("Annotated", "def build(dim: Any = None) -> fl.Graph:", {}),
+    ],
+)
+def test_build_keeps_an_inherited_or_annotated_signature_importable(
+    workdir, cls, signature, kwargs
+):
+    out = workdir / f"{cls}.py"
+    report = port(workdir / "inherited.py", cls, None, ["torch.randn(2, 4)"], out)
+    assert report.written and report.parity.exact
+    text = out.read_text()
+    assert signature in text
+    if "Any" in signature:
+        assert "from typing import Any" in text
+    assert load(out).build(**kwargs)(torch.randn(2, 4)).shape[0] == 2
 
 
 def test_build_renames_self_around_a_loop_variable_named_m(workdir):

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import pytest
+
+from tests.conftest import clean_env
 
 MINI = Path(__file__).resolve().parents[1] / "apiref" / "fixtures" / "mini"
 
@@ -158,3 +167,56 @@ def test_a_chain_too_deep_for_python_is_one_clear_error(run_fdl, tmp_path):
         and "nests deeper than Python can compile" in (finding["message"])
     )
     assert "Traceback" not in result.stderr
+
+
+# The smoke run starts a grandchild, writes both pids, then waits forever.
+HANGING = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+with open("pids.tmp", "w") as f:
+    f.write(f"{os.getpid()} {child.pid}")
+os.replace("pids.tmp", "pids")
+while True:
+    time.sleep(1)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")  # a zombie is gone for our purpose
+    return stat.exists() and stat.read_text().split(") ", 1)[1][0] != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_stopping_fdl_check_stops_the_smoke_run(tmp_path, signum, code):
+    (tmp_path / "hang.py").write_text(HANGING)
+    fdl = subprocess.Popen(
+        [sys.executable, "-m", "fdl", "check", "hang.py"],
+        cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # only fdl gets the signal, as from `kill` or a CI timeout
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "pids").exists():
+            assert fdl.poll() is None, fdl.communicate()
+            assert time.monotonic() < deadline, "the smoke run never started"
+            time.sleep(0.05)
+        pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+        os.kill(fdl.pid, signum)
+        assert fdl.wait(timeout=30) == code
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in pids), "the smoke run outlived fdl check"
+        name = signal.Signals(signum).name
+        assert f"error: interrupted by {name}: the smoke run was stopped too" in fdl.stderr.read()
+    finally:
+        for pid in (fdl.pid, *pids):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        fdl.communicate()

@@ -1,7 +1,9 @@
-"""Helper for running generated projects: a shell with this checkout's fdl and python."""
+"""Helpers for generated projects: a shell with this checkout's fdl and python, and what their
+checkpoints hold."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,3 +25,11 @@ def shell(script: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedP
         timeout=timeout,
         check=False,
     )
+
+
+def saved_epoch(checkpoints: Path) -> int:
+    """The epoch recorded in a generated train.py's checkpoint (its one ``training.fdl``)."""
+    import flodl as fl
+
+    meta = fl.read_checkpoint(checkpoints / "training.fdl")["training.json"]  # the JSON part
+    return json.loads(meta.numpy().tobytes())["epoch"]

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.scaffold.generated import shell
+from tests.scaffold.generated import saved_epoch, shell
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
 BLOCK = re.compile(r"^```bash\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
@@ -29,7 +28,7 @@ def test_getting_started_runs(tmp_path):
     result = shell("".join(bash_blocks()), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     checkpoints = tmp_path / "my-model" / "checkpoints"
-    assert json.loads((checkpoints / "state.json").read_text()) == {"epoch": 2}
+    assert saved_epoch(checkpoints) == 2
     assert "resumed from checkpoints" in result.stdout
     assert "# fdl.ci.yml:" in result.stdout  # config show ci: provenance of the overlay
 

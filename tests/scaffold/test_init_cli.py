@@ -133,24 +133,32 @@ def test_ignore_files_keep_the_answers_and_leave_out_outputs(run_fdl, tmp_path):
     (root / "checkpoints").mkdir()
     (root / "checkpoints" / "epoch-1.fdl").write_bytes(b"x")
     (root / "model.fdl").write_bytes(b"x")
+    # what fdl writes under .fdl/ besides the answers: a bundled wheel (committed) and the task
+    # schema cache, beside the root manifest and a child one (absolute paths: never committed)
+    (root / ".fdl" / "wheels").mkdir(exist_ok=True)
+    (root / ".fdl" / "wheels" / "flodl-0.1.0-py3-none-any.whl").write_bytes(b"x")
+    for cache in (root / ".fdl" / "schema-cache", root / "tools" / ".fdl" / "schema-cache"):
+        cache.mkdir(parents=True)
+        (cache / "train.json").write_text('{"python": "/home/me/.venv/bin/python"}')
     git = ["git", "-c", "init.defaultBranch=main"]
     subprocess.run([*git, "init", "-q"], cwd=root, check=True)
-    paths = [
-        ".fdl/project.toml",
+    committed = [".fdl/project.toml", ".fdl/wheels/flodl-0.1.0-py3-none-any.whl"]
+    ignored = [
         "libtorch/precompiled/cpu/.arch",
         "checkpoints/epoch-1.fdl",
         "model.fdl",
-        "src/ignored/train.py",
+        ".fdl/schema-cache/train.json",
+        "tools/.fdl/schema-cache/train.json",
     ]
     check = subprocess.run(
-        [*git, "check-ignore", "--no-index", *paths],
+        [*git, "check-ignore", "--no-index", *committed, *ignored, "src/ignored/train.py"],
         cwd=root,
         capture_output=True,
         text=True,
         check=False,
     )
     assert check.returncode in (0, 1), check.stderr
-    assert check.stdout.split() == paths[1:4]
+    assert check.stdout.split() == ignored
     # and `git add -A` really picks up the answers file (what `fdl init --update` needs)
     subprocess.run([*git, "add", "-A"], cwd=root, check=True)
     staged = subprocess.run(
@@ -160,13 +168,20 @@ def test_ignore_files_keep_the_answers_and_leave_out_outputs(run_fdl, tmp_path):
         text=True,
         check=True,
     ).stdout.split()
-    assert ".fdl/project.toml" in staged
+    assert set(committed) <= set(staged)
     assert not [p for p in staged if p.startswith("libtorch/") or p.endswith(".fdl")]
+    assert not [p for p in staged if "schema-cache" in p]
     # the Docker build context (docker's own .dockerignore matcher) leaves libtorch out
     patterns = (root / ".dockerignore").read_text().split()
     context = set(docker.utils.build.exclude_paths(str(root), patterns))
     assert "src/ignored/train.py" in context
-    assert not [p for p in context if p.startswith("libtorch") or p.endswith(".fdl")]
+    assert not [
+        p
+        for p in context
+        if p.startswith("libtorch")
+        or (p.endswith(".fdl") and (root / p).is_file())
+        or "schema-cache" in p
+    ]
 
 
 def _load_table_newest():
@@ -246,3 +261,23 @@ def test_update_pins_old_answers_and_adding_docker_asks_the_resolver(run_fdl, tm
     answers = tomllib.loads((root / ".fdl/project.toml").read_text())["answers"]
     assert (answers["cuda"], answers["torch"]) == ("cu128", "2.11.0")
     assert "ARG TORCH_VERSION=2.11.0" in (root / "Dockerfile.cuda").read_text()
+
+
+def test_add_hf_says_to_install_with_the_projects_constraints(run_fdl, tmp_path):
+    # A bare `pip install -e .` ignores constraints.txt: the torch build for this machine and
+    # the bundled flodl, which the README's install command passes with -c.
+    made = run_fdl("init", "hinted", "--native", "--with-hf", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert "  pip install -c constraints.txt -e .  # installs flodl[hf]" in made.stderr
+    project = tmp_path / "hinted"
+    (project / "examples" / "hf_classify.py").unlink()
+    again = run_fdl("add", "hf", cwd=project)
+    assert again.returncode == 0, again.stderr
+    assert "  pip install -c constraints.txt -e .  # installs flodl[hf]" in again.stderr
+    plain = tmp_path / "plain"  # a project fdl did not make: no constraints.txt to pass
+    plain.mkdir()
+    (plain / "pyproject.toml").write_text('[project]\nname = "plain"\ndependencies = ["flodl"]\n')
+    added = run_fdl("add", "hf", cwd=plain)
+    assert added.returncode == 0, added.stderr
+    assert "  pip install -e .  # installs flodl[hf]" in added.stderr
+    assert "constraints" not in added.stderr

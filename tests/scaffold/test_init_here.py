@@ -49,6 +49,9 @@ def test_init_dot_names_the_project_after_the_directory_and_checks_it(run_fdl, t
         ("NUL", "device name Windows reserves"),
         ("Com1", "device name Windows reserves"),
         ("lpt9", "device name Windows reserves"),
+        ("a_b-", "must end with a letter or digit"),
+        ("Dot-Proj_", "must end with a letter or digit"),
+        ("x--", "must end with a letter or digit"),
     ],
 )
 def test_invalid_names_state_the_rule(name, message):
@@ -64,3 +67,18 @@ def test_long_and_reserved_names_are_usage_errors_without_traceback(run_fdl, tmp
         assert result.stderr.startswith("error: project name") and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
     assert validate("a" * 64) == "a" * 64  # the limit itself is fine
+
+
+@pytest.mark.parametrize("name", ["a_b-", "Dot-Proj_"])
+def test_a_name_ending_in_a_separator_is_a_usage_error_here_or_new(run_fdl, tmp_path, name):
+    # The name is the distribution's too: pip refuses one that ends in '-' or '_' (PEP 508).
+    result = run_fdl("init", name, "--native", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: project name '{name}' must end with a letter or digit")
+    assert "PEP 508" in result.stderr and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+    here = tmp_path / name
+    here.mkdir()
+    result = run_fdl("init", ".", "--native", cwd=here)
+    assert result.returncode == 2 and "must end with a letter or digit" in result.stderr
+    assert list(here.iterdir()) == []

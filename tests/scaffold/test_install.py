@@ -29,6 +29,7 @@ from fdl.scaffold.render import Answers
 from fdl.variants import load_table
 from tests.conftest import REPO_ROOT, clean_env, require
 from tests.fixtures.machines import make_bin, torch_metadata
+from tests.scaffold.generated import saved_epoch
 from tests.scaffold.torch_index import serve_torch_index, torch_wheels
 
 INSTALL = re.compile(r"^python3 -m venv \.venv && .*$", re.MULTILINE)
@@ -319,7 +320,7 @@ def test_a_generated_project_installs_trains_and_tests_on_a_fresh_machine(run_fd
     _, version, flodl_file = torch_line.split()
     assert version.endswith("+cpu")  # not PyPI's multi-GB CUDA build
     assert Path(flodl_file).is_relative_to(elsewhere / ".venv")  # the bundled wheel, installed
-    assert json.loads((elsewhere / "checkpoints" / "state.json").read_text()) == {"epoch": 1}
+    assert saved_epoch(elsewhere / "checkpoints") == 1
     assert "passed" in result.stdout
 
 
@@ -380,7 +381,7 @@ def test_flodl_from_a_make_dist_wheel_makes_projects_that_install_anywhere(tmp_p
     with zipfile.ZipFile(bundled_path) as bundled, zipfile.ZipFile(wheel) as built:
         # the same code as the wheel make dist built (repacked from the installed files)
         assert bundled.read("fdl/scaffold/bundle.py") == built.read("fdl/scaffold/bundle.py")
-    assert json.loads((elsewhere / "checkpoints" / "state.json").read_text()) == {"epoch": 1}
+    assert saved_epoch(elsewhere / "checkpoints") == 1
 
 
 def test_docker_images_install_the_bundled_wheel():

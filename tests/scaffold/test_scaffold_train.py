@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import clean_env
-from tests.scaffold.generated import shell
+from tests.scaffold.generated import saved_epoch, shell
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +105,7 @@ def test_ctrl_c_stops_training_with_one_line_and_exit_130(project):
     assert "Traceback" not in term.output
     lines = [line for line in term.output.splitlines() if "interrupted" in line]
     assert len(lines) == 1 and "continue with --resume" in lines[0], term.output[-3000:]
-    assert json.loads((project / "ckpt-c" / "state.json").read_text())["epoch"] >= 1
+    assert saved_epoch(project / "ckpt-c") >= 1
     run_dir = Path(re.search(r"reports in (\S+)/", lines[0]).group(1))
     assert (project / run_dir / "report.html").is_file()
     csv_rows = (project / run_dir / "metrics.csv").read_text().splitlines()
@@ -165,3 +165,108 @@ print("SEEN", seen)
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "SEEN [(2, 0), (5, 2)]" in result.stdout
+
+
+# Trains `demo` from a subprocess. With AT=N, a real SIGINT reaches the process at its first
+# write into the N-th file it writes in the checkpoint directory, that is in the middle of a
+# save; Python raises KeyboardInterrupt there, as for a Ctrl-C typed at that moment.
+INTERRUPTED_SAVE = """
+import os, signal, sys
+from demo import train
+
+ckpt, runs, epochs, at = sys.argv[1:5]
+common = ["--device", "cpu", "--epochs", epochs, "--checkpoint-dir", ckpt, "--runs-dir", runs]
+if at == "resume":
+    print("LOSS", repr(train.main([*common, "--resume"])))
+    raise SystemExit(0)
+files, last = 0, None
+
+def probe(frame, event, arg):
+    global files, last
+    if event != "c_call" or getattr(arg, "__name__", "") != "write":
+        return
+    name = str(getattr(getattr(arg, "__self__", None), "name", ""))
+    if not name.startswith(ckpt + os.sep) or name == last:
+        return
+    files, last = files + 1, name
+    if files == int(at):
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGINT)
+        (lambda: None)()  # a call: Python runs the signal's handler here, inside the write
+
+if at != "none":
+    sys.setprofile(probe)
+try:
+    print("LOSS", repr(train.main(common)))
+except SystemExit as stop:
+    print("EXIT", stop.code, "FILES", files)
+"""
+EPOCHS = "6"
+
+
+def train_demo(project: Path, ckpt: Path, at: str) -> subprocess.CompletedProcess[str]:
+    runs = ckpt.parent / f"{ckpt.name}-runs"
+    return subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_SAVE, str(ckpt), str(runs), EPOCHS, at],
+        cwd=project, capture_output=True, text=True, timeout=300, check=False,
+        env=clean_env(
+            PYTHONPATH=f"{project / 'src'}{os.pathsep}{clean_env()['PYTHONPATH']}",
+            OMP_NUM_THREADS="1",
+        ),
+    )  # fmt: skip
+
+
+def loss_of(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stdout + result.stderr
+    return re.search(r"^LOSS (\S+)$", result.stdout, re.MULTILINE).group(1)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_loss(project, tmp_path_factory) -> str:
+    return loss_of(train_demo(project, tmp_path_factory.mktemp("whole") / "ck", "none"))
+
+
+@pytest.mark.parametrize("nth_file", [1, 5])
+def test_ctrl_c_during_a_save_leaves_one_epoch_to_resume_from(
+    project, tmp_path, uninterrupted_loss, nth_file
+):
+    # The 5th file written was, with one file per part (model, optimizer, epoch), the optimizer
+    # of epoch 2 after its model: resuming then mixed epoch 2's weights with epoch 1's
+    # optimizer and epoch number. Whatever the save that is cut short, the resumed run must
+    # end exactly where the uninterrupted one does.
+    ckpt = tmp_path / "ck"
+    cut = train_demo(project, ckpt, str(nth_file))
+    assert f"EXIT 130 FILES {nth_file}" in cut.stdout, cut.stdout + cut.stderr
+    assert not list(ckpt.glob(".*.tmp"))  # the cut write left no partial file behind
+    resumed = train_demo(project, ckpt, "resume")
+    assert loss_of(resumed) == uninterrupted_loss, resumed.stdout
+    if nth_file == 1:
+        assert "no checkpoint in" in resumed.stdout
+    else:
+        assert "resumed from" in resumed.stdout
+
+
+def test_resume_refuses_the_three_files_of_an_older_train_py(project, tmp_path):
+    ckpt = tmp_path / "ck"
+    ckpt.mkdir()
+    for name in ("model.fdl", "optimizer.fdl"):
+        (ckpt / name).write_bytes(b"x")
+    (ckpt / "state.json").write_text(json.dumps({"epoch": 3}))
+    result = train_demo(project, ckpt, "resume")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "holds the three-file checkpoint of an older train.py" in result.stderr
+    assert "Train without --resume to start over" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_train_help_states_each_default_once(project):
+    # fdl adds "(default: ...)" from the script's schema: a help text saying it too doubled it.
+    result = subprocess.run(
+        ["fdl", "train", "--refresh-schema", "-h"],
+        cwd=project, env=env(), capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(re.search(r"--epochs .*epochs to train \(default: 20\)$", line) for line in lines)
+    assert any(re.search(r"--runs-dir .*reports go \(default: runs\)$", line) for line in lines)
+    assert not [line for line in lines if line.count("(default:") > 1], result.stdout
