@@ -37,3 +37,15 @@ def test_docker_project_commands_run_as_they_would_in_the_container(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert saved_epoch(tmp_path / "demo" / "checkpoints") == 0
+
+
+@pytest.mark.parametrize("options", ["--native", "--docker --with-hf"])
+def test_a_new_project_passes_its_own_lint(tmp_path, options):
+    # Its fdl.yml.example's lint task is `ruff check .`, with the ruff settings its
+    # pyproject.toml carries: a user's first run of it must not fail on the templates' code
+    # (flodl is a third-party import there, sorted with torch).
+    result = shell(
+        f"fdl init demo {options} </dev/null\ncd demo\nruff check .\nruff format --check .\n",
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
