@@ -224,8 +224,9 @@ def parity(
     from flodl.hf import parity as matrix
     from flodl.hf.families import FAMILIES, HEADS
 
-    families = family.split(",") if family else list(FAMILIES)
-    heads = head.split(",") if head else list(HEADS)
+    # None is "all"; an empty value is a mistake (a shell variable left unset), refused below
+    families = family.split(",") if family is not None else list(FAMILIES)
+    heads = head.split(",") if head is not None else list(HEADS)
     for name, known, what in ((families, FAMILIES, "family"), (heads, HEADS, "head")):
         bad = [x for x in name if x not in known]
         if bad:

@@ -320,7 +320,8 @@ class TrainerBuilder:
         once; ``handle.join()`` waits. A monitor is finished when training ends, failed or not:
         a run ended by an exception (which propagates unchanged) is reported as failed or
         interrupted (``Monitor.finish(error=...)``), not complete. A monitor counting another
-        number of epochs than ``num_epochs`` is refused here, before anything trains."""
+        number of epochs than ``num_epochs``, or starting after epoch 0, is refused here, before
+        anything trains."""
         spec = self._validate()
         metrics_fn, monitor = self._metrics_fn, self._monitor
         _check_monitor_epochs(monitor, spec)
@@ -398,7 +399,18 @@ def _check_monitor_epochs(monitor: Any, spec: TrainSpec) -> None:
     epochs past its count (silently: a monitor failure never stops training) or show a wrong
     ETA and total. Refused before training starts, with the fix."""
     counted = getattr(monitor, "num_epochs", None)
-    if isinstance(counted, bool) or not isinstance(counted, int) or counted == spec.num_epochs:
+    if isinstance(counted, bool) or not isinstance(counted, int):
+        return
+    first = getattr(monitor, "start_epoch", 0)
+    if isinstance(first, int) and not isinstance(first, bool) and first != 0:
+        # The Trainer trains from epoch 0 (a restarted job's resumed epochs are logged as they
+        # come): the monitor would refuse every epoch before its start, silently.
+        raise TrainerConfigError(
+            f"monitor: fl.Monitor({counted}, start_epoch={first}) starts at epoch {first}, but "
+            "the trainer logs every epoch from 0 — build it without start_epoch; nothing was "
+            "trained"
+        )
+    if counted == spec.num_epochs:
         return
     raise TrainerConfigError(
         f"monitor: fl.Monitor({counted}) counts {counted} epochs, but the trainer runs "

@@ -109,6 +109,8 @@ def test_parity_command(run_fdl):
     assert "all 4 cells within 1e-05" in result.stderr
     bad = run_fdl("hf", "parity", "--family", "gpt2")
     assert bad.returncode == 2 and "unknown family 'gpt2'" in bad.stderr
+    empty = run_fdl("hf", "parity", "--family", "", "--head", "seqcls")
+    assert empty.returncode == 2 and "unknown family ''" in empty.stderr
 
 
 def test_add_hf_to_a_project(run_fdl, tmp_path):

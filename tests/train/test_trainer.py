@@ -708,6 +708,21 @@ def test_a_monitor_counting_other_epochs_is_refused_before_anything_trains(count
     mon.close()
 
 
+def test_a_monitor_starting_after_epoch_0_is_refused_before_anything_trains():
+    steps = []
+
+    def step(model, batch):
+        steps.append(1)
+        return toy.mse_step(model, batch)
+
+    mon = fl.Monitor(4, start_epoch=2, stream=None, gpu=False)
+    expected = r"monitor: fl.Monitor\(4, start_epoch=2\) starts at epoch 2, but the trainer logs"
+    with pytest.raises(TrainerConfigError, match=expected):
+        builder(step).num_epochs(4).monitor(mon).run()
+    assert steps == [] and mon.history == []
+    mon.close()
+
+
 def test_a_scheduler_follows_the_step_count_on_one_device(tmp_path, monkeypatch):
     log = tmp_path / "schedule.log"
     monkeypatch.setenv(toy.SCHED_LOG, str(log))
