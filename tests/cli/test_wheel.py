@@ -132,3 +132,32 @@ def test_monitor_dashboard_assets_ship_in_the_wheel(installed_wheel):
     result = run_in(installed_wheel, str(installed_wheel / "bin" / "python"), "-c", code)
     assert result.returncode == 0, result.stderr
     assert {"dashboard.html", "dashboard.css", "dashboard.js"} <= set(result.stdout.split())
+
+
+def test_a_type_checker_reads_the_installed_packages_types(installed_wheel, tmp_path):
+    # PEP 561: without a py.typed marker mypy treats `import flodl` as untyped (an error under
+    # the default settings) and every flodl value in the user's code as Any.
+    user = tmp_path / "user.py"
+    user.write_text(
+        "import flodl as fl\nimport fdl\nfrom torch import nn\n\n"
+        "graph = fl.FlowBuilder(nn.Linear(2, 2)).through(nn.ReLU()).build()\n"
+        "wrong: str = graph\n"
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--no-incremental",
+            "--python-executable",
+            str(installed_wheel / "bin" / "python"),
+            str(user),
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert "py.typed" not in result.stdout, result.stdout
+    assert 'expression has type "Graph", variable has type "str"' in result.stdout, result.stdout
+    assert "Found 1 error in 1 file" in result.stdout
