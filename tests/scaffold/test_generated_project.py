@@ -40,12 +40,14 @@ def test_docker_project_commands_run_as_they_would_in_the_container(tmp_path):
 
 
 @pytest.mark.parametrize("options", ["--native", "--docker --with-hf"])
-def test_a_new_project_passes_its_own_lint(tmp_path, options):
+def test_a_new_project_passes_its_own_lint_and_a_type_checker(tmp_path, options):
     # Its fdl.yml.example's lint task is `ruff check .`, with the ruff settings its
     # pyproject.toml carries: a user's first run of it must not fail on the templates' code
-    # (flodl is a third-party import there, sorted with torch).
+    # (flodl is a third-party import there, sorted with torch). A user who adds mypy finds the
+    # templates type-correct against flodl's own types (Optional fields handled).
     result = shell(
-        f"fdl init demo {options} </dev/null\ncd demo\nruff check .\nruff format --check .\n",
+        f"fdl init demo {options} </dev/null\ncd demo\nruff check .\nruff format --check .\n"
+        "python -m mypy --no-incremental src tests\n",
         tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
