@@ -151,8 +151,33 @@ class Rng:
         u2 = self.f64()
         return mean + std * (math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2))
 
-    def shuffle(self, items: MutableSequence[Any]) -> None:
-        """Shuffle ``items`` in place (Fisher-Yates, from the end)."""
+    def shuffle(self, items: MutableSequence[Any] | torch.Tensor | np.ndarray) -> None:
+        """Shuffle ``items`` in place (Fisher-Yates, from the end).
+
+        A tensor or ndarray is shuffled along its first dimension (rows move whole), in the same
+        order as a list of the same length from the same seed: ``items[:] = items[permutation]``.
+        Immutable sequences (tuples, strings) are refused: there is nothing to shuffle in place.
+
+        >>> t = torch.arange(6); Rng(1).shuffle(t); sorted(t.tolist()) == list(range(6))
+        True
+        """
+        if isinstance(items, torch.Tensor | np.ndarray):
+            # Swapping through ``items[i], items[j] = ...`` aliases views: the first assignment
+            # overwrites the row the second reads. Gather by index instead.
+            if items.ndim == 0:
+                raise RngError("Rng.shuffle needs at least one dimension, got a 0-d array")
+            order = self.permutation(len(items))
+            if isinstance(items, torch.Tensor):
+                with torch.no_grad():  # reordering data, not a differentiable op
+                    items.copy_(items[torch.tensor(order, device=items.device)])
+            else:
+                items[...] = items[order]
+            return
+        if not hasattr(type(items), "__setitem__"):
+            raise RngError(
+                "Rng.shuffle shuffles in place: it needs a list (or another mutable sequence), "
+                f"a tensor or an ndarray, got {type(items).__name__} — shuffle list(items)"
+            )
         for i in range(len(items) - 1, 0, -1):
             j = self.usize(i + 1)
             items[i], items[j] = items[j], items[i]

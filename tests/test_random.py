@@ -126,6 +126,36 @@ def test_shuffle_is_a_uniform_permutation():
     assert r.choice("xyz") in "xyz"
 
 
+def test_shuffle_moves_tensor_and_array_rows_whole_in_the_list_order():
+    order = list(range(6))
+    fl.Rng(1).shuffle(order)
+    assert order == [1, 5, 2, 0, 4, 3]  # lists keep their order for a seed (ported runs rely on it)
+
+    t = torch.arange(6)
+    fl.Rng(1).shuffle(t)  # swapping through views used to give [0, 0, 2, 0, 4, 3]
+    assert t.tolist() == order
+
+    base = torch.arange(12.0).reshape(2, 6)
+    fl.Rng(1).shuffle(base.t())  # a non-contiguous view: its rows move, in place in `base`
+    assert base.tolist() == [[float(i) for i in order], [float(6 + i) for i in order]]
+
+    a = np.arange(12).reshape(6, 2)
+    fl.Rng(1).shuffle(a)  # rows used to be duplicated
+    assert a.tolist() == [[2 * i, 2 * i + 1] for i in order]
+
+    w = torch.zeros(4, requires_grad=True)
+    fl.Rng(1).shuffle(w)  # a leaf that requires grad is reordered too
+    assert w.requires_grad and w.shape == (4,)
+
+
+@pytest.mark.parametrize("items", [(1, 2, 3), "abc", range(3)])
+def test_shuffle_refuses_what_it_cannot_shuffle_in_place(items):
+    with pytest.raises(RngError, match=f"shuffles in place.*got {type(items).__name__}"):
+        fl.Rng(1).shuffle(items)
+    with pytest.raises(RngError, match="at least one dimension"):
+        fl.Rng(1).shuffle(torch.tensor(3))
+
+
 def test_clone_continues_the_same_stream_independently():
     r = fl.Rng(8)
     r.u64()

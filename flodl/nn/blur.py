@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from flodl.nn.functional import FunctionalError, gaussian_blur_2d, gaussian_kernel_size
+from flodl.nn.functional import _check_sigma, gaussian_blur_2d, gaussian_kernel_size
 
 __all__ = ["GaussianBlur"]
 
@@ -24,9 +24,7 @@ class GaussianBlur(nn.Module):
 
     def __init__(self, sigma: float) -> None:
         super().__init__()
-        if not sigma > 0:
-            raise FunctionalError(f"GaussianBlur sigma must be > 0, got {sigma}")
-        self.sigma = float(sigma)
+        self.sigma = _check_sigma(sigma, "GaussianBlur")
 
     @property
     def kernel_size(self) -> int:

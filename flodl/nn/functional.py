@@ -60,18 +60,31 @@ def focal_loss(
     return per_sample.sum() if reduction == "sum" else per_sample.mean()
 
 
+def _check_sigma(sigma: float, where: str = "gaussian_blur_2d") -> float:
+    """``sigma`` as a float if it is a finite number > 0, else a :class:`FunctionalError`."""
+    try:
+        value = float(sigma) if not isinstance(sigma, str) else math.nan
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0.0):  # inf would need an infinite kernel
+        raise FunctionalError(f"{where} sigma must be a finite number > 0, got {sigma!r}")
+    return value
+
+
 def gaussian_kernel_size(sigma: float) -> int:
     """``2 * ceil(3 * sigma) + 1`` — OpenCV's kernel size for ``sigma``, also the Rust flodl's."""
-    return 2 * math.ceil(3.0 * sigma) + 1
+    return 2 * math.ceil(3.0 * _check_sigma(sigma, "gaussian_kernel_size")) + 1
 
 
 def gaussian_blur_2d(x: torch.Tensor, sigma: float) -> torch.Tensor:
     """Blur ``[B, C, H, W]`` images with a Gaussian of standard deviation ``sigma`` (pixels).
 
-    Kernel size :func:`gaussian_kernel_size`, weights ``exp(-d²/2σ²)`` computed in
-    float64 and normalised to sum 1, two separable depthwise convolutions, **zero** padding (edges
-    darken, unlike torchvision's reflect padding), output shape = input shape. The result is
-    differentiable with respect to ``x``.
+    Kernel size :func:`gaussian_kernel_size`, weights ``exp(-d²/2σ²)`` computed in float64 and
+    normalised to sum 1 — in float64 for a float64 input; for other dtypes rounded to float32 and
+    divided by their float32-rounded sum, as the Rust flodl does — two separable depthwise
+    convolutions, **zero** padding (edges darken, unlike torchvision's reflect padding), output
+    shape = input shape. ``sigma`` must be a finite number > 0. The result is differentiable with
+    respect to ``x``.
 
     >>> import torch
     >>> y = gaussian_blur_2d(torch.ones(1, 3, 16, 16), sigma=1.0)
@@ -82,14 +95,18 @@ def gaussian_blur_2d(x: torch.Tensor, sigma: float) -> torch.Tensor:
         raise FunctionalError(f"gaussian_blur_2d expects [B, C, H, W], got {list(x.shape)}")
     if not x.dtype.is_floating_point:
         raise FunctionalError(f"gaussian_blur_2d expects a floating-point tensor, got {x.dtype}")
-    if not sigma > 0:
-        raise FunctionalError(f"gaussian_blur_2d sigma must be > 0, got {sigma}")
+    sigma = _check_sigma(sigma)
     radius = math.ceil(3.0 * sigma)
     size = 2 * radius + 1
     weights = [math.exp(-float(d * d) / (2.0 * sigma * sigma)) for d in range(-radius, radius + 1)]
-    kernel = torch.tensor(weights, dtype=torch.float32) / torch.tensor(
-        sum(weights), dtype=torch.float32
-    )
+    if x.dtype == torch.float64:
+        kernel = torch.tensor(weights, dtype=torch.float64) / sum(weights)
+    else:
+        # float32 weights over a float32 sum: the Rust flodl's kernel, bit for bit, so a ported
+        # float32 run blurs identically (narrower inputs get this kernel rounded to their dtype)
+        kernel = torch.tensor(weights, dtype=torch.float32) / torch.tensor(
+            sum(weights), dtype=torch.float32
+        )
     kernel = kernel.to(device=x.device, dtype=x.dtype)
     channels = x.shape[1]
     kx = kernel.view(1, 1, 1, size).expand(channels, 1, 1, size)

@@ -14,7 +14,10 @@ class ThresholdHalt(nn.Module):
     """Halt a sample once its largest element exceeds ``threshold``.
 
     For input with a batch dimension (2-d or more) the result has one value per sample,
-    ``max(x[i]) - threshold``; for 0-d/1-d input it is one value for the whole tensor.
+    ``max(x[i]) - threshold``; for 0-d/1-d input it is one value for the whole tensor. The
+    result has the dtype ``x - threshold`` has. Empty input keeps that shape: an empty batch gives
+    an empty result (nothing left to run: the loop stops), and an empty sample or an empty
+    0-d/1-d tensor, which has no largest element, gives ``-inf`` (it never halts).
 
     >>> import torch
     >>> import flodl as fl
@@ -31,7 +34,10 @@ class ThresholdHalt(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.detach()
         if x.numel() == 0:
-            return torch.full((1,), float("-inf"), device=x.device)
+            # amax refuses an empty reduction; -inf is the maximum of nothing
+            size = x.shape[0] if x.dim() >= 2 else 1
+            dtype = torch.result_type(x, self.threshold)
+            return torch.full((size,), float("-inf"), dtype=dtype, device=x.device)
         if x.dim() >= 2:
             return x.flatten(1).amax(dim=1) - self.threshold
         return x.max().reshape(1) - self.threshold

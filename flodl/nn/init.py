@@ -18,7 +18,8 @@ Two differ on purpose from torch's functions of the same name:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -42,8 +43,52 @@ Shape = int | Sequence[int]
 Device = torch.device | str | None
 
 
+def _dim(value: object) -> int:
+    # operator.index: numpy and tensor integers are sizes; 2.7 is not (int() would make it 2)
+    try:
+        dim = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise InitError(
+            f"a shape holds integer sizes, got {type(value).__name__} {value!r}"
+        ) from None
+    if dim < 0:
+        raise InitError(f"a shape holds sizes >= 0, got {dim}")
+    return dim
+
+
 def _shape(shape: Shape) -> tuple[int, ...]:
-    return (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
+    try:
+        return (_dim(operator.index(shape)),)  # type: ignore[arg-type]
+    except TypeError:
+        pass
+    if isinstance(shape, str) or not isinstance(shape, Iterable):
+        raise InitError(
+            f"a shape is an integer or a sequence of integers, got {type(shape).__name__} {shape!r}"
+        )
+    return tuple(_dim(s) for s in shape)
+
+
+def _fan(name: str, value: int, *, minimum: int = 1) -> int:
+    try:
+        fan = operator.index(value)
+    except TypeError:
+        raise InitError(
+            f"{name} must be an integer, got {type(value).__name__} {value!r}"
+        ) from None
+    if fan < minimum:
+        raise InitError(f"{name} must be >= {minimum}, got {fan}")
+    return fan
+
+
+def _spread(name: str, value: float) -> float:
+    """A standard deviation: a number >= 0 (negative or NaN ones are refused, as torch does)."""
+    try:
+        ok = not isinstance(value, str) and float(value) >= 0.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise InitError(f"{name} must be a number >= 0, got {value!r}")
+    return value
 
 
 def _rand(shape: Shape, device: Device) -> torch.Tensor:
@@ -62,7 +107,15 @@ def _symmetric(shape: Shape, bound: float, device: Device) -> torch.Tensor:
 
 def _kaiming_std(fan_in: int, a: float) -> float:
     gain = math.sqrt(2.0 / (1.0 + a * a))
-    return gain / math.sqrt(float(fan_in))
+    return gain / math.sqrt(float(_fan("fan_in", fan_in)))
+
+
+def _xavier_fans(fan_in: int, fan_out: int) -> float:
+    """``fan_in + fan_out``: each >= 0 (torch allows an empty side), their sum >= 1."""
+    total = _fan("fan_in", fan_in, minimum=0) + _fan("fan_out", fan_out, minimum=0)
+    if total < 1:
+        raise InitError(f"xavier init needs fan_in + fan_out >= 1, got {fan_in} + {fan_out}")
+    return float(total)
 
 
 def kaiming_uniform(
@@ -88,17 +141,17 @@ def kaiming_normal(
 
 def xavier_uniform(shape: Shape, fan_in: int, fan_out: int, device: Device = None) -> torch.Tensor:
     """Glorot uniform: ``U(-b, b)``, ``b = sqrt(6 / (fan_in + fan_out))`` (no gain argument)."""
-    return _symmetric(shape, math.sqrt(6.0 / float(fan_in + fan_out)), device)
+    return _symmetric(shape, math.sqrt(6.0 / _xavier_fans(fan_in, fan_out)), device)
 
 
 def xavier_normal(shape: Shape, fan_in: int, fan_out: int, device: Device = None) -> torch.Tensor:
     """Glorot normal: ``N(0, std²)``, ``std = sqrt(2 / (fan_in + fan_out))``."""
-    return _randn(shape, device).mul(math.sqrt(2.0 / float(fan_in + fan_out)))
+    return _randn(shape, device).mul(math.sqrt(2.0 / _xavier_fans(fan_in, fan_out)))
 
 
 def uniform_bias(fan_in: int, shape: Shape, device: Device = None) -> torch.Tensor:
     """Bias init ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``. Note the order: ``fan_in`` first."""
-    return _symmetric(shape, 1.0 / math.sqrt(float(fan_in)), device)
+    return _symmetric(shape, 1.0 / math.sqrt(float(_fan("fan_in", fan_in))), device)
 
 
 def uniform(shape: Shape, low: float, high: float, device: Device = None) -> torch.Tensor:
@@ -109,8 +162,8 @@ def uniform(shape: Shape, low: float, high: float, device: Device = None) -> tor
 def normal(
     shape: Shape, mean: float = 0.0, std: float = 1.0, device: Device = None
 ) -> torch.Tensor:
-    """``N(mean, std²)`` as ``randn * std + mean``."""
-    return _randn(shape, device).mul(std).add(mean)
+    """``N(mean, std²)`` as ``randn * std + mean``; ``std`` must be >= 0."""
+    return _randn(shape, device).mul(_spread("std", std)).add(mean)
 
 
 def trunc_normal(
@@ -126,10 +179,16 @@ def trunc_normal(
     This is not ``torch.nn.init.trunc_normal_`` (absolute bounds, resampling): values beyond the
     bounds are clamped onto them, so mass piles up at the bounds (the Rust flodl's definition).
 
+    ``std`` must be >= 0 and ``a < b``: with a negative ``std`` the bounds would swap and every
+    value land on one of them.
+
     >>> t = trunc_normal(1000, mean=3.0, std=0.5)
     >>> bool(t.min() >= 2.0 and t.max() <= 4.0)
     True
     """
+    _spread("std", std)
+    if not a < b:
+        raise InitError(f"trunc_normal needs a < b (bounds in units of std), got a={a!r}, b={b!r}")
     low, high = mean + a * std, mean + b * std
     return _randn(shape, device).mul(std).add(mean).clamp(low, high)
 

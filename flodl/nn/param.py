@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 MODES = ("add", "mul", "value")
+
+
+def _size(shape: object) -> tuple[int, ...]:
+    """``shape`` as a tuple of sizes: integers of any kind (numpy's too), never a float."""
+    try:
+        dims: tuple[int, ...] = (operator.index(shape),)  # type: ignore[arg-type]
+    except TypeError:
+        if isinstance(shape, str) or not isinstance(shape, Iterable):
+            raise TypeError(
+                "Param: shape is an integer or a sequence of integers, "
+                f"got {type(shape).__name__} {shape!r}"
+            ) from None
+        try:
+            dims = tuple(operator.index(s) for s in shape)
+        except TypeError:
+            raise TypeError(f"Param: shape must hold integers, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"Param: shape must hold sizes >= 0, got {dims}")
+    return dims
 
 
 class Param(nn.Module):
@@ -56,7 +76,7 @@ class Param(nn.Module):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"Param: mode must be one of {', '.join(MODES)} (got {mode!r})")
-        size = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+        size = _size(shape)
         self.value = nn.Parameter(torch.zeros(size, dtype=dtype))
         if isinstance(init, torch.Tensor):
             if tuple(init.shape) != size:

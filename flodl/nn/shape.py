@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch import nn
 
@@ -21,7 +23,15 @@ class Reshape(nn.Module):
         super().__init__()
         if len(shape) == 1 and isinstance(shape[0], tuple | list):
             shape = tuple(shape[0])
-        self.shape = tuple(int(s) for s in shape)
+        try:  # operator.index: numpy integers are sizes; 2.7 is not (int() would make it 2)
+            dims = tuple(operator.index(s) for s in shape)
+        except TypeError:
+            raise TypeError(f"Reshape: the shape must hold integers, got {shape!r}") from None
+        if any(d < -1 for d in dims) or dims.count(-1) > 1:
+            raise ValueError(
+                f"Reshape: the shape holds sizes >= 0 and at most one -1 (inferred), got {dims}"
+            )
+        self.shape = dims
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.reshape(self.shape)

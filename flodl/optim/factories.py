@@ -42,9 +42,32 @@ _FUSED_DEVICES = _fused_device_types()
 _NAMED_PARAMS = TORCH_RELEASE >= (2, 6)
 
 
+def _tensor_of(param: Any) -> Any:
+    """The tensor of a ``(name, tensor)`` pair, else ``param`` itself."""
+    return param[1] if isinstance(param, tuple) and len(param) == 2 else param
+
+
 def _flat_params(params: Iterable[Any]) -> tuple[list[Any], list[Any]]:
     """(what to hand to torch, every tensor in it) — params may be tensors, (name, tensor) or groups."""
-    items = list(params)
+    # A tensor or a dict is iterable too, but not as torch reads params: a tensor would be taken
+    # row by row (non-leaf rows) and a dict key by key (strings). torch refuses both; so do we.
+    if isinstance(params, torch.Tensor):
+        raise OptimError(
+            "params should be an iterable of tensors or of param-group dicts, got a single "
+            f"Tensor of shape {list(params.shape)}: wrap it in a list, [tensor]"
+        )
+    if isinstance(params, dict):
+        raise OptimError(
+            "params should be an iterable of tensors or of param-group dicts, got a single dict "
+            f"(keys {sorted(map(str, params))}): wrap the group in a list, [group]"
+        )
+    try:
+        items = list(params)
+    except TypeError:
+        raise OptimError(
+            "params should be an iterable of tensors or of param-group dicts, "
+            f"got {type(params).__name__}"
+        ) from None
     if not items:
         raise OptimError(
             "the optimizer got an empty parameter list — did the model build any layers?"
@@ -55,15 +78,23 @@ def _flat_params(params: Iterable[Any]) -> tuple[list[Any], list[Any]]:
             group = item.get("params")
             if group is None:
                 raise OptimError(f"a param group needs a 'params' entry, got keys {sorted(item)}")
-            group = [group] if isinstance(group, torch.Tensor) else list(group)
+            iterable = isinstance(group, Iterable) and not isinstance(group, torch.Tensor)
+            group = list(group) if iterable else [group]  # a lone tensor is a group of one
             if not _NAMED_PARAMS:
-                group = [p[1] if isinstance(p, tuple) else p for p in group]
+                group = [_tensor_of(p) for p in group]
             items[index] = {**item, "params": group}  # generators are read once: keep the list
-            tensors.extend(p[1] if isinstance(p, tuple) else p for p in group)
+            tensors.extend(_tensor_of(p) for p in group)
         else:
-            tensors.append(item[1] if isinstance(item, tuple) else item)
+            tensors.append(_tensor_of(item))
             if not _NAMED_PARAMS:
                 items[index] = tensors[-1]
+    for tensor in tensors:
+        # duck-typed (only .device and .dtype are read here); torch checks the rest
+        if not (hasattr(tensor, "device") and hasattr(tensor, "dtype")):
+            raise OptimError(
+                "an optimizer can only optimize tensors (or (name, tensor) pairs), but one of the "
+                f"params is {type(tensor).__name__} {tensor!r:.60}"
+            )
     return items, tensors
 
 

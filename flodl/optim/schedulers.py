@@ -3,7 +3,8 @@
 The formulas are the Rust original's, operation for operation, so a curve ported from flodl is the
 same curve to the last bit (see docs/training.md for where they differ from
 ``torch.optim.lr_scheduler``). Steps are zero-based. Settings the original would panic on (a zero
-step size, a zero-length cycle) or silently turn into NaN (a zero-length cosine) raise
+step size, a zero-length cycle), silently turn into NaN (a zero-length cosine) or into a negative
+learning rate (a negative, infinite or NaN rate or gamma) raise
 :class:`~flodl.optim.OptimError` when the scheduler is built, not in the middle of a run.
 
 Drive an optimizer with :func:`flodl.optim.apply` or :class:`flodl.optim.ScheduledLR`.
@@ -80,6 +81,28 @@ def _count(name: str, value: int, *, minimum: int) -> int:
     return value
 
 
+def _number(name: str, value: float, *, need: str) -> float:
+    """``value`` as a float, refusing what cannot be one (a string would only fail in ``lr``)."""
+    if isinstance(value, str | bytes):
+        raise OptimError(f"{name} must be {need}, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise OptimError(f"{name} must be {need}, got {type(value).__name__} {value!r}") from None
+
+
+def _check_non_negative(name: str, value: float) -> None:
+    """A learning rate or a decay factor: finite and >= 0.
+
+    A negative (or NaN) one gives a negative rate mid-run, which :func:`flodl.optim.set_lr`
+    refuses; a gamma above 1 (a growing rate) is allowed, as in torch. Only checked: the stored
+    value stays as given, so the schedule's repr (its identity in a checkpoint) does not change.
+    """
+    x = _number(name, value, need="a finite number >= 0")
+    if not (math.isfinite(x) and x >= 0.0):
+        raise OptimError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
 class Scheduler(ABC):
     """A learning rate as a function of the zero-based step. Subclass and define :meth:`lr`."""
 
@@ -111,9 +134,11 @@ class StepDecay(Scheduler):
     gamma: float
 
     def __post_init__(self) -> None:
+        _check_non_negative("StepDecay base_lr", self.base_lr)
         object.__setattr__(
             self, "step_size", _count("StepDecay step_size", self.step_size, minimum=1)
         )
+        _check_non_negative("StepDecay gamma", self.gamma)
 
     def lr(self, step: int) -> float:
         return self.base_lr * powi(self.gamma, _step(step) // self.step_size)
@@ -135,6 +160,8 @@ class CosineScheduler(Scheduler):
     total_steps: int
 
     def __post_init__(self) -> None:
+        _check_non_negative("CosineScheduler base_lr", self.base_lr)
+        _check_non_negative("CosineScheduler min_lr", self.min_lr)
         # lr() divides by total_steps: 0 would give NaN at every step, so refuse it here.
         object.__setattr__(
             self, "total_steps", _count("CosineScheduler total_steps", self.total_steps, minimum=1)
@@ -155,6 +182,10 @@ class ExponentialLR(Scheduler):
 
     base_lr: float
     gamma: float
+
+    def __post_init__(self) -> None:
+        _check_non_negative("ExponentialLR base_lr", self.base_lr)
+        _check_non_negative("ExponentialLR gamma", self.gamma)
 
     def lr(self, step: int) -> float:
         return self.base_lr * powi(self.gamma, _step(step))
@@ -177,6 +208,13 @@ class MultiStepLR(Scheduler):
     gamma: float
 
     def __init__(self, base_lr: float, milestones: Iterable[int], gamma: float) -> None:
+        _check_non_negative("MultiStepLR base_lr", base_lr)
+        _check_non_negative("MultiStepLR gamma", gamma)
+        if not isinstance(milestones, Iterable) or isinstance(milestones, str | bytes):
+            raise OptimError(
+                "MultiStepLR milestones must be a list of step numbers, "
+                f"got {type(milestones).__name__} {milestones!r}"
+            )
         ms = tuple(sorted(_count("MultiStepLR milestone", m, minimum=0) for m in milestones))
         object.__setattr__(self, "base_lr", base_lr)
         object.__setattr__(self, "milestones", ms)
@@ -207,8 +245,10 @@ class OneCycleLR(Scheduler):
     warmup_steps: int = field(init=False)
 
     def __post_init__(self) -> None:
+        _check_non_negative("OneCycleLR max_lr", self.max_lr)
         total = _count("OneCycleLR total_steps", self.total_steps, minimum=0)
-        frac = min(max(float(self.warmup_frac), 0.0), 1.0)
+        need = "a number in [0, 1]"
+        frac = min(max(_number("OneCycleLR warmup_frac", self.warmup_frac, need=need), 0.0), 1.0)
         if math.isnan(frac):
             raise OptimError("OneCycleLR warmup_frac must be a number in [0, 1], got NaN")
         object.__setattr__(self, "total_steps", total)
@@ -249,6 +289,8 @@ class CyclicLR(Scheduler):
     step_size_down: int | None = None
 
     def __post_init__(self) -> None:
+        _check_non_negative("CyclicLR base_lr", self.base_lr)
+        _check_non_negative("CyclicLR max_lr", self.max_lr)
         up = _count("CyclicLR step_size_up", self.step_size_up, minimum=1)
         down = up if self.step_size_down is None else self.step_size_down
         down = _count("CyclicLR step_size_down", down, minimum=0)
@@ -295,6 +337,7 @@ class WarmupScheduler(Scheduler):
             raise OptimError(
                 f"WarmupScheduler needs an inner scheduler with .lr(step), got {self.inner!r}"
             )
+        _check_non_negative("WarmupScheduler target_lr", self.target_lr)
         object.__setattr__(
             self,
             "warmup_steps",
@@ -325,6 +368,9 @@ class PlateauScheduler:
 
     def __init__(self, base_lr: float, patience: int, factor: float, min_lr: float) -> None:
         self.patience = _count("PlateauScheduler patience", patience, minimum=0)
+        _check_non_negative("PlateauScheduler base_lr", base_lr)
+        _check_non_negative("PlateauScheduler factor", factor)
+        _check_non_negative("PlateauScheduler min_lr", min_lr)
         self.factor = float(factor)
         self.min_lr = float(min_lr)
         self.current = float(base_lr)

@@ -132,7 +132,10 @@ def test_blur_is_differentiable():
     [
         (torch.zeros(3, 8, 8), 1.0, r"\[B, C, H, W\]"),
         (torch.zeros(1, 1, 8, 8, dtype=torch.long), 1.0, "floating-point"),
-        (torch.zeros(1, 1, 8, 8), 0.0, "sigma must be > 0"),
+        (torch.zeros(1, 1, 8, 8), 0.0, "sigma must be a finite number > 0, got 0.0"),
+        (torch.zeros(1, 1, 8, 8), math.inf, "sigma must be a finite number > 0, got inf"),
+        (torch.zeros(1, 1, 8, 8), math.nan, "sigma must be a finite number > 0, got nan"),
+        (torch.zeros(1, 1, 8, 8), "1", "sigma must be a finite number > 0, got '1'"),
     ],
 )
 def test_blur_bad_inputs(x, sigma, match):
@@ -148,5 +151,32 @@ def test_gaussian_blur_module_is_the_functional_without_state():
     assert torch.equal(blur(x), gaussian_blur_2d(x, 1.0))
     assert list(blur.parameters()) == [] and blur.state_dict() == {}
     assert blur.kernel_size == 7
-    with pytest.raises(FunctionalError, match="sigma must be > 0"):
+    with pytest.raises(FunctionalError, match="GaussianBlur sigma must be a finite number > 0"):
         GaussianBlur(-1.0)
+    with pytest.raises(FunctionalError, match=r"GaussianBlur sigma .* got inf"):
+        GaussianBlur(math.inf)  # was an OverflowError from the kernel size
+    with pytest.raises(FunctionalError, match=r"gaussian_kernel_size sigma .* got inf"):
+        gaussian_kernel_size(math.inf)
+
+
+def test_float64_blur_uses_a_float64_kernel():
+    # The docstring promises float64 weights; they were rounded to float32 first (~1e-8 error).
+    x = torch.zeros(1, 1, 21, 21, dtype=torch.float64)
+    x[0, 0, 10, 10] = 1.0
+    w = torch.tensor([math.exp(-d * d / 2.0) for d in range(-3, 4)], dtype=torch.float64)
+    k = w / w.sum()
+    torch.testing.assert_close(
+        gaussian_blur_2d(x, 1.0)[0, 0, 7:14, 7:14], torch.outer(k, k), rtol=0, atol=1e-15
+    )
+
+
+def test_float32_blur_keeps_the_rust_flodls_float32_kernel_bit_for_bit():
+    # Rust flodl: weights computed in f64, stored as f32, divided by (their f64 sum as f32).
+    sigma = 1.3
+    radius = math.ceil(3 * sigma)
+    w64 = [math.exp(-(d * d) / (2 * sigma * sigma)) for d in range(-radius, radius + 1)]
+    k = torch.tensor(w64, dtype=torch.float32) / torch.tensor(sum(w64), dtype=torch.float32)
+    x = torch.zeros(1, 1, 2 * radius + 1, 2 * radius + 1)
+    x[0, 0, radius, radius] = 1.0
+    y = gaussian_blur_2d(x, sigma)[0, 0]
+    assert torch.equal(y[radius], k * k[radius]) and torch.equal(y[:, radius], k * k[radius])

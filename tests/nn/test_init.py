@@ -140,3 +140,41 @@ def test_initialisers_follow_manual_seed():
     a = init.xavier_uniform((3, 3), 3, 3)
     fl.manual_seed(5)
     assert torch.equal(a, init.xavier_uniform((3, 3), 3, 3))
+
+
+# -- bad arguments: an InitError naming the argument, never a ZeroDivisionError or a silent value --
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: init.kaiming_uniform((2, 3), fan_in=0), "fan_in must be >= 1, got 0"),
+        (lambda: init.kaiming_normal((2, 3), fan_in=-4), "fan_in must be >= 1, got -4"),
+        (lambda: init.kaiming_uniform((2, 3), fan_in=3.5), "fan_in must be an integer, got float"),
+        (lambda: init.uniform_bias(0, (3,)), "fan_in must be >= 1, got 0"),
+        (lambda: init.xavier_uniform((2, 3), 0, 0), r"fan_in \+ fan_out >= 1, got 0 \+ 0"),
+        (lambda: init.xavier_normal((2, 3), 0, 0), r"fan_in \+ fan_out >= 1, got 0 \+ 0"),
+        (lambda: init.xavier_normal((2, 3), 4, -1), "fan_out must be >= 0, got -1"),
+        # a negative std swapped the bounds: every value was mean + 2 * 1.0 = -2 ... clamped
+        (lambda: init.trunc_normal(5, 0.0, -1.0), "std must be a number >= 0, got -1.0"),
+        (lambda: init.trunc_normal(5, std=math.nan), "std must be a number >= 0, got nan"),
+        (lambda: init.trunc_normal(5, a=2.0, b=-2.0), "a < b .* got a=2.0, b=-2.0"),
+        (lambda: init.trunc_normal(5, a=1.0, b=1.0), "a < b .* got a=1.0, b=1.0"),
+        (lambda: init.normal(5, std=-0.1), "std must be a number >= 0, got -0.1"),
+        (lambda: init.normal((2.7, 3)), "integer sizes, got float 2.7"),  # was (2, 3)
+        (lambda: init.normal(2.0), "an integer or a sequence of integers, got float 2.0"),
+        (lambda: init.uniform((2, -1), 0.0, 1.0), "sizes >= 0, got -1"),
+    ],
+)
+def test_bad_arguments_raise_init_error(call, match):
+    with pytest.raises(init.InitError, match=match):
+        call()
+
+
+def test_numpy_and_tensor_integers_are_sizes_and_fans():
+    assert init.normal(np.int64(3)).shape == (3,)  # was "'numpy.int64' object is not iterable"
+    assert init.normal((np.int64(2), torch.tensor(3))).shape == (2, 3)
+    assert init.kaiming_uniform(np.int32(4), fan_in=np.int64(4)).shape == (4,)
+    assert init.xavier_uniform((3, 0), 0, 3).shape == (3, 0)  # one empty side is allowed
+    torch.manual_seed(0)
+    assert bool((init.trunc_normal(50, std=0.0) == 0.0).all())  # std 0: the mean itself

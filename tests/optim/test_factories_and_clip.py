@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -153,6 +154,26 @@ def test_empty_parameters_are_a_clear_error():
         fl.optim.Adam([{"lr": 0.1}])
 
 
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        # a tensor iterates row by row: torch would report "can't optimize a non-leaf Tensor"
+        (lambda net: net[0].weight, r"got a single Tensor of shape \[8, 4\]: wrap it in a list"),
+        # a dict iterates key by key: the strings used to fail on `.device`
+        (lambda net: {"params": net.parameters()}, r"got a single dict \(keys \['params'\]\)"),
+        (lambda net: 3, "iterable of tensors or of param-group dicts, got int"),
+        (lambda net: ["weight"], "can only optimize tensors.*params is str 'weight'"),
+        (lambda net: [{"params": 0.5}], "can only optimize tensors.*params is float 0.5"),
+        (lambda net: [("w", None)], "can only optimize tensors.*params is NoneType None"),
+    ],
+    ids=["tensor", "dict", "int", "string", "group of a float", "named None"],
+)
+@pytest.mark.parametrize("factory", [fl.optim.Adam, fl.optim.AdamW, partial(fl.optim.SGD, lr=0.1)])
+def test_params_that_are_not_tensors_or_groups_are_a_clear_error(factory, params, match):
+    with pytest.raises(OptimError, match=match):
+        factory(params(model()))
+
+
 # -- clipping -------------------------------------------------------------------------------------
 
 
@@ -194,6 +215,28 @@ def test_clip_norm_matches_torch_when_clipping():
     assert total == pytest.approx(ref_total.item(), rel=1e-6)
     for a, b in zip(ours, ref, strict=True):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_clip_norm_of_float32_gradients_is_bit_identical_to_torchs():
+    gen = torch.Generator().manual_seed(4)
+    ours = [with_grad(*(torch.randn(n, generator=gen) * 10).tolist()) for n in (1, 7, 1000, 33_333)]
+    ref = [with_grad(*p.grad.tolist()) for p in ours]
+    assert clip_grad_norm(ours, 1e9) == torch.nn.utils.clip_grad_norm_(ref, 1e9).item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_clip_norm_measures_half_precision_gradients_in_float32(dtype):
+    # 100,000 gradients of 300: a norm of ~94,868, above float16's largest value (65,504). Measured
+    # in float16 it was inf, so the "skip the step when the norm is not finite" advice never
+    # let a float16 run step.
+    p = torch.zeros(100_000, dtype=dtype, requires_grad=True)
+    p.grad = torch.full((100_000,), 300.0, dtype=dtype)
+    other = with_grad(3.0, 4.0)  # float32 alongside: one global norm over both dtypes
+    total = clip_grad_norm([p, other], 1.0)
+    assert total == pytest.approx(math.hypot(300.0 * math.sqrt(100_000), 5.0), rel=1e-3)
+    assert p.grad.dtype == dtype and bool(p.grad.isfinite().all())
+    clipped = math.hypot(p.grad.double().norm().item(), other.grad.double().norm().item())
+    assert clipped == pytest.approx(1.0, rel=1e-2)
 
 
 @pytest.mark.parametrize(

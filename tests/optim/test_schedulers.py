@@ -327,3 +327,52 @@ def test_schedulers_are_immutable_values():
     with pytest.raises(AttributeError):
         s.base_lr = 1.0  # type: ignore[misc]
     assert "CosineScheduler(base_lr=0.1" in repr(s)
+
+
+# -- bad settings are refused when the scheduler is built ----------------------------------------
+
+INNER = CosineScheduler(0.1, 0.0, 10)
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        # a negative gamma flips the sign every decay: [0.1, -0.05, ...] failed mid-run in set_lr
+        (lambda v: ExponentialLR(0.1, v), "ExponentialLR gamma"),
+        (lambda v: StepDecay(0.1, 2, v), "StepDecay gamma"),
+        (lambda v: MultiStepLR(0.1, [3], v), "MultiStepLR gamma"),
+        (lambda v: PlateauScheduler(0.1, 2, v, 0.0), "PlateauScheduler factor"),
+        (lambda v: ExponentialLR(v, 0.5), "ExponentialLR base_lr"),
+        (lambda v: StepDecay(v, 2, 0.5), "StepDecay base_lr"),
+        (lambda v: MultiStepLR(v, [3], 0.5), "MultiStepLR base_lr"),
+        (lambda v: CosineScheduler(v, 0.0, 10), "CosineScheduler base_lr"),
+        (lambda v: CosineScheduler(0.1, v, 10), "CosineScheduler min_lr"),
+        (lambda v: OneCycleLR(v, 10), "OneCycleLR max_lr"),
+        (lambda v: CyclicLR(v, 0.1, 2), "CyclicLR base_lr"),
+        (lambda v: CyclicLR(0.0, v, 2), "CyclicLR max_lr"),
+        (lambda v: WarmupScheduler(INNER, v, 3), "WarmupScheduler target_lr"),
+        (lambda v: PlateauScheduler(v, 2, 0.5, 0.0), "PlateauScheduler base_lr"),
+        (lambda v: PlateauScheduler(0.1, 2, 0.5, v), "PlateauScheduler min_lr"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
+@pytest.mark.parametrize(
+    "value", [-0.5, math.nan, math.inf, "0.1"], ids=["neg", "nan", "inf", "str"]
+)
+def test_negative_or_non_finite_rates_and_factors_are_refused_at_construction(build, name, value):
+    with pytest.raises(OptimError, match=rf"{name} must be a finite number >= 0, got .*{value!r}"):
+        build(value)
+
+
+def test_zero_and_growing_factors_stay_allowed():
+    assert ExponentialLR(0.1, 0.0).curve(2) == [0.1, 0.0]  # a rate of 0 is a valid rate
+    assert StepDecay(0.1, 1, 2.0).curve(3) == [0.1, 0.2, 0.4]  # gamma > 1, as torch allows
+    assert ExponentialLR(1, 0.5).lr(1) == 0.5  # integers are numbers ...
+    assert repr(ExponentialLR(1, 0.5)) == "ExponentialLR(base_lr=1, gamma=0.5)"  # ... kept as given
+
+
+def test_multistep_milestones_must_be_a_list_of_steps():
+    with pytest.raises(OptimError, match="milestones must be a list of step numbers, got int 30"):
+        MultiStepLR(0.1, 30, 0.5)  # type: ignore[arg-type]
+    with pytest.raises(OptimError, match="milestone must be an integer, got float"):
+        MultiStepLR(0.1, [30.5], 0.5)
