@@ -121,7 +121,8 @@ def render_text(report: dict[str, Any]) -> list[str | tuple[str, str]]:
             "  Fix the NVIDIA driver first (see the verdict), then run fdl diagnose again:"
         )
         lines.append(
-            f"  until it answers, fdl setup would install torch {rec['torch']} + {rec['tag']}"
+            "  until it answers, fdl setup refuses to choose a build (the GPUs are unknown); "
+            "'fdl setup --variant cpu' installs the CPU build on purpose"
         )
     elif rec:
         needed = judged is None or judged["status"] == "fix"

@@ -15,12 +15,20 @@ def install(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the pip command instead of running it.")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="The check as one JSON object.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="The check as one JSON object, alone on stdout (pip's output and the "
+            "--dry-run command go to stderr).",
+        ),
+    ] = False,
 ) -> None:
     import dataclasses
     import json
     import shlex
     import subprocess
+    import sys
 
     from rich.markup import escape
 
@@ -49,10 +57,14 @@ def install(
         return
     line = shlex.join(result.upgrade)
     if dry_run:
-        console.out(line)
+        if as_json:  # the command is in the JSON ("upgrade"); stdout stays one document
+            console.info(escape(line))
+        else:
+            console.out(line)
         return
     console.info(escape(f"fdl: {line}"))
-    code = subprocess.call(result.upgrade)
+    # pip's progress is messages, not data: stderr, so stdout holds only what fdl reports
+    code = subprocess.call(result.upgrade, stdout=sys.stderr)
     if code != 0:
         raise FdlError(f"the update failed (pip exited with {code})", "see pip's output above")
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 
-def _show_plan(machine, plan, python: str) -> None:
+def _show_gpus(machine) -> None:
     from rich.markup import escape
 
     from fdl import console
@@ -18,13 +18,18 @@ def _show_plan(machine, plan, python: str) -> None:
         console.info(f"[bold]GPUs[/bold] (driver {nv.driver or 'unknown'}):")
         for g in nv.gpus:
             console.info(escape(f"  [{g.index}] {g.name} -- {g.sm or 'sm unknown'}"))
+    elif machine.target().driver_problem:
+        console.info("[bold]GPUs[/bold]: unknown (an NVIDIA driver is here but lists none)")
     else:
         console.info("[bold]GPUs[/bold]: none (CPU-only)")
-        from fdl.hardware.nvidia import broken_driver
 
-        problem = broken_driver(nv)  # a driver is installed but listed nothing: not silently CPU
-        if problem:
-            console.warn(escape(f"{problem} — or force a build with --variant"))
+
+def _show_plan(machine, plan, python: str) -> None:
+    from rich.markup import escape
+
+    from fdl import console
+
+    _show_gpus(machine)
     console.info(f"[bold]Plan[/bold]: torch {plan.torch} + {plan.tag} ({plan.status})")
     for reason in plan.reasons:
         console.info(escape(f"  - {reason}"))
@@ -37,13 +42,21 @@ def _show_plan(machine, plan, python: str) -> None:
 
 
 def _choose_build(machine, plan):
-    """No build fits every GPU: let the user pick which compromise to install."""
+    """No build fits every GPU: let the user pick which compromise to install — among the builds
+    this driver can load that run on at least one GPU, each from the newest release that has it."""
+    from rich.markup import escape
     from rich.prompt import Prompt
 
     from fdl import console
     from fdl.variants import resolve
 
-    choices = [c.build.tag for c in plan.considered] + ["cpu"]
+    release_of: dict[str, str] = {}
+    for c in plan.considered:  # newest release first
+        if c.driver_ok is not False and c.usable and c.build.tag not in release_of:
+            release_of[c.build.tag] = c.build.torch
+            gpus = ", ".join(str(f.index) for f in c.usable)
+            console.info(escape(f"  {c.build.tag}: torch {c.build.torch}, usable on GPU {gpus}"))
+    choices = [*release_of, "cpu"]
     choice = Prompt.ask(
         "No single build runs on every GPU. Build to install",
         choices=choices,
@@ -52,7 +65,7 @@ def _choose_build(machine, plan):
     )
     if choice == plan.tag:
         return plan
-    chosen = resolve(machine.target(), torch=plan.torch, tag=choice)
+    chosen = resolve(machine.target(), torch=release_of.get(choice), tag=choice)  # cpu: newest
     console.info(f"[bold]Plan[/bold]: torch {chosen.torch} + {chosen.tag} (your choice)")
     for warning in chosen.warnings:
         console.warn(warning)
@@ -105,27 +118,40 @@ def setup(
     interactive = not (yes or dry_run) and sys.stdin.isatty()
     machine, plan = _plan(target_python, torch_version, variant, interactive=interactive)
     installed = machine.torch
-    skip = already_installed(installed, plan) and not force
+    wrong = mismatched_companions(installed, plan)
+    present = already_installed(installed, plan)
+    skip = present and not force
     command = install_command(
         target_python,
         plan.requirement,
         plan.index_url,
-        companions=sorted(installed.companions) if installed else [],
-        force=force,
+        companions=companion_requirements(installed, plan),
+        # only an identical install needs forcing (the +tag pins switch any other), and pip's
+        # form skips dependencies, which a different build may need
+        force=force and present,
         installer=installer,
     )
     if skip:
         console.info(f"torch {installed.version} is already installed here (--force reinstalls)")
     else:
-        if installed:
+        if installed and not (
+            installed.public_version == plan.torch and (installed.tag or "") == plan.tag
+        ):
             console.info(f"replacing torch {installed.version} with {plan.torch}+{plan.tag}")
+        if wrong:
+            console.info(
+                escape(
+                    f"{', '.join(wrong)}: not the build of torch {plan.torch}+{plan.tag}, "
+                    "moving with it"
+                )
+            )
         console.info(f"[bold]Command[/bold]: {escape(str(command))}")
     if dry_run:
         console.info("dry run: nothing was installed")
         return
     ran: list[str] = []
     if not skip:
-        _run_install(command, confirmed=yes)
+        _run_install(command, target_python, confirmed=yes)
         ran.append(str(command))
     _verify(machine, plan, target_python)
     if libtorch:
@@ -136,26 +162,67 @@ def setup(
         "[bold green]Done.[/bold green]" + escape(" Ran: " + "; ".join(ran) if ran else "")
     )
     if plan.visible_devices:
-        console.info(f"Remember: CUDA_VISIBLE_DEVICES={plan.visible_devices}")
+        from fdl.variants.resolver import device_env
+
+        console.info(escape(f"Remember: {device_env(plan.visible_devices)}"))
 
 
 def already_installed(installed: Any, plan: Any) -> bool:
     """Whether ``installed`` (a ``TorchInstall``, or None) is the release and build ``plan`` asks
-    for, so there is nothing to install without ``--force``."""
+    for, its installed companions included, so there is nothing to install without ``--force``."""
     return (
         installed is not None
         and installed.public_version == plan.torch
         and (installed.tag or "") == plan.tag
+        and not mismatched_companions(installed, plan)
     )
+
+
+def companion_requirements(installed: Any, plan: Any) -> list[str]:
+    """The installed torchvision/torchaudio, pinned to the release and build matching ``plan``."""
+    from fdl.torch_setup.install import companion_requirement
+
+    names = sorted(installed.companions) if installed else []
+    return [companion_requirement(n, plan.torch, plan.tag, plan.index_url) for n in names]
+
+
+def mismatched_companions(installed: Any, plan: Any) -> list[str]:
+    """``["torchvision 0.29.1+cpu"]``: installed companions that are not the release and build
+    matching ``plan`` (a companion without a label is the flavour of the torch beside it)."""
+    from fdl.torch_setup.install import companion_version
+
+    wrong = []
+    for name, version in sorted((installed.companions if installed else {}).items()):
+        public, _, label = version.partition("+")
+        if (
+            public != companion_version(name, plan.torch)
+            or (label or installed.tag or "") != plan.tag
+        ):
+            wrong.append(f"{name} {version}")
+    return wrong
 
 
 def _plan(python: str, torch_version: str | None, variant: str | None, *, interactive: bool):
     """The machine and the build to install for it, shown; on a terminal, when no build fits
-    every GPU and none was forced, the user picks the compromise."""
+    every GPU and none was forced, the user picks the compromise.
+
+    An NVIDIA driver that is there but lists no GPU (not rebooted after an upgrade, hung, or
+    nvidia-smi missing) is refused unless a build is forced: the GPUs are unknown, not absent,
+    and choosing the CPU build would replace a working CUDA torch."""
+    from fdl.errors import ExitCode, FdlError
     from fdl.hardware import detect
     from fdl.variants import resolve
 
     machine = detect(docker=False, python=python)
+    problem = machine.target().driver_problem
+    if problem and variant is None:
+        raise FdlError(
+            f"cannot choose a build: {problem}",
+            "fix the driver first (a reboot, usually), then run fdl setup again; or pass "
+            "--variant cpu to install the CPU build on purpose (--variant cu126 etc. for a "
+            "CUDA build)",
+            ExitCode.UNAVAILABLE,
+        )
     plan = resolve(machine.target(), torch=torch_version, tag=variant)
     _show_plan(machine, plan, python)
     if plan.status == "compromise" and variant is None and interactive:
@@ -163,8 +230,11 @@ def _plan(python: str, torch_version: str | None, variant: str | None, *, intera
     return machine, plan
 
 
-def _run_install(command: Any, *, confirmed: bool) -> None:
-    """Run the installer, after asking on a terminal unless ``confirmed`` (``-y``)."""
+def _run_install(command: Any, python: str, *, confirmed: bool) -> None:
+    """Run the installer, after asking on a terminal unless ``confirmed`` (``-y``). Its output
+    goes to stderr as it comes, and is kept to explain a failure."""
+    import codecs
+    import os
     import subprocess
     import sys
 
@@ -180,13 +250,32 @@ def _run_install(command: Any, *, confirmed: bool) -> None:
 
         if not Confirm.ask("Install?", default=True, console=console.console(stderr=True)):
             raise FdlError("setup cancelled; nothing was installed", None, ExitCode.FAILURE)
-    proc = subprocess.run(command.argv, stdout=sys.stderr, check=False)
-    if proc.returncode != 0:
+    proc = subprocess.Popen(command.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    out = proc.stdout.fileno()
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    tail = ""
+    for chunk in iter(lambda: os.read(out, 65536), b""):  # as it comes: pip's progress too
+        text = decoder.decode(chunk)
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        tail = (tail + text)[-20000:]
+    code = proc.wait()
+    if code == 0:
+        return
+    flat = " ".join(tail.split()).lower()
+    if "externally-managed-environment" in flat or "externally managed" in flat:
         raise FdlError(
-            f"{command.installer} failed (exit {proc.returncode}); the environment may be "
-            "unchanged or partly updated",
-            f"read the installer output above; the command was: {command}",
+            f"{command.installer} refused to install into {python}: it is an externally managed "
+            "(system) Python (PEP 668); nothing was changed",
+            "create a virtual environment and install there: python3 -m venv .venv, then "
+            "fdl setup --python .venv/bin/python",
         )
+    raise FdlError(
+        f"{command.installer} failed (exit {code}); the environment may be unchanged or "
+        "partly updated",
+        f"read the installer output above; the command was: {command}",
+    )
 
 
 def _verify(machine: Any, plan: Any, python: str) -> None:
@@ -202,7 +291,10 @@ def _verify(machine: Any, plan: Any, python: str) -> None:
     for note in scope.notes:
         console.info(escape(f"  {note}"))
     if scope.visible_devices is not None:
-        console.info(f"  with CUDA_VISIBLE_DEVICES={scope.visible_devices!r}, as the plan says")
+        console.info(
+            "  with CUDA_DEVICE_ORDER=PCI_BUS_ID "
+            f"CUDA_VISIBLE_DEVICES={scope.visible_devices!r}, as the plan says"
+        )
     check = verify_torch(
         python, expected_gpus=scope.expected_gpus, visible_devices=scope.visible_devices
     )

@@ -26,6 +26,7 @@ class Machine:
 
     def target(self):
         """What the variant resolver needs (``fdl.variants.Target``)."""
+        from fdl.hardware.nvidia import broken_driver
         from fdl.variants import GpuTarget, Target
 
         return Target(
@@ -34,6 +35,7 @@ class Machine:
             driver=self.nvidia.driver,
             gpus=tuple(GpuTarget(g.index, g.name, g.cc) for g in self.nvidia.gpus),
             python=".".join(self.python.version.split(".")[:2]),
+            driver_problem=broken_driver(self.nvidia),
         )
 
 

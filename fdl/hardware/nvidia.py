@@ -184,13 +184,17 @@ def _nvml() -> tuple[list[Gpu], str | None, str | None, str | None]:
             pynvml.nvmlShutdown()
 
 
-def probe_nvidia() -> NvidiaReport:
-    """Every NVIDIA GPU with index, name, compute capability, VRAM; the driver and its max CUDA."""
+def probe_nvidia(timeout: float = 10.0) -> NvidiaReport:
+    """Every NVIDIA GPU with index, name, compute capability, VRAM; the driver and its max CUDA.
+
+    ``timeout``: how long nvidia-smi may take per call. One that hangs (a wedged driver) is asked
+    nothing more: each further call would hang as long.
+    """
     report = NvidiaReport()
     smi = find_nvidia_smi()
     report.smi_path = smi
     if smi:
-        full = run_tool([smi, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"])
+        full = run_tool([smi, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"], timeout)
         if full.ok:
             report.gpus, report.driver = parse_query(full.stdout, with_cc=True)
             report.source = "nvidia-smi"
@@ -199,7 +203,9 @@ def probe_nvidia() -> NvidiaReport:
                     f"nvidia-smi output not understood: {full.stdout.strip()[:120]}"
                 )
         elif "compute_cap" in (full.stdout + full.stderr):  # driver too old for compute_cap
-            legacy = run_tool([smi, f"--query-gpu={LEGACY_QUERY}", "--format=csv,noheader,nounits"])
+            legacy = run_tool(
+                [smi, f"--query-gpu={LEGACY_QUERY}", "--format=csv,noheader,nounits"], timeout
+            )
             if legacy.ok:
                 report.gpus, report.driver = parse_query(legacy.stdout, with_cc=False)
                 report.source = "nvidia-smi (legacy query)"
@@ -208,9 +214,10 @@ def probe_nvidia() -> NvidiaReport:
                 report.problems.append(legacy.reason or "nvidia-smi failed")
         else:
             report.problems.append(full.reason or "nvidia-smi failed")
-        banner = run_tool([smi])
-        if banner.ok:
-            report.cuda_driver_max = parse_cuda_version(banner.stdout)
+        if not full.timed_out:
+            banner = run_tool([smi], timeout)
+            if banner.ok:
+                report.cuda_driver_max = parse_cuda_version(banner.stdout)
     else:
         report.problems.append("nvidia-smi not found (no NVIDIA driver, or not on PATH)")
 
@@ -243,31 +250,52 @@ def probe_nvidia() -> NvidiaReport:
 
 
 def broken_driver(report: NvidiaReport) -> str | None:
-    """Why a driver that is installed lists no GPU, with what to do; ``None`` when nvidia-smi is
-    absent (no NVIDIA driver: a CPU machine) or lists GPUs.
+    """Why an NVIDIA driver that is there lists no GPU, with what to do; ``None`` when GPUs are
+    listed, or when there is no sign of an NVIDIA driver at all (a CPU machine).
 
-    A driver upgraded without a reboot is the common case: the loaded kernel module and the new
-    user-space library disagree ("Driver/library version mismatch") until the machine restarts.
+    Signs of a driver: an installed nvidia-smi that fails (a driver upgraded without a reboot is
+    the common case: the loaded kernel module and the new user-space library disagree, "Driver/
+    library version mismatch", until the machine restarts; or it hangs), or the NVIDIA kernel
+    module loaded (``/sys/module/nvidia/version``) with no nvidia-smi to ask.
     """
-    if report.smi_path is None or report.gpus:
+    if report.gpus:
         return None
+    if report.smi_path is None:
+        module = kernel_module_version()
+        if module is None:
+            return None
+        return (
+            f"the NVIDIA kernel module {module} is loaded but nvidia-smi was not found: "
+            "install the driver's utilities (e.g. nvidia-utils), put nvidia-smi on PATH, or, "
+            "in a container, start it with GPU access (docker run --gpus all)"
+        )
     detail = "; ".join(report.problems) or "it listed none"
     if "mismatch" in detail.lower():
         advice = (
             "the driver was upgraded without a reboot: reboot (or reinstall the driver if that "
             "does not help)"
         )
+    elif "did not answer" in detail:
+        advice = "the driver does not respond: reboot, and check 'dmesg' for NVIDIA errors"
     else:
         advice = "after a driver upgrade, reboot; otherwise reinstall the NVIDIA driver"
     return f"nvidia-smi is installed but reported no GPU ({detail}); {advice}"
 
 
-def driver_from_kernel_module() -> str | None:
-    """The loaded kernel module's version (``/sys/module/nvidia/version``, ``/proc``), if any."""
+def kernel_module_version() -> str | None:
+    """The loaded NVIDIA kernel module's version from ``/sys/module/nvidia/version``, if any."""
     with contextlib.suppress(OSError):
         text = host_path(SYS_VERSION).read_text().strip()
         if _DRIVER.match(text):
             return text
+    return None
+
+
+def driver_from_kernel_module() -> str | None:
+    """The loaded kernel module's version (``/sys/module/nvidia/version``, ``/proc``), if any."""
+    module = kernel_module_version()
+    if module is not None:
+        return module
     try:
         return parse_proc_version(host_path(PROC_VERSION).read_text())
     except OSError:

@@ -17,6 +17,29 @@ class InstallCommand:
         return shlex.join(self.argv)
 
 
+def companion_version(name: str, torch: str) -> str:
+    """The ``torchvision`` / ``torchaudio`` release built against ``torch`` (``"2.14.1"``).
+
+    PyTorch releases them together: torchaudio carries torch's version, torchvision ``0.(minor
+    + 15).patch`` (torch 2.9.1: torchvision 0.24.1, torchaudio 2.9.1).
+
+    >>> companion_version("torchvision", "2.14.1"), companion_version("torchaudio", "2.9.1")
+    ('0.29.1', '2.9.1')
+    """
+    major, minor, *rest = torch.split("+")[0].split(".")
+    patch = rest[0] if rest else "0"
+    if name == "torchvision" and major == "2":
+        return f"0.{int(minor) + 15}.{patch}"
+    return f"{major}.{minor}.{patch}"
+
+
+def companion_requirement(name: str, torch: str, tag: str, index_url: str | None) -> str:
+    """``torchvision==0.29.1+cu126``: the release matching ``torch``, from the same build as torch
+    (the local label, as for torch; PyPI's default wheels carry none)."""
+    version = companion_version(name, torch)
+    return f"{name}=={version}" if index_url is None else f"{name}=={version}+{tag}"
+
+
 def install_command(
     python: str,
     requirement: str,
@@ -28,8 +51,12 @@ def install_command(
 ) -> InstallCommand:
     """``uv pip install`` when uv is on PATH (``installer`` forces one), else ``python -m pip``.
 
-    Companions (torchvision, torchaudio) already installed move with torch to the same index;
-    ``force`` re-installs even an identical version (a variant switch needs it).
+    ``companions``: requirements (``torchvision==0.29.1+cu126``) installed with torch from the
+    same index, so a variant switch does not leave them behind. ``force`` reinstalls torch and
+    the companions even when these exact builds are installed — those packages only: with pip,
+    ``--force-reinstall --no-deps`` (plain ``--force-reinstall`` would reinstall every
+    dependency too, gigabytes of nvidia-* wheels for a CUDA build); with uv,
+    ``--reinstall-package`` for each.
     """
     uv = shutil.which("uv") if installer in (None, "uv") else None
     if installer == "uv" and uv is None:
@@ -44,8 +71,8 @@ def install_command(
         if index_url:
             argv += ["--index-url", index_url]
         if force:
-            for name in ("torch", *companions):
-                argv += ["--reinstall-package", name]
+            for package in packages:
+                argv += ["--reinstall-package", _name(package)]
         return InstallCommand(argv, "uv")
     argv = [python, "-m", "pip", "install", "--disable-pip-version-check", *packages]
     if index_url:
@@ -54,5 +81,11 @@ def install_command(
         if parsed.scheme == "http" and parsed.hostname:  # a local mirror: pip ignores it otherwise
             argv += ["--trusted-host", parsed.hostname]
     if force:
-        argv += ["--force-reinstall"]
+        argv += ["--force-reinstall", "--no-deps"]
     return InstallCommand(argv, "pip")
+
+
+def _name(requirement: str) -> str:
+    for sep in ("==", ">=", "<=", "~=", "!=", "<", ">", "["):
+        requirement = requirement.split(sep)[0]
+    return requirement.strip()

@@ -119,13 +119,20 @@ def verify_torch(
 ) -> Verification:
     """Run the checks in ``python`` (a subprocess: a broken install cannot take fdl down).
 
-    ``visible_devices`` (``"1"``, ``"0,2"``, ``""`` for none) becomes the check's
-    CUDA_VISIBLE_DEVICES; GPUs are still reported by their machine-wide index.
+    ``visible_devices`` (``"1"``, ``"0,2"``, ``""`` for none: nvidia-smi's indices) becomes the
+    check's CUDA_VISIBLE_DEVICES, with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers the GPUs as
+    nvidia-smi does; GPUs are still reported by their machine-wide index. Without it, the
+    environment's own CUDA_VISIBLE_DEVICES (if any) applies, and a failure names it.
     """
     env = None
     physical: list[int] | None = None
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES") if visible_devices is None else None
     if visible_devices is not None:
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible_devices}
+        env = {
+            **os.environ,
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_VISIBLE_DEVICES": visible_devices,
+        }
         physical = [int(i) for i in visible_devices.split(",") if i.strip()]
     try:
         proc = subprocess.run(
@@ -151,14 +158,23 @@ def verify_torch(
     result.lines.append(f"CPU tensor op: {'ok' if data.get('cpu_op') == 4.0 else 'WRONG'}")
     if data.get("cpu_op") != 4.0:
         result.problems.append("a CPU tensor op gave a wrong result")
+    # an inherited CUDA_VISIBLE_DEVICES ("" or a bad index) hides GPUs from a correct install
+    hidden_by = (
+        f": CUDA_VISIBLE_DEVICES={inherited!r} is set in this environment and hides GPUs from "
+        "CUDA — unset it (or list the GPUs to use) and check again"
+        if inherited is not None
+        else ""
+    )
     if expected_gpus and not data.get("cuda_available"):
         result.problems.append(
             f"{expected_gpus} GPU(s) present but torch.cuda.is_available() is False "
-            f"(build CUDA: {result.cuda or 'none — a CPU build'})"
+            f"(build CUDA: {result.cuda or 'none — a CPU build'}){hidden_by}"
         )
     devices = data.get("devices", [])
     if data.get("cuda_available") and len(devices) < expected_gpus:
-        result.problems.append(f"torch sees {len(devices)} GPU(s), {expected_gpus} expected")
+        result.problems.append(
+            f"torch sees {len(devices)} GPU(s), {expected_gpus} expected{hidden_by}"
+        )
     sass, ptx = _arch_list(data.get("arch_list", []))
     for dev in devices:
         cc = tuple(dev["capability"])

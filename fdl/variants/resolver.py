@@ -33,6 +33,9 @@ class Target:
     driver: str | None = None
     gpus: tuple[GpuTarget, ...] = ()
     python: str | None = None  # "3.12"; None: do not filter releases by Python
+    # Why an NVIDIA driver that is there lists no GPU (fdl.hardware.nvidia.broken_driver): the
+    # GPUs are unknown, not absent.
+    driver_problem: str | None = None
 
 
 @dataclass
@@ -164,10 +167,10 @@ def _describe_gpus(target: Target) -> str:
 
 
 def _why_not(c: Candidate, target: Target) -> str:
-    if c.driver_ok is False:
-        return f"needs driver ≥ {c.driver_floor} (have {target.driver})"
-    missing = [f for f in c.fits if not f.usable]
     parts = []
+    if c.driver_ok is False:
+        parts.append(f"needs driver ≥ {c.driver_floor} (have {target.driver})")
+    missing = [f for f in c.fits if not f.usable]
     for f in missing:
         if f.coverage == "driver-too-old":
             parts.append(f"GPU {f.index} ({f.sm}) needs a newer driver for its architecture")
@@ -235,6 +238,14 @@ def resolve(
         return _forced(search, tag)
     if target.os_family == "macos":
         return _cpu(search, "macOS: the default PyPI wheel (CPU, and MPS on Apple silicon)")
+    if not target.gpus and target.driver_problem:
+        plan = _cpu(
+            search,
+            "the NVIDIA driver lists no GPU: the GPUs are unknown until it answers, and only the "
+            "CPU build can be chosen without them",
+        )
+        plan.warnings.append(target.driver_problem)
+        return plan
     if not target.gpus:
         return _cpu(search, "no NVIDIA GPU detected: the CPU build (smaller, no CUDA libraries)")
     considered = _consider(search.newest, target, search.table)
@@ -247,10 +258,19 @@ def resolve(
         older = _older_release(search, considered, why_newest)
         if older is not None:
             return older
-    driver_ok = [c for c in considered if c.driver_ok is not False and c.usable]
-    if not driver_ok:
+    # A compromise may come from an older release too (a CUDA 12 build with the newest GPU's
+    # kernels when the driver is too old for CUDA 13), as a single GPU's build does.
+    runnable = [
+        c
+        for release in search.releases
+        for c in (
+            considered if release is search.newest else _consider(release, target, search.table)
+        )
+        if c.driver_ok is not False and c.usable
+    ]
+    if not runnable:
         return _no_build(search, considered, why_newest)
-    return _compromise(search, considered, driver_ok, why_newest)
+    return _compromise(search, considered, runnable, why_newest)
 
 
 @dataclass
@@ -310,17 +330,26 @@ def _forced(search: _Search, tag: str) -> Plan:
 
         raise FdlUsageError(f"torch {newest.torch} has no '{tag}' build", f"choose: {tags}")
     cand = evaluate(build, target, search.table)
-    status = "ok" if cand.fits_all or not build.is_cuda else "compromise"
+    runs_somewhere = cand.driver_ok is not False and bool(cand.usable)
+    if cand.fits_all or not build.is_cuda:
+        status = "ok"
+    else:
+        status = "compromise" if runs_somewhere else "unusable"
     plan = search.plan(status, cand, newest, tag)
     plan.reasons.append(f"{tag} was requested")
     plan.reasons.extend(_explain_choice(cand, target))
     if build.is_cuda and not cand.fits_all:
-        plan.warnings.append(f"{tag} will not run everywhere here: {_why_not(cand, target)}")
-        if cand.driver_ok is not False and cand.usable:
+        if runs_somewhere:
+            plan.warnings.append(f"{tag} will not run everywhere here: {_why_not(cand, target)}")
             plan.visible_devices = ",".join(str(f.index) for f in cand.usable)
             plan.warnings.append(
-                f"run with CUDA_VISIBLE_DEVICES={plan.visible_devices} so torch never "
-                "touches the other GPU(s)"
+                f"run with {device_env(plan.visible_devices)} so torch never touches the other "
+                "GPU(s)"
+            )
+        else:
+            plan.warnings.append(
+                f"{tag} runs on no GPU here (torch will see no CUDA device): "
+                + _why_not(cand, target)
             )
     plan.considered = [cand]
     return plan
@@ -402,8 +431,13 @@ def _no_build(search: _Search, considered: list[Candidate], why_newest: list[str
     if python_note:
         plan.reasons.append(python_note[0])
         plan.alternatives.append(python_note[1])
+    unsupported = _unsupported_gpus(search)
+    if unsupported:
+        plan.reasons.append(unsupported)
     plan.warnings.append("installing the CPU build; GPUs stay unused until this is fixed")
     plan.alternatives += _upgrade_paths(considered, target)
+    if unsupported:
+        plan.alternatives.append(f"a source build for these GPUs: {_source_build(target)}")
     pinned_alt = _pinned_alternative(search)
     if pinned_alt:
         plan.alternatives.append(pinned_alt)
@@ -414,43 +448,47 @@ def _no_build(search: _Search, considered: list[Candidate], why_newest: list[str
 def _compromise(
     search: _Search,
     considered: list[Candidate],
-    driver_ok: list[Candidate],
+    runnable: list[Candidate],
     why_newest: list[str],
 ) -> Plan:
-    """No single pre-built wheel fits: the build usable on the most GPUs (the newest GPU first),
-    restricted to those GPUs with CUDA_VISIBLE_DEVICES."""
+    """No single pre-built wheel fits: the build usable on the most GPUs, the newest GPU breaking
+    a tie (then native kernels, the newer release, a stable build, the newer CUDA), restricted to
+    those GPUs with CUDA_VISIBLE_DEVICES. ``runnable``: the builds of every release in play that
+    this driver can load and that run on at least one GPU, newest release first."""
     target, newest = search.target, search.newest
 
     def compromise_rank(c: Candidate) -> tuple:
         newest_gpu = max(
             (g.cc or (0, 0)) for g, f in zip(target.gpus, c.fits, strict=True) if f.usable
         )
-        return (len(c.usable), newest_gpu, *c.rank()[2:])
+        fits = c.rank()
+        return (len(c.usable), newest_gpu, fits[2], version_key(c.build.torch), *fits[3:])
 
-    chosen = max(driver_ok, key=compromise_rank)
-    plan = search.plan("compromise", chosen, newest, chosen.build.tag)
+    chosen = max(runnable, key=compromise_rank)
+    release = next(r for r in search.releases if r.torch == chosen.build.torch)
+    plan = search.plan("compromise", chosen, release, chosen.build.tag)
+    usable = ", ".join(str(f.index) for f in chosen.usable)
     plan.reasons.append(f"GPUs: {_describe_gpus(target)}")
     plan.reasons.append(
         f"no single pre-built torch {newest.torch} runs on every GPU here ("
         + "; ".join(why_newest)
         + ")"
+        + ("" if search.pinned else ", nor does any older release")
     )
     plan.reasons.append(
-        f"best compromise: {chosen.build.tag}, usable on GPU "
-        + ", ".join(str(f.index) for f in chosen.usable)
+        f"best compromise: torch {chosen.build.torch} + {chosen.build.tag}, usable on GPU "
+        f"{usable} (the most GPUs any build runs on here; on a tie, the newest GPU)"
     )
     plan.reasons.extend(_explain_choice(chosen, target))
+    unsupported = _unsupported_gpus(search)
+    if unsupported:
+        plan.reasons.append(unsupported)
     plan.visible_devices = ",".join(str(f.index) for f in chosen.usable)
     plan.warnings.append(
-        f"run with CUDA_VISIBLE_DEVICES={plan.visible_devices} so torch never touches the "
-        "other GPU(s)"
+        f"run with {device_env(plan.visible_devices)} so torch never touches the other GPU(s)"
     )
-    others = [c for c in driver_ok if c is not chosen]
-    plan.alternatives = [
-        f"{c.build.tag} instead: usable on GPU " + ", ".join(str(f.index) for f in c.usable)
-        for c in others
-    ]
-    plan.alternatives.append("one environment per GPU generation (e.g. .venvs/cu126, .venvs/cu130)")
+    plan.alternatives = _compromise_alternatives(chosen, runnable, target, compromise_rank)
+    plan.alternatives += _upgrade_for(considered, chosen, target)
     plan.source_build = _source_build(target)
     plan.alternatives.append(f"a source build for every GPU: {plan.source_build}")
     pinned_alt = _pinned_alternative(search)
@@ -460,8 +498,106 @@ def _compromise(
     if python_note:
         plan.reasons.append(python_note[0])
         plan.alternatives.insert(0, python_note[1])
-    plan.considered = considered
+    # the builds of the newest release, and those of the chosen one: what the user may pick from
+    plan.considered = considered + [
+        c for c in runnable if c.build.torch == release.torch and release is not newest
+    ]
     return plan
+
+
+def device_env(visible: str) -> str:
+    """``CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1``: the indices are nvidia-smi's,
+    which count GPUs in PCI bus order; CUDA's own default order is fastest first, so without the
+    first variable the same index can name another GPU on a mixed machine."""
+    return f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={visible}"
+
+
+def _label(c: Candidate) -> str:
+    return f"torch {c.build.torch} + {c.build.tag}"
+
+
+def _gpu_list(c: Candidate) -> str:
+    return ", ".join(str(f.index) for f in c.usable)
+
+
+def _compromise_alternatives(
+    chosen: Candidate, runnable: list[Candidate], target: Target, rank: Any
+) -> list[str]:
+    """The other GPU sets a runnable build serves (the best build for each), and one
+    environment per GPU generation — only builds this driver can load."""
+    best: dict[tuple[int, ...], Candidate] = {}
+    for c in runnable:
+        key = tuple(f.index for f in c.usable)
+        if key not in best or rank(c) > rank(best[key]):
+            best[key] = c
+    chosen_key = tuple(f.index for f in chosen.usable)
+    lines = [
+        f"{_label(c)} instead: usable on GPU {_gpu_list(c)}"
+        for key, c in best.items()
+        if key != chosen_key
+    ]
+    per_env: dict[str, list[int]] = {}
+    for gpu, fit in zip(target.gpus, chosen.fits, strict=True):
+        serving = [c for c in runnable if any(f.index == gpu.index for f in c.usable)]
+        if not serving:
+            continue
+        top = chosen if fit.usable else max(serving, key=rank)
+        per_env.setdefault(_label(top), []).append(gpu.index)
+    if len(per_env) > 1:
+        envs = [
+            f"{label} for GPU {', '.join(map(str, gpus))} (e.g. .venvs/{label.rsplit(' ', 1)[1]})"
+            for label, gpus in per_env.items()
+        ]
+        lines.append("one environment per GPU generation: " + "; ".join(envs))
+    return lines
+
+
+def _upgrade_for(considered: list[Candidate], chosen: Candidate, target: Target) -> list[str]:
+    """The driver upgrade that would let a build of the newest release serve more GPUs, or the
+    same ones with a newer torch, than the compromise."""
+    unlocked: dict[str, list[tuple[Candidate, list[int]]]] = {}
+    for c in considered:
+        too_old = c.driver_ok is False or any(f.coverage == "driver-too-old" for f in c.fits)
+        if not too_old:
+            continue
+        would = [
+            f.index for f in c.fits if f.coverage in ("sass", "ptx", "unknown", "driver-too-old")
+        ]
+        if not would:
+            continue
+        newer = version_key(c.build.torch) > version_key(chosen.build.torch)
+        if len(would) > len(chosen.usable) or (newer and len(would) >= len(chosen.usable)):
+            floor = c.driver_floor or "?"
+            unlocked.setdefault(floor, []).append((c, would))
+    return [
+        f"upgrade the NVIDIA driver to ≥ {floor} for torch {builds[0][0].build.torch} + "
+        + " / ".join(c.build.tag for c, _ in builds)
+        + f" (usable on GPU {', '.join(map(str, builds[0][1]))})"
+        for floor, builds in unlocked.items()
+    ]
+
+
+def _unsupported_gpus(search: _Search) -> str | None:
+    """A sentence naming the GPUs that no build in fdl's table has kernels for, whatever the
+    driver (e.g. a Tesla K40, sm_35: the oldest listed build starts at sm_37); None if none."""
+    target, table = search.target, search.table
+    builds = [b for r in table.releases for b in r.builds if b.is_cuda]
+    lost = [
+        g
+        for g in target.gpus
+        if g.cc is not None and all(coverage(g.cc, b.sass, b.ptx)[0] == "none" for b in builds)
+    ]
+    if not lost:
+        return None
+    oldest = min((min(b.sass) for b in builds if b.sass), default=None)
+    names = ", ".join(f"GPU {g.index} {g.name} ({sm_name(g.cc)})" for g in lost if g.cc)
+    floor = (
+        f" (the oldest architecture any of them supports is {sm_name(oldest)})" if oldest else ""
+    )
+    return (
+        f"no build in fdl's release table has kernels for {names}{floor}: a driver upgrade "
+        "cannot change that; only a source build (or an older torch outside the table) can"
+    )
 
 
 def _python_filtered(
@@ -516,7 +652,9 @@ def _note_unknowns(plan: Plan, target: Target) -> None:
         plan.warnings.append("driver version unknown: make sure it meets the floor above")
     if any(g.cc is None for g in target.gpus):
         plan.warnings.append(
-            "a GPU's compute capability is unknown: verify with 'fdl setup' after installing"
+            "a GPU's compute capability is unknown, so this build's kernels cannot be checked "
+            "for it in advance: fdl setup's verification launches a kernel on it after the "
+            "install (pip install nvidia-ml-py lets fdl read the capability)"
         )
 
 

@@ -64,6 +64,20 @@ def test_an_installed_driver_that_lists_no_gpu_is_not_fine(run_fdl, tmp_path, ma
     assert report["verdict"]["status"] == "driver" and advice in report["verdict"]["summary"]
 
 
+def test_a_loaded_driver_without_nvidia_smi_is_not_a_machine_without_a_gpu(run_fdl, tmp_path):
+    root = tmp_path / "root" / "sys/module/nvidia"
+    root.mkdir(parents=True)
+    (root / "version").write_text("575.64.03\n")
+    result = diagnose(run_fdl, tmp_path, None, FDL_PROBE_ROOT=str(tmp_path / "root"))
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "fine:" not in out and "no NVIDIA GPU here" not in out
+    assert (
+        "driver: the NVIDIA kernel module 575.64.03 is loaded but nvidia-smi was not found" in out
+    )
+    assert "fdl setup refuses to choose a build" in out and "no NVIDIA GPU detected" not in out
+
+
 def cpu_machine(torch: TorchInstall | None):
     machine = detect(docker=False)
     machine = dataclasses.replace(machine, nvidia=dataclasses.replace(machine.nvidia, gpus=[]))

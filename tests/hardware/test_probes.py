@@ -285,3 +285,67 @@ def test_nvml_supplies_the_compute_capability_an_old_nvidia_smi_cannot(
     assert data["nvidia"]["driver"] == "470.256.02"  # nvidia-smi's word first
     # NVML (the fake answers 8.9) is asked before the name table (which would say 6.1)
     assert (gpu["compute_capability"], gpu["compute_capability_source"]) == ("8.9", "nvml")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for a reaper counts as gone)."""
+    from pathlib import Path
+
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def test_a_hung_nvidia_smi_is_asked_once_and_leaves_no_process_behind(tmp_path, monkeypatch):
+    import shutil
+    import stat
+    import time
+
+    from fdl.hardware.nvidia import broken_driver
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls, pids = tmp_path / "calls", tmp_path / "pids"
+    smi = bin_dir / "nvidia-smi"
+    # a wrapper that hangs in a child process, as a wedged driver call does
+    smi.write_text(
+        f"#!{shutil.which('sh')}\n"
+        f'echo "$*" >> {calls}\n'
+        f"{shutil.which('sleep')} 60 &\n"
+        f"echo $! >> {pids}\n"
+        "wait\n"
+    )
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("FDL_NVML", "0")
+    monkeypatch.setenv("FDL_PROBE_ROOT", str(tmp_path / "root"))  # no kernel module facts
+    start = time.monotonic()
+    report = probe_nvidia(timeout=1)
+    elapsed = time.monotonic() - start
+    assert len(calls.read_text().splitlines()) == 1  # the banner is not asked after a timeout
+    assert elapsed < 4, elapsed
+    assert report.gpus == [] and "nvidia-smi did not answer within 1s" in report.problems[0]
+    deadline = time.monotonic() + 5
+    child = int(pids.read_text().split()[0])
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)  # the whole process group was killed
+    problem = broken_driver(report)
+    assert problem and "the driver does not respond: reboot" in problem
+
+
+def test_a_loaded_kernel_module_without_nvidia_smi_is_a_driver_problem(tmp_path, monkeypatch):
+    from fdl.hardware.nvidia import broken_driver
+    from tests.fixtures.machines import make_bin
+
+    monkeypatch.setenv("PATH", str(make_bin(tmp_path, None)))
+    monkeypatch.setenv("FDL_NVML", "0")
+    monkeypatch.setenv("FDL_PROBE_ROOT", str(tmp_path / "root"))
+    assert broken_driver(probe_nvidia()) is None  # no driver at all: a CPU machine
+    lay_out(tmp_path / "root", {"sys/module/nvidia/version": "575.64.03\n"})
+    problem = broken_driver(probe_nvidia())
+    assert problem and problem.startswith(
+        "the NVIDIA kernel module 575.64.03 is loaded but nvidia-smi was not found"
+    )

@@ -1,7 +1,8 @@
 """A tiny wheel named ``torch`` standing in for a torch build, and a PEP 503 index serving it.
 
-A CUDA stand-in can report simulated GPUs (``gpus=``): it honours CUDA_VISIBLE_DEVICES like the
-real runtime, and a kernel on a GPU its arch list does not cover fails with torch's own message.
+A CUDA stand-in can report simulated GPUs (``gpus=``): it honours CUDA_VISIBLE_DEVICES and
+CUDA_DEVICE_ORDER like the real runtime (fastest first unless ``PCI_BUS_ID``), and a kernel on a
+GPU its arch list does not cover fails with torch's own message.
 """
 
 from __future__ import annotations
@@ -44,10 +45,20 @@ _ARCHS = {archs!r}
 
 
 def _visible():
+    # CUDA numbers GPUs fastest first (here: the newest architecture first) unless told to use
+    # PCI bus order, which is nvidia-smi's (and _GPUS's) order
+    gpus = _GPUS
+    if _os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+        gpus = sorted(_GPUS, key=lambda g: tuple(g["cc"]), reverse=True)
     wanted = _os.environ.get("CUDA_VISIBLE_DEVICES")
     if wanted is None:
-        return _GPUS
-    return [_GPUS[int(i)] for i in wanted.split(",") if i.strip() and int(i) < len(_GPUS)]
+        return gpus
+    picked = []
+    for item in wanted.split(","):
+        if not item.strip().isdigit() or int(item) >= len(gpus):
+            break  # like CUDA: an invalid entry hides it and every GPU after it
+        picked.append(gpus[int(item)])
+    return picked
 
 
 def is_available():
@@ -136,18 +147,43 @@ def build_wheel(
     return f"torch-{full}-py3-none-any.whl", buf.getvalue()
 
 
+def build_companion(name: str, version: str, tag: str, torch: str) -> tuple[str, bytes]:
+    """(file name, bytes) of ``<name>-<version>+<tag>-py3-none-any.whl`` (torchvision, torchaudio)
+    requiring ``torch==<torch>``, as the real ones pin their torch."""
+    full = f"{version}+{tag}"
+    dist = f"{name}-{full}.dist-info"
+    files = {
+        f"{name}/__init__.py": f'__version__ = "{full}"\n'.encode(),
+        f"{dist}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {full}\nRequires-Dist: torch=={torch}\n"
+        ).encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: flodl-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [_record_line(n, d) for n, d in files.items()] + [f"{dist}/RECORD,,"]
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for n, data in files.items():
+            zf.writestr(n, data)
+    return f"{name}-{full}-py3-none-any.whl", buf.getvalue()
+
+
 def serve_index(server, tag: str, wheels: list[tuple[str, bytes]]) -> None:
-    """``/whl/<tag>/torch/`` (PEP 503) listing ``wheels``, each served with its sha256."""
-    links = []
+    """``/whl/<tag>/<project>/`` (PEP 503) listing ``wheels`` (torch, and any companions), each
+    served with its sha256."""
+    projects: dict[str, list[str]] = {"torch": []}
     for name, data in wheels:
         href = f"/files/{name}".replace("+", "%2B")
         server.add(f"/files/{name}", data)
-        links.append(f'<a href="{href}#sha256={hashlib.sha256(data).hexdigest()}">{name}</a><br/>')
-    page = "<!DOCTYPE html><html><body>" + "".join(links) + "</body></html>"
-    server.add(f"/whl/{tag}/torch/", page.encode(), etag=None, content_type="text/html")
+        link = f'<a href="{href}#sha256={hashlib.sha256(data).hexdigest()}">{name}</a><br/>'
+        projects.setdefault(name.split("-")[0], []).append(link)
+    for project, links in projects.items():
+        page = "<!DOCTYPE html><html><body>" + "".join(links) + "</body></html>"
+        server.add(f"/whl/{tag}/{project}/", page.encode(), etag=None, content_type="text/html")
+    root = "".join(f'<a href="{p}/">{p}</a>' for p in projects)
     server.add(
         f"/whl/{tag}/",
-        b'<html><body><a href="torch/">torch</a></body></html>',
+        f"<html><body>{root}</body></html>".encode(),
         etag=None,
         content_type="text/html",
     )

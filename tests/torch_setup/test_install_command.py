@@ -12,29 +12,44 @@ from fdl.torch_setup import install_command
 INDEX = "https://download.pytorch.org/whl/cu126"
 
 
-def test_pip_form_moves_companions_and_forces(monkeypatch, tmp_path):
+def test_pip_form_moves_companions_and_forces_only_them(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no uv
     cmd = install_command(
         "/env/bin/python",
-        "torch==2.14.0",
+        "torch==2.14.0+cu126",
         INDEX,
-        companions=["torchaudio", "torchvision"],
+        companions=["torchaudio==2.14.0+cu126", "torchvision==0.29.0+cu126"],
         force=True,
     )
     assert cmd.installer == "pip"
+    # --no-deps: a bare --force-reinstall would reinstall every dependency as well (for a CUDA
+    # build, gigabytes of nvidia-* wheels)
     assert cmd.argv == [
         "/env/bin/python",
         "-m",
         "pip",
         "install",
         "--disable-pip-version-check",
-        "torch==2.14.0",
-        "torchaudio",
-        "torchvision",
+        "torch==2.14.0+cu126",
+        "torchaudio==2.14.0+cu126",
+        "torchvision==0.29.0+cu126",
         "--index-url",
         INDEX,
         "--force-reinstall",
+        "--no-deps",
     ]
+
+
+def test_companion_releases_follow_torchs():
+    from fdl.torch_setup.install import companion_requirement
+
+    # the pairs PyPI has, e.g. torch 2.9.1 / torchvision 0.24.1 / torchaudio 2.9.1
+    assert companion_requirement("torchvision", "2.9.1", "cu128", INDEX) == (
+        "torchvision==0.24.1+cu128"
+    )
+    assert companion_requirement("torchvision", "2.6.0", "cpu", INDEX) == "torchvision==0.21.0+cpu"
+    assert companion_requirement("torchaudio", "2.8.0", "cu126", INDEX) == "torchaudio==2.8.0+cu126"
+    assert companion_requirement("torchaudio", "2.9.1", "cpu", None) == "torchaudio==2.9.1"
 
 
 def test_http_mirror_is_a_trusted_host_and_pypi_has_no_index(monkeypatch, tmp_path):
@@ -50,7 +65,11 @@ def test_uv_is_preferred_when_on_path(monkeypatch, tmp_path):
     uv.chmod(uv.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", str(tmp_path))
     cmd = install_command(
-        "/env/bin/python", "torch==2.14.0", INDEX, companions=["torchvision"], force=True
+        "/env/bin/python",
+        "torch==2.14.0",
+        INDEX,
+        companions=["torchvision==0.29.0+cu126"],
+        force=True,
     )
     assert cmd.installer == "uv"
     assert cmd.argv == [
@@ -60,7 +79,7 @@ def test_uv_is_preferred_when_on_path(monkeypatch, tmp_path):
         "--python",
         "/env/bin/python",
         "torch==2.14.0",
-        "torchvision",
+        "torchvision==0.29.0+cu126",
         "--index-url",
         INDEX,
         "--reinstall-package",

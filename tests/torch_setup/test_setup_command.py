@@ -39,6 +39,10 @@ def plan(torch: str = "2.9.1", tag: str = "cu128"):
         (installed(version="2.8.0"), plan(), False),  # another release
         (installed(tag=None), plan(tag=""), True),  # an unlabelled (PyPI) build
         (installed(tag=None), plan(), False),
+        # a companion of another build (or release) is not "already installed": it moves too
+        (installed(companions={"torchvision": "0.24.1+cu128"}), plan(), True),
+        (installed(companions={"torchvision": "0.24.1+cpu"}), plan(), False),
+        (installed(companions={"torchaudio": "2.8.0+cu128"}), plan(), False),
     ],
 )
 def test_already_installed_compares_release_and_build(torch_installed, wanted, expected):
@@ -63,7 +67,7 @@ def planned(monkeypatch):
         machine = SimpleNamespace(torch=torch_installed)
         monkeypatch.setattr(setup_command, "_plan", lambda *a, **k: (machine, wanted))
         monkeypatch.setattr(
-            setup_command, "_run_install", lambda command, **k: ran.append(str(command))
+            setup_command, "_run_install", lambda command, *a, **k: ran.append(str(command))
         )
         monkeypatch.setattr(setup_command, "_verify", lambda *a: None)
         return ran
@@ -93,5 +97,6 @@ def test_the_planned_build_already_installed_is_not_reinstalled(planned, capsys)
 def test_force_reinstalls_the_planned_build(planned, capsys):
     ran = planned(installed(), plan())
     setup_command.setup(yes=True, force=True, installer="pip", python="/opt/env/bin/python")
-    assert len(ran) == 1 and "torch==2.9.1+cu128" in ran[0] and "--force-reinstall" in ran[0]
+    assert len(ran) == 1 and "torch==2.9.1+cu128" in ran[0]
+    assert ran[0].endswith("--force-reinstall --no-deps")  # torch only, not its dependencies
     assert "Ran: " in capsys.readouterr().err

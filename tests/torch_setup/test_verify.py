@@ -144,3 +144,38 @@ def test_a_torch_that_cannot_import(tmp_path, monkeypatch):
 def test_an_interpreter_that_does_not_exist(tmp_path):
     result = verify_torch(str(tmp_path / "nope" / "python"))
     assert not result.ok and "could not run" in result.problems[0]
+
+
+def stand_in_wheel(tmp_path, monkeypatch, tag: str, gpus: list[dict], archs: list[str]) -> None:
+    """The stand-in torch of tests/torch_setup/fake_torch_wheel.py, unpacked on PYTHONPATH: it
+    honours CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER as the CUDA runtime does."""
+    import io
+    import zipfile
+
+    from tests.torch_setup.fake_torch_wheel import build_wheel
+
+    _, data = build_wheel("2.14.1", tag, gpus=gpus, archs=archs)
+    zipfile.ZipFile(io.BytesIO(data)).extractall(tmp_path / "wheel")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "wheel"))
+
+
+def test_an_inherited_cuda_visible_devices_is_named_as_the_likely_cause(tmp_path, monkeypatch):
+    stand_in_wheel(tmp_path, monkeypatch, "cu126", [GTX1060], CU126)
+    assert verify_torch(sys.executable, expected_gpus=1).ok  # the install itself is fine
+    for inherited in ("", "GPU-not-a-uuid"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", inherited)
+        result = verify_torch(sys.executable, expected_gpus=1)
+        assert not result.ok
+        (problem,) = result.problems
+        assert problem.startswith("1 GPU(s) present but torch.cuda.is_available() is False")
+        assert f"CUDA_VISIBLE_DEVICES={inherited!r} is set in this environment" in problem
+        assert "unset it" in problem
+
+
+def test_an_inherited_mask_hiding_some_gpus_is_named(tmp_path, monkeypatch):
+    stand_in_wheel(tmp_path, monkeypatch, "cu126", [GTX1060, GTX1060], CU126)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    (problem,) = verify_torch(sys.executable, expected_gpus=2).problems
+    assert "torch sees 1 GPU(s), 2 expected: CUDA_VISIBLE_DEVICES='1' is set" in problem
+    # the plan's own mask replaces the inherited one (and counts in nvidia-smi's order)
+    assert verify_torch(sys.executable, expected_gpus=1, visible_devices="0").ok

@@ -75,7 +75,52 @@ def test_mixed_gpus_compromise_names_devices_and_source_build(gpu_machine):
     assert plan.visible_devices == "1"  # the RTX 5060 Ti
     assert any("no single pre-built" in r for r in plan.reasons)
     assert plan.source_build and 'TORCH_CUDA_ARCH_LIST="6.1;12.0"' in plan.source_build
-    assert any(a.startswith("cu126 instead: usable on GPU 0") for a in plan.alternatives)
+    assert any(
+        a.startswith(f"torch {NEWEST} + cu126 instead: usable on GPU 0") for a in plan.alternatives
+    ), plan.alternatives
+    # nvidia-smi's index counts in PCI bus order, CUDA's default fastest first
+    assert any("CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1" in w for w in plan.warnings)
+
+
+GTX1080 = GpuTarget(0, "NVIDIA GeForce GTX 1080", (6, 1))
+RTX5090 = GpuTarget(1, "NVIDIA GeForce RTX 5090", (12, 0))
+
+
+def test_a_compromise_looks_at_older_releases_for_the_newest_gpu():
+    # driver 575: the CUDA 13 builds (sm_120) need 580, so the newest release's only loadable
+    # build is cu126, without Blackwell kernels; torch 2.11's cu128 runs on the RTX 5090
+    mixed = Target(driver="575.64.03", gpus=(GTX1080, RTX5090), python="3.11")
+    plan = resolve(mixed)
+    assert (plan.torch, plan.tag, plan.status) == ("2.11.0", "cu128", "compromise"), plan.reasons
+    assert plan.visible_devices == "1"
+    assert resolve(Target(driver="575.64.03", gpus=(RTX5090,))).requirement == plan.requirement
+    alternatives = " | ".join(plan.alternatives)
+    assert f"torch {NEWEST} + cu126 instead: usable on GPU 0" in alternatives
+    assert "cu130" not in alternatives.replace("+ cu130 / cu132", "")  # cannot load on 575
+    assert (
+        f"upgrade the NVIDIA driver to ≥ 580.65.06 for torch {NEWEST} + cu130 / cu132 "
+        "(usable on GPU 1)" in alternatives
+    )
+    assert (
+        f"one environment per GPU generation: torch {NEWEST} + cu126 for GPU 0 "
+        "(e.g. .venvs/cu126); torch 2.11.0 + cu128 for GPU 1 (e.g. .venvs/cu128)" in alternatives
+    )
+    # pinned, the compromise stays within the release
+    pinned = resolve(mixed, torch=NEWEST)
+    assert (pinned.torch, pinned.tag, pinned.visible_devices) == (NEWEST, "cu126", "0")
+
+
+def test_a_gpu_no_build_supports_is_named():
+    k40 = Target(driver="470.256.02", gpus=(GpuTarget(0, "Tesla K40m", (3, 5)),), python="3.11")
+    plan = resolve(k40)
+    assert plan.status == "no-build" and plan.tag == "cpu"
+    text = " ".join(plan.reasons)
+    assert (
+        "no build in fdl's release table has kernels for GPU 0 Tesla K40m (sm_35) (the oldest "
+        "architecture any of them supports is sm_37): a driver upgrade cannot change that" in text
+    ), text
+    assert not any("upgrade the NVIDIA driver" in a for a in plan.alternatives)
+    assert any('TORCH_CUDA_ARCH_LIST="3.5"' in a for a in plan.alternatives)
 
 
 def test_pinned_release_is_respected(gpu_machine):
@@ -89,9 +134,20 @@ def test_pinned_release_is_respected(gpu_machine):
 
 def test_forced_variant_is_checked_and_warned(gpu_machine):
     gpu_machine("gtx1060")
-    plan = resolve(target_for("gtx1060"), tag="cu130")
-    assert plan.tag == "cu130" and plan.status == "compromise"
-    assert any("will not run everywhere" in w for w in plan.warnings)
+    plan = resolve(target_for("gtx1060"), tag="cu130")  # driver 535: CUDA 13 needs 580
+    assert plan.tag == "cu130" and plan.status == "unusable"
+    assert plan.warnings == [
+        "cu130 runs on no GPU here (torch will see no CUDA device): needs driver ≥ 580.65.06 "
+        "(have 535.183.01); no kernels for GPU 0 (sm_61); compiled: 7.5 8.0 8.6 9.0 10.0 12.0"
+    ]
+    assert plan.visible_devices is None
+
+
+def test_a_forced_variant_that_runs_on_some_gpus_says_which(gpu_machine):
+    gpu_machine("mixed_gtx1060_rtx5060ti")
+    some = resolve(target_for("mixed_gtx1060_rtx5060ti"), tag="cu126")
+    assert some.status == "compromise" and some.visible_devices == "0"
+    assert any("cu126 will not run everywhere here" in w for w in some.warnings)
 
 
 def test_unknown_release_and_tag_are_usage_errors():
@@ -112,7 +168,18 @@ def test_unknown_driver_and_cc_are_warned_not_guessed():
     plan = resolve(Target(driver=None, gpus=(GpuTarget(0, "Mystery GPU", None),)))
     assert plan.status == "ok"
     assert any("driver version unknown" in w for w in plan.warnings)
-    assert any("compute capability is unknown" in w for w in plan.warnings)
+    (unknown_cc,) = [w for w in plan.warnings if "compute capability is unknown" in w]
+    # diagnose and setup both show this: it points at what checks it, not at a command to re-run
+    assert "fdl setup's verification launches a kernel on it after the install" in unknown_cc
+    assert "verify with 'fdl setup'" not in unknown_cc
+
+
+def test_a_driver_that_lists_no_gpu_is_not_no_gpu():
+    problem = "nvidia-smi is installed but reported no GPU (…); reboot"
+    plan = resolve(Target(driver_problem=problem, python="3.11"))
+    assert plan.tag == "cpu" and plan.warnings == [problem]
+    assert not any("no NVIDIA GPU detected" in r for r in plan.reasons), plan.reasons
+    assert any("the GPUs are unknown until it answers" in r for r in plan.reasons)
 
 
 def test_macos_gets_the_default_pypi_wheel():
