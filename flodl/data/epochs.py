@@ -1,4 +1,5 @@
-"""The two ways an epoch is iterated: resident (gather on the device) and streaming (prefetch thread)."""
+"""How an epoch is iterated: resident (gather on the device), streaming with a prefetch thread, or
+streaming in the consumer's thread (Python datasets, reproducible random draws)."""
 
 from __future__ import annotations
 
@@ -159,17 +160,17 @@ class StreamingEpoch(EpochIterator):
         self._epoch = epoch
         self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self._stop = threading.Event()
+        # Started by the first next(): len() of an epoch, or one made and dropped, loads nothing.
         self._thread = threading.Thread(
             target=_prefetch,
             args=(source, batches, device, self._queue, self._stop),
             name=f"flodl-prefetch-epoch-{epoch}",
             daemon=True,
         )
-        self._thread.start()
 
     @property
     def thread(self) -> threading.Thread:
-        """The prefetch thread (for tests and diagnostics)."""
+        """The prefetch thread (for tests and diagnostics); started by the first ``next()``."""
         return self._thread
 
     def _get(self) -> object:
@@ -187,15 +188,12 @@ class StreamingEpoch(EpochIterator):
         if self._position >= self._num_batches:
             self.close()
             raise StopIteration
+        if self._thread.ident is None:
+            self._thread.start()
         item = self._get()
         if isinstance(item, _Failure):
             self.close()
-            rows = item.indices.tolist()
-            shown = rows if len(rows) <= 16 else [*rows[:16], "..."]
-            item.exc.add_note(
-                f"flodl.data: raised while loading batch {item.batch} of epoch {self._epoch}"
-                f" (dataset indices {shown})"
-            )
+            item.exc.add_note(_batch_note(item.batch, self._epoch, item.indices))
             raise item.exc
         if item is _END:  # the plan ended early: cannot happen unless batches were mutated
             self.close()
@@ -217,5 +215,51 @@ class StreamingEpoch(EpochIterator):
                 self._queue.get_nowait()
             except queue.Empty:
                 break
-        if self._thread is not threading.current_thread():
+        if self._thread.ident is not None and self._thread is not threading.current_thread():
             self._thread.join(_JOIN_TIMEOUT_S)
+
+
+class DirectEpoch(EpochIterator):
+    """Each batch is fetched when it is asked for, in the consumer's thread (like torch's
+    ``num_workers=0``): a dataset's random draws then happen in a fixed order relative to the
+    training loop's, so ``fl.manual_seed`` reproduces a run exactly."""
+
+    def __init__(
+        self,
+        source: Source,
+        batches: list[torch.Tensor],
+        index: dict[str, int],
+        device: torch.device,
+        epoch: int,
+    ) -> None:
+        super().__init__(len(batches), index)
+        self._source = source
+        self._batches = batches
+        self._device = device
+        self._epoch = epoch
+
+    def __next__(self) -> Batch:
+        i = self._position
+        if i >= self._num_batches:
+            raise StopIteration
+        rows = self._batches[i]
+        try:
+            tensors = tuple(t.to(self._device) for t in self._source.fetch(rows))
+        except BaseException as exc:
+            self.close()
+            exc.add_note(_batch_note(i, self._epoch, rows))
+            raise
+        self._position = i + 1
+        return Batch._trusted(tensors, self._index, self._names)
+
+    def close(self) -> None:
+        super().close()
+        self._batches = []
+
+
+def _batch_note(batch: int, epoch: int, indices: torch.Tensor) -> str:
+    rows = indices.tolist()
+    shown = rows if len(rows) <= 16 else [*rows[:16], "..."]
+    return (
+        f"flodl.data: raised while loading batch {batch} of epoch {epoch} (dataset indices {shown})"
+    )

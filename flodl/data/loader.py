@@ -1,14 +1,17 @@
-"""``DataLoader``: resident when the dataset fits on the device, streaming with prefetch otherwise."""
+"""``DataLoader``: tensors resident when they fit on the device, streamed otherwise; Python datasets
+streamed (re-read every epoch)."""
 
 from __future__ import annotations
 
+import operator
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
-from flodl.data.epochs import EpochIterator, ResidentEpoch, StreamingEpoch
+from flodl.data.epochs import DirectEpoch, EpochIterator, ResidentEpoch, StreamingEpoch
 from flodl.data.errors import (
     BatchSizeError,
     DatasetShapeError,
@@ -43,10 +46,28 @@ def smoke_cap() -> int | None:
     return SMOKE_BATCHES if smoke_enabled() else None
 
 
+def _as_int(value: Any) -> int | None:
+    """``value`` as an int when it is an integer (Python or NumPy, not a bool), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _check_int(value: Any, what: str, minimum: int, error: type[Exception]) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    number = _as_int(value)
+    if number is None or number < minimum:
         raise error(f"DataLoader: {what} must be an integer ≥ {minimum}, got {value!r}")
-    return value
+    return number
+
+
+def _check_bool(value: Any, what: str) -> bool:
+    # bool("false") is True: a string or a number here is a mistake, not a switch
+    if not isinstance(value, bool | np.bool_):
+        raise LoaderConfigError(f"DataLoader: {what} takes True or False, got {value!r}")
+    return bool(value)
 
 
 class DataLoaderBuilder:
@@ -73,7 +94,7 @@ class DataLoaderBuilder:
 
     def shuffle(self, on: bool = True) -> DataLoaderBuilder:
         """Shuffle each epoch with the seeded permutation (default) or visit samples in order."""
-        self._shuffle = bool(on)
+        self._shuffle = _check_bool(on, "shuffle")
         return self
 
     def seed(self, seed: int) -> DataLoaderBuilder:
@@ -83,7 +104,7 @@ class DataLoaderBuilder:
 
     def drop_last(self, on: bool = True) -> DataLoaderBuilder:
         """Drop the last partial batch (default: True, so BatchNorm never sees a batch of 1)."""
-        self._drop_last = bool(on)
+        self._drop_last = _check_bool(on, "drop_last")
         return self
 
     def device(self, device: str | torch.device) -> DataLoaderBuilder:
@@ -95,7 +116,10 @@ class DataLoaderBuilder:
         return self
 
     def mode(self, mode: Mode) -> DataLoaderBuilder:
-        """``"auto"`` (default): resident if it fits, else streaming; or force either."""
+        """``"auto"`` (default): tensors resident if they fit, else streaming; a dataset whose
+        items come from Python code (``__getitem__``, ``get_batch``) streams, so it is re-read
+        every epoch. ``"resident"`` reads any dataset once and keeps it: random transforms in
+        ``__getitem__`` then run once, not every epoch."""
         if mode not in _MODES:
             raise LoaderConfigError(
                 f"DataLoader: mode must be one of {', '.join(_MODES)}, got {mode!r}"
@@ -108,7 +132,13 @@ class DataLoaderBuilder:
         return self.mode("streaming")
 
     def prefetch(self, depth: int) -> DataLoaderBuilder:
-        """Fix the streaming prefetch depth (batches held ahead); default: sized from free memory."""
+        """Fix the streaming prefetch depth (batches a background thread loads ahead).
+
+        Default: sized from free memory for tensors; for a dataset whose items come from Python
+        code, no thread — each batch is fetched in your loop's thread, in order, so
+        ``fl.manual_seed`` reproduces its random draws. Setting a depth there opts in to the
+        thread, whose random draws then interleave with the loop's (not reproducible).
+        """
         self._prefetch = _check_int(depth, "prefetch depth", 1, LoaderConfigError)
         return self
 
@@ -195,6 +225,7 @@ class DataLoaderBuilder:
                 f" {source.description} — give one name per field"
             )
         sample_bytes = sum(t.element_size() * t[0].numel() for t in first)
+        _require_batches(source, n, self._batch_size, self._drop_last, rank, world, ratios)
         return DataLoader(
             source=source,
             names=names,
@@ -215,8 +246,38 @@ class DataLoaderBuilder:
         )
 
 
+def _require_batches(
+    source: Source,
+    n: int,
+    batch_size: int,
+    drop_last: bool,
+    rank: int,
+    world: int,
+    ratios: tuple[float, ...] | None,
+) -> None:
+    """Refuse a loader whose epochs would yield no batch: a training loop would run zero steps."""
+    _, shard = shard_bounds(n, rank, world, ratios, drop_last)
+    if shard >= batch_size or (shard > 0 and not drop_last):
+        return
+    if world == 1:
+        where = f"{source.description} has {n} samples"
+    else:
+        where = f"partition(rank={rank}, world_size={world}) gives this rank {shard} of {n} samples"
+    if shard == 0:
+        fix = "use fewer ranks" + (" or a larger ratio for this rank" if ratios else "")
+        detail = ""
+    else:
+        fix = "use a smaller batch_size, or .drop_last(False) to keep the partial batch"
+        detail = f", fewer than batch_size {batch_size}"
+    raise BatchSizeError(
+        f"DataLoader: every epoch would have 0 batches: {where}{detail}, with"
+        f" drop_last({drop_last}) — {fix}"
+    )
+
+
 class DataLoader:
-    """Batches of a dataset, kept on the device when it fits, streamed with prefetch otherwise.
+    """Batches of a dataset: tensors kept on the device when they fit, streamed otherwise; a dataset
+    that makes its samples in Python (``__getitem__``, ``get_batch``) is called every epoch.
 
     Build one with :meth:`from_dataset` (or :meth:`from_tensors`); iterate an epoch with
     :meth:`epoch`. The order of epoch ``e`` depends only on ``(seed, e)``, in every process.
@@ -305,6 +366,13 @@ class DataLoader:
             return
         nbytes = self._sample_bytes * self._n
         reason = "mode('resident') was asked for"
+        if mode == "auto" and self._source.code is not None:
+            # Keeping it would freeze what the code returned once (random augmentation included)
+            self._start_streaming(
+                f"{self._source.code} is Python code (it may draw random transforms), so it is"
+                " called every epoch; mode('resident') would read the dataset once and keep it"
+            )
+            return
         if mode == "auto":
             fits, reason = self._fits(nbytes)
             if not fits:
@@ -386,6 +454,8 @@ class DataLoader:
             self._depth = self._auto_depth()
 
     def _auto_depth(self) -> int:
+        if self._source.code is not None:
+            return 0  # fetched in the consumer's thread (see prefetch())
         batch_bytes = self._sample_bytes * self._batch_size
         return prefetch_depth(batch_bytes, self._probe(self._device), max_usage=self._max_usage)
 
@@ -407,9 +477,9 @@ class DataLoader:
     def epoch(self, epoch: int) -> EpochIterator:
         """The batches of epoch ``epoch`` (an exact-size iterator of :class:`~flodl.data.Batch`).
 
-        Same ``(seed, epoch)`` → same batches, in every run and every process. Streaming
-        loaders start a prefetch thread that stops when the iterator is exhausted, closed,
-        or dropped (e.g. after ``break``).
+        Same ``(seed, epoch)`` → same batches, in every run and every process. A prefetching
+        loader starts its thread at the first batch asked for; it stops when the iterator is
+        exhausted, closed, or dropped (e.g. after ``break``).
         """
         epoch = _check_int(epoch, "epoch", 0, LoaderConfigError)
         self._next_epoch = epoch + 1
@@ -433,19 +503,28 @@ class DataLoader:
         if cached is None or cached[0] != epoch:
             cached = self._subset_plan = (epoch, self._plan(epoch))
         plan = cached[1]
-        bad = [p for p in positions if not 0 <= int(p) < len(plan)]
+        numbers = [_as_int(p) for p in positions]
+        if None in numbers:
+            wrong = [p for p, k in zip(positions, numbers, strict=True) if k is None]
+            raise LoaderConfigError(
+                f"epoch_subset: batch positions must be integers, got {wrong[:5]}"
+            )
+        chosen = [k for k in numbers if k is not None]
+        bad = [k for k in chosen if not 0 <= k < len(plan)]
         if bad:
             raise LoaderConfigError(
                 f"epoch_subset: batch positions {bad[:5]} are outside this epoch's "
                 f"{len(plan)} batches (0..{len(plan) - 1})"
             )
-        return self._iterate([plan[int(p)] for p in positions], epoch)
+        return self._iterate([plan[k] for k in chosen], epoch)
 
     def _iterate(self, plan: list[torch.Tensor], epoch: int) -> EpochIterator:
         if self._resident is not None:
             return ResidentEpoch(self._resident, plan, self._index)
         if self._user_depth is None:  # re-probe: the model may have taken memory since build
             self._depth = self._auto_depth()
+        if self._depth == 0:
+            return DirectEpoch(self._source, plan, self._index, self._device, epoch)
         return StreamingEpoch(self._source, plan, self._index, self._device, self._depth, epoch)
 
     def __iter__(self) -> Iterator:
@@ -513,11 +592,13 @@ class DataLoader:
 
     @property
     def prefetch_depth(self) -> int:
-        """Batches the streaming thread loads ahead; 0 for resident loaders."""
+        """Batches the streaming thread loads ahead; 0 when there is no thread (resident, or
+        a Python dataset fetched in the consumer's thread)."""
         return 0 if self._resident is not None else self._depth
 
     def set_prefetch_depth(self, depth: int) -> None:
-        """Fix the streaming depth from the next epoch on (turns off the per-epoch re-probe)."""
+        """Fix the streaming depth from the next epoch on (turns off the per-epoch re-probe; for
+        a Python dataset, turns on the background thread, as :meth:`DataLoaderBuilder.prefetch`)."""
         self._user_depth = self._depth = _check_int(depth, "prefetch depth", 1, LoaderConfigError)
 
     def __repr__(self) -> str:

@@ -19,10 +19,9 @@ import torch
 #: room for activations and the allocator's cache (the Rust original's value, kept so a dataset
 #: resident there stays resident here).
 RESIDENT_FRACTION = 0.90
-#: Fraction of *available* host RAM a dataset may take to be kept resident on the CPU. Reading a
-#: map-style dataset into memory holds every sample and then their stacked copy at once, so the
-#: peak is about twice the dataset: half of what is free keeps that peak within it, and leaves
-#: the rest of the machine (and the model) room to work.
+#: Fraction of *available* host RAM a dataset may take to be kept resident on the CPU by
+#: ``mode("auto")`` (tensors held elsewhere, copied to host memory): half of what is free leaves
+#: the rest of the machine (and the model) room to work. ``mode("resident")`` does not ask.
 HOST_RESIDENT_FRACTION = 0.5
 #: Upper bound on prefetched batches: past a handful, more depth only costs memory.
 MAX_PREFETCH_DEPTH = 16

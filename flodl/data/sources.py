@@ -7,8 +7,9 @@ supported kind of dataset is adapted to that question here, once, at build time:
   ``torch.utils.data.TensorDataset`` — rows are gathered with ``index_select``;
 - a *batch dataset*: anything with ``__len__`` and ``get_batch(indices)`` (:class:`BatchDataset`);
 - a *map-style dataset*: ``__len__`` + ``__getitem__`` returning a tensor, a tuple/list or a dict of
-  tensors (numbers and NumPy arrays are converted) — any ``torch.utils.data.Dataset`` works unchanged;
-  ``__getitems__`` (PyTorch's batched-fetch hook) is used when present.
+  tensors (numbers and NumPy arrays are converted; nested structures are refused) — any
+  ``torch.utils.data.Dataset`` works unchanged; ``__getitems__`` (PyTorch's batched-fetch hook) is
+  used when present.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ class BatchDataset(Protocol):
     """A dataset that returns whole batches: the fast contract.
 
     ``get_batch`` receives a 1-D ``int64`` CPU tensor of indices and returns a tensor, a sequence
-    of tensors or a dict of named tensors whose first dimension equals ``len(indices)``. It may be
-    called from a background thread, so it must be thread-safe (reading from tensors is).
+    of tensors or a dict of named tensors whose first dimension equals ``len(indices)``. A loader
+    with ``.prefetch(n)`` calls it from a background thread, so it must then be thread-safe
+    (reading from tensors is).
 
     >>> import torch, flodl as fl
     >>> class Squares:
@@ -51,10 +53,16 @@ class BatchDataset(Protocol):
 
 
 class Source(abc.ABC):
-    """A dataset adapted to ``fetch(indices) -> tuple of tensors``; ``names`` when it has them."""
+    """A dataset adapted to ``fetch(indices) -> tuple of tensors``; ``names`` when it has them.
+
+    ``code`` names the user code every fetch runs (``"Aug.__getitem__"``), or is ``None`` when
+    rows are gathered from stored tensors: such code may draw random numbers (augmentation), so
+    the loader neither caches it silently nor runs it in a thread by default.
+    """
 
     names: tuple[str, ...] | None = None
     description: str = "dataset"
+    code: str | None = None
 
     @abc.abstractmethod
     def __len__(self) -> int: ...
@@ -114,20 +122,31 @@ class BatchSource(Source):
     def __init__(self, dataset: Any):
         self.dataset = dataset
         self.description = type(dataset).__name__
+        self.code = f"{self.description}.get_batch"
         self._len = len(dataset)
+        self._count: int | None = None
 
     def __len__(self) -> int:
         return self._len
 
     def fetch(self, indices: torch.Tensor) -> Fields:
         out = self.dataset.get_batch(indices)
-        fields, names = split_fields(out, f"{self.description}.get_batch")
-        if self.names is None:
-            self.names = names
-        elif names is not None and names != self.names:
+        where = f"{self.description}.get_batch"
+        # numbers/arrays copied: torch.as_tensor would share a NumPy dataset's memory
+        fields, names = split_fields(out, where, copy=True)
+        if self._count is None:
+            self._count = len(fields)
+            if self.names is None:
+                self.names = names
+        elif names is not None and self.names is not None and names != self.names:
+            fields = _by_key(fields, names, self.names, f"{where} for indices {_show(indices)}")
+        elif len(fields) != self._count or (names is None) != (self.names is None):
+            got = list(names) if names is not None else f"{len(fields)} unnamed"
             raise DatasetShapeError(
-                f"DataLoader: {self.description}.get_batch returned fields {list(names)} but"
-                f" earlier batches had {list(self.names)} — return the same keys every time"
+                f"DataLoader: {where} returned fields {got} for the batch of indices"
+                f" {_show(indices)} but the first batch had"
+                f" {list(self.names) if self.names is not None else f'{self._count} unnamed'}"
+                " — return the same fields for every batch"
             )
         rows = indices.shape[0]
         for i, t in enumerate(fields):
@@ -138,7 +157,34 @@ class BatchSource(Source):
                     f" {tuple(t.shape)} for {rows} indices — dimension 0 must equal the number"
                     " of indices"
                 )
-        return fields
+        return tuple(_owned(t) for t in fields)
+
+
+def _owned(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a copy when it may share memory with the dataset (``self.x[a:b]`` is a view of
+    ``self.x``): a batch changed in place must not change the dataset."""
+    if t.layout != torch.strided:
+        return t
+    if t._is_view() or t.untyped_storage().nbytes() > t.numel() * t.element_size():
+        return t.clone()
+    return t
+
+
+def _show(indices: torch.Tensor | list[int]) -> list:
+    rows = indices.tolist() if isinstance(indices, torch.Tensor) else indices
+    return rows if len(rows) <= 8 else [*rows[:8], "..."]
+
+
+def _by_key(fields: Fields, names: tuple[str, ...], order: tuple[str, ...], where: str) -> Fields:
+    """Fields reordered to ``order`` when the keys are the same in another order (torch's
+    default collate also matches dict samples by key)."""
+    if sorted(names) != sorted(order):
+        raise DatasetShapeError(
+            f"DataLoader: {where} has keys {list(names)} but the first had {list(order)} — return"
+            " the same keys every time"
+        )
+    position = {name: i for i, name in enumerate(names)}
+    return tuple(fields[position[name]] for name in order)
 
 
 class MapSource(Source):
@@ -149,38 +195,52 @@ class MapSource(Source):
         self.description = type(dataset).__name__
         self._len = len(dataset)
         self._getitems = getattr(dataset, "__getitems__", None)
+        hook = "__getitems__" if self._getitems is not None else "__getitem__"
+        self.code = f"{self.description}.{hook}"
         self._shapes: tuple[torch.Size, ...] | None = None
 
     def __len__(self) -> int:
         return self._len
 
     def _sample(self, index: int, raw: Any) -> Fields:
-        fields, names = split_fields(raw, f"{self.description}[{index}]")
+        fields, names = split_fields(raw, f"{self.description}[{index}]", nested=False)
         if self._shapes is None:
             self.names = names
             self._shapes = tuple(t.shape for t in fields)
-        elif names != self.names or len(fields) != len(self._shapes):
+            return fields
+        if names is not None and self.names is not None and names != self.names:
+            fields = _by_key(fields, names, self.names, f"{self.description}[{index}]")
+            names = self.names
+        if names != self.names or len(fields) != len(self._shapes):
             raise DatasetShapeError(
                 f"DataLoader: {self.description}[{index}] has fields"
                 f" {list(names) if names else len(fields)} but the first sample had"
                 f" {list(self.names) if self.names else len(self._shapes)} — every sample needs"
                 " the same structure"
             )
-        else:
-            for i, (t, shape) in enumerate(zip(fields, self._shapes, strict=True)):
-                if t.shape != shape:
-                    raise DatasetShapeError(
-                        f"DataLoader: {self.description}[{index}] field {self.field_name(i)!r}"
-                        f" has shape"
-                        f" {tuple(t.shape)} but the first sample's is {tuple(shape)} — pad or"
-                        " resize samples to one shape, or return whole batches from get_batch"
-                    )
+        for i, (t, shape) in enumerate(zip(fields, self._shapes, strict=True)):
+            if t.shape != shape:
+                raise DatasetShapeError(
+                    f"DataLoader: {self.description}[{index}] field {self.field_name(i)!r}"
+                    f" has shape"
+                    f" {tuple(t.shape)} but the first sample's is {tuple(shape)} — pad or"
+                    " resize samples to one shape, or return whole batches from get_batch"
+                )
         return fields
 
     def fetch(self, indices: torch.Tensor) -> Fields:
         keys = indices.tolist()
         if self._getitems is not None:
-            raws = self._getitems(keys)
+            try:
+                raws = self._getitems(keys)
+            except Exception as exc:
+                exc.add_note(f"flodl.data: raised by {self.code}({_show(keys)})")
+                raise
+            if len(raws) != len(keys):
+                raise DatasetShapeError(
+                    f"DataLoader: {self.code} returned {len(raws)} samples for {len(keys)}"
+                    f" indices {_show(keys)} — return one sample per index, in order"
+                )
         else:
             raws = []
             for key in keys:
@@ -195,23 +255,44 @@ class MapSource(Source):
         return tuple(torch.stack(column) for column in zip(*samples, strict=True))
 
 
-def split_fields(out: Any, where: str) -> tuple[Fields, tuple[str, ...] | None]:
-    """A tensor, sequence or mapping of tensor-likes → (tensors, names or None)."""
+def split_fields(
+    out: Any, where: str, *, nested: bool = True, copy: bool = False
+) -> tuple[Fields, tuple[str, ...] | None]:
+    """A tensor, sequence or mapping of tensor-likes → (tensors, names or None).
+
+    ``nested=False`` (samples) refuses a tuple, list or dict inside the sample: torch's collate
+    would keep it as a nested structure, and converting it would merge its items into one field.
+    ``copy=True`` copies numbers and arrays instead of sharing a NumPy array's memory.
+    """
     if isinstance(out, torch.Tensor):
         return (out,), None
     if isinstance(out, Mapping):
-        names = tuple(str(k) for k in out)
-        return tuple(_as_tensor(v, f"{where}[{k!r}]") for k, v in out.items()), names
-    if isinstance(out, Sequence) and not isinstance(out, str | bytes):
-        return tuple(_as_tensor(v, f"{where}[{i}]") for i, v in enumerate(out)), None
-    return (_as_tensor(out, where),), None
+        items = [(str(k), f"{where}[{k!r}]", v) for k, v in out.items()]
+        names: tuple[str, ...] | None = tuple(name for name, _, _ in items)
+    elif isinstance(out, Sequence) and not isinstance(out, str | bytes):
+        items = [(str(i), f"{where}[{i}]", v) for i, v in enumerate(out)]
+        names = None
+    else:
+        return (_as_tensor(out, where, copy),), None
+    if not nested:
+        for name, at, value in items:
+            if isinstance(value, Mapping) or (
+                isinstance(value, Sequence) and not isinstance(value, str | bytes)
+            ):
+                raise DatasetShapeError(
+                    f"DataLoader: {at} is a {type(value).__name__} nested in the sample (field"
+                    f" {name!r}); a batch is a flat list of named tensors, so nested samples are"
+                    " not collated — return its items as fields of their own, e.g. (x, label,"
+                    " weight) or a flat dict, or a tensor or NumPy array for one field"
+                )
+    return tuple(_as_tensor(v, at, copy) for _, at, v in items), names
 
 
-def _as_tensor(value: Any, where: str) -> torch.Tensor:
+def _as_tensor(value: Any, where: str, copy: bool = False) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value
     try:
-        return torch.as_tensor(value)
+        return torch.tensor(value) if copy else torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise DatasetShapeError(
             f"DataLoader: {where} is a {type(value).__name__}, which is not convertible to a"
@@ -226,11 +307,16 @@ def as_source(dataset: Any, names: Sequence[str] | None = None) -> Source:
 
     if isinstance(dataset, Source):
         return dataset
+    # Gathered from their tensors unless a subclass overrides how items are made (e.g. adds
+    # random augmentation): then its code is called like any other dataset's.
     if isinstance(dataset, InMemoryDataset):
-        return TensorSource(dataset.tensors, names or dataset.names, type(dataset).__name__)
+        if not _overrides(dataset, InMemoryDataset):
+            return TensorSource(dataset.tensors, names or dataset.names, type(dataset).__name__)
+        if type(dataset).get_batch is InMemoryDataset.get_batch:  # only __getitem__ overridden
+            return MapSource(dataset)
     if isinstance(dataset, torch.Tensor):
         return TensorSource([dataset], names, "the tensor")
-    if isinstance(dataset, TorchTensorDataset):
+    if isinstance(dataset, TorchTensorDataset) and not _overrides(dataset, TorchTensorDataset):
         return TensorSource(dataset.tensors, names, "the TensorDataset")
     if isinstance(dataset, Mapping):
         return TensorSource(list(dataset.values()), list(map(str, dataset)), "the dict of tensors")
@@ -255,6 +341,11 @@ def as_source(dataset: Any, names: Sequence[str] | None = None) -> Source:
         f"DataLoader: {type(dataset).__name__} has __len__ but neither __getitem__ nor"
         " get_batch(indices) — implement one of them"
     )
+
+
+def _overrides(dataset: Any, base: type) -> bool:
+    hooks = ("__getitem__", "__getitems__", "get_batch")
+    return any(getattr(type(dataset), h, None) is not getattr(base, h, None) for h in hooks)
 
 
 def require_samples(source: Source) -> int:

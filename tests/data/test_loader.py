@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -50,9 +51,16 @@ def test_drop_last_false_adds_the_partial_batch_and_covers_everything(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_batch_larger_than_dataset_gives_one_or_zero_batches(mode):
+def test_batch_larger_than_dataset_gives_one_batch_or_a_build_error(mode):
     assert len(list(loader(n=5, bs=8, mode=mode, drop_last=False).epoch(0))) == 1
-    assert list(loader(n=5, bs=8, mode=mode).epoch(0)) == []
+    # zero batches per epoch: a training loop would silently run zero steps
+    with pytest.raises(fl.data.BatchSizeError) as info:
+        loader(n=5, bs=8, mode=mode)
+    assert str(info.value) == (
+        "DataLoader: every epoch would have 0 batches: the dict of tensors has 5 samples, fewer"
+        " than batch_size 8, with drop_last(True) — use a smaller batch_size, or"
+        " .drop_last(False) to keep the partial batch"
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -104,12 +112,44 @@ def test_order_is_identical_across_processes():
     assert first == second == here
 
 
-def test_batches_own_their_tensors():
-    x = torch.zeros(8, 2)
-    dl = fl.data.DataLoader.from_tensors(x).batch_size(4).build()
+class SlicedBatches:
+    """A batch dataset returning views of its own tensor (``self.x[a:b]``), a common idiom."""
+
+    def __init__(self):
+        self.x = torch.zeros(8, 2)
+
+    def __len__(self):
+        return 8
+
+    def get_batch(self, indices):
+        start = int(indices[0])
+        return self.x[start : start + len(indices)], self.x[start : start + len(indices), 0]
+
+
+class SlicedArrays:
+    """The same with NumPy arrays: ``torch.as_tensor`` would share their memory."""
+
+    def __init__(self):
+        self.x = np.zeros((8, 2), dtype=np.float32)
+
+    def __len__(self):
+        return 8
+
+    def get_batch(self, indices):
+        start = int(indices[0])
+        return self.x[start : start + len(indices)], self.x[start : start + len(indices), 0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("source", ["tensors", "sliced batches", "sliced arrays"])
+def test_batches_own_their_tensors(mode, source):
+    ds = SlicedArrays() if source == "sliced arrays" else SlicedBatches()
+    data = (ds.x, ds.x[:, 0]) if source == "tensors" else ds
+    dl = fl.data.DataLoader.from_dataset(data).batch_size(4).shuffle(False).mode(mode).build()
     for batch in dl.epoch(0):
         batch[0].add_(1)
-    assert x.sum() == 0  # the resident copy (the user's tensor) is untouched
+        batch[1].add_(1)
+    assert ds.x.sum() == 0  # changing a batch in place never changes the dataset
 
 
 def test_iterating_the_loader_walks_epochs_in_turn():
@@ -130,10 +170,29 @@ def test_names_builder_overrides_and_must_match_field_count():
         fl.data.DataLoader.from_tensors(torch.zeros(4)).names("a", "a")
 
 
-@pytest.mark.parametrize("bad", [0, -3, 2.5, "8", True, None])
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "8", True, None, np.float64(2.0)])
 def test_bad_batch_size_is_rejected_at_the_setter(bad):
     with pytest.raises(fl.data.BatchSizeError, match="batch_size must be an integer ≥ 1"):
         fl.data.DataLoader.from_tensors(torch.zeros(4)).batch_size(bad)
+
+
+def test_numpy_integers_are_integers():
+    dl = fl.data.DataLoader.from_tensors(torch.arange(8)).batch_size(np.int64(2)).seed(np.int32(3))
+    built = dl.build()
+    assert (built.batch_size, type(built.batch_size), built.seed) == (2, int, 3)
+    assert len(built.epoch(np.int64(1))) == 4
+    assert len(list(built.epoch_subset(0, np.array([1, 3])))) == 2
+
+
+@pytest.mark.parametrize("setter", ["shuffle", "drop_last"])
+@pytest.mark.parametrize("bad", ["false", "False", 0, 1, None])
+def test_switches_take_only_booleans(setter, bad):
+    # bool("false") is True: a string would silently do the opposite of what it says
+    builder = fl.data.DataLoader.from_tensors(torch.arange(9)).batch_size(2)
+    with pytest.raises(fl.data.LoaderConfigError, match=f"{setter} takes True or False"):
+        getattr(builder, setter)(bad)
+    getattr(builder, setter)(np.bool_(False))  # a NumPy bool is a bool
+    assert len(builder.build()) == (5 if setter == "drop_last" else 4)
 
 
 def test_missing_batch_size_is_a_build_error():
@@ -177,7 +236,7 @@ def test_smoke_env_caps_batches_per_epoch(mode, monkeypatch):
 
 def test_map_and_batch_datasets_in_both_modes_agree():
     for ds in (MapDataset(n=20), CountingBatches(n=20)):
-        res = fl.data.DataLoader.from_dataset(ds).batch_size(4).seed(1).build()
+        res = fl.data.DataLoader.from_dataset(ds).batch_size(4).seed(1).mode("resident").build()
         stream = fl.data.DataLoader.from_dataset(ds).batch_size(4).seed(1).streaming().build()
         for a, b in zip(res.epoch(2), stream.epoch(2), strict=True):
             assert all(s.equal(t) for s, t in zip(a, b, strict=True))
@@ -216,7 +275,10 @@ def test_epoch_subset_yields_exactly_the_chosen_batches_of_that_epoch(mode):
     assert list(dl.epoch_subset(2, [])) == []
 
 
-def test_epoch_subset_refuses_positions_outside_the_epoch():
+def test_epoch_subset_refuses_positions_outside_the_epoch_or_not_integers():
     dl = loader(n=100, bs=10)
     with pytest.raises(fl.data.LoaderConfigError, match=r"positions \[10, -1\] are outside"):
         dl.epoch_subset(0, [0, 10, -1])
+    for bad in ([1.7], ["1"], [True]):  # int() would truncate or parse them
+        with pytest.raises(fl.data.LoaderConfigError, match="positions must be integers"):
+            dl.epoch_subset(0, bad)

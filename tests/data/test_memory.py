@@ -7,10 +7,11 @@ from typing import ClassVar
 
 import pytest
 import torch
+from torch.utils.data import TensorDataset
 
 import flodl as fl
 
-from .conftest import MapDataset
+from .conftest import CountingBatches, MapDataset
 
 MiB = 1 << 20
 
@@ -50,6 +51,27 @@ class GatherSpy(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs)
 
 
+def full_device_tensor(
+    t: torch.Tensor, capacity: int, error: type[BaseException] = torch.OutOfMemoryError
+) -> torch.Tensor:
+    """``t`` as a tensor whose move to another device fails, as a full CUDA device would, when
+    it has more than ``capacity`` rows (the whole dataset does; a batch does not)."""
+
+    class OnFullDevice(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.to and args[0].shape[0] > capacity:
+                raise error(f"Tried to allocate {args[0].nbytes} bytes; device is full")
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    return t.as_subclass(OnFullDevice)
+
+
+def full_device_dataset(n=100, capacity=50, error=torch.OutOfMemoryError):
+    x = full_device_tensor(torch.ones(n, 256), capacity, error)  # 1 KiB + 8 bytes per sample
+    return {"x": x, "i": full_device_tensor(torch.arange(n), capacity, error)}
+
+
 class DeviceWithCapacity:
     """A batch dataset on a device that holds at most ``capacity`` rows: materialising more raises
     the allocator's out-of-memory error, as a CUDA device would."""
@@ -86,25 +108,71 @@ def test_auto_on_cpu_keeps_tensors_resident_they_are_already_in_host_memory():
     assert build(dataset()).mode == "resident"  # the default probe, this machine's RAM
 
 
-def test_auto_on_cpu_streams_a_map_dataset_too_big_for_the_available_host_ram():
-    # 1000 samples of x float32[3] + label int64 = 20 bytes each: 20 000 bytes in all
-    ds = MapDataset(n=1000)
-    dl = build(ds, SimulatedHost(available=30_000))  # half of 30 000 is under 20 000
+class RandomlyAugmented(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.rand(2), i  # a random transform, as torchvision's RandomCrop draws
+
+
+def test_auto_streams_python_datasets_so_random_augmentation_is_redrawn_every_epoch():
+    roomy = SimulatedHost(available=1 << 40)
+    dl = build(RandomlyAugmented(), roomy, bs=8, shuffle=False)
     assert dl.mode == "streaming"
-    assert ds.calls == 1  # decided from sample 0 alone: nothing was read in full
+    assert dl.mode_reason == (
+        "RandomlyAugmented.__getitem__ is Python code (it may draw random transforms), so it is"
+        " called every epoch; mode('resident') would read the dataset once and keep it"
+    )
+    first, second = (next(iter(dl.epoch(e)))[0] for e in (0, 1))
+    assert not first.equal(second)  # as PyTorch's DataLoader does
+    assert build(CountingBatches(), roomy).mode == "streaming"  # get_batch is code too
+    assert "CountingBatches.get_batch is Python code" in build(CountingBatches()).mode_reason
+    # A forced resident loader reads the dataset once: the transform ran once and is kept.
+    frozen = build(RandomlyAugmented(), roomy, mode="resident", bs=8, shuffle=False)
+    assert next(iter(frozen.epoch(0)))[0].equal(next(iter(frozen.epoch(1)))[0])
+
+
+def test_auto_keeps_plain_tensor_datasets_resident_but_not_subclasses_that_make_items():
+    x = torch.arange(8.0)
+    for ds in (TensorDataset(x), fl.data.datasets.InMemoryDataset({"x": x})):
+        assert build(ds, bs=4).mode == "resident"
+
+    class Noisy(TensorDataset):
+        def __getitem__(self, i):
+            return (self.tensors[0][i] + torch.rand(()),)
+
+    class NoisyBatches(fl.data.datasets.InMemoryDataset):
+        def get_batch(self, indices):
+            return {"x": self.tensors[0][indices] + torch.rand(len(indices))}
+
+    for ds in (Noisy(x), NoisyBatches({"x": x})):
+        dl = build(ds, bs=4, shuffle=False)
+        assert dl.mode == "streaming"
+        assert not next(iter(dl.epoch(0)))[0].equal(x[:4])  # the override is what is called
+
+
+def test_explicit_resident_reads_a_map_dataset_once():
+    ds = MapDataset(n=1000)
+    dl = build(ds, SimulatedHost(available=1000), mode="resident")  # forced: the probe is not asked
+    assert dl.mode == "resident" and ds.calls == 1 + 1000  # probe, then all read once
+    list(dl.epoch(0))
+    list(dl.epoch(1))
+    assert ds.calls == 1 + 1000
+
+
+def test_auto_on_cpu_streams_tensors_elsewhere_too_big_for_the_available_host_ram():
+    # tensors on another device ("meta" stands in for a GPU), delivered to the CPU: 264 000 bytes
+    ds = {"x": torch.zeros(1000, 64, device="meta"), "y": torch.arange(1000, device="meta")}
+    dl = build(ds, SimulatedHost(available=500_000))  # half of 500 000 is under 264 000
+    assert dl.mode == "streaming"
     reason = dl.mode_reason
     assert reason == (
-        "the dataset, 19.5 KiB (sample 0 × 1000), exceeds 50% of the 29.3 KiB of available host RAM"
+        "the dataset, 257.8 KiB (sample 0 × 1000), exceeds 50% of the 488.3 KiB of available"
+        " host RAM"
     )
     assert f"reason={reason!r}" in repr(dl)
-    assert dl.prefetch_depth == 2  # streaming from host RAM: double buffering
-    seen = [i for b in dl.epoch(0) for i in b["label"].tolist()]
-    assert len(seen) == len(set(seen)) == 992
-
-    roomy = MapDataset(n=1000)
-    dl = build(roomy, SimulatedHost(available=50_000))  # 20 000 < half of 50 000
-    assert dl.mode == "resident" and roomy.calls == 1 + 1000  # probe, then all read once
-    assert dl.mode_reason.startswith("the dataset, 19.5 KiB (sample 0 × 1000), fits in 50% of")
+    assert dl.prefetch_depth == 2  # streaming to host RAM: double buffering
 
 
 def test_resident_permutation_lives_on_the_target_device():
@@ -183,18 +251,18 @@ def test_vram_max_usage_is_clamped_and_changes_the_budget():
 
 
 def test_out_of_memory_while_going_resident_falls_back_to_streaming_with_a_warning():
-    ds = DeviceWithCapacity(n=100, capacity=50)
+    ds = full_device_dataset(n=100, capacity=50)
     with pytest.warns(fl.data.ResidentFallbackWarning, match="streaming it instead"):
-        dl = build(ds, SimulatedGpu(total=1 << 30))
+        dl = build(ds, SimulatedGpu(total=1 << 30), device="meta")
     assert dl.mode == "streaming" and dl.prefetch_depth >= 1
     assert dl.mode_reason == "ran out of memory keeping the dataset (100.8 KiB) resident"
-    seen = [i for b in dl.epoch(0) for i in b[1].tolist()]
-    assert len(seen) == len(set(seen)) == 96
+    batches = list(dl.epoch(0))
+    assert len(batches) == 6 and all(b["x"].device.type == "meta" for b in batches)
 
 
 def test_host_memory_error_also_falls_back():
     with pytest.warns(fl.data.ResidentFallbackWarning):
-        dl = build(DeviceWithCapacity(n=100, capacity=50, error=MemoryError))
+        dl = build(full_device_dataset(error=MemoryError), SimulatedGpu(1 << 30), device="meta")
     assert dl.mode == "streaming"
 
 
@@ -208,7 +276,7 @@ def test_forced_resident_out_of_memory_is_an_error_not_a_silent_switch():
 
 def test_other_errors_while_going_resident_propagate():
     with pytest.raises(RuntimeError, match="device is full"):
-        build(DeviceWithCapacity(n=100, capacity=50, error=RuntimeError))
+        build(full_device_dataset(error=RuntimeError), SimulatedGpu(1 << 30), device="meta")
 
 
 def test_probe_formulas():
@@ -232,3 +300,12 @@ def test_cuda_batches_land_on_the_device(mode):
     assert batch["x"].is_cuda and batch["y"].is_cuda
     seen = [i for b in dl.epoch(1) for i in b["y"].tolist()]
     assert len(seen) == len(set(seen)) == 992
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("prefetch", [None, 2], ids=["in the loop", "in a thread"])
+def test_cuda_batches_of_a_python_dataset_land_on_the_device(prefetch):
+    options = {"prefetch": prefetch} if prefetch else {}
+    dl = build(MapDataset(n=40), device="cuda", bs=4, **options)
+    labels = [i for b in dl.epoch(0) for i in b["label"].tolist() if b["x"].is_cuda]
+    assert sorted(labels) == list(range(40))

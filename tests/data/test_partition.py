@@ -75,6 +75,11 @@ def test_ratios_give_heterogeneous_ranks_proportional_shards():
     epoch=st.integers(0, 1000),
 )
 def test_partition_invariants(n, world, bs, drop_last, epoch):
+    smallest = n // world  # the smallest shard, with or without drop_last
+    if smallest == 0 or (drop_last and smallest < bs):  # some rank would run zero steps
+        with pytest.raises(fl.data.BatchSizeError, match="0 batches"):
+            rank_loaders(n, world, bs, drop_last=drop_last)
+        return
     loaders = rank_loaders(n, world, bs, drop_last=drop_last)
     per_rank = [indices(dl, epoch) for dl in loaders]
     seen = [i for rank in per_rank for i in rank]
@@ -84,6 +89,14 @@ def test_partition_invariants(n, world, bs, drop_last, epoch):
         assert all(len(r) == len(loaders[0]) * bs for r in per_rank)
     else:
         assert sorted(seen) == list(range(n))  # exactly once
+
+
+def test_a_rank_that_would_get_no_batch_is_refused_at_build():
+    # 5 samples on 8 ranks: ranks 5..7 get nothing even without drop_last
+    with pytest.raises(fl.data.BatchSizeError, match=r"rank=5, world_size=8\) gives this rank 0"):
+        rank_loaders(5, 8, 1, drop_last=False)
+    with pytest.raises(fl.data.BatchSizeError, match="fewer than batch_size 8, with drop_last"):
+        rank_loaders(90, 2, 8, drop_last=True, ratios=[10, 0.5])  # rank 1: 4 samples
 
 
 def test_partition_settings_are_validated():

@@ -96,7 +96,106 @@ class ChangingStructure:
 def test_map_style_sample_with_a_different_structure_is_an_error():
     loader = fl.data.DataLoader.from_dataset(ChangingStructure()).batch_size(4).shuffle(False)
     with pytest.raises(fl.data.DatasetShapeError, match="same structure"):
-        loader.build()
+        list(loader.build().epoch(0))
+
+
+class NestedTuple(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return torch.full((3,), float(i)), (i, 10 * i)  # (x, (label, weight))
+
+
+class NestedDict(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return {"x": torch.zeros(2), "meta": {"id": i}}
+
+
+def test_nested_samples_are_refused_not_merged_into_one_field():
+    # torch collates (x, (label, weight)) to [x, [label, weight]]; a Batch is flat, so flodl
+    # refuses it rather than stacking label and weight into one (B, 2) field
+    loader = fl.data.DataLoader.from_dataset(NestedTuple()).batch_size(2).shuffle(False)
+    with pytest.raises(fl.data.DatasetShapeError) as info:
+        loader.build()  # build() reads sample 0
+    message = str(info.value)
+    assert message.startswith("DataLoader: NestedTuple[0][1] is a tuple nested in the sample")
+    assert "(x, label, weight)" in message
+    with pytest.raises(fl.data.DatasetShapeError, match=r"NestedDict\[0\]\['meta'\] is a dict"):
+        fl.data.DataLoader.from_dataset(NestedDict()).batch_size(2).build()
+
+
+class KeysInAnyOrder(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        a, b = torch.tensor(i), torch.tensor(-i)
+        return {"a": a, "b": b} if i % 2 == 0 else {"b": b, "a": a}
+
+
+class BatchKeysInAnyOrder:
+    def __len__(self):
+        return 4
+
+    def get_batch(self, indices):
+        a, b = indices.clone(), -indices
+        return {"a": a, "b": b} if indices[0] == 0 else {"b": b, "a": a}
+
+
+@pytest.mark.parametrize("dataset", [KeysInAnyOrder(), BatchKeysInAnyOrder()])
+def test_dict_samples_are_collated_by_key_whatever_their_order(dataset):
+    dl = fl.data.DataLoader.from_dataset(dataset).batch_size(2).shuffle(False).build()
+    batches = [b.to_dict() for b in dl.epoch(0)]
+    assert [{k: v.tolist() for k, v in b.items()} for b in batches] == [
+        {"a": [0, 1], "b": [0, -1]},
+        {"a": [2, 3], "b": [-2, -3]},
+    ]
+
+
+class ShortGetItems(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.zeros(2)
+
+    def __getitems__(self, keys):
+        return [torch.zeros(2)] * min(len(keys), 3)  # drops samples past the third
+
+
+def test_getitems_returning_too_few_samples_says_so():
+    loader = fl.data.DataLoader.from_dataset(ShortGetItems()).batch_size(4).shuffle(False).build()
+    with pytest.raises(fl.data.DatasetShapeError) as info:
+        next(iter(loader.epoch(0)))
+    assert str(info.value) == (
+        "DataLoader: ShortGetItems.__getitems__ returned 3 samples for 4 indices [0, 1, 2, 3] —"
+        " return one sample per index, in order"
+    )
+
+
+class ChangingFieldCount:
+    def __len__(self):
+        return 8
+
+    def get_batch(self, indices):
+        return (indices.float(), indices) if indices[0] < 4 else (indices.float(),)
+
+
+def test_batch_dataset_changing_its_field_count_names_the_batch():
+    loader = fl.data.DataLoader.from_dataset(ChangingFieldCount()).batch_size(2).shuffle(False)
+    epoch = loader.build().epoch(0)
+    assert [len(next(epoch)) for _ in range(2)] == [2, 2]
+    with pytest.raises(fl.data.DatasetShapeError) as info:
+        next(epoch)
+    assert str(info.value).startswith(
+        "DataLoader: ChangingFieldCount.get_batch returned fields 1 unnamed for the batch of"
+        " indices [4, 5] but the first batch had 2 unnamed"
+    )
+    assert "batch 2 of epoch 0" in info.value.__notes__[-1]
 
 
 class WrongBatchLength:
