@@ -152,7 +152,7 @@ def test_a_type_checker_reads_the_installed_packages_types(installed_wheel, tmp_
             "--python-executable",
             str(installed_wheel / "bin" / "python"),
             str(user),
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
