@@ -15,6 +15,8 @@ parentheses is a second base)::
           │         └── StalledDownloadError  internal: no byte within the read timeout
           ├── UnsafeArchiveError              fdl.downloads.errors: a zip that would escape
           │                                   its folder or exceed the extraction limits
+          ├── InsufficientSpaceError          fdl.downloads.errors: no room to unpack an
+          │                                   archive
           ├── ManifestError                   fdl.tasks.errors: an unusable fdl.yml
           ├── SchemaError (ValueError)        fdl.tasks.errors: an unusable option schema
           ├── PortError                       fdl.port.errors: ``fdl port`` cannot go on

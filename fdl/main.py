@@ -67,6 +67,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.error("interrupted")
         return ExitCode.INTERRUPTED
+    except OSError as err:
+        # a file the command could not read or write (read-only, forbidden, missing) that no
+        # code turned into an FdlError: still one line; the traceback is for -vv
+        if err.filename is None:
+            raise
+        import traceback
+
+        console.debug("".join(traceback.format_exception(err)).rstrip())
+        target = f"{err.filename} -> {err.filename2}" if err.filename2 else err.filename
+        console.error(
+            f"{err.strerror or type(err).__name__}: {target}",
+            "check that the path exists and is writable (-vv shows where it failed)",
+        )
+        return ExitCode.FAILURE
     _update_notice(args)
     return result if isinstance(result, int) else ExitCode.OK
 

@@ -295,11 +295,14 @@ def download(
             raise FdlUsageError(f"--cuda {cuda} is not a CUDA version", "e.g. --cuda 12.8")
         tag, platform = f"cu{digits}", _platform()
     else:
+        import dataclasses
+
         from fdl.hardware import detect
         from fdl.variants import resolve
 
         machine = detect(docker=False)
-        plan = resolve(machine.target(), torch=version)
+        # a C++ libtorch does not depend on the Python running fdl: no wheel filter
+        plan = resolve(dataclasses.replace(machine.target(), python=None), torch=version)
         for reason in plan.reasons:
             _say(f"  - {reason}")
         for warning in plan.warnings:
@@ -344,9 +347,30 @@ def list_(
         return
     if not variants:
         _say(f"No libtorch variants installed in {home.path}. Run: fdl libtorch download")
-        return
     for v in variants:
         console.out(f"  {v}" + (" (active)" if v == active else ""))
+    _report_leftovers(home)
+
+
+def _report_leftovers(home: Any) -> None:
+    """Staging trees of interrupted extractions and kept partial downloads (GBs each for a real
+    libtorch), on stderr."""
+    from fdl.downloads.archive import human_size, staging_trees
+
+    for tree in staging_trees(home.path / "precompiled"):
+        if tree.owner_alive:
+            state = "in use by a running fdl"
+        elif tree.owner_alive is False:
+            state = "left by an interrupted run; the next 'fdl libtorch download' removes it"
+        else:
+            state = "left by an interrupted run (owner unknown); delete it if no fdl is running"
+        _say(f"leftover: {tree.path} ({human_size(tree.size())}): {state}")
+    downloads = home.path / ".downloads"
+    for part in sorted(downloads.glob("*.part")) if downloads.is_dir() else []:
+        _say(
+            f"kept download: {part} ({human_size(part.stat().st_size)}): the download command "
+            "for it resumes it; delete it if you no longer need it"
+        )
 
 
 def info(

@@ -12,6 +12,14 @@ must stay under :attr:`ExtractLimits.max_size`, its ratio to the archive's size 
 :attr:`ExtractLimits.max_ratio`, and fit on the disk; while writing, the bytes actually produced are
 counted against the same bounds, so an archive whose headers lie is stopped too. Every member is
 decompressed exactly once, and its CRC is checked as it is written (no separate test pass).
+
+Interrupted: Ctrl-C and SIGTERM remove the staging tree before the process ends. A process killed
+outright cannot: its trees are named ``.<dest>.extract-<host>-<pid>-…`` (and ``.<dest>.old-…`` for
+a replaced tree being deleted), so a later extraction next to them removes those whose process has
+ended on this host (:func:`remove_stale_staging`), never a live run's.
+
+:func:`remote_unpacked_size` reads what a remote zip unpacks to from its central directory with a
+few ``Range`` requests, so a caller can check the disk before downloading it.
 """
 
 from __future__ import annotations
@@ -20,16 +28,19 @@ import contextlib
 import os
 import re
 import shutil
+import signal
+import socket
 import stat
 import tempfile
+import threading
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from fdl.downloads.errors import UnsafeArchiveError
+from fdl.downloads.errors import InsufficientSpaceError, UnsafeArchiveError, unwritable
 from fdl.errors import ExitCode, FdlError, FdlUsageError
 
 MAX_SIZE_ENV = "FDL_MAX_EXTRACT_SIZE"
@@ -96,8 +107,12 @@ class ExtractLimits:
         )
 
 
-def _gib(n: float) -> str:
-    """A size for an error message: ``3.21 GiB``, ``8.0 MiB``, ``7.9 KiB``, ``512 B``."""
+def human_size(n: float) -> str:
+    """A size for a message: ``3.21 GiB``, ``8.0 MiB``, ``7.9 KiB``, ``512 B``.
+
+    >>> human_size(64 << 20)
+    '64.0 MiB'
+    """
     if n >= 1024**3:
         return f"{n / 1024**3:.2f} GiB"
     if n >= 1024**2:
@@ -115,21 +130,28 @@ def _check_bounds(archive: Path, declared: int, limits: ExtractLimits, where: Pa
     if declared > limits.max_size:
         raise _refuse_bomb(
             archive,
-            f"unpacks to {_gib(declared)}, over the {_gib(limits.max_size)} limit",
+            f"unpacks to {human_size(declared)}, over the {human_size(limits.max_size)} limit",
             f"if you trust it, raise the limit: --max-extract-size or {MAX_SIZE_ENV}",
         )
     if declared > limits.max_ratio * packed:
         raise _refuse_bomb(
             archive,
-            f"unpacks to {declared / packed:.0f}x its size ({_gib(declared)} from "
-            f"{_gib(packed)}), over the {limits.max_ratio:g}x limit",
+            f"unpacks to {declared / packed:.0f}x its size ({human_size(declared)} from "
+            f"{human_size(packed)}), over the {limits.max_ratio:g}x limit",
             f"if you trust it, raise the limit: --max-extract-ratio or {MAX_RATIO_ENV}",
         )
+    check_room(where, declared, archive.name)
+
+
+def check_room(where: Path, unpacked: int, name: str) -> None:
+    """Refuse (:class:`InsufficientSpaceError`) when ``unpacked`` bytes and the 64 MiB kept
+    free do not fit in ``where``."""
     free = shutil.disk_usage(where).free
-    if declared + SPARE_BYTES > free:
-        raise FdlError(
-            f"not enough disk space in {where} to extract {archive.name}: it unpacks to "
-            f"{_gib(declared)}, {_gib(free)} free",
+    if unpacked + SPARE_BYTES > free:
+        raise InsufficientSpaceError(
+            f"not enough disk space in {where} to extract {name}: it unpacks to "
+            f"{human_size(unpacked)}, and {human_size(SPARE_BYTES)} is kept free, so it needs "
+            f"{human_size(unpacked + SPARE_BYTES)}; {human_size(free)} free",
             "free some space or choose another location (--path)",
             ExitCode.UNAVAILABLE,
         )
@@ -234,7 +256,7 @@ class _Budget:
             raise _refuse_bomb(
                 self.archive,
                 f"produced more than its limit while extracting {info.filename!r} "
-                f"({_gib(self.written)}; limits {_gib(self.limits.max_size)}, "
+                f"({human_size(self.written)}; limits {human_size(self.limits.max_size)}, "
                 f"{self.limits.max_ratio:g}x)",
                 "if you trust it, raise --max-extract-size / --max-extract-ratio",
             )
@@ -288,7 +310,9 @@ def extract_zip(
     ``limits``: the caps on what it may unpack to (default :meth:`ExtractLimits.resolve`: the
     environment, else 32 GiB and 50x). ``check``: called with the extracted tree before it
     replaces ``dest``; raising refuses the archive and leaves ``dest`` as it was. On any refusal
-    nothing is left behind (no staging directory, no partial tree).
+    nothing is left behind (no staging directory, no partial tree), nor on Ctrl-C or SIGTERM
+    (which is re-raised once the staging tree is gone). Staging trees that runs killed outright
+    left next to ``dest`` are removed first (see :func:`remove_stale_staging`).
     """
     archive, dest = Path(archive), Path(dest)
     limits = limits or ExtractLimits.resolve()
@@ -301,57 +325,277 @@ def extract_zip(
     with zf:
         infos = zf.infolist()
         members = [(info, _member_path(info.filename)) for info in infos]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        _check_bounds(archive, sum(i.file_size for i in infos), limits, dest.parent)
-        budget = _Budget(archive, limits)
-        staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.extract-", dir=dest.parent))
         try:
-            links: list[tuple[Path, str, str]] = []
-            for info, rel in members:
-                if info.is_dir():
-                    _real_dir(staging, rel, info.filename)
-                    continue
-                parent = _real_dir(staging, rel.parent, info.filename)
-                target = parent / rel.name
-                try:
-                    if _is_symlink(info):
-                        if info.file_size > 4096:
-                            raise UnsafeArchiveError(
-                                f"symlink {info.filename!r} has a {info.file_size}-byte target",
-                                "refusing to extract",
-                            )
-                        link = zf.read(info).decode("utf-8", "replace")
-                        budget.spend(len(link), info)
-                    else:
-                        _write_file(zf, info, target, budget)
-                        continue
-                except (zipfile.BadZipFile, zlib.error, EOFError) as err:
-                    raise _corrupt(archive, err) from err
-                _check_link(rel, link, info.filename)
-                if os.path.lexists(target):
-                    raise UnsafeArchiveError(
-                        f"archive member {info.filename!r} appears twice",
-                        "refusing to extract",
-                    )
-                target.symlink_to(link)
-                links.append((target, link, info.filename))
-            root = staging
-            if strip:
-                inner = staging / strip
-                entries = list(staging.iterdir())
-                if inner.is_dir() and not inner.is_symlink() and len(entries) == 1:
-                    root = inner
-            _check_links_resolve_inside(root, links)
-            if check is not None:
-                check(root)
-            old = None
-            if dest.exists():
-                old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-                dest.replace(old)
-            root.replace(dest)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                shutil.rmtree(staging)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise unwritable(dest.parent, err, "create") from err
+        remove_stale_staging(dest.parent)
+        _check_bounds(archive, sum(i.file_size for i in infos), limits, dest.parent)
+        with _sigterm_unwinds():
+            _extract(zf, archive, dest, members, strip, limits, check)
     return dest
+
+
+def _extract(
+    zf: zipfile.ZipFile,
+    archive: Path,
+    dest: Path,
+    members: list[tuple[zipfile.ZipInfo, PurePosixPath]],
+    strip: str | None,
+    limits: ExtractLimits,
+    check: Callable[[Path], None] | None,
+) -> None:
+    budget = _Budget(archive, limits)
+    owner = _owner_tag()
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.extract-{owner}-", dir=dest.parent))
+    except OSError as err:
+        raise unwritable(dest.parent, err) from err
+    old: Path | None = None
+    try:
+        links: list[tuple[Path, str, str]] = []
+        for info, rel in members:
+            if info.is_dir():
+                _real_dir(staging, rel, info.filename)
+                continue
+            parent = _real_dir(staging, rel.parent, info.filename)
+            target = parent / rel.name
+            try:
+                if _is_symlink(info):
+                    if info.file_size > 4096:
+                        raise UnsafeArchiveError(
+                            f"symlink {info.filename!r} has a {info.file_size}-byte target",
+                            "refusing to extract",
+                        )
+                    link = zf.read(info).decode("utf-8", "replace")
+                    budget.spend(len(link), info)
+                else:
+                    _write_file(zf, info, target, budget)
+                    continue
+            except (zipfile.BadZipFile, zlib.error, EOFError) as err:
+                raise _corrupt(archive, err) from err
+            _check_link(rel, link, info.filename)
+            if os.path.lexists(target):
+                raise UnsafeArchiveError(
+                    f"archive member {info.filename!r} appears twice",
+                    "refusing to extract",
+                )
+            target.symlink_to(link)
+            links.append((target, link, info.filename))
+        root = staging
+        if strip:
+            inner = staging / strip
+            entries = list(staging.iterdir())
+            if inner.is_dir() and not inner.is_symlink() and len(entries) == 1:
+                root = inner
+        _check_links_resolve_inside(root, links)
+        if check is not None:
+            check(root)
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.old-{owner}")
+            dest.replace(old)
+        try:
+            root.replace(dest)
+        except BaseException:
+            if old is not None and not dest.exists():
+                old.replace(dest)  # put the installed tree back
+                old = None
+            raise
+    finally:
+        # also after an interrupt: the next run could not tell this tree from a live one
+        # before this process is gone
+        for tree in (staging, old):
+            if tree is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.rmtree(tree)
+
+
+def _owner_tag() -> str:
+    """``<host>-<pid>``: whose staging tree this is (a shared home may be used by several hosts,
+    and only this host can tell whether one of its processes is alive)."""
+    host = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
+    return f"{host}-{os.getpid()}"
+
+
+_STAGING = re.compile(
+    r"^\.(?P<name>.+)\.(?P<kind>extract|old)-(?:(?P<host>[A-Za-z0-9]+)-)?(?P<pid>\d+)"
+    r"(?:-[A-Za-z0-9_]+)?$"
+)
+_LEGACY_STAGING = re.compile(r"^\.(?P<name>.+)\.extract-[a-z0-9_]{8}$")
+
+
+@dataclass(frozen=True)
+class StagingTree:
+    """A staging (``.<name>.extract-…``) or replaced (``.<name>.old-…``) tree next to a target.
+
+    ``owner_alive``: whether the run that made it still runs (``None``: cannot tell — another
+    host's, or a name from before fdl tagged them with a process id)."""
+
+    path: Path
+    owner_alive: bool | None
+
+    def size(self) -> int:
+        """Bytes its files take (not following links)."""
+        total = 0
+        for root, dirs, files in os.walk(self.path):
+            for name in files + dirs:
+                with contextlib.suppress(OSError):
+                    total += (Path(root) / name).lstat().st_size
+        return total
+
+
+def _alive(pid: int) -> bool:
+    if os.name == "nt":  # no safe signal-0 probe there: assume it runs, never delete its tree
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def staging_trees(directory: Path | str) -> list[StagingTree]:
+    """The staging and replaced trees that extractions left in ``directory``: those of live
+    runs (in use), of runs that ended without cleaning up, and of unknown owners."""
+    directory = Path(directory)
+    host = _owner_tag().rsplit("-", 1)[0]
+    found = []
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.is_dir() or entry.is_symlink():
+            continue
+        match = _STAGING.match(entry.name)
+        if match:
+            mine = match["host"] in (None, host)  # no host: an ``.old-<pid>`` of older fdls
+            alive = _alive(int(match["pid"])) if mine else None
+            found.append(StagingTree(entry, alive))
+        elif _LEGACY_STAGING.match(entry.name):
+            found.append(StagingTree(entry, None))
+    return found
+
+
+def remove_stale_staging(directory: Path | str) -> list[Path]:
+    """Delete the trees in ``directory`` whose run on this host has ended (killed mid-extraction,
+    or mid-removal of the tree it replaced); returns them. Trees of live runs and of unknown
+    owners are left alone."""
+    removed = []
+    for tree in staging_trees(directory):
+        if tree.owner_alive is False:
+            shutil.rmtree(tree.path, ignore_errors=True)
+            removed.append(tree.path)
+    return removed
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While extracting, SIGTERM (``kill``, a CI timeout) unwinds like Ctrl-C, so the staging
+    tree is removed; the process then dies of SIGTERM as it would have. A second SIGTERM kills at
+    once. Only in the main thread, and only if nobody else handles SIGTERM."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or not hasattr(signal, "SIGTERM")
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+    got: list[int] = []
+
+    def unwind(signum: int, _frame: Any) -> None:
+        got.append(signum)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    except KeyboardInterrupt:
+        if got:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+INDEX_CAP = 64 << 20  # a central directory bigger than this is not worth fetching ahead
+
+
+class _RemoteFile:
+    """The few byte ranges of a remote file that ``zipfile`` reads to list its members (the end
+    record and the central directory), fetched with HTTP ``Range`` requests."""
+
+    def __init__(self, http: Any, url: str, size: int, timeout: float) -> None:
+        self.http, self.url, self.size, self.timeout = http, url, size, timeout
+        self.pos = 0
+        self.fetched = 0
+        self.blocks: list[tuple[int, bytes]] = []
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.size}[whence]
+        if base + offset < 0:
+            raise OSError("seek before the start")
+        self.pos = base + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int | None = -1) -> bytes:
+        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
+        if end <= self.pos:
+            return b""
+        data = self._range(self.pos, end)
+        self.pos += len(data)
+        return data
+
+    def _range(self, start: int, end: int) -> bytes:
+        for first, data in self.blocks:
+            if first <= start and end <= first + len(data):
+                return data[start - first : end - first]
+        first, last = start, end
+        if not self.blocks:
+            # the first read looks for the end record: fetch the whole tail a comment could
+            # hide it in, and often the central directory with it
+            first, last = min(start, max(0, self.size - (256 << 10))), self.size
+        self.fetched += last - first
+        if self.fetched > INDEX_CAP:
+            raise OSError("the archive's index is too large to fetch ahead")
+        headers = {"Range": f"bytes={first}-{last - 1}", "Accept-Encoding": "identity"}
+        with self.http.get(self.url, headers=headers, stream=True, timeout=self.timeout) as resp:
+            served = resp.headers.get("Content-Range", "")
+            if resp.status_code != 206 or not served.startswith(f"bytes {first}-"):
+                raise OSError(f"no byte ranges (HTTP {resp.status_code})")
+            data = b""
+            while len(data) < last - first:  # a server may send more than asked: stop reading
+                block = resp.raw.read(last - first - len(data))
+                if not block:
+                    raise OSError("short range")
+                data += block
+        self.blocks.append((first, data))
+        return data[start - first : end - first]
+
+
+def remote_unpacked_size(url: str, *, timeout: float = 10.0, session: Any = None) -> int | None:
+    """What the zip at ``url`` declares it unpacks to, read from its central directory with a
+    few small ``Range`` requests, before downloading it; ``None`` when that cannot be known (no
+    range support, an encoded body, not a zip, any error). Advisory: the extraction checks the
+    real archive again."""
+    import requests
+
+    http = session or requests.Session()
+    try:
+        head = http.head(url, allow_redirects=True, timeout=timeout)
+        length = head.headers.get("Content-Length", "")
+        encoding = head.headers.get("Content-Encoding", "identity").strip().lower()
+        if head.status_code != 200 or not length.isdigit() or encoding not in ("", "identity"):
+            return None
+        remote = _RemoteFile(http, head.url or url, int(length), timeout)
+        with zipfile.ZipFile(remote) as zf:
+            return sum(info.file_size for info in zf.infolist())
+    except Exception:  # a guess that failed is no guess, never an error
+        return None

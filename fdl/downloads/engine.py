@@ -23,6 +23,7 @@ with backoff, check size and sha256, then rename into place.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -43,6 +44,7 @@ from fdl.downloads.errors import (
     DownloadError,
     IncompleteDownloadError,
     StalledDownloadError,
+    unwritable,
 )
 from fdl.errors import ExitCode
 
@@ -86,6 +88,7 @@ class DownloadResult:
     sha256: str
     resumed_from: int  # bytes already on disk when this call started (0: fresh)
     transferred: int  # bytes received over the network by this call
+    validator: str | None = None  # the server's ETag or Last-Modified for the file (If-Range)
 
 
 def _meta_path(part: Path) -> Path:
@@ -101,6 +104,25 @@ def _read_meta(part: Path) -> dict[str, Any]:
 
 def _write_meta(part: Path, meta: dict[str, Any]) -> None:
     _meta_path(part).write_text(json.dumps(meta))
+
+
+def partial(dest: Path | str) -> tuple[Path, dict[str, Any]] | None:
+    """The ``.part`` of ``dest`` and what is recorded about it (url, total, validator), if one
+    exists; ``None`` otherwise."""
+    part = Path(dest).with_name(Path(dest).name + ".part")
+    return (part, _read_meta(part)) if part.is_file() else None
+
+
+def keep_resumable(result: DownloadResult, url: str) -> Path:
+    """Turn a finished download back into a complete ``.part``: the next :func:`download` of
+    ``url`` finds it whole (the server answers 416, or 200 if the file changed) and checks it
+    again instead of transferring it. For a caller that could not use the file yet (no room to
+    unpack it)."""
+    part = result.path.with_name(result.path.name + ".part")
+    result.path.replace(part)
+    meta = {"url": url, "total": result.size, "validator": result.validator, "encoded": False}
+    _write_meta(part, meta)
+    return part
 
 
 def _discard(part: Path) -> None:
@@ -154,12 +176,19 @@ class _Hasher:
                 self.update(block)
 
 
-def _check_space(directory: Path, needed: int, url: str) -> None:
+def _check_space(directory: Path, needed: int, url: str, reserve: int = 0) -> None:
+    from fdl.downloads.archive import human_size
+
     free = shutil.disk_usage(directory).free
-    if needed + SPARE_BYTES > free:
+    if needed + reserve + SPARE_BYTES > free:
+        parts = [f"{human_size(needed)} to download"]
+        if reserve:
+            parts.append(f"{human_size(reserve)} to unpack it")
+        parts.append(f"{human_size(SPARE_BYTES)} kept free")
         raise DownloadError(
-            f"not enough disk space in {directory} for {url}: need {needed / 1e9:.2f} GB, "
-            f"{free / 1e9:.2f} GB free",
+            f"not enough disk space in {directory} for {url}: need "
+            f"{human_size(needed + reserve + SPARE_BYTES)} ({', '.join(parts)}), "
+            f"{human_size(free)} free",
             "free some space or choose another location",
             ExitCode.UNAVAILABLE,
         )
@@ -230,13 +259,18 @@ def download(
     stall_timeout: float | str | None = None,
     session: Any = None,
     label: str | None = None,
+    reserve: int = 0,
+    resume_hint: str = "re-run to resume",
 ) -> DownloadResult:
     """Download ``url`` to ``dest`` (resuming ``dest.part``); returns size and sha256.
 
     ``expected_sha256``: checked before the file is renamed into place (a mismatch deletes it).
     ``stall_timeout``: seconds without a byte before giving up, retries included (see
     :func:`stall_timeout`). ``retries``: how many more attempts after a dropped connection, at
-    most (they stop sooner when the stall budget runs out).
+    most (they stop sooner when the stall budget runs out). ``reserve``: bytes that must stay free
+    on the same filesystem beyond the download (what the file will unpack to), counted in the
+    free-space check. ``resume_hint``: what to tell the user on Ctrl-C (the command that
+    resumes).
 
     For example (not run here: it needs a server)::
 
@@ -246,7 +280,10 @@ def download(
 
     budget = _resolve_stall(stall_timeout)
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise unwritable(dest.parent, err, "create") from err
     part = dest.with_name(dest.name + ".part")
     http = session or requests.Session()
     transferred = 0
@@ -266,6 +303,7 @@ def download(
                 progress=progress,
                 label=label,
                 clock=clock,
+                reserve=reserve,
             )
             transferred += received
             resumed_from = offset if resumed_from is None else resumed_from
@@ -314,8 +352,18 @@ def download(
         except KeyboardInterrupt:
             from fdl import console
 
-            console.warn(f"download interrupted; {part} kept, re-run to resume")
+            console.warn(f"download interrupted; {part} kept, {resume_hint}")
             raise
+        except OSError as err:  # writing the part, not the network (requests' errors are OSErrors)
+            if isinstance(err, requests.RequestException):
+                raise
+            if err.errno == errno.ENOSPC:
+                raise DownloadError(
+                    f"the disk filled up while writing {part}",
+                    f"free some space, then {resume_hint}",
+                    ExitCode.UNAVAILABLE,
+                ) from err
+            raise unwritable(part, err) from err
 
     size = part.stat().st_size
     hasher.catch_up(part, size)
@@ -327,10 +375,11 @@ def download(
             "the file is corrupt, was replaced upstream, or the expected hash is wrong; "
             "the downloaded file was deleted",
         )
+    validator = _read_meta(part).get("validator")
     part.replace(dest)
     with contextlib.suppress(FileNotFoundError):
         _meta_path(part).unlink()
-    return DownloadResult(dest, size, sha, resumed_from or 0, transferred)
+    return DownloadResult(dest, size, sha, resumed_from or 0, transferred, validator)
 
 
 class _StallClock:
@@ -394,6 +443,7 @@ def _fetch(
     progress: bool,
     label: str | None,
     clock: _StallClock,
+    reserve: int = 0,
 ) -> tuple[int, int]:
     """One attempt: resume or start ``part``; returns (bytes received from the network, the
     offset it appended at). Raises ``IncompleteDownloadError`` on short reads."""
@@ -450,7 +500,7 @@ def _fetch(
         needed = total - have if total is not None else length  # encoded: at least its length
         if needed is not None:
             try:
-                _check_space(part.parent, needed, url)
+                _check_space(part.parent, needed, url, reserve)
             except DownloadError:
                 if not have:
                     _discard(part)

@@ -5,7 +5,8 @@
      │    ├── ChecksumMismatchError       the file's sha256 is not the expected one (deleted)
      │    └── IncompleteDownloadError     internal: the stream ended early; the engine retries
      │         └── StalledDownloadError   internal: no byte arrived within the read timeout
-     └── UnsafeArchiveError               a zip that would escape its folder or exceed limits
+     ├── UnsafeArchiveError               a zip that would escape its folder or exceed limits
+     └── InsufficientSpaceError           no room to unpack an archive (it is kept)
 
 The two internal errors never leave :func:`fdl.downloads.download`: it resumes, and raises a
 :class:`DownloadError` once its retries or its stall budget are spent.
@@ -13,9 +14,11 @@ The two internal errors never leave :func:`fdl.downloads.download`: it resumes, 
 
 from __future__ import annotations
 
-from fdl.errors import FdlError
+from pathlib import Path
 
-__all__ = ["ChecksumMismatchError", "DownloadError", "UnsafeArchiveError"]
+from fdl.errors import ExitCode, FdlError
+
+__all__ = ["ChecksumMismatchError", "DownloadError", "InsufficientSpaceError", "UnsafeArchiveError"]
 
 
 class DownloadError(FdlError):
@@ -44,3 +47,18 @@ class StalledDownloadError(IncompleteDownloadError):
 
 class UnsafeArchiveError(FdlError):
     """A zip that would write outside its folder, or unpack beyond the extraction limits."""
+
+
+class InsufficientSpaceError(FdlError):
+    """An archive does not fit on the disk once unpacked (checked before anything is written)."""
+
+
+def unwritable(path: Path, err: OSError, what: str = "write to") -> FdlError:
+    """A read-only or forbidden location as one ``error:`` line (exit 3), not a traceback."""
+    reason = err.strerror or type(err).__name__
+    return FdlError(
+        f"cannot {what} {err.filename or path}: {reason}",
+        "make it writable, or choose another location (--path DIR, or FLODL_HOME for the "
+        "global libtorch home)",
+        ExitCode.UNAVAILABLE,
+    )

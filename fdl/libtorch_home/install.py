@@ -144,11 +144,62 @@ def _libtorch_layout(url: str):
 
 def _forget(archive: Path) -> None:
     """Remove a refused archive (and ``.downloads`` itself when that leaves it empty)."""
-    for path in (archive, archive.with_name(archive.name + ".part")):
-        with contextlib.suppress(FileNotFoundError):
+    part = archive.with_name(archive.name + ".part")
+    for path in (archive, part, part.with_name(part.name + ".json")):
+        with contextlib.suppress(OSError):  # cleanup: never hide the error that led here
             path.unlink()
     with contextlib.suppress(OSError):
         archive.parent.rmdir()
+
+
+def _drop_unresumable(archive: Path, url: str) -> None:
+    """``--force``: start from a fresh download, except a partial one of the same URL whose
+    server validator is recorded — resuming it is safe (``If-Range``: a changed file restarts),
+    and it is what the interrupted run told the user a re-run would do."""
+    from fdl.downloads.engine import partial
+
+    found = partial(archive)
+    resumable = found is not None and found[1].get("url") == url and found[1].get("validator")
+    part = archive.with_name(archive.name + ".part")
+    for stale in (archive, *(() if resumable else (part, part.with_name(part.name + ".json")))):
+        try:
+            stale.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            from fdl.downloads.errors import unwritable
+
+            raise unwritable(stale, err, "remove") from err
+
+
+def _device(path: Path) -> int | None:
+    """The filesystem ``path`` is on (its nearest existing ancestor's)."""
+    for candidate in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            return candidate.stat().st_dev
+    return None
+
+
+def _room_to_unpack(
+    url: str, cache: Path, target_parent: Path, stall_timeout: float | str | None, limits
+) -> int:
+    """What the archive will unpack to, when its index can be read ahead (``Range``), so the
+    free-space check before downloading counts it: returned as the download's ``reserve`` when
+    both land on one filesystem, else checked here on the target's (0: not known, or over the
+    limits, which the extraction refuses anyway)."""
+    from fdl.downloads import ExtractLimits
+    from fdl.downloads import stall_timeout as resolve_stall
+    from fdl.downloads.archive import check_room, remote_unpacked_size
+
+    unpacked = remote_unpacked_size(url, timeout=min(10.0, resolve_stall(stall_timeout) / 3))
+    limits = limits or ExtractLimits.resolve()
+    if unpacked is None or unpacked > limits.max_size:
+        return 0
+    if _device(cache) == _device(target_parent):
+        return unpacked
+    existing = next(p for p in (target_parent, *target_parent.parents) if p.exists())
+    check_room(existing, unpacked, Path(url).name.replace("%2B", "+"))
+    return 0
 
 
 def install_prebuilt(
@@ -172,15 +223,20 @@ def install_prebuilt(
 
     Nothing is left behind when the archive is refused (a wrong sha256, over the extraction
     limits, an unsafe member, not libtorch's layout): no staging directory, no file in
-    ``.downloads``, and an installed variant is left as it was.
+    ``.downloads``, and an installed variant is left as it was. An archive that does not fit on
+    the disk once unpacked is kept (as a complete ``.part``) for the next run. ``force``
+    replaces the installed variant but resumes a partial download of the same URL.
     """
     from fdl.downloads import download, extract_zip
-    from fdl.downloads.errors import ChecksumMismatchError
+    from fdl.downloads.archive import remove_stale_staging
+    from fdl.downloads.engine import keep_resumable
+    from fdl.downloads.errors import ChecksumMismatchError, InsufficientSpaceError
 
     variant = f"precompiled/{build.tag}"
     target = home.variant_dir(variant)
     url = table.libtorch_url(release, build.tag, platform, mirror)
     expected, source = expected_hash(release, build, platform, verify=verify, sha256=sha256)
+    remove_stale_staging(target.parent)  # trees of runs killed mid-extraction
     existing = read_arch(target)
     if already_installed(home, variant, release, force):
         if activate:
@@ -199,9 +255,8 @@ def install_prebuilt(
     cache = home.path / ".downloads"
     archive = cache / Path(url).name.replace("%2B", "+")
     if force:
-        for stale in (archive, archive.with_name(archive.name + ".part")):
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
+        _drop_unresumable(archive, url)
+    reserve = _room_to_unpack(url, cache, target.parent, stall_timeout, limits)
     label = f"libtorch {release.torch}+{build.tag}"
     try:
         result = download(
@@ -211,12 +266,25 @@ def install_prebuilt(
             progress=progress,
             label=label,
             stall_timeout=stall_timeout,
+            reserve=reserve,
+            resume_hint="re-run the same command to resume",
         )
     except ChecksumMismatchError:
         _forget(archive)
         raise
+    # Unpacked from a complete ``.part``: whatever stops the extraction (no room, Ctrl-C, a
+    # kill) leaves the archive (GBs) for the next run, which checks it again instead of
+    # fetching it; a refused archive is deleted below.
+    part = keep_resumable(result, url)
     try:
-        extract_zip(archive, target, strip="libtorch", limits=limits, check=_libtorch_layout(url))
+        extract_zip(part, target, strip="libtorch", limits=limits, check=_libtorch_layout(url))
+    except InsufficientSpaceError as err:
+        raise InsufficientSpaceError(
+            err.what,
+            f"free some space, then re-run the same command: the downloaded archive is kept "
+            f"({part}) and is checked, not downloaded, again",
+            err.code,
+        ) from err
     except FdlError:
         _forget(archive)
         raise

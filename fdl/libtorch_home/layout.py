@@ -28,10 +28,18 @@ def read_arch(variant_dir: Path) -> dict[str, str]:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``path`` through a temporary sibling; an unwritable location is an ``FdlError``."""
+    from fdl.downloads.errors import unwritable
+
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as err:
+        if err.filename == str(tmp):  # name the file the user knows, not its temporary twin
+            err = OSError(err.errno, err.strerror, str(path))
+        raise unwritable(path, err) from err
 
 
 @dataclass(frozen=True)
@@ -100,7 +108,12 @@ class LibtorchHome:
         was_active = self.active() == variant
         if was_active:
             write_atomic(self.active_file, "")
-        shutil.rmtree(self.variant_dir(variant))
+        try:
+            shutil.rmtree(self.variant_dir(variant))
+        except OSError as err:
+            from fdl.downloads.errors import unwritable
+
+            raise unwritable(self.variant_dir(variant), err, "remove") from err
         return was_active
 
 
