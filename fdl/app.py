@@ -83,9 +83,14 @@ class FdlRootGroup(FdlGroup):
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         builtin = super().get_command(ctx, cmd_name)
-        if builtin is not None and cmd_name not in project.shadowed(set(self.commands)):
-            return builtin
-        return project.task_command(cmd_name, set(self.commands)) or builtin
+        if builtin is None:
+            return project.task_command(cmd_name, set(self.commands))
+        if cmd_name in project.shadowed(set(self.commands)):
+            return project.task_command(cmd_name, set(self.commands)) or builtin
+        if cmd_name != "builtin" and project.declared_while_broken(cmd_name):
+            # the manifest that would shadow it does not load: its error, not the built-in
+            return project.TaskCommand(cmd_name, set(self.commands), shadowing=True)
+        return builtin
 
     def list_commands(self, ctx: Any) -> list[str]:
         builtins = super().list_commands(ctx)

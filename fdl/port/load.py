@@ -42,6 +42,8 @@ def import_script(script: Path) -> Any:
         raise FdlUsageError(f"{script}: cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    argv = sys.argv
+    sys.argv = [str(script)]  # a module-level parse_args() would otherwise read fdl's own argv
     try:
         spec.loader.exec_module(module)
     except SystemExit as exc:
@@ -53,6 +55,8 @@ def import_script(script: Path) -> Any:
         raise PortError(
             f"importing {script.name} failed at {_where(exc, script)}: {type(exc).__name__}: {exc}"
         ) from None
+    finally:
+        sys.argv = argv
     return module
 
 

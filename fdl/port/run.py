@@ -184,6 +184,8 @@ def port(
             translation = None
     report.opaque = opaque
     report.translated = translation.steps if translation is not None else []
+    if translation is None and opaque_inputs:
+        report.fixed = {}  # the model kept whole takes every argument itself
 
     def graph_call(graph: Any, call_args: tuple[Any, ...]) -> Any:
         if translation is None and not opaque_inputs:
@@ -208,7 +210,7 @@ def port(
         f"# Parity: {report.parity.summary()}.",
     ]
     if report.fixed:
-        header.append("# Fixed while tracing (the port always uses these values): " + ", ".join(
+        header.append("# Fixed while tracing (always these values; not inputs of the graph): " + ", ".join(
             f"{k}={v!r}" for k, v in report.fixed.items()))  # fmt: skip
     if opaque:
         header.append("# Opaque (kept whole): " + "; ".join(
@@ -305,8 +307,8 @@ def render_report(report: Report) -> str:
         lines.append(f"  opaque: {o.path or o.cls} ({o.cls}) at {o.location}: {o.reason}")
     for name, value in report.fixed.items():
         lines.append(
-            f"  fixed: {name}={value!r} (no example passes it; the port always uses this value — "
-            "add an --example-input that passes it to keep it an input)"
+            f"  fixed: {name}={value!r} (no example passes it; the port always uses this value "
+            "and does not take it — add an --example-input that passes it to keep it an input)"
         )
     lines.append(f"  build(): {report.build}")
     if report.parity is not None:

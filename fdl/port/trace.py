@@ -10,6 +10,7 @@ for the report.
 from __future__ import annotations
 
 import inspect
+import re
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,10 +137,37 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
                 return None, [opaque[-1]]
             opaque_paths.add(moded)
             continue
+        _drop_fixed(graph, fixed, n_args)
         gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
         gm.graph.eliminate_dead_code()
         return gm, opaque
     return None, opaque
+
+
+def _drop_fixed(graph: fx.Graph, fixed: dict[str, Any], n_args: int) -> None:
+    """Remove the placeholders fx keeps for the fixed arguments (``ctx_1``, one per leaf of a
+    structured value), with the guards it hangs on them: their value is baked into the trace,
+    so declared as graph inputs they would be accepted and silently ignored. Not declared,
+    passing one is an error."""
+    pattern = re.compile("|".join(rf"{re.escape(name)}_\d+" for name in fixed))
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"][n_args:]
+    for node in [n for n in placeholders if fixed and pattern.fullmatch(str(n.target))]:
+        dependents: list[fx.Node] = []
+        frontier = [node]
+        while frontier:
+            users = list(frontier.pop().users)
+            dependents += users
+            frontier += users
+        if any(n.op == "output" for n in dependents):
+            continue  # returned as it is: keep it (the translation refuses that case)
+        for dependent in sorted(set(dependents), key=_position(graph), reverse=True):
+            graph.erase_node(dependent)
+        graph.erase_node(node)
+
+
+def _position(graph: fx.Graph) -> Any:
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    return order.__getitem__
 
 
 MODE_REASON = (

@@ -165,7 +165,13 @@ def render_report(report: CheckReport, *, timeout: float) -> str:
         allowed = f", {unverified} unverified call site(s) allowed" if unverified else ""
         verdict = f"check ok: {counts}{allowed}"
     elif report.errors:
-        verdict = f"check failed: {counts}"
+        # the unverified-call lines printed above are errors too: count them, not silently
+        also = (
+            f", {unverified} unverified call site(s)"
+            if unverified and not report.allow_unverified
+            else ""
+        )
+        verdict = f"check failed: {counts}{also}"
     elif smoke is not None and smoke.status != "passed":
         outcome = "timed out" if smoke.status == "timeout" else "failed"
         verdict = f"check failed: the smoke run {outcome} ({counts})"

@@ -337,6 +337,7 @@ class _Checker(ast.NodeVisitor):
         self.findings: dict[tuple[int, int, str], Finding] = {}
         self.used: set[str] = set()
         self.imported: set[str] = set()  # modules the script imports itself
+        self.missing: set[int] = set()  # attribute nodes already reported as errors (by id)
 
     # -- scopes ---------------------------------------------------------------------------
     def bind(self, name: str, sym: _Sym | None) -> None:
@@ -571,6 +572,8 @@ class _Checker(ast.NodeVisitor):
             return
         if name in self.index.foreign_members(base.entry).names:
             return  # torch's own (model.parameters()): not flodl's to verify
+        if id(node.func) in self.missing:
+            return  # an unknown-attribute error already: one mistake, one finding
         self._site(
             node,
             text,
@@ -788,6 +791,8 @@ class _Checker(ast.NodeVisitor):
             message += f"; its builder methods are {chain}"
         elif not close and 0 < len(members) <= 12:
             message += f"; it has {', '.join(sorted(members))}"
+        if not (grows or unknowable):
+            self.missing.add(id(node))
         self._add(
             node,
             {

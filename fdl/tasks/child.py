@@ -38,8 +38,9 @@ FORWARDED = tuple(
 _POSIX = os.name == "posix"
 
 
+# leading `NAME=value` words; the last may end the script (`FOO=1` alone sets, runs nothing)
 _ASSIGNMENTS = re.compile(
-    r"""^\s*(?:[A-Za-z_][A-Za-z0-9_]*=(?:[^\s'"\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*")*\s+)*"""
+    r"""^\s*(?:[A-Za-z_][A-Za-z0-9_]*=(?:[^\s'"\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*")*(?:\s+|$))*"""
 )
 _OPERATORS = {";", "&", "&&", "|", "||", "|&", "(", ")", ";;", "{", "}", "!"}
 _SHELL_WORDS = {

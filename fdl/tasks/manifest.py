@@ -171,6 +171,10 @@ def _command(merged: Merged, name: str, spec: Any, root: Path) -> Command:
             "'schema:' on a command applies to a 'run:' script",
             "for an entry, put 'schema:' in the child fdl.yml next to 'entry:'",
         )
+    if fields["run"] is not None and not fields["run"].strip():
+        raise merged.error(
+            (*key, "run"), "is empty", "write the script to run, or remove the command"
+        )
     if fields["run"] is not None and fields["path"] is not None:
         raise merged.error(key, "sets both 'run:' and 'path:'; only one is allowed")
     if fields["run"] is None:

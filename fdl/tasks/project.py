@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,52 @@ def shadowed(builtins: Collection[str]) -> set[str]:
     }  # 'builtin' is reserved
 
 
+def declared_while_broken(name: str) -> bool:
+    """True when the manifest does not load but still declares a root command ``name`` (in its
+    file or the active overlay, as written): ``fdl NAME`` then reports the manifest's error
+    rather than running the built-in that command would shadow."""
+    file = manifest_file()
+    if file is None or _manifest(quiet=True) is not None:
+        return False
+    from fdl.tasks.layers import overlay_path
+
+    env = _help_env(file)
+    overlay = overlay_path(file, env) if env else None
+    return any(name in _declared(f) for f in (file, overlay) if f is not None)
+
+
+def _declared(file: Path) -> set[str]:
+    """The names under ``commands:`` in ``file``: from the YAML, else (it does not parse) from
+    the lines indented one level under a top-level ``commands:``."""
+    from fdl.tasks.source import MAX_BYTES, read_source
+
+    try:
+        data = read_source(file).data
+    except FdlError:
+        try:
+            with file.open(encoding="utf-8", errors="replace") as handle:
+                lines = handle.read(MAX_BYTES).splitlines()
+        except OSError:
+            return set()
+        names: set[str] = set()
+        inside, level = False, 0  # in the top-level 'commands:'; the indent of its keys
+        for line in lines:
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            depth = len(line) - len(line.lstrip())
+            if depth == 0:
+                inside, level = text.startswith("commands:"), 0
+                continue
+            level = level or depth
+            match = re.match(r"""["']?([^"':\s]+)["']?\s*:""", text)
+            if inside and depth == level and match:
+                names.add(match.group(1))
+        return names
+    commands = data.get("commands") if isinstance(data, dict) else None
+    return {str(k) for k in commands} if isinstance(commands, dict) else set()
+
+
 def task_command(name: str, builtins: Collection[str]) -> _click.Command | None:
     """A command object for manifest command ``name``, or ``None`` if there is no such command.
 
@@ -148,7 +195,14 @@ def epilog() -> str | None:
 class TaskCommand(TyperCommand):
     """A manifest command: its arguments are not parsed by click but handed to the runner."""
 
-    def __init__(self, name: str, builtins: Collection[str], help: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        builtins: Collection[str],
+        help: str | None = None,
+        *,
+        shadowing: bool = False,
+    ):
         super().__init__(
             name,
             help=help,
@@ -156,6 +210,8 @@ class TaskCommand(TyperCommand):
             context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
         )
         self.builtins = set(builtins)
+        self.shadowing = shadowing  # a built-in's name in a broken manifest: its errors say
+        # how to reach the built-in
         file = manifest_file()
         self.rich_help_panel = f"{PANEL} ({_relative(file)})" if file else PANEL
 
@@ -171,7 +227,15 @@ class TaskCommand(TyperCommand):
     def invoke(self, ctx: _click.Context) -> int:
         from fdl.tasks.runner import run_tokens
 
-        return run_tokens([ctx.info_name or self.name or "", *ctx.args], self.builtins)
+        try:
+            return run_tokens([ctx.info_name or self.name or "", *ctx.args], self.builtins)
+        except FdlError as err:
+            if not self.shadowing:
+                raise
+            name = self.name or ""
+            builtin = f"'fdl builtin {name}' runs fdl's own {name}"
+            hint = f"{err.hint}; {builtin}" if err.hint else builtin
+            raise FdlError(err.what, hint, err.code) from err
 
     def shell_complete(self, ctx: _click.Context, incomplete: str) -> list[Any]:
         """The child commands and presets after ``fdl bench <TAB>`` (or ``fdl ci <TAB>``)."""

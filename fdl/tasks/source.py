@@ -167,7 +167,16 @@ def _build(
                 continue
             name = loader.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
-            if not isinstance(name, str | int | float | bool) or isinstance(name, bool):
+            if isinstance(name, bool):  # YAML 1.1: unquoted on/off/yes/no are booleans
+                written = str(key_node.value)
+                source.lines[(*key, written)] = line
+                raise ManifestError(
+                    source,
+                    (*key, written),
+                    f"YAML reads the key '{written}' as the boolean {str(name).lower()}",
+                    f'quote it: "{written}":',
+                )
+            if not isinstance(name, str | int | float):
                 raise ManifestError(source, key, f"line {line}: keys must be plain names")
             name = str(name)
             if name in result:

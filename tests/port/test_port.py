@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import flodl as fl
 from fdl.port.load import PortError
 from fdl.port.run import port
 
@@ -334,11 +335,67 @@ def test_a_model_kept_whole_still_takes_its_extra_arguments(workdir):
     assert torch.equal(generated.from_torch(original)(x, steps=2), original(x, 2))
 
 
+FIXED_HEADER = "# Fixed while tracing (always these values; not inputs of the graph): "
+
+
 def test_an_argument_no_example_passes_is_reported_as_fixed(workdir):
     out = workdir / "one.py"
     report = port(workdir / "dynamic.py", "Rollout", None, ["torch.randn(2, 6)"], out)
     assert report.written and report.fixed == {"steps": 1}
-    assert "# Fixed while tracing (the port always uses these values): steps=1" in out.read_text()
+    assert FIXED_HEADER + "steps=1" in out.read_text()
+
+
+def test_an_argument_fixed_while_tracing_is_not_a_graph_input(workdir, request):
+    request.addfinalizer(lambda: sys.modules.pop("two", None))
+    # declared as an input, `ctx` would be accepted and ignored: g(x, ctx=c) == net(x)
+    (workdir / "two.py").write_text(
+        "from torch import nn\n\n\nclass TwoIn(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.a = nn.Linear(4, 4)\n        self.b = nn.Linear(4, 4)\n\n"
+        "    def forward(self, x, ctx=None):\n        h = self.a(x)\n"
+        "        if ctx is not None:\n            h = h + self.b(ctx)\n        return h\n"
+    )
+    out = workdir / "two_flodl.py"
+    report = port(workdir / "two.py", "TwoIn", None, ["torch.randn(2, 4)"], out)
+    text = out.read_text()
+    assert report.written and report.fixed == {"ctx": None}
+    assert FIXED_HEADER + "ctx=None" in text and ".input(" not in text
+    original = sys.modules["two"].TwoIn()
+    graph = load(out).from_torch(original)
+    x = torch.randn(2, 4)
+    assert torch.equal(graph(x), original(x))
+    with pytest.raises(fl.GraphInputError, match=r"unexpected graph input.*'ctx'"):
+        graph(x, ctx=torch.randn(2, 4))
+
+
+def test_a_model_kept_whole_reports_nothing_fixed(workdir, request):
+    # the original itself takes `scale`, so the port passes it on: nothing is fixed
+    request.addfinalizer(lambda: sys.modules.pop("echo", None))
+    (workdir / "echo.py").write_text(
+        "from torch import nn\n\n\nclass Echo(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.a = nn.Linear(4, 4)\n\n"
+        "    def forward(self, x, scale=2):\n        return self.a(x) * scale, x\n"
+    )
+    out = workdir / "echo_flodl.py"
+    report = port(workdir / "echo.py", "Echo", None, ["torch.randn(2, 4)"], out)
+    assert report.written and report.opaque[0].path == "" and report.fixed == {}
+    text = out.read_text()
+    assert '.input("scale", default=2)' in text and "Fixed while tracing" not in text
+
+
+def test_a_script_parsing_its_arguments_on_import_ports(workdir, monkeypatch, request):
+    # module-level parse_args() sees only the script's name, not fdl's command line
+    (workdir / "cli.py").write_text(
+        "import argparse\nfrom torch import nn\n\n"
+        "args = argparse.ArgumentParser().parse_args()\n\n\n"
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.a = nn.Linear(4, 4)\n\n    def forward(self, x):\n        return self.a(x)\n"
+    )
+    argv = ["fdl", "port", "cli.py", "--model", "Net", "--example-input", "torch.randn(2, 4)"]
+    monkeypatch.setattr(sys, "argv", argv)
+    request.addfinalizer(lambda: sys.modules.pop("cli", None))
+    report = port(workdir / "cli.py", "Net", None, ["torch.randn(2, 4)"], workdir / "out.py")
+    assert report.written and sys.argv == argv
 
 
 def test_build_constructs_the_original_when_init_calls_its_own_methods(workdir):

@@ -67,6 +67,34 @@ def test_a_failed_smoke_run_is_the_verdict_not_zero_errors(run_fdl, tmp_path):
     assert "check failed: the smoke run failed (0 error(s), 0 warning(s)) (flodl " in result.stdout
 
 
+def test_one_finding_per_mistake_and_the_verdict_counts_every_error_line(run_fdl, tmp_path):
+    port = tmp_path / "port.py"
+    port.write_text(
+        "import torch\nimport flodl as fl\n\nx = torch.randn(8, 4)\n"
+        "loader = fl.data.DataLoader.from_tensors(x=x).batchsize(4).build()\n"
+    )
+    result = run_fdl("check", "--no-run", str(port))
+    lines = [line for line in result.stdout.splitlines() if "error[" in line]
+    assert result.returncode == 1
+    # the typo is one error, not also an unverified call of the method that does not exist
+    assert len(lines) == 1 and "port.py:5:47: error[unknown-attribute]" in lines[0]
+    assert "check failed: 1 error(s), 0 warning(s) (flodl " in result.stdout
+    port.write_text(
+        port.read_text() + "model = fl.FlowBuilder(torch.nn.Linear(4, 4)).build()\n"
+        "if x.sum() > 1e9:\n    model.save_weights('model.fdl')\n"
+    )
+    result = run_fdl("check", "--no-run", str(port))
+    assert [line for line in result.stdout.splitlines() if "error[" in line] == [
+        *lines,
+        f"{port}:8: error[unverified-call]: `model.save_weights(...)` did not run and cannot be "
+        "checked statically (Graph defines no 'save_weights': only the smoke run can show it "
+        "exists)",
+    ]
+    assert "check failed: 1 error(s), 1 warning(s), 1 unverified call site(s) (flodl " in (
+        result.stdout
+    )
+
+
 def test_the_budget_shortens_the_loop_and_the_code_after_it_runs(run_fdl, tmp_path):
     port = tmp_path / "port.py"
     port.write_text(

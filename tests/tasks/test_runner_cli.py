@@ -198,6 +198,25 @@ def test_a_project_command_shadows_a_builtin_which_stays_reachable(run_fdl, proj
     assert wrong.returncode == 2 and "did you mean 'fdl builtin check'?" in wrong.stderr
 
 
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "  train:\n    run: python train.py\n    dockr: dev\n",  # loads as YAML, invalid
+        "  train: {run: [python train.py\n",  # not even YAML
+    ],
+)
+def test_a_broken_manifest_does_not_run_the_builtin_it_declares(run_fdl, project, broken):
+    root = project({"fdl.yml": "commands:\n  check: {run: echo shadow}\n" + broken})
+    result = run_fdl("check", cwd=root)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(f"error: {root / 'fdl.yml'}:"), result.stderr
+    assert "'fdl builtin check' runs fdl's own check" in result.stderr
+    assert "Missing argument" not in result.stderr  # the built-in check did not run
+    assert run_fdl("builtin", "check", "--help", cwd=root).returncode == 0
+    # a built-in the manifest does not declare keeps working
+    assert run_fdl("config", "--help", cwd=root).returncode == 0
+
+
 def test_builtin_is_a_reserved_command_name(run_fdl, project):
     root = project({"fdl.yml": "commands:\n  builtin: {run: echo mine}\n  ok: {run: echo ok}\n"})
     result = run_fdl("ok", cwd=root)
@@ -363,6 +382,34 @@ def test_overlay_word_then_a_builtin_runs_the_builtin_with_it(run_fdl, proj):
     line = next(line for line in result.stdout.splitlines() if "ci-hello" in line)
     assert line.strip().startswith("run: echo ci-hello") and line.endswith("# fdl.ci.yml:3")
     assert run_fdl("ci", "hello", cwd=proj).stdout == "ci-hello --from-append\n"  # still a task
+
+
+def test_an_empty_run_script_is_a_manifest_error_not_a_crash(run_fdl, project):
+    root = project({"fdl.yml": 'commands:\n  ok: {run: echo ok}\n  blank:\n    run: "   "\n'})
+    error = f"{root / 'fdl.yml'}:4: commands.blank.run: is empty"
+    listed = run_fdl("--help", cwd=root)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr
+    assert f"warning: project commands unavailable: {error}" in listed.stderr
+    result = run_fdl("blank", cwd=root)
+    assert result.returncode == 1 and result.stderr.startswith(f"error: {error}")
+
+
+@pytest.mark.parametrize("script", ["FOO=1", "FOO=1 BAR='a b'"])
+def test_a_script_of_assignments_only_runs_as_sh_would(run_fdl, project, script):
+    root = project({"fdl.yml": f'commands:\n  set:\n    run: "{script}"\n'})
+    result = run_fdl("set", cwd=root)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize("word", ["on", "no"])
+def test_a_key_yaml_reads_as_a_boolean_is_named_with_the_fix(run_fdl, project, word):
+    root = project({"fdl.yml": f"commands:\n  ok: {{run: echo ok}}\n  {word}:\n    run: x\n"})
+    result = run_fdl("ok", cwd=root)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: {root / 'fdl.yml'}:3: commands.{word}: YAML reads the key '{word}' as the "
+        f'boolean {str(word == "on").lower()} — quote it: "{word}":\n'
+    )
 
 
 def test_malformed_manifest_is_reported_once(run_fdl, project):
