@@ -1,5 +1,6 @@
 """Silent behaviour change (fixed): fl.data.DataLoader drops the last partial batch by default;
-a 256-sample test set with batch 1000 yields nothing. Warning at line 9."""
+a 256-sample test set with batch 1000 would yield nothing (build() refuses such a loader at run
+time; fdl check warns before anything runs). Warning at line 9."""
 
 import torch
 
