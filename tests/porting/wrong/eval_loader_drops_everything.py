@@ -1,6 +1,5 @@
 """Silent behaviour change (fixed): fl.data.DataLoader drops the last partial batch by default;
-a 256-sample test set with batch 1000 would yield nothing (build() refuses such a loader at run
-time; fdl check warns before anything runs). Warning at line 9."""
+256 test samples with batch 1000 give no batch (build() refuses it; fdl check warns). Line 9."""
 
 import torch
 
