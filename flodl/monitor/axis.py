@@ -32,11 +32,17 @@ KINDS = ("value", "duration", "percent")
 # steps for durations from a second up (seconds); above the last one: whole hours, 1-2-5 nice
 _TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 _MAX_EXTRA = 4  # decimals added at most to tell two labels apart
+_MAX_TICKS = 64  # never more (a degenerate step could ask for millions)
 
 
 def _pow10(k: int) -> float:
-    # exact for |k| <= 22 in both languages (a division, not pow: pow may be off by one ulp)
-    return float(10**k) if k >= 0 else 1.0 / float(10 ** (-k))
+    # exact for |k| <= 22 in both languages (a division, not pow: pow may be off by one ulp);
+    # past 1e-300 in two steps, so that subnormal values get a subnormal power, not an error
+    if k >= 0:
+        return float(10**k)
+    if k >= -300:
+        return 1.0 / float(10 ** (-k))
+    return 1.0 / float(10 ** (-(k + 300))) / 1e300
 
 
 def _round12(v: float) -> float:
@@ -53,13 +59,19 @@ def nice_step(span: float, count: int = 4, kind: str = "value") -> tuple[float, 
     >>> nice_step(600, 4, "duration")
     (300.0, 0)
     """
-    raw = span / max(1, count)
+    return _nice_raw(span / max(1, count), kind)
+
+
+def _nice_raw(raw: float, kind: str) -> tuple[float, int]:
+    """:func:`nice_step` of one part; ``(0.0, 0)`` when none fits (a span that underflows)."""
+    if not (raw > 0 and math.isfinite(raw)):
+        return 0.0, 0
     e = math.floor(math.log10(raw))
     if kind == "duration" and raw > 1:
         for step in _TIME_STEPS:
             if step >= raw:
                 return float(step), 0
-        hours, e = nice_step(raw / 3600, 1)
+        hours, e = _nice_raw(raw / 3600, "value")
         return _round12(hours * 3600), max(0, e)
     n = raw / _pow10(e)  # in [1, 10): the smallest of 1, 2, 5, 10 that covers it
     if n > 5:
@@ -132,8 +144,15 @@ def axis_ticks(
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
         return []
     for parts in (count, 2 * count, 4 * count):  # a finer step when fewer than two ticks fit
-        step, e = nice_step(hi - lo, parts, kind)
-        first, last = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
+        # (hi - lo) overflows for a range such as ±1e308: divide first then
+        span = hi - lo
+        step, e = _nice_raw(span / parts if math.isfinite(span) else hi / parts - lo / parts, kind)
+        if not (step > 0 and math.isfinite(step)):
+            return []
+        a, b = lo / step - 1e-9, hi / step + 1e-9
+        if not (math.isfinite(a) and math.isfinite(b)) or b - a > _MAX_TICKS + 1:
+            return []
+        first, last = math.ceil(a), math.floor(b)
         ticks = [_round12(k * step) for k in range(first, last + 1)]
         if len(ticks) >= 2:
             break

@@ -129,6 +129,7 @@ class Monitor:
         self._finished_at: float | None = None
         self._outcome = _Outcome()  # how the run ended, decided by the first finish()
         self._server: DashboardServer | None = None
+        self._closed = False
         self._messages = MessageLog(self._started)
         #: The :class:`~flodl.monitor.Timeline` shown at ``/timeline.html`` (see
         #: :meth:`attach_timeline`), or None.
@@ -176,15 +177,20 @@ class Monitor:
         Binds loopback by default; pass ``host="0.0.0.0"`` only on a trusted network (there is no
         authentication), or better, forward the port over SSH. ``port=0`` picks a free port.
         Raises :class:`MonitorServerError` when the port is taken. Only rank 0 serves (others
-        get ""); a second call returns the running server's URL.
+        get ""); a second call returns the running server's URL (whatever port it asks for).
+        After :meth:`close` it is a :class:`MonitorError`: a closed monitor stays closed.
         """
         check_port(port)  # on every rank: a script's mistake fails the same way everywhere
+        if self._closed:
+            # close() has released everything: a server started now would outlive the monitor.
+            raise MonitorError("Monitor.serve: the monitor is closed; create a new fl.Monitor")
         if self.rank != 0:
             return ""
         if self._server is not None:
             return self._server.url
         _ = self.hardware  # probed once here, not inside the first page request
         server = DashboardServer(self._live_page, host=host, port=port, max_clients=max_clients)
+        server.meta = self._live_meta
         self._server = self._owned["server"] = server
         self._serve_timeline()
         for record in self._records:  # a dashboard started mid-run still shows the whole run
@@ -194,10 +200,13 @@ class Monitor:
             server.log.publish("complete", self._complete_json())
         self._say(f"  dashboard: {server.url}")
         if not server.loopback:
-            self._say(
-                f"  warning: the dashboard listens on {host} with no authentication; "
-                "anyone who can reach this port sees the run",
-                err=True,
+            # Through the logger, so that a monitor with stream=None still warns.
+            where = "all interfaces" if host in ("", "0.0.0.0", "::") else host
+            log.warning(
+                "the dashboard listens on %s (port %d) with no authentication; anyone who can "
+                "reach this port sees the run — prefer the default host and an SSH tunnel",
+                where,
+                server.port,
             )
         return server.url
 
@@ -215,6 +224,10 @@ class Monitor:
         the monitor created is stopped."""
         if timeline is None and self.timeline is not None:
             return self.timeline
+        if self._closed:  # nothing would stop a timeline started now
+            raise MonitorError(
+                "Monitor.attach_timeline: the monitor is closed; create a new fl.Monitor"
+            )
         created = self._owned.get("timeline")
         if created is not None and created is not timeline:
             created.stop()  # replaced: nothing would stop its sampling thread later
@@ -229,8 +242,11 @@ class Monitor:
 
     def _serve_timeline(self) -> None:
         if self._server is not None and self.timeline is not None:
-            timeline, title = self.timeline, self._title("Timeline")
-            self._server.timeline_page = lambda: render_timeline(timeline, title=title)
+            timeline = self.timeline
+            # the title read at each request: a label set after attach_timeline() shows
+            self._server.timeline_page = lambda: render_timeline(
+                timeline, title=self._title("Timeline")
+            )
 
     @property
     def url(self) -> str | None:
@@ -255,9 +271,16 @@ class Monitor:
         }
 
     def _live_page(self) -> tuple[str, str]:
+        return render_page(self._live_meta(), title=self._title("Training Dashboard"))
+
+    def _live_meta(self) -> dict[str, Any]:
+        """The live page's boot data, also served at ``/api/meta``: ``run`` is the event log's
+        run token, which tells a page left open that a new run took over the port."""
         boot = self._boot("live")
         boot["graph"] = self._graph_ref()
-        return render_page(boot, title=self._title("Training Dashboard"))
+        if self._server is not None:
+            boot["run"] = self._server.log.run_token
+        return boot
 
     def _title(self, kind: str) -> str:
         name = f" {self.label}" if self.label else ""
@@ -429,11 +452,13 @@ class Monitor:
         else:
             try:
                 duration = float(elapsed)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
+                duration = math.nan
+            if not duration >= 0:  # negative or NaN (an infinite duration is kept, as NaN metrics)
                 raise MonitorError(
-                    f"Monitor.log(epoch={epoch}): elapsed must be seconds as a number, "
-                    f"got {elapsed!r}"
-                ) from None
+                    f"Monitor.log(epoch={epoch}): elapsed must be the epoch's duration in "
+                    f"seconds, a number >= 0, got {elapsed!r}; nothing was recorded"
+                )
         values = _resolve_metrics(epoch, metrics)
         ranks = self._pending_ranks
         if merged_into is not None:
@@ -544,23 +569,23 @@ class Monitor:
                 reason=outcome.reason,
             )
         )
-        if self._archive_path is not None:
-            try:
+        try:
+            if self._archive_path is not None:
                 self._write_html(self._archive_path)
                 self._say(f"  saved: {self._archive_path}")
                 if self.timeline is not None:
-                    page = self._archive_path.with_name(self._archive_path.stem + ".timeline.html")
-                    self.timeline.save_html(page)
-                    self._say(f"  saved: {page}")
-            except OSError as err:
-                # Through the logger, so that a monitor with stream=None still tells.
-                log.warning(
-                    "Monitor.finish: could not rewrite the dashboard archive (%s) — the run's "
-                    "final state is not in it; save it again with mon.save_html(path)",
-                    err,
-                )
-        if self._server is not None and first_finish:
-            self._server.log.publish("complete", self._complete_json())
+                    self._say(f"  saved: {_timeline_path(self._archive_path)}")
+        except Exception as err:
+            # Through the logger, so that a monitor with stream=None still tells; whatever
+            # failed, the dashboard below still learns that the run ended.
+            log.warning(
+                "Monitor.finish: could not rewrite the dashboard archive (%s) — the run's "
+                "final state is not in it; save it again with mon.save_html(path)",
+                err if isinstance(err, OSError) else repr(err),  # an OSError names its path
+            )
+        finally:
+            if self._server is not None and first_finish:
+                self._server.log.publish("complete", self._complete_json())
 
     def finish_with(self, graph: Any, *, error: BaseException | None = None) -> None:
         """Like :meth:`finish`, after taking the graph's final SVG (``graph.svg()``)."""
@@ -588,6 +613,7 @@ class Monitor:
 
     def close(self) -> None:
         """Stop the dashboard server and the GPU poller; idempotent."""
+        self._closed = True
         self._finalizer()
         self._server = None
 
@@ -614,13 +640,19 @@ class Monitor:
         return self._archive_path
 
     def _write_html(self, path: Path) -> None:
+        """The report, and with a timeline its ``<stem>.timeline.html`` beside it (linked)."""
         boot = self._boot("archive")
         boot["history"] = [r.to_json() for r in self._records]
         boot["svg"] = svg_data_uri(self._svg)
         boot["graph_html"] = self._graph_html
         boot["complete"] = self._complete_json() if self._finished_at is not None else None
+        if self.timeline is not None:
+            boot["timeline_page"] = _timeline_path(path).name  # a relative link: beside it
         page, _ = render_page(boot, title=self._title("Training Report"))
         write_text(path, page)
+        if self.timeline is not None:
+            timeline_page, _ = render_timeline(self.timeline, title=self._title("Timeline"))
+            write_text(_timeline_path(path), timeline_page)
 
     def metric_names(self) -> list[str]:
         """Every metric name that appeared in any epoch, in order of first appearance."""
@@ -735,6 +767,10 @@ def _release(owned: dict[str, Any]) -> None:
         messages.detach()
 
 
+def _timeline_path(archive: Path) -> Path:
+    return archive.with_name(archive.stem + ".timeline.html")
+
+
 def _rank_from_env() -> int:
     try:
         return int(os.environ.get("RANK", "0"))
@@ -777,6 +813,11 @@ def _to_float(epoch: int, name: str, value: Any) -> float:
     except (TypeError, ValueError):
         raise MonitorError(
             f"Monitor.log(epoch={epoch}): metric {name!r} must be a number, got {value!r}"
+        ) from None
+    except OverflowError:  # an int beyond a float's range (10**400)
+        raise MonitorError(
+            f"Monitor.log(epoch={epoch}): metric {name!r} is an int too large for a float; "
+            "log it as a float (inf) or on a log scale"
         ) from None
 
 

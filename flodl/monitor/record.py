@@ -26,7 +26,9 @@ class EpochRecord:
     ranks: dict[int, ResourceSample] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict: non-finite metric values become ``null`` (JSON has no NaN)."""
+        """A JSON-ready dict: non-finite metric values become ``null`` (JSON has no NaN), and
+        ``nonfinite`` (only when there are any) names them: ``{"loss": "NaN"}``, ``"inf"``,
+        ``"-inf"``."""
         out: dict[str, Any] = {
             "epoch": self.epoch + 1,
             "total": self.total,
@@ -36,6 +38,14 @@ class EpochRecord:
             "metrics": {k: (v if math.isfinite(v) else None) for k, v in self.metrics.items()},
             "resources": self.resources.to_json(),
         }
+        # which nulls were NaN or infinite (the page shows them so, never the last finite value)
+        nonfinite = {k: _nonfinite(v) for k, v in self.metrics.items() if not math.isfinite(v)}
+        if nonfinite:
+            out["nonfinite"] = nonfinite
         if self.ranks:
             out["ranks"] = {str(r): s.to_json() for r, s in sorted(self.ranks.items())}
         return out
+
+
+def _nonfinite(v: float) -> str:
+    return "NaN" if math.isnan(v) else "inf" if v > 0 else "-inf"

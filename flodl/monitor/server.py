@@ -45,7 +45,7 @@ from http import HTTPStatus
 from http.client import HTTPMessage, parse_headers
 from io import BytesIO
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from flodl.log import get_logger
 from flodl.monitor.errors import MonitorServerError
@@ -63,9 +63,10 @@ HEAD_TIMEOUT_SECS = 10.0  # a client has this long to send its request line and 
 MAX_HEAD_BYTES = 16 * 1024  # a longer request head is refused (431)
 SLOW_CLIENT_SECS = 30.0  # a client that accepts no byte of its pending output for this long goes
 REPLY_TIMEOUT_SECS = 10.0  # the same for a page/history/graph answer
+RENDER_TIMEOUT_SECS = 120.0  # a /timeline.html request waits this long for its page at most
 MAX_PENDING = 512  # connections still sending their request or reading an answer; oldest dropped
-STREAM_BATCH_BYTES = 256 * 1024
-SERVER_NICE = 5  # the server thread yields the CPU to training when cores are busy  # what one stream buffers at once (the rest stays in the log)
+STREAM_BATCH_BYTES = 256 * 1024  # what one stream buffers at once (the rest stays in the log)
+SERVER_NICE = 5  # the server thread yields the CPU to training when cores are busy
 # Graph views are documents made from user strings: no script, no plugin, an opaque origin.
 _INERT_DOCUMENT = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox"
@@ -187,13 +188,16 @@ class _Conn:
     """One client socket, owned by the loop thread."""
 
     sock: socket.socket
-    kind: str  # "head" (reading the request), "reply" (writing an answer), "stream" (SSE)
+    # "head" (reading the request), "reply" (writing an answer), "stream" (SSE), "render"
+    # (waiting for /timeline.html from the worker thread)
+    kind: str
     since: float  # when it connected (head) or last made progress (reply, stream)
     inbuf: bytearray = field(default_factory=bytearray)
     out: bytearray = field(default_factory=bytearray)
     cursor: int = 0  # stream: events already queued for it
     idle_since: float = 0.0  # stream: when anything was last queued (for keepalives)
     ending: bool = False  # stream: close once ``out`` is written
+    head_only: bool = False  # render: a HEAD request (the answer without its body)
 
 
 _REASONS = {status.value: status.phrase for status in HTTPStatus}
@@ -261,12 +265,20 @@ class DashboardServer:
         self.svg: str | None = None
         self.graph_html: str | None = None  # the graph's HTML view, when there is no SVG
         self.timeline_page: Callable[[], tuple[str, str]] | None = None  # /timeline.html
+        self.meta: Callable[[], Any] | None = None  # /api/meta: the live page's boot data
+        # /timeline.html is rendered on a worker thread (seconds for a long timeline), one render
+        # at a time: requests arriving meanwhile share it, and the loop keeps serving the others.
+        self._renders: list[_Conn] = []  # loop thread only: clients waiting for the render
+        self._rendered: list[bytes] = []  # answers handed back by the worker
+        self._render_thread: threading.Thread | None = None
+        self._rendered_lock = threading.Lock()
         self.max_clients = max_clients
         self._conns: dict[socket.socket, _Conn] = {}  # loop thread only
         self._streams = 0
         self._closed = False
         self._listener = _listen(host, port, backlog=max(128, 2 * max_clients))
         self.host = host
+        self._bound = str(self._listener.getsockname()[0])
         self.port = int(self._listener.getsockname()[1])
         self.loopback = _is_loopback(host)
         self._selector = selectors.DefaultSelector()  # epoll/kqueue: no descriptor limit
@@ -284,7 +296,9 @@ class DashboardServer:
 
     @property
     def url(self) -> str:
-        host = "localhost" if self.loopback else self.host
+        # On loopback, the address actually bound (127.0.0.1 or ::1), never "localhost": a
+        # browser may resolve that to the other family first and reach another program there.
+        host = self._bound if self.loopback else self.host
         if host in ("0.0.0.0", "::", ""):
             host = socket.gethostname()
         return f"http://{'[' + host + ']' if ':' in host else host}:{self.port}"
@@ -314,6 +328,8 @@ class DashboardServer:
         self.log.close()
         self._wake()
         self._thread.join(timeout)
+        if self._render_thread is not None:  # a timeline page being rendered: let it end
+            self._render_thread.join(timeout)
 
     # -- the loop (everything below runs on the loop thread) -----------------------------------
 
@@ -342,16 +358,21 @@ class DashboardServer:
                         except Exception as err:  # one bad client never stops the dashboard
                             log.warning("dashboard request failed: %r", err)
                             self._drop(key.data)
+                self._deliver_renders()
                 self._fan_out()
                 self._sweep(time.monotonic())
         finally:
             self._shutdown()
 
     def _drain_wake(self) -> None:
-        self._wake_pending = False
+        # Drain first, then clear the flag. The other order loses wake-ups: a publish between
+        # the two sets the flag and sends a byte that the drain then eats, the flag stays set,
+        # and every later event waits for the loop's 1 s timeout. In this order a publish that
+        # finds the flag set is still seen: the fan-out below reads the log after this.
         with contextlib.suppress(OSError):
             while self._wake_r.recv(4096):
                 pass
+        self._wake_pending = False
 
     def _accept(self) -> None:
         for _ in range(64):  # a burst of connections, without starving the rest of the loop
@@ -445,9 +466,13 @@ class DashboardServer:
                 conn, _answer(403, b"forbidden host\n", "text/plain; charset=utf-8", is_head)
             )
             return
-        path = urlsplit(target).path
+        url = urlsplit(target)
+        path = url.path
         if path == "/events" and not is_head:
-            self._open_stream(conn, headers.get("Last-Event-ID"))
+            # ?last=<id>: a page that opened a new EventSource after a refused one (503) resumes
+            # where it was, as Last-Event-ID does on the browser's own reconnects
+            last = parse_qs(url.query).get("last", [None])[0]
+            self._open_stream(conn, headers.get("Last-Event-ID") or last)
         elif path in ("/", "/index.html"):
             page, nonce = self.render()
             policy = {"Content-Security-Policy": content_security_policy(nonce)}
@@ -456,16 +481,16 @@ class DashboardServer:
             )
         elif path == "/api/history":
             body = ("[" + ",".join(self.log.history("epoch")) + "]").encode()
+            run = {"X-Flodl-Run": self.log.run_token}  # which run this history belongs to
+            self._reply(conn, _answer(200, body, "application/json", is_head, run))
+        elif path == "/api/meta" and (meta := self.meta) is not None:
+            body = strict_json(meta()).encode()
             self._reply(conn, _answer(200, body, "application/json", is_head))
         elif path == "/graph.svg" and (svg := self.svg) is not None:
             # opened directly, an SVG is a document: keep any script in it inert
             self._reply(conn, _answer(200, svg.encode(), "image/svg+xml", is_head, _INERT_DOCUMENT))
         elif path == "/timeline.html" and (timeline := self.timeline_page) is not None:
-            page, nonce = timeline()  # the Monitor's Timeline as it is now
-            policy = {"Content-Security-Policy": content_security_policy(nonce)}
-            self._reply(
-                conn, _answer(200, page.encode(), "text/html; charset=utf-8", is_head, policy)
-            )
+            self._render_timeline(conn, timeline, is_head)
         elif path == "/graph.html" and (view := self.graph_html) is not None:
             self._reply(
                 conn,
@@ -473,6 +498,46 @@ class DashboardServer:
             )
         else:
             self._reply(conn, _answer(404, b"not found\n", "text/plain; charset=utf-8", is_head))
+
+    def _render_timeline(
+        self, conn: _Conn, timeline: Callable[[], tuple[str, str]], is_head: bool
+    ) -> None:
+        conn.kind, conn.since, conn.inbuf, conn.head_only = (
+            "render",
+            time.monotonic(),
+            bytearray(),
+            is_head,
+        )
+        self._renders.append(conn)
+        if len(self._renders) > 1:
+            return  # a render is under way: this client gets that page too
+
+        def work() -> None:
+            try:
+                page, nonce = timeline()  # the Monitor's Timeline as it is now
+                policy = {"Content-Security-Policy": content_security_policy(nonce)}
+                data = _answer(200, page.encode(), "text/html; charset=utf-8", extra=policy)
+            except Exception as err:  # a broken timeline costs its page, never the dashboard
+                log.warning("dashboard: could not render /timeline.html: %r", err)
+                data = _plain(500, "could not render the timeline (see the training log)\n")
+            with self._rendered_lock:
+                self._rendered.append(data)
+            self._wake()
+
+        self._render_thread = threading.Thread(
+            target=work, name="flodl-dashboard-timeline", daemon=True
+        )
+        self._render_thread.start()
+
+    def _deliver_renders(self) -> None:
+        with self._rendered_lock:
+            done, self._rendered = self._rendered, []
+        for data in done:
+            waiting, self._renders = self._renders, []
+            head = data[: data.index(b"\r\n\r\n") + 4]
+            for conn in waiting:
+                if conn.sock in self._conns:
+                    self._reply(conn, head if conn.head_only else data)
 
     def _reply(self, conn: _Conn, data: bytes) -> None:
         conn.kind, conn.since, conn.inbuf = "reply", time.monotonic(), bytearray()
@@ -564,6 +629,7 @@ class DashboardServer:
             "head": HEAD_TIMEOUT_SECS,
             "reply": REPLY_TIMEOUT_SECS,
             "stream": SLOW_CLIENT_SECS,
+            "render": RENDER_TIMEOUT_SECS,
         }
         for conn in list(self._conns.values()):
             waiting = conn.kind != "stream" or bool(conn.out)

@@ -54,6 +54,7 @@ import collections
 import contextlib
 import csv
 import json
+import math
 import os
 import re
 import threading
@@ -180,6 +181,17 @@ def _check_event(kind: Any, data: dict[str, Any]) -> dict[str, Any]:
             f"Timeline.event({kind!r}): data must be JSON values (numbers, strings, lists, "
             f"dicts): {err}"
         ) from None
+
+
+def _ms(value: Any) -> float | None:
+    """A finite number of milliseconds, or None (missing, text, bool, beyond a float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        ms = float(value)
+    except OverflowError:
+        return None
+    return ms if math.isfinite(ms) else None
 
 
 class _Reader:
@@ -373,7 +385,10 @@ class Timeline:
     def summary(self) -> TimelineSummary:
         samples, events = self.samples, self.events
         kinds = collections.Counter(e.kind for e in events)
-        sync_ms = [float(e.data["duration_ms"]) for e in events if e.kind == "sync_end"]
+        # A sync_end without a usable duration_ms (a user's own marker) still counts as an
+        # event, but not in the mean: a summary never fails on what event() accepted.
+        durations = (_ms(e.data.get("duration_ms")) for e in events if e.kind == "sync_end")
+        sync_ms = [d for d in durations if d is not None]
         idle: dict[int, float] = {}
         devices = sorted({g.device for s in samples for g in s.gpus})
         for d in devices:

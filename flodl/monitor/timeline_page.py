@@ -27,23 +27,36 @@ td, th { padding: 2px 10px; border-bottom: 1px solid #e4e4e4; text-align: left; 
 _SCRIPT = """
 const D = JSON.parse(document.getElementById('timeline-data').textContent);
 const S = D.samples, E = D.events, GAPS = D.idle_gaps;
-const COLORS = {sync_start: '#2980b9', sync_end: '#2980b9', anchor_changed: '#8e44ad',
-  checkpoint_saved: '#27ae60', epoch_end: '#e67e22'};
-const color = k => COLORS[k] || '#7f8c8d';
+const COLORS = new Map([['sync_start', '#2980b9'], ['sync_end', '#2980b9'],
+  ['anchor_changed', '#8e44ad'], ['checkpoint_saved', '#27ae60'], ['epoch_end', '#e67e22']]);
+// your own event kinds: a colour each, in order of appearance (a Map: any name is just a name)
+const EXTRA = ['#c0392b', '#16a085', '#d35400', '#7f8c8d', '#2c3e50', '#b7950b'];
+E.forEach(e => { if (!COLORS.has(e.kind)) COLORS.set(e.kind, EXTRA[(COLORS.size - 5) % EXTRA.length]); });
+const color = k => COLORS.get(k) || '#7f8c8d';
+// a loop, not Math.max(...array): spreading 100k+ samples overflows the call stack
+const maxOf = (xs, f, floor) => { let m = floor; for (const x of xs) { const v = f(x); if (v > m) m = v; } return m; };
 const devices = [...new Set(S.flatMap(s => s.gpus.map(g => g.d)))].sort((a, b) => a - b);
 const ranks = [...new Set(E.filter(e => e.kind.startsWith('sync')).map(e => e.rank))];
 const lanes = [{name: 'CPU %', get: s => s.cpu, max: 100},
-  {name: 'RAM GB', get: s => s.ram[0] / 1e9, max: Math.max(1e-9, ...S.map(s => s.ram[1] / 1e9))}];
+  {name: 'RAM GB', get: s => s.ram[0] / 1e9, max: maxOf(S, s => s.ram[1] / 1e9, 1e-9)}];
 devices.forEach(d => {
   const g = s => s.gpus.find(x => x.d === d) || {};
   lanes.push({name: 'GPU' + d + ' %', get: s => g(s).u, max: 100, dev: d});
   lanes.push({name: 'GPU' + d + ' mem GB', get: s => (g(s).vu ?? g(s).va) / 1e9,
-    max: Math.max(1e-9, ...S.map(s => (g(s).vt || 0) / 1e9))});
+    max: maxOf(S, s => (g(s).vt || 0) / 1e9, 1e-9)});
 });
 const syncLanes = ranks.map(r => ({name: 'sync ' + (r === null ? '' : 'rank ' + r), rank: r}));
 const canvas = document.getElementById('lanes'), tip = document.getElementById('tip');
 const LANE = 56, LEFT = 110, RIGHT = 16, TOP = 8, AXIS = 24;
-const t1 = Math.max(1, ...S.map(s => s.t), ...E.map(e => e.t));
+const t1 = Math.max(maxOf(S, s => s.t, 1), maxOf(E, e => e.t, 1));
+// the time axis in the unit the run's length needs: 0.5s, 2m 30s, 1h 05m
+const two = x => String(x).padStart(2, '0');
+function clock(ms) {
+  const s = ms / 1000;
+  if (t1 < 120e3) return (t1 < 10e3 ? s.toFixed(1) : s.toFixed(0)) + 's';
+  const w = Math.round(s), h = Math.floor(w / 3600), m = Math.floor((w % 3600) / 60);
+  return t1 < 7200e3 ? Math.floor(w / 60) + 'm ' + two(w % 60) + 's' : h + 'h ' + two(m) + 'm';
+}
 let X = null;
 function draw() {
   const n = lanes.length + syncLanes.length, h = TOP + n * LANE + AXIS;
@@ -77,7 +90,13 @@ function draw() {
   E.forEach(e => { if (e.kind.startsWith('sync')) return; c.strokeStyle = color(e.kind); c.beginPath();
     c.moveTo(X(e.t), TOP); c.lineTo(X(e.t), TOP + n * LANE); c.stroke(); });
   c.fillStyle = '#555';
-  for (let k = 0; k <= 8; k++) { const t = t1 * k / 8; c.fillText((t / 1000).toFixed(1) + 's', X(t) - 10, h - 6); }
+  for (let k = 0; k <= 8; k++) {  // the last label ends at the right edge instead of past it
+    const t = t1 * k / 8;
+    c.textAlign = k === 0 ? 'left' : k === 8 ? 'right' : 'center';
+    c.fillText(clock(t), X(t), h - 6);
+  }
+  c.textAlign = 'left';
+  canvas.dataset.timeLabels = Array.from({length: 9}, (_, k) => clock(t1 * k / 8)).join('|');
 }
 canvas.addEventListener('mousemove', ev => {
   if (!X) return; const r = canvas.getBoundingClientRect(), mx = ev.clientX - r.left;
@@ -95,7 +114,7 @@ canvas.addEventListener('mousemove', ev => {
 canvas.addEventListener('mouseleave', () => { tip.style.display = 'none'; });
 window.addEventListener('resize', draw); draw();
 const legend = document.getElementById('legend');
-Object.entries(COLORS).filter(([k]) => k !== 'sync_start').forEach(([k, v]) => {
+[...COLORS].filter(([k]) => k !== 'sync_start').forEach(([k, v]) => {
   const s = document.createElement('span'); s.textContent = '\\u2503 ' + (k === 'sync_end' ? 'sync' : k);
   s.style.color = v; legend.appendChild(s); });
 """

@@ -88,3 +88,19 @@ def test_degenerate_ranges_and_bad_kinds():
     with pytest.raises(ValueError, match="axis kind 'bytes'"):
         axis_ticks(0.0, 1.0, "bytes")
     assert nice_step(7200, 4, "duration") == (1800.0, 0)
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "labels"),
+    [
+        (1e-310, 3e-310, ["1e-310", "2e-310", "3e-310"]),  # subnormal: used to raise / hang
+        (-1e308, 1e308, ["-1.0e308", "-5.0e307", "0", "5.0e307", "1.0e308"]),  # hi - lo = inf
+        (5e-324, 1e-323, []),  # no step fits between the two smallest floats: no ticks
+    ],
+)
+def test_extreme_finite_ranges_get_a_sane_axis_or_none(lo, hi, labels):
+    for kind in ("value", "percent", "duration"):
+        ticks = axis_ticks(lo, hi, kind)
+        assert len(ticks) <= 65
+        if kind == "value":
+            assert [label for _, label in ticks] == labels

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -311,7 +312,9 @@ def test_axis_labels_never_repeat_and_match_the_python_rules(browser, artifacts,
     assert drawn["chart-resources"] == "0%|50%|100%"
     screenshot(page, artifacts / "monitor-axis-labels.png")
     # the page's JavaScript gives exactly the Python rules' ticks and labels, over 3000 ranges
-    cases = ranges()
+    # plus the extremes of a finite float (subnormal values, a span past the largest float)
+    extremes = [(1e-310, 3e-310), (-1e308, 1e308), (5e-324, 1e-323)]
+    cases = ranges() + [(lo, hi, kind) for lo, hi in extremes for kind in ("value", "percent")]
     in_browser = page.evaluate(
         "cs => cs.map(([lo, hi, kind]) => window.flodlDashboard.axisTicks(lo, hi, kind, 4))", cases
     )
@@ -347,3 +350,181 @@ def test_timeline_page_draws_offline_and_from_the_dashboard(browser, artifacts, 
     screenshot(offline, artifacts / "timeline.png")
     assert offline_problems == []
     mon.close()
+
+
+def real_problems(problems: list[str]) -> list[str]:
+    """Problems besides the browser's own report of a refused connection (a stopped server)."""
+    return [p for p in problems if not p.startswith("Failed to load resource")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def status_starts(text: str) -> str:
+    return f"() => document.getElementById('status-text').textContent.startsWith({text!r})"
+
+
+def test_a_tab_left_open_says_the_server_is_gone_then_shows_the_next_run_alone(browser):
+    port = free_port()
+    first = fl.Monitor(10, stream=None)
+    second = fl.Monitor(3, stream=None)
+    try:
+        first.serve(port=port)
+        first.set_identity(label="run-a")
+        first.set_metadata({"note": "the first run"})
+        for epoch in range(3):
+            first.log(epoch, 0.1, {"a_loss": 1.0 / (epoch + 1)})
+        page, problems = open_page(browser, first.url)
+        page.wait_for_function(rows(3), timeout=WAIT_MS)
+        first.close()  # the script ended (or crashed) without finish()
+        page.wait_for_function(status_starts("Disconnected — the training"), timeout=WAIT_MS)
+        stopped = page.text_content("#elapsed")
+        page.wait_for_timeout(1500)
+        assert page.text_content("#elapsed") == stopped  # the clock stopped with the server
+
+        second.serve(port=port)  # the script restarted on the same port
+        second.set_identity(label="run-b")
+        for epoch in range(2):
+            second.log(epoch, 0.1, {"b_loss": 9.0 - epoch})
+        page.wait_for_function(
+            "() => document.getElementById('epoch-counter').textContent === 'Epoch 2/3'",
+            timeout=WAIT_MS,
+        )
+        page.wait_for_function(rows(2), timeout=WAIT_MS)
+        titles = page.eval_on_selector_all(
+            "#metric-charts h3", "els => els.map(e => e.textContent)"
+        )
+        assert titles == ["b_loss"]  # nothing left of the first run
+        assert page.text_content("#epoch-table tbody tr td") == "2/3"
+        page.wait_for_function(
+            "() => document.getElementById('run-label').textContent === 'run-b'", timeout=WAIT_MS
+        )
+        assert page.is_hidden("#meta-card")  # the first run's configuration is gone
+        assert page.text_content("#status-text") == "Training"
+        second.finish()
+        page.wait_for_function(status_starts("Complete"), timeout=WAIT_MS)
+        assert real_problems(problems) == []
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_tab_refused_past_max_clients_connects_once_a_slot_frees(browser):
+    mon = fl.Monitor(5, stream=None)
+    try:
+        mon.serve(port=0, max_clients=1)
+        first, first_problems = open_page(browser, mon.url)
+        first.wait_for_function(status_starts("Waiting"), timeout=WAIT_MS)
+        second, _ = open_page(browser, mon.url)  # 503: the one stream slot is taken
+        second.wait_for_function(status_starts("Reconnecting"), timeout=WAIT_MS)
+        mon.log(0, 0.1, {"loss": 1.0})
+        first.wait_for_function(rows(1), timeout=WAIT_MS)
+        first.close()  # the slot frees; the refused tab tries again by itself
+        second.wait_for_function(rows(1), timeout=WAIT_MS)
+        mon.log(1, 0.1, {"loss": 0.5})
+        second.wait_for_function(rows(2), timeout=WAIT_MS)  # and it is live, not a one-off
+        assert second.text_content("#status-text") == "Training"
+        assert first_problems == []
+    finally:
+        mon.close()
+
+
+def test_awkward_metric_values_and_names_live_archived_and_on_a_phone(browser, tmp_path):
+    """NaN as the latest value; names that are Object.prototype members, missing from some
+    epochs; subnormal and ±1e308 values (axes that used to hang or stay blank); large values in
+    exponent form; and no sideways scrolling at 360 px."""
+    proto = {"constructor": 0.25, "toString": 0.5, "valueOf": 0.75, "__proto__": 1.0}
+    mon = fl.Monitor(4, stream=None)
+    try:
+        mon.serve(port=0)
+        mon.log(0, 0.1, {"loss": 1.0, "tiny": 1e-310, "huge": -1e308, "big": 1.1e10})
+        mon.log(1, 0.1, {"loss": 0.5, "tiny": 2e-310, "huge": 0.0, "big": 1.15e10, **proto})
+        mon.log(2, 0.1, {"loss": float("nan"), "tiny": 3e-310, "huge": 1e308, "big": 1.2e10})
+        report = mon.save_html(tmp_path / "report.html")
+        live, live_problems = open_page(browser, mon.url)
+        archive, archive_problems = open_page(browser, report.as_uri())
+        for page in (live, archive):
+            page.wait_for_function(rows(3), timeout=WAIT_MS)
+            shown = dict(
+                page.eval_on_selector_all(
+                    "#metric-charts .card",
+                    "cs => cs.map(c => [c.querySelector('h3').textContent,"
+                    " [c.querySelector('.last').textContent, c.querySelector('.last').className,"
+                    " c.querySelector('canvas').dataset.yLabels]])",
+                )
+            )
+            assert list(shown) == ["loss", "tiny", "huge", "big", *proto]
+            assert shown["loss"][:2] == ["NaN", "last bad"]  # not the last finite 0.5000
+            assert shown["big"][0] == "1.20e10"  # as the axis writes it
+            assert shown["constructor"][0] == "0.2500" and shown["__proto__"][0] == "1.0000"
+            for name in ("tiny", "huge"):
+                assert len(shown[name][2].split("|")) >= 2, (name, shown[name])
+            cells = page.eval_on_selector_all(
+                "#epoch-table tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))"
+            )
+            assert [row[2] for row in cells] == ["NaN", "0.5000", "1.0000"]  # loss, newest first
+            assert [row[6] for row in cells] == ["", "0.2500", ""]  # constructor: epoch 2 only
+        assert live_problems == [] and archive_problems == []
+
+        phone = browser.new_page(viewport={"width": 360, "height": 800})
+        phone.goto(report.as_uri())
+        phone.wait_for_function(rows(3), timeout=WAIT_MS)
+        width = phone.evaluate(
+            "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        )
+        assert width[0] <= width[1], width  # no horizontal scroll
+    finally:
+        mon.close()
+
+
+def test_a_long_run_shows_its_newest_epochs_until_asked_for_all(browser, tmp_path):
+    mon = fl.Monitor(600, stream=None)
+    for epoch in range(600):
+        mon.log(epoch, 0.01, {"loss": 1.0 / (epoch + 1)})
+    page, problems = open_page(browser, mon.save_html(tmp_path / "report.html").as_uri())
+    page.wait_for_function(rows(500), timeout=WAIT_MS)
+    assert page.text_content("#epoch-table tbody tr td") == "600/600"  # the newest first
+    assert page.text_content("#table-more") == "Show all 600 epochs"
+    page.click("#table-more")
+    page.wait_for_function(rows(600), timeout=WAIT_MS)
+    assert page.is_hidden("#table-more")
+    assert problems == []
+    mon.close()
+
+
+def test_a_long_timeline_draws_with_its_own_event_kinds_and_is_linked_from_the_report(
+    browser, tmp_path
+):
+    """150,000 samples (past what a Math.max(...spread) takes) over 2.5 hours, a custom event
+    kind, and the report's link to its timeline page."""
+    from flodl.monitor.timeline import GpuTimelineSample, Timeline, TimelineSample
+
+    timeline = Timeline(60, gpu=False)
+    gpu = (GpuTimelineSample(0, 90, 1 << 30, None, 4 << 30),)
+    timeline._samples.extend(
+        TimelineSample(i * 60.0, 50.0, 8 << 30, 16 << 30, gpu) for i in range(150_000)
+    )
+    timeline._receive(timeline._wall0 + 4000.0, "eval_done", None, {"acc": 0.9})
+    mon = fl.Monitor(1, stream=None, gpu=False)
+    try:
+        mon.attach_timeline(timeline)
+        timeline.stop()
+        mon.log(0, 0.1, {"loss": 1.0})
+        report = mon.save_html(tmp_path / "run.html")
+        page, problems = open_page(browser, report.as_uri())
+        page.wait_for_function(rows(1), timeout=WAIT_MS)
+        assert page.is_visible("#timeline-link")
+        assert page.get_attribute("#timeline-link", "href") == "run.timeline.html"
+        lanes, lanes_problems = open_page(browser, (tmp_path / "run.timeline.html").as_uri())
+        lanes.wait_for_function("() => document.getElementById('lanes').dataset.timeLabels")
+        assert inked_pixels(lanes, "#lanes") > 0
+        legend = lanes.eval_on_selector_all("#legend span", "ss => ss.map(s => s.textContent)")
+        assert any(item.endswith("eval_done") for item in legend), legend
+        labels = lanes.get_attribute("#lanes", "data-time-labels").split("|")
+        assert labels[0] == "0h 00m" and labels[-1] == "2h 30m", labels
+        assert problems == [] and lanes_problems == []
+    finally:
+        mon.close()

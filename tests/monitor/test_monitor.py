@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import io
 import json
 import logging
@@ -14,6 +15,8 @@ import torch
 
 import flodl as fl
 from flodl.monitor.page import render_page
+
+monitor_module = importlib.import_module("flodl.monitor.monitor")
 
 HOSTILE = [
     '</script><script>alert("x")</script>',
@@ -105,6 +108,9 @@ def test_non_finite_values_are_kept_and_become_null_in_json():
     record = mon.log(0, 0.1, {"loss": float("nan"), "grad": float("inf")})
     assert json.dumps(record.to_json(), allow_nan=False)
     assert record.to_json()["metrics"] == {"loss": None, "grad": None}
+    # which null was which, for the page to show "NaN" / "inf" rather than a stale value
+    assert record.to_json()["nonfinite"] == {"loss": "NaN", "grad": "inf"}
+    assert "nonfinite" not in mon.log(1, 0.1, {"loss": -1.0}).to_json()
 
 
 @pytest.mark.parametrize(
@@ -112,7 +118,10 @@ def test_non_finite_values_are_kept_and_become_null_in_json():
     [
         ((-1, 0.1, {}), "epoch must be a zero-based int"),
         ((1.0, 0.1, {}), "epoch must be a zero-based int"),
-        ((0, "fast", {}), "elapsed must be seconds"),
+        ((0, "fast", {}), "elapsed must be the epoch's duration in seconds"),
+        ((0, -5.0, {"loss": 1.0}), r"a number >= 0, got -5\.0"),
+        ((0, float("nan"), {"loss": 1.0}), "a number >= 0, got nan"),
+        ((0, 0.1, {"big": 10**400}), "metric 'big' is an int too large for a float"),
         ((0, 0.1, [("loss", 1.0)]), "metrics must be a mapping"),
         ((0, 0.1, {"loss": "low"}), "metric 'loss' must be a number"),
         ((0, 0.1, {"loss": torch.ones(3)}), "metric 'loss' is a tensor with 3 elements"),
@@ -393,6 +402,26 @@ def test_a_failed_archive_rewrite_is_a_logged_warning_whatever_the_stream(tmp_pa
     assert len(warned) == 1 and warned[0].levelno == logging.WARNING
     assert "could not rewrite the dashboard archive" in warned[0].getMessage()
     assert str(directory / "report.html") in warned[0].getMessage()
+    mon.close()
+
+
+def test_the_dashboard_learns_the_run_ended_even_if_the_archive_cannot_be_written(
+    tmp_path, caplog, monkeypatch, sse
+):
+    mon = quiet(1)
+    url = mon.serve(port=0)
+    mon.save_html(tmp_path / "report.html")
+    mon.log(0, 0.1, {"loss": 1.0})
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("template bug")
+
+    monkeypatch.setattr(monitor_module, "render_page", broken)  # not an OSError
+    with caplog.at_level(logging.WARNING, logger="flodl.monitor"):
+        mon.finish()
+    assert any("RuntimeError('template bug')" in r.getMessage() for r in caplog.records)
+    events = list(sse(url).events())
+    assert [e.event for e in events] == ["epoch", "complete"]
     mon.close()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import random
 import re
@@ -68,7 +69,138 @@ def page_boot(url: str) -> dict:
 
 def test_serve_binds_loopback_by_default_and_reports_the_url(served):
     assert served._server.host == "127.0.0.1"
-    assert served.url == f"http://localhost:{served._server.port}"
+    # the address bound, not "localhost": a browser may resolve that to ::1 first
+    assert served.url == f"http://127.0.0.1:{served._server.port}"
+
+
+def test_the_url_reaches_the_dashboard_when_another_program_holds_the_ipv6_port():
+    try:
+        other = socket.socket(socket.AF_INET6)
+        other.bind(("::1", 0))
+    except OSError as err:
+        pytest.skip(f"no IPv6 loopback here: {err}")
+    other.listen()  # another program on [::1]:PORT, where "localhost" may lead first
+    port = other.getsockname()[1]
+    mon = fl.Monitor(2, stream=None)
+    v6 = fl.Monitor(2, stream=None)
+    try:
+        url = mon.serve(port=port)
+        assert url == f"http://127.0.0.1:{port}"
+        assert request(url, "/api/history")[0] == 200  # flodl answers, not the other program
+        other.close()
+        v6_url = v6.serve(port=0, host="::1")
+        assert v6_url == f"http://[::1]:{v6._server.port}"
+        assert request(v6_url, "/api/history")[0] == 200
+    finally:
+        other.close()
+        mon.close()
+        v6.close()
+
+
+@pytest.mark.parametrize(("host", "shown"), [("0.0.0.0", "all interfaces"), ("", "all interfaces")])
+def test_binding_every_interface_warns_through_the_logger_even_when_silent(host, shown, caplog):
+    mon = fl.Monitor(2, stream=None)
+    try:
+        with caplog.at_level(logging.WARNING, logger="flodl.monitor"):
+            mon.serve(port=0, host=host)
+        warned = [r.getMessage() for r in caplog.records if r.name == "flodl.monitor"]
+        assert len(warned) == 1, warned
+        assert f"listens on {shown} (port {mon._server.port}) with no authentication" in warned[0]
+    finally:
+        mon.close()
+
+
+def test_serve_after_close_is_refused_and_leaves_no_server(sse):
+    before = {t for t in threading.enumerate() if t.name.startswith("flodl-dashboard")}
+    mon = fl.Monitor(2, stream=None)
+    url = mon.serve(port=0)
+    mon.close()
+    with pytest.raises(fl.MonitorError, match="the monitor is closed"):
+        mon.serve(port=0)
+    with pytest.raises(fl.MonitorError, match="the monitor is closed"):
+        mon.attach_timeline()  # its sampling thread would never be stopped either
+    assert mon.url is None
+    now = {t for t in threading.enumerate() if t.name.startswith("flodl-dashboard")}
+    assert now <= before  # no dashboard thread was started
+    with pytest.raises(OSError):
+        request(url, "/api/history")
+
+
+def test_after_a_burst_of_epochs_the_next_one_is_sent_at_once(sse):
+    """A lost wake-up (a publish racing the loop's drain) used to leave every later event
+    waiting for the loop's 1 s timeout: a long run's page lagged a second per epoch."""
+    mon = fl.Monitor(3000, stream=None)
+    try:
+        mon.serve(port=0)
+        client = sse(mon.url, timeout=30)
+        events = client.events()
+        log_epochs(mon, 0, 2000)  # published while the loop sends them: the race
+        for _ in range(2000):
+            next(events)
+        delays = []
+        for epoch in range(2000, 2005):
+            started = time.monotonic()
+            log_epochs(mon, epoch, epoch + 1)
+            assert next(events).json["epoch"] == epoch + 1
+            delays.append(time.monotonic() - started)
+        assert sorted(delays)[2] < 0.5, delays  # the median: milliseconds, not the 1 s timeout
+        client.close()
+    finally:
+        mon.close()
+
+
+def test_meta_route_and_history_carry_the_run_token_and_last_resumes(served, sse):
+    log_epochs(served, 0, 3)
+    status, _, body = request(served.url, "/api/meta")
+    meta = json.loads(body)
+    assert status == 200 and meta["total"] == 5 and meta["mode"] == "live"
+    history_headers = request(served.url, "/api/history")[1]
+    assert history_headers["X-Flodl-Run"] == meta["run"] == served._server.log.run_token
+    # a page that had to open a new EventSource (after a 503) resumes with ?last=<id>
+    parts = urlsplit(served.url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)
+    conn.request("GET", f"/events?last={meta['run']}-2")
+    response = conn.getresponse()
+    line = b""
+    while not line.startswith(b"data:"):
+        line = response.readline()
+    assert json.loads(line[5:])["epoch"] == 3  # epochs 1 and 2 are not sent again
+    conn.close()
+
+
+def test_a_slow_timeline_page_never_blocks_the_other_requests(served):
+    """/timeline.html is rendered off the loop thread, once for the requests waiting on it."""
+    calls, release = [], threading.Event()
+
+    def slow_page() -> tuple[str, str]:
+        calls.append(1)
+        release.wait(10)  # a timeline of hours takes seconds to render
+        return "<p>timeline</p>", "nonce"
+
+    served._server.timeline_page = slow_page
+    answers: list[int] = []
+    readers = [
+        threading.Thread(target=lambda: answers.append(request(served.url, "/timeline.html")[0]))
+        for _ in range(2)
+    ]
+    for reader in readers:
+        reader.start()
+    assert wait_for(lambda: len(served._server._renders) == 2)  # both wait for one render
+    assert calls == [1]
+    started = time.monotonic()
+    assert request(served.url, "/api/history")[0] == 200  # answered while the render runs
+    assert time.monotonic() - started < 2.0
+    release.set()
+    for reader in readers:
+        reader.join(10)
+    assert answers == [200, 200] and len(calls) == 1  # one render served both
+
+    def broken_page() -> tuple[str, str]:
+        raise KeyError("duration_ms")
+
+    served._server.timeline_page = broken_page
+    assert request(served.url, "/timeline.html")[0] == 500  # an answer, not a dropped socket
+    assert request(served.url, "/api/history")[0] == 200
 
 
 def test_page_history_and_graph_routes(served, tiny_graph):
@@ -518,7 +650,7 @@ def test_a_script_that_never_closes_the_monitor_still_exits_with_a_client_connec
     guard.start()
     try:
         url = proc.stdout.readline().strip()
-        assert url.startswith("http://localhost:"), proc.stderr.read()
+        assert url.startswith("http://127.0.0.1:"), proc.stderr.read()
         client = sse(url, timeout=60)
         assert [e.json["epoch"] for e in client.take(1)] == [1]
         proc.stdin.write("\n")

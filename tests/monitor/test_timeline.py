@@ -156,6 +156,40 @@ def test_nvml_samples_per_device_with_a_fake_driver(tmp_path, repo_root):
     assert report["gaps"][0] == [] and len(report["gaps"][1]) == 1  # GPU1 is under 70% throughout
 
 
+def test_a_user_sync_end_without_a_duration_never_breaks_the_end_of_the_run(tmp_path):
+    """A user's sync_end marker with no (or no usable) duration_ms counts as a sync event, is
+    left out of the mean, and neither finish() nor the timeline pages fail on it."""
+    mon = fl.Monitor(1, stream=None, gpu=False)
+    url = mon.serve(port=0)
+    tl = mon.attach_timeline(poll_interval_ms=10)
+    tl.event("sync_end", note="x")
+    tl.event("sync_end", duration_ms="slow")
+    tl.event("sync_end", duration_ms=10**400)
+    tl.event("sync_end", duration_ms=6.0)
+    summary = tl.summary()
+    assert summary.kinds["sync_end"] == 4 and summary.avg_sync_ms == 6.0
+    assert _get(url, "/timeline.html")[0] == 200
+    mon.save_html(tmp_path / "run.html")
+    mon.log(0, 0.1, {"loss": 1.0})
+    mon.finish()  # used to raise KeyError: no complete event, no timeline page
+    assert "sync_end 4" in (tmp_path / "run.timeline.html").read_text()
+    history = _get(url, "/events")[1]  # the stream ends: the run is complete
+    assert "event: complete" in history
+    mon.close()
+
+
+def test_the_live_timeline_title_follows_the_label_and_the_archive_links_its_page(tmp_path):
+    mon = fl.Monitor(1, stream=None, gpu=False)
+    url = mon.serve(port=0)
+    mon.attach_timeline(poll_interval_ms=10)
+    mon.set_identity(label="resnet")  # named after the timeline was attached
+    assert "<title>flodl resnet — Timeline</title>" in _get(url, "/timeline.html")[1]
+    report = mon.save_html(tmp_path / "run.html")  # mid-run: the linked page exists already
+    assert '"timeline_page":"run.timeline.html"' in report.read_text()
+    assert "flodl resnet — Timeline" in (tmp_path / "run.timeline.html").read_text()
+    mon.close()
+
+
 def _get(url: str, path: str) -> tuple[int, str, dict[str, str]]:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)

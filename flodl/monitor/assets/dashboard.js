@@ -22,10 +22,11 @@
     return h > 0 ? h + "h " + String(m).padStart(2, "0") + "m" : m + "m " + String(r).padStart(2, "0") + "s";
   }
   function fmtVal(v) {
-    if (v === null || v === undefined) return "–";
+    if (typeof v !== "number") return "–";
     if (v === 0) return "0";
     const a = Math.abs(v);
-    if (a < 0.001) return v.toExponential(2).replace("e+", "e");
+    // exponent form below 0.001 and from a million, as the y-axis labels
+    if (a < 0.001 || a >= 1e6) return v.toExponential(2).replace("e+", "e");
     if (a < 100) return v.toFixed(4);
     return v.toFixed(2);
   }
@@ -39,36 +40,92 @@
   const fmtPct = (v) => (v === null || v === undefined ? "–" : v.toFixed(0) + "%");
 
   // ---- state ----
+  // Metric names are user strings: looked up with Object.hasOwn / Map / Set only, so a metric
+  // called "constructor" or "__proto__" is a metric like any other.
   const state = {
     byEpoch: new Map(),       // epoch (1-based) -> record; a re-sent epoch replaces, never duplicates
+    recs: [],                 // the same records in epoch order (kept sorted as they arrive)
     metricNames: [],          // every name ever seen, first-appearance order
+    metricSet: new Set(),
     total: boot.total || 0,
     complete: null,
     lastElapsed: null,
     lastElapsedAt: null,
+    eta: null,
+    run: boot.run || null,    // the run token of the events shown (live)
+    lostAt: null,             // when the live stream was lost (null while connected)
+    unreachable: false,       // the server no longer answers at all
   };
   const charts = new Map();   // metric name -> {card, canvas, last}
   const colorOf = (i) => PALETTE[i % PALETTE.length];
+  const hasMetric = (r, name) => Object.hasOwn(r.metrics, name);
+  // "NaN", "inf" or "-inf" for a metric logged non-finite (JSON carries it as null)
+  const nonFinite = (r, name) => (r.nonfinite && Object.hasOwn(r.nonfinite, name) ? String(r.nonfinite[name]) : "NaN/inf");
 
   function records() {
-    return Array.from(state.byEpoch.values()).sort((a, b) => a.epoch - b.epoch);
+    return state.recs;
+  }
+
+  // Records arrive in epoch order (replay, then live): appending is O(1); only a record out of
+  // order (or re-sent) costs a binary search.
+  function placeRecord(rec) {
+    const recs = state.recs;
+    if (!recs.length || rec.epoch > recs.at(-1).epoch) { recs.push(rec); return; }
+    let lo = 0, hi = recs.length;
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (recs[mid].epoch < rec.epoch) lo = mid + 1; else hi = mid; }
+    if (lo < recs.length && recs[lo].epoch === rec.epoch) recs[lo] = rec; else recs.splice(lo, 0, rec);
   }
 
   function processEpoch(rec) {
     if (!rec || typeof rec.epoch !== "number") return;
+    if (!rec.metrics || typeof rec.metrics !== "object") rec.metrics = {};
     state.byEpoch.set(rec.epoch, rec);
+    placeRecord(rec);
+    table.dirty.add(rec.epoch);
     if (rec.total) state.total = rec.total;
-    for (const name of Object.keys(rec.metrics || {})) {
-      if (!state.metricNames.includes(name)) state.metricNames.push(name);
+    for (const name of Object.keys(rec.metrics)) {
+      if (!state.metricSet.has(name)) { state.metricSet.add(name); state.metricNames.push(name); }
     }
-    const latest = records().at(-1);
-    if (latest === rec) {
+    if (state.recs.at(-1) === rec) {
       state.lastElapsed = rec.elapsed;
       state.lastElapsedAt = performance.now();
       state.eta = rec.eta;
     }
     if (!state.complete) setStatus("training", "Training");
     scheduleRender();
+  }
+
+  // A new run on the same port (a restarted script): forget everything shown, then show it.
+  function resetRun() {
+    state.byEpoch = new Map();
+    state.recs = [];
+    state.metricNames = [];
+    state.metricSet = new Set();
+    Object.assign(state, { total: 0, complete: null, lastElapsed: null, lastElapsedAt: null, eta: null });
+    for (const chart of charts.values()) chart.card.remove();
+    charts.clear();
+    table.rows.clear();
+    table.dirty.clear();
+    table.columns = "";
+    table.showAll = false;
+    $("epoch-table").tBodies[0].replaceChildren();
+    $("epoch-table").tHead.rows[0].replaceChildren();
+    for (const id of ["run-label", "run-hash", "hardware", "meta"]) $(id).textContent = "";
+    $("meta-card").hidden = true;
+    $("graph-card").hidden = true;
+    $("graph-img").removeAttribute("src");
+    $("graph-frame").removeAttribute("srcdoc");
+    shownGraph = null;
+    $("timeline-link").hidden = true;
+    $("epoch-counter").textContent = "Epoch –";
+    $("progress").style.width = "0%";
+    setStatus("waiting", "Waiting…");
+    scheduleRender();
+    const run = state.run;
+    fetch("/api/meta", { cache: "no-store" })
+      .then((r) => (r.ok ? r.json() : null))
+      .then((meta) => { if (meta && meta.run === run && state.run === run) applyMeta(meta); })
+      .catch(() => {});  // the stream's own meta events still come
   }
 
   function applyMeta(meta) {
@@ -78,7 +135,14 @@
     document.title = "flodl" + (meta.label ? " " + meta.label : "") +
       (boot.mode === "archive" ? " — Training Report" : " — Training Dashboard");
     $("hardware").textContent = meta.hardware || "";
-    $("timeline-link").hidden = !(meta.timeline && boot.mode !== "archive");
+    const link = $("timeline-link");
+    if (boot.mode === "archive") {
+      // the timeline page written beside the report (<report>.timeline.html), a relative link
+      if (meta.timeline_page) link.href = meta.timeline_page;
+      link.hidden = !meta.timeline_page;
+    } else {
+      link.hidden = !meta.timeline;
+    }
     if (meta.total) state.total = meta.total;
     if (meta.meta && Object.keys(meta.meta).length) {
       $("meta").textContent = JSON.stringify(meta.meta, null, 2);
@@ -147,7 +211,11 @@
   function tickElapsed() {
     let secs = state.lastElapsed;
     if (state.complete) secs = state.complete.elapsed;
-    else if (secs !== null && boot.mode === "live") secs += (performance.now() - state.lastElapsedAt) / 1000;
+    else if (secs !== null && boot.mode === "live") {
+      // a server that stopped answering: the clock stops where the connection was lost
+      const now = state.unreachable && state.lostAt !== null ? Math.max(state.lostAt, state.lastElapsedAt) : performance.now();
+      secs += (now - state.lastElapsedAt) / 1000;
+    }
     $("elapsed").textContent = fmtDur(secs);
   }
 
@@ -166,9 +234,14 @@
         chart = { card, canvas, last: lastVal, color: colorOf(i) };
         charts.set(name, chart);
       }
-      const points = recs.map((r) => [r.epoch, name in r.metrics ? r.metrics[name] : null]);
-      const lastPoint = points.filter((p) => p[1] !== null).at(-1);
-      chart.last.textContent = lastPoint ? fmtVal(lastPoint[1]) : "–";
+      const points = recs.map((r) => [r.epoch, hasMetric(r, name) ? r.metrics[name] : null]);
+      // the latest value, even when it is NaN or infinite: never an older finite one
+      let latest = null;
+      for (let k = recs.length - 1; k >= 0; k--) if (hasMetric(recs[k], name)) { latest = recs[k]; break; }
+      const value = latest ? latest.metrics[name] : null;
+      const bad = latest !== null && typeof value !== "number";
+      chart.last.textContent = !latest ? "–" : bad ? nonFinite(latest, name) : fmtVal(value);
+      chart.last.classList.toggle("bad", bad);
       drawChart(chart.canvas, [{ name, color: chart.color, points }], { fmt: fmtVal, axis: "value" });
     });
   }
@@ -220,42 +293,86 @@
     }
   }
 
+  // The epoch log, newest first. Rows are built once per epoch (again only when the epoch is
+  // re-sent or a new metric adds a column), and only the newest TABLE_ROWS are shown until
+  // "Show all" is pressed: a long run costs a few DOM moves per frame, not a rebuilt table.
+  const TABLE_ROWS = 500;
+  const table = { rows: new Map(), dirty: new Set(), columns: "", showAll: false };
+
+  function tableRow(r) {
+    const tr = document.createElement("tr");
+    tr.append(el("td", null, r.epoch + "/" + (r.total || state.total)), el("td", null, fmtDur(r.duration)));
+    for (const name of state.metricNames) {
+      if (!hasMetric(r, name)) { tr.append(el("td", null, "")); continue; }
+      const v = r.metrics[name];
+      tr.append(typeof v === "number" ? el("td", null, fmtVal(v)) : el("td", "bad", nonFinite(r, name)));
+    }
+    const res = r.resources || {}, parts = [];
+    if (res.cpu !== undefined) parts.push("CPU " + fmtPct(res.cpu));
+    if (res.rss !== undefined) parts.push("RSS " + fmtBytes(res.rss));
+    if (res.gpu !== undefined) parts.push("GPU " + fmtPct(res.gpu));
+    if (res.vram_alloc !== undefined) parts.push("VRAM " + fmtBytes(res.vram_alloc));
+    tr.append(el("td", null, parts.join("  ")));
+    return tr;
+  }
+
   function renderTable(recs) {
-    const table = $("epoch-table");
-    const headRow = table.tHead.rows[0];
+    const node = $("epoch-table"), body = node.tBodies[0];
     const columns = ["Epoch", "Time", ...state.metricNames, "Resources"];
-    if (headRow.cells.length !== columns.length) {
-      headRow.replaceChildren(...columns.map((c) => el("th", null, c)));
+    const key = JSON.stringify(columns);
+    if (key !== table.columns) {  // a new metric: every row gains a cell
+      table.columns = key;
+      node.tHead.rows[0].replaceChildren(...columns.map((c) => el("th", null, c)));
+      table.rows.clear();
+      body.replaceChildren();
     }
-    const body = document.createElement("tbody");
-    for (let i = recs.length - 1; i >= 0; i--) {
+    const shown = table.showAll ? recs.length : Math.min(recs.length, TABLE_ROWS);
+    let at = body.firstChild;
+    for (let i = recs.length - 1; i >= recs.length - shown; i--) {
       const r = recs[i];
-      const tr = document.createElement("tr");
-      tr.append(el("td", null, r.epoch + "/" + (r.total || state.total)), el("td", null, fmtDur(r.duration)));
-      for (const name of state.metricNames) tr.append(el("td", null, name in r.metrics ? fmtVal(r.metrics[name]) : ""));
-      const res = r.resources, parts = [];
-      if (res.cpu !== undefined) parts.push("CPU " + fmtPct(res.cpu));
-      if (res.rss !== undefined) parts.push("RSS " + fmtBytes(res.rss));
-      if (res.gpu !== undefined) parts.push("GPU " + fmtPct(res.gpu));
-      if (res.vram_alloc !== undefined) parts.push("VRAM " + fmtBytes(res.vram_alloc));
-      tr.append(el("td", null, parts.join("  ")));
-      body.append(tr);
+      let tr = table.rows.get(r.epoch);
+      if (!tr || table.dirty.has(r.epoch)) {
+        const fresh = tableRow(r);
+        if (tr) { if (at === tr) at = fresh; tr.replaceWith(fresh); }
+        tr = fresh;
+        table.rows.set(r.epoch, tr);
+      }
+      if (tr === at) at = at.nextSibling; else body.insertBefore(tr, at);
     }
-    table.replaceChild(body, table.tBodies[0]);
+    while (at) {  // older rows past the limit
+      const next = at.nextSibling;
+      at.remove();
+      at = next;
+    }
+    if (table.rows.size > shown) {
+      for (const [epoch, tr] of table.rows) if (!tr.isConnected) table.rows.delete(epoch);
+    }
+    table.dirty.clear();
+    const more = $("table-more");
+    more.hidden = shown >= recs.length;
+    more.textContent = "Show all " + recs.length + " epochs";
   }
 
   // ---- y-axis ticks: the same algorithm as flodl.monitor.axis (the tests compare the two) ----
   // Ticks on a nice step; each label shows the decimals its step needs, so neighbours differ.
   const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
-  const pow10 = (k) => (k >= 0 ? Number("1e" + k) : 1 / Number("1e" + -k));
+  const MAX_TICKS = 64;  // never more (a degenerate step could ask for millions)
+  // exact for |k| <= 22 (a division, not pow: pow may be off by one ulp); past 1e-300 in two
+  // steps, so that subnormal values get a (subnormal) power instead of 1 / Infinity = 0
+  const pow10 = (k) => (k >= 0 ? Number("1e" + k) : k >= -300 ? 1 / Number("1e" + -k) : 1 / Number("1e" + -(k + 300)) / 1e300);
   const round12 = (v) => { const r = +v.toPrecision(12); return r === 0 ? 0 : r; };
 
   function niceAxisStep(span, count, kind) {
-    const raw = span / Math.max(1, count);
+    return niceRawStep(span / Math.max(1, count), kind);
+  }
+
+  // [0, 0] when no step fits (a span that underflows): the caller draws no ticks
+  function niceRawStep(raw, kind) {
+    if (!(raw > 0 && isFinite(raw))) return [0, 0];
     const e = Math.floor(Math.log10(raw));
     if (kind === "duration" && raw > 1) {
       for (const s of TIME_STEPS) if (s >= raw) return [s, 0];
-      const [hours, he] = niceAxisStep(raw / 3600, 1, "value");
+      const [hours, he] = niceRawStep(raw / 3600, "value");
       return [round12(hours * 3600), Math.max(0, he)];
     }
     const n = raw / pow10(e);
@@ -301,8 +418,13 @@
     if (!(isFinite(lo) && isFinite(hi)) || hi <= lo) return [];
     let step = 0, e = 0, ticks = [];
     for (const parts of [count || 4, 2 * (count || 4), 4 * (count || 4)]) {  // finer if < 2 fit
-      [step, e] = niceAxisStep(hi - lo, parts, kind);
-      const first = Math.ceil(lo / step - 1e-9), last = Math.floor(hi / step + 1e-9);
+      // (hi - lo) overflows for a range such as ±1e308: divide first then
+      const span = hi - lo, raw = isFinite(span) ? span / parts : hi / parts - lo / parts;
+      [step, e] = niceRawStep(raw, kind);
+      if (!(step > 0 && isFinite(step))) return [];
+      const a = lo / step - 1e-9, b = hi / step + 1e-9;
+      if (!(isFinite(a) && isFinite(b)) || b - a > MAX_TICKS + 1) return [];
+      const first = Math.ceil(a), last = Math.floor(b);
       ticks = [];
       for (let k = first; k <= last; k++) ticks.push(round12(k * step));
       if (ticks.length >= 2) break;
@@ -323,13 +445,24 @@
     return (n >= 5 ? 10 : n >= 2 ? 5 : n >= 1 ? 2 : 1) * mag;
   }
 
+  // A chart scrolled out of view is painted when it comes back, not on every epoch: a run with
+  // hundreds of metrics repaints the few charts on screen.
+  const onScreen = "IntersectionObserver" in window ? new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      const canvas = entry.target;
+      canvas._visible = entry.isIntersecting;
+      if (canvas._visible && canvas._stale) { canvas._stale = false; paint(canvas, null); }
+    }
+  }, { rootMargin: "300px" }) : null;
+
   function drawChart(canvas, series, opts) {
     canvas._chart = { series, opts };
     // how many points are drawn: lets a test (or a curious user) see the chart follow the data
     canvas.dataset.points = series.reduce((n, s) => n + s.points.filter((p) => p[1] !== null && isFinite(p[1])).length, 0);
-    paint(canvas, null);
+    if (canvas._visible === false) canvas._stale = true; else paint(canvas, null);
     if (!canvas._hooked) {
       canvas._hooked = true;
+      if (onScreen) onScreen.observe(canvas);
       canvas.addEventListener("mousemove", (ev) => hover(canvas, ev));
       canvas.addEventListener("mouseleave", () => { $("tooltip").hidden = true; paint(canvas, null); });
     }
@@ -337,17 +470,26 @@
 
   function layout(canvas) {
     const { series, opts } = canvas._chart;
-    const xs = [], ys = [];
-    for (const s of series) for (const [x, y] of s.points) { xs.push(x); if (y !== null && isFinite(y)) ys.push(y); }
-    let y0 = opts.yMin ?? Math.min(...ys), y1 = opts.yMax ?? Math.max(...ys);
-    if (!ys.length) { y0 = 0; y1 = 1; }
-    if (y0 === y1) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
-    if (opts.yMin === undefined) { const pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad; }
-    const x0 = xs.length ? Math.min(...xs) : 1, x1 = xs.length ? Math.max(...xs) : 1;
+    // loops, not Math.min(...array): a spread of a long run's points overflows the call stack
+    let x0 = Infinity, x1 = -Infinity, lo = Infinity, hi = -Infinity;
+    for (const s of series) for (const [x, y] of s.points) {
+      if (x < x0) x0 = x;
+      if (x > x1) x1 = x;
+      if (typeof y === "number" && isFinite(y)) { if (y < lo) lo = y; if (y > hi) hi = y; }
+    }
+    if (x0 > x1) { x0 = 1; x1 = 1; }
+    let y0 = opts.yMin ?? lo, y1 = opts.yMax ?? hi;
+    if (!(lo <= hi)) { y0 = opts.yMin ?? 0; y1 = opts.yMax ?? 1; }
+    const BIG = Number.MAX_VALUE;
+    if (y0 === y1) { const d = Math.abs(y0) * 0.1 || 1; y0 = Math.max(-BIG, y0 - d); y1 = Math.min(BIG, y1 + d); }
+    if (opts.yMin === undefined) {  // 5% above and below, computed so that ±1e308 stays finite
+      const pad = y1 * 0.05 - y0 * 0.05;
+      y0 = Math.max(-BIG, y0 - pad); y1 = Math.min(BIG, y1 + pad);
+    }
     const w = canvas.clientWidth, h = canvas.clientHeight;
     const box = { left: 58, right: w - 12, top: opts.legend ? 22 : 8, bottom: h - 22 };
     const sx = (x) => box.left + (x1 === x0 ? (box.right - box.left) / 2 : ((x - x0) / (x1 - x0)) * (box.right - box.left));
-    const sy = (y) => box.bottom - ((y - y0) / (y1 - y0)) * (box.bottom - box.top);
+    const sy = (y) => box.bottom - ((y / 2 - y0 / 2) / (y1 / 2 - y0 / 2)) * (box.bottom - box.top);
     return { x0, x1, y0, y1, w, h, box, sx, sy };
   }
 
@@ -437,8 +579,11 @@
   }
 
   window.addEventListener("resize", scheduleRender);
+  $("table-more").addEventListener("click", () => { table.showAll = true; scheduleRender(); });
 
   // ---- data sources ----
+  const RETRY_MS = 5000, LOST_MS = 6000;  // the live stream's timings (below)
+  let source = null, lastId = null, probing = false, lastProbe = 0;
   applyMeta(boot);
   if (boot.mode === "archive") {
     $("mode").textContent = "archived report";
@@ -454,18 +599,76 @@
     scheduleRender();
   } else {
     $("mode").textContent = "live";
-    const source = new EventSource("/events");
-    source.addEventListener("epoch", (ev) => processEpoch(JSON.parse(ev.data)));
-    source.addEventListener("meta", (ev) => applyMeta(JSON.parse(ev.data)));
-    source.addEventListener("complete", (ev) => {
-      state.complete = JSON.parse(ev.data);
-      setStatus(endStatus(state.complete), state.complete.text || "Complete");
+    connect();
+    setInterval(watchConnection, 1000);
+  }
+
+  // ---- the live stream ----
+  // The browser reconnects a dropped stream itself (Last-Event-ID). It gives up for good on an
+  // error status (503: max_clients tabs already open): then a new EventSource is opened after
+  // RETRY_MS (the server's Retry-After), resuming with ?last=. A server that stops answering for
+  // LOST_MS is reported as gone, and the elapsed clock stops where the connection was lost.
+
+  function connect() {
+    source = new EventSource("/events" + (lastId ? "?last=" + encodeURIComponent(lastId) : ""));
+    const on = (name, handle) => source.addEventListener(name, (ev) => {
+      seen(ev.lastEventId);
+      handle(JSON.parse(ev.data));
+    });
+    on("epoch", processEpoch);
+    on("meta", applyMeta);
+    on("complete", (complete) => {
+      state.complete = complete;
+      setStatus(endStatus(complete), complete.text || "Complete");
       source.close();  // otherwise the browser would reconnect when the stream ends
       scheduleRender();
     });
-    source.addEventListener("open", () => { if (!state.complete) setStatus(state.byEpoch.size ? "training" : "waiting", state.byEpoch.size ? "Training" : "Waiting…"); });
-    source.addEventListener("error", () => { if (!state.complete) setStatus("disconnected", "Reconnecting…"); });
-    setInterval(() => { if (!state.complete) tickElapsed(); }, 1000);
+    source.addEventListener("open", () => {
+      connected();
+      if (!state.complete) setStatus(state.recs.length ? "training" : "waiting", state.recs.length ? "Training" : "Waiting…");
+    });
+    source.addEventListener("error", () => {
+      if (state.complete) return;
+      if (state.lostAt === null) state.lostAt = performance.now();
+      if (!state.unreachable) setStatus("disconnected", "Reconnecting…");
+      if (source.readyState === EventSource.CLOSED) setTimeout(() => { if (!state.complete) connect(); }, RETRY_MS);
+    });
   }
+
+  // Every event id is "<run token>-<number>": another token is another run on this port.
+  function seen(id) {
+    if (!id) return;
+    const run = id.split("-")[0];
+    if (state.run !== null && run !== state.run) { state.run = run; resetRun(); }
+    state.run = run;
+    lastId = id;
+    connected();
+  }
+
+  function connected() {
+    if (state.lostAt === null) return;
+    state.lostAt = null;
+    state.unreachable = false;
+  }
+
+  function watchConnection() {
+    if (state.complete) return;
+    tickElapsed();
+    const now = performance.now();
+    if (state.lostAt === null || now - state.lostAt < LOST_MS || probing || now - lastProbe < 3000) return;
+    probing = true;  // is the server there at all (a busy one answers, a stopped one does not)?
+    lastProbe = now;
+    fetch("/api/history", { method: "HEAD", cache: "no-store" })
+      .then(() => false, () => true)
+      .then((gone) => {
+        probing = false;
+        if (state.lostAt === null || state.complete) return;
+        state.unreachable = gone;
+        if (gone) setStatus("disconnected", "Disconnected — the training process may have ended");
+        else setStatus("disconnected", "Reconnecting…");
+        tickElapsed();
+      });
+  }
+
   window.flodlDashboard = { state, records, axisTicks };  // for tests and the curious
 })();
