@@ -32,7 +32,7 @@ from flodl.train.builder_runtime import (
     wait_final,
 )
 from flodl.train.checkpointing import SaveFdl
-from flodl.train.errors import CoordinatorGoneError, TrainerConfigError
+from flodl.train.errors import CoordinatorGoneError, TrainerConfigError, rank_failure
 from flodl.train.metrics import EpochMetrics, RankEvents
 from flodl.train.process_group import init_launched_group
 from flodl.train.resume import (
@@ -42,7 +42,7 @@ from flodl.train.resume import (
     restarts_allowed,
     resume_point,
 )
-from flodl.train.self_launch import existing_cuda_device
+from flodl.train.self_launch import die_with_parent, existing_cuda_device
 from flodl.train.train_spec import TrainSpec
 from flodl.train.trained_state import TrainedState, TrainingError
 from flodl.train.transport import KeyStream, heartbeat_timeout, progress_key
@@ -167,7 +167,11 @@ class MetricsFeed:
         self._pump.join(timeout=5)
 
 
-def _spawn_entry(rank: int, world: int, payload: bytes, host: str, port: int, device: str) -> None:
+def _spawn_entry(
+    rank: int, world: int, payload: bytes, host: str, port: int, device: str, parent: int
+) -> None:
+    # A rank outliving its parent would wait on the parent's store for minutes: die with it.
+    die_with_parent(parent)
     reported: list[BaseException] = []
 
     def report(err: BaseException) -> None:
@@ -270,21 +274,28 @@ class SpawnedRun:
         self.processes = [
             ctx.Process(
                 target=_spawn_entry,
-                args=(r, self.world, payload, "127.0.0.1", port, d),
+                args=(r, self.world, payload, "127.0.0.1", port, d, os.getpid()),
                 name=f"flodl-rank-{r}",
                 daemon=True,
             )
             for r, d in enumerate(devices)
         ]
-        for p in self.processes:
-            p.start()
         self._result: TrainedState | None = None
         self._error: BaseException | None = None
         self._interrupted: BaseException | None = None  # Ctrl-C in join(): what ended the run
         self._on_done = on_done
         self._stuck: dict[int, str] = {}  # ranks stopped for a silent heartbeat: why
+        # The supervisor thread starts the ranks: a rank dies when the thread that started it
+        # ends (die_with_parent), and this one outlives them, whichever thread called run().
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="flodl-supervisor", daemon=True)
         self._thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            self.feed.close()
+            raise self._start_error
 
     def join(self) -> TrainedState:
         try:
@@ -300,6 +311,15 @@ class SpawnedRun:
         return self._result
 
     def _run(self) -> None:
+        try:
+            for p in self.processes:
+                p.start()
+        except BaseException as err:
+            self._start_error = err
+            self._reap(kill=True)
+            return
+        finally:
+            self._started.set()
         try:
             self._result = self._supervise()
         except BaseException as err:
@@ -349,7 +369,9 @@ class SpawnedRun:
                 message = self._death_message(rank, failed[rank], crashes)
                 summary, _, details = message.partition("\n")
                 partial, note = self._survivors(exclude=rank)
-                raise TrainingError(summary + note, rank=rank, details=details, partial=partial)
+                if not details:  # killed, or stopped by us: the summary says it all
+                    raise TrainingError(summary + note, rank=rank, partial=partial)
+                raise rank_failure(rank, details, how=summary, note=note, partial=partial)
             if all(p.exitcode == 0 for p in self.processes) and not self.store.check([FINAL_KEY]):
                 raise TrainingError("every rank exited but no final state was published")
             now = time.monotonic()
@@ -441,9 +463,10 @@ class SpawnedRun:
     def _reap(self, *, kill: bool) -> None:
         """Wait for the ranks to exit; after a failure, do not wait on survivors stuck in a collective."""
         deadline = time.monotonic() + (0.5 if kill else 10.0)
-        for p in self.processes:
+        started = [p for p in self.processes if p.pid is not None]
+        for p in started:
             p.join(timeout=max(deadline - time.monotonic(), 0.05))
-        for p in self.processes:
+        for p in started:
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
@@ -527,10 +550,12 @@ def run_under_launcher(spec: TrainSpec, on_epoch: Callable[[EpochMetrics], None]
     ``checkpoint_every`` wrote in an earlier attempt (see :mod:`flodl.train.resume`).
     """
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+    device = launched_device(spec.devices, world)
     if not dist.is_initialized():
-        init_launched_group("nccl" if device.startswith("cuda") else "gloo", spec.timeout)
+        # As Graph mode: NCCL only when every device named is a GPU (gloo reduces CUDA too).
+        named = spec.devices or [device]
+        gpus = all(torch.device(d).type == "cuda" for d in named)
+        init_launched_group("nccl" if gpus else "gloo", spec.timeout)
     # MASTER_ADDR is the address of the node hosting rank 0 (every node can reach it), also
     # when the launcher's rendezvous endpoint is elsewhere.
     host = os.environ["MASTER_ADDR"]
@@ -567,6 +592,23 @@ def run_under_launcher(spec: TrainSpec, on_epoch: Callable[[EpochMetrics], None]
             feed.close()
         if not gone:
             _release(master, host, port, world, spec.timeout)
+
+
+def launched_device(requested: list[str] | None, world: int) -> str:
+    """A launched rank's device: ``requested[LOCAL_RANK]`` when ``.devices(...)`` names one per
+    rank on this machine, else ``cuda:LOCAL_RANK`` (or the CPU without CUDA). Another count
+    than the launcher's local ranks is a :class:`TrainerConfigError`, as in Graph mode."""
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if not requested:
+        return f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if len(requested) != local_world:
+        raise TrainerConfigError(
+            f"Trainer.builder: devices names {len(requested)} device(s) but the launcher "
+            f"started {local_world} rank(s) on this machine (world of {world}); pass one device "
+            "per local rank, or leave .devices(...) out to take cuda:LOCAL_RANK (or the CPU)"
+        )
+    return resolve_devices(requested)[local]
 
 
 def _resume_point(spec: TrainSpec) -> tuple[str | None, ResumePoint | None]:

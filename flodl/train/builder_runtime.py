@@ -30,7 +30,9 @@ from flodl.train.errors import (
     CoordinatorLostError,
     TrainerConfigError,
     TrainingError,
+    failed_at,
     naming_ranks,
+    rank_failure,
 )
 from flodl.train.guard import ConvergenceGuard
 from flodl.train.lockstep import LockstepRank, runs_in_lockstep
@@ -75,7 +77,9 @@ def _build(
     collective=None,
     resume: ResumePoint | None = None,
 ) -> Worker:
-    dataset = spec.resolve_dataset()
+    # The factories may ask where they run (fl.train.current()); the worker installs its own.
+    step_context.install(step_context.WorkerContext(rank=rank, world_size=world, device=device))
+    dataset = as_source(spec.resolve_dataset())
     model = spec.model_factory(device)
     if not isinstance(model, torch.nn.Module):
         raise TrainerConfigError(
@@ -83,6 +87,8 @@ def _build(
         )
     model = model.to(device)
     model.train()
+    if world > 1:
+        check_ranks_agree(spec, rank, world, require_samples(dataset), model, resume)
     if resume is not None and rank == 0:  # only rank 0 reads the file; the broadcast does the rest
         load_model(model, resume.model_path)
     if world > 1:  # every replica starts from rank 0's weights
@@ -124,6 +130,78 @@ def _build(
     return worker
 
 
+def check_ranks_agree(
+    spec: TrainSpec,
+    rank: int,
+    world: int,
+    dataset_size: int,
+    model: torch.nn.Module,
+    resume: ResumePoint | None = None,
+) -> None:
+    """Before the first broadcast, one small collective: every rank's dataset size and parameter
+    layout. Factories run in every rank, and one that builds something else on some rank (other
+    data, another architecture) would otherwise train on part of the data, hang in a collective
+    or fail deep in gloo. Every rank raises the same :class:`TrainerConfigError`; so does a
+    dataset too small for one batch per rank (the check ``run()`` makes for data it holds)."""
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, (dataset_size, model_layout(model)))
+    sizes = [size for size, _ in gathered]
+    if len(set(sizes)) > 1:
+        each = ", ".join(f"{n} samples on rank {r}" for r, n in enumerate(sizes))
+        raise TrainerConfigError(
+            f"the dataset factory built different data on the ranks ({each}) — every rank "
+            "must build the same dataset (the ranks split one epoch order by index)"
+        )
+    for other in range(1, world):
+        difference = first_difference(gathered[0][1], gathered[other][1], other)
+        if difference is not None:
+            raise TrainerConfigError(
+                f"model_factory built different parameters on rank 0 and rank {other}: "
+                f"{difference} — every rank must build the same architecture (the replicas "
+                "start from rank 0's weights and are averaged element by element)"
+            )
+    coordinator_for(spec, world, dataset_size, resume)  # the settings' checks, on this size
+
+
+def model_layout(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, dtype) of every parameter and buffer, in the order they are averaged."""
+    named = [*model.named_parameters(), *(("buffer " + n, b) for n, b in model.named_buffers())]
+    return [(name, tuple(t.shape), str(t.dtype).removeprefix("torch.")) for name, t in named]
+
+
+def first_difference(
+    ours: list[tuple[str, tuple[int, ...], str]],
+    theirs: list[tuple[str, tuple[int, ...], str]],
+    rank: int,
+) -> str | None:
+    """The first way rank ``rank``'s layout differs from rank 0's, said for a person; None if
+    they are the same.
+
+    >>> a = [("w", (8, 4), "float32")]
+    >>> first_difference(a, [("w", (12, 4), "float32")], 1)
+    'w is (8, 4) float32 on rank 0, (12, 4) float32 on rank 1'
+    >>> first_difference(a, [*a, ("extra.weight", (1, 1), "float32")], 1)
+    'rank 1 has extra.weight (1, 1) float32, which rank 0 lacks'
+    """
+    if ours == theirs:
+        return None
+
+    def said(entry: tuple[str, tuple[int, ...], str]) -> str:
+        return f"{tuple(entry[1])} {entry[2]}"
+
+    for a, b in zip(ours, theirs, strict=False):
+        if a == b:
+            continue
+        if a[0] == b[0]:
+            return f"{a[0]} is {said(a)} on rank 0, {said(b)} on rank {rank}"
+        return f"rank 0 has {a[0]} {said(a)} where rank {rank} has {b[0]} {said(b)}"
+    if len(theirs) > len(ours):
+        extra = theirs[len(ours)]
+        return f"rank {rank} has {extra[0]} {said(extra)}, which rank 0 lacks"
+    missing = ours[len(theirs)]
+    return f"rank 0 has {missing[0]} {said(missing)}, which rank {rank} lacks"
+
+
 def built_scheduler(spec: TrainSpec, world: int) -> Any:
     """The scheduler ``spec.scheduler_factory(world)`` builds (None without a factory), checked."""
     if spec.scheduler_factory is None:
@@ -158,7 +236,8 @@ def _run_single(
     n = worker.dataset_size
     if n < worker.batch_size:
         raise TrainerConfigError(
-            f"the dataset has {n} samples, fewer than one batch of {worker.batch_size}"
+            f"the dataset has {n} samples, fewer than one batch of {worker.batch_size}: every "
+            "epoch would have 0 batches — use a smaller batch_size"
         )
     for epoch in range(spec.epochs()):
         msg = worker.run_plan(EpochPlan(epoch, 0, n))
@@ -236,8 +315,7 @@ def rank_main(
                 spec, rank, world, torch_device, store, heartbeat, resume, resume_token, launched
             )
         if rank == 0:  # the coordinator runs here: its messages to rank 0 stay in-process
-            link = channel = LocalLink()
-            coordinator = CoordinatorThread(spec, world, host, port, resume, local=link)
+            channel = LocalLink()
         else:
             channel = RankChannel(
                 host,
@@ -250,7 +328,10 @@ def rank_main(
         worker = _build(spec, rank, world, torch_device, channel, GlooCollective(world), resume)
         if resume_token is not None and isinstance(worker.checkpoint_fn, SaveFdl):
             worker.checkpoint_fn = ResumableCheckpoint(worker.checkpoint_fn, worker, resume_token)
-        if coordinator is not None:
+        if isinstance(channel, LocalLink):  # rank 0: after the ranks agreed on the data's size
+            coordinator = CoordinatorThread(
+                spec, world, host, port, worker.dataset_size, resume, local=channel
+            )
             coordinator.start()
         log.info("rank %d of %d joined on %s", rank, world, device)
         try:
@@ -338,9 +419,7 @@ def _run_lockstep(
                 ) from err
         raise
     except BaseException as err:
-        err.add_note(
-            f"rank {rank} failed at local step {worker.local_step} (epoch {worker.current_epoch})"
-        )
+        err.add_note(failed_at(rank, worker.local_step, worker.current_epoch))
         raise
     finally:
         flush_checkpoints()
@@ -382,9 +461,7 @@ def wait_final(store: dist.TCPStore, timeout: float) -> TrainedState:
     state, errors = pickle.loads(store.get(FINAL_KEY))
     if errors:
         rank, details = first_cause(errors)
-        raise TrainingError(
-            f"training failed on rank {rank}", rank=rank, details=details, partial=state
-        )
+        raise rank_failure(rank, details, partial=state)
     if state is None:
         raise TrainingError("training ended without a final state from any rank")
     return state
@@ -426,15 +503,14 @@ class CoordinatorThread(threading.Thread):
         world: int,
         host: str,
         port: int,
+        dataset_size: int,
         resume: ResumePoint | None = None,
         local: LocalLink | None = None,
     ) -> None:
         super().__init__(name="flodl-coordinator", daemon=True)
         self.spec, self.world = spec, world
         self.channel = CoordinatorChannel(host, port, world, local)
-        self.coord = coordinator_for(
-            spec, world, require_samples(as_source(spec.resolve_dataset())), resume
-        )
+        self.coord = coordinator_for(spec, world, dataset_size, resume)
         self._metrics = KeyWriter(self.channel.store, "metrics")
         self._late_events: list[dict[str, Any]] = []  # sent with the ranks' Exiting messages
         # The anchor El Che starts from: a change the first batch of messages makes is a change.

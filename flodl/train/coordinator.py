@@ -126,8 +126,8 @@ class CoordinatorConfig:
         if self.dataset_size < self.batch_size * self.world:
             raise TrainerConfigError(
                 f"the dataset has {self.dataset_size} samples, fewer than one batch of "
-                f"{self.batch_size} per rank ({self.world} ranks) — use a smaller batch_size or "
-                "fewer devices"
+                f"{self.batch_size} per rank ({self.world} ranks): every epoch would have 0 "
+                "batches on some rank — use a smaller batch_size or fewer devices"
             )
         check_partition_ratios(self.partition_ratios, self.world, self.is_progressive)
         if self.max_batches_per_rank is not None:  # a smoke run: epochs shrink to the cap

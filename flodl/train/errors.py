@@ -15,6 +15,7 @@ resolve in the modules that defined them, with a ``DeprecationWarning``.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from flodl.errors import FlodlError
@@ -45,11 +46,65 @@ class TrainingError(FlodlError):
         rank: int | None = None,
         details: str = "",
         partial: TrainedState | None = None,
+        step: int | None = None,
+        epoch: int | None = None,
     ):
         super().__init__(message + (f"\n{details}" if details else ""))
         self.rank = rank
         self.details = details
         self.partial = partial
+        self.step = step  # the failing rank's local step, when it failed in training
+        self.epoch = epoch
+
+
+def failed_at(rank: int, step: int, epoch: int | None) -> str:
+    """The note a rank adds to what it raised in training (read back by :func:`rank_failure`)."""
+    return f"rank {rank} failed at local step {step} (epoch {epoch})"
+
+
+_FAILED_AT = re.compile(r"rank \d+ failed at local step (\d+) \(epoch (\d+|None)\)")
+
+
+def error_line(details: str) -> str | None:
+    r"""The exception a formatted traceback ends with, its first line and without the module
+    path (``ValueError: boom``); None when ``details`` is not a traceback.
+
+    >>> error_line("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+    ...            "    g()\nflodl.errors.Oops: it broke\nsecond line\n")
+    'Oops: it broke'
+    """
+    lines = details.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if not starts:
+        return None
+    for line in lines[starts[-1] + 1 :]:
+        if line and not line.startswith(" "):
+            return re.sub(r"^(?:\w+\.)+(?=\w+(?::|$))", "", line)
+    return None
+
+
+def rank_failure(
+    rank: int, details: str, *, how: str = "", note: str = "", partial: TrainedState | None = None
+) -> TrainingError:
+    """The :class:`TrainingError` for ``rank``, which reported ``details`` (its traceback): led
+    by what it raised and where (``training failed on rank 1 at local step 2 (epoch 0):
+    ValueError: ...``), then ``how`` it ended in parentheses, then ``note``."""
+    found = _FAILED_AT.search(details)
+    step = int(found[1]) if found else None
+    epoch = int(found[2]) if found and found[2] != "None" else None
+    at = f" at local step {step} (epoch {epoch})" if found else ""
+    error = error_line(details)
+    if error is None and details.strip():  # a one-line verdict (killed, stuck): lead with it
+        error = details.strip().splitlines()[0]
+    head = f"training failed on rank {rank}{at}" + (f": {error}" if error else "")
+    return TrainingError(
+        head + (f" ({how})" if how else "") + note,
+        rank=rank,
+        details=details,
+        partial=partial,
+        step=step,
+        epoch=epoch,
+    )
 
 
 def rank_list(ranks: list[int]) -> str:

@@ -231,6 +231,7 @@ class GraphSession:
         self.cadence: Cadence | None = None
         self.local_ranks: LocalRanks | None = None  # the ranks this process started, if any
         self.balancer: Balancer | None = None  # lockstep with per-rank shares of each batch
+        self._warned_nonfinite = False
         if topology is None:
             self.rank, self.world_size, self.group = 0, 1, None
             self.device = torch.device("cpu")
@@ -503,7 +504,28 @@ class GraphSession:
         else:
             step = lambda: self._optimizer_step(graph)  # noqa: E731
             batches = self.cadence.epoch(self.loader, epoch, graph, step)
-        return _EpochEnd(batches, epoch)
+        return _EpochEnd(batches, epoch, lambda: self._check_finite(graph, epoch))
+
+    def _check_finite(self, graph: nn.Module | None, epoch: int) -> None:
+        """After an epoch: warn (rank 0, once) when the parameters are no longer finite. Once
+        per epoch, not per step: a step would pay a host sync for it. The ranks' parameters
+        are averaged, so one rank's NaN reaches every rank; none can tell which had it first."""
+        if self._warned_nonfinite or graph is None or self.rank != 0:
+            return
+        params = [p.detach() for p in graph.parameters()]
+        if not params or bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
+            return
+        self._warned_nonfinite = True
+        log.warning(
+            "graph mode: the parameters are not finite after epoch %d (training step %d)%s — "
+            "lower the learning rate or clip gradients (fl.DdpConfig(max_grad_norm=...)); "
+            "training goes on",
+            epoch,
+            self.training_step,
+            ": a NaN or inf loss on some rank was averaged into every rank"
+            if self.is_distributed
+            else "",
+        )
 
 
 class _Batches:
@@ -544,10 +566,12 @@ class _EpochEnd(_Batches):
     """An epoch's batches, plus the timeline's ``epoch_end`` event once iteration has consumed
     them all."""
 
-    def __init__(self, batches: Any, epoch: int) -> None:
+    def __init__(self, batches: Any, epoch: int, at_end: Callable[[], None]) -> None:
         super().__init__(batches)
         self._epoch = epoch
+        self._at_end = at_end
 
     def __iter__(self) -> Iterator[Any]:
         yield from self._batches
+        self._at_end()
         timeline.emit("epoch_end", epoch=self._epoch)

@@ -76,7 +76,10 @@ def init_launched_group(
     once the launcher's store is reached, before the group forms (a self-launched rank checks
     in there)."""
     limit = timedelta(seconds=timeout)
-    store, rank, world = next(dist.rendezvous("env://", timeout=limit))
+    try:
+        store, rank, world = next(dist.rendezvous("env://", timeout=limit))
+    except RuntimeError as err:  # DistStoreError, DistNetworkError: nobody came, or no store
+        raise _no_rendezvous(err, timeout) from err
     store.set_timeout(limit)
     if before_join is not None:
         before_join(store)
@@ -87,6 +90,21 @@ def init_launched_group(
     except dist.DistStoreError as err:  # its wait for every rank timed out
         raise _not_joined(prefixed, world, timeout) from err
     register_group(prefixed)
+
+
+def _no_rendezvous(err: RuntimeError, timeout: float) -> TrainingError:
+    """The error for a launcher's environment whose ranks never met. Without torchrun's own
+    variables it is most likely left over in the shell, and the ranks would never come."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    env = ", ".join(f"{v}={os.environ.get(v)}" for v in ("RANK", "WORLD_SIZE"))
+    message = f"the ranks did not meet within {timeout:g} s ({first})"
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        message += (
+            f". RANK/WORLD_SIZE are set in the environment ({env}), so flodl waits for the other "
+            "ranks of a launcher; if no launcher started this process, unset RANK, WORLD_SIZE, "
+            "MASTER_ADDR and MASTER_PORT to let .devices(...) (or setup's devices=) start the ranks"
+        )
+    return TrainingError(message)
 
 
 def _not_joined(store: dist.Store, world: int, timeout: float) -> TrainingError:

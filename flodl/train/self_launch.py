@@ -304,12 +304,15 @@ def _wait_for_ranks(store: dist.TCPStore, ranks: LocalRanks, timeout: float) -> 
 def check_in(store: dist.Store) -> None:
     """In a rank rank 0 started: say it reached setup, and die with rank 0."""
     rank = int(os.environ["RANK"])
-    _die_with_parent(int(os.environ[LAUNCHED_BY]))
+    die_with_parent(int(os.environ[LAUNCHED_BY]))
     store.set(READY_KEY.format(rank), "1")
 
 
-def _die_with_parent(parent: int) -> None:
-    """Ask the kernel to kill this process when rank 0 (its parent) dies (Linux)."""
+def die_with_parent(parent: int) -> None:
+    """Ask the kernel to kill this process when its parent (pid ``parent``) dies (Linux).
+
+    The kernel sends the signal when the parent *thread* that started this process ends, so
+    the parent must start it from a thread that outlives it."""
     if not sys.platform.startswith("linux"):
         return
     try:

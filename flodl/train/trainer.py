@@ -35,6 +35,7 @@ from flodl.monitor import timeline
 from flodl.train import config as cfg
 from flodl.train.builder_launch import (
     SpawnedRun,
+    launched_device,
     resolve_devices,
     run_local,
     run_under_launcher,
@@ -366,6 +367,7 @@ class TrainerBuilder:
 
         if under_launcher():
             rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            launched_device(spec.devices, world)  # .devices(...) agrees with the launcher's
             check_for_world(spec, world)
             handle = TrainingHandle(world, [])
             # Every rank runs the script; only rank 0 logs epochs, so only rank 0 finishes.

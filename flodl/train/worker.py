@@ -8,6 +8,7 @@ collective never waits on a rank that is idle.
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from collections import deque
@@ -24,7 +25,7 @@ from flodl.log import TRACE, get_logger
 from flodl.monitor import timeline
 from flodl.train import step_context
 from flodl.train.checkpointing import flush_checkpoints, save_version
-from flodl.train.errors import CollectiveError
+from flodl.train.errors import CollectiveError, failed_at
 from flodl.train.local_step import LocalStep
 from flodl.train.messages import (
     ApplyPolicy,
@@ -115,6 +116,7 @@ class Worker:
             self._sampler = ResourceSampler(gpu=device.type == "cuda")
         self.channel, self.collective = channel, collective
         self.local_step = 0
+        self._warned_nonfinite = False
         self.global_step = 0
         self._counted = 0  # the local steps included in global_step
         self.steps_since_avg = 0
@@ -137,7 +139,18 @@ class Worker:
                 f"train_step must return a scalar loss tensor, got {type(loss).__name__}"
                 + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else "")
             )
-        value = float(loss.detach())
+        value = float(loss.detach())  # the host sync this costs is paid already
+        if not math.isfinite(value) and not self._warned_nonfinite:
+            self._warned_nonfinite = True  # once: every later step would say it again
+            log.warning(
+                "rank %d: the loss is %s at local step %d (epoch %s)%s — lower the learning "
+                "rate or clip gradients (.max_grad_norm); training goes on",
+                self.rank,
+                value,
+                self.local_step,
+                self.current_epoch,
+                ", and averaging spreads it to every replica" if self.world > 1 else "",
+            )
         self.local.run(self.model.parameters(), step=step, loss=loss)
         self.local_step += 1
         self.steps_since_avg += 1
@@ -373,7 +386,7 @@ def forwarded_events() -> list[dict[str, Any]]:
 
 
 def _describe(err: BaseException, worker: Worker) -> str:
-    return (
-        f"rank {worker.rank} failed at local step {worker.local_step} "
-        f"(epoch {worker.current_epoch}):\n" + "".join(traceback.format_exception(err))
-    )
+    """The traceback the coordinator reports, with where the rank failed (also noted on the
+    exception, so the rank's own crash report says it too)."""
+    err.add_note(failed_at(worker.rank, worker.local_step, worker.current_epoch))
+    return "".join(traceback.format_exception(err))

@@ -225,6 +225,22 @@ def test_epoch_iterates_the_attached_loader_deterministically():
     assert order(0) == order(0) and order(0) != order(1)
 
 
+def test_parameters_gone_non_finite_are_warned_about_after_the_epoch(caplog):
+    model = make_graph()
+    fl.Trainer.setup(model, None, sgd)
+    model.set_data_loader(fl.data.DataLoader.from_tensors(*regression()).batch_size(16))
+    for epoch in range(2):
+        for x, y in model.epoch(epoch):
+            loss = nn.functional.mse_loss(model(x), y)
+            (loss * float("nan") if model.training_step == 1 else loss).backward()
+            model.step()
+    said = [r.getMessage() for r in caplog.records if "not finite" in r.getMessage()]
+    assert said == [  # once, at the first epoch's end
+        "graph mode: the parameters are not finite after epoch 0 (training step 4) — lower the "
+        "learning rate or clip gradients (fl.DdpConfig(max_grad_norm=...)); training goes on"
+    ]
+
+
 def test_epoch_without_a_loader_and_wrong_loaders_are_clear_errors():
     model = make_graph()
     fl.Trainer.setup(model, None, sgd)

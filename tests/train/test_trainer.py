@@ -10,6 +10,10 @@ import logging
 import pickle
 import re
 import shutil
+import signal
+import socket
+import subprocess
+import sys
 import time
 
 import psutil
@@ -19,6 +23,7 @@ import torch
 import flodl as fl
 from flodl.checkpoint import background
 from flodl.train.errors import TrainerConfigError
+from tests.conftest import clean_env
 from tests.fixtures.failing_saves import writer_held
 from tests.train import toy
 from tests.train.leftovers import Leftovers
@@ -132,8 +137,8 @@ def test_bad_values_are_rejected_at_the_setter(call, message):
         ),
         (
             lambda b: b.batch_size(300),
-            "the dataset has 512 samples, fewer than one batch of 300 per rank (2 ranks) — use a "
-            "smaller batch_size or fewer devices",
+            "the dataset has 512 samples, fewer than one batch of 300 per rank (2 ranks): every "
+            "epoch would have 0 batches on some rank — use a smaller batch_size or fewer devices",
         ),
         (lambda b: b.max_anchor(0), "max_anchor must be an integer >= 1, got 0"),
     ],
@@ -144,6 +149,52 @@ def test_multi_rank_config_errors_fail_run_before_any_process_starts(tweak, mess
         tweak(builder().num_epochs(1).devices(["cpu", "cpu"])).run()
     assert str(info.value) == message
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def launcher_env(monkeypatch, **extra: str) -> None:
+    """Rank 0 of 2 as a launcher's environment says (no torchrun variables), nobody else coming."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    for name, value in {**env, **extra}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+
+
+def test_under_a_launcher_devices_must_name_one_device_per_local_rank(monkeypatch):
+    # Ignored before: a launcher's two ranks trained, whatever .devices(...) said.
+    launcher_env(monkeypatch, LOCAL_WORLD_SIZE="2")
+    with pytest.raises(TrainerConfigError) as info:
+        builder().num_epochs(1).devices(["cpu", "cpu", "cpu"]).timeout(1).run()
+    assert str(info.value).startswith(
+        "Trainer.builder: devices names 3 device(s) but the launcher started 2 rank(s) on this "
+        "machine (world of 2)"
+    )
+
+
+def test_under_a_launcher_a_rank_trains_on_the_kind_of_device_named(monkeypatch):
+    from flodl.train.builder_launch import launched_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert launched_device(["cpu", "cpu"], 2) == "cpu"  # before: cuda:1 whatever was named
+    assert launched_device(None, 2) == "cuda:1"
+
+
+@pytest.mark.timeout(60)
+def test_a_launchers_variables_left_in_the_shell_are_named_when_no_rank_comes(monkeypatch):
+    # Before: a bare "DistStoreError: Timed out ... 1/2 clients joined".
+    launcher_env(monkeypatch)
+    with pytest.raises(fl.TrainingError) as info:
+        builder().num_epochs(1).devices(["cpu", "cpu"]).timeout(1).run()
+    message = str(info.value)
+    assert message.startswith("the ranks did not meet within 1 s")
+    assert (
+        "RANK/WORLD_SIZE are set in the environment (RANK=0, WORLD_SIZE=2), so flodl waits for "
+        "the other ranks of a launcher; if no launcher started this process, unset RANK, "
+        "WORLD_SIZE, MASTER_ADDR and MASTER_PORT to let .devices(...)"
+    ) in message
 
 
 def test_multi_rank_knobs_do_not_apply_on_one_device():
@@ -459,13 +510,66 @@ def test_an_exception_in_one_rank_surfaces_from_join_with_rank_step_and_tracebac
     assert seconds_since_injection(tmp_path / "injected") < 20
     err = info.value
     assert err.rank == 1
-    assert "local step 3" in str(err)
-    assert "ValueError: injected failure in train_step" in str(err)
+    # The error leads, with where it happened.
+    assert str(err).startswith(
+        "training failed on rank 1 at local step 3 (epoch 0): "
+        "ValueError: injected failure in train_step"
+    )
+    assert (err.step, err.epoch) == (3, 0)
     assert "failing_step" in err.details  # the original traceback
     assert err.partial is not None and len(err.partial.params) == 2  # the survivor's state
     assert len(handle.pids) == 2
     assert_no_process_left(handle.pids)
     leftovers.check()
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            # Trained nothing and reported success.
+            {"data": toy.small_data, "policy": fl.ApplyPolicy.CADENCE},
+            "the dataset has 20 samples, fewer than one batch of 16 per rank (2 ranks)",
+        ),
+        (
+            # Hung until the timeout (Cadence and Async trained on part of the data).
+            {"data": toy.rank_sized_data, "policy": fl.ApplyPolicy.SYNC},
+            "the dataset factory built different data on the ranks (64 samples on rank 0, 48 "
+            "samples on rank 1)",
+        ),
+        (
+            # Failed in gloo, or waited out a broadcast's timeout.
+            {"model": toy.make_model_by_rank, "policy": fl.ApplyPolicy.ASYNC, "cpu": True},
+            "model_factory built different parameters on rank 0 and rank 1: 0.weight is (8, 4) "
+            "float32 on rank 0, (12, 4) float32 on rank 1",
+        ),
+    ],
+    ids=["small-data", "data-per-rank", "model-per-rank"],
+)
+def test_factories_building_too_little_or_other_things_per_rank_fail_the_run_at_once(
+    settings, message
+):
+    started = time.monotonic()
+    b = (
+        fl.Trainer.builder(settings.get("model", toy.make_model), toy.make_sgd, toy.mse_step)
+        .dataset(settings.get("data", toy.regression_data))
+        .batch_size(16)
+        .num_epochs(2)
+        .devices(["cpu", "cpu"])
+        .policy(settings["policy"])
+        .threads_per_rank(1)
+        .timeout(60)
+    )
+    if settings.get("cpu"):
+        b.backend(fl.AverageBackend.CPU)
+    with pytest.raises(fl.TrainingError) as info:
+        b.run().join()
+    err = info.value
+    assert str(err).startswith(f"training failed on rank {err.rank}: TrainerConfigError: {message}")
+    assert err.partial is None  # nothing trained: no survivors' average to offer
+    assert time.monotonic() - started < 40  # not the 60 s timeout
 
 
 @pytest.mark.multiproc
@@ -500,6 +604,42 @@ def test_a_hung_rank_is_detected_by_the_no_progress_timeout(tmp_path, monkeypatc
     assert info.value.partial is not None  # rank 0's replica
     assert_no_process_left(handle.pids)
     leftovers.check()
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("sig", "policy", "backend"),
+    [(signal.SIGKILL, "ASYNC", "CPU"), (signal.SIGTERM, "CADENCE", "NCCL")],
+    ids=["sigkill-coordinator", "sigterm-lockstep"],
+)
+def test_the_ranks_end_with_the_training_process_when_it_is_killed(
+    tmp_path, repo_root, sig, policy, backend
+):
+    # Before, the ranks outlived it: under a coordinator one retried the dead process's store
+    # for minutes, in lockstep they lingered 10-15 s.
+    leftovers = Leftovers(tmp_path)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "tests.train.builder_job", policy, backend],
+        cwd=repo_root,
+        env=clean_env(OMP_NUM_THREADS="1", **leftovers.env()),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = job.stdout.readline()  # once the ranks train
+        assert line.startswith("pids "), line
+        job.send_signal(sig)
+        job.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while (left := leftovers.processes()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, [" ".join(p.cmdline()) for p in left]
+    finally:
+        job.kill()
+        for proc in leftovers.processes():
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
 
 
 @pytest.mark.multiproc
@@ -617,6 +757,17 @@ def test_dataset_accepts_what_flodl_data_accepts(data):
 def test_a_non_dataset_is_rejected_with_the_data_error():
     with pytest.raises(fl.data.LoaderConfigError, match="not a dataset"):
         builder().dataset(42).num_epochs(1).run()
+
+
+def test_a_non_finite_loss_is_warned_about_once_naming_the_rank_and_step(caplog):
+    # Before, a NaN spread to every replica in silence and the run "succeeded".
+    builder(toy.nan_step).num_epochs(2).run().join()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    said = [w for w in warnings if "the loss is nan" in w]
+    assert said == [
+        "rank 0: the loss is nan at local step 2 (epoch 0) — lower the learning rate or clip "
+        "gradients (.max_grad_norm); training goes on"
+    ]
 
 
 def test_metrics_fn_gets_every_epoch_even_when_it_raises(caplog):

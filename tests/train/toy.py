@@ -291,3 +291,29 @@ def rank0_failing_dataset() -> tuple[torch.Tensor, torch.Tensor]:
         atexit.register(time.sleep, SLOW_EXIT_S)
         raise ValueError("injected dataset failure on rank 0")
     return regression_data()
+
+
+# Factories that go wrong on some rank only (they ask fl.train.current() where they run).
+
+
+def rank_sized_data() -> tuple[torch.Tensor, torch.Tensor]:
+    """64 samples on rank 0, 48 on the others."""
+    return regression_data(64 if step_context.current().rank == 0 else 48)
+
+
+def small_data() -> tuple[torch.Tensor, torch.Tensor]:
+    """20 samples: fewer than one batch of 16 per rank on two ranks."""
+    return regression_data(20)
+
+
+def make_model_by_rank(device) -> nn.Module:
+    """8 hidden units on rank 0, 12 on the others."""
+    torch.manual_seed(0)
+    hidden = 8 if step_context.current().rank == 0 else 12
+    return nn.Sequential(nn.Linear(4, hidden), nn.Tanh(), nn.Linear(hidden, 1)).to(device)
+
+
+def nan_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """A NaN loss at local step 2 (a diverging run), then the loss as usual."""
+    loss = mse_step(model, batch)
+    return loss * float("nan") if step_context.current().local_step == 2 else loss
