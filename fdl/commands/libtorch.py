@@ -301,8 +301,18 @@ def download(
         from fdl.variants import resolve
 
         machine = detect(docker=False)
+        target = machine.target()
+        if target.driver_problem:  # as fdl setup: unknown GPUs are not absent ones
+            from fdl.errors import ExitCode, FdlError
+
+            raise FdlError(
+                f"cannot choose a libtorch: {target.driver_problem}",
+                "fix the driver first (a reboot, usually), then run this again; or pass --cpu "
+                "or --cuda X.Y to choose the build yourself",
+                ExitCode.UNAVAILABLE,
+            )
         # a C++ libtorch does not depend on the Python running fdl: no wheel filter
-        plan = resolve(dataclasses.replace(machine.target(), python=None), torch=version)
+        plan = resolve(dataclasses.replace(target, python=None), torch=version)
         for reason in plan.reasons:
             _say(f"  - {reason}")
         for warning in plan.warnings:

@@ -65,7 +65,8 @@ def _choose_build(machine, plan):
     )
     if choice == plan.tag:
         return plan
-    chosen = resolve(machine.target(), torch=release_of.get(choice), tag=choice)  # cpu: newest
+    # a CUDA build from the release listed for it; cpu from the plan's (a --torch pin holds)
+    chosen = resolve(machine.target(), torch=release_of.get(choice, plan.torch), tag=choice)
     console.info(f"[bold]Plan[/bold]: torch {chosen.torch} + {chosen.tag} (your choice)")
     for warning in chosen.warnings:
         console.warn(warning)
@@ -120,23 +121,26 @@ def setup(
     installed = machine.torch
     wrong = mismatched_companions(installed, plan)
     present = already_installed(installed, plan)
+    same_build = (
+        installed is not None
+        and installed.public_version == plan.torch
+        and (installed.tag or "") == plan.tag
+    )
     skip = present and not force
     command = install_command(
         target_python,
         plan.requirement,
         plan.index_url,
         companions=companion_requirements(installed, plan),
-        # only an identical install needs forcing (the +tag pins switch any other), and pip's
-        # form skips dependencies, which a different build may need
-        force=force and present,
+        # only torch's own build needs forcing (the +tag pins switch any other, companions
+        # included), and pip's form skips dependencies, which a different build may need
+        force=force and same_build,
         installer=installer,
     )
     if skip:
         console.info(f"torch {installed.version} is already installed here (--force reinstalls)")
     else:
-        if installed and not (
-            installed.public_version == plan.torch and (installed.tag or "") == plan.tag
-        ):
+        if installed and not same_build:
             console.info(f"replacing torch {installed.version} with {plan.torch}+{plan.tag}")
         if wrong:
             console.info(

@@ -25,6 +25,7 @@ few ``Range`` requests, so a caller can check the disk before downloading it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -410,11 +411,22 @@ def _extract(
                     shutil.rmtree(tree)
 
 
+def _pid_space() -> str:
+    """This process's PID namespace (Linux): containers sharing a host name and a home see each
+    other's process ids as dead."""
+    try:
+        return str(Path("/proc/self/ns/pid").stat().st_ino)
+    except OSError:
+        return ""
+
+
 def _owner_tag() -> str:
-    """``<host>-<pid>``: whose staging tree this is (a shared home may be used by several hosts,
-    and only this host can tell whether one of its processes is alive)."""
-    host = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
-    return f"{host}-{os.getpid()}"
+    """``<machine>-<pid>``: whose staging tree this is. A shared home may be used by several
+    hosts or containers, and only processes of the same host and PID namespace can tell whether
+    the owner is alive; ``<machine>`` is a hash of both (a name cleaned of punctuation would
+    make ``ip-10-0-1-23`` and ``ip-10-0-12-3`` one host)."""
+    seen_from = f"{socket.gethostname()}\0{_pid_space()}".encode()
+    return f"{hashlib.sha256(seen_from).hexdigest()[:16]}-{os.getpid()}"
 
 
 _STAGING = re.compile(
@@ -471,8 +483,8 @@ def staging_trees(directory: Path | str) -> list[StagingTree]:
             continue
         match = _STAGING.match(entry.name)
         if match:
-            mine = match["host"] in (None, host)  # no host: an ``.old-<pid>`` of older fdls
-            alive = _alive(int(match["pid"])) if mine else None
+            # no machine tag (an older fdl's ``.old-<pid>``): its host is unknown, so is its owner
+            alive = _alive(int(match["pid"])) if match["host"] == host else None
             found.append(StagingTree(entry, alive))
         elif _LEGACY_STAGING.match(entry.name):
             found.append(StagingTree(entry, None))

@@ -24,6 +24,9 @@ LEGACY_QUERY = "index,name,memory.total,driver_version"
 WSL_SMI = "/usr/lib/wsl/lib/nvidia-smi"  # each under the probe root (fdl.hardware.probe_root)
 PROC_VERSION = "/proc/driver/nvidia/version"
 SYS_VERSION = "/sys/module/nvidia/version"
+DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0")
+PCI_DEVICES = "/sys/bus/pci/devices"
+NVIDIA_PCI_VENDOR = "0x10de"
 NVML_ENV = "FDL_NVML"  # "0" skips NVML (used by tests that replay nvidia-smi outputs)
 
 _DRIVER = re.compile(r"^\d{2,4}(\.\d{1,3}){1,2}$")
@@ -251,18 +254,22 @@ def probe_nvidia(timeout: float = 10.0) -> NvidiaReport:
 
 def broken_driver(report: NvidiaReport) -> str | None:
     """Why an NVIDIA driver that is there lists no GPU, with what to do; ``None`` when GPUs are
-    listed, or when there is no sign of an NVIDIA driver at all (a CPU machine).
+    listed, or when nothing says a GPU is here (a CPU machine).
 
     Signs of a driver: an installed nvidia-smi that fails (a driver upgraded without a reboot is
     the common case: the loaded kernel module and the new user-space library disagree, "Driver/
     library version mismatch", until the machine restarts; or it hangs), or the NVIDIA kernel
-    module loaded (``/sys/module/nvidia/version``) with no nvidia-smi to ask.
+    module loaded (``/sys/module/nvidia/version``) with no nvidia-smi to ask. A sign counts only
+    with a GPU to go with it: the driver's device nodes (``/dev/nvidiactl``), or an NVIDIA
+    display controller on the PCI bus. A container started without GPU access on a GPU host
+    sees the host's module but no device node, and a CPU VM made from a GPU image has the
+    driver's tools but no such controller: both are CPU machines.
     """
     if report.gpus:
         return None
     if report.smi_path is None:
         module = kernel_module_version()
-        if module is None:
+        if module is None or not nvidia_device_nodes():
             return None
         return (
             f"the NVIDIA kernel module {module} is loaded but nvidia-smi was not found: "
@@ -270,16 +277,35 @@ def broken_driver(report: NvidiaReport) -> str | None:
             "in a container, start it with GPU access (docker run --gpus all)"
         )
     detail = "; ".join(report.problems) or "it listed none"
-    if "mismatch" in detail.lower():
+    if "did not answer" in detail:  # a tool that hangs is a driver that is there
+        advice = "the driver does not respond: reboot, and check 'dmesg' for NVIDIA errors"
+    elif not (nvidia_device_nodes() or nvidia_pci_gpus()):
+        return None
+    elif "mismatch" in detail.lower():
         advice = (
             "the driver was upgraded without a reboot: reboot (or reinstall the driver if that "
             "does not help)"
         )
-    elif "did not answer" in detail:
-        advice = "the driver does not respond: reboot, and check 'dmesg' for NVIDIA errors"
     else:
         advice = "after a driver upgrade, reboot; otherwise reinstall the NVIDIA driver"
     return f"nvidia-smi is installed but reported no GPU ({detail}); {advice}"
+
+
+def nvidia_device_nodes() -> bool:
+    """Whether the NVIDIA driver's device nodes are here (a GPU this system can open)."""
+    return any(host_path(node).exists() for node in DEVICE_NODES)
+
+
+def nvidia_pci_gpus() -> bool:
+    """Whether the PCI bus has an NVIDIA display controller (vendor 0x10de, class 0x03xxxx)."""
+    with contextlib.suppress(OSError):
+        for device in host_path(PCI_DEVICES).iterdir():
+            with contextlib.suppress(OSError):
+                vendor = (device / "vendor").read_text().strip().lower()
+                kind = (device / "class").read_text().strip().lower()
+                if vendor == NVIDIA_PCI_VENDOR and kind.startswith("0x03"):
+                    return True
+    return False
 
 
 def kernel_module_version() -> str | None:

@@ -28,6 +28,10 @@ def companion_version(name: str, torch: str) -> str:
     """
     major, minor, *rest = torch.split("+")[0].split(".")
     patch = rest[0] if rest else "0"
+    plain = minor.isdigit() and patch.isdigit() and len(rest) <= 1
+    if major != "2" or not plain or int(minor) < 1:
+        # 2.0's companions carried their own patch numbers, 1.x others, nightlies a .dev date
+        raise ValueError(f"no companion rule for torch {torch} (releases 2.1 and later only)")
     if name == "torchvision" and major == "2":
         return f"0.{int(minor) + 15}.{patch}"
     return f"{major}.{minor}.{patch}"

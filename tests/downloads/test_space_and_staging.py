@@ -97,16 +97,18 @@ def _dead_pid() -> int:
 
 
 def test_only_trees_of_runs_that_ended_on_this_host_are_removed(tmp_path):
-    import socket
+    from fdl.downloads.archive import _owner_tag
 
-    host = "".join(c for c in socket.gethostname() if c.isalnum())[:32] or "host"
+    host = _owner_tag().rsplit("-", 1)[0]
     dead, alive = _dead_pid(), os.getpid()
     names = {
         f".cpu.extract-{host}-{dead}-abcd1234": False,  # killed mid-extraction
         f".cpu.old-{host}-{dead}": False,  # killed while deleting the tree it replaced
-        f".cpu.old-{dead}": False,  # the same, named by an older fdl
+        f".cpu.old-{dead}": None,  # the same, named by an older fdl: from which host?
         f".cpu.extract-{host}-{alive}-abcd1234": True,  # a run still unpacking
         f".cpu.extract-elsewhere-{dead}-abcd1234": None,  # another host's: cannot tell
+        # another host (or container) whose tag shares a prefix with ours: cannot tell either
+        f".cpu.extract-{host[:-1]}{'0' if host[-1] != '0' else '1'}-{dead}-abcd1234": None,
         ".cpu.extract-k2j4l5m6": None,  # an older fdl's, without a process id
     }
     for name in names:

@@ -14,6 +14,7 @@ from fdl.hardware.python_env import TorchInstall
 from fdl.hardware.report import verdict
 from fdl.variants import load_table, resolve
 from fdl.variants.table import version_key
+from tests.fixtures.machines import lay_out_gpu_signs
 from tests.hardware.test_diagnose_cli import INSTALLED, SCHEMA, diagnose
 
 
@@ -45,30 +46,31 @@ def test_a_cpu_build_on_a_gpu_machine_needs_fixing(run_fdl, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("machine", "advice"),
+    ("machine", "signs", "advice"),
     [
-        ("driver_library_mismatch", "the driver was upgraded without a reboot: reboot"),
-        ("driver_not_loaded", "reinstall the NVIDIA driver"),
+        ("driver_library_mismatch", {"nodes": True}, "the driver was upgraded without a reboot"),
+        ("driver_not_loaded", {"pci": True}, "reinstall the NVIDIA driver"),
     ],
 )
-def test_an_installed_driver_that_lists_no_gpu_is_not_fine(run_fdl, tmp_path, machine, advice):
-    result = diagnose(run_fdl, tmp_path, machine)
+def test_an_installed_driver_that_lists_no_gpu_is_not_fine(
+    run_fdl, tmp_path, machine, signs, advice
+):
+    root = str(lay_out_gpu_signs(tmp_path / "root", **signs))
+    result = diagnose(run_fdl, tmp_path, machine, FDL_PROBE_ROOT=root)
     assert result.returncode == 0, result.stderr
     verdict_line = result.stdout.split("\nVerdict\n", 1)[1].splitlines()[0]
     assert verdict_line.startswith("  driver: nvidia-smi is installed but reported no GPU (")
     assert advice in verdict_line and f"until then torch {INSTALLED} sees no GPU" in verdict_line
     assert "fine:" not in result.stdout and "Nothing to do" not in result.stdout
     assert "Fix the NVIDIA driver first" in result.stdout
-    report = json.loads(diagnose(run_fdl, tmp_path, machine, "--json").stdout)
+    report = json.loads(diagnose(run_fdl, tmp_path, machine, "--json", FDL_PROBE_ROOT=root).stdout)
     jsonschema.validate(report, SCHEMA)
     assert report["verdict"]["status"] == "driver" and advice in report["verdict"]["summary"]
 
 
 def test_a_loaded_driver_without_nvidia_smi_is_not_a_machine_without_a_gpu(run_fdl, tmp_path):
-    root = tmp_path / "root" / "sys/module/nvidia"
-    root.mkdir(parents=True)
-    (root / "version").write_text("575.64.03\n")
-    result = diagnose(run_fdl, tmp_path, None, FDL_PROBE_ROOT=str(tmp_path / "root"))
+    root = str(lay_out_gpu_signs(tmp_path / "root", module="575.64.03", nodes=True))
+    result = diagnose(run_fdl, tmp_path, None, FDL_PROBE_ROOT=root)
     assert result.returncode == 0, result.stderr
     out = " ".join(result.stdout.split())
     assert "fine:" not in out and "no NVIDIA GPU here" not in out
@@ -76,6 +78,22 @@ def test_a_loaded_driver_without_nvidia_smi_is_not_a_machine_without_a_gpu(run_f
         "driver: the NVIDIA kernel module 575.64.03 is loaded but nvidia-smi was not found" in out
     )
     assert "fdl setup refuses to choose a build" in out and "no NVIDIA GPU detected" not in out
+
+
+@pytest.mark.parametrize(
+    ("machine", "signs"),
+    [
+        (None, {"module": "575.64.03"}),  # a container without GPU access on a GPU host
+        ("driver_not_loaded", {}),  # a CPU VM made from an image with the driver's tools
+        ("driver_library_mismatch", {"module": "575.64.03"}),  # the same, in a container
+    ],
+)
+def test_driver_traces_without_a_gpu_are_a_cpu_machine(run_fdl, tmp_path, machine, signs):
+    root = str(lay_out_gpu_signs(tmp_path / "root", **signs))
+    result = diagnose(run_fdl, tmp_path, machine, FDL_PROBE_ROOT=root)
+    assert result.returncode == 0, result.stderr
+    assert f"fine: torch {INSTALLED} is the right build" in result.stdout
+    assert "driver:" not in result.stdout
 
 
 def cpu_machine(torch: TorchInstall | None):

@@ -345,6 +345,9 @@ def test_a_loaded_kernel_module_without_nvidia_smi_is_a_driver_problem(tmp_path,
     monkeypatch.setenv("FDL_PROBE_ROOT", str(tmp_path / "root"))
     assert broken_driver(probe_nvidia()) is None  # no driver at all: a CPU machine
     lay_out(tmp_path / "root", {"sys/module/nvidia/version": "575.64.03\n"})
+    # the host's module seen from a container without GPU access: no device node, no GPU here
+    assert broken_driver(probe_nvidia()) is None
+    lay_out(tmp_path / "root", {"dev/nvidiactl": ""})
     problem = broken_driver(probe_nvidia())
     assert problem and problem.startswith(
         "the NVIDIA kernel module 575.64.03 is loaded but nvidia-smi was not found"

@@ -202,6 +202,27 @@ def test_auto_detect_picks_from_the_gpus(mirror, run_fdl, tmp_path):
     assert "GTX 1060" in result.stderr
 
 
+def test_a_driver_that_lists_no_gpu_is_refused_not_taken_for_a_cpu_machine(
+    mirror, run_fdl, tmp_path
+):
+    from tests.fixtures.machines import lay_out_gpu_signs, make_bin
+
+    server, env, work, home = mirror
+    env = {
+        **env,
+        "PATH": str(make_bin(tmp_path, "driver_library_mismatch")),
+        "FDL_PROBE_ROOT": str(lay_out_gpu_signs(tmp_path / "root", nodes=True)),
+    }
+    result = run_fdl("libtorch", "download", "--dry-run", env=env, cwd=work)
+    err = " ".join(result.stderr.split())
+    assert result.returncode == 3, err
+    assert "cannot choose a libtorch: nvidia-smi is installed but reported no GPU" in err
+    assert "pass --cpu or --cuda X.Y" in err and "libtorch-" not in err
+    assert server.state.log == [] and not home.exists()
+    chosen = run_fdl("libtorch", "download", "--dry-run", "--cpu", env=env, cwd=work)
+    assert chosen.returncode == 0, chosen.stderr
+
+
 def test_pinned_sha256_mismatch_installs_nothing_unless_no_verify(mirror, run_fdl, tmp_path):
     _server, env, work, home = mirror
     table = json.loads(

@@ -94,3 +94,12 @@ def test_forcing_uv_without_uv_is_an_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(FdlError, match="uv is not on PATH"):
         install_command("py", "torch", INDEX, installer="uv")
+
+
+@pytest.mark.parametrize("torch", ["2.0.1", "1.13.1", "2.15.0.dev20260101"])
+def test_companions_of_a_release_outside_the_rule_are_refused_not_guessed(torch):
+    # 2.0.1 shipped torchvision 0.15.2 (not 0.15.1), 1.13 torchvision 0.14; nightlies a .dev date
+    from fdl.torch_setup.install import companion_version
+
+    with pytest.raises(ValueError, match=f"no companion rule for torch {torch}"):
+        companion_version("torchvision", torch)

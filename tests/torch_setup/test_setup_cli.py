@@ -204,6 +204,14 @@ def test_mixed_gpus_let_the_user_pick_the_compromise(tmp_path):
     assert "setup cancelled" in err
 
 
+def test_picking_cpu_at_the_compromise_prompt_keeps_the_pinned_release(tmp_path):
+    code, err = interactive_setup(
+        tmp_path, b"cpu\nn\n", "--torch", "2.9", machine="mixed_gtx1060_rtx5060ti"
+    )
+    assert code == 1, err
+    assert "Plan: torch 2.9.1 + cpu (your choice)" in err and "torch==2.9.1+cpu" in err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("machine", "args", "unused"),

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from fdl.variants import load_table
-from tests.fixtures.machines import make_bin
+from tests.fixtures.machines import lay_out_gpu_signs, make_bin
 from tests.torch_setup.fake_torch_wheel import build_companion, build_wheel, serve_index
 from tests.torch_setup.test_setup_cli import installed_torch, pip_isolated
 
@@ -88,31 +88,30 @@ def setup(run_fdl, venv, env, cwd, *extra: str):
     return run_fdl(*args, env=env, cwd=cwd, timeout=300)
 
 
-def module_without_smi(tmp_path) -> dict[str, str]:
-    """The NVIDIA kernel module loaded (its /sys entry), no nvidia-smi anywhere."""
-    root = tmp_path / "root"
-    (root / "sys/module/nvidia").mkdir(parents=True)
-    (root / "sys/module/nvidia/version").write_text("575.64.03\n")
-    return {"PATH": str(make_bin(tmp_path, None)), "FDL_PROBE_ROOT": str(root)}
-
-
 @pytest.mark.parametrize(
-    ("machine", "advice"),
+    ("machine", "signs", "advice"),
     [
-        ("driver_library_mismatch", "the driver was upgraded without a reboot: reboot"),
-        ("driver_not_loaded", "reinstall the NVIDIA driver"),
-        (None, "the NVIDIA kernel module 575.64.03 is loaded but nvidia-smi was not found"),
+        (
+            "driver_library_mismatch",
+            {"nodes": True},
+            "the driver was upgraded without a reboot: reboot",
+        ),
+        ("driver_not_loaded", {"pci": True}, "reinstall the NVIDIA driver"),
+        (
+            None,
+            {"module": "575.64.03", "nodes": True},
+            "the NVIDIA kernel module 575.64.03 is loaded but nvidia-smi was not found",
+        ),
     ],
 )
 def test_a_driver_that_does_not_answer_never_replaces_a_cuda_torch(
-    run_fdl, tmp_path, server, venv, machine, advice
+    run_fdl, tmp_path, server, venv, machine, signs, advice
 ):
     serve_builds(server)
     pip_install(venv, server, "cu126", f"torch=={NEWEST}+cu126")
     env = pip_isolated(tmp_path, server)
-    env.update(module_without_smi(tmp_path) if machine is None else {})
-    if machine:
-        env["PATH"] = str(make_bin(tmp_path, machine))
+    env["PATH"] = str(make_bin(tmp_path, machine))
+    env["FDL_PROBE_ROOT"] = str(lay_out_gpu_signs(tmp_path / "root", **signs))
     for mode in ("--dry-run", "-y"):
         result = setup(run_fdl, venv, env, tmp_path, mode)
         err = " ".join(result.stderr.split())
@@ -125,6 +124,18 @@ def test_a_driver_that_does_not_answer_never_replaces_a_cuda_torch(
     forced = setup(run_fdl, venv, env, tmp_path, "--dry-run", "--variant", "cpu")
     assert forced.returncode == 0, forced.stderr
     assert f"torch=={NEWEST}+cpu" in forced.stderr
+
+
+def test_a_container_without_gpu_access_on_a_gpu_host_plans_the_cpu_build(
+    run_fdl, tmp_path, server, venv
+):
+    # /sys/module is the host's in a container; without --gpus there is no /dev/nvidiactl
+    env = pip_isolated(tmp_path, server)
+    env["PATH"] = str(make_bin(tmp_path, None))
+    env["FDL_PROBE_ROOT"] = str(lay_out_gpu_signs(tmp_path / "root", module="575.64.03"))
+    result = setup(run_fdl, venv, env, tmp_path, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert f"torch=={NEWEST}+cpu" in result.stderr and "cannot choose" not in result.stderr
 
 
 def test_torchvision_moves_with_torch_and_force_reinstalls_only_them(
@@ -151,6 +162,10 @@ def test_torchvision_moves_with_torch_and_force_reinstalls_only_them(
     assert "already installed" not in err, err
     assert f"torchvision {VISION}+cpu: not the build of torch {NEWEST}+cu126, moving with it" in err
     assert f"torchvision=={VISION}+cu126" in err and "--force-reinstall" not in err
+    # ... and --force then still reinstalls torch (it is the build asked for), with the move
+    forced_stale = setup(run_fdl, venv, env, tmp_path, "--dry-run", "--force")
+    err = " ".join(forced_stale.stderr.split())
+    assert f"torchvision=={VISION}+cu126" in err and "--force-reinstall --no-deps" in err, err
     assert setup(run_fdl, venv, env, tmp_path, "-y").returncode == 0
     assert installed(venv, "torchvision") == f"{VISION}+cu126"
 
