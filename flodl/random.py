@@ -168,8 +168,14 @@ class Rng:
                 raise RngError("Rng.shuffle needs at least one dimension, got a 0-d array")
             order = self.permutation(len(items))
             if isinstance(items, torch.Tensor):
-                with torch.no_grad():  # reordering data, not a differentiable op
-                    items.copy_(items[torch.tensor(order, device=items.device)])
+                index = torch.tensor(order, device=items.device)
+                base = items._base if items._base is not None else items
+                if items.requires_grad and not base.is_leaf:
+                    # a computed tensor: its gradient must follow the rows to where they went
+                    items.copy_(items[index])
+                else:  # data, or a parameter (or its view), which autograd refuses in place
+                    with torch.no_grad():
+                        items.copy_(items[index])
             else:
                 items[...] = items[order]
             return

@@ -148,6 +148,23 @@ def test_shuffle_moves_tensor_and_array_rows_whole_in_the_list_order():
     assert w.requires_grad and w.shape == (4,)
 
 
+def test_shuffle_of_a_computed_tensor_routes_gradients_with_the_rows():
+    order = fl.Rng(1).permutation(6)
+    w = torch.arange(6.0, requires_grad=True)
+    x = w * 1  # not a leaf: the shuffle is part of the computation
+    fl.Rng(1).shuffle(x)
+    c = torch.arange(10.0, 16.0)
+    (x * c).sum().backward()
+    # x[k] = w[order[k]], so w[order[k]] receives c[k]
+    expected = torch.empty(6)
+    expected[torch.tensor(order)] = c
+    assert x.tolist() == [float(i) for i in order]
+    assert w.grad is not None and torch.equal(w.grad, expected)
+
+    v = torch.zeros(3, 2, requires_grad=True)
+    fl.Rng(1).shuffle(v.t())  # a view of a parameter is reordered as data (autograd refuses)
+
+
 @pytest.mark.parametrize("items", [(1, 2, 3), "abc", range(3)])
 def test_shuffle_refuses_what_it_cannot_shuffle_in_place(items):
     with pytest.raises(RngError, match=f"shuffles in place.*got {type(items).__name__}"):

@@ -121,20 +121,14 @@ def _prefetch(
         if stop.is_set():
             return
         try:
-            tensors = source.fetch(rows)
             event = None
             if cuda:
                 with torch.cuda.stream(stream):
-                    tensors = tuple(
-                        (t.pin_memory() if t.device.type == "cpu" else t).to(
-                            device, non_blocking=True
-                        )
-                        for t in tensors
-                    )
+                    tensors = source.fetch_to(rows, device, pin=True)
                     event = torch.cuda.Event()
                     event.record(stream)
-            else:  # a no-op for tensors already there
-                tensors = tuple(t.to(device) for t in tensors)
+            else:
+                tensors = source.fetch_to(rows, device)
         except BaseException as exc:
             _put(out, _Failure(exc, i, rows), stop)
             return
@@ -244,7 +238,7 @@ class DirectEpoch(EpochIterator):
             raise StopIteration
         rows = self._batches[i]
         try:
-            tensors = tuple(t.to(self._device) for t in self._source.fetch(rows))
+            tensors = self._source.fetch_to(rows, self._device)
         except BaseException as exc:
             self.close()
             exc.add_note(_batch_note(i, self._epoch, rows))

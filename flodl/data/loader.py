@@ -31,7 +31,7 @@ from flodl.data.memory import (
     resident_budget,
 )
 from flodl.data.sampling import DEFAULT_SEED, epoch_order, shard_bounds
-from flodl.data.sources import Source, TensorSource, as_source, require_samples
+from flodl.data.sources import BatchSource, Source, TensorSource, as_source, require_samples
 from flodl.log import get_logger
 from flodl.smoke import SMOKE_BATCHES, smoke_enabled
 
@@ -372,6 +372,16 @@ class DataLoader:
                 f"{self._source.code} is Python code (it may draw random transforms), so it is"
                 " called every epoch; mode('resident') would read the dataset once and keep it"
             )
+            if isinstance(self._source, BatchSource) and self._device.type == "cuda":
+                # batch-level code is seldom random: say what is faster when it is not
+                log.info(
+                    "DataLoader: %s runs in the training thread, one batch at a time; if it"
+                    " returns the same rows every epoch (no random transforms),"
+                    " .mode('resident') keeps the dataset on %s, or .prefetch(n) fetches"
+                    " batches ahead in a background thread",
+                    self._source.code,
+                    self._device,
+                )
             return
         if mode == "auto":
             fits, reason = self._fits(nbytes)
@@ -430,13 +440,20 @@ class DataLoader:
 
     def _already_on_target(self) -> bool:
         source = self._source
-        return isinstance(source, TensorSource) and all(
-            t.device == self._device for t in source.tensors
+        return (
+            isinstance(source, TensorSource)
+            and source.rows is None  # a Subset's rows are gathered (copied) once
+            and all(t.device == self._device for t in source.tensors)
         )
 
     def _load_resident(self) -> tuple[torch.Tensor, ...]:
         source = self._source
         if isinstance(source, TensorSource):  # already tensors: move them (no-op on their device)
+            if source.rows is not None:  # a Subset: only its rows
+                return tuple(
+                    t.index_select(0, source.rows.to(t.device)).to(self._device)
+                    for t in source.tensors
+                )
             return tuple(t.to(self._device) for t in source.tensors)
         try:
             tensors = source.fetch(torch.arange(self._n, dtype=torch.int64))

@@ -15,9 +15,11 @@ supported kind of dataset is adapted to that question here, once, at build time:
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from flodl.data.datasets.base import InMemoryDataset
@@ -68,7 +70,14 @@ class Source(abc.ABC):
     def __len__(self) -> int: ...
 
     @abc.abstractmethod
-    def fetch(self, indices: torch.Tensor) -> Fields: ...
+    def fetch(self, indices: torch.Tensor) -> Fields:
+        """The rows at ``indices``; they may share memory with the dataset (see :meth:`fetch_to`)."""
+
+    def fetch_to(self, indices: torch.Tensor, device: torch.device, *, pin: bool = False) -> Fields:
+        """The rows at ``indices`` on ``device``, in memory of their own: a batch changed in place
+        (``x.sub_(mean)``) must not change the dataset. ``pin``: a copy from pinned CPU memory,
+        not waited for (the caller orders it with a stream event)."""
+        return tuple(_move(t, device, pin) for t in self.fetch(indices))
 
     def field_name(self, position: int) -> str:
         return self.names[position] if self.names else str(position)
@@ -77,10 +86,18 @@ class Source(abc.ABC):
 class TensorSource(Source):
     """Rows of equally long tensors (the whole dataset is already in memory)."""
 
-    def __init__(self, tensors: Sequence[torch.Tensor], names: Sequence[str] | None, what: str):
+    def __init__(
+        self,
+        tensors: Sequence[torch.Tensor],
+        names: Sequence[str] | None,
+        what: str,
+        rows: torch.Tensor | None = None,
+    ):
         self.description = what
         self.tensors = tuple(tensors)
         self.names = tuple(names) if names is not None else None
+        # A Subset's rows of the tensors (int64, CPU), or None for all of them.
+        self.rows = rows
         if not self.tensors:
             raise DatasetShapeError(f"DataLoader: {what} holds no tensors — pass at least one")
         if self.names is not None and len(self.names) != len(self.tensors):
@@ -107,13 +124,31 @@ class TensorSource(Source):
                 f"DataLoader: the tensors of {what} have different lengths ({detail}) — every"
                 " field needs one row per sample"
             )
-        self._len = self.tensors[0].shape[0]
+        self._len = self.tensors[0].shape[0] if rows is None else len(rows)
 
     def __len__(self) -> int:
         return self._len
 
     def fetch(self, indices: torch.Tensor) -> Fields:
+        if self.rows is not None:
+            indices = self.rows[indices]
         return tuple(t.index_select(0, indices.to(t.device)) for t in self.tensors)
+
+    def subset(self, indices: Any, what: str) -> TensorSource:
+        """The rows ``indices`` of this source (a ``torch.utils.data.Subset``), not copied."""
+        rows = torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
+        n = len(self)
+        bad = rows[(rows < -n) | (rows >= n)]
+        if len(bad):
+            raise DatasetShapeError(
+                f"DataLoader: {what} has indices {_show(bad)} outside the {n} samples of"
+                f" {self.description}"
+            )
+        if n:
+            rows = rows % n  # Python's negative indices, as Subset itself takes them
+        if self.rows is not None:
+            rows = self.rows[rows]
+        return TensorSource(self.tensors, self.names, what, rows)
 
 
 class BatchSource(Source):
@@ -130,10 +165,28 @@ class BatchSource(Source):
         return self._len
 
     def fetch(self, indices: torch.Tensor) -> Fields:
+        return self._checked(indices)[0]
+
+    def fetch_to(self, indices: torch.Tensor, device: torch.device, *, pin: bool = False) -> Fields:
+        fields, given = self._checked(indices)
+        moved = []
+        for t, shared in zip(fields, given, strict=True):
+            m = _move(t, device, pin)
+            # A tensor get_batch returned may be the dataset's own memory (a slice, or
+            # torch.from_numpy of one) when the move copied nothing: copy it. A move to another
+            # device copies anyway, so the GPU path pays nothing extra.
+            if shared and _same_memory(m, t):
+                m = m.clone()
+            moved.append(m)
+        return tuple(moved)
+
+    def _checked(self, indices: torch.Tensor) -> tuple[Fields, tuple[bool, ...]]:
+        """get_batch's fields, checked, and which of them it returned as tensors (those may share
+        memory with the dataset; numbers and arrays are converted into memory of their own)."""
         out = self.dataset.get_batch(indices)
         where = f"{self.description}.get_batch"
-        # numbers/arrays copied: torch.as_tensor would share a NumPy dataset's memory
         fields, names = split_fields(out, where, copy=True)
+        given = _given_tensors(out)
         if self._count is None:
             self._count = len(fields)
             if self.names is None:
@@ -157,17 +210,32 @@ class BatchSource(Source):
                     f" {tuple(t.shape)} for {rows} indices — dimension 0 must equal the number"
                     " of indices"
                 )
-        return tuple(_owned(t) for t in fields)
+        return fields, tuple(id(t) in given for t in fields)
 
 
-def _owned(t: torch.Tensor) -> torch.Tensor:
-    """``t``, or a copy when it may share memory with the dataset (``self.x[a:b]`` is a view of
-    ``self.x``): a batch changed in place must not change the dataset."""
-    if t.layout != torch.strided:
-        return t
-    if t._is_view() or t.untyped_storage().nbytes() > t.numel() * t.element_size():
-        return t.clone()
-    return t
+def _given_tensors(out: Any) -> set[int]:
+    """The ids of the tensors in get_batch's output (as opposed to ones converted here)."""
+    if isinstance(out, torch.Tensor):
+        return {id(out)}
+    if isinstance(out, Mapping):
+        return {id(v) for v in out.values() if isinstance(v, torch.Tensor)}
+    if isinstance(out, Sequence) and not isinstance(out, str | bytes):
+        return {id(v) for v in out if isinstance(v, torch.Tensor)}
+    return set()
+
+
+def _move(t: torch.Tensor, device: torch.device, pin: bool) -> torch.Tensor:
+    if pin and t.device.type == "cpu" and device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def _same_memory(moved: torch.Tensor, fetched: torch.Tensor) -> bool:
+    if moved is fetched:
+        return True
+    if moved.device != fetched.device or moved.layout != torch.strided:
+        return False
+    return moved.untyped_storage().data_ptr() == fetched.untyped_storage().data_ptr()
 
 
 def _show(indices: torch.Tensor | list[int]) -> list:
@@ -260,9 +328,12 @@ def split_fields(
 ) -> tuple[Fields, tuple[str, ...] | None]:
     """A tensor, sequence or mapping of tensor-likes → (tensors, names or None).
 
-    ``nested=False`` (samples) refuses a tuple, list or dict inside the sample: torch's collate
-    would keep it as a nested structure, and converting it would merge its items into one field.
-    ``copy=True`` copies numbers and arrays instead of sharing a NumPy array's memory.
+    ``nested=False`` (samples) refuses a dict, or a tuple or list holding tensors, arrays or
+    sequences, inside the sample: torch's collate would keep it as a nested structure, and
+    converting it would merge its items into one field. A flat list of numbers is one field
+    when the sample names it (``{"bbox": [0.1, 0.2, 0.3, 0.4]}``), and refused by position:
+    ``x, (label, weight) = batch`` would unpack the rows of one ``(B, 2)`` field, not two.
+    ``copy=True`` gives arrays memory of their own instead of sharing a NumPy dataset's memory.
     """
     if isinstance(out, torch.Tensor):
         return (out,), None
@@ -276,9 +347,7 @@ def split_fields(
         return (_as_tensor(out, where, copy),), None
     if not nested:
         for name, at, value in items:
-            if isinstance(value, Mapping) or (
-                isinstance(value, Sequence) and not isinstance(value, str | bytes)
-            ):
+            if _is_nested(value) or (names is None and _is_sequence(value)):
                 raise DatasetShapeError(
                     f"DataLoader: {at} is a {type(value).__name__} nested in the sample (field"
                     f" {name!r}); a batch is a flat list of named tensors, so nested samples are"
@@ -288,9 +357,30 @@ def split_fields(
     return tuple(_as_tensor(v, at, copy) for _, at, v in items), names
 
 
+def _is_sequence(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
+
+
+def _is_nested(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return True
+    if not _is_sequence(value):
+        return False
+    return any(
+        isinstance(v, Mapping | torch.Tensor | np.ndarray)
+        or (isinstance(v, Sequence) and not isinstance(v, str | bytes))
+        for v in value
+    )
+
+
 def _as_tensor(value: Any, where: str, copy: bool = False) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value
+    if copy and _fresh_array(value):  # e.g. arr[indices]: already a copy, nothing to protect
+        try:
+            return torch.from_numpy(value)
+        except (TypeError, ValueError, RuntimeError):
+            pass  # a dtype or layout torch cannot share: copied below
     try:
         return torch.tensor(value) if copy else torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError) as exc:
@@ -300,9 +390,20 @@ def _as_tensor(value: Any, where: str, copy: bool = False) -> torch.Tensor:
         ) from exc
 
 
+def _fresh_array(value: Any) -> bool:
+    """A NumPy array that owns its memory and is no view: fancy indexing made it just now (a
+    slice of the dataset is a view, with a ``base``)."""
+    return (
+        isinstance(value, np.ndarray)
+        and value.flags.owndata
+        and value.base is None
+        and value.flags.writeable  # torch.from_numpy warns about a read-only one
+    )
+
+
 def as_source(dataset: Any, names: Sequence[str] | None = None) -> Source:
     """Adapt ``dataset`` to a :class:`Source`; raises a clear error for anything unsupported."""
-    from torch.utils.data import IterableDataset
+    from torch.utils.data import IterableDataset, Subset
     from torch.utils.data import TensorDataset as TorchTensorDataset
 
     if isinstance(dataset, Source):
@@ -318,6 +419,14 @@ def as_source(dataset: Any, names: Sequence[str] | None = None) -> Source:
         return TensorSource([dataset], names, "the tensor")
     if isinstance(dataset, TorchTensorDataset) and not _overrides(dataset, TorchTensorDataset):
         return TensorSource(dataset.tensors, names, "the TensorDataset")
+    if isinstance(dataset, Subset) and not _overrides(dataset, Subset):
+        # random_split's parts: rows of stored tensors draw no random numbers, so they are
+        # gathered (and may stay resident) like the tensors they come from
+        inner: Source | None = None
+        with contextlib.suppress(LoaderConfigError, DatasetShapeError):
+            inner = as_source(dataset.dataset, names)  # else read as Subset.__getitem__
+        if isinstance(inner, TensorSource):
+            return inner.subset(dataset.indices, f"the Subset of {inner.description}")
     if isinstance(dataset, Mapping):
         return TensorSource(list(dataset.values()), list(map(str, dataset)), "the dict of tensors")
     if isinstance(dataset, tuple | list) and all(isinstance(t, torch.Tensor) for t in dataset):

@@ -426,6 +426,9 @@ class DashboardServer:
         if conn.kind == "reply" and conn.out:  # a client that half-closed after its request
             self._selector.modify(conn.sock, selectors.EVENT_WRITE, conn)  # still gets its answer
             return
+        if conn.kind == "render":  # the same, while its page is made: watched again by _write
+            self._selector.unregister(conn.sock)
+            return
         self._drop(conn)
 
     def _read_head(self, conn: _Conn) -> None:
@@ -615,12 +618,18 @@ class DashboardServer:
                 self._queue(conn, conn.since, batches)  # more is waiting in the log: keep going
         if conn.out:
             events = selectors.EVENT_WRITE if conn.kind == "reply" else selectors.EVENT_READ
-            self._selector.modify(conn.sock, events | selectors.EVENT_WRITE, conn)
+            self._watch(conn, events | selectors.EVENT_WRITE)
             return
         if conn.kind == "reply" or conn.ending:
             self._drop(conn, graceful=True)
             return
-        self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+        self._watch(conn, selectors.EVENT_READ)
+
+    def _watch(self, conn: _Conn, events: int) -> None:
+        try:
+            self._selector.modify(conn.sock, events, conn)
+        except KeyError:  # unregistered while a half-closed client waited for its page
+            self._selector.register(conn.sock, events, conn)
 
     def _sweep(self, now: float) -> None:
         """Drop clients past their deadline: a request not sent in time, an answer or a stream

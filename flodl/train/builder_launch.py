@@ -597,11 +597,21 @@ def run_under_launcher(spec: TrainSpec, on_epoch: Callable[[EpochMetrics], None]
 def launched_device(requested: list[str] | None, world: int) -> str:
     """A launched rank's device: ``requested[LOCAL_RANK]`` when ``.devices(...)`` names one per
     rank on this machine, else ``cuda:LOCAL_RANK`` (or the CPU without CUDA). Another count
-    than the launcher's local ranks is a :class:`TrainerConfigError`, as in Graph mode."""
+    than the launcher's local ranks is a :class:`TrainerConfigError`, as in Graph mode; without
+    ``LOCAL_WORLD_SIZE`` (srun, mpirun) only ``LOCAL_RANK`` must name one of them."""
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if not requested:
         return f"cuda:{local}" if torch.cuda.is_available() else "cpu"
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if "LOCAL_WORLD_SIZE" not in os.environ:
+        # The ranks per machine are unknown (the world may span machines): check what is known.
+        if local >= len(requested):
+            raise TrainerConfigError(
+                f"Trainer.builder: devices names {len(requested)} device(s) but this rank's "
+                f"LOCAL_RANK is {local} (world of {world}); pass one device per rank on a "
+                "machine, or leave .devices(...) out to take cuda:LOCAL_RANK (or the CPU)"
+            )
+        return resolve_devices(requested)[local]
+    local_world = int(os.environ["LOCAL_WORLD_SIZE"])
     if len(requested) != local_world:
         raise TrainerConfigError(
             f"Trainer.builder: devices names {len(requested)} device(s) but the launcher "

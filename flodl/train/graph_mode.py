@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parameter import UninitializedParameter
 
 from flodl import checkpoint
 from flodl.log import get_logger, set_rank
@@ -384,14 +385,24 @@ class GraphSession:
 
     # -------------------------------------------------------------- data
     def set_data_loader(self, graph: nn.Module, loader: Any) -> None:
-        from flodl.data import DataLoader, DataLoaderBuilder
+        from flodl.data import BatchSizeError, DataLoader, DataLoaderBuilder
 
         # With El Che every rank reads the whole epoch order and takes its share of each window,
         # with the auto-balancer its slice of each batch; else each rank iterates its own shard.
         whole = self.cadence is not None or self.balancer is not None
         rank, world = (0, 1) if whole else (self.rank, self.world_size)
+        no_batches: BatchSizeError | None = None
         if isinstance(loader, DataLoaderBuilder):
-            loader = loader.partition(rank, world).device(self.device).build()
+            try:
+                loader = loader.partition(rank, world).device(self.device).build()
+            except BatchSizeError as exc:
+                # A shard of 0 batches on some ranks only: raising here would leave the others
+                # waiting in the batch-count all_reduce below until the timeout.
+                if not self.is_distributed:
+                    raise
+                no_batches = exc
+        if no_batches is not None:
+            self._agree_on_batches(0, whole, no_batches)
         if not isinstance(loader, DataLoader):
             raise TrainerConfigError(
                 f"set_data_loader: expected an fl.data.DataLoader or its builder "
@@ -415,25 +426,36 @@ class GraphSession:
                 "build it with .partition() (or pass the builder, unbuilt, and setup partitions it)"
             )
         if self.is_distributed:
-            counts = torch.tensor(
-                [len(loader), -len(loader)], dtype=torch.int64, device=self.device
-            )
-            dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=self.group)
-            most, fewest = int(counts[0]), -int(counts[1])
-            if most != fewest and whole:
-                raise TrainerConfigError(
-                    f"set_data_loader: the ranks' loaders hold {fewest} to {most} batches per "
-                    "epoch; El Che and the auto-balancer split one epoch order between ranks, so "
-                    "every rank needs the same dataset and batch size"
-                )
-            if most != fewest:
-                raise TrainerConfigError(
-                    f"set_data_loader: ranks would run {fewest} to {most} batches per epoch; every "
-                    "model.step() is a collective, so all ranks need the same count — keep "
-                    "drop_last(True) (the default) and no partition ratios"
-                )
+            self._agree_on_batches(len(loader), whole, None)
         self.loader = loader
         self._graph = weakref.ref(graph)
+
+    def _agree_on_batches(self, count: int, whole: bool, error: Exception | None) -> None:
+        """Every rank learns the fewest and most batches per epoch, and raises alike when they
+        differ; ``error``: why this rank has none (its loader could not be built)."""
+        counts = torch.tensor([count, -count], dtype=torch.int64, device=self.device)
+        dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=self.group)
+        most, fewest = int(counts[0]), -int(counts[1])
+        if most == fewest == 0 and error is not None:
+            raise error  # the same on every rank
+        empty = (
+            " (a rank with 0 batches has no samples of its own: use fewer ranks, a smaller "
+            "batch_size, or more data)"
+            if fewest == 0
+            else ""
+        )
+        if most != fewest and whole:
+            raise TrainerConfigError(
+                f"set_data_loader: the ranks' loaders hold {fewest} to {most} batches per "
+                "epoch; El Che and the auto-balancer split one epoch order between ranks, so "
+                f"every rank needs the same dataset and batch size{empty}"
+            ) from error
+        if most != fewest:
+            raise TrainerConfigError(
+                f"set_data_loader: ranks would run {fewest} to {most} batches per epoch; every "
+                "model.step() is a collective, so all ranks need the same count — keep "
+                f"drop_last(True) (the default) and no partition ratios{empty}"
+            ) from error
 
     def epochs(
         self,
@@ -512,8 +534,11 @@ class GraphSession:
         are averaged, so one rank's NaN reaches every rank; none can tell which had it first."""
         if self._warned_nonfinite or graph is None or self.rank != 0:
             return
-        params = [p.detach() for p in graph.parameters()]
-        if not params or bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
+        try:
+            if _all_finite(graph.parameters()):
+                return
+        except Exception as exc:  # a diagnostic: it must not end the user's epoch loop
+            log.debug("graph mode: could not check the parameters after epoch %d: %s", epoch, exc)
             return
         self._warned_nonfinite = True
         log.warning(
@@ -526,6 +551,17 @@ class GraphSession:
             if self.is_distributed
             else "",
         )
+
+
+def _all_finite(params: Iterable[torch.Tensor]) -> bool:
+    """Whether every initialized parameter is finite: one host sync per device (parameters may
+    live on several, which one ``torch.stack`` refuses); lazy ones hold no values yet."""
+    flags: dict[torch.device, list[torch.Tensor]] = {}
+    for p in params:
+        if isinstance(p, UninitializedParameter) or p.numel() == 0:
+            continue
+        flags.setdefault(p.device, []).append(torch.isfinite(p.detach()).all())
+    return all(bool(torch.stack(f).all()) for f in flags.values())
 
 
 class _Batches:

@@ -177,8 +177,9 @@ class Worker:
 
     def fetch(self, indices: torch.Tensor) -> Batch:
         """The samples at ``indices`` on this rank's device, addressable by position and name."""
-        fields = self.source.fetch(indices)
-        return Batch([t.to(self.device, non_blocking=True) for t in fields], self.source.names)
+        # in memory of its own: a step changing the batch in place leaves the dataset alone
+        fields = self.source.fetch_to(indices, self.device)
+        return Batch(list(fields), self.source.names)
 
     # -- plans -----------------------------------------------------------------------------------
 

@@ -140,16 +140,60 @@ class SlicedArrays:
         return self.x[start : start + len(indices)], self.x[start : start + len(indices), 0]
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("source", ["tensors", "sliced batches", "sliced arrays"])
+class SharedArrays(SlicedArrays):
+    """Slices handed to torch.from_numpy: torch sees a tensor of its own, not a view."""
+
+    def get_batch(self, indices):
+        start = int(indices[0])
+        return torch.from_numpy(self.x[start : start + len(indices)])
+
+
+SOURCES = {
+    "sliced batches": SlicedBatches,
+    "sliced arrays": SlicedArrays,
+    "from_numpy": SharedArrays,
+}
+
+
+@pytest.mark.parametrize("mode", [*MODES, "auto", "prefetch"])
+@pytest.mark.parametrize("source", ["tensors", *SOURCES])
 def test_batches_own_their_tensors(mode, source):
-    ds = SlicedArrays() if source == "sliced arrays" else SlicedBatches()
+    ds = SOURCES.get(source, SlicedBatches)()
     data = (ds.x, ds.x[:, 0]) if source == "tensors" else ds
-    dl = fl.data.DataLoader.from_dataset(data).batch_size(4).shuffle(False).mode(mode).build()
-    for batch in dl.epoch(0):
-        batch[0].add_(1)
-        batch[1].add_(1)
+    builder = fl.data.DataLoader.from_dataset(data).batch_size(4).shuffle(False)
+    if mode == "prefetch":  # a background thread fetches
+        builder = builder.mode("streaming").prefetch(2)
+    else:
+        builder = builder.mode(mode)
+    dl = builder.build()
+    for epoch in range(2):
+        for batch in dl.epoch(epoch):
+            for field in batch:
+                field.add_(1)
     assert ds.x.sum() == 0  # changing a batch in place never changes the dataset
+
+
+class FancyIndexed:
+    """get_batch indexes a NumPy array: the result is already a copy, kept for the check."""
+
+    def __init__(self):
+        self.x = np.arange(16, dtype=np.float32).reshape(8, 2)
+        self.given: list[np.ndarray] = []
+
+    def __len__(self):
+        return 8
+
+    def get_batch(self, indices):
+        self.given.append(self.x[indices.numpy()])
+        return self.given[-1]
+
+
+def test_a_fresh_array_from_get_batch_is_not_copied_again():
+    ds = FancyIndexed()
+    dl = fl.data.DataLoader.from_dataset(ds).batch_size(4).shuffle(False).build()
+    batch = next(iter(dl.epoch(0)))
+    assert batch[0].tolist() == ds.x[:4].tolist()
+    assert np.shares_memory(batch[0].numpy(), ds.given[-1])
 
 
 def test_iterating_the_loader_walks_epochs_in_turn():

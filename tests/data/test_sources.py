@@ -8,6 +8,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, Subset, TensorDataset
 
 import flodl as fl
+from flodl.data.sources import as_source
 
 from .conftest import CountingBatches, MapDataset
 
@@ -46,6 +47,39 @@ def test_torch_datasets_work_unchanged_including_numpy_samples_and_subset():
     assert b[1].tolist() == [0.0, 0.5, 1.0, 1.5]
     sub = first_batch(Subset(TupleTorchDataset(), [9, 8, 7, 6, 5]))  # uses __getitems__
     assert b.names == ("0", "1") and sub[1].tolist() == [4.5, 4.0, 3.5, 3.0]
+
+
+def test_a_subset_of_tensors_is_gathered_like_tensors_and_may_stay_resident():
+    x = torch.arange(20.0).reshape(10, 2)
+    train, _ = torch.utils.data.random_split(TensorDataset(x), [6, 4])
+    loader = fl.data.DataLoader.from_dataset(train).batch_size(3).shuffle(False).build()
+    assert loader.mode == "resident"  # random_split's parts used to stream as Python code
+    rows = [int(v) // 2 for b in loader.epoch(0) for v in b[0][:, 0].tolist()]
+    assert rows == list(train.indices)
+    streamed = fl.data.DataLoader.from_dataset(train).batch_size(3).shuffle(False)
+    assert [b[0].tolist() for b in streamed.mode("streaming").build().epoch(0)] == [
+        x[list(train.indices[:3])].tolist(),
+        x[list(train.indices[3:])].tolist(),
+    ]
+    nested = Subset(Subset(TensorDataset(x), [9, 8, 7, 6, -1]), [4, 0])
+    loader = fl.data.DataLoader.from_dataset(nested).batch_size(2).shuffle(False).build()
+    assert next(iter(loader.epoch(0)))[0].tolist() == [[18.0, 19.0], [18.0, 19.0]]
+    with pytest.raises(fl.data.DatasetShapeError, match=r"indices \[10\] outside the 10 samples"):
+        fl.data.DataLoader.from_dataset(Subset(TensorDataset(x), [0, 10])).batch_size(1).build()
+
+
+def test_a_batch_dataset_for_a_gpu_is_told_the_faster_options(caplog):
+    caplog.set_level("INFO", logger="flodl.data")
+    # built only: a Python dataset streams without probing the device
+    for dataset in (CountingBatches(n=8), MapDataset()):
+        fl.data.DataLoader.from_dataset(dataset).batch_size(4).device("cuda").build()
+    said = [r.getMessage() for r in caplog.records if "background thread" in r.getMessage()]
+    assert said == [
+        "DataLoader: CountingBatches.get_batch runs in the training thread, one batch at a time;"
+        " if it returns the same rows every epoch (no random transforms), .mode('resident')"
+        " keeps the dataset on cuda, or .prefetch(n) fetches batches ahead in a background"
+        " thread"
+    ]  # once, and not for __getitem__ datasets (random transforms are their usual job)
 
 
 def test_batch_dataset_receives_int64_index_tensors():
@@ -104,7 +138,15 @@ class NestedTuple(Dataset):
         return 4
 
     def __getitem__(self, i):
-        return torch.full((3,), float(i)), (i, 10 * i)  # (x, (label, weight))
+        return torch.full((3,), float(i)), (torch.tensor(i), torch.tensor(10 * i))
+
+
+class NestedNumbers(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return torch.full((3,), float(i)), (i, 10 * i)  # (x, (label, weight)) by position
 
 
 class NestedDict(Dataset):
@@ -124,8 +166,41 @@ def test_nested_samples_are_refused_not_merged_into_one_field():
     message = str(info.value)
     assert message.startswith("DataLoader: NestedTuple[0][1] is a tuple nested in the sample")
     assert "(x, label, weight)" in message
+    # plain numbers too: `x, (label, weight) = batch` would unpack the rows of one field
+    numbers = fl.data.DataLoader.from_dataset(NestedNumbers()).batch_size(2).shuffle(False)
+    with pytest.raises(fl.data.DatasetShapeError, match=r"NestedNumbers\[0\]\[1\] is a tuple"):
+        numbers.build()
     with pytest.raises(fl.data.DatasetShapeError, match=r"NestedDict\[0\]\['meta'\] is a dict"):
         fl.data.DataLoader.from_dataset(NestedDict()).batch_size(2).build()
+    nested_lists = fl.data.DataLoader.from_dataset(NestedLists()).batch_size(2)
+    with pytest.raises(fl.data.DatasetShapeError, match=r"NestedLists\[0\]\['boxes'\] is a list"):
+        nested_lists.build()
+
+
+class NestedLists(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return {"x": torch.zeros(2), "boxes": [[0.0, 1.0], [2.0, 3.0]]}
+
+
+class BoxSamples(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return {"x": torch.full((3,), float(i)), "bbox": [0.1 * i, 0.2, 0.3, 0.4]}
+
+
+def test_a_flat_list_of_numbers_in_a_sample_is_one_field():
+    loader = fl.data.DataLoader.from_dataset(BoxSamples()).batch_size(4).shuffle(False).build()
+    batch = next(iter(loader.epoch(0)))
+    assert batch["bbox"].shape == (4, 4)
+    assert batch["bbox"][:, 0].tolist() == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    # the Trainer's workers read samples through the same adapter
+    fields = as_source(BoxSamples()).fetch(torch.tensor([2, 3]))
+    assert [tuple(t.shape) for t in fields] == [(2, 3), (2, 4)]
 
 
 class KeysInAnyOrder(Dataset):

@@ -495,6 +495,29 @@ def test_a_long_run_shows_its_newest_epochs_until_asked_for_all(browser, tmp_pat
     mon.close()
 
 
+def test_the_reports_timeline_link_reaches_a_file_named_with_url_characters(browser, tmp_path):
+    # "run:1" was read as a URL scheme, "#" "?" "%" as a fragment, query and escape
+    from flodl.monitor.timeline import Timeline, TimelineSample
+
+    timeline = Timeline(60, gpu=False)
+    timeline._samples.extend(TimelineSample(i * 1.0, 50.0, 8 << 30, 16 << 30, ()) for i in range(5))
+    mon = fl.Monitor(1, stream=None, gpu=False)
+    try:
+        mon.attach_timeline(timeline)
+        timeline.stop()
+        mon.log(0, 0.1, {"loss": 1.0})
+        report = mon.save_html(tmp_path / "run:1 #2?50%.html")
+        assert (tmp_path / "run:1 #2?50%.timeline.html").exists()
+        page, problems = open_page(browser, report.as_uri())
+        page.wait_for_function(rows(1), timeout=WAIT_MS)
+        href = page.eval_on_selector("#timeline-link", "a => a.href")
+        lanes, lanes_problems = open_page(browser, href)
+        lanes.wait_for_function("() => document.getElementById('lanes').dataset.timeLabels")
+        assert problems == [] and lanes_problems == []
+    finally:
+        mon.close()
+
+
 def test_a_long_timeline_draws_with_its_own_event_kinds_and_is_linked_from_the_report(
     browser, tmp_path
 ):
@@ -517,7 +540,7 @@ def test_a_long_timeline_draws_with_its_own_event_kinds_and_is_linked_from_the_r
         page, problems = open_page(browser, report.as_uri())
         page.wait_for_function(rows(1), timeout=WAIT_MS)
         assert page.is_visible("#timeline-link")
-        assert page.get_attribute("#timeline-link", "href") == "run.timeline.html"
+        assert page.get_attribute("#timeline-link", "href") == "./run.timeline.html"
         lanes, lanes_problems = open_page(browser, (tmp_path / "run.timeline.html").as_uri())
         lanes.wait_for_function("() => document.getElementById('lanes').dataset.timeLabels")
         assert inked_pixels(lanes, "#lanes") > 0

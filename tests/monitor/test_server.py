@@ -625,6 +625,28 @@ def test_a_client_that_half_closes_after_its_request_still_gets_the_whole_answer
     assert [e["epoch"] for e in json.loads(body)] == list(range(1, 101))
 
 
+def test_a_client_that_half_closes_while_the_timeline_renders_still_gets_the_page(served):
+    release = threading.Event()
+
+    def slow_page() -> tuple[str, str]:
+        release.wait(10)  # the client's end-of-file arrives while the page is made
+        return "<p>timeline</p>", "nonce"
+
+    served._server.timeline_page = slow_page
+    with socket.socket() as s:
+        s.settimeout(30)
+        s.connect(("127.0.0.1", served._server.port))
+        s.sendall(b"GET /timeline.html HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        assert wait_for(lambda: len(served._server._renders) == 1)
+        time.sleep(0.3)  # the server reads the end-of-file (it used to drop the client here)
+        release.set()
+        answer = b"".join(iter(lambda: s.recv(1 << 16), b""))
+    assert answer.startswith(b"HTTP/1.1 200 OK")
+    assert answer.endswith(b"<p>timeline</p>")
+    assert request(served.url, "/api/history")[0] == 200  # the loop goes on serving
+
+
 SERVE_AND_LEAVE = """
 import sys
 import flodl as fl

@@ -214,3 +214,26 @@ def timed_out_together_scenario(rank: int, world: int, port: int, results) -> No
     except BaseException:
         out["error"] = traceback.format_exc()
     results.put(out)
+
+
+def empty_shard_scenario(rank: int, world: int, port: int, results) -> None:
+    """One sample on two ranks with drop_last(False): rank 0 has a batch, rank 1 none. Every rank
+    must be refused at once (the empty rank alone used to raise; the other waited out the
+    timeout in the batch-count all_reduce)."""
+    act_as_launched_rank(rank, world, port)
+    out: dict = {"rank": rank}
+    try:
+        model = graph()
+        fl.Trainer.setup(model, None, lambda p: torch.optim.SGD(p, lr=0.1), timeout=15)
+        one = fl.data.DataLoader.from_tensors(torch.zeros(1, 3)).batch_size(1).drop_last(False)
+        started = time.monotonic()
+        try:
+            model.set_data_loader(one)
+        except Exception as err:
+            out["error_type"] = type(err).__name__
+            out["message"] = str(err)
+        out["seconds"] = time.monotonic() - started
+        model.finish()
+    except BaseException:
+        out["error"] = traceback.format_exc()
+    results.put(out)

@@ -241,6 +241,22 @@ def test_parameters_gone_non_finite_are_warned_about_after_the_epoch(caplog):
     ]
 
 
+def test_the_end_of_epoch_check_takes_lazy_parameters_and_never_ends_the_loop(caplog):
+    model = make_graph()
+    fl.Trainer.setup(model, None, sgd)
+    model.never_called = nn.LazyLinear(2)  # a parameter with no values yet
+    model.set_data_loader(fl.data.DataLoader.from_tensors(*regression()).batch_size(16))
+    for epoch in range(2):  # the check used to raise at the first epoch's end
+        for x, y in model.epoch(epoch):
+            loss = nn.functional.mse_loss(model(x), y)
+            (loss * float("nan") if model.training_step == 1 else loss).backward()
+            model.step()
+    said = [r.getMessage() for r in caplog.records if "not finite" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(
+        "graph mode: the parameters are not finite after epoch 0"
+    )
+
+
 def test_epoch_without_a_loader_and_wrong_loaders_are_clear_errors():
     model = make_graph()
     fl.Trainer.setup(model, None, sgd)
@@ -319,6 +335,18 @@ def test_two_ranks_share_weights_partition_data_and_agree_on_missing_gradients()
     for out in outs:
         assert out["finished"]  # model.finish() released the group
         assert re.search(r"ranks would run \d to \d batches", out["uneven_error"])
+
+
+@pytest.mark.multiproc
+def test_a_rank_with_no_batches_is_refused_on_every_rank_at_once():
+    outs = run_launched(graph_ranks.empty_shard_scenario, 2, timeout=60)
+    for out in outs:
+        assert out["error_type"] == "TrainerConfigError"
+        assert out["message"].startswith(
+            "set_data_loader: ranks would run 0 to 1 batches per epoch"
+        )
+        assert "a rank with 0 batches has no samples of its own" in out["message"]
+        assert out["seconds"] < 5  # not the 15 s timeout
 
 
 @pytest.mark.multiproc

@@ -182,6 +182,22 @@ def test_under_a_launcher_a_rank_trains_on_the_kind_of_device_named(monkeypatch)
     assert launched_device(None, 2) == "cuda:1"
 
 
+def test_a_launcher_without_local_world_size_spans_machines(monkeypatch):
+    # srun/mpirun-style: RANK, WORLD_SIZE and LOCAL_RANK only. 2 machines x 2 devices used to
+    # be refused as "the launcher started 4 rank(s) on this machine".
+    from flodl.train.builder_launch import launched_device
+
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert launched_device(["cpu", "cpu"], 4) == "cpu"
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(TrainerConfigError) as info:
+        launched_device(["cpu", "cpu"], 4)
+    assert str(info.value).startswith(
+        "Trainer.builder: devices names 2 device(s) but this rank's LOCAL_RANK is 2 (world of 4)"
+    )
+
+
 @pytest.mark.timeout(60)
 def test_a_launchers_variables_left_in_the_shell_are_named_when_no_rank_comes(monkeypatch):
     # Before: a bare "DistStoreError: Timed out ... 1/2 clients joined".

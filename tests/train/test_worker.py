@@ -106,6 +106,30 @@ def batch(k: int = 0):
 # -- items 39–45: state, snapshots, control ----------------------------------------------------
 
 
+class SlicesOfAnArray:
+    """get_batch hands out torch.from_numpy of a slice: torch cannot see it is the dataset."""
+
+    def __init__(self):
+        import numpy as np
+
+        self.arr = np.ones((32, 1), dtype=np.float32)
+
+    def __len__(self):
+        return 32
+
+    def get_batch(self, indices):
+        start = int(indices.min())
+        return torch.from_numpy(self.arr[start : start + len(indices)])
+
+
+def test_a_train_step_changing_its_batch_in_place_leaves_the_dataset_alone():
+    data = SlicesOfAnArray()
+    w = make_worker(dataset=data, batch_size=4)
+    fetched = w.fetch(torch.arange(4))
+    fetched[0].mul_(0)  # e.g. x.sub_(mean) in a train step
+    assert data.arr.sum() == 32
+
+
 def test_a_fresh_worker():
     w = make_worker(rank=1)
     assert (w.rank, w.world, w.local_step, w.version, w.steps_since_avg) == (1, 2, 0, 0, 0)

@@ -137,8 +137,9 @@
     $("hardware").textContent = meta.hardware || "";
     const link = $("timeline-link");
     if (boot.mode === "archive") {
-      // the timeline page written beside the report (<report>.timeline.html), a relative link
-      if (meta.timeline_page) link.href = meta.timeline_page;
+      // the timeline page written beside the report (<report>.timeline.html), a relative link:
+      // encoded, so a name with ":" (read as a scheme), "#", "?" or "%" still points at the file
+      if (meta.timeline_page) link.href = "./" + encodeURIComponent(meta.timeline_page);
       link.hidden = !meta.timeline_page;
     } else {
       link.hidden = !meta.timeline;
