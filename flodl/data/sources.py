@@ -271,6 +271,20 @@ class MapSource(Source):
         return self._len
 
     def _sample(self, index: int, raw: Any) -> Fields:
+        shapes = self._shapes
+        if shapes is not None:  # the common case first: tensors as the first sample had them
+            kind = type(raw)
+            if kind is tuple or kind is list:
+                values = tuple(raw) if self.names is None else ()
+            elif kind is dict and self.names is not None and tuple(raw) == self.names:
+                values = tuple(raw.values())
+            else:
+                values = ()
+            if len(values) == len(shapes) and all(
+                type(t) is torch.Tensor and t.shape == shape
+                for t, shape in zip(values, shapes, strict=True)
+            ):
+                return values
         fields, names = split_fields(raw, f"{self.description}[{index}]", nested=False)
         if self._shapes is None:
             self.names = names
@@ -317,10 +331,31 @@ class MapSource(Source):
                 except Exception as exc:
                     exc.add_note(f"flodl.data: raised by {self.description}[{key}]")
                     raise
+        stacked = self._stack_plain(raws)
+        if stacked is not None:
+            return stacked
         samples = [self._sample(k, raw) for k, raw in zip(keys, raws, strict=True)]
         if not samples:
             return ()
         return tuple(torch.stack(column) for column in zip(*samples, strict=True))
+
+    def _stack_plain(self, raws: Sequence[Any]) -> Fields | None:
+        """The batch of unnamed tensor samples shaped as the first one, stacked with no check per
+        sample (a Python check per sample costs as much as the dataset's own ``__getitem__``);
+        None when anything differs, for the checking path to stack or to explain."""
+        if self._shapes is None or self.names is not None or not raws:
+            return None
+        if not set(map(type, raws)) <= {tuple, list}:  # a lone tensor would be split in rows
+            return None
+        try:
+            fields = tuple(torch.stack(column) for column in zip(*raws, strict=True))
+        except (TypeError, ValueError, RuntimeError):  # numbers, nesting, sizes: checked below
+            return None
+        if len(fields) != len(self._shapes) or any(
+            f.shape[1:] != shape for f, shape in zip(fields, self._shapes, strict=True)
+        ):
+            return None
+        return fields
 
 
 def split_fields(

@@ -323,3 +323,46 @@ class Empty:
 def test_empty_dataset_is_a_clear_error(dataset):
     with pytest.raises(fl.data.EmptyDatasetError, match="empty dataset"):
         fl.data.DataLoader.from_dataset(dataset).batch_size(2).build()
+
+
+class ShapeFrom(Dataset):
+    """Samples of x shaped (3,), except those at ``odd`` indices, shaped (4,)."""
+
+    def __init__(self, odd, single=False):
+        self.odd, self.single = set(odd), single
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        x = torch.full((4 if i in self.odd else 3,), float(i))
+        return x if self.single else (x, i)
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {5},  # one sample of a batch differs: the batch cannot be stacked
+        {4, 5, 6, 7},  # a whole batch differs from the first sample: it stacks, still refused
+    ],
+)
+def test_a_sample_shaped_otherwise_than_the_first_is_named(odd):
+    loader = fl.data.DataLoader.from_dataset(ShapeFrom(odd)).batch_size(4).shuffle(False).build()
+    epoch = iter(loader.epoch(0))
+    assert next(epoch)[0].shape == (4, 3)
+    with pytest.raises(fl.data.DatasetShapeError) as info:
+        next(epoch)
+    assert f"ShapeFrom[{min(odd)}] field '0' has shape (4,) but the first sample's is (3,)" in str(
+        info.value
+    )
+
+
+def test_stacked_samples_keep_their_fields_and_a_lone_tensor_is_one_field():
+    pairs = fl.data.DataLoader.from_dataset(ShapeFrom(())).batch_size(4).shuffle(False).build()
+    x, i = next(iter(pairs.epoch(0)))
+    assert x[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0] and i.tolist() == [0, 1, 2, 3]
+    single = ShapeFrom((), single=True)
+    (alone,) = next(
+        iter(fl.data.DataLoader.from_dataset(single).batch_size(4).shuffle(False).build().epoch(0))
+    )
+    assert alone.shape == (4, 3) and alone[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
