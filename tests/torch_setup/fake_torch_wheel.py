@@ -107,6 +107,9 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
+WHEEL = b"Wheel-Version: 1.0\nGenerator: flodl-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+
+
 def build_wheel(
     version: str,
     tag: str,
@@ -136,15 +139,20 @@ def build_wheel(
         ).encode(),
         "torch/distributed/__init__.py": DISTRIBUTED_INIT.encode(),
         f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {full}\n".encode(),
-        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: flodl-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
+    return f"torch-{full}-py3-none-any.whl", _zip_wheel(files, dist)
+
+
+def _zip_wheel(files: dict[str, bytes], dist: str) -> bytes:
+    """A pure-Python wheel's bytes: ``files`` plus its ``WHEEL`` and ``RECORD`` in ``dist``."""
+    files = {**files, f"{dist}/WHEEL": WHEEL}
     record = [_record_line(n, d) for n, d in files.items()] + [f"{dist}/RECORD,,"]
     files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         for name, data in files.items():
             zf.writestr(name, data)
-    return f"torch-{full}-py3-none-any.whl", buf.getvalue()
+    return buf.getvalue()
 
 
 def build_companion(name: str, version: str, tag: str, torch: str) -> tuple[str, bytes]:
@@ -157,15 +165,8 @@ def build_companion(name: str, version: str, tag: str, torch: str) -> tuple[str,
         f"{dist}/METADATA": (
             f"Metadata-Version: 2.1\nName: {name}\nVersion: {full}\nRequires-Dist: torch=={torch}\n"
         ).encode(),
-        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: flodl-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = [_record_line(n, d) for n, d in files.items()] + [f"{dist}/RECORD,,"]
-    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for n, data in files.items():
-            zf.writestr(n, data)
-    return f"{name}-{full}-py3-none-any.whl", buf.getvalue()
+    return f"{name}-{full}-py3-none-any.whl", _zip_wheel(files, dist)
 
 
 def serve_index(server, tag: str, wheels: list[tuple[str, bytes]]) -> None:
