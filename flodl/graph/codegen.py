@@ -339,6 +339,7 @@ def generate(
     direct: frozenset[int] = frozenset(),
     nested: frozenset[int] = frozenset(),
     carried: int = 0,
+    tagging: int = 0,
 ) -> Generated:
     """Source of ``def forward(self, input, <aux inputs>)`` for the described graph.
 
@@ -358,7 +359,8 @@ def generate(
     else succeeded, so a pass that raises leaves it as it was. ``carried`` is the number of
     graphs nested below this one that keep state (``_c0``, ``_c1``... in the namespace the
     source runs in): each writes its own when its pass ends, so this pass copies their state
-    first and puts it back if it raises.
+    first and puts it back if it raises. ``tagging`` is the number of nested graphs that keep
+    tagged values (``_g0``, ``_g1``...): the pass clears theirs first, as it clears its own.
     """
     for node in nodes:
         identifier(node.id)
@@ -375,7 +377,7 @@ def generate(
                 state_slots[leaf.tag] = f"_s{len(state_slots)}"
 
     w = _Writer()
-    _emit_prologue(w, inputs, defaults, profile, state_slots, bool(tags), carried)
+    _emit_prologue(w, inputs, defaults, profile, state_slots, bool(tags), carried, tagging)
     g = _Gen(w, var, state_slots, direct, nested)
     kept = {*tags.values(), *(outputs or [output])}
     dying = _last_reads(nodes, kept)
@@ -433,6 +435,7 @@ def _emit_prologue(
     state_slots: dict[str, str],
     tagged: bool,
     carried: int,
+    tagging: int = 0,
 ) -> None:
     """The signature, the input checks, the module dict, last call's state, and the nested
     graphs' state dicts (put back if the pass raises)."""
@@ -454,6 +457,8 @@ def _emit_prologue(
         w.emit(f"_j{k} = _k{k}.copy()", 1)
     if tagged:  # last pass's tagged values (and the autograd history they hold) go now
         w.emit(f"{_TAG_STORE}{{}}", 1)
+    for k in range(tagging):  # the nested graphs' too, before this pass reaches a parameter
+        w.emit(f"{_TAG_STORE.replace('self', f'_g{k}')}{{}}", 1)
     w.emit("try:", 1)
     if profile:
         w.emit("_prof = []", 2)

@@ -87,10 +87,10 @@ def _put_back(kept: list[tuple[nn.Module, dict[str, Any]]]) -> None:
         module.__dict__.update(values)
 
 
-def _stateful_below(graph: Graph) -> tuple[Graph, ...]:
-    """The graphs nested in ``graph``, at any depth (loop bodies too), that keep state across
-    calls, each once. A nested graph adds the list it made when it was built (``_carried``), so
-    building a deep tree stays linear."""
+def _graphs_below(graph: Graph, key: str, keeps: Callable[[dict[str, Any]], bool]) -> tuple:
+    """The graphs nested in ``graph``, at any depth (loop bodies too), whose ``__dict__``
+    ``keeps`` says yes to, each once. A nested graph adds the list it made when it was built
+    (under ``key``), so building a deep tree stays linear."""
     found: dict[int, Graph] = {}
     seen: set[int] = set()
     pending = [m for m in graph._modules.values() if m is not None]
@@ -100,14 +100,25 @@ def _stateful_below(graph: Graph) -> tuple[Graph, ...]:
             continue
         seen.add(id(module))
         own = module.__dict__
-        if isinstance(module, Graph) and own["_state"]:
+        if isinstance(module, Graph) and keeps(own):
             found.setdefault(id(module), module)
-        if isinstance(module, Graph) and "_carried" in own:
-            for below in own["_carried"]:
+        if isinstance(module, Graph) and key in own:
+            for below in own[key]:
                 found.setdefault(id(below), below)
         else:  # a graph not installed yet (a pickle being loaded) is walked
             pending += [m for m in module._modules.values() if m is not None]
     return tuple(found.values())
+
+
+def _stateful_below(graph: Graph) -> tuple[Graph, ...]:
+    """The nested graphs that keep state across calls (``_carried``)."""
+    return _graphs_below(graph, "_carried", lambda own: bool(own["_state"]))
+
+
+def _tagging_below(graph: Graph) -> tuple[Graph, ...]:
+    """The nested graphs that keep tagged values (``_tags_below``): a pass clears theirs when it
+    starts, so no autograd history of the last pass outlives the start of the next one."""
+    return _graphs_below(graph, "_tags_below", lambda own: bool(own.get("_tags")))
 
 
 def _refuse_recomputation(graph: Graph) -> None:
@@ -460,6 +471,8 @@ class Graph(
         """Generate, compile and bind ``forward`` (also after unpickling or deepcopy)."""
         if "_carried" not in self.__dict__:  # found at build (a copy or pickle keeps it)
             self.__dict__["_carried"] = _stateful_below(self)
+        if "_tags_below" not in self.__dict__:
+            self.__dict__["_tags_below"] = _tagging_below(self)
         # The ordinary variant is compiled now, not on first use: torch.compile(graph) may make
         # the first call, and dynamo cannot trace a compile() (fullgraph would fail).
         self._forward_fn = self._compile_forward(frozenset())
@@ -511,6 +524,7 @@ class Graph(
         found = self._modules
         modules = {n.id: m for n in self._nodes if n.attr and (m := found[n.attr]) is not None}
         carried = self.__dict__["_carried"]
+        tagging = self.__dict__["_tags_below"]
         generated = generate(
             list(self._nodes),
             modules,
@@ -523,6 +537,7 @@ class Graph(
             direct=direct,
             nested=nested,
             carried=len(carried),
+            tagging=len(tagging),
         )
         kind = "direct " if direct else ""
         filename = f"<flodl graph {kind}{self._label or 'forward'} #{next(_SOURCE_IDS)}>"
@@ -539,6 +554,7 @@ class Graph(
             "_prof_done": record,
             **inline.NAMES,
             **{f"_c{k}": graph for k, graph in enumerate(carried)},  # no cycle: they are below
+            **{f"_g{k}": graph for k, graph in enumerate(tagging)},
         }
         exec(compile(source, filename, "exec"), namespace)
         fn = namespace["forward"]

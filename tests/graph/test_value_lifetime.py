@@ -3,6 +3,7 @@ in a hand-written ``x = layer(x)``), tagged values live until the next pass star
 
 from __future__ import annotations
 
+import copy
 import weakref
 
 import pytest
@@ -71,6 +72,34 @@ def test_tagged_values_are_released_when_the_next_pass_starts():
     model(torch.randn(2, 4))
     assert check.alive[0] is False  # gone by the time the second pass reached its last step
     assert model.tagged("doubled").shape == (2, 4)
+
+
+def test_nested_graphs_tagged_values_are_released_when_the_outer_pass_starts():
+    # A tag inside a nested graph (a loop body, an attention block) was released only when that
+    # graph's own pass began, deep inside the next outer pass: the previous pass's autograd
+    # history (its grad accumulators too) lived on while the first steps ran again. Under
+    # fl.cuda_graph_capture that made the captured backward reuse a warm-up's accumulators
+    # (torch warned of a stream mismatch); without backward it kept the last pass's activations.
+    remember = Remember()
+    check = AliveNow(remember)
+    inner = fl.FlowBuilder(nn.Linear(4, 4)).tag("inner").through(nn.Tanh()).build()
+    body = fl.FlowBuilder(nn.Linear(4, 4)).tag("body").build()
+    model = (
+        fl.FlowBuilder(check)
+        .through(inner)
+        .loop_body(fl.FlowBuilder().also(body).build())
+        .for_n(2)
+        .build()
+    )
+    model(torch.randn(2, 4))
+    seen = [inner.tagged("inner"), body.tagged("body")]
+    assert all(t is not None and t.grad_fn is not None for t in seen)
+    remember.seen = [weakref.ref(t) for t in seen]
+    del seen
+    model(torch.randn(2, 4))
+    assert check.alive == [False, False]  # gone before the second pass ran its first step
+    assert inner.tagged("inner").shape == body.tagged("body").shape == (2, 4)
+    assert copy.deepcopy(model)(torch.randn(2, 4)).shape == (2, 4)  # a copy clears its own
 
 
 def test_tagged_values_keep_their_history_for_a_loss_after_the_pass():
