@@ -12,6 +12,8 @@ before it. ``rust_delta`` is the Rust flodl's published result against PyTorch (
 negative = faster), for comparison with ``ratio - 1``.
 
 Usage: ``python benchmarks/gpu.py [--rounds N] [--batches N] [--models a,b] [--out DIR]``.
+A fourth side, ``captured``, is the flodl graph's step captured once with
+``fl.cuda_graph_capture`` and replayed (not the adaptive loop: its halt is read on the host).
 Without a CUDA device it measures nothing and exits with status 2. ``--smoke`` runs every model
 at toy sizes for one round on whatever device there is (the CPU here), to check that the script
 still works; its report says it is not a measurement.
@@ -35,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import graph_overhead as go
 from harness import interleaved, write_report
+
+import flodl as fl
 
 # The Rust flodl's published delta against PyTorch per model (its v0.3.0 benchmark table).
 RUST_DELTA = {
@@ -128,6 +132,37 @@ def epoch(model: nn.Module, spec: go.Model, batches: list[tuple[Any, Any]]) -> C
     return run
 
 
+# A halting loop reads its verdict on the host: a CUDA graph cannot replay that decision.
+NOT_CAPTURABLE = {"feedback_adaptive"}
+
+
+def captured_epoch(
+    model: nn.Module, spec: go.Model, batches: list[tuple[Any, Any]]
+) -> Callable[[], None]:
+    """The same epoch with the training step captured once by ``fl.cuda_graph_capture`` and
+    replayed per batch (its Adam keeps its step count on the GPU: ``capturable=True``)."""
+    opt = torch.optim.Adam(model.parameters(), lr=spec.lr, capturable=True)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        loss = spec.loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    x0, y0 = batches[0]
+    captured = fl.cuda_graph_capture(step, x0.clone(), y0.clone(), warmup=3, optimizers=[opt])
+
+    def run() -> None:
+        loss = None
+        for x, y in batches:
+            loss = captured(x, y)
+        assert loss is not None
+        loss.item()
+
+    return run
+
+
 def peak_mib(run: Callable[[], None], device: torch.device) -> float:
     """MiB allocated at the peak of one ``run()`` above what was allocated before it (CUDA)."""
     if device.type != "cuda":
@@ -141,7 +176,7 @@ def peak_mib(run: Callable[[], None], device: torch.device) -> float:
 
 
 def measure(
-    name: str, spec: go.Model, device: torch.device, rounds: int, steps: int
+    name: str, spec: go.Model, device: torch.device, rounds: int, steps: int, capture: bool
 ) -> dict[str, Any]:
     torch.manual_seed(0)
     original = spec.plain()
@@ -157,11 +192,15 @@ def measure(
         difference = (plain(x).float() - graph(x).float()).abs().max().item()
     sides = {"plain": plain, "plain_again": again, "flodl": graph}
     cases = {key: epoch(model, spec, batches) for key, model in sides.items()}
+    if capture and name not in NOT_CAPTURABLE:
+        twin = spec.graph(copy.deepcopy(plain)).to(device)
+        cases["flodl_captured"] = captured_epoch(twin, spec, batches)
     for run in cases.values():  # warm-up: kernels chosen, allocator caches and Adam state made
         run()
     peaks = {key: peak_mib(run, device) for key, run in cases.items()}
     timed = interleaved(cases, rounds=rounds, inner=1, warmup=0, clock=synchronized_clock(device))
     base = timed["plain"].median_s
+    captured = timed["flodl_captured"].median_s if "flodl_captured" in timed else float("nan")
     return {
         "model": name,
         "batch": spec.batch,
@@ -170,6 +209,8 @@ def measure(
         "flodl_ms": timed["flodl"].median_s * 1e3,
         "ratio": timed["flodl"].median_s / base,
         "a_a_ratio": timed["plain_again"].median_s / base,
+        "captured_ms": captured * 1e3,
+        "captured_ratio": captured / base,
         "plain_mad": go.mad(timed["plain"].rounds) / base,
         "flodl_mad": go.mad(timed["flodl"].rounds) / timed["flodl"].median_s,
         "rust_delta": RUST_DELTA.get(name, float("nan")),
@@ -186,12 +227,25 @@ def summary(rows: list[dict[str, Any]]) -> str:
     ahead = [
         r["model"] for r in rows if r["model"] in RUST_DELTA and r["ratio"] - 1 <= r["rust_delta"]
     ]
+    captured = [r["captured_ratio"] for r in rows if r["captured_ratio"] == r["captured_ratio"]]
+    captured_ahead = [
+        r["model"]
+        for r in rows
+        if r["model"] in RUST_DELTA and r["captured_ratio"] - 1 <= r["rust_delta"]
+    ]
     return (
         f"epoch ratio flodl / plain: median {statistics.median(ratios):.3f}, worst "
         f"{max(ratios):.3f} ({len(rows)} models; A/A median "
         f"{statistics.median(r['a_a_ratio'] for r in rows):.3f}). At or ahead of the Rust "
         f"flodl's published delta: {len(ahead)} of {sum(r['model'] in RUST_DELTA for r in rows)}"
         f"{' (' + ', '.join(ahead) + ')' if ahead else ''}."
+        + (
+            f" Captured with fl.cuda_graph_capture: median {statistics.median(captured):.3f}, "
+            f"worst {max(captured):.3f} ({len(captured)} models; ahead of the Rust delta: "
+            f"{len(captured_ahead)} of {sum(r['model'] in RUST_DELTA for r in rows)})."
+            if captured
+            else ""
+        )
     )
 
 
@@ -201,6 +255,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--batches", type=int, default=50, help="training steps per epoch")
     parser.add_argument("--smoke", action="store_true", help="toy sizes, 1 round, any device")
     parser.add_argument("--models", default=",".join(go.MODEL_NAMES))
+    parser.add_argument(
+        "--no-capture", action="store_true", help="skip the fl.cuda_graph_capture side"
+    )
     parser.add_argument("--out", type=Path, help="report directory (default: results/)")
     args = parser.parse_args(argv if argv is not None else [])
     names = args.models.split(",")
@@ -215,13 +272,26 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         raise SystemExit(2)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     models = original_suite(smoke=args.smoke)
-    rows = [measure(n, models[n], device, args.rounds, args.batches) for n in names]
+    rows = []
+    for n in names:  # a line per model as it ends: a run cut short still shows what it measured
+        capture = device.type == "cuda" and not args.no_capture
+        rows.append(measure(n, models[n], device, args.rounds, args.batches, capture))
+        r = rows[-1]
+        print(
+            f"{n}: ratio {r['ratio']:.3f} (A/A {r['a_a_ratio']:.3f}), plain {r['plain_ms']:.1f} ms,"
+            f" flodl {r['flodl_ms']:.1f} ms, captured {r['captured_ratio']:.3f},"
+            f" max_abs_diff {r['max_abs_diff']:.3g}",
+            file=sys.stderr,
+            flush=True,
+        )
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     notes = (
         f"{gpu}, torch {torch.__version__}: one epoch of {args.batches} training steps per case, "
         f"median over {args.rounds} interleaved rounds, synchronized wall clock. ratio = flodl / "
         "hand-written (< 1: flodl faster); a_a_ratio = a second copy of the hand-written model: "
-        "the noise floor; *_mad = scaled MAD of the rounds / median; rust_delta = the Rust flodl's published delta vs PyTorch; peak_mib = "
+        "the noise floor; captured_* = the flodl graph's training step captured once with "
+        "fl.cuda_graph_capture and replayed (Adam with capturable=True; the hand-written "
+        "model captured the same way would gain the same: it is what one call gives); *_mad = scaled MAD of the rounds / median; rust_delta = the Rust flodl's published delta vs PyTorch; peak_mib = "
         "most memory allocated during one epoch above the memory before it; max_abs_diff = "
         "largest difference of the two models' outputs on the first batch.\n\n" + summary(rows)
     )

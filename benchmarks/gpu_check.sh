@@ -16,9 +16,13 @@ print("torch", torch.__version__, "on", torch.cuda.get_device_name())' || exit 2
 mkdir -p "$out"
 
 status=0
+# fdl's hardware detection against the real driver (nvidia-smi, NVML)
+"$py" -m fdl diagnose > "$out/diagnose.txt" 2>&1 || status=1
+"$py" -m fdl diagnose --json > "$out/diagnose.json" 2>> "$out/diagnose.txt" || status=1
+cat "$out/diagnose.txt"
 # -rs lists each skip: on a GPU machine none of these should skip for want of CUDA
 "$py" -m pytest -p no:cacheprovider -q -rs -o addopts="--import-mode=importlib" \
-  tests/test_cuda_graph.py tests/data/test_memory.py tests/test_device_and_amp.py \
+  tests/test_cuda_graph.py tests/test_cuda_paths.py tests/data/test_memory.py tests/test_device_and_amp.py \
   tests/graph/test_inline.py tests/graph/test_inline_transformer.py 2>&1 | tee "$out/tests.log" || status=1
 "$py" benchmarks/gpu.py --out "$out" 2>&1 | tee "$out/gpu_benchmark.log" || status=1
 exit $status
