@@ -32,11 +32,12 @@ class Report:
     build: str = ""
     parity: Any = None
     refused: str = ""
+    unchanged: bool = False  # the output already held exactly this port: nothing to write
     fixed: dict[str, Any] = field(default_factory=dict)  # forward arguments frozen by the trace
 
     @property
     def ok(self) -> bool:
-        return self.written
+        return self.written or self.unchanged
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +46,7 @@ class Report:
             "model": self.model,
             "output": str(self.output),
             "written": self.written,
+            "unchanged": self.unchanged,
             "translated": self.translated,
             "opaque": [o.to_dict() for o in self.opaque],
             "build": self.build,
@@ -101,8 +103,13 @@ def port(
     from fdl.port import render, trace, translate
 
     output = output or default_output(script)
+    earlier = None
     if not overwrite and (output.exists() or output.is_symlink()):
-        raise _exists(output)  # before the work: a port could not change the answer
+        # Before the work, unless the file is an earlier port of this model: a re-run that
+        # would write the same bytes succeeds without --overwrite.
+        earlier = _earlier_port(output, script, model)
+        if earlier is None:
+            raise _exists(output)
     report = Report(script, model, output)
     args, kwargs = parse_init(init)
     examples = example_inputs(exprs)
@@ -235,6 +242,11 @@ def port(
     if not report.parity.exact and not force:
         report.refused = "parity is not exact: nothing written (use --force to write anyway)"
         return report
+    if earlier is not None:
+        if text != earlier:  # edited since, or the model changed: the user decides
+            raise _exists(output)
+        report.unchanged = True
+        return report
     try:
         # "x": a file that appeared while the port ran is refused too, never replaced
         with open(output, "w" if overwrite else "x", encoding="utf-8") as handle:
@@ -245,6 +257,19 @@ def port(
         raise PortError(f"cannot write {output}: {exc.strerror or exc}") from None
     report.written = True
     return report
+
+
+def _earlier_port(output: Path, script: Path, model: str) -> str | None:
+    """The text of ``output`` when it is a regular file that a port of ``model`` from ``script``
+    wrote (its first line says so), else None."""
+    if output.is_symlink() or not output.is_file():
+        return None
+    try:
+        text = output.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    first = text.split("\n", 1)[0]
+    return text if first == f"# Ported from {script.name} (class {model}) by:" else None
 
 
 def _exists(output: Path) -> PortError:
@@ -322,6 +347,8 @@ def render_report(report: Report) -> str:
                 lines.append(f"    example {case.example} {case.mode}: {detail}")
     if report.written:
         lines.append(f"  wrote {report.output}")
+    elif report.unchanged:
+        lines.append(f"  {report.output} is up to date: it holds this port already")
     elif report.refused:
         lines.append(f"  {report.refused}")
     return "\n".join(lines)

@@ -258,6 +258,24 @@ def test_cli_json_report_and_byte_stable_output(workdir, run_fdl):
     assert (workdir / "vae_flodl.py").read_bytes() == written
 
 
+def test_a_rerun_that_would_write_the_same_port_succeeds_without_overwrite(workdir, run_fdl):
+    argv = ["port", "vae.py", "--model", "VAE", "--example-input", "torch.rand(4, 64)"]
+    assert run_fdl(*argv, cwd=workdir).returncode == 0
+    ported = workdir / "vae_flodl.py"
+    written, stamp = ported.read_bytes(), ported.stat().st_mtime_ns
+    again = run_fdl(*argv, "--json", cwd=workdir)  # refused with "already exists" before
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["ok"] and report["unchanged"] and not report["written"]
+    assert ported.read_bytes() == written and ported.stat().st_mtime_ns == stamp  # not rewritten
+    ported.write_bytes(written + b"# my note\n")  # an edit of the earlier port is kept
+    edited = run_fdl(*argv, cwd=workdir)
+    assert edited.returncode == 1 and "already exists — pass --overwrite" in edited.stderr
+    assert ported.read_bytes().endswith(b"# my note\n")
+    other = run_fdl(*argv, "--example-input", "torch.rand(2, 64)", cwd=workdir)
+    assert other.returncode == 1 and "already exists" in other.stderr  # another command line
+
+
 def test_an_existing_output_is_replaced_only_with_overwrite(workdir, run_fdl):
     edited = workdir / "vae_flodl.py"
     edited.write_text("# my edits of an earlier port\n")
