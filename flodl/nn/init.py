@@ -105,7 +105,19 @@ def _symmetric(shape: Shape, bound: float, device: Device) -> torch.Tensor:
     return _rand(shape, device).mul(2.0 * bound).add(-bound)
 
 
+def _finite(name: str, value: float) -> float:
+    """A finite number (NaN or infinite ones would fill the tensor with NaN or inf)."""
+    try:
+        ok = not isinstance(value, str) and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise InitError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
 def _kaiming_std(fan_in: int, a: float) -> float:
+    a = _finite("a (the negative slope)", a)
     gain = math.sqrt(2.0 / (1.0 + a * a))
     return gain / math.sqrt(float(_fan("fan_in", fan_in)))
 
@@ -155,7 +167,16 @@ def uniform_bias(fan_in: int, shape: Shape, device: Device = None) -> torch.Tens
 
 
 def uniform(shape: Shape, low: float, high: float, device: Device = None) -> torch.Tensor:
-    """``U(low, high)`` as ``rand * (high - low) + low``."""
+    """``U(low, high)`` as ``rand * (high - low) + low``; finite bounds with ``low <= high``
+    (as ``torch.nn.init.uniform_`` asks).
+
+    >>> t = uniform(1000, -0.5, 0.5)
+    >>> bool(t.min() >= -0.5 and t.max() < 0.5)
+    True
+    """
+    low, high = _finite("low", low), _finite("high", high)
+    if low > high:
+        raise InitError(f"uniform needs low <= high, got low={low!r}, high={high!r}")
     return _rand(shape, device).mul(high - low).add(low)
 
 

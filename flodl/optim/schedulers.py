@@ -398,9 +398,32 @@ class PlateauScheduler:
         return {"current": self.current, "best": self.best, "wait": self.wait}
 
     def load_state_dict(self, state: dict[str, float | int]) -> None:
-        self.current = float(state["current"])
-        self.best = float(state["best"])
-        self.wait = int(state["wait"])
+        """Restore :meth:`state_dict`'s output; checked whole first, so a bad one changes nothing.
+
+        >>> s = PlateauScheduler(0.1, patience=2, factor=0.5, min_lr=0.0)
+        >>> s.load_state_dict({"current": 0.05, "best": 0.7, "wait": 1})
+        >>> s.observe(0.8)
+        0.025
+        """
+        if not isinstance(state, dict):
+            raise OptimError(
+                "PlateauScheduler.load_state_dict takes the dict state_dict() returns, got "
+                f"{type(state).__name__}"
+            )
+        keys = {"current", "best", "wait"}
+        if set(state) != keys:
+            missing, unknown = sorted(keys - set(state)), sorted(set(state) - keys, key=str)
+            raise OptimError(
+                "PlateauScheduler.load_state_dict: not a PlateauScheduler state"
+                + (f"; missing {missing}" if missing else "")
+                + (f"; unknown {unknown}" if unknown else "")
+            )
+        _check_non_negative("PlateauScheduler state 'current'", state["current"])
+        best = _number("PlateauScheduler state 'best'", state["best"], need="a number")
+        if math.isnan(best):  # an observation never stores NaN: the state is damaged
+            raise OptimError("PlateauScheduler state 'best' must be a number, got nan")
+        wait = _count("PlateauScheduler state 'wait'", state["wait"], minimum=0)  # type: ignore[arg-type]
+        self.current, self.best, self.wait = float(state["current"]), best, wait
 
     def __repr__(self) -> str:
         return (

@@ -164,6 +164,12 @@ def test_initialisers_follow_manual_seed():
         (lambda: init.normal((2.7, 3)), "integer sizes, got float 2.7"),  # was (2, 3)
         (lambda: init.normal(2.0), "an integer or a sequence of integers, got float 2.0"),
         (lambda: init.uniform((2, -1), 0.0, 1.0), "sizes >= 0, got -1"),
+        # low > high drew from [high, low) without a word; NaN bounds or slope filled with NaN
+        (lambda: init.uniform(5, 1.0, -1.0), "low <= high, got low=1.0, high=-1.0"),
+        (lambda: init.uniform(5, math.nan, 1.0), "low must be a finite number, got nan"),
+        (lambda: init.uniform(5, 0.0, math.inf), "high must be a finite number, got inf"),
+        (lambda: init.kaiming_uniform(5, 5, a=math.nan), "a .* must be a finite number, got nan"),
+        (lambda: init.kaiming_normal(5, 5, a="0.1"), "a .* must be a finite number, got '0.1'"),
     ],
 )
 def test_bad_arguments_raise_init_error(call, match):

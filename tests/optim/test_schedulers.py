@@ -316,6 +316,29 @@ def test_plateau_state_round_trip():
     assert "wait=0" in repr(t)
 
 
+@pytest.mark.parametrize(
+    ("state", "match"),
+    [
+        ([0.1, 1.0, 0], "takes the dict state_dict\\(\\) returns, got list"),
+        ({"current": 0.1, "best": 1.0}, r"not a PlateauScheduler state; missing \['wait'\]"),
+        ({"current": 0.1, "best": 1.0, "wait": 0, "lr": 1}, r"unknown \['lr'\]"),
+        ({"current": -0.1, "best": 1.0, "wait": 0}, "'current' must be a finite number >= 0"),
+        ({"current": "0.1", "best": 1.0, "wait": 0}, "'current' must be a finite number >= 0"),
+        ({"current": 0.1, "best": math.nan, "wait": 0}, "'best' must be a number, got nan"),
+        ({"current": 0.1, "best": 1.0, "wait": -1}, "'wait' must be >= 0, got -1"),
+        ({"current": 0.1, "best": 1.0, "wait": 1.5}, "'wait' must be an integer, got float"),
+    ],
+)
+def test_plateau_refuses_a_damaged_state_and_keeps_its_own(state, match):
+    # Loaded unchecked before: a negative rate or a float wait count surfaced epochs later.
+    s = PlateauScheduler(0.1, 2, 0.5, 0.0)
+    s.observe(1.0)
+    before = s.state_dict()
+    with pytest.raises(OptimError, match=match):
+        s.load_state_dict(state)
+    assert s.state_dict() == before
+
+
 def test_plateau_rejects_negative_patience():
     with pytest.raises(OptimError, match="patience"):
         PlateauScheduler(0.1, -1, 0.5, 0.0)
