@@ -436,6 +436,9 @@ def _no_build(search: _Search, considered: list[Candidate], why_newest: list[str
         plan.reasons.append(unsupported)
     plan.warnings.append("installing the CPU build; GPUs stay unused until this is fixed")
     plan.alternatives += _upgrade_paths(considered, target)
+    smaller = _smaller_upgrade(search, considered)
+    if smaller:
+        plan.alternatives.append(smaller)
     if unsupported:
         plan.alternatives.append(f"a source build for these GPUs: {_source_build(target)}")
     pinned_alt = _pinned_alternative(search)
@@ -635,6 +638,43 @@ def _upgrade_paths(considered: list[Candidate], target: Target) -> list[str]:
         + " / ".join(b.tag for b in builds)
         for floor, builds in unlocked.items()
     ]
+
+
+def _unlocked_by_upgrade(c: Candidate) -> bool:
+    """A build whose kernels fit every GPU and that only the driver keeps from loading."""
+    arch_ok = all(f.coverage in ("sass", "ptx", "unknown", "driver-too-old") for f in c.fits)
+    too_old = c.driver_ok is False or any(f.coverage == "driver-too-old" for f in c.fits)
+    return arch_ok and too_old and bool(c.driver_floor)
+
+
+def _smaller_upgrade(search: _Search, considered: list[Candidate]) -> str | None:
+    """The smallest driver upgrade, when an older release needs less of one than the newest:
+    a GTX 1080 on driver 390 gets torch 2.7.1 + cu118 from 450.80.02, where the newest release
+    needs 525.60.13. The newest release at that floor; None if the newest needs no more."""
+    if search.pinned:
+        return None
+    floors = [version_key(c.driver_floor or "0") for c in considered if _unlocked_by_upgrade(c)]
+    best: tuple[tuple[int, ...], Candidate, Release] | None = None
+    for release in search.releases[1:]:  # newest first: a tie keeps the newer release
+        fitting = [
+            (version_key(c.driver_floor or "0"), c)
+            for c in _consider(release, search.target, search.table)
+            if _unlocked_by_upgrade(c)
+        ]
+        fitting = [(f, c) for f, c in fitting if not floors or f < min(floors)]
+        if not fitting:
+            continue
+        low = min(f for f, _ in fitting)
+        if best is None or low < best[0]:
+            top = max((c for f, c in fitting if f == low), key=Candidate.rank)
+            best = (low, top, release)
+    if best is None:
+        return None
+    _, c, release = best
+    return (
+        f"a smaller upgrade: the NVIDIA driver to ≥ {c.driver_floor} for torch {release.torch} "
+        f"+ {c.build.tag} (an older torch)"
+    )
 
 
 def _note_pypi_default(plan: Plan, release: Release, target: Target) -> None:

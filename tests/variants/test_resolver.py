@@ -110,6 +110,24 @@ def test_a_compromise_looks_at_older_releases_for_the_newest_gpu():
     assert (pinned.torch, pinned.tag, pinned.visible_devices) == (NEWEST, "cu126", "0")
 
 
+def test_an_old_driver_is_offered_the_smallest_upgrade_too():
+    # Only the newest release's upgrade (to 525) was offered; an older torch needs only 450.
+    gtx1080 = GpuTarget(0, "NVIDIA GeForce GTX 1080", (6, 1))
+    driver390 = Target(driver="390.157", gpus=(gtx1080,), python="3.11")
+    plan = resolve(driver390)
+    assert (plan.status, plan.tag) == ("no-build", "cpu")
+    assert plan.alternatives == [
+        f"upgrade the NVIDIA driver to ≥ 525.60.13 for torch {NEWEST} + cu126",
+        "a smaller upgrade: the NVIDIA driver to ≥ 450.80.02 for torch 2.7.1 + cu118 "
+        "(an older torch)",
+    ]
+    pinned = resolve(driver390, torch=NEWEST)  # --torch: the upgrade for that release alone
+    assert not any("smaller upgrade" in a for a in pinned.alternatives)
+    # from 450 on, that older torch is what setup installs, not an alternative
+    driver520 = dataclasses.replace(driver390, driver="520.61.05")
+    assert (resolve(driver520).torch, resolve(driver520).tag) == ("2.7.1", "cu118")
+
+
 def test_a_gpu_no_build_supports_is_named():
     k40 = Target(driver="470.256.02", gpus=(GpuTarget(0, "Tesla K40m", (3, 5)),), python="3.11")
     plan = resolve(k40)
