@@ -367,10 +367,11 @@ def status_starts(text: str) -> str:
     return f"() => document.getElementById('status-text').textContent.startsWith({text!r})"
 
 
-def test_a_tab_left_open_says_the_server_is_gone_then_shows_the_next_run_alone(browser):
+def test_a_tab_left_open_says_the_server_is_gone_then_shows_each_next_run_alone(browser):
     port = free_port()
     first = fl.Monitor(10, stream=None)
     second = fl.Monitor(3, stream=None)
+    third = fl.Monitor(2, stream=None)
     try:
         first.serve(port=port)
         first.set_identity(label="run-a")
@@ -406,10 +407,27 @@ def test_a_tab_left_open_says_the_server_is_gone_then_shows_the_next_run_alone(b
         assert page.text_content("#status-text") == "Training"
         second.finish()
         page.wait_for_function(status_starts("Complete"), timeout=WAIT_MS)
+        second.close()
+
+        # A tab that saw its run finish follows the next run on the port too (it needed a
+        # reload: its stream was closed for good).
+        third.serve(port=port)
+        third.set_identity(label="run-c")
+        third.log(0, 0.1, {"c_loss": 0.5})
+        page.wait_for_function(
+            "() => document.getElementById('run-label').textContent === 'run-c'", timeout=WAIT_MS
+        )
+        page.wait_for_function(rows(1), timeout=WAIT_MS)
+        assert page.text_content("#status-text") == "Training"
+        titles = page.eval_on_selector_all(
+            "#metric-charts h3", "els => els.map(e => e.textContent)"
+        )
+        assert titles == ["c_loss"]
         assert real_problems(problems) == []
     finally:
         first.close()
         second.close()
+        third.close()
 
 
 def test_a_tab_refused_past_max_clients_connects_once_a_slot_frees(browser):

@@ -583,7 +583,7 @@
   $("table-more").addEventListener("click", () => { table.showAll = true; scheduleRender(); });
 
   // ---- data sources ----
-  const RETRY_MS = 5000, LOST_MS = 6000;  // the live stream's timings (below)
+  const RETRY_MS = 5000, LOST_MS = 6000, NEXT_RUN_MS = 3000;  // the live stream's timings (below)
   let source = null, lastId = null, probing = false, lastProbe = 0;
   applyMeta(boot);
   if (boot.mode === "archive") {
@@ -653,7 +653,7 @@
   }
 
   function watchConnection() {
-    if (state.complete) return;
+    if (state.complete) { watchForNextRun(); return; }
     tickElapsed();
     const now = performance.now();
     if (state.lostAt === null || now - state.lostAt < LOST_MS || probing || now - lastProbe < 3000) return;
@@ -668,6 +668,25 @@
         if (gone) setStatus("disconnected", "Disconnected — the training process may have ended");
         else setStatus("disconnected", "Reconnecting…");
         tickElapsed();
+      });
+  }
+
+  // A finished run's stream is closed; the tab keeps asking (HEAD, every NEXT_RUN_MS) which run
+  // the port serves, and follows the next training process that serves it.
+  function watchForNextRun() {
+    const now = performance.now();
+    if (probing || now - lastProbe < NEXT_RUN_MS) return;
+    probing = true;
+    lastProbe = now;
+    fetch("/api/history", { method: "HEAD", cache: "no-store" })
+      .then((r) => r.headers.get("X-Flodl-Run"), () => null)
+      .then((run) => {
+        probing = false;
+        if (!state.complete || !run || run === state.run) return;
+        state.run = run;
+        lastId = null;
+        resetRun();
+        connect();
       });
   }
 
