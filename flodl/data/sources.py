@@ -136,19 +136,78 @@ class TensorSource(Source):
 
     def subset(self, indices: Any, what: str) -> TensorSource:
         """The rows ``indices`` of this source (a ``torch.utils.data.Subset``), not copied."""
-        rows = torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
-        n = len(self)
-        bad = rows[(rows < -n) | (rows >= n)]
-        if len(bad):
-            raise DatasetShapeError(
-                f"DataLoader: {what} has indices {_show(bad)} outside the {n} samples of"
-                f" {self.description}"
-            )
-        if n:
-            rows = rows % n  # Python's negative indices, as Subset itself takes them
+        rows = _subset_rows(indices, len(self), what, self.description)
         if self.rows is not None:
             rows = self.rows[rows]
         return TensorSource(self.tensors, self.names, what, rows)
+
+
+class ConcatSource(Source):
+    """Rows of a ``torch.utils.data.ConcatDataset`` whose parts are all stored tensors: each
+    batch gathers its rows from the parts they fall in, in one call per part and field, with no
+    copy of the whole dataset (``rows``: a Subset's rows, as in :class:`TensorSource`)."""
+
+    def __init__(self, parts: Sequence[TensorSource], what: str, rows: torch.Tensor | None = None):
+        self.parts = tuple(parts)
+        self.description = what
+        self.names = self.parts[0].names
+        self.rows = rows
+        first = self.parts[0].tensors
+        for k, part in enumerate(self.parts[1:], 1):
+            if part.names != self.names or len(part.tensors) != len(first):
+                raise DatasetShapeError(
+                    f"DataLoader: part {k} of {what} has fields "
+                    f"{list(part.names or range(len(part.tensors)))}, part 0 has "
+                    f"{list(self.names or range(len(first)))} — every part needs the same fields"
+                )
+            for j, (a, b) in enumerate(zip(first, part.tensors, strict=True)):
+                if a.shape[1:] != b.shape[1:] or a.dtype != b.dtype or a.device != b.device:
+                    raise DatasetShapeError(
+                        f"DataLoader: field {self.field_name(j)!r} of part {k} of {what} is "
+                        f"{_row_kind(b)}, part 0's is {_row_kind(a)} — the parts' samples "
+                        "must have the same shape, dtype and device"
+                    )
+        sizes = torch.tensor([len(part) for part in self.parts], dtype=torch.int64)
+        self._ends = sizes.cumsum(0)
+        self._starts = self._ends - sizes
+        self._len = int(self._ends[-1]) if rows is None else len(rows)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def fetch(self, indices: torch.Tensor) -> Fields:
+        if self.rows is not None:
+            indices = self.rows[indices]
+        which = torch.searchsorted(self._ends, indices, right=True)
+        firsts = self.parts[0].tensors
+        out = [t.new_empty((len(indices), *t.shape[1:])) for t in firsts]
+        for k in which.unique().tolist():
+            at = (which == k).nonzero().squeeze(1)
+            rows = self.parts[k].fetch(indices[at] - self._starts[k])
+            for field, values in zip(out, rows, strict=True):
+                field.index_copy_(0, at.to(field.device), values)
+        return tuple(out)
+
+    def subset(self, indices: Any, what: str) -> ConcatSource:
+        rows = _subset_rows(indices, len(self), what, self.description)
+        if self.rows is not None:
+            rows = self.rows[rows]
+        return ConcatSource(self.parts, what, rows)
+
+
+def _row_kind(t: torch.Tensor) -> str:
+    return f"{tuple(t.shape[1:])} {t.dtype} on {t.device}"
+
+
+def _subset_rows(indices: Any, n: int, what: str, of: str) -> torch.Tensor:
+    """A Subset's indices as int64 rows in ``range(n)``; negative ones as Python takes them."""
+    rows = torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
+    bad = rows[(rows < -n) | (rows >= n)]
+    if len(bad):
+        raise DatasetShapeError(
+            f"DataLoader: {what} has indices {_show(bad)} outside the {n} samples of {of}"
+        )
+    return rows % n if n else rows
 
 
 class BatchSource(Source):
@@ -438,7 +497,7 @@ def _fresh_array(value: Any) -> bool:
 
 def as_source(dataset: Any, names: Sequence[str] | None = None) -> Source:
     """Adapt ``dataset`` to a :class:`Source`; raises a clear error for anything unsupported."""
-    from torch.utils.data import IterableDataset, Subset
+    from torch.utils.data import ConcatDataset, IterableDataset, Subset
     from torch.utils.data import TensorDataset as TorchTensorDataset
 
     if isinstance(dataset, Source):
@@ -460,8 +519,17 @@ def as_source(dataset: Any, names: Sequence[str] | None = None) -> Source:
         inner: Source | None = None
         with contextlib.suppress(LoaderConfigError, DatasetShapeError):
             inner = as_source(dataset.dataset, names)  # else read as Subset.__getitem__
-        if isinstance(inner, TensorSource):
+        if isinstance(inner, TensorSource | ConcatSource):
             return inner.subset(dataset.indices, f"the Subset of {inner.description}")
+    if isinstance(dataset, ConcatDataset) and not _overrides(dataset, ConcatDataset):
+        # parts of stored tensors are gathered like them; any other part is read through
+        # ConcatDataset.__getitem__ (its code may draw random numbers)
+        parts: list[Source] = []
+        with contextlib.suppress(LoaderConfigError, DatasetShapeError):
+            parts = [as_source(part, names) for part in dataset.datasets]
+        if parts and all(isinstance(part, TensorSource) for part in parts):
+            what = f"the ConcatDataset of {len(parts)} parts"
+            return ConcatSource([p for p in parts if isinstance(p, TensorSource)], what)
     if isinstance(dataset, Mapping):
         return TensorSource(list(dataset.values()), list(map(str, dataset)), "the dict of tensors")
     if isinstance(dataset, tuple | list) and all(isinstance(t, torch.Tensor) for t in dataset):

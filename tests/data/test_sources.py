@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import Dataset, IterableDataset, Subset, TensorDataset
+from torch.utils.data import ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset
 
 import flodl as fl
 from flodl.data.sources import as_source
@@ -66,6 +66,50 @@ def test_a_subset_of_tensors_is_gathered_like_tensors_and_may_stay_resident():
     assert next(iter(loader.epoch(0)))[0].tolist() == [[18.0, 19.0], [18.0, 19.0]]
     with pytest.raises(fl.data.DatasetShapeError, match=r"indices \[10\] outside the 10 samples"):
         fl.data.DataLoader.from_dataset(Subset(TensorDataset(x), [0, 10])).batch_size(1).build()
+
+
+def test_a_concat_dataset_of_tensors_is_gathered_like_tensors():
+    # It was read sample by sample through ConcatDataset.__getitem__, as Python code.
+    a = TensorDataset(torch.arange(10.0).reshape(5, 2), torch.arange(5))
+    b = TensorDataset(torch.arange(100.0, 106.0).reshape(3, 2), torch.arange(5, 8))
+    both = ConcatDataset(
+        [a, TensorDataset(torch.empty(0, 2), torch.empty(0, dtype=torch.int64)), b]
+    )
+    for mode in ("auto", "streaming"):
+        builder = fl.data.DataLoader.from_dataset(both).batch_size(4).seed(1).mode(mode)
+        loader = builder.build()
+        assert loader.mode == ("resident" if mode == "auto" else "streaming")
+        assert "Python code" not in loader.mode_reason
+        batches = list(loader.epoch(0))
+        order = torch.cat([batch[1] for batch in batches]).tolist()
+        assert sorted(order) == list(range(8)) and order != list(range(8))  # shuffled, all once
+        for batch in batches:  # each row as ConcatDataset itself gives it
+            for x, label in zip(batch[0], batch[1].tolist(), strict=True):
+                assert x.equal(both[label][0])
+        batches[0][0].add_(1000)  # a batch is memory of its own
+    assert a.tensors[0].max() < 1000 and b.tensors[0].max() < 1000
+    train, _ = torch.utils.data.random_split(both, [6, 2])  # its Subset too
+    rows = torch.cat([b[1] for b in fl.data.DataLoader.from_dataset(train).batch_size(3)
+                      .shuffle(False).mode("streaming").build().epoch(0)])  # fmt: skip
+    assert rows.tolist() == list(train.indices)
+    # A part made by Python code keeps the whole ConcatDataset on its __getitem__.
+    mixed = fl.data.DataLoader.from_dataset(ConcatDataset([a, TupleTorchDataset()]))
+    with pytest.raises(fl.data.DatasetShapeError):  # a's (2,) rows vs (2, 2) arrays: as torch
+        list(mixed.batch_size(6).shuffle(False).build().epoch(0))
+    assert "ConcatDataset.__getitem__" in as_source(ConcatDataset([a, MapDataset()])).code
+
+
+def test_the_parts_of_a_concat_dataset_must_hold_the_same_fields():
+    a = TensorDataset(torch.zeros(4, 2), torch.zeros(4, dtype=torch.int64))
+    for other, detail in [
+        (TensorDataset(torch.zeros(3, 3), torch.zeros(3, dtype=torch.int64)), r"\(3,\) "),
+        (TensorDataset(torch.zeros(3, 2), torch.zeros(3)), "torch.float32 on cpu, part 0's"),
+        (TensorDataset(torch.zeros(3, 2)), r"fields \[0\], part 0 has \[0, 1\]"),
+    ]:
+        with pytest.raises(
+            fl.data.DatasetShapeError, match=f"part 1 of the ConcatDataset.*{detail}"
+        ):
+            fl.data.DataLoader.from_dataset(ConcatDataset([a, other])).batch_size(2).build()
 
 
 def test_a_batch_dataset_for_a_gpu_is_told_the_faster_options(caplog):
