@@ -21,6 +21,7 @@ OTHER_DIRS = {
 }
 # tests/test_*.py that checks the repository rather than one module, and why.
 OTHER_FILES = {
+    "test_cuda_paths.py": "a user's main paths on a real CUDA device, across packages",
     "test_docs.py": "runs the code in docs/",
     "test_doctests.py": "runs every docstring example of flodl and fdl",
     "test_layering.py": "the import layers of flodl and fdl",
