@@ -5,6 +5,12 @@ A write goes to a temporary file beside the target, then replaces it in one rena
 failure mid-write (a full disk, an exception while rendering rows) leaves the previous file as
 it was and no temporary file behind. A failure names the target, not the temporary file.
 
+What is replaced is the file itself: a symbolic link is followed, and the file it points to is
+replaced (the link stays a link); a replaced file keeps its permission bits. A path that exists
+and is not a regular file (a FIFO, a terminal, ``/dev/stdout``, a device) is written in place,
+as a shell redirection writes it: it is never renamed over or removed, so that write is not
+whole-or-nothing.
+
 This module is internal (flodl's packages share it); checkpoints have their own writer, which
 also syncs to disk (``flodl.checkpoint``).
 
@@ -25,6 +31,7 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -35,15 +42,33 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary path beside ``path`` for a writer that wants a file name (``safetensors``'
     ``save_file``); it becomes ``path`` when the block ends without an exception. With one,
     ``path`` is untouched and the temporary file is removed. ``OSError`` names ``path``; a
-    directory (``"."`` included) is an ``IsADirectoryError`` before anything is written."""
+    directory (``"."`` included) is an ``IsADirectoryError`` before anything is written.
+
+    Through a symbolic link, the file it points to is replaced; an existing file keeps its
+    permission bits. A path that is not a regular file (a FIFO, a device) is yielded itself:
+    the writer writes into it, and nothing is renamed or removed."""
     target = Path(path)
     if not target.name or target.is_dir():
         # "." has no name to put a temporary file beside: say what is wrong with the path.
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    real = Path(os.path.realpath(target))  # a link's file, replaced beside it (same filesystem)
     try:
+        mode: int | None = real.stat().st_mode
+    except OSError:  # a new file (or one we cannot see: the write then says why)
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        # Renaming over a FIFO or a device node would replace the node itself (/dev/full once).
+        yield target
+        return
+    tmp = real.with_name(f".{real.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        if mode is not None:
+            # Owner-only until it is complete: a private file is never readable on the way.
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         yield tmp
-        tmp.replace(target)
+        if mode is not None:
+            tmp.chmod(stat.S_IMODE(mode))
+        tmp.replace(real)
     except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink()

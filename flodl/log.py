@@ -21,7 +21,8 @@ unset  (default)  warnings and errors only, through your own logging setup if yo
 =====  =========  ==============================================================================
 
 With a verbosity set, flodl writes its records to stderr through its own handler (and does not
-pass them on to the root logger, so nothing is printed twice). In a multi-rank run every record
+pass them on to the root logger, so nothing is printed twice). The ranks Builder mode spawns take
+the level in effect when it starts them, however it was set. In a multi-rank run every record
 carries a ``rank`` attribute (None in a single-process run) and its line starts with
 ``[rank N]``. ``fl.Monitor`` also keeps the records it sees and adds them to the file
 ``Monitor.write_log`` writes.

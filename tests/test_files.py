@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -74,3 +77,58 @@ def test_a_directory_is_an_error_naming_it_and_nothing_is_written(tmp_path, monk
     finally:
         monitor.close()
     assert [p.name for p in tmp_path.iterdir()] == ["sub"] and not any((tmp_path / "sub").iterdir())
+
+
+def test_through_a_symlink_the_file_it_points_to_is_replaced_and_the_link_stays(tmp_path):
+    real = tmp_path / "runs" / "report.csv"
+    real.parent.mkdir()
+    real.write_text("old\n")
+    link = tmp_path / "latest.csv"
+    link.symlink_to(real)
+    write_text(link, "new\n")
+    assert link.is_symlink() and real.read_text() == "new\n"
+    assert [p.name for p in real.parent.iterdir()] == ["report.csv"]  # no temporary file left
+    dangling = tmp_path / "dangling.csv"
+    dangling.symlink_to(tmp_path / "runs" / "later.csv")  # a link to a file not written yet
+    write_bytes(dangling, b"x")
+    assert dangling.is_symlink() and (tmp_path / "runs" / "later.csv").read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o755, 0o444])
+def test_a_replaced_file_keeps_its_permission_bits(tmp_path, mode):
+    target = tmp_path / "report.txt"
+    target.write_text("old")
+    target.chmod(mode)
+    with replacing(target) as tmp:
+        assert stat.S_IMODE(tmp.stat().st_mode) == 0o600  # owner-only while it is written
+        tmp.write_text("new")
+    assert target.read_text() == "new" and stat.S_IMODE(target.stat().st_mode) == mode
+    fresh = write_text(tmp_path / "fresh.txt", "x")  # a new file: the usual mode (umask)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~umask
+
+
+def test_a_fifo_is_written_into_never_replaced_or_removed(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    write_text(fifo, "through the pipe\n")
+    reader.join(timeout=30)
+    assert got == [b"through the pipe\n"]
+    with pytest.raises(RuntimeError), replacing(fifo) as path:  # a failure removes nothing
+        assert path == fifo
+        raise RuntimeError
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and [p.name for p in tmp_path.iterdir()] == ["pipe"]
+
+
+@pytest.mark.skipif(not os.path.exists(os.devnull), reason="no null device")
+def test_a_device_is_written_in_place():
+    # Only the path handed over is checked before anything is written, so no version of
+    # replacing() could rename over the device node here.
+    with replacing(os.devnull) as path:
+        assert path == Path(os.devnull)
+        path.write_bytes(b"discarded")
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)

@@ -174,11 +174,13 @@ _WHILE_A_MONITOR_RUNS = textwrap.dedent(
     import flodl as fl
     {setup}
     log = logging.getLogger("flodl.train")
-    mon = fl.Monitor(3, stream=None, gpu=False)
+    mons = [fl.Monitor(3, stream=None, gpu=False) for _ in range({monitors})]
     log.warning("mark-warning")
     log.error("mark-error")
     log.info("mark-info")
-    mon.close()
+    for mon in mons:  # every monitor keeps them for its write_log
+        assert any("mark-error" in line for line in mon._messages.lines())
+        mon.close()
     """
 )
 
@@ -192,11 +194,15 @@ _WHILE_A_MONITOR_RUNS = textwrap.dedent(
     ],
     ids=["default", "basicConfig", "verbosity-info"],
 )
-def test_warnings_and_errors_reach_stderr_once_while_a_monitor_runs(setup, env_value, info_shown):
+@pytest.mark.parametrize("monitors", [1, 2, 3], ids=lambda n: f"{n}-monitors")
+def test_warnings_and_errors_reach_stderr_once_while_a_monitor_runs(
+    setup, env_value, info_shown, monitors
+):
     # The Monitor keeps the records for write_log with a handler of its own; a handler anywhere
     # stops Python's last-resort printing, which once hid every error (a failed checkpoint too)
-    # for as long as a Monitor was open.
-    done = run_child(env_value, _WHILE_A_MONITOR_RUNS.format(setup=setup))
+    # for as long as a Monitor was open. With several monitors open, each one's handler once
+    # counted the others' as the one that prints, and none did.
+    done = run_child(env_value, _WHILE_A_MONITOR_RUNS.format(setup=setup, monitors=monitors))
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("mark-warning") == 1 and done.stderr.count("mark-error") == 1
     assert ("mark-info" in done.stderr) is info_shown

@@ -58,7 +58,13 @@ class Reduce(enum.StrEnum):
 
 @dataclass
 class Metrics:
-    """One graph's observation state (plain floats: pickles and deep-copies with the graph)."""
+    """One graph's observation state (plain floats: pickles and deep-copies with the graph).
+
+    Each flushed value is kept with the zero-based epoch it was flushed in (``epochs[name]``
+    beside ``history[name]``): a metric flushed only in some epochs stays on those epochs.
+    ``flush_count`` is the number of epochs that hold data, ``flush_times`` the time of each
+    one's last flush, and ``closed`` whether the latest one is over (see :func:`flush_epoch`).
+    """
 
     buffers: dict[str, list[float]] = field(default_factory=dict)
     history: dict[str, list[float]] = field(default_factory=dict)
@@ -67,6 +73,8 @@ class Metrics:
     flush_times: list[float] = field(default_factory=list)  # seconds since `started`
     started: float = field(default_factory=time.monotonic)
     sources: dict[str, str] = field(default_factory=dict)  # name -> "collect" or "record"
+    epochs: dict[str, list[int]] = field(default_factory=dict)  # name -> epoch of each value
+    closed: bool = True  # the latest epoch is over: the next flush with data starts another
 
     def add(self, name: str, values: list[float]) -> None:
         if name not in self.order:
@@ -91,20 +99,102 @@ class Metrics:
             f"and the tag's values would be averaged with them — record those under another name"
         )
 
-    def flush(self, names: list[str]) -> bool:
-        flushed = False
-        for name in names:
-            values = self.buffers.pop(name, None)
-            if values:
-                self.history.setdefault(name, []).append(math.fsum(values) / len(values))
-                flushed = True
-        if flushed:
-            self.flush_count += 1
-            self.flush_times.append(time.monotonic() - self.started)
-        return flushed
+    def flush(self, names: list[str], *, close: bool = True) -> bool:
+        """Flush ``names`` of this object alone (its own epoch clock); see :func:`flush_epoch`."""
+        return flush_epoch([self], [(self, names)], close=close)
+
+    def epoch_index(self) -> dict[str, list[int]]:
+        """``epochs``, built for a graph pickled before values kept their epoch: each history
+        taken to end at the latest epoch (what ``latest_metrics`` assumed then)."""
+        epochs = self.__dict__.get("epochs")
+        if epochs is None:
+            count = self.flush_count
+            epochs = {n: list(range(count - len(v), count)) for n, v in self.history.items()}
+            self.__dict__["epochs"] = epochs
+        return epochs
+
+    def last_epoch(self, name: str) -> int | None:
+        """The epoch of ``name``'s latest value (None without one)."""
+        epochs = self.epoch_index().get(name)
+        return epochs[-1] if epochs else None
+
+    def by_epoch(self, name: str) -> dict[int, float]:
+        """Zero-based epoch -> ``name``'s value in it (only the epochs that have one)."""
+        return dict(zip(self.epoch_index().get(name, ()), self.history.get(name, ()), strict=True))
+
+    def forget(self, name: str) -> None:
+        self.history.pop(name, None)
+        self.epoch_index().pop(name, None)
+
+    def _reach(self, epoch: int, now: float, close: bool) -> None:
+        """Move this clock to ``epoch`` (the one under way, or a new one), flushed at ``now``."""
+        t = now - self.started
+        if epoch < self.flush_count:
+            self.flush_times[epoch] = t  # the epoch under way ends later
+        else:
+            # Epochs this graph missed (flushed from a graph above it while it had nothing)
+            # take the same time: no duration, rather than another epoch's.
+            self.flush_times.extend([t] * (epoch + 1 - self.flush_count))
+            self.flush_count = epoch + 1
+        self.closed = close
 
     def known(self, name: str) -> bool:
         return name in self.order or name in self.history
+
+
+def _mean(values: list[float]) -> float:
+    """The mean, exact for finite values; with infinities or NaN, the NaN or infinity they make
+    (NaN for ``inf - inf``, as NumPy gives), where ``math.fsum`` would raise."""
+    n = len(values)
+    special = [v for v in values if not math.isfinite(v)]
+    if special:  # the finite values cannot change the result, nor overflow on the way to it
+        return sum(special)
+    try:
+        return math.fsum(values) / n
+    except OverflowError:  # finite values whose sum leaves a float's range (1e308 + 1e308)
+        scaled = [v / n for v in values]
+        try:
+            return math.fsum(scaled)
+        except OverflowError:  # a mean at the very edge of the range
+            return sum(scaled)
+
+
+def flush_epoch(
+    scope: list[Metrics], plan: list[tuple[Metrics, list[str]]], *, close: bool
+) -> bool:
+    """Flush the buffers ``plan`` names into the epoch under way of the clock ``scope`` shares
+    (a graph and its descendants: the values of one tree-wide flush share an epoch index).
+
+    A flush with data starts a new epoch after a closing flush (``close``: ``flush()`` with no
+    names, ``end_epoch()``), or when one of its metrics already has a value in the epoch under
+    way (flushing metric by metric, the next epoch's first flush); otherwise its values join
+    that epoch, which then ends at this flush. A closing flush with nothing to flush only
+    closes the epoch. All or nothing: every mean is taken before any buffer is emptied.
+    Returns whether anything was flushed.
+    """
+    means: list[tuple[Metrics, str, float]] = []
+    for metrics, names in plan:
+        for name in dict.fromkeys(names):
+            values = metrics.buffers.get(name)
+            if values:
+                means.append((metrics, name, _mean(values)))
+    if not means:
+        if close:
+            for metrics in scope:
+                metrics.closed = True
+        return False
+    count = max(m.flush_count for m in scope)  # the same for every graph of a tree, normally
+    under_way = count > 0 and not all(m.closed for m in scope if m.flush_count == count)
+    again = any(m.last_epoch(name) == count - 1 for m, name, _ in means)
+    epoch = count - 1 if under_way and not again else count
+    now = time.monotonic()
+    for metrics, name, mean in means:
+        del metrics.buffers[name]
+        metrics.history.setdefault(name, []).append(mean)
+        metrics.epoch_index().setdefault(name, []).append(epoch)
+    for metrics in scope:
+        metrics._reach(epoch, now, close)
+    return True
 
 
 def to_float(what: str, value: Any) -> float:
@@ -290,41 +380,56 @@ class ObservationMethods:
     def flush(self, *names: str) -> None:
         """Close the per-batch buffers: each one's mean is appended to its epoch history.
 
-        No arguments: every buffer of this graph and of every child graph, recursively. With
-        names (metric names, tag groups or paths like ``"encoder.loss"``): exactly those; a name
-        never recorded raises, and nothing is flushed.
+        No arguments: every buffer of this graph and of every child graph, recursively, and the
+        epoch is over (``end_epoch()`` does this). With names (metric names, tag groups or
+        paths like ``"encoder.loss"``): exactly those, into the epoch under way, so that
+        ``flush("loss")`` then ``flush("acc")`` make one epoch; a name that already has a value
+        in it starts the next one. A name never recorded raises, and nothing is flushed.
+
+        The graph's tree keeps one epoch count: what a flush from this graph puts in its
+        children's histories is numbered like its own metrics.
         """
+        tree = self._tree()._tree_graphs()
         if not names:
-            for graph in self._tree()._tree_graphs():
-                graph._metrics.flush(list(graph._metrics.buffers))
-            return
-        plan: dict[int, tuple[Graph, list[str]]] = {}
-        for name in self._expand(names):
-            graph, local = self._split(name)
-            graph._require_known(local, name)
-            plan.setdefault(id(graph), (graph, []))[1].append(local)
-        for graph, locals_ in plan.values():
-            graph._metrics.flush(locals_)
+            plan = [(g._metrics, list(g._metrics.buffers)) for g in tree]
+        else:
+            by_graph: dict[int, tuple[Metrics, list[str]]] = {}
+            for name in self._expand(names):
+                graph, local = self._split(name)
+                graph._require_known(local, name)
+                by_graph.setdefault(id(graph), (graph._metrics, []))[1].append(local)
+            plan = list(by_graph.values())
+        flush_epoch([g._metrics for g in tree], plan, close=not names)
 
     def flush_local(self, *names: str) -> None:
         """Like ``flush`` but for this graph only (no recursion into children)."""
         keys = self._expand(names) if names else list(self._metrics.buffers)
         for key in keys:
             self._require_known(_check_name("flush_local", key), key)
-        self._metrics.flush(keys)
+        self._metrics.flush(keys, close=not names)
 
     @property
     def flush_count(self) -> int:
-        """How many flushes of this graph produced data (an epoch count for its metrics)."""
+        """How many epochs hold data flushed from this graph (its own metrics, or its
+        children's flushed from it): flushes within one epoch count once (see :meth:`flush`)."""
         return self._metrics.flush_count
 
     @property
     def flush_times(self) -> list[float]:
-        """Seconds (monotonic) from the graph's creation to each flush that produced data."""
+        """Seconds (monotonic) from the graph's creation to the last flush of each epoch."""
         return list(self._metrics.flush_times)
 
+    def _epoch_histories(self, prefix: str = "") -> dict[str, dict[int, float]]:
+        """Dotted path -> {zero-based epoch: value} of every flushed metric of the tree."""
+        m = self._metrics
+        out = {prefix + k: m.by_epoch(k) for k in m.history}
+        for label, child in self._tree().children_graphs().items():
+            out.update(child._epoch_histories(f"{prefix}{label}."))
+        return out
+
     def latest_metrics(self) -> dict[str, float]:
-        """Dotted label path -> the value of the last flush, for this graph and its children.
+        """Dotted label path -> the value flushed in the latest epoch, for this graph and its
+        children. A metric with no value in that epoch is left out, not given its older one.
 
         This is what ``fl.Monitor.log(epoch, elapsed, graph)`` records.
 
@@ -343,14 +448,20 @@ class ObservationMethods:
 
     def latest_metrics_local(self) -> dict[str, float]:
         """This graph's own metrics only, in first-recorded order."""
-        history = self._metrics.history
-        return {name: history[name][-1] for name in self._metrics.order if history.get(name)}
+        m = self._metrics
+        latest = m.flush_count - 1
+        return {
+            name: m.history[name][-1]
+            for name in m.order
+            if m.history.get(name) and m.last_epoch(name) == latest
+        }
 
     def reset_trend(self, *names: str) -> None:
         """Forget epoch history: of ``names`` (groups expand), or all of it with no arguments."""
         sources = self._metrics.__dict__.get("sources", {})
         if not names:
             self._metrics.history.clear()
+            self._metrics.epoch_index().clear()
             for key in set(sources) - set(self._metrics.buffers):
                 del sources[key]
             return
@@ -358,7 +469,7 @@ class ObservationMethods:
         for key in keys:
             self._require_known(key, key)
         for key in keys:
-            self._metrics.history.pop(key, None)
+            self._metrics.forget(key)
             if key not in self._metrics.buffers:
                 sources.pop(key, None)
 
@@ -392,7 +503,7 @@ class ObservationMethods:
         return Trend(path, graph.trend(name).values)  # named as asked: "encoder.loss"
 
     def eta(self, total_epochs: int) -> float:
-        """Seconds left for ``total_epochs`` at the mean flush pace so far (0.0 before a flush)."""
+        """Seconds left for ``total_epochs`` at the mean epoch pace so far (0.0 before a flush)."""
         m = self._metrics
         if not m.flush_count:
             return 0.0

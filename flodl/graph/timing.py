@@ -7,8 +7,9 @@ seconds per forward, epoch by epoch, with the same questions as a metric's trend
 getting slower?). Names of nested graphs' nodes are dotted paths (``"encoder.attn"``).
 
 Files: ``export_trends`` / ``export_timing_trends`` write CSV (``epoch`` then one column per
-name), ``plot_timings_html`` a self-contained page of the timing curves (ms), ``write_log`` a
-plain-text log of the epoch history with per-epoch durations and the ETA.
+name; a value stays on the epoch it was flushed in, empty cells where a name has none),
+``plot_timings_html`` a self-contained page of the timing curves (ms), ``write_log`` a plain-text
+log of the epoch history with per-epoch durations and the ETA.
 
 >>> import torch, flodl as fl
 >>> from torch import nn
@@ -72,9 +73,11 @@ class TimingMethods:
         return kept
 
     def flush_timings(self, *tags: str) -> None:
-        """Close the timing buffers (``tags``, or all): each becomes its mean, one per epoch."""
+        """Close the timing buffers (``tags``, or all): each becomes its mean, one per epoch.
+        Epochs end as for metrics (see ``flush``): with no tags (``end_epoch()``), or when a tag
+        already has a value in the epoch under way."""
         metrics = self._timing()
-        metrics.flush(list(tags) if tags else list(metrics.buffers))
+        metrics.flush(list(tags) if tags else list(metrics.buffers), close=not tags)
 
     def timing_trend(self, tag: str) -> Trend:
         """Seconds per forward of node ``tag``, one value per epoch (empty before a flush).
@@ -93,32 +96,38 @@ class TimingMethods:
 
     def reset_timing_trend(self, *tags: str) -> None:
         """Forget timing history: of ``tags``, or all of it."""
-        history = self._timing().history
-        for tag in tags or list(history):
-            history.pop(tag, None)
+        metrics = self._timing()
+        for tag in tags or list(metrics.history):
+            metrics.forget(tag)
 
     # ------------------------------------------------------------------ files
-    def _series(self, tags: Any, timing: bool) -> dict[str, list[float]]:
-        from flodl.graph.visual import _histories
-
+    def _series(self, tags: Any, timing: bool) -> dict[str, dict[int, float]]:
+        """Name -> {zero-based epoch: value}: each value on the epoch it was flushed in."""
         graph: Graph = self  # type: ignore[assignment]
         if timing:
-            history = self._timing().history
-            names = sorted(history) if not tags else graph._expand(tuple(tags))
+            metrics = self._timing()
+            names = sorted(metrics.history) if not tags else graph._expand(tuple(tags))
             if tags:
                 for name in names:
                     self.timing_trend(name)  # a typo raises rather than exporting nothing
-            return {n: list(history[n]) for n in names if history.get(n)}
+            return {n: metrics.by_epoch(n) for n in names if metrics.history.get(n)}
         if not tags:
-            return {k: v for k, v in sorted(_histories(graph).items()) if v}
-        return {n: list(graph.trend(n).values) for n in graph._expand(tuple(tags))}
+            return {k: v for k, v in sorted(graph._epoch_histories().items()) if v}
+        out = {}
+        for name in graph._expand(tuple(tags)):
+            graph.trend(name)  # a typo raises rather than exporting nothing
+            owner, local = graph._split(name)
+            out[name] = owner._metrics.by_epoch(local)
+        return out
 
     def export_trends(
         self, path: str | os.PathLike[str], tags: list[str] | tuple[str, ...] | None = None
     ) -> Path:
         """Epoch history as CSV: ``epoch`` (1-based), then one column per metric (``tags``:
-        names, groups or paths; default every flushed metric of the tree). Empty where a metric
-        has fewer epochs. Raises when there is nothing to export."""
+        names, groups or paths; default every flushed metric of the tree). One row per epoch in
+        which one of them was flushed; a cell is empty where its metric has no value for that
+        epoch (a validation metric flushed every other epoch). Raises when there is nothing to
+        export."""
         return _write_csv(path, self._series(tags, timing=False), "export_trends", "flush()")
 
     def export_timing_trends(
@@ -142,7 +151,7 @@ class TimingMethods:
                 "forward and end_epoch() (or flush_timings()) first"
             )
         graph: Graph = self  # type: ignore[assignment]
-        ms = {name: [v * 1e3 for v in values] for name, values in series.items()}
+        ms = {name: [v * 1e3 for v in values.values()] for name, values in series.items()}
         return write_text(path, curves_page(f"{graph.label or 'graph'} — timing trends (ms)", ms))
 
     def write_log(
@@ -152,8 +161,9 @@ class TimingMethods:
         tags: list[str] | tuple[str, ...] | None = None,
     ) -> Path:
         """A plain-text training log: ``epoch N  name=value ...  [duration  ETA ...]`` per epoch
-        of the epoch history (``tags``, default every metric of the tree), durations from the
-        flush times; ``total_epochs`` > 0 adds the ETA. Raises when nothing was flushed."""
+        of the epoch history (``tags``, default every metric of the tree; a metric appears on
+        the epochs it was flushed in), durations from this graph's epoch times (``flush_times``);
+        ``total_epochs`` > 0 adds the ETA. Raises when nothing was flushed."""
         from flodl.graph.profile import format_duration
 
         series = self._series(tags, timing=False)
@@ -162,9 +172,9 @@ class TimingMethods:
         graph: Graph = self  # type: ignore[assignment]
         times = graph.flush_times
         lines = ["# flodl training log"]
-        for i in range(max(len(v) for v in series.values())):
+        for i in _epochs(series):
             parts = [f"epoch {i + 1:3d}"]
-            parts += [f"{name}={_metric(v[i])}" for name, v in series.items() if i < len(v)]
+            parts += [f"{name}={_metric(v[i])}" for name, v in series.items() if i in v]
             line = "  ".join(parts)
             if i < len(times):
                 duration = times[i] - (times[i - 1] if i else 0.0)
@@ -177,18 +187,22 @@ class TimingMethods:
         return write_text(path, "\n".join(lines) + "\n")
 
 
+def _epochs(series: dict[str, dict[int, float]]) -> list[int]:
+    """The epochs in which any of ``series`` has a value, in order."""
+    return sorted(set().union(*series.values()))
+
+
 def _write_csv(
-    path: str | os.PathLike[str], series: dict[str, list[float]], what: str, hint: str
+    path: str | os.PathLike[str], series: dict[str, dict[int, float]], what: str, hint: str
 ) -> Path:
     if not series:
         raise FlodlError(f"{what}: no epoch data to export — call {hint} first")
-    rows = max(len(v) for v in series.values())
     target = Path(path)
     with open_atomic(target, newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["epoch", *series])
-        for i in range(rows):
-            cells = [_cell(v[i]) if i < len(v) else "" for v in series.values()]
+        for i in _epochs(series):
+            cells = [_cell(v[i]) if i in v else "" for v in series.values()]
             writer.writerow([i + 1, *cells])
     return target
 

@@ -14,7 +14,9 @@ class MessageLog(logging.Handler):
     :mod:`flodl.log`): nothing below WARNING by default. Being a handler, it would stop Python
     from printing warnings and errors when nobody configured logging (Python prints them only
     when no handler at all is found): so a record that no other handler takes goes on to
-    :data:`logging.lastResort`, exactly as it would without a Monitor.
+    :data:`logging.lastResort`, exactly as it would without a Monitor. Other MessageLogs (a
+    second Monitor open) keep lines too and print nothing: the first of them to see the record
+    passes it on, once.
 
     >>> import logging, time
     >>> log = MessageLog(time.monotonic())
@@ -44,16 +46,20 @@ class MessageLog(logging.Handler):
             last.handle(record)
 
     def _others_take(self, record: logging.LogRecord) -> bool:
-        """Whether a handler besides this one sees ``record`` (logging.Logger.callHandlers'
-        walk up the hierarchy)."""
+        """Whether a handler besides this one prints ``record`` or passes it on
+        (logging.Logger.callHandlers' walk up the hierarchy): any handler but a MessageLog, or
+        a MessageLog called before this one."""
         logger: logging.Logger | None = logging.getLogger(record.name)
+        keeper: MessageLog | None = None  # the first MessageLog called: it passes the record on
         while logger is not None:
-            if any(h is not self for h in logger.handlers):
-                return True
+            for handler in logger.handlers:
+                if not isinstance(handler, MessageLog):
+                    return True
+                keeper = keeper or handler
             if not logger.propagate:
-                return False
+                break
             logger = logger.parent
-        return False
+        return keeper is not None and keeper is not self
 
     def lines(self) -> list[str]:
         return list(self._lines)

@@ -49,7 +49,8 @@ _CSV_RESOURCES = {
 
 @runtime_checkable
 class MetricSource(Protocol):
-    """Anything that can report its last flushed metrics (a flodl Graph): dotted path -> value."""
+    """Anything that can report the metrics flushed in its latest epoch (a flodl Graph): dotted
+    path -> value."""
 
     def latest_metrics(self) -> Mapping[str, float]: ...
 
@@ -221,13 +222,14 @@ class Monitor:
 
         Called again without ``timeline``, it returns the timeline already attached (one
         sampling thread per monitor); given another one, that one replaces it, and a timeline
-        the monitor created is stopped."""
-        if timeline is None and self.timeline is not None:
-            return self.timeline
+        the monitor created is stopped. After :meth:`close` it is a :class:`MonitorError`,
+        also when a timeline was attached before."""
         if self._closed:  # nothing would stop a timeline started now
             raise MonitorError(
                 "Monitor.attach_timeline: the monitor is closed; create a new fl.Monitor"
             )
+        if timeline is None and self.timeline is not None:
+            return self.timeline
         created = self._owned.get("timeline")
         if created is not None and created is not timeline:
             created.stop()  # replaced: nothing would stop its sampling thread later
@@ -391,8 +393,8 @@ class Monitor:
         ``mon.log(epoch, metrics)`` times the epoch itself: the seconds since the previous
         ``log`` returned (or since the Monitor was created). ``mon.log(epoch, elapsed, metrics)`` gives
         the time explicitly. ``metrics`` is a mapping of name -> number (a float, int or
-        one-element tensor) or a Graph-like object whose ``latest_metrics()`` gives its last
-        flush. ``epoch`` must lie in ``[start_epoch, num_epochs)``; outside it
+        one-element tensor) or a Graph-like object whose ``latest_metrics()`` gives what was
+        flushed in its latest epoch. ``epoch`` must lie in ``[start_epoch, num_epochs)``; outside it
         :class:`MonitorError` names it and nothing is recorded.
 
         Logging the latest epoch again (training metrics, then validation metrics) merges the

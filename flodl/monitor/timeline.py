@@ -30,7 +30,10 @@ rank reports that it is done) travels with the rank's exit and arrives before ``
 forwarder) listens, every checkpoint file flodl writes to a path is one event.
 
 Exports: :meth:`save_json` (samples and events), :meth:`save_csv` (one row per sample),
-:meth:`save_html` (a self-contained page: opens offline, no server, no CDN). Idle GPUs are found
+:meth:`save_html` (a self-contained page: opens offline, no server, no CDN). Event data are JSON
+values, and numbers may be NaN or infinite (an ``epoch_end`` whose loss diverged, your own
+events alike): the events keep them, and both JSON exports write them as ``null``, since JSON has
+neither. Idle GPUs are found
 by :meth:`idle_gaps`; :meth:`summary` gives the aggregate numbers.
 
 The events and aggregates are those of the Rust flodl's ``Timeline``, so timelines of both compare;
@@ -70,6 +73,7 @@ from flodl.checkpoint import listeners as checkpoint_listeners
 from flodl.files import open_atomic, write_text
 from flodl.log import current_rank
 from flodl.monitor.errors import MonitorError
+from flodl.monitor.page import finite
 
 __all__ = [
     "GpuTimelineSample",
@@ -175,7 +179,8 @@ def _check_event(kind: Any, data: dict[str, Any]) -> dict[str, Any]:
             f"got {kind!r}"
         )
     try:
-        return json.loads(json.dumps(data, allow_nan=False))
+        # NaN and infinities pass, as in flodl's own events (a diverged loss); exports null them
+        return json.loads(json.dumps(data))
     except (TypeError, ValueError) as err:
         raise MonitorError(
             f"Timeline.event({kind!r}): data must be JSON values (numbers, strings, lists, "
@@ -239,8 +244,9 @@ class _Reader:
 class Timeline:
     """High-frequency samples of CPU/RAM/GPU plus training events, for diagnosing a run.
 
-    ``poll_interval_ms``: time between samples (>= 1). ``gpu=False`` skips NVML.
-    ``max_samples`` / ``max_events`` bound memory (the oldest are dropped beyond them).
+    ``poll_interval_ms``: time between samples (a finite number >= 1). ``gpu=False`` skips
+    NVML. ``max_samples`` / ``max_events`` (ints >= 0) bound memory (the oldest are dropped
+    beyond them). A bad value is a :class:`MonitorError` here, not a failure of the sampler.
     :meth:`start` begins sampling on a daemon thread and subscribes the timeline to the events
     flodl emits in this process; :meth:`stop` ends both. Usable as a context manager.
     """
@@ -255,8 +261,16 @@ class Timeline:
     ) -> None:
         if isinstance(poll_interval_ms, bool) or not isinstance(poll_interval_ms, int | float):
             raise MonitorError(f"Timeline(poll_interval_ms={poll_interval_ms!r}): need a number")
-        if poll_interval_ms < 1:
-            raise MonitorError(f"Timeline(poll_interval_ms={poll_interval_ms}): need at least 1 ms")
+        # NaN would slip past a comparison and busy-loop the sampler; inf (or beyond what a
+        # thread can wait) would kill it while `running` stays True.
+        if not (poll_interval_ms >= 1 and poll_interval_ms / 1e3 <= threading.TIMEOUT_MAX):
+            raise MonitorError(
+                f"Timeline(poll_interval_ms={poll_interval_ms}): need a finite number, at least "
+                "1 ms"
+            )
+        for name, bound in (("max_samples", max_samples), ("max_events", max_events)):
+            if isinstance(bound, bool) or not isinstance(bound, int) or bound < 0:
+                raise MonitorError(f"Timeline({name}={bound!r}): need an int >= 0")
         self.poll_interval_ms = float(poll_interval_ms)
         self._gpu = gpu
         self._mono0 = time.monotonic()
@@ -328,7 +342,8 @@ class Timeline:
     # -- events --------------------------------------------------------------------------------
 
     def event(self, kind: str, **data: Any) -> TimelineEvent:
-        """Record an event now (``kind`` in lower_snake_case, ``data`` JSON values)."""
+        """Record an event now (``kind`` in lower_snake_case, ``data`` JSON values; NaN and
+        infinities are kept, and exported as ``null``)."""
         checked = _check_event(kind, data)
         wall = self._wall0 + (time.monotonic() - self._mono0)
         rank = current_rank()
@@ -422,8 +437,10 @@ class Timeline:
         }
 
     def save_json(self, path: str | os.PathLike[str]) -> Path:
-        """Samples and events as JSON (``t`` in ms; see :meth:`TimelineSample.to_json`)."""
-        return write_text(path, json.dumps(self.to_json(), allow_nan=False))
+        """Samples and events as JSON (``t`` in ms; see :meth:`TimelineSample.to_json`). A NaN
+        or infinite number (an event's data) is written as ``null``, as :meth:`save_html` does:
+        standard JSON has neither."""
+        return write_text(path, json.dumps(finite(self.to_json()), allow_nan=False))
 
     def save_csv(self, path: str | os.PathLike[str]) -> Path:
         """One row per sample: ``elapsed_ms,cpu_pct,ram_used,ram_total`` then

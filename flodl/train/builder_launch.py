@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from flodl.log import get_logger
+from flodl.log import get_logger, set_verbosity, verbosity
 from flodl.monitor import timeline
 from flodl.train.averaging import final_state
 from flodl.train.builder_runtime import (
@@ -168,10 +168,20 @@ class MetricsFeed:
 
 
 def _spawn_entry(
-    rank: int, world: int, payload: bytes, host: str, port: int, device: str, parent: int
+    rank: int,
+    world: int,
+    payload: bytes,
+    host: str,
+    port: int,
+    device: str,
+    parent: int,
+    level: int | None,
 ) -> None:
     # A rank outliving its parent would wait on the parent's store for minutes: die with it.
     die_with_parent(parent)
+    # The parent's verbosity, fl.set_verbosity's too: importing flodl here read only the
+    # environment (FLODL_VERBOSITY), which set_verbosity does not change.
+    set_verbosity(level)
     reported: list[BaseException] = []
 
     def report(err: BaseException) -> None:
@@ -274,7 +284,7 @@ class SpawnedRun:
         self.processes = [
             ctx.Process(
                 target=_spawn_entry,
-                args=(r, self.world, payload, "127.0.0.1", port, d, os.getpid()),
+                args=(r, self.world, payload, "127.0.0.1", port, d, os.getpid(), verbosity()),
                 name=f"flodl-rank-{r}",
                 daemon=True,
             )

@@ -70,12 +70,52 @@ def test_event_validation():
         tl.event("Sync Start")
     with pytest.raises(fl.MonitorError, match="JSON values"):
         tl.event("custom", value=object())
-    with pytest.raises(fl.MonitorError, match="JSON values"):
-        tl.event("custom", value=float("nan"))
     with pytest.raises(fl.MonitorError, match="at least 1 ms"):
         Timeline(poll_interval_ms=0)
     ev = tl.event("custom", label="warmup done", step=3)
     assert tl.events == [ev] and ev.data == {"label": "warmup done", "step": 3}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"poll_interval_ms": float("nan")}, r"poll_interval_ms=nan\): need a finite number"),
+        ({"poll_interval_ms": float("inf")}, r"poll_interval_ms=inf\): need a finite number"),
+        ({"poll_interval_ms": 1e300}, "need a finite number"),  # beyond what a thread can wait
+        ({"poll_interval_ms": -5}, "at least 1 ms"),
+        ({"max_samples": -1}, r"max_samples=-1\): need an int >= 0"),
+        ({"max_samples": 10.0}, r"max_samples=10.0\): need an int >= 0"),
+        ({"max_events": True}, r"max_events=True\): need an int >= 0"),
+    ],
+)
+def test_a_bad_interval_or_bound_is_refused_by_the_constructor(kwargs, message):
+    # nan once busy-looped the sampler (and stop() raised), inf killed it while `running` said
+    # True, a negative bound was deque's bare ValueError.
+    with pytest.raises(fl.MonitorError, match=message):
+        Timeline(gpu=False, **kwargs)
+
+
+def test_non_finite_event_data_is_kept_and_exported_as_null_by_both_exports(tmp_path):
+    # The Trainer's epoch_end of a diverged run carries loss=nan: save_json once raised on it.
+    tl = Timeline(gpu=False).start()
+    try:
+        tlmod.emit("epoch_end", epoch=0, loss=float("nan"))
+        mine = tl.event("probe", value=float("inf"), nested=[float("-inf"), 1.0])  # one rule
+    finally:
+        tl.stop()
+    assert mine.data["value"] == float("inf")
+    loss = tl.events_of("epoch_end")[0].data["loss"]
+    assert loss != loss  # NaN, kept in memory
+    data = json.loads(tl.save_json(tmp_path / "t.json").read_text())
+    saved = {e["kind"]: e["data"] for e in data["events"]}
+    assert saved == {
+        "epoch_end": {"epoch": 0, "loss": None},
+        "probe": {"value": None, "nested": [None, 1.0]},
+    }
+    page = tl.save_html(tmp_path / "t.html").read_text()
+    embedded = re.search(r'id="timeline-data">(.*?)</script>', page, re.S)
+    assert embedded is not None
+    assert {e["kind"]: e["data"] for e in json.loads(embedded[1])["events"]} == saved
 
 
 def test_idle_gaps_as_the_original_defines_them():
@@ -235,6 +275,8 @@ def test_attaching_twice_keeps_one_timeline_and_close_leaves_no_sampling_thread(
     assert not first.running  # replaced: the monitor's own one stopped
     mon.close()
     assert mine.running  # a given one is its owner's
+    with pytest.raises(fl.MonitorError, match="the monitor is closed"):
+        mon.attach_timeline()  # not the timeline attached before the close
     mine.stop()
     deadline = time.monotonic() + 5
     while set(_sampling_threads()) - before and time.monotonic() < deadline:

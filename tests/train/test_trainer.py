@@ -468,6 +468,33 @@ def two_ranks(step, **kw):
     return b
 
 
+@pytest.mark.multiproc
+@pytest.mark.parametrize(
+    ("level", "env"), [("debug", None), (None, "debug")], ids=["debug", "default"]
+)
+def test_set_verbosity_reaches_the_spawned_ranks(capfd, monkeypatch, level, env):
+    # The ranks import flodl afresh, which reads FLODL_VERBOSITY only: the level set in this
+    # process goes to them explicitly, whether it is louder or quieter than the environment.
+    if env is None:
+        monkeypatch.delenv("FLODL_VERBOSITY", raising=False)
+    else:
+        monkeypatch.setenv("FLODL_VERBOSITY", env)
+    fl.set_verbosity(level)
+    try:
+        two_ranks(
+            toy.mse_step,
+            epochs=1,
+            timeout=30,
+            policy=fl.ApplyPolicy.CADENCE,
+            backend=fl.AverageBackend.CPU,
+        ).run().join()
+    finally:
+        fl.set_verbosity(None)
+    err = capfd.readouterr().err
+    for rank in (0, 1):  # a debug record of each rank (under the coordinator): its epoch
+        assert (f"[rank {rank}] flodl.train: epoch 0: " in err) is (level == "debug"), err
+
+
 def seconds_since_injection(path) -> float:
     return time.time() - float(path.read_text())
 

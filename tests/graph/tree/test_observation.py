@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import io
+import math
+import re
 
 import numpy as np
 import pytest
@@ -279,3 +282,109 @@ def test_monitor_logs_latest_metrics_of_the_tree():
         assert history[1].metrics["loss"] == model.trend("loss").last()
     finally:
         mon.close()
+
+
+def test_a_metric_flushed_in_some_epochs_stays_on_them_and_is_never_logged_stale(tmp_path):
+    g = fl.FlowBuilder(nn.Linear(2, 2)).build()
+    mon = fl.Monitor(4, stream=None, gpu=False)
+    try:
+        for epoch in range(4):
+            g.record_scalar("loss", 1.0 / (epoch + 1))
+            if epoch % 2 == 1:  # validation every other epoch
+                g.record_scalar("val", 10.0 * epoch)
+            g.end_epoch()
+            mon.log(epoch, 0.1, g)
+    finally:
+        mon.close()
+    assert [r.metrics for r in mon.history] == [
+        {"loss": 1.0},
+        {"loss": 0.5, "val": 10.0},
+        {"loss": 1 / 3},  # not epoch 2's val again
+        {"loss": 0.25, "val": 30.0},
+    ]
+    assert g.flush_count == 4 and g.trend("val").values == (10.0, 30.0)
+    rows = list(csv.reader(g.export_trends(tmp_path / "t.csv").open()))
+    assert [row[2] for row in rows] == ["val", "", "10.0", "", "30.0"]
+    lines = g.write_log(tmp_path / "t.log").read_text().splitlines()[1:]
+    assert ["val=" in line for line in lines] == [False, True, False, True]
+    assert "val=30.0000" in lines[3]
+
+
+def test_children_flushed_from_the_root_share_its_epochs():
+    model = composed()
+    for epoch in range(3):
+        model.record_scalar("loss", float(epoch))
+        if epoch == 1:
+            model.record_at("encoder.aux", 5.0)
+        model.end_epoch()
+    assert model.latest_metrics() == {"loss": 2.0}  # aux belongs to epoch 2 only
+    child = model.subgraph("encoder")
+    assert child.flush_count == model.flush_count == 3
+    assert model._epoch_histories() == {"loss": {0: 0.0, 1: 1.0, 2: 2.0}, "encoder.aux": {1: 5.0}}
+
+
+def test_flushing_metric_by_metric_counts_one_epoch_per_epoch(tmp_path):
+    g = fl.FlowBuilder(nn.Linear(2, 2)).build()
+    for epoch in range(3):
+        g.record_scalar("loss", 1.0 + epoch)
+        g.record_scalar("acc", 0.5)
+        g.flush("loss")
+        g.flush("acc")
+        assert g.latest_metrics() == {"loss": 1.0 + epoch, "acc": 0.5}
+    assert g.flush_count == 3 and len(g.flush_times) == 3
+    assert g.eta(4) == pytest.approx(g.flush_times[-1] / 3)
+    lines = g.write_log(tmp_path / "g.log", total_epochs=6).read_text().splitlines()[1:]
+    assert len(lines) == 3 and all("ETA" in line for line in lines)
+    # end_epoch() after flushing by hand: nothing left to flush, the epoch closes, no new one
+    g.record_scalar("loss", 9.0)
+    g.flush("loss")
+    g.end_epoch()
+    g.record_scalar("acc", 0.25)
+    g.flush("acc")  # acc has no value in epoch 4, but end_epoch() closed it
+    assert g.flush_count == 5 and g.latest_metrics() == {"acc": 0.25}
+
+
+def test_a_root_with_metrics_only_in_a_child_gets_epoch_times_and_durations(tmp_path):
+    model = composed()
+    for epoch in range(2):
+        model.record_at("encoder.aux", float(epoch))
+        model.end_epoch()
+    assert model.flush_count == 2 and len(model.flush_times) == 2 and model.eta(4) > 0
+    lines = model.write_log(tmp_path / "m.log", total_epochs=4).read_text().splitlines()[1:]
+    assert len(lines) == 2 and all(re.search(r"\[.+  ETA .+\]$", line) for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("values", "mean"),
+    [
+        ([math.inf, -math.inf], math.nan),
+        ([math.inf, 1.0], math.inf),
+        ([1e308, 1e308, -math.inf], -math.inf),
+        ([math.nan, 1.0], math.nan),
+        ([1e308, 1e308], 1e308),  # the sum overflows, the mean does not
+    ],
+)
+def test_non_finite_and_overflowing_values_flush_like_floats_and_lose_nothing(values, mean):
+    model = composed()
+    model.record("loss", values)
+    model.record_scalar("ok", 1.0)
+    model.record_at("encoder.aux", 2.0)
+    model.end_epoch()
+    got = model.trend("loss").values
+    assert len(got) == 1 and (math.isnan(got[0]) if math.isnan(mean) else got[0] == mean)
+    assert model.collected("loss") == [] and model.flush_count == 1 and model.epoch_count == 1
+    assert model.latest_metrics()["ok"] == 1.0 and model.latest_metrics()["encoder.aux"] == 2.0
+
+
+def test_a_graph_pickled_before_values_kept_their_epoch_goes_on_counting():
+    import pickle
+
+    g = composed()
+    g.record_scalar("loss", 1.0)
+    g.flush()
+    del g._metrics.__dict__["epochs"], g._metrics.__dict__["closed"]  # as an older flodl left it
+    clone = pickle.loads(pickle.dumps(g))
+    assert clone.latest_metrics() == {"loss": 1.0}
+    clone.record_scalar("loss", 2.0)
+    clone.end_epoch()
+    assert clone._epoch_histories() == {"loss": {0: 1.0, 1: 2.0}} and clone.flush_count == 2

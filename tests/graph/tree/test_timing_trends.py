@@ -83,7 +83,8 @@ def test_export_trends_and_write_log(tmp_path):
             model.record_at("enc.aux", 10.0 * epoch)
         model.flush()
     rows = list(csv.reader(model.export_trends(tmp_path / "m.csv").open()))
-    assert rows == [["epoch", "enc.aux", "loss"], ["1", "10.0", "1.0"], ["2", "20.0", "0.5"], ["3", "", "0.25"]]  # fmt: skip
+    # enc.aux stays on the epochs it was flushed in (2 and 3), not moved up to 1 and 2
+    assert rows == [["epoch", "enc.aux", "loss"], ["1", "", "1.0"], ["2", "10.0", "0.5"], ["3", "20.0", "0.25"]]  # fmt: skip
     log = model.write_log(tmp_path / "m.log", total_epochs=5, tags=["loss"]).read_text()
     lines = log.splitlines()
     assert lines[0] == "# flodl training log" and len(lines) == 4
@@ -187,3 +188,14 @@ def test_monitor_watch_profiled_shows_the_heat_map():
     mon.watch_profiled(model)
     assert re.search(r"\d+(us|ms)", mon._svg) and mon._svg != plain
     mon.close()
+
+
+def test_timing_flushes_by_tag_make_one_epoch():
+    model = profiled_model()
+    for _ in range(2):
+        model(torch.ones(1, 4))
+        model.end_step()
+        model.flush_timings("head")
+        model.flush_timings()  # the rest, and the epoch ends
+    assert model._timing().flush_count == 2
+    assert all(len(model.timing_trend(t)) == 2 for t in model._timing().history)
