@@ -18,6 +18,7 @@ import io
 import mmap
 import os
 import secrets
+import stat
 import threading
 import zlib
 from collections.abc import Iterator
@@ -385,6 +386,29 @@ def refuse_unwritable(path: Path) -> None:
         )
 
 
+def _write_in_place(path: Path, gz: bool) -> Iterator[BinaryIO]:
+    """Write into an existing FIFO or device (not whole-or-nothing: there is no file to swap)."""
+    try:
+        raw = open(path, "wb")  # noqa: SIM115 (closed by the with-block below)
+    except OSError as exc:
+        raise CheckpointError(
+            f"cannot write checkpoint: {exc.strerror or exc}", source=str(path)
+        ) from exc
+    try:
+        with raw:
+            if gz:
+                with gzip.GzipFile(
+                    fileobj=raw, mode="wb", compresslevel=6, mtime=0, filename=""
+                ) as z:
+                    yield z  # type: ignore[misc]
+            else:
+                yield raw
+    except OSError as exc:
+        raise CheckpointError(
+            f"cannot write checkpoint: {exc.strerror or exc}", source=str(path)
+        ) from exc
+
+
 @contextlib.contextmanager
 def open_destination(
     dest: Destination, *, compress: bool | None = None, fsync: bool = True
@@ -397,9 +421,22 @@ def open_destination(
         path = Path(dest)
         _refuse_directory(path)
         gz = path.name.endswith(".gz") if compress is None else compress
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        # What is replaced is the file itself: through a symlink (latest.fdl -> runs/7/m.fdl)
+        # the file it points to, beside it; the link stays a link, the file keeps its mode.
+        real = Path(os.path.realpath(path))
         try:
-            raw = open(tmp, "xb")  # noqa: SIM115 (closed by the with-block below)
+            mode: int | None = real.stat().st_mode
+        except OSError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            # A FIFO or a device: renaming over it would replace the node; write into it.
+            yield from _write_in_place(path, gz)
+            return
+        tmp = real.with_name(f".{real.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            # owner-only until complete when it replaces a file (whose mode it then takes)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if mode else 0o666)
+            raw = os.fdopen(fd, "wb")
         except OSError as exc:
             raise CheckpointError(
                 f"cannot write checkpoint: {exc.strerror or exc} {_CHECK_DIRECTORY}",
@@ -425,7 +462,9 @@ def open_destination(
                 raw.flush()
                 if fsync:
                     os.fsync(raw.fileno())
-            tmp.replace(path)
+            if mode is not None:
+                tmp.chmod(stat.S_IMODE(mode))
+            tmp.replace(real)
         except BaseException as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()
@@ -436,7 +475,7 @@ def open_destination(
                 ) from exc
             raise
         if fsync:
-            _fsync_dir(path.parent)
+            _fsync_dir(real.parent)
     elif hasattr(dest, "write"):
         if compress:
             with gzip.GzipFile(fileobj=dest, mode="wb", compresslevel=6, mtime=0, filename="") as z:  # type: ignore[arg-type]

@@ -162,3 +162,32 @@ def test_a_refused_save_touches_nothing(tmp_path):
     with pytest.raises(fl.CheckpointError):
         fl.save_checkpoint(path, {"w": torch.ones(2), "bad": torch.ones(2, dtype=torch.complex64)})
     assert_previous_intact(path)
+
+
+def test_through_a_symlink_the_checkpoint_it_points_to_is_replaced_and_keeps_its_mode(tmp_path):
+    # "latest.fdl -> runs/7/model.fdl": the save replaced the link with a regular file and
+    # left the run's file stale.
+    run = tmp_path / "runs" / "7"
+    run.mkdir(parents=True)
+    previous(run / "model.fdl")
+    (run / "model.fdl").chmod(0o640)
+    latest = tmp_path / "latest.fdl"
+    latest.symlink_to(run / "model.fdl")
+    fl.save_checkpoint(latest, {"w": torch.full((4,), 2.5)})
+    assert latest.is_symlink() and latest.resolve() == (run / "model.fdl").resolve()
+    assert torch.equal(fl.read_checkpoint(run / "model.fdl")["w"], torch.full((4,), 2.5))
+    assert (run / "model.fdl").stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in run.iterdir()) == ["model.fdl"]  # no temp file left
+
+
+def test_a_checkpoint_written_to_a_fifo_streams_into_it(tmp_path):
+    # A rename over the FIFO replaced the pipe itself, and its reader never saw the data.
+    fifo = tmp_path / "pipe.fdl"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    fl.save_checkpoint(fifo, {"w": torch.full((4,), 3.5)})
+    data, _ = reader.communicate(timeout=30)
+    assert fifo.is_fifo()
+    copy = tmp_path / "copy.fdl"
+    copy.write_bytes(data)
+    assert torch.equal(fl.read_checkpoint(copy)["w"], torch.full((4,), 3.5))
