@@ -7,7 +7,9 @@ The origin is read from the installed distribution's PEP 610 record (``direct_ur
 - a wheel file: the newest ``flodl-*.whl`` next to it;
 - a VCS URL (``git+https://...``): the commit its branch points at now (``git ls-remote``),
   compared with the commit installed;
-- no record: the package index (``FDL_UPDATE_INDEX_URL``, default PyPI's JSON API).
+- no record: the package index (``FDL_UPDATE_INDEX_URL``, default PyPI's JSON API). pip records
+  no origin for a wheel found with ``--find-links DIR`` (or on a private index) either: when the
+  index does not have flodl, the origin is "unknown", and ``fdl install --from DIR`` names it.
 
 The notice: when fdl runs on a terminal, it prints one line if the last check (at most a day old,
 in ``~/.flodl/update-check.json``) found a newer flodl; a check older than a day is refreshed by a
@@ -38,7 +40,7 @@ class Check:
     """The outcome of one check."""
 
     current: str
-    origin: str  # "index", "directory", "wheel", "vcs", "source tree"
+    origin: str  # "index", "directory", "wheel", "vcs", "source tree", "unknown"
     where: str
     latest: str | None = None  # a version, or a commit for VCS origins
     newer: bool = False
@@ -46,6 +48,8 @@ class Check:
     upgrade: list[str] | None = None  # the command that installs the newer one
 
     def describe(self) -> str:
+        if self.origin == "unknown":
+            return f"where flodl came from is unknown: {self.error}"
         if self.error:
             return f"could not check {self.origin} {self.where}: {self.error}"
         if self.newer:
@@ -88,17 +92,32 @@ def origin() -> tuple[str, str, dict[str, Any]]:
     if "vcs_info" in record:
         return "vcs", url, record
     if url.startswith("file://"):
-        path = url.removeprefix("file://")
+        from urllib.parse import unquote, urlsplit
+
+        path = unquote(urlsplit(url).path)  # a URL: "my%20wheels" is the folder "my wheels"
         return ("wheel" if path.endswith(".whl") else "directory"), path, record
     return "index", os.environ.get("FDL_UPDATE_INDEX_URL", DEFAULT_INDEX), record
 
 
-def check(current: str | None = None) -> Check:
-    """Look for a newer flodl where this one came from (network calls time out in 3 s)."""
+def origin_of(source: str) -> tuple[str, str, dict[str, Any]]:
+    """(kind, where, record) for ``fdl install --from SOURCE``: a checkout, a wheel or a folder."""
+    path = Path(source).expanduser().resolve()
+    if (path / "flodl" / "_version.py").is_file():
+        return "directory", str(path), {}
+    if (path.suffix == ".whl" and path.is_file()) or any(path.glob("flodl-*.whl")):
+        return "wheel", str(path), {}
+    raise ValueError(
+        f"{source} is neither a flodl checkout nor a wheel nor a folder of flodl wheels"
+    )
+
+
+def check(current: str | None = None, source: str | None = None) -> Check:
+    """Look for a newer flodl where this one came from, or in ``source`` (network calls time out
+    in 3 s)."""
     from fdl import __version__
 
     current = current or __version__
-    kind, where, record = origin()
+    kind, where, record = origin() if source is None else origin_of(source)
     result = Check(current, kind, where)
     try:
         if kind == "directory":
@@ -108,17 +127,19 @@ def check(current: str | None = None) -> Check:
             editable = (record.get("dir_info") or {}).get("editable")
             result.upgrade = None if editable else _pip(where)
         elif kind == "wheel":
-            folder = Path(where).parent
+            folder = Path(where) if Path(where).is_dir() else Path(where).parent
+            result.where = str(folder)  # where a newer one is looked for, not the installed one
             wheels = [w.name.split("-")[1] for w in folder.glob("flodl-*.whl")]
-            result.latest = max(wheels, key=version_key) if wheels else None
-            if result.latest:
-                newest = next(folder.glob(f"flodl-{result.latest}-*.whl"))
-                result.upgrade = _pip(str(newest))
+            if not wheels:
+                raise FileNotFoundError("no flodl-*.whl there (moved or deleted?)")
+            result.latest = max(wheels, key=version_key)
+            newest = next(folder.glob(f"flodl-{result.latest}-*.whl"))
+            result.upgrade = _pip(str(newest))
         elif kind == "vcs":
             info = record["vcs_info"]
-            ref = info.get("requested_revision") or "HEAD"
+            ref = info.get("requested_revision")
             done = subprocess.run(
-                ["git", "ls-remote", where, ref],
+                ["git", "ls-remote", where, ref or "HEAD"],
                 capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
             )  # fmt: skip
             if done.returncode != 0 or not done.stdout.strip():
@@ -126,13 +147,30 @@ def check(current: str | None = None) -> Check:
             commit = done.stdout.split()[0]
             result.latest = commit[:12]
             result.newer = commit != info.get("commit_id")
-            result.upgrade = _pip(f"git+{where}@{ref}")
+            # No "@HEAD" without a requested revision: pip would run `git checkout -b HEAD`,
+            # which git refuses. A new commit may keep the version number, and pip then calls
+            # it installed: reinstall flodl alone (its dependencies, torch first, stay).
+            spec = f"{info.get('vcs', 'git')}+{where}" + (f"@{ref}" if ref else "")
+            result.upgrade = [*_pip(spec)[:-1], "--force-reinstall", "--no-deps", spec]
             return result
         elif kind == "index":
+            import urllib.error
             import urllib.request
 
-            with urllib.request.urlopen(where, timeout=TIMEOUT_S) as response:
-                result.latest = json.loads(response.read(1 << 20))["info"]["version"]
+            try:
+                with urllib.request.urlopen(where, timeout=TIMEOUT_S) as response:
+                    result.latest = json.loads(response.read(1 << 20))["info"]["version"]
+            except urllib.error.HTTPError as err:
+                if err.code != 404:
+                    raise
+                # pip records no origin for a wheel found with --find-links (or on another
+                # index): flodl not being on this index says so, not a network failure
+                result.origin = "unknown"
+                result.error = (
+                    f"flodl is not on {where}, and its install recorded no other origin (pip "
+                    "records none for a wheel found with --find-links DIR)"
+                )
+                return result
             result.upgrade = _pip("flodl", upgrade=True)
         else:
             result.error = "not installed as a package (update the checkout, e.g. git pull)"

@@ -23,7 +23,11 @@ def check(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON report on stdout.")] = False,
     no_run: Annotated[
-        bool, typer.Option("--no-run", help="Static check only; skip the smoke run.")
+        bool,
+        typer.Option(
+            "--no-run",
+            help="Static check only; skip the smoke run (which runs the script for real).",
+        ),
     ] = False,
     timeout: Annotated[
         float,
@@ -60,6 +64,17 @@ def check(
     if not script.is_file():
         raise FdlUsageError(f"{script}: no such file", "pass the path of a Python script")
     ref = load_reference(path)
+
+    def announce() -> None:  # the smoke run is the script, for real: say so before it starts
+        from rich.markup import escape
+
+        console.info(
+            escape(
+                f"smoke run: running {script} for real (FLODL_SMOKE=1, loops shortened) in "
+                f"{Path.cwd()}: what it saves to a fixed path, it overwrites (--no-run skips it)"
+            )
+        )
+
     try:
         report = check_script(
             script,
@@ -68,6 +83,7 @@ def check(
             timeout=timeout,
             args=list(script_args or []),
             allow_unverified=allow_unverified,
+            on_smoke_start=announce,
         )
     except SmokeStopped as stopped:
         import signal
@@ -90,6 +106,8 @@ def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) ->
         "check",
         help="Validate a script's use of flodl: unknown names and calls that do not fit the real "
         "signatures are errors (with file:line and suggestions); then run it to its end with "
-        "FLODL_SMOKE=1, its training loops shortened. Pass the script's own arguments after --: "
+        "FLODL_SMOKE=1, its training loops shortened. That run is for real, in the current "
+        "directory: files it saves to fixed paths are overwritten (the files it changed are "
+        "listed as a warning). Pass the script's own arguments after --: "
         "fdl check train.py -- --epochs 3.",
     )(check)

@@ -15,6 +15,15 @@ def install(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the pip command instead of running it.")
     ] = False,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            metavar="PATH",
+            help="Look there instead of where flodl was installed from: a folder of wheels, a "
+            "wheel or a checkout (for an install pip recorded no origin of, e.g. --find-links).",
+        ),
+    ] = None,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -34,19 +43,35 @@ def install(
 
     from fdl import console
     from fdl.errors import ExitCode, FdlError
+    from fdl.update_check import check as check_now
     from fdl.update_check import refresh
 
-    result = refresh()
+    if source is None:
+        result = refresh()
+    else:  # not recorded: the notice and a plain `fdl install` follow the installed origin
+        try:
+            result = check_now(source=source)
+        except ValueError as err:
+            hint = "name a folder of flodl-*.whl, a wheel or a flodl checkout"
+            raise FdlError(str(err), hint, ExitCode.USAGE) from None
     if as_json:
         console.out(json.dumps(dataclasses.asdict(result), indent=2))
     elif result.error is None:
         console.info(escape(result.describe()))
     if result.error is not None:
-        raise FdlError(
-            f"could not check {result.origin} {result.where}: {result.error}",
-            "check the network (or the path) and run again",
-            ExitCode.UNAVAILABLE,
+        from_hint = (
+            "point fdl install at where flodl is: fdl install --from DIR (a folder of wheels, "
+            "a wheel or a checkout)"
         )
+        if result.origin == "unknown":
+            hint = from_hint
+        elif result.origin == "index":  # no origin recorded: the index, or somewhere else
+            hint = (
+                f"check the network and run again; if flodl did not come from an index, {from_hint}"
+            )
+        else:
+            hint = "check the network (or the path) and run again"
+        raise FdlError(result.describe(), hint, ExitCode.UNAVAILABLE)
     if check or not result.newer:
         return
     if result.upgrade is None:

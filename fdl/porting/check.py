@@ -6,12 +6,14 @@ outcome with the exception, its notes (flodl adds the graph node that failed) an
 the script it came from, then the coverage of the script's flodl call sites: how many the smoke
 run executed, how many were verified statically against the real signatures, and each one
 verified neither way. Such a call site makes the check fail unless ``allow_unverified``: "ok"
-means every flodl call in the script was either run or checked. ``--json`` gives the same as one
-document.
+means every flodl call in the script was either run or checked. The files the smoke run changed
+(it runs the script for real) are a warning line, not a finding: they do not change the counts.
+``--json`` gives the same as one document.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -98,6 +100,7 @@ def check_script(
     args: list[str] | None = None,
     allow_unverified: bool = False,
     wall_timeout: float | None = None,
+    on_smoke_start: Callable[[], None] | None = None,
 ) -> CheckReport:
     try:
         source = script.read_text(encoding="utf-8", errors="replace")
@@ -121,6 +124,8 @@ def check_script(
     elif report.errors:
         report.smoke_skipped = "fix the errors above first"
     else:
+        if on_smoke_start is not None:
+            on_smoke_start()
         report.smoke = run_smoke(
             script, timeout=timeout, args=report.args, wall_timeout=wall_timeout
         )
@@ -158,6 +163,8 @@ def render_report(report: CheckReport, *, timeout: float) -> str:
         lines += [f"  | {line}" for line in smoke.output_tail[-5:]]
     else:
         lines += _render_failure(report, smoke)
+    if smoke is not None:
+        lines += _render_changed_files(report.script, smoke)
     lines += _render_coverage(report)
     counts = f"{report.errors} error(s), {report.warnings} warning(s)"
     unverified = len(report.unverified)
@@ -183,6 +190,25 @@ def render_report(report: CheckReport, *, timeout: float) -> str:
         )
     lines.append(f"{verdict} (flodl {report.package_version}, api {report.api_hash})")
     return "\n".join(lines)
+
+
+def _render_changed_files(script: str, smoke: SmokeResult, shown: int = 10) -> list[str]:
+    """A warning naming the files the smoke run changed: it ran the script for real."""
+    changed = smoke.changed_files
+    if smoke.changed_files_skipped:
+        return [
+            f"  note: the files the smoke run changed were not looked for: {smoke.changed_files_skipped}"
+        ]
+    if not changed:
+        return []
+    names = ", ".join(f"{c['path']} ({c['change']})" for c in changed[:shown])
+    more = f" and {len(changed) - shown} more" if len(changed) > shown else ""
+    return [
+        f"{script}: warning[smoke-wrote-files]: the smoke run changed {len(changed)} file(s): "
+        f"{names}{more} — it runs the script for real, in this directory: a checkpoint or log "
+        "saved to a fixed path is overwritten by the smoke run's; write elsewhere (a temp "
+        "directory) when fl.smoke_enabled()"
+    ]
 
 
 def _render_coverage(report: CheckReport) -> list[str]:

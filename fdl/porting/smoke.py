@@ -21,6 +21,12 @@ left running when ``run_smoke`` returns or raises.
 The script runs as ``python SCRIPT ARGS`` would, from its own directory on ``sys.path``; in a
 src layout (the nearest ``pyproject.toml`` has a ``src/`` beside it) ``src/`` is on the path
 too, so ``src/<pkg>/train.py`` can import its own package without being installed.
+
+It runs for real, in fdl's working directory (so the script's relative data paths work): what
+it saves to a fixed path, it overwrites. The files under the working directory and the
+script's own (``__pycache__`` and dot folders aside, at most :data:`WALK_CAP` entries) are
+compared before and after, and :attr:`SmokeResult.changed_files` lists what the run created,
+modified or deleted there, for ``fdl check`` to warn about.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ SMOKE_ENV = "FLODL_SMOKE"
 LOOP_CAP = 2  # iterations of each training-shaped loop (flodl.smoke.SMOKE_EPOCHS)
 TAIL_LINES = 20
 POLL_S = 0.2
+WALK_CAP = 20_000  # entries looked at to find the files a run changed; a bigger tree is skipped
 
 
 class SmokeStopped(KeyboardInterrupt):
@@ -65,6 +72,10 @@ class SmokeResult:
     lines: list[int] = field(default_factory=list)  # the script's lines that ran
     shortened_loops: list[int] = field(default_factory=list)  # lines of loops the budget cut
     limit: str = ""  # on a timeout: "cpu" or "wall"
+    # files the run created, modified or deleted under the working directory and the script's:
+    # {"path": relative to the working directory when under it, "change": ...}
+    changed_files: list[dict] = field(default_factory=list)
+    changed_files_skipped: str | None = None  # why they were not compared (a tree too big)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -87,7 +98,7 @@ def run_smoke(
     ``timeout`` is CPU seconds of the process tree; ``wall_timeout`` the wall-clock backstop.
     Raises :class:`SmokeStopped` when fdl was signalled meanwhile (the run is stopped too).
     """
-    from fdl.tasks.child import forwarding_signals
+    from fdl.tasks.child import child_setup, forwarding_signals
 
     script = script.resolve()
     wall = wall_timeout if wall_timeout is not None else default_wall_timeout(timeout)
@@ -101,6 +112,8 @@ def run_smoke(
             "FDL_SMOKE_LOOP_CAP": str(LOOP_CAP),
             "PYTHONUNBUFFERED": "1",
         }
+        roots = _roots(Path.cwd(), script.parent)
+        before = _snapshot(roots, Path(tmp))
         start = time.perf_counter()
         with open(out_path, "w+", encoding="utf-8", errors="replace") as sink:
             proc = subprocess.Popen(
@@ -110,6 +123,7 @@ def run_smoke(
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,  # one group: DDP workers it spawns die with it
+                preexec_fn=child_setup(),  # takes the SIGINT fdl forwards, even from `... &`
             )
             with forwarding_signals(proc) as forwarded:
                 limit, cpu = _wait(proc, timeout, wall)
@@ -119,6 +133,7 @@ def run_smoke(
             raise SmokeStopped(forwarded.signum)
         output = out_path.read_text(encoding="utf-8", errors="replace")
         document = _read(report) or {}
+        after = _snapshot(roots, Path(tmp)) if before is not None else None
     ran = [int(n) for n in document.get("lines", []) if isinstance(n, int)]
     shortened = [int(n) for n in document.get("shortened_loops", []) if isinstance(n, int)]
     result = SmokeResult(
@@ -130,6 +145,11 @@ def run_smoke(
         lines=ran,
         shortened_loops=shortened,
     )
+    if before is None or after is None:
+        where = " and ".join(str(root) for root in roots)
+        result.changed_files_skipped = f"more than {WALK_CAP} entries under {where}"
+    else:
+        result.changed_files = _changes(before, after, Path.cwd())
     if limit:
         return replace(result, status="timeout", returncode=None, limit=limit)
     if proc.returncode == 0:
@@ -203,6 +223,64 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
+
+
+def _roots(cwd: Path, script_dir: Path) -> list[Path]:
+    """The folders to watch: the working directory and the script's, one if inside the other."""
+    cwd = cwd.resolve()
+    if script_dir == cwd or cwd in script_dir.parents:
+        return [cwd]
+    if script_dir in cwd.parents:
+        return [script_dir]
+    return [cwd, script_dir]
+
+
+def _snapshot(roots: list[Path], skip: Path) -> dict[str, tuple[int, int]] | None:
+    """(mtime, size) of each file under ``roots``, ``__pycache__``, dot folders and ``skip``
+    aside; ``None`` past :data:`WALK_CAP` entries (too big to compare cheaply)."""
+    files: dict[str, tuple[int, int]] = {}
+    skip = skip.resolve()
+    stack = [str(root) for root in roots]
+    seen = 0
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                listed = list(entries)
+        except OSError:
+            continue
+        seen += len(listed)
+        if seen > WALK_CAP:
+            return None
+        for entry in listed:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    hidden = entry.name == "__pycache__" or entry.name.startswith(".")
+                    if not hidden and Path(entry.path) != skip:
+                        stack.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    stat = entry.stat(follow_symlinks=False)
+                    files[entry.path] = (stat.st_mtime_ns, stat.st_size)
+            except OSError:
+                continue
+    return files
+
+
+def _changes(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], cwd: Path
+) -> list[dict]:
+    def shown(path: str) -> str:
+        try:
+            return str(Path(path).relative_to(cwd.resolve()))
+        except ValueError:
+            return path
+
+    changed = [
+        {"path": shown(path), "change": "created" if path not in before else "modified"}
+        for path, stamp in after.items()
+        if before.get(path) != stamp
+    ]
+    changed += [{"path": shown(path), "change": "deleted"} for path in before if path not in after]
+    return sorted(changed, key=lambda item: item["path"])
 
 
 def _read(report: Path) -> dict | None:

@@ -9,6 +9,8 @@ to it, and fdl's signals passed on, so stopping ``fdl`` stops the whole task.
   SSH session) are forwarded to the task's process group. After a forwarded signal, every
   process of the group gets :data:`GRACE_S` seconds to finish (a training script saving its
   state); then fdl kills what is left (a second signal: at once). No process outlives ``fdl``.
+  The task takes SIGINT and SIGQUIT at their default action even when fdl was started with
+  them ignored (a background job of ``sh -c '... &'``), so a forwarded Ctrl-C still stops it.
 - The exit code is the task's; a task killed by a signal gives 128 + the signal number
   (SIGINT → 130, SIGTERM → 143), as shells report it. A ``run:`` script that is one simple
   command is run with ``exec`` (:func:`exec_form`): ``sh`` (dash) would otherwise turn a
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 #: Seconds a task gets to exit after a forwarded signal before its group is killed.
@@ -36,6 +38,8 @@ FORWARDED = tuple(
     if hasattr(signal, name)
 )
 _POSIX = os.name == "posix"
+#: Forwarded signals a task starts with at their default action even when fdl ignores them.
+_RESET = tuple(getattr(signal, name) for name in ("SIGINT", "SIGQUIT") if hasattr(signal, name))
 
 
 # leading `NAME=value` words; the last may end the script (`FOO=1` alone sets, runs nothing)
@@ -84,10 +88,34 @@ def spawn(argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
     """Start ``argv`` in a new process group that owns the terminal (when fdl owns it)."""
     if not _POSIX:
         return subprocess.Popen(argv, **kwargs)
-    tty = _foreground_tty()
     return subprocess.Popen(
-        argv, process_group=0, preexec_fn=_take_terminal(tty) if tty is not None else None, **kwargs
+        argv, process_group=0, preexec_fn=child_setup(_foreground_tty()), **kwargs
     )
+
+
+def child_setup(tty: int | None = None) -> Callable[[], None] | None:
+    """The ``preexec_fn`` of a child whose process group gets fdl's signals: it takes SIGINT and
+    SIGQUIT at their default action, and the terminal ``tty`` (when given); ``None`` when there
+    is nothing to do.
+
+    A shell without job control starts a background job (``sh -c 'fdl train &'``) with SIGINT
+    and SIGQUIT ignored, and an ignored signal stays ignored across exec: fdl forwards them
+    anyway, so the child must not ignore them too (its Ctrl-C handling would never run).
+    """
+    ignored = [s for s in _RESET if signal.getsignal(s) == signal.SIG_IGN]
+    if tty is None and not ignored:
+        return None
+
+    def preexec() -> None:  # in the child, after setpgid / setsid, before exec
+        for signum in ignored:
+            signal.signal(signum, signal.SIG_DFL)
+        if tty is not None:  # claim the terminal
+            signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+            with contextlib.suppress(OSError):
+                os.tcsetpgrp(tty, os.getpgrp())
+            signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+
+    return preexec
 
 
 def wait(child: subprocess.Popen[Any]) -> int:
@@ -146,16 +174,6 @@ def _foreground_tty() -> int | None:
     except (OSError, ValueError, AttributeError):
         pass
     return None
-
-
-def _take_terminal(tty: int):
-    def preexec() -> None:  # in the child, after setpgid: claim the terminal before exec
-        signal.signal(signal.SIGTTOU, signal.SIG_IGN)
-        with contextlib.suppress(OSError):
-            os.tcsetpgrp(tty, os.getpgrp())
-        signal.signal(signal.SIGTTOU, signal.SIG_DFL)
-
-    return preexec
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +147,157 @@ def test_skill_install_accepts_the_originals_tool_name(run_fdl, tmp_path):
     result = run_fdl("skill", "install", "--tool", "claude-code", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / ".claude").is_dir()
+
+
+class _NotFound(_Index):
+    def do_GET(self):
+        self.send_response(404)
+        self.end_headers()
+
+
+def test_no_recorded_origin_and_not_on_the_index_is_an_unknown_origin(home, monkeypatch):
+    # `pip install --find-links DIR flodl` writes no direct_url.json, as an index install does;
+    # flodl not on the index then means "origin unknown", not a network failure.
+    from fdl.commands.install import install
+    from fdl.errors import ExitCode, FdlError
+
+    server = HTTPServer(("127.0.0.1", 0), _NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/pypi/flodl/json"
+        monkeypatch.setattr(update_check, "origin", lambda: ("index", url, {}))
+        result = update_check.check("0.1.0")
+        assert result.origin == "unknown" and "--find-links" in result.error
+        assert result.describe().startswith("where flodl came from is unknown")
+        with pytest.raises(FdlError) as raised:
+            install(check=True)
+    finally:
+        server.shutdown()
+    assert raised.value.code == ExitCode.UNAVAILABLE
+    assert "fdl install --from DIR" in raised.value.hint and "network" not in raised.value.hint
+
+
+def test_a_wheel_folder_with_a_space_in_its_path(tmp_path, monkeypatch):
+    # direct_url.json holds a URL: "my%20wheels" is the folder "my wheels"
+    import importlib.metadata
+
+    wheels = tmp_path / "my wheels"
+    wheels.mkdir()
+    for version in ("0.1.0", "0.1.1"):
+        (wheels / f"flodl-{version}-py3-none-any.whl").write_bytes(b"")
+    installed = wheels / "flodl-0.1.0-py3-none-any.whl"
+
+    class Dist:
+        def read_text(self, name):
+            return json.dumps({"url": installed.as_uri(), "archive_info": {}})
+
+        def locate_file(self, name):
+            return tmp_path
+
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Dist())
+    assert "%20" in installed.as_uri()
+    assert update_check.origin()[:2] == ("wheel", str(installed))
+    found = update_check.check("0.1.0")
+    assert found.newer and found.latest == "0.1.1"
+    assert found.upgrade[-1] == str(wheels / "flodl-0.1.1-py3-none-any.whl")
+    # where the newer one is: the folder, not the installed (older) wheel
+    assert found.describe() == f"flodl 0.1.1 is available from {wheels} (you have 0.1.0)"
+
+
+def test_install_from_a_folder_a_wheel_or_a_checkout(run_fdl, tmp_path):
+    wheels = tmp_path / "my wheels"
+    wheels.mkdir()
+    for version in ("0.1.0", "99.0.0"):
+        (wheels / f"flodl-{version}-py3-none-any.whl").write_bytes(b"")
+    for source in (wheels, wheels / "flodl-0.1.0-py3-none-any.whl"):
+        result = run_fdl("install", "--check", "--json", "--from", str(source))
+        assert result.returncode == 0, result.stderr
+        data = json.loads(result.stdout)
+        assert (data["origin"], data["where"], data["latest"]) == ("wheel", str(wheels), "99.0.0")
+        assert data["newer"] and data["upgrade"][-1] == str(
+            wheels / "flodl-99.0.0-py3-none-any.whl"
+        )
+    checkout = tmp_path / "checkout"
+    (checkout / "flodl").mkdir(parents=True)
+    (checkout / "flodl" / "_version.py").write_text('__version__ = "0.0.1"\n')
+    result = run_fdl("install", "--check", "--from", str(checkout))
+    assert result.returncode == 0 and f"is the newest from {checkout}" in result.stderr
+    dry = run_fdl("install", "--dry-run", "--from", str(wheels))
+    assert dry.returncode == 0 and dry.stdout.strip().endswith("flodl-99.0.0-py3-none-any.whl'")
+    nothing = run_fdl("install", "--check", "--from", str(tmp_path / "nowhere"))
+    assert nothing.returncode == 2 and "neither a flodl checkout" in nothing.stderr
+
+
+# A package named flodl with a build backend of its own (no download, no build dependency).
+_BACKEND = """
+import base64, hashlib, pathlib, zipfile
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    name = "flodl-0.0.1-py3-none-any.whl"
+    files = {
+        "flodl/__init__.py": pathlib.Path("flodl/__init__.py").read_bytes(),
+        "flodl-0.0.1.dist-info/METADATA": b"Metadata-Version: 2.1\\nName: flodl\\nVersion: 0.0.1\\n",
+        "flodl-0.0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
+    }
+    record = [
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+        for path, data in files.items()
+    ]
+    files["flodl-0.0.1.dist-info/RECORD"] = ("\\n".join([*record, "flodl-0.0.1.dist-info/RECORD,,"]) + "\\n").encode()
+    with zipfile.ZipFile(pathlib.Path(wheel_directory) / name, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return name
+"""
+
+
+@pytest.mark.slow
+def test_install_from_a_git_url_follows_new_commits_of_the_same_version(tmp_path, monkeypatch):
+    # pip refused the "@HEAD" fdl used to add ("git checkout -b HEAD": not a valid branch name),
+    # and calls a new commit of the same version installed: the upgrade must reinstall flodl.
+    import sys
+    import venv
+
+    repo = tmp_path / "repo"
+    (repo / "flodl").mkdir(parents=True)
+    (repo / "backend.py").write_text(_BACKEND)
+    (repo / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+    )
+    (repo / "flodl" / "__init__.py").write_text("VALUE = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin" / "python"
+
+    def pip(*args):  # this environment's pip, installing into the test venv
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "--python", str(python), *args, "-q", "--no-index"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    pip("install", "--no-deps", f"git+{repo.as_uri()}")
+    site = Path(
+        subprocess.check_output(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip()
+    )
+    record_file = site / "flodl-0.0.1.dist-info" / "direct_url.json"
+
+    def installed_origin():
+        record = json.loads(record_file.read_text())
+        return "vcs", record["url"], record
+
+    monkeypatch.setattr(update_check, "origin", installed_origin)
+    assert not update_check.check("0.0.1").newer
+    (repo / "flodl" / "__init__.py").write_text("VALUE = 2\n")
+    subprocess.run([*git, "commit", "-q", "-am", "two"], check=True)
+    found = update_check.check("0.0.1")
+    assert found.newer and not found.upgrade[-1].endswith("@HEAD")
+    pip(*found.upgrade[3:])  # `install ...`, as fdl install runs it
+    assert (site / "flodl" / "__init__.py").read_text() == "VALUE = 2\n"
+    assert not update_check.check("0.0.1").newer  # the new commit is the one installed

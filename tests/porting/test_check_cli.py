@@ -28,6 +28,28 @@ def test_a_clean_script_passes_static_and_smoke(run_fdl, tmp_path):
     assert "check ok: 0 error(s), 0 warning(s) (flodl " in result.stdout
 
 
+def test_the_smoke_run_says_it_runs_for_real_and_lists_the_files_it_changed(run_fdl, tmp_path):
+    (tmp_path / "model.pt").write_text("the real model")
+    port = tmp_path / "port.py"
+    port.write_text("open('model.pt', 'w').write('the smoke model')\n")
+    result = run_fdl("check", "port.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        f"smoke run: running port.py for real (FLODL_SMOKE=1, loops shortened) in {tmp_path}"
+        in (result.stderr)
+    )
+    assert (
+        "port.py: warning[smoke-wrote-files]: the smoke run changed 1 file(s): model.pt (modified)"
+        in result.stdout
+    )
+    (tmp_path / "model.pt").write_text("the real model")
+    report = json.loads(run_fdl("check", "--json", "port.py", cwd=tmp_path).stdout)
+    assert report["smoke"]["changed_files"] == [{"path": "model.pt", "change": "modified"}]
+    quiet = tmp_path / "quiet.py"
+    quiet.write_text("print(1)\n")
+    assert "smoke-wrote-files" not in run_fdl("check", "quiet.py", cwd=tmp_path).stdout
+
+
 def test_json_report(run_fdl, tmp_path):
     port = tmp_path / "port.py"
     port.write_text("import flodl as fl\nfl.NoSuchThing\n")
@@ -248,3 +270,35 @@ def test_stopping_fdl_check_stops_the_smoke_run(tmp_path, signum, code):
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
         fdl.communicate()
+
+
+@pytest.mark.slow
+def test_sigint_reaches_the_smoke_run_of_a_background_fdl_check(tmp_path):
+    # sh without job control starts `fdl check ... &` with SIGINT ignored: the smoke run must
+    # not inherit that, or its Ctrl-C handling never runs and it is killed after the grace.
+    (tmp_path / "hang.py").write_text(
+        "import os, time\nopen('pids', 'w').write(str(os.getpid()))\n"
+        "try:\n    time.sleep(300)\nexcept KeyboardInterrupt:\n    open('stopped', 'w').close()\n"
+    )
+    script = f'"{sys.executable}" -m fdl check hang.py & echo $! > fdl.pid; wait $!; echo "rc=$?"'
+    shell = subprocess.Popen(
+        ["sh", "-c", script],
+        cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "pids").exists() or not (tmp_path / "pids").read_text():
+            assert shell.poll() is None, shell.communicate()
+            assert time.monotonic() < deadline, "the smoke run never started"
+            time.sleep(0.05)
+        pids = [int((tmp_path / "fdl.pid").read_text()), int((tmp_path / "pids").read_text())]
+        os.kill(pids[0], signal.SIGINT)
+        out, _ = shell.communicate(timeout=60)
+        assert "rc=130" in out
+        assert (tmp_path / "stopped").exists(), "the script's KeyboardInterrupt handling never ran"
+    finally:
+        for pid in (shell.pid, *pids):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -149,3 +149,51 @@ def test_the_monitor_leaves_a_shortened_loop_alone(monkeypatch):
     with pytest.raises(fl.monitor.SmokeBudgetReached):  # by hand, the monitor ends the run
         monitor.log(3, 0.0, {"loss": 1.0})
     monitor.close()
+
+
+WRITER = """
+import os, pathlib, tempfile
+pathlib.Path("model.pt").write_text("the smoke model")  # overwrites the real one
+pathlib.Path("runs").mkdir()
+pathlib.Path("runs/log.csv").write_text("epoch,loss")
+os.remove("old.txt")
+pathlib.Path("__pycache__").mkdir(exist_ok=True)
+pathlib.Path("__pycache__/x.pyc").write_text("")  # Python's own: not reported
+pathlib.Path(tempfile.gettempdir(), "elsewhere.txt").write_text("")
+pathlib.Path(__file__).with_name("beside.txt").write_text("")  # the script's folder counts too
+"""
+
+
+def test_the_files_a_smoke_run_changed_are_listed(tmp_path, monkeypatch):
+    # The run is for real, in the working directory: a script's default output paths are
+    # overwritten. fdl check cannot stop that, but it says which files changed.
+    work, scripts = tmp_path / "work", tmp_path / "scripts"
+    work.mkdir()
+    scripts.mkdir()
+    (work / "model.pt").write_text("the real model")
+    (work / "old.txt").write_text("")
+    (work / "data.csv").write_text("untouched")
+    old = time.time() - 60  # a rewrite within the same mtime tick would still differ in mtime
+    os.utime(work / "model.pt", (old, old))
+    monkeypatch.chdir(work)
+    result = run_smoke(script(scripts, WRITER), timeout=60)
+    assert result.status == "passed", result.output_tail
+    assert result.changed_files == [
+        {"path": str(scripts / "beside.txt"), "change": "created"},
+        {"path": "model.pt", "change": "modified"},
+        {"path": "old.txt", "change": "deleted"},
+        {"path": str(Path("runs") / "log.csv"), "change": "created"},
+    ]
+    assert result.changed_files_skipped is None
+
+
+def test_a_tree_too_big_is_not_compared(tmp_path, monkeypatch):
+    import fdl.porting.smoke as smoke
+
+    for n in range(5):
+        (tmp_path / f"f{n}").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(smoke, "WALK_CAP", 3)
+    result = run_smoke(script(tmp_path, "open('f0', 'w').write('x')\n"), timeout=60)
+    assert result.status == "passed" and result.changed_files == []
+    assert result.changed_files_skipped == f"more than 3 entries under {tmp_path.resolve()}"

@@ -122,3 +122,34 @@ def test_a_task_finishing_its_cleanup_is_not_cut_short(task_project):
     assert stop(proc, pids, signal.SIGTERM, timeout=GRACE_S + 30) == 143
     assert (task_project / "saved").exists()
     assert not any(alive(pid) for pid in pids)
+
+
+def test_sigint_reaches_a_task_of_a_background_fdl_started_by_sh(task_project):
+    # sh without job control starts `fdl work &` with SIGINT ignored; the task must not inherit
+    # that, or the forwarded SIGINT does nothing and fdl kills the task after the grace (137).
+    script = f'"{sys.executable}" -m fdl work & echo $! > fdl.pid; wait $!; echo "rc=$?"'
+    shell = subprocess.Popen(
+        ["sh", "-c", script],
+        cwd=task_project, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (task_project / "pids").exists():
+            assert shell.poll() is None, shell.communicate()
+            assert time.monotonic() < deadline, "the task never started"
+            time.sleep(0.05)
+        pids = [
+            int((task_project / "fdl.pid").read_text()),
+            *map(int, (task_project / "pids").read_text().split()),
+        ]
+        began = time.monotonic()
+        os.kill(pids[0], signal.SIGINT)  # to fdl only, as `kill -INT $!` does
+        out, _ = shell.communicate(timeout=GRACE_S + 30)
+        assert time.monotonic() - began < GRACE_S / 2  # not killed after the grace period
+        assert "grandchild: interrupted" in out and "rc=130" in out
+    finally:
+        for pid in (shell.pid, *pids):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
