@@ -143,7 +143,9 @@ class _Gen:
             return self.apply(callee, module, primary)
         if has_named(module):
             items = ", ".join(f"{literal(r.key)}: {value}" for r, value in refs)
-            return f"{callee}.forward_named({primary}, {{{items}}})"
+            if id(module) in self.direct:  # nothing observes it (direct_ok): no __call__
+                return f"{callee}.forward_named({primary}, {{{items}}})"
+            return f"_named({callee}, {primary}, {{{items}}})"  # composites.call_named
         parts = [primary] + [value for r, value in refs if r.keyword is None]
         keywords = [r.keyword for r, _ in refs if r.keyword]
         written = inline.call(module, len(parts), keywords) if id(module) in self.direct else None
@@ -253,6 +255,8 @@ def _emit_loop(g: _Gen, s: _Step) -> str:
     cond = f"_c_{s.id}"
     g.w.emit(f"{cond} = {s.own}.cond", 2, s.id)
     holes["verdict"] = g.apply(cond, s.module.cond, s.out)
+    holes["fed"] = fed = f"_f_{s.id}"  # the body's input once samples halted
+    holes["fed_step"] = g.call(body, s.module.body, fed, refs)
     holes["done"], holes["stop"] = f"_d_{s.id}", f"_h_{s.id}"
     source = WHILE_COND if loop.kind is LoopKind.WHILE else UNTIL_COND
     g.emit_lines(source.fill(**holes), s.id)

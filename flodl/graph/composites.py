@@ -98,11 +98,55 @@ def keep_halted(done: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> tor
     return torch.where(done.reshape(-1, *([1] * (new.dim() - 1))), old, new)
 
 
-SOURCE_GLOBALS: dict[str, Any] = {"_torch": torch, "_halt": halt_verdict, "_keep": keep_halted}
+def gate_weights_error(weights: torch.Tensor, stacked: torch.Tensor) -> None:
+    """Raise: a router's ``weights`` do not have the rank of the experts' outputs."""
+    n = stacked.shape[-2]
+    out = [*stacked.shape[:-2], stacked.shape[-1]]
+    raise ValueError(
+        f"gate router returned weights of shape {list(weights.shape)} for expert outputs of "
+        f"shape {out}: the weights must have shape outputs.shape[:-1] + ({n},) = "
+        f"{[*out[:-1], n]}, one weight per expert at each position; a size-1 dimension "
+        "broadcasts ([B, 1, n] weights for [B, T, D] outputs: one weight vector per sequence), "
+        "fewer dimensions would broadcast against the wrong ones"
+    )
+
+
+SOURCE_GLOBALS: dict[str, Any] = {
+    "_torch": torch,
+    "_halt": halt_verdict,
+    "_keep": keep_halted,
+    "_gate_weights": gate_weights_error,
+}
 """The names every :class:`Source` text may use, in the generated forward and in the functions
 compiled here."""
 
-_ADVANCE = "{state} = {step} if {done} is None else _keep({done}, {state}, {step})"
+# One step of a halting loop. The body runs on the whole batch and the halted samples keep
+# their state (_keep), but the body's backward still runs through their rows: fed its own
+# state, a halted sample can overflow past the point where it halted (exp: inf), and the zero
+# gradient it gets becomes NaN there (0 * inf). So once samples halted, the body gets a running
+# sample's input, detached, in their place: finite whenever that sample's own output is, no
+# gradient but exact zeros, and the running samples' values as before. The body's output
+# replaces its input in ``fed`` (as ``x = body(x)`` frees the input): a step holds no more than
+# before. Written out, not a helper: under torch.compile a helper's frame is a graph of its own.
+_ADVANCE = (
+    (0, "if {done} is None:", ""),
+    (1, "{state} = {step}", "loop"),
+    (0, "else:", ""),
+    (
+        1,
+        "{fed} = _torch.where({done}.reshape(-1, *([1] * ({state}.dim() - 1))), "
+        "{state}.detach().index_select(0, (~{done}).byte().argmax().reshape(1)), {state})",
+        "loop",
+    ),
+    (1, "{fed} = {fed_step}", "loop"),
+    (1, "{state} = _keep({done}, {state}, {fed})", "loop"),
+    (1, "del {fed}", ""),
+)
+
+
+def _indented(lines: tuple[tuple[int, str, str], ...], by: int) -> tuple[tuple[int, str, str], ...]:
+    return tuple((indent + by, text, detail) for indent, text, detail in lines)
+
 
 WHILE_COND = Source(
     (
@@ -113,12 +157,13 @@ WHILE_COND = Source(
         (1, "{stop}, {done} = _halt({verdict}, {state}, {done})", "halt"),
         (1, "if {stop}:", ""),
         (2, "break", ""),
-        (1, _ADVANCE, "loop"),
+        *_indented(_ADVANCE, 1),
     )
 )
 """A ``while_cond`` loop: ask the condition, then step, at most ``n`` times. Holes as
 :data:`FOR_N`, plus ``verdict`` (the condition's call on ``state``), ``done`` and ``stop``
-(locals for the halted samples and the decision). Halted samples keep their state."""
+(locals for the halted samples and the decision), ``fed`` (a local for the body's input once
+samples halted) and ``fed_step`` (``step`` on ``fed``). Halted samples keep their state."""
 
 UNTIL_COND = Source(
     (
@@ -126,7 +171,7 @@ UNTIL_COND = Source(
         (0, "{free}", ""),  # the input goes if nothing reads it after the loop
         (0, "{done} = None", ""),
         (0, "for {i} in range({n}):", ""),
-        (1, _ADVANCE, "loop"),
+        *_indented(_ADVANCE, 1),
         (1, "if {i} < {n} - 1:", ""),  # after the last iteration there is nothing to decide
         (2, "{stop}, {done} = _halt({verdict}, {state}, {done})", "halt"),
         (2, "if {stop}:", ""),
@@ -143,6 +188,14 @@ GATE_SUM = Source(
             "{stacked} = _torch.stack(({outs},), dim=-2)",
             "stacking the experts' outputs (each expert must give the same shape)",
         ),
+        # Weights of lower rank would broadcast from the right: [B, n] against [B, T, D]
+        # outputs weights along time when B == T, silently. (Not a tensor: fx's proxies.)
+        (
+            0,
+            "if isinstance({weights}, _torch.Tensor) and {weights}.dim() != {stacked}.dim() - 1:",
+            "",
+        ),
+        (1, "_gate_weights({weights}, {stacked})", "router weights"),
         # stacked: the outputs go now, before the product, as a hand-written gate's list does
         (0, "{free}", ""),
         (
@@ -164,7 +217,7 @@ for_n: Callable[[Callable[[Any, int], Any], Any, int], Any] = FOR_N.function(
 """``for_n(step, x, n)``: :data:`FOR_N` as a function (``step(state, i)`` gives the next state)."""
 
 _HALTING = {"state": "state", "x": "x", "free": "del x", "i": "i", "n": "n",
-            "step": "step(state, i)",
+            "step": "step(state, i)", "fed": "fed", "fed_step": "step(fed, i)",
             "verdict": "cond(state, i)", "done": "done", "stop": "stop"}  # fmt: skip
 
 while_cond: Callable[..., Any] = WHILE_COND.function(
@@ -185,16 +238,75 @@ combine_gate: Callable[[list[torch.Tensor] | tuple[torch.Tensor, ...], torch.Ten
 """``combine_gate(outs, weights)``: :data:`GATE_SUM` as a function."""
 
 
+_module_mod = nn.modules.module
+_tracing = torch._C._get_tracing_state
+_NONE = object()
+
+
+def _call_observed(own: dict[str, Any]) -> bool:
+    """Whether ``nn.Module.__call__`` on the module whose ``__dict__`` is ``own`` would do more
+    than call ``forward``: a forward, pre-forward or backward hook of its own or a global one
+    (what FSDP2's ``fully_shard``, pruning and quantization observers register), or
+    ``torch.jit.trace`` recording the call."""
+    m = _module_mod
+    return bool(
+        own.get("_forward_hooks")
+        or own.get("_forward_pre_hooks")
+        or own.get("_backward_hooks")
+        or own.get("_backward_pre_hooks")
+        or m._global_forward_hooks
+        or m._global_forward_pre_hooks
+        or m._global_backward_hooks
+        or m._global_backward_pre_hooks
+        or _tracing() is not None
+    )
+
+
+def call_named(module: Any, x: Any, refs: dict[str, Any]) -> Any:
+    """``module.forward_named(x, refs)``, called as a step: through ``nn.Module.__call__``
+    with ``forward_named`` standing for ``forward`` (its hooks see ``args == (x, refs)``)
+    whenever :func:`_call_observed` says the call could be told apart; directly otherwise,
+    which is what ``__call__`` would do then.
+
+    ``__call__`` reads ``module.forward`` once, before the hooks run: for this call it finds
+    ``forward_named``, which puts the module's own ``forward`` back as it starts, so a
+    ``forward_named`` calling ``self.forward`` (the routers do) gets the real one. (Another
+    thread calling the same module while its pre-hooks run would find the stand-in too.)
+    """
+    own = module.__dict__
+    if not _call_observed(own):
+        return module.forward_named(x, refs)
+    named = module.forward_named
+    kept = own.get("forward", _NONE)  # an instance-level forward (accelerate's) stays
+
+    def put_back() -> None:
+        if own.get("forward") is forward:
+            if kept is _NONE:
+                del own["forward"]
+            else:
+                own["forward"] = kept
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        put_back()
+        return named(*args, **kwargs)
+
+    own["forward"] = forward
+    try:
+        return module(x, refs)
+    finally:
+        put_back()
+
+
 def call_with_refs(module: Any, x: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Call ``module`` with the primary stream and its refs, as the builder wired them.
 
     A module with ``forward_named`` receives every ref in one dict (the generated code passes
-    them all as ``kwargs`` then); otherwise ``module(x, *args, **kwargs)``.
+    them all as ``kwargs`` then: :func:`call_named`); otherwise ``module(x, *args, **kwargs)``.
     """
     if not args and not kwargs:
         return module(x)
-    if not args and hasattr(module, "forward_named"):
-        return module.forward_named(x, kwargs)
+    if not args and callable(getattr(module, "forward_named", None)):
+        return call_named(module, x, kwargs)
     return module(x, *args, **kwargs)
 
 

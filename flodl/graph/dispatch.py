@@ -18,7 +18,13 @@ whether that variant is unobservable. It is when, at the time of the call:
 * each step is still the module registered where the plan found it (replacing a step after
   ``build()`` is seen);
 * the classes written out as their functional call (:mod:`flodl.graph.inline`) still have the
-  ``forward`` that call mirrors.
+  ``forward`` that call mirrors, and each written-out layer still holds the parameters and
+  buffers that call reads by key (:data:`flodl.graph.inline.READS`: one deleted and set again as
+  a plain tensor, as MAML-style code does, falls back).
+
+A step called with refs through its ``forward_named`` is planned as any other: the direct
+forward calls ``forward_named`` itself, the ordinary one through
+:func:`flodl.graph.composites.call_named` (``__call__`` when it has a hook).
 
 Nested graphs: a graph's plan records the plans of the graphs nested in it (as steps, loop
 bodies, gate routers and experts). On the graph's first pass, :meth:`Plan.merged` joins them
@@ -141,13 +147,24 @@ class Plan:
     # without Graph.forward) and that ``forward``, each
     bypassed: list[type[nn.Module]] = field(default_factory=list)
     bypassed_forwards: list[Any] = field(default_factory=list)
+    # the dicts (``_parameters``, ``_buffers``) of the callees written out, and the key each
+    # written-out call reads there (``inline.READS``), once per key: each must be there
+    read_dicts: list[dict[str, Any]] = field(default_factory=list)
+    read_keys: list[str] = field(default_factory=list)
 
     def bypass(self, types: list[type[nn.Module]]) -> None:
-        """Record ``types`` as bypassed, with their ``forward`` as the direct forward mirrors it."""
+        """Record ``types`` as bypassed, with their ``forward`` as the direct forward mirrors it,
+        and the entries their written-out calls read."""
         self.bypassed = types
         self.bypassed_forwards = [
             _GRAPH[1] if t is _GRAPH[0] else inline.FORWARDS[t] for t in types
         ]
+        self.read_dicts, self.read_keys = [], []
+        for module, cls in zip(self.callees, self.types, strict=True):
+            if cls in types:
+                for where, key in inline.READS.get(cls, ()):
+                    self.read_dicts.append(vars(module)[where])
+                    self.read_keys.append(key)
 
     def reach(self, container: nn.Module, key: str, called: bool) -> nn.Module:
         """Record ``container.<key>``; ``called``: call it directly if its type is known (a
@@ -208,16 +225,11 @@ def _written_out(types: list[type]) -> list[type[nn.Module]]:
     return [t for t in dict.fromkeys(types) if t in inline.FORWARDS and inline.checked(t)]
 
 
-def _named(module: Any, refs: list[Any]) -> bool:
-    """The generated code calls ``forward_named`` here (not ``__call__``): nothing to plan."""
-    return bool(refs) and callable(getattr(module, "forward_named", None))
-
-
 def _reach_step(result: Plan, graph: Graph, node: Node) -> None:
-    """A module or scan step: the step itself."""
+    """A module or scan step: the step itself (a ``forward_named`` called with refs too: the
+    direct forward calls it without ``__call__``, the ordinary one through it)."""
     assert node.attr is not None
-    if not _named(graph._modules[node.attr], node.refs):
-        result.reach(graph, node.attr, True)
+    result.reach(graph, node.attr, True)
 
 
 def _reach_loop(result: Plan, graph: Graph, node: Node) -> None:
@@ -229,8 +241,7 @@ def _reach_loop(result: Plan, graph: Graph, node: Node) -> None:
     if not loop.inlinable():
         return
     result.reach(graph, node.attr, False)
-    if not _named(loop.body, node.refs):
-        result.reach(loop, "body", True)
+    result.reach(loop, "body", True)
     if node.opts(LoopOptions).kind is not LoopKind.FOR_N and "cond" in loop._modules:
         result.reach(loop, "cond", True)
 
@@ -239,8 +250,7 @@ def _reach_gate(result: Plan, graph: Graph, node: Node) -> None:
     """A gate: its router and each expert."""
     assert node.attr is not None
     gate = result.reach(graph, node.attr, False)
-    if not _named(gate.router, node.refs):
-        result.reach(gate, "router", True)
+    result.reach(gate, "router", True)
     experts = result.reach(gate, "experts", False)
     assert isinstance(experts, nn.ModuleList)
     for i in range(len(experts)):
@@ -303,4 +313,5 @@ def direct_ok(p: Plan) -> bool:
             or all(map(operator.is_, map(dict.get, p.nested_dicts, _PLAN_KEYS), p.nested_plans))
         )
         and list(map(_FORWARD, p.bypassed)) == p.bypassed_forwards
+        and all(map(operator.contains, p.read_dicts, p.read_keys))
     )

@@ -20,11 +20,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves, tree_map_only
 
 from flodl.checkpoint.methods import CheckpointMethods
 from flodl.graph import dispatch, inline
 from flodl.graph.codegen import generate
-from flodl.graph.composites import SOURCE_GLOBALS
+from flodl.graph.composites import SOURCE_GLOBALS, call_named
 from flodl.graph.errors import GraphInputError, GraphStateError, UnknownTagError
 from flodl.graph.explicit_state import ExplicitState, _walk
 from flodl.graph.fx_tracing import (
@@ -152,6 +153,20 @@ _OTHER_NAMES = {
 }
 
 
+def _map_tensors(fn: Callable[[torch.Tensor], Any], value: Any) -> Any:
+    """``value`` with ``fn`` applied to each tensor in it: state and tagged values may be
+    tuples, lists or dicts of tensors (an LSTM cell's ``(h, c)``), nested; other values stay."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, (tuple, list, dict)):
+        return tree_map_only(torch.Tensor, fn, value)
+    return value
+
+
+def _holds_tensor(value: Any) -> bool:
+    return any(isinstance(leaf, torch.Tensor) for leaf in tree_leaves(value))
+
+
 def _is_to_empty(fn: Callable[..., Any]) -> bool:
     """Whether ``fn``, given to ``_apply``, is ``nn.Module.to_empty``'s: every tensor it maps
     comes out uninitialised."""
@@ -159,6 +174,10 @@ def _is_to_empty(fn: Callable[..., Any]) -> bool:
 
 
 def _missing_input(graph: Graph, name: str) -> None:
+    raise GraphInputError(_missing_message(graph, name))
+
+
+def _missing_message(graph: Graph, name: str) -> str:
     declared = next(
         (
             n.where
@@ -167,9 +186,7 @@ def _missing_input(graph: Graph, name: str) -> None:
         ),
         "",
     )
-    raise GraphInputError(
-        f"missing graph input '{name}' (declared by {declared}): call it as {graph._signature()}"
-    )
+    return f"missing graph input '{name}' (declared by {declared}): call it as {graph._signature()}"
 
 
 def _unexpected_inputs(graph: Graph, extra: dict[str, Any]) -> None:
@@ -178,6 +195,43 @@ def _unexpected_inputs(graph: Graph, extra: dict[str, Any]) -> None:
         f"unexpected graph input(s) {names}: this graph takes {graph._signature()}; "
         "declare auxiliary inputs with FlowBuilder.input(name)"
     )
+
+
+def _traced_inputs(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    names: tuple[str, ...],
+    defaults: dict[str, Any],
+    signature: str,
+    missing: dict[str, str],
+) -> tuple[Any, ...]:
+    """The graph's inputs ``(input, *auxiliary)`` from the arguments of a module fx traced
+    with the graph as its root (``forward(*args, **kwargs)``), taken as the graph's forward
+    takes them: auxiliary inputs by position or keyword, defaults for those left out. fx
+    records this as one call (the arguments are proxies while it traces), so it runs with the
+    traced module's real arguments."""
+    if not args or len(args) > len(names) + 1:
+        raise GraphInputError(
+            f"{len(args)} positional input(s) given: this graph takes {signature}"
+        )
+    given = dict(zip(names, args[1:], strict=False))
+    extra = [k for k in kwargs if k not in names or k in given]
+    if extra:
+        raise GraphInputError(
+            f"unexpected graph input(s) {', '.join(repr(k) for k in extra)}: this graph takes "
+            f"{signature}; each input is given once, by position or by keyword"
+        )
+    values = [args[0]]
+    for name in names:
+        if name in given:
+            values.append(given[name])
+        elif name in kwargs:
+            values.append(kwargs[name])
+        elif name in defaults:
+            values.append(defaults[name])
+        else:
+            raise GraphInputError(missing[name])
+    return tuple(values)
 
 
 def _annotate(graph: Graph, exc: BaseException) -> None:
@@ -551,6 +605,7 @@ class Graph(
             "_missing_input": _missing_input,
             "_unexpected_inputs": _unexpected_inputs,
             "_now": now,
+            "_named": call_named,
             "_prof_done": record,
             **inline.NAMES,
             **{f"_c{k}": graph for k, graph in enumerate(carried)},  # no cycle: they are below
@@ -595,10 +650,10 @@ class Graph(
         the traced module.
 
         As the root, fx hands ``forward(*args, **kwargs)`` one proxy for each, which cannot be
-        unpacked; the graph knows its inputs, so it indexes them: ``input`` is ``args[0]``, an
-        auxiliary input ``kwargs[name]`` (``kwargs.get(name, default)`` when it has a default).
-        The traced module keeps ``forward(*args, **kwargs)`` and is called as the graph is,
-        auxiliary inputs by keyword.
+        unpacked; the graph records one call of :func:`_traced_inputs`, which takes its inputs
+        from the traced module's arguments when it runs. The traced module keeps
+        ``forward(*args, **kwargs)`` and is called as the graph is, auxiliary inputs by
+        position or keyword, a missing or unexpected one raising :class:`GraphInputError`.
 
         The values a pass keeps (tagged values, state across calls, loop traces) would be proxies
         after it, and the next ordinary call would compute with them: every graph and loop in the
@@ -608,12 +663,13 @@ class Graph(
         try:
             if type(args) is tuple:
                 return self._forward_fn(self, *args, **kwargs)
-            defaults = self.__dict__.get("_input_defaults", {})
-            named = {
-                name: kwargs.get(name, defaults[name]) if name in defaults else kwargs[name]
-                for name in self._inputs
-            }
-            return self._forward_fn(self, args[0], **named)
+            names = self._inputs
+            missing = {name: _missing_message(self, name) for name in names}
+            found = (args, kwargs, names, self.input_defaults, self._signature(), missing)
+            values = args.tracer.create_proxy("call_function", _traced_inputs, found, {})
+            values.node.meta["is_wrapped"] = True  # as torch.fx.wrap: a pickle traces it again
+            named = {name: values[k + 1] for k, name in enumerate(names)}
+            return self._forward_fn(self, values[0], **named)
         finally:
             _put_back(kept)
 
@@ -722,8 +778,7 @@ class Graph(
             state.pop(name, None)
         state["_tagged"] = {}
         state["_state"] = {
-            k: (v.detach().clone() if isinstance(v, torch.Tensor) else v)
-            for k, v in self._state.items()
+            k: _map_tensors(lambda t: t.detach().clone(), v) for k, v in self._state.items()
         }
         return state
 
@@ -742,8 +797,11 @@ class Graph(
         # memory that the next call computes with: the state starts again from zeros instead.
         blank = _is_to_empty(fn)
         for tag, value in self._state.items():
-            if isinstance(value, torch.Tensor):
-                self._state[tag] = None if blank else fn(value.detach())
+            if blank:
+                if _holds_tensor(value):
+                    self._state[tag] = None
+            else:
+                self._state[tag] = _map_tensors(lambda t: fn(t.detach()), value)
         self._tagged = {}
         return self
 
@@ -921,15 +979,10 @@ class Graph(
 
     def detach_state(self) -> None:
         """Cut the autograd history of state and tagged values, keeping their values (all levels)."""
+        cut = torch.Tensor.detach
         for graph in self._graphs():
-            graph._state = {
-                k: (v.detach() if isinstance(v, torch.Tensor) else v)
-                for k, v in graph._state.items()
-            }
-            graph._tagged = {
-                k: (v.detach() if isinstance(v, torch.Tensor) else v)
-                for k, v in graph._tagged.items()
-            }
+            graph._state = {k: _map_tensors(cut, v) for k, v in graph._state.items()}
+            graph._tagged = {k: _map_tensors(cut, v) for k, v in graph._tagged.items()}
         for module in self.modules():
             detach = getattr(module, "detach_state", None)
             if not isinstance(module, Graph) and callable(detach):

@@ -133,6 +133,32 @@ CELLS: dict[type[nn.Module], str] = {
 }
 """Cells a ``scan`` step writes out: each is the kernel call the cell's ``forward`` makes."""
 
+_WEIGHT_BIAS = (("_parameters", "weight"), ("_parameters", "bias"))
+_CONVS = (
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.ConvTranspose1d,
+    nn.ConvTranspose2d,
+    nn.ConvTranspose3d,
+)
+_CELL_WEIGHTS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+READS: dict[type[nn.Module], tuple[tuple[str, str], ...]] = {
+    nn.Linear: _WEIGHT_BIAS,
+    nn.LayerNorm: _WEIGHT_BIAS,
+    nn.Embedding: (("_parameters", "weight"),),
+    **dict.fromkeys(_CONVS, _WEIGHT_BIAS),
+    **dict.fromkeys(
+        (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d),
+        (*_WEIGHT_BIAS, ("_buffers", "running_mean"), ("_buffers", "running_var")),
+    ),
+    **dict.fromkeys(CELLS, tuple(("_parameters", name) for name in _CELL_WEIGHTS)),
+}
+"""The entries the written-out calls above read by key, (dict, key) for each class: each must
+be there for the call to be the layer's ``forward`` (a parameter deleted and set again as a
+plain tensor, as MAML-style code does, is an attribute that ``forward`` reads and the dict does
+not hold: :func:`flodl.graph.dispatch.direct_ok` then falls back)."""
+
 # Layers called with more than their input (refs: an attention's key and value), written out
 # by a function of the layer and ``forward``'s own arguments (see :func:`call`).
 _CALLS: dict[type[nn.Module], str] = {

@@ -16,7 +16,7 @@ from torch.nn.utils import parametrize
 
 import flodl as fl
 from flodl.graph import dispatch
-from tests.graph.helpers import whole_tree_direct
+from tests.graph.helpers import AddRef, direct_source, whole_tree_direct
 
 # ---------------------------------------------------------------- models covering every node kind
 
@@ -479,3 +479,98 @@ def test_a_kernel_warning_names_the_generated_forward_unless_direct_dispatch_is_
         assert len(shown) == 1 and shown[0].startswith("<flodl graph direct forward #")
     else:
         assert shown == []  # attributed to torch/nn/modules/conv.py: filtered
+
+
+# ---------------------------------------------------------------- forward_named steps
+
+
+def named_steps() -> dict[str, tuple[fl.Graph, nn.Module]]:
+    """A step, a gate router and a loop body called with refs through ``forward_named``."""
+    state_add = fl.nn.StateAdd()
+    router = fl.nn.SoftmaxRouter(4, 2)
+    body = AddRef()
+    return {
+        "step": (fl.FlowBuilder().through(state_add).using("m").tag("m").build(), state_add),
+        "gate router": (
+            fl.FlowBuilder(nn.Linear(4, 4))
+            .tag("e")
+            .gate(router, nn.Linear(4, 4), nn.Linear(4, 4))
+            .using("e")
+            .build(),
+            router,
+        ),
+        "loop body": (
+            fl.FlowBuilder(nn.Linear(4, 4)).tag("e").loop_body(body).for_n(2).using("e").build(),
+            body,
+        ),
+    }
+
+
+@pytest.mark.parametrize("site", ["step", "gate router", "loop body"])
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_a_forward_named_step_called_with_refs_runs_its_hooks(site, direct, monkeypatch):
+    monkeypatch.setenv("FLODL_DIRECT_DISPATCH", direct)
+    torch.manual_seed(0)
+    graph, module = named_steps()[site]
+    twin = copy.deepcopy(graph)
+    x = torch.randn(2, 4)
+    assert torch.equal(graph(x), twin(x))
+    seen = []
+    pre = module.register_forward_pre_hook(lambda m, args: seen.append(("pre", type(args[1]))))
+    post = module.register_forward_hook(lambda m, args, out: seen.append(("post", type(out))))
+    out = graph(x)
+    assert seen and seen[:2] == [("pre", dict), ("post", torch.Tensor)]
+    assert torch.equal(out, twin(x))  # same values through __call__
+    assert "forward" not in vars(module)  # the stand-in forward is gone
+    pre.remove()
+    post.remove()
+    seen.clear()
+    assert torch.equal(graph(x), twin(x)) and seen == []
+    if direct == "1":  # no hook: the direct forward calls a known type's forward_named itself
+        called = "_named(" if site == "loop body" else ".forward_named("  # AddRef: not known
+        assert direct_now(graph) and called in direct_source(graph)
+
+
+def test_a_pre_hook_can_change_what_forward_named_receives():
+    state_add = fl.nn.StateAdd()
+    graph = fl.FlowBuilder().through(state_add).using("m").tag("m").build()
+    state_add.register_forward_pre_hook(lambda m, args: (args[0] * 10, args[1]))
+    x = torch.ones(1, 2)
+    assert graph(x).tolist() == [[10.0, 10.0]]
+    assert graph(x).tolist() == [[20.0, 20.0]]
+
+
+_FSDP_CHILD = """
+import sys
+import torch
+import torch.distributed as dist
+from torch import nn
+import flodl as fl
+
+try:
+    from torch.distributed.fsdp import fully_shard
+except ImportError:  # FSDP2 is public from torch 2.6 on
+    print("no fully_shard")
+    sys.exit(0)
+torch.manual_seed(0)
+router = fl.nn.SoftmaxRouter(4, 2)
+graph = fl.FlowBuilder(nn.Linear(4, 4)).tag("e").gate(router, nn.Linear(4, 4), nn.Linear(4, 4))
+graph = graph.using("e").build()
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+fully_shard(router)  # its pre-forward hook gathers the router's parameters
+fully_shard(graph)
+graph(torch.randn(2, 4)).sum().backward()
+print("trained")
+sys.stdout.flush()
+import os
+os._exit(0)
+"""
+
+
+@pytest.mark.slow
+def test_fully_shard_a_router_called_with_refs(tmp_path):
+    printed = run_child(_FSDP_CHILD, str(tmp_path / "store")).splitlines()
+    assert [line for line in printed if not line.startswith("[Gloo]")][-1:] in (
+        ["trained"],
+        ["no fully_shard"],
+    )

@@ -6,6 +6,7 @@ loop traces, and the direct path still taken afterwards."""
 from __future__ import annotations
 
 import copy
+import pickle
 import warnings
 
 import pytest
@@ -83,8 +84,37 @@ def test_auxiliary_inputs_are_keywords_of_the_traced_module():
     assert torch.equal(traced(x, ctx=ctx), graph(x, ctx=ctx))  # the default, 2.0
     assert torch.equal(traced(x, ctx=ctx, scale=3.0), graph(x, ctx=ctx, scale=3.0))
     assert not torch.equal(traced(x, ctx=ctx, scale=3.0), traced(x, ctx=ctx))
-    with pytest.raises(KeyError, match="ctx"):
+    with pytest.raises(fl.GraphInputError, match="missing graph input 'ctx'"):
         traced(x)
+
+
+def test_the_traced_module_takes_inputs_by_position_and_refuses_unknown_ones():
+    graph = (
+        fl.FlowBuilder(nn.Linear(6, 6))
+        .input("ctx")
+        .input("scale", default=2.0)
+        .through(torch.add)
+        .using("ctx")
+        .through(torch.mul)
+        .using("scale")
+        .build()
+    )
+    traced = torch.fx.symbolic_trace(graph)
+    x, ctx = torch.randn(2, 6), torch.randn(2, 6)
+    # as the graph's forward takes them: auxiliary inputs by position too
+    assert torch.equal(traced(x, ctx, 3.0), graph(x, ctx, 3.0))
+    assert torch.equal(traced(x, ctx, scale=3.0), graph(x, ctx=ctx, scale=3.0))
+    assert torch.equal(traced(x, ctx), graph(x, ctx=ctx))  # the default, 2.0
+    assert not torch.equal(traced(x, ctx, 3.0), traced(x, ctx))
+    with pytest.raises(fl.GraphInputError, match=r"unexpected graph input.*'bogus'"):
+        traced(x, ctx=ctx, bogus=1)
+    with pytest.raises(fl.GraphInputError, match=r"unexpected graph input.*'ctx'"):
+        traced(x, ctx, ctx=ctx)  # twice
+    with pytest.raises(fl.GraphInputError, match="4 positional"):
+        traced(x, ctx, 3.0, 99)
+    # a pickle of the traced module traces its code again: the input lookup is kept as a call
+    restored = pickle.loads(pickle.dumps(traced))
+    assert torch.equal(restored(x, ctx, 3.0), graph(x, ctx, 3.0))
 
 
 @pytest.mark.parametrize("where", ["root", "inside"])

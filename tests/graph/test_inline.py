@@ -574,6 +574,55 @@ def test_a_parameter_replaced_after_build_is_used():
     assert torch.equal(graph(x), want)
 
 
+def _as_plain_tensor(module: nn.Module, name: str, where: str = "parameter") -> None:
+    """Replace ``module.<name>`` by a plain tensor attribute (or a buffer), as MAML-style and
+    hypernetwork code does: the dict the written-out call reads no longer holds it."""
+    value = getattr(module, name).detach() * 2
+    delattr(module, name)
+    if where == "buffer":
+        module.register_buffer(name, value)
+    else:
+        setattr(module, name, value)
+
+
+# (the layer, what to replace, as what, the input's shape)
+REPLACED = {
+    "linear weight": (lambda: nn.Linear(4, 4), "weight", "parameter", (3, 4)),
+    "linear bias as a buffer": (lambda: nn.Linear(4, 4), "bias", "buffer", (3, 4)),
+    "layer norm weight": (lambda: nn.LayerNorm(4), "weight", "parameter", (3, 4)),
+    "conv weight": (lambda: nn.Conv1d(1, 1, 3), "weight", "parameter", (3, 1, 4)),
+    "batch norm statistics": (lambda: nn.BatchNorm1d(4).eval(), "running_mean", "attr", (3, 4)),
+}
+
+
+@pytest.mark.parametrize("case", list(REPLACED))
+def test_a_parameter_replaced_by_a_plain_tensor_runs_forward(case):
+    make, name, where, shape = REPLACED[case]
+    torch.manual_seed(0)
+    layer = make()
+    graph = fl.FlowBuilder(layer).build()
+    x = torch.randn(*shape)
+    graph(x)
+    _as_plain_tensor(layer, name, where)
+    assert not whole_tree_direct(graph)  # the written-out call would not find it
+    assert torch.equal(graph(x), layer(x))
+
+
+def test_a_cell_weight_replaced_by_a_plain_tensor_runs_forward():
+    torch.manual_seed(0)
+    cell = nn.GRUCell(2, 3)
+    graph = fl.FlowBuilder().scan(cell, dim=1).build()
+    x = torch.randn(2, 4, 2)
+    graph(x)
+    _as_plain_tensor(cell, "weight_hh")
+    assert not whole_tree_direct(graph)
+    h, outs = None, []
+    for t in range(4):
+        h = cell(x[:, t], h)
+        outs.append(h)
+    assert torch.equal(graph(x), torch.stack(outs, dim=1))
+
+
 def test_settings_changed_after_build_are_used():
     torch.manual_seed(0)
     graph = fl.FlowBuilder(nn.Linear(3, 3)).through(nn.GELU()).through(nn.LayerNorm(3)).build()

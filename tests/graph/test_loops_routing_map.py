@@ -63,6 +63,51 @@ def test_until_halting_per_sample_and_max_iter_bound():
     torch.testing.assert_close(out, torch.tensor([[8.0, 16.0], [0.08, 0.08]]))
 
 
+class ExpBody(nn.Module):
+    """exp(x * scale): overflows to inf one step past where ThresholdHalt(100) halts a sample."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(1.0))
+
+    def forward(self, x):
+        return torch.exp(x * self.scale)
+
+
+class TracedExpBody(ExpBody):
+    def trace(self):  # a trace: the loop runs through Loop.run, not the generated forward
+        return None
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["written out", "Loop.run"])
+@pytest.mark.parametrize(
+    ("kind", "x"),
+    [
+        ("until", [[1.0], [-5.0]]),  # the first sample halts two steps before the second
+        ("while", [[200.0], [-5.0]]),  # the first sample halts before the first step
+    ],
+)
+def test_a_halted_sample_adds_no_nan_to_the_gradient(kind, x, traced):
+    body = TracedExpBody() if traced else ExpBody()
+    loop = fl.FlowBuilder().loop_body(body)
+    cond = fl.nn.ThresholdHalt(100.0)
+    g = (loop.until_cond(cond, 8) if kind == "until" else loop.while_cond(cond, 8)).build()
+    x = torch.tensor(x, requires_grad=True)  # a sample that never steps has a gradient too
+    out = g(x)
+    out.sum().backward()
+    batched = body.scale.grad.clone()
+    alone = []
+    per_sample = torch.zeros(())
+    for i in range(2):  # batch composition never changes an answer, nor a gradient
+        body.scale.grad = None
+        alone.append(g(x[i : i + 1]))
+        alone[-1].sum().backward()
+        if body.scale.grad is not None:
+            per_sample += body.scale.grad
+    assert torch.equal(out, torch.cat(alone)) and torch.isfinite(out).all()
+    assert torch.isfinite(batched) and torch.allclose(batched, per_sample)
+
+
 def test_learned_halt_per_sample():
     halt = fl.nn.LearnedHalt(1)
     with torch.no_grad():
@@ -123,6 +168,33 @@ def test_gate_matches_hand_written_moe_and_trains_the_router():
     assert router.proj.weight.grad is not None and x.grad is not None
     assert all(p.grad is not None for p in g.parameters())
     assert len(list(g.parameters())) == 8
+
+
+class PooledRouter(nn.Module):
+    """One weight vector per sequence: [B, n] (``keepdim``: [B, 1, n])."""
+
+    def __init__(self, keepdim: bool) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 2)
+        self.keepdim = keepdim
+
+    def forward(self, x):
+        return torch.softmax(self.proj(x.mean(1, keepdim=self.keepdim)), -1)
+
+
+def test_gate_weights_of_lower_rank_than_the_outputs_are_refused():
+    torch.manual_seed(0)
+    experts = [nn.Linear(4, 4), nn.Linear(4, 4)]
+    x = torch.randn(3, 3, 4)  # batch == time: [B, n] weights would broadcast along time
+    wrong = fl.FlowBuilder().gate(PooledRouter(keepdim=False), *experts).build()
+    with pytest.raises(ValueError, match=r"shape \[3, 2\].*must have shape.*\[3, 3, 2\]"):
+        wrong(x)
+    with pytest.raises(ValueError, match="must have shape"):  # the composite on its own too
+        wrong.gate_2(x)
+    router = PooledRouter(keepdim=True)
+    right = fl.FlowBuilder().gate(router, *experts).build()
+    w = router(x)  # [B, 1, n]: a size-1 dimension broadcasts
+    assert torch.equal(right(x), (torch.stack([e(x) for e in experts], -2) * w[..., None]).sum(-2))
 
 
 def test_gate_router_receives_refs():

@@ -116,6 +116,58 @@ def test_state_follows_to_and_dtype_changes():
     assert out.dtype == torch.float64 and out.tolist() == [[2.0, 2.0]]
 
 
+# how a cell keeps its (h, c): (wrap, unwrap)
+STATE_SHAPES = {
+    "tuple": (tuple, tuple),
+    "list": (list, tuple),
+    "nested dict": (lambda hc: {"h": hc[0], "c": [hc[1]]}, lambda s: (s["h"], s["c"][0])),
+}
+
+
+class PairCell(nn.Module):
+    """An LSTM cell keeping its ``(h, c)`` as ``wrap`` makes it (zeros on the first call)."""
+
+    def __init__(self, shape: str) -> None:
+        super().__init__()
+        self.cell = nn.LSTMCell(2, 2)
+        self.wrap, self.unwrap = STATE_SHAPES[shape]
+
+    def forward(self, x, state):
+        return self.wrap(
+            self.cell(x, None if isinstance(state, torch.Tensor) else self.unwrap(state))
+        )
+
+
+class Hidden(nn.Module):
+    def __init__(self, shape: str) -> None:
+        super().__init__()
+        self.unwrap = STATE_SHAPES[shape][1]
+
+    def forward(self, state):
+        return self.unwrap(state)[0]
+
+
+@pytest.mark.parametrize("shape", list(STATE_SHAPES))
+def test_state_holding_tensors_in_containers_is_detached_moved_and_copied(shape):
+    g = fl.FlowBuilder().through(PairCell(shape)).using("hc").tag("hc").through(Hidden(shape))
+    g = g.build()
+    opt = torch.optim.SGD(g.parameters(), lr=0.01)
+    for _ in range(2):  # truncated BPTT: the second backward stays inside its own step
+        g(torch.randn(3, 2)).pow(2).mean().backward()
+        opt.step()
+        g.end_step()
+    leaves = torch.utils._pytree.tree_leaves(g._state["hc"])
+    assert len(leaves) == 2 and not any(t.requires_grad for t in leaves)
+    twin = copy.deepcopy(g)
+    x = torch.randn(3, 2)
+    assert torch.equal(twin(x), g(x))
+    g.double()
+    assert all(t.dtype == torch.float64 for t in torch.utils._pytree.tree_leaves(g._state["hc"]))
+    assert g(x.double()).dtype == torch.float64
+    g.to_empty(device="cpu")  # storage without values: the state starts again from zeros
+    assert g._state["hc"] is None
+
+
 def test_nested_graph_state_is_reset_and_detached_by_the_parent():
     inner = memory_graph()
     outer = fl.FlowBuilder().through(inner).build()
