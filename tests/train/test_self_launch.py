@@ -280,13 +280,14 @@ def test_a_rank_waiting_on_a_late_rank_0_gives_up_after_setups_timeout_and_the_r
 @pytest.mark.multiproc
 def test_a_stuck_rank_is_named_when_rank_0s_collective_times_out(tmp_path):
     # Rank 1 is alive but stops taking part after its first step: rank 0's next collective
-    # waits out setup's timeout (5 s), then names the rank and stops it, instead of passing on
-    # gloo's "Timed out waiting 5000ms for recv operation to complete". Rank 1 would sleep 300 s.
+    # waits out setup's timeout, then names the rank and stops it, instead of passing on gloo's
+    # "Timed out waiting 10000ms for recv operation to complete". Rank 1 would sleep 300 s. 10 s:
+    # with 5, a started interpreter importing torch on a loaded machine missed setup itself.
     stuck = (
-        "TrainingError: a collective waited 5 s (Trainer.setup's timeout) for rank 1 (started "
+        "TrainingError: a collective waited 10 s (Trainer.setup's timeout) for rank 1 (started "
         "by this process): running, but not taking part"
     )
-    fails_saying(tmp_path, "--timeout", "5", "--stall-rank", "1", says=[stuck], within=60)
+    fails_saying(tmp_path, "--timeout", "10", "--stall-rank", "1", says=[stuck], within=60)
 
 
 @pytest.mark.slow
