@@ -37,22 +37,24 @@ def _flodl_error(err: Exception) -> FdlError:
     return FdlError(str(err), None, code)
 
 
-def _auto_class(head: str) -> Any:
-    import flodl.hf as fh
-    from flodl.hf.parity import HF_AUTO
-
-    return getattr(fh, HF_AUTO[head])
-
-
-def _load(source: str, head: str, **options: Any) -> Any:
+def _load(
+    source: str, head: str, *, init_head: bool = False, num_labels: int | None = None,
+    id2label: list[str] | None = None,
+) -> Any:  # fmt: skip
     from flodl.hf import hub
     from flodl.hf.errors import HfError
-    from flodl.hf.model import _read_config
+    from flodl.hf.families import family_of
+    from flodl.hf.model import _read_config, model_class
 
     try:
+        # resolved once: a hub id asks the hub once, and reads the cache alone if it is unreachable
+        files = hub.resolve(source)
+        config = _read_config(files.config)
         if head == "auto":
-            head = _head_of(_read_config(hub.resolve(source).config))
-        return _auto_class(head).from_pretrained(source, **options)
+            head = _head_of(config)
+        return model_class(family_of(config).model_type, head)._from_files(
+            files, device=None, dtype=None, init_head=init_head, labels=(num_labels, id2label)
+        )
     except HfError as err:
         raise _flodl_error(err) from err
 
@@ -123,7 +125,11 @@ def verify_export(
     tolerance: Annotated[
         float, typer.Option("--tolerance", help="Largest allowed absolute difference.")
     ] = 1e-5,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON document on stdout instead of the lines.")
+    ] = False,
 ) -> None:
+    import json
     import math
 
     import torch
@@ -167,13 +173,26 @@ def verify_export(
     mask[1, max(1, seq * 3 // 4) :] = 0
     inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
     diff = max_diff(outputs_of(model, head, inputs), outputs_of(reference.eval(), head, inputs))
-    console.out(f"class        {type(reference).__name__}")
-    console.out(f"missing      {len(missing)}{': ' + ', '.join(missing) if missing else ''}")
-    console.out(
-        f"unexpected   {len(unexpected)}{': ' + ', '.join(unexpected) if unexpected else ''}"
-    )
-    console.out(f"max abs diff {diff:.3e}")
-    if missing or unexpected or not diff <= tolerance:
+    ok = not (missing or unexpected) and diff <= tolerance
+    if as_json:
+        document = {
+            "directory": str(directory),
+            "class": type(reference).__name__,
+            "missing": missing,
+            "unexpected": unexpected,
+            "max_abs_diff": _number(diff),
+            "tolerance": tolerance,
+            "ok": ok,
+        }
+        console.out(json.dumps(document, indent=2))
+    else:
+        console.out(f"class        {type(reference).__name__}")
+        console.out(f"missing      {len(missing)}{': ' + ', '.join(missing) if missing else ''}")
+        console.out(
+            f"unexpected   {len(unexpected)}{': ' + ', '.join(unexpected) if unexpected else ''}"
+        )
+        console.out(f"max abs diff {diff:.3e}")
+    if not ok:
         raise FdlError(
             f"{directory} does not round-trip",
             f"max abs diff {diff:.3e} (tolerance {tolerance:g}), {len(missing)} missing, "
@@ -219,7 +238,12 @@ def parity(
     head: Annotated[
         str | None, typer.Option("--head", metavar="H,...", help="Only these heads.")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON document on stdout instead of the table.")
+    ] = False,
 ) -> None:
+    import json
+
     from fdl import console
     from flodl.hf import parity as matrix
     from flodl.hf.families import FAMILIES, HEADS
@@ -233,16 +257,53 @@ def parity(
             raise FdlUsageError(f"unknown {what} '{bad[0]}'", f"use one of {', '.join(known)}")
     _transformers()
     cells = matrix.run_matrix(families, heads)
-    console.out(f"{'family':<12} {'head':<7} {'load':>9} {'export':>9}  keys  result")
-    for c in cells:
-        console.out(parity_row(c, matrix.TOLERANCE))
     failed = [c for c in cells if not c.ok]
+    if as_json:
+        document = {
+            "tolerance": matrix.TOLERANCE,
+            "ok": not failed,
+            "cells": [parity_cell(c) for c in cells],
+        }
+        console.out(json.dumps(document, indent=2))
+    else:
+        console.out(f"{'family':<12} {'head':<7} {'load':>9} {'export':>9}  keys  result")
+        for c in cells:
+            console.out(parity_row(c, matrix.TOLERANCE))
     if failed:
         raise FdlError(
             f"{len(failed)} of {len(cells)} cells differ from transformers",
             f"tolerance {matrix.TOLERANCE:g}",
         )
     console.info(f"all {len(cells)} cells within {matrix.TOLERANCE:g} of transformers")
+
+
+def _number(x: float) -> float | None:
+    """A float for JSON: NaN and infinities (no JSON number) as null."""
+    import math
+
+    return x if math.isfinite(x) else None
+
+
+def parity_cell(c: Any) -> dict[str, Any]:
+    """One cell of the parity matrix as an object of ``fdl hf parity --json``'s ``cells``.
+
+    >>> from flodl.hf.parity import Cell
+    >>> parity_cell(Cell("bert", "qa", 0.0, 1e-7, 0.0))["ok"]
+    True
+    >>> parity_cell(Cell("bert", "qa", error="boom"))["load_diff"] is None
+    True
+    """
+    return {
+        "family": c.family,
+        "head": c.head,
+        "load_diff": _number(c.load_diff),
+        "export_diff": _number(c.export_diff),
+        "reference_diff": _number(c.reference_diff),
+        "missing": list(c.missing),
+        "unexpected": list(c.unexpected),
+        "error": c.error,
+        "ok": c.ok,
+    }
 
 
 def parity_row(c: Any, tolerance: float) -> str:

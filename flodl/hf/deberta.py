@@ -82,6 +82,8 @@ class DebertaEmbeddings(nn.Module):
     ) -> torch.Tensor:
         if self.position_embeddings is not None:
             L.check_length(input_ids, self.position_embeddings.num_embeddings)
+        size = self.word_embeddings.num_embeddings
+        L.check_ids(input_ids, size, "token id", "vocabulary", "vocab_size")
         x = self.word_embeddings(input_ids)
         if self.position_embeddings is not None:
             positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
@@ -89,6 +91,8 @@ class DebertaEmbeddings(nn.Module):
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
+            types = self.token_type_embeddings.num_embeddings
+            L.check_ids(token_type_ids, types, "token type id", "token types", "type_vocab_size")
             x = x + self.token_type_embeddings(token_type_ids)
         if self.embed_proj is not None:
             x = self.embed_proj(x)

@@ -271,8 +271,19 @@ def _check_absolute(cfg: Config) -> None:
         raise HfConfigError(f"position_embedding_type {kind!r} is not supported (only 'absolute')")
 
 
+def _check_encoder(cfg: Config) -> None:
+    # transformers' BERT, RoBERTa and XLM-R attend causally with is_decoder (ALBERT, DistilBERT
+    # and DeBERTa-v2 ignore it); these graphs attend both ways
+    if cfg.get("is_decoder", False):
+        raise HfConfigError(
+            f"{cfg.raw.get('model_type', '?')} with is_decoder: true (causal self-attention) is "
+            "not supported (only the bidirectional encoder)"
+        )
+
+
 def _bert_layer(cfg: Config) -> nn.Module:
     _check_absolute(cfg)
+    _check_encoder(cfg)
     return L.BertLayer(cfg.dim, cfg.heads, cfg.inner, cfg.act, cfg.eps, cfg.dropout,
                        cfg.attn_dropout)  # fmt: skip
 
@@ -527,6 +538,7 @@ def _albert_embeddings(cfg: Config) -> nn.Module:
 
 
 def _albert_layer(cfg: Config) -> nn.Module:
+    _check_absolute(cfg)
     return L.AlbertLayer(cfg.dim, cfg.heads, cfg.inner, cfg.act, cfg.eps, cfg.dropout,
                          cfg.attn_dropout)  # fmt: skip
 
@@ -582,6 +594,7 @@ ALBERT = Family(
         "hidden_act": "gelu_new",
         "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0,
+        "classifier_dropout_prob": 0.1,
     },
     untied_decoder=lambda cfg: ("predictions.decoder.", "predictions.bias"),
 )

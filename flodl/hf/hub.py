@@ -2,17 +2,22 @@
 
 A hub id goes through ``huggingface_hub`` and its cache (``HF_HOME`` / ``HF_HUB_CACHE``, read at
 call time). With ``HF_HUB_OFFLINE=1`` only the cache is read, and an id that is not cached raises
-:class:`~flodl.hf.errors.HfHubError` naming the id and the cache directory it looked in.
+:class:`~flodl.hf.errors.HfHubError` naming the id and the cache directory it looked in. Otherwise
+the hub is asked once (a HEAD of ``config.json``); when it cannot be reached every file is read
+from the cache, as offline, and the error of an id that is not cached names the network failure.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from flodl.hf.errors import HfHubError
+
+log = logging.getLogger("flodl.hf")
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -63,9 +68,17 @@ def cache_dir() -> Path:
 
 def offline() -> bool:
     """Is ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) set to a true value?"""
-    return any(
-        os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
-        for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    return _offline_variable() is not None
+
+
+def _offline_variable() -> str | None:
+    return next(
+        (
+            var
+            for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+            if os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
+        ),
+        None,
     )
 
 
@@ -120,6 +133,27 @@ def resolve(name_or_path: str | os.PathLike[str], revision: str | None = None) -
     return _from_hub(name, revision)
 
 
+def _unreachable(repo_id: str, revision: str | None) -> Exception | None:
+    """Ask the hub once, without retries, for ``config.json``'s metadata: the error when it cannot
+    be reached (no network, a timeout, a 5xx or 429), None when it answered, even "not found"
+    (``hf_hub_download`` then reports that). huggingface_hub retries each file it cannot reach
+    and does not find in the cache (~20 s each, .no_exist markers or not), so the files are then
+    read with ``local_files_only`` instead."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, CONFIG, revision=revision))
+    except HfHubHTTPError as err:
+        status = getattr(getattr(err, "response", None), "status_code", None)
+        if status is not None and status < 500 and status not in (408, 429):
+            return None
+        return err
+    except Exception as err:  # connection refused, DNS, timeout, proxy, SSL: requests or httpx
+        return err
+    return None
+
+
 def _from_hub(repo_id: str, revision: str | None) -> ModelFiles:
     try:
         from huggingface_hub import hf_hub_download
@@ -129,7 +163,23 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelFiles:
             f"loading {repo_id!r} from the hub needs huggingface_hub: pip install 'flodl[hf]'"
         ) from err
     cache = cache_dir()
-    local_only = offline()
+    variable = _offline_variable()
+    unreachable = None if variable else _unreachable(repo_id, revision)
+    local_only = variable is not None or unreachable is not None
+
+    def not_cached(err: Exception) -> HfHubError:
+        where = f"it is not in the cache {cache} (revision {revision or 'main'})"
+        if variable is not None:
+            return HfHubError(
+                f"cannot load {repo_id!r}: {variable} is set and {where}; download it once "
+                f"online, or unset {variable}"
+            )
+        cause = unreachable or err.__cause__ or err
+        return HfHubError(
+            f"cannot load {repo_id!r}: the hub could not be reached ({type(cause).__name__}: "
+            f"{cause}) and {where}; check the network (or HF_ENDPOINT), or pass a local model "
+            "directory"
+        )
 
     def fetch(filename: str, required: bool) -> Path | None:
         try:
@@ -145,12 +195,7 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelFiles:
         except LocalEntryNotFoundError as err:
             if not required:
                 return None
-            how = "HF_HUB_OFFLINE is set and it" if local_only else "it could not be downloaded and"
-            raise HfHubError(
-                f"cannot load {repo_id!r}: {how} is not in the cache {cache} "
-                f"(revision {revision or 'main'}); download it once online, or unset "
-                "HF_HUB_OFFLINE"
-            ) from err
+            raise not_cached(err) from (unreachable or err)
         except EntryNotFoundError:
             if required:
                 raise HfHubError(f"{repo_id!r} has no {filename}") from None
@@ -162,6 +207,14 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelFiles:
 
     config = fetch(CONFIG, required=True)
     assert config is not None
+    if unreachable is not None:
+        log.warning(
+            "the hub could not be reached (%s: %s): %r is read from the cache %s",
+            type(unreachable).__name__,
+            unreachable,
+            repo_id,
+            cache,
+        )
     single = fetch(WEIGHTS, required=False)
     weights = [single] if single is not None else []
     if not weights:

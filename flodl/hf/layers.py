@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flodl.graph.fx_tracing import transforming
 from flodl.hf.errors import HfConfigError, HfError
 
 
@@ -82,6 +83,31 @@ def check_length(input_ids: torch.Tensor, limit: int) -> None:
         )
 
 
+def check_ids(ids: torch.Tensor, size: int, what: str, table: str, key: str) -> None:
+    """A clear error for an id outside an embedding table of ``size`` rows (instead of an
+    ``IndexError`` from inside ``F.embedding``): ``what`` names the ids, ``table`` the table and
+    ``key`` its config.json size. One min/max pass, on plain CPU tensors only: on an accelerator
+    reading it back would synchronise every forward (the device's own assertion reports it
+    there), and a proxy, fake or transformed tensor (fx, torch.compile, tracing, vmap) has no
+    values to read."""
+    if (
+        type(ids) is not torch.Tensor
+        or ids.device.type != "cpu"
+        or ids.numel() == 0
+        or torch.compiler.is_compiling()
+        or torch.jit.is_tracing()
+        or transforming()
+    ):
+        return
+    low, high = (int(v) for v in torch.aminmax(ids))
+    if high >= size or low < 0:
+        which = f"the largest {what}, {high}," if high >= size else f"a {what}, {low},"
+        raise HfError(
+            f"{which} is outside this model's {table} ({key} {size}: ids 0..{size - 1}); "
+            "encode with the model's own tokenizer"
+        )
+
+
 # ---------------------------------------------------------------------------------- embeddings
 class Embeddings(nn.Module):
     """Word + absolute position (+ token type) embeddings, LayerNorm, dropout.
@@ -130,10 +156,14 @@ class Embeddings(nn.Module):
         self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
         check_length(input_ids, self.max_length)
+        size = self.word_embeddings.num_embeddings
+        check_ids(input_ids, size, "token id", "vocabulary", "vocab_size")
         x = self.word_embeddings(input_ids)
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
+            size = self.token_type_embeddings.num_embeddings
+            check_ids(token_type_ids, size, "token type id", "token types", "type_vocab_size")
             x = x + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(self.positions(input_ids))
         return self.dropout(self.LayerNorm(x))
@@ -274,11 +304,11 @@ class AlbertLayer(nn.Module):
         self.ffn_output = nn.Linear(inner, dim)
         self.activation = Activation(act)
         self.full_layer_layer_norm = nn.LayerNorm(dim, eps=eps)
-        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         a = self.attention(x, attention_bias(attention_mask, x.dtype))
-        f = self.dropout(self.ffn_output(self.activation(self.ffn(a))))
+        # no dropout after ffn_output: transformers' AlbertLayer has one but never applies it
+        f = self.ffn_output(self.activation(self.ffn(a)))
         return self.full_layer_layer_norm(f + a)
 
 

@@ -34,6 +34,15 @@ _DTYPES = {
 }
 
 
+def _config_dtype(raw: dict[str, Any]) -> torch.dtype | None:
+    """The dtype ``config.json`` names: ``dtype``, else transformers 4's ``torch_dtype`` (as
+    ``transformers`` 5 reads it, the one it loads a model in by default); None for none known."""
+    for key in ("dtype", "torch_dtype"):
+        if raw.get(key) is not None:
+            return _DTYPES.get(str(raw[key]).removeprefix("torch."))
+    return None
+
+
 def _read_config(source: dict[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
     if isinstance(source, dict):
         return dict(source)
@@ -51,6 +60,15 @@ def _read_config(source: dict[str, Any] | str | os.PathLike[str]) -> dict[str, A
 
 Labels = Mapping[int, str] | Sequence[str]
 _REGISTRY: dict[tuple[str, str], type[HfModel]] = {}
+
+
+def _check_label(owner: str, label: str | None) -> None:
+    """``label=`` as ``FlowBuilder.label`` takes it: a path segment (non-empty, no dots)."""
+    if label is not None and (not isinstance(label, str) or not label or "." in label):
+        raise HfConfigError(
+            f"{owner}: label must be a non-empty string without dots (a segment of label paths "
+            f"such as 'bert.encoder'), got {label!r}"
+        )
 
 
 def _with_labels(
@@ -146,13 +164,17 @@ class HfModel(Graph):
         return family
 
     @classmethod
-    def _build(cls, raw: dict[str, Any]) -> HfModel:
+    def _build(cls, raw: dict[str, Any], label: str | None = None) -> HfModel:
         family = cls._family_for(raw)
         target = model_class(family.model_type, cls.head_kind)
         cfg = family.config(raw)
         graph = family.build(cfg, cls.head_kind)
         graph.__class__ = target
         model: HfModel = graph  # type: ignore[assignment]
+        # What FlowBuilder.label would have given: nested in another graph, a labelled model is
+        # its child (paths "bert.encoder...", children_graphs, tree_summary), not an anonymous
+        # node. Given at creation only: a parent names its steps when it is built.
+        model._label = label
         model.config = dict(raw)
         model.tokenizer = None
         model.load_report = None
@@ -163,12 +185,14 @@ class HfModel(Graph):
     def from_config(
         cls, config: dict[str, Any] | str | os.PathLike[str], *, device: Any = None,
         dtype: torch.dtype | None = None, num_labels: int | None = None,
-        id2label: Labels | None = None,
+        id2label: Labels | None = None, label: str | None = None,
     ) -> HfModel:  # fmt: skip
         """A freshly initialised model (no weights read) from a ``config.json`` dict or path;
-        ``num_labels`` / ``id2label`` set a classification head's labels over the config's."""
+        ``num_labels`` / ``id2label`` set a classification head's labels over the config's,
+        ``label`` the graph's label (as ``FlowBuilder.label``)."""
+        _check_label(cls.__name__, label)
         raw = _with_labels(_read_config(config), cls.head_kind, cls.__name__, num_labels, id2label)
-        model = cls._build(raw)
+        model = cls._build(raw, label)
         return model.to(device=device, dtype=dtype)
 
     @classmethod
@@ -182,6 +206,7 @@ class HfModel(Graph):
         init_head: bool = False,
         num_labels: int | None = None,
         id2label: Labels | None = None,
+        label: str | None = None,
     ) -> HfModel:
         """Load a model directory or hub id (``config.json`` + ``model.safetensors``
         [+ ``tokenizer.json``]).
@@ -192,9 +217,13 @@ class HfModel(Graph):
         initialisation where the checkpoint has none (a base checkpoint, for fine-tuning) or
         one of other shapes (another label count). ``num_labels`` / ``id2label`` (a list of
         names, or index -> name) set a classification head's labels over ``config.json``'s, as
-        in ``transformers``. ``dtype`` defaults to the checkpoint's; the model is returned in
-        eval mode, like ``transformers``.
+        in ``transformers``. The whole model takes one dtype, as in ``transformers``: ``dtype``,
+        else ``config.json``'s (``dtype``, or ``torch_dtype``), else the checkpoint's dominant
+        floating dtype. ``label`` is the graph's label (as ``FlowBuilder.label``: nested in
+        another graph, the model is then its labelled child). The model is returned in eval
+        mode, like ``transformers``.
         """
+        _check_label(cls.__name__, label)
         files = hub.resolve(name_or_path, revision)
         return cls._from_files(
             files,
@@ -202,6 +231,7 @@ class HfModel(Graph):
             dtype=dtype,
             init_head=init_head,
             labels=(num_labels, id2label),
+            label=label,
         )
 
     @classmethod
@@ -213,6 +243,7 @@ class HfModel(Graph):
         dtype: torch.dtype | None,
         init_head: bool,
         labels: tuple[int | None, Any] = (None, None),
+        label: str | None = None,
     ) -> HfModel:
         name_or_path = files.source
         raw = _with_labels(_read_config(files.config), cls.head_kind, cls.__name__, *labels)
@@ -224,7 +255,7 @@ class HfModel(Graph):
             )
             raise HfHubError(f"{files.source} has no {hub.WEIGHTS} (nor sharded weights){hint}")
         family = cls._family_for(raw)
-        model = cls._build(raw)
+        model = cls._build(raw, label)
         prefix = "" if cls.head_kind == "base" else family.prefix + "."
         # The bare encoder's only head is its pooler: like transformers, a checkpoint without
         # one (saved from a task model that never used it) gets a freshly initialised pooler.
@@ -238,13 +269,16 @@ class HfModel(Graph):
                 family.config(raw).num_labels if cls.head_kind in ("seqcls", "tokcls") else None
             ),
             source=files.source,
+            # one dtype for the whole model, as transformers picks it: the argument, config.json's,
+            # else the checkpoint's dominant one
+            dtype=dtype if dtype is not None else _config_dtype(raw),
         )
         if files.tokenizer is not None:
             model.tokenizer = HfTokenizer.from_file(files.tokenizer)
         # carried over by save_pretrained while the model keeps the tokenizer it was loaded with
         model._tokenizer_files = (list(files.tokenizer_extras), model.tokenizer)
         model.eval()
-        return model.to(device=device, dtype=dtype)
+        return model.to(device=device)
 
     # ------------------------------------------------------------------ description
     @property
@@ -327,8 +361,13 @@ class HfModel(Graph):
             config["label2id"] = {name: i for i, name in labels.items()}
         dtype = next(self.parameters()).dtype
         name = next((k for k, v in _DTYPES.items() if v == dtype), None)
-        if name is not None:
-            config["dtype"] = name
+        # one dtype: transformers 4 wrote (and reads) torch_dtype, transformers 5 dtype; a stale
+        # one would load the export in the source's dtype
+        for key in ("dtype", "torch_dtype"):
+            if name is None:
+                config.pop(key, None)
+            elif key == "dtype" or key in config:
+                config[key] = name
         (out / hub.CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         if self.tokenizer is not None:
             self.tokenizer.save(out / hub.TOKENIZER)
@@ -364,15 +403,26 @@ class SequenceClassifierMixin:
     head_kind: ClassVar[str] = "seqcls"
 
     def predict(self, texts: list[str] | str, top_k: int = 1) -> list[list[tuple[str, float]]]:
-        """Per text, the ``top_k`` ``(label, score)`` pairs, highest softmax score first."""
+        """Per text, the ``top_k`` ``(label, score)`` pairs, highest score first.
+
+        Scores as ``transformers``' text-classification pipeline gives them: the logits as they
+        are for ``problem_type: regression``, a sigmoid per label for
+        ``multi_label_classification`` or a single label, a softmax otherwise."""
         model: HfModel = self  # type: ignore[assignment]
         texts = [texts] if isinstance(texts, str) else list(texts)
         if not texts:
             return []
         enc = model._tokenizer().encode(texts)
         labels = model.id2label
+        problem = model.config.get("problem_type")
         with model._inference():
-            probs = model(**enc.inputs(model.device)).float().softmax(-1)
+            logits = model(**enc.inputs(model.device)).float()
+        if problem == "regression":
+            probs = logits
+        elif problem == "multi_label_classification" or logits.shape[-1] == 1:
+            probs = logits.sigmoid()
+        else:
+            probs = logits.softmax(-1)
         k = max(1, min(top_k, probs.shape[-1]))
         scores, indices = probs.topk(k, dim=-1)
         return [
@@ -831,9 +881,11 @@ class _Auto:
         init_head: bool = False,
         num_labels: int | None = None,
         id2label: Labels | None = None,
+        label: str | None = None,
     ) -> HfModel:
         """Load any supported family, chosen by ``config.json``'s ``model_type`` (the options
         are :meth:`HfModel.from_pretrained`'s)."""
+        _check_label(cls.__name__, label)
         files = hub.resolve(name_or_path, revision)
         family = family_of(_read_config(files.config))
         target = model_class(family.model_type, cls.head_kind)
@@ -843,19 +895,20 @@ class _Auto:
             dtype=dtype,
             init_head=init_head,
             labels=(num_labels, id2label),
+            label=label,
         )
 
     @classmethod
     def from_config(
         cls, config: dict[str, Any] | str | os.PathLike[str], *, device: Any = None,
         dtype: torch.dtype | None = None, num_labels: int | None = None,
-        id2label: Labels | None = None,
+        id2label: Labels | None = None, label: str | None = None,
     ) -> HfModel:  # fmt: skip
         """A freshly initialised model of the family ``config.json``'s ``model_type`` names."""
         raw = _read_config(config)
         target = model_class(family_of(raw).model_type, cls.head_kind)
         return target.from_config(
-            raw, device=device, dtype=dtype, num_labels=num_labels, id2label=id2label
+            raw, device=device, dtype=dtype, num_labels=num_labels, id2label=id2label, label=label
         )
 
 

@@ -1,8 +1,10 @@
 """Move weights between a graph and HuggingFace-named safetensors files, all or nothing.
 
-:func:`load_into` reads only the file's header first (names, shapes), checks every name and shape
-the graph needs, and raises :class:`~flodl.hf.errors.WeightsError` naming the missing keys and the
-shape mismatches before any weight is written, so a failed load never leaves a model half loaded.
+:func:`load_into` reads only the file's header first (names, shapes, dtypes), checks every name and
+shape the graph needs (and that a floating-point weight gets a floating-point tensor), and raises
+:class:`~flodl.hf.errors.WeightsError` naming the missing keys and the mismatches before any weight
+is written, so a failed load never leaves a model half loaded. The whole model takes one dtype, as
+in ``transformers``: every tensor is cast to it.
 Keys the graph does not use are tolerated and reported (as ``transformers`` does: a base-model
 checkpoint often carries a pretraining head). Legacy ``LayerNorm.gamma``/``.beta`` names are read
 as ``weight``/``bias``.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +28,18 @@ from flodl.hf.families import Family, rename
 
 log = logging.getLogger("flodl.hf")
 _SHOWN = 20
+# safetensors' names of the floating dtypes a model can take as a whole
+_FLOAT_DTYPES = {
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+}
+
+
+def _floating(dtype: str) -> bool:
+    """Whether a safetensors dtype name (``F16``, ``BF16``, ``F8_E4M3``, ``I64``...) is floating."""
+    return dtype.startswith("F") or dtype == "BF16"
 
 
 @dataclass
@@ -110,15 +125,20 @@ def _readable(path: Path) -> Iterator[None]:
         ) from err
 
 
-def read_headers(paths: list[Path]) -> tuple[dict[str, tuple[int, ...]], dict[str, Path]]:
-    """Shapes and the file holding each key, over one file or every shard."""
+def read_headers(
+    paths: list[Path],
+) -> tuple[dict[str, tuple[int, ...]], dict[str, str], dict[str, Path]]:
+    """Shapes, safetensors dtype names and the file holding each key, over one file or every
+    shard."""
     shapes: dict[str, tuple[int, ...]] = {}
+    dtypes: dict[str, str] = {}
     where: dict[str, Path] = {}
     for path in paths:
-        for key, (shape, _) in read_header(path).items():
+        for key, (shape, dtype) in read_header(path).items():
             shapes[key] = shape
+            dtypes[key] = dtype
             where[key] = path
-    return shapes, where
+    return shapes, dtypes, where
 
 
 def choose_prefix(family: Family, wanted: str, keys: set[str]) -> str:
@@ -141,17 +161,21 @@ def load_into(
     init_head: bool = False,
     num_labels: int | None = None,
     source: str = "",
+    dtype: torch.dtype | None = None,
 ) -> LoadReport:
     """Validate ``path`` (a safetensors file, or every shard of one) against ``model`` and copy
     every weight in, or raise and copy none.
 
     ``init_head``: head weights the checkpoint lacks are left freshly initialised, and so are
     those of a classifier whose label count (``num_labels``, the model's) differs from the
-    checkpoint's (fine-tuning for other labels)."""
+    checkpoint's (fine-tuning for other labels). ``dtype``: the one floating dtype of the whole
+    model, fresh head included; None takes the checkpoint's dominant one (the most elements).
+    Each tensor is cast to it, as ``transformers`` does: an fp16 checkpoint with an fp32
+    classifier gives an fp16 model that runs, not a model of mixed dtypes."""
     from safetensors import safe_open
 
     paths = [path] if isinstance(path, Path) else list(path)
-    shapes, where = read_headers(paths)
+    shapes, dtypes, where = read_headers(paths)
     keys = {_legacy(k): k for k in shapes}
     prefix = choose_prefix(family, prefix, set(keys))
     table = hf_names(model, family, prefix)
@@ -164,7 +188,7 @@ def load_into(
                 table[name] = alias[1]
         also_used.add(alias[1])
     state = model.state_dict(keep_vars=True)
-    missing, mismatched, initialized = [], [], []
+    missing, mismatched, mistyped, initialized = [], [], [], []
     relabelled: set[str] = set()  # checkpoint keys of a classifier for another label count
     for name, hf in table.items():
         if hf not in keys:
@@ -182,24 +206,31 @@ def load_into(
                     initialized.append(name)
                     continue
             mismatched.append(f"{hf}: checkpoint {list(shape)} vs model {list(state[name].shape)}")
-    if missing or mismatched:
+        elif state[name].is_floating_point() and not _floating(dtypes[keys[hf]]):
+            # copy_ would cast integers into a float weight without a word
+            mistyped.append(f"{hf}: checkpoint {dtypes[keys[hf]]} for a floating-point weight")
+    if missing or mismatched or mistyped:
         parts = [f"{source or paths[0]}: the checkpoint does not fit the model; nothing was loaded"]
         if missing:
             parts.append(f"missing keys ({len(missing)}): {_listing(sorted(missing))}")
         if mismatched:
             parts.append(f"shape mismatches ({len(mismatched)}): {_listing(mismatched)}")
+        if mistyped:
+            parts.append(f"dtype mismatches ({len(mistyped)}): {_listing(mistyped)}")
         head_keys = {table[n] for n in table if n.startswith("head.")}
         if missing and set(missing) <= head_keys and not init_head:
             parts.append(
                 "to start a new task head from a base checkpoint, pass init_head=True "
                 "(fdl hf export: --init-head)"
             )
-        elif not missing and len(relabelled) == len(mismatched):
+        elif not (missing or mistyped) and len(relabelled) == len(mismatched):
             parts.append(
                 "the checkpoint's classifier is for another label count: to train a new one, "
                 "pass init_head=True (fdl hf export: --init-head)"
             )
-        raise WeightsError("\n  ".join(parts), missing=sorted(missing), mismatched=mismatched)
+        raise WeightsError(
+            "\n  ".join(parts), missing=sorted(missing), mismatched=mismatched + mistyped
+        )
     used = {table[n] for n in table if n not in initialized} | also_used
     report = LoadReport(
         source=source or str(paths[0]),
@@ -210,23 +241,24 @@ def load_into(
     for name, hf in table.items():
         if name not in initialized:
             by_file.setdefault(where[keys[hf]], []).append(name)
+    if dtype is None:
+        sizes: Counter[torch.dtype] = Counter()
+        for names in by_file.values():
+            for name in names:
+                key = keys[table[name]]
+                if dtypes[key] in _FLOAT_DTYPES:
+                    sizes[_FLOAT_DTYPES[dtypes[key]]] += math.prod(shapes[key])
+        dtype = sizes.most_common(1)[0][0] if sizes else None
+    if dtype is not None:
+        # before the copy: a fresh head takes it too, so that a bf16 encoder feeds a bf16 head
+        model.to(dtype=dtype)
+        state = model.state_dict(keep_vars=True)
     with torch.no_grad():
         for file, names in by_file.items():
             with _readable(file), safe_open(str(file), framework="pt") as f:
                 for name in names:
-                    target = state[name]
-                    value = f.get_tensor(keys[table[name]])
-                    if target.dtype != value.dtype and target.is_floating_point():
-                        target.data = target.data.to(value.dtype)
-                    target.copy_(value)
+                    state[name].copy_(f.get_tensor(keys[table[name]]))  # cast to its dtype
                     report.loaded.append(name)
-        # A fresh head takes the checkpoint's dtype, so that a bf16 encoder feeds a bf16 head.
-        loaded = Counter(state[n].dtype for n in report.loaded if state[n].is_floating_point())
-        if loaded:
-            dtype = loaded.most_common(1)[0][0]
-            for name in initialized:
-                if state[name].is_floating_point():
-                    state[name].data = state[name].data.to(dtype)
     if report.unexpected:
         log.warning(
             "%s: %d checkpoint key(s) not used by %s: %s",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -29,6 +30,9 @@ def test_export_then_verify(run_fdl, tmp_path):
     assert verified.returncode == 0, verified.stderr
     assert "missing      0" in verified.stdout and "unexpected   0" in verified.stdout
     assert "BertForTokenClassification" in verified.stdout
+    as_json = run_fdl("hf", "verify-export", str(out), "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["ok"] is True  # stdout: the document and nothing else
     again = run_fdl("hf", "export", str(tmp_path / "src"), str(out))
     assert again.returncode == 1 and "error: " in again.stderr and "--force" in again.stderr
     assert run_fdl("hf", "export", str(tmp_path / "src"), str(out), "--force").returncode == 0
@@ -111,6 +115,10 @@ def test_parity_command(run_fdl):
     assert bad.returncode == 2 and "unknown family 'gpt2'" in bad.stderr
     empty = run_fdl("hf", "parity", "--family", "", "--head", "seqcls")
     assert empty.returncode == 2 and "unknown family ''" in empty.stderr
+    as_json = run_fdl("hf", "parity", "--family", "bert", "--head", "base", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    document = json.loads(as_json.stdout)
+    assert document["ok"] and [c["head"] for c in document["cells"]] == ["base"]
 
 
 def test_add_hf_to_a_project(run_fdl, tmp_path):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 import flodl.hf as fh
 from fdl.commands import hf as cli
@@ -73,3 +74,38 @@ def test_export_a_base_checkpoint_with_a_new_head(tmp_path):
     }  # fmt: skip
     with pytest.raises(FdlUsageError, match="empty name"):
         _export(tmp_path / "src", tmp_path / "bad", head="seqcls", init_head=True, labels="a,")
+
+
+def test_verify_export_json(tmp_path, capsys):
+    parity.make_reference("distilbert", "tokcls", tmp_path)
+    cli.verify_export(tmp_path, tolerance=1e-5, as_json=True)
+    document = json.loads(capsys.readouterr().out)  # stdout: the one document
+    assert document == {
+        "directory": str(tmp_path),
+        "class": "DistilBertForTokenClassification",
+        "missing": [],
+        "unexpected": [],
+        "max_abs_diff": 0.0,
+        "tolerance": 1e-5,
+        "ok": True,
+    }
+    weights = load_file(tmp_path / "model.safetensors")
+    weights["extra.weight"] = torch.zeros(2)
+    save_file(weights, tmp_path / "model.safetensors")
+    with pytest.raises(FdlError, match="does not round-trip"):
+        cli.verify_export(tmp_path, tolerance=1e-5, as_json=True)
+    document = json.loads(capsys.readouterr().out)
+    assert document["unexpected"] == ["extra.weight"] and document["ok"] is False
+
+
+def test_parity_json(capsys):
+    cli.parity(family="distilbert", head="seqcls,qa", as_json=True)
+    document = json.loads(capsys.readouterr().out)
+    assert document["ok"] is True and document["tolerance"] == parity.TOLERANCE
+    assert [(c["family"], c["head"]) for c in document["cells"]] == [
+        ("distilbert", "seqcls"), ("distilbert", "qa")
+    ]  # fmt: skip
+    cell = document["cells"][0]
+    assert set(cell) == {"family", "head", "load_diff", "export_diff", "reference_diff",
+                         "missing", "unexpected", "error", "ok"}  # fmt: skip
+    assert cell["ok"] is True and cell["load_diff"] < parity.TOLERANCE and cell["error"] == ""

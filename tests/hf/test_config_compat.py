@@ -120,6 +120,91 @@ def test_defaults_follow_the_family(tmp_path):
     assert explicit.embeddings.word_embeddings.padding_idx is None
 
 
+_TINY = {"vocab_size": 30, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+         "intermediate_size": 16}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"model_type": "bert", "position_embedding_type": "relative_key"}, "relative_key"),
+        ({"model_type": "albert", "embedding_size": 8, "position_embedding_type": "relative_key"},
+         "relative_key"),
+        ({"model_type": "bert", "is_decoder": True}, "is_decoder"),
+        ({"model_type": "roberta", "is_decoder": True}, "is_decoder"),
+        ({"model_type": "xlm-roberta", "is_decoder": True}, "is_decoder"),
+    ],
+    ids=["bert-relative", "albert-relative", "bert-decoder", "roberta-decoder", "xlmr-decoder"],
+)  # fmt: skip
+def test_unsupported_configurations_are_refused_at_build(config, message):
+    with pytest.raises(fh.HfConfigError, match=message):
+        fh.AutoModel.from_config({**_TINY, **config})
+
+
+@pytest.mark.parametrize("family", ["albert", "distilbert", "deberta-v2"])
+def test_is_decoder_changes_nothing_where_transformers_ignores_it(family, tmp_path):
+    reference = _reference(family, "base", tmp_path, is_decoder=True)
+    model = fh.AutoModel.from_pretrained(tmp_path)
+    inputs = parity.sample_inputs()
+    expected = parity.outputs_of(reference, "base", inputs)
+    assert parity.max_diff(parity.outputs_of(model, "base", inputs), expected) < 1e-5
+
+
+_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "intermediate_size": 37}  # fmt: skip
+_MINIMAL = {
+    "bert": _SIZES,
+    "roberta": _SIZES,
+    "xlm-roberta": _SIZES,
+    "albert": {**_SIZES, "embedding_size": 16},
+    "albert-v1": {**_SIZES, "embedding_size": 16, "hidden_dropout_prob": 0.1},  # albert-*-v1
+    "distilbert": {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 37},
+    "deberta-v2": {**_SIZES, "relative_attention": True, "pos_att_type": ["p2c", "c2p"]},
+}
+
+
+def _dropout_calls(model, head, inputs):
+    """The probability of every dropout module call of a train-mode forward, in order, and the
+    outputs (seeded)."""
+    calls = []
+    hooks = [
+        m.register_forward_hook(lambda m, i, o: calls.append(m.p))
+        for m in model.modules()
+        if isinstance(m, torch.nn.Dropout) and m.p > 0
+    ]
+    torch.manual_seed(1)
+    with torch.no_grad():
+        outputs = parity.outputs_of(model.train(), head, inputs)
+    for hook in hooks:
+        hook.remove()
+    return calls, outputs
+
+
+@pytest.mark.parametrize(
+    ("family", "head"),
+    [(f, h) for f in _MINIMAL for h in ("seqcls", "tokcls", "qa")]
+    + [("albert-v1", h) for h in ("base", "mlm")],
+)
+def test_training_mode_dropouts_are_transformers_own(family, head, tmp_path):
+    """A config.json with only the sizes: every key left out takes the transformers config
+    class's default, and training mode drops out where transformers does, with the same
+    probabilities, in the same order (so the same seed gives the same outputs)."""
+    t = parity.transformers_module()
+    config = {"model_type": family.removesuffix("-v1"), "vocab_size": parity.VOCAB,
+              **_MINIMAL[family]}  # fmt: skip
+    cls = parity.HF_AUTO[head]
+    torch.manual_seed(0)
+    getattr(t, cls).from_config(t.AutoConfig.for_model(**config)).save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(config))  # the defaults left out
+    reference = getattr(t, cls).from_pretrained(tmp_path)
+    model = getattr(fh, cls).from_pretrained(tmp_path)
+    inputs = parity.sample_inputs()
+    expected_calls, expected = _dropout_calls(reference, head, inputs)
+    calls, outputs = _dropout_calls(model, head, inputs)
+    assert calls == expected_calls
+    assert parity.max_diff(outputs, expected) < 1e-5
+
+
 # ------------------------------------------------------------------ labels and dtypes
 def test_num_labels_of_the_same_count_keeps_the_checkpoints_names(tmp_path):
     _reference("bert", "seqcls", tmp_path, id2label={0: "neg", 1: "pos", 2: "mixed"},

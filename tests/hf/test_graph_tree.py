@@ -148,3 +148,33 @@ def test_whole_model_fdl_checkpoint_round_trips(bert, tmp_path):
     inputs, _ = _batch()
     with torch.no_grad():
         assert torch.equal(fresh.eval()(**inputs), bert(**inputs))
+
+
+def test_a_labelled_model_is_a_child_of_the_graph_it_is_nested_in(tmp_path):
+    parity.make_reference("bert", "base", tmp_path)
+    encoder = fh.AutoModel.from_pretrained(tmp_path, label="bert")
+    assert encoder.label == "bert"
+    outer = (
+        fl.FlowBuilder()
+        .input("attention_mask", "token_type_ids")
+        .through(encoder)
+        .using("attention_mask", "token_type_ids")
+        .through(fh.layers.FirstToken())
+        .through(torch.nn.Linear(32, 3))
+        .tag("cls")
+        .build()
+    )
+    assert outer.children_graphs() == {"bert": encoder}
+    assert outer.validate_path("bert.encoder").kind is fl.PathKind.SUBGRAPH
+    assert outer.validate_path("bert.encoder.layer_1").kind is fl.PathKind.TAG
+    assert "bert [hash:" in outer.tree_summary()
+    assert outer.freeze("bert.embeddings") == len(encoder.parameters_at("embeddings")) > 0
+    assert all(n.startswith(("bert.", "cls.")) for n, _ in outer.named_parameters())
+    inputs = parity.sample_inputs()
+    outer(inputs["input_ids"], attention_mask=inputs["attention_mask"],
+          token_type_ids=inputs["token_type_ids"])  # fmt: skip
+    assert torch.equal(outer.tagged_at("bert.hidden_states"), encoder(**inputs))
+    fresh = fh.AutoModelForSequenceClassification.from_config(encoder.config, label="clf")
+    assert fresh.label == "clf"
+    with pytest.raises(fh.HfConfigError, match="label must be a non-empty string without dots"):
+        fh.AutoModel.from_pretrained(tmp_path, label="a.b")

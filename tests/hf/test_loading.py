@@ -28,6 +28,10 @@ def _rewrite(directory, change):
     save_file(tensors, directory / "model.safetensors")
 
 
+TINY_BERT = {"model_type": "bert", "vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2,
+             "num_attention_heads": 2, "intermediate_size": 64}  # fmt: skip
+
+
 def _snapshot(model):
     return {k: v.clone() for k, v in model.state_dict().items()}
 
@@ -231,6 +235,59 @@ def test_fp16_checkpoint_keeps_its_dtype(bert_seqcls, tmp_path):
     )
 
 
+def test_a_checkpoint_of_mixed_dtypes_loads_in_one_dtype_as_transformers_does(tmp_path):
+    t = parity.transformers_module()
+    parity.make_reference("bert", "seqcls", tmp_path).half().save_pretrained(tmp_path)
+    # an fp16 checkpoint whose classifier was kept in fp32
+    head = ("classifier.weight", "classifier.bias")
+    _rewrite(tmp_path, lambda w: w.update({k: w[k].float() for k in head}))
+    ids = parity.sample_inputs()["input_ids"]
+    reference = t.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    model = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path)
+    assert {p.dtype for p in model.parameters()} == {torch.float16}  # config.json's dtype
+    with torch.no_grad():
+        assert torch.equal(model(ids), reference(ids).logits)
+    as_fp32 = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path, dtype=torch.float32)
+    assert {p.dtype for p in as_fp32.parameters()} == {torch.float32}  # the argument wins
+    fp32_classifier = load_file(tmp_path / "model.safetensors")["classifier.weight"]
+    assert torch.equal(as_fp32.subgraph("head").classifier.weight, fp32_classifier)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.pop("dtype", None)
+    config["torch_dtype"] = "float32"  # as transformers 4 wrote it: read the same
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    config.pop("torch_dtype")  # no dtype named: the checkpoint's dominant one
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path)
+    assert {p.dtype for p in model.parameters()} == {torch.float16}
+    assert model(ids).dtype == torch.float16
+
+
+def test_an_integer_tensor_for_a_float_weight_is_refused_before_anything_is_loaded(bert_seqcls):
+    key = "bert.encoder.layer.0.output.dense.weight"
+    _rewrite(bert_seqcls, lambda w: w.update({key: (w[key] * 100).to(torch.int64)}))
+    model = fh.BertForSequenceClassification.from_config(bert_seqcls)
+    before = _snapshot(model)
+    with pytest.raises(fh.WeightsError) as err:
+        load_into(model, model.family, bert_seqcls / "model.safetensors", "bert.")
+    assert f"{key}: checkpoint I64 for a floating-point weight" in str(err.value)
+    assert "nothing was loaded" in str(err.value) and "init_head" not in str(err.value)
+    assert err.value.mismatched and not err.value.missing
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_export_writes_one_dtype_in_config(tmp_path):
+    config = {**TINY_BERT, "torch_dtype": "float16"}  # as transformers 4 wrote it
+    fh.AutoModel.from_config(config, dtype=torch.float16).save_pretrained(tmp_path / "half")
+    as_fp32 = fh.AutoModel.from_pretrained(tmp_path / "half", dtype=torch.float32)
+    written = json.loads((as_fp32.save_pretrained(tmp_path / "fp32") / "config.json").read_text())
+    assert (written["dtype"], written["torch_dtype"]) == ("float32", "float32")
+    back = fh.AutoModel.from_pretrained(tmp_path / "fp32")
+    assert {p.dtype for p in back.parameters()} == {torch.float32}
+
+
 def test_call_convention_is_the_same_for_every_family(tmp_path):
     inputs = parity.sample_inputs()
     for family in fh.FAMILIES:
@@ -249,6 +306,28 @@ def test_a_sequence_longer_than_the_positions_is_a_clear_error(tmp_path):
     assert model(torch.randint(5, 90, (1, 68))).shape == (1, 68, 32)
     with pytest.raises(fh.HfError, match="69 tokens is longer than this model's 68 positions"):
         model(torch.randint(5, 90, (1, 69)))
+
+
+@pytest.mark.parametrize("family", sorted(fh.FAMILIES))
+def test_an_id_outside_the_embedding_tables_is_a_clear_error(family):
+    config = {**TINY_BERT, "model_type": family, "type_vocab_size": 2}
+    if family == "distilbert":
+        config = {"model_type": family, "vocab_size": 100, "dim": 32, "n_layers": 1, "n_heads": 2,
+                  "hidden_dim": 64}  # fmt: skip
+    if family == "albert":
+        config["embedding_size"] = 16
+    model = fh.AutoModelForSequenceClassification.from_config(config)
+    ok = torch.tensor([[2, 5, 99]])
+    assert model(ok).shape == (1, 2)
+    vocabulary = r"largest token id, 150, is outside this model's vocabulary \(vocab_size 100"
+    with pytest.raises(fh.HfError, match=vocabulary):
+        model(torch.tensor([[2, 150, 7]]))
+    with pytest.raises(fh.HfError, match="a token id, -1, is outside"):
+        model(torch.tensor([[2, -1, 7]]))
+    if family != "distilbert":  # no token types: DistilBERT ignores them
+        types = r"largest token type id, 2, is outside this model's token types \(type_vocab_size 2"
+        with pytest.raises(fh.HfError, match=types):
+            model(ok, token_type_ids=torch.tensor([[0, 0, 2]]))
 
 
 def test_sharded_checkpoints_load(tmp_path):

@@ -34,6 +34,39 @@ def test_sequence_classification_predict(tmp_path):
     assert model.training is False
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"num_labels": 3},
+        {"num_labels": 1},
+        {"num_labels": 3, "problem_type": "multi_label_classification"},
+        {"num_labels": 1, "problem_type": "regression"},
+        {"num_labels": 2, "problem_type": "regression"},
+    ],
+    ids=["softmax", "one-label-sigmoid", "multi-label-sigmoid", "regression", "regression-2"],
+)
+def test_sequence_scores_are_the_text_classification_pipelines(config, tmp_path):
+    t = parity.transformers_module()
+    cfg = t.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                       num_attention_heads=4, intermediate_size=37, **config)  # fmt: skip
+    torch.manual_seed(0)
+    reference = t.BertForSequenceClassification(cfg)
+    parity._randomise(reference, 0)
+    reference.save_pretrained(tmp_path)
+    wordpiece_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    tokenizer = t.PreTrainedTokenizerFast(
+        tokenizer_file=str(tmp_path / "tokenizer.json"), pad_token="[PAD]"
+    )
+    pipe = t.pipeline("text-classification", model=str(tmp_path), tokenizer=tokenizer)
+    model = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path)
+    n = config["num_labels"]
+    for text in ("I love this movie", "an awful film"):
+        expected = pipe(text, top_k=n)
+        got = model.predict(text, top_k=n)[0]
+        assert [label for label, _ in got] == [e["label"] for e in expected]
+        assert [s for _, s in got] == pytest.approx([e["score"] for e in expected], abs=1e-5)
+
+
 def test_predict_restores_training_mode(tmp_path):
     tiny_bert(tmp_path, "seqcls")
     model = fh.AutoModelForSequenceClassification.from_pretrained(tmp_path)
