@@ -435,8 +435,8 @@ def open_destination(
         tmp = real.with_name(f".{real.name}.{secrets.token_hex(4)}.tmp")
         try:
             # owner-only until complete when it replaces a file (whose mode it then takes)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if mode else 0o666)
-            raw = os.fdopen(fd, "wb")
+            perms = 0o600 if mode is not None else 0o666
+            raw = open(tmp, "xb", opener=lambda p, flags: os.open(p, flags, perms))  # noqa: SIM115
         except OSError as exc:
             raise CheckpointError(
                 f"cannot write checkpoint: {exc.strerror or exc} {_CHECK_DIRECTORY}",

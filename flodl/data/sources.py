@@ -529,7 +529,10 @@ def as_source(dataset: Any, names: Sequence[str] | None = None) -> Source:
             parts = [as_source(part, names) for part in dataset.datasets]
         if parts and all(isinstance(part, TensorSource) for part in parts):
             what = f"the ConcatDataset of {len(parts)} parts"
-            return ConcatSource([p for p in parts if isinstance(p, TensorSource)], what)
+            # parts of other shapes or dtypes are collated sample by sample, as torch does
+            # (int32 and int64 labels stack to int64)
+            with contextlib.suppress(DatasetShapeError):
+                return ConcatSource([p for p in parts if isinstance(p, TensorSource)], what)
     if isinstance(dataset, Mapping):
         return TensorSource(list(dataset.values()), list(map(str, dataset)), "the dict of tensors")
     if isinstance(dataset, tuple | list) and all(isinstance(t, torch.Tensor) for t in dataset):

@@ -255,8 +255,6 @@ def _emit_loop(g: _Gen, s: _Step) -> str:
     cond = f"_c_{s.id}"
     g.w.emit(f"{cond} = {s.own}.cond", 2, s.id)
     holes["verdict"] = g.apply(cond, s.module.cond, s.out)
-    holes["fed"] = fed = f"_f_{s.id}"  # the body's input once samples halted
-    holes["fed_step"] = g.call(body, s.module.body, fed, refs)
     holes["done"], holes["stop"] = f"_d_{s.id}", f"_h_{s.id}"
     source = WHILE_COND if loop.kind is LoopKind.WHILE else UNTIL_COND
     g.emit_lines(source.fill(**holes), s.id)

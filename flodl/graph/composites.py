@@ -107,7 +107,8 @@ def gate_weights_error(weights: torch.Tensor, stacked: torch.Tensor) -> None:
         f"shape {out}: the weights must have shape outputs.shape[:-1] + ({n},) = "
         f"{[*out[:-1], n]}, one weight per expert at each position; a size-1 dimension "
         "broadcasts ([B, 1, n] weights for [B, T, D] outputs: one weight vector per sequence), "
-        "fewer dimensions would broadcast against the wrong ones"
+        "and [n] is one weight per expert for all; other shapes of fewer dimensions would "
+        "broadcast against the wrong ones"
     )
 
 
@@ -120,33 +121,7 @@ SOURCE_GLOBALS: dict[str, Any] = {
 """The names every :class:`Source` text may use, in the generated forward and in the functions
 compiled here."""
 
-# One step of a halting loop. The body runs on the whole batch and the halted samples keep
-# their state (_keep), but the body's backward still runs through their rows: fed its own
-# state, a halted sample can overflow past the point where it halted (exp: inf), and the zero
-# gradient it gets becomes NaN there (0 * inf). So once samples halted, the body gets a running
-# sample's input, detached, in their place: finite whenever that sample's own output is, no
-# gradient but exact zeros, and the running samples' values as before. The body's output
-# replaces its input in ``fed`` (as ``x = body(x)`` frees the input): a step holds no more than
-# before. Written out, not a helper: under torch.compile a helper's frame is a graph of its own.
-_ADVANCE = (
-    (0, "if {done} is None:", ""),
-    (1, "{state} = {step}", "loop"),
-    (0, "else:", ""),
-    (
-        1,
-        "{fed} = _torch.where({done}.reshape(-1, *([1] * ({state}.dim() - 1))), "
-        "{state}.detach().index_select(0, (~{done}).byte().argmax().reshape(1)), {state})",
-        "loop",
-    ),
-    (1, "{fed} = {fed_step}", "loop"),
-    (1, "{state} = _keep({done}, {state}, {fed})", "loop"),
-    (1, "del {fed}", ""),
-)
-
-
-def _indented(lines: tuple[tuple[int, str, str], ...], by: int) -> tuple[tuple[int, str, str], ...]:
-    return tuple((indent + by, text, detail) for indent, text, detail in lines)
-
+_ADVANCE = "{state} = {step} if {done} is None else _keep({done}, {state}, {step})"
 
 WHILE_COND = Source(
     (
@@ -157,13 +132,12 @@ WHILE_COND = Source(
         (1, "{stop}, {done} = _halt({verdict}, {state}, {done})", "halt"),
         (1, "if {stop}:", ""),
         (2, "break", ""),
-        *_indented(_ADVANCE, 1),
+        (1, _ADVANCE, "loop"),
     )
 )
 """A ``while_cond`` loop: ask the condition, then step, at most ``n`` times. Holes as
 :data:`FOR_N`, plus ``verdict`` (the condition's call on ``state``), ``done`` and ``stop``
-(locals for the halted samples and the decision), ``fed`` (a local for the body's input once
-samples halted) and ``fed_step`` (``step`` on ``fed``). Halted samples keep their state."""
+(locals for the halted samples and the decision). Halted samples keep their state."""
 
 UNTIL_COND = Source(
     (
@@ -171,7 +145,7 @@ UNTIL_COND = Source(
         (0, "{free}", ""),  # the input goes if nothing reads it after the loop
         (0, "{done} = None", ""),
         (0, "for {i} in range({n}):", ""),
-        *_indented(_ADVANCE, 1),
+        (1, _ADVANCE, "loop"),
         (1, "if {i} < {n} - 1:", ""),  # after the last iteration there is nothing to decide
         (2, "{stop}, {done} = _halt({verdict}, {state}, {done})", "halt"),
         (2, "if {stop}:", ""),
@@ -189,10 +163,11 @@ GATE_SUM = Source(
             "stacking the experts' outputs (each expert must give the same shape)",
         ),
         # Weights of lower rank would broadcast from the right: [B, n] against [B, T, D]
-        # outputs weights along time when B == T, silently. (Not a tensor: fx's proxies.)
+        # outputs weights along time when B == T, silently. One global weight per expert ([n])
+        # is unambiguous. (Not a tensor: fx's proxies.)
         (
             0,
-            "if isinstance({weights}, _torch.Tensor) and {weights}.dim() != {stacked}.dim() - 1:",
+            "if isinstance({weights}, _torch.Tensor) and 1 < {weights}.dim() < {stacked}.dim() - 1:",
             "",
         ),
         (1, "_gate_weights({weights}, {stacked})", "router weights"),
@@ -217,7 +192,7 @@ for_n: Callable[[Callable[[Any, int], Any], Any, int], Any] = FOR_N.function(
 """``for_n(step, x, n)``: :data:`FOR_N` as a function (``step(state, i)`` gives the next state)."""
 
 _HALTING = {"state": "state", "x": "x", "free": "del x", "i": "i", "n": "n",
-            "step": "step(state, i)", "fed": "fed", "fed_step": "step(fed, i)",
+            "step": "step(state, i)",
             "verdict": "cond(state, i)", "done": "done", "stop": "stop"}  # fmt: skip
 
 while_cond: Callable[..., Any] = WHILE_COND.function(

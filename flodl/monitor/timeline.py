@@ -58,6 +58,8 @@ import contextlib
 import csv
 import json
 import math
+import numbers
+import operator
 import os
 import re
 import threading
@@ -259,7 +261,8 @@ class Timeline:
         max_samples: int = 1_000_000,
         max_events: int = 1_000_000,
     ) -> None:
-        if isinstance(poll_interval_ms, bool) or not isinstance(poll_interval_ms, int | float):
+        given: object = poll_interval_ms  # NumPy numbers too
+        if isinstance(given, bool) or not isinstance(given, numbers.Real):
             raise MonitorError(f"Timeline(poll_interval_ms={poll_interval_ms!r}): need a number")
         # NaN would slip past a comparison and busy-loop the sampler; inf (or beyond what a
         # thread can wait) would kill it while `running` stays True.
@@ -268,9 +271,16 @@ class Timeline:
                 f"Timeline(poll_interval_ms={poll_interval_ms}): need a finite number, at least "
                 "1 ms"
             )
+        bounds = []
         for name, bound in (("max_samples", max_samples), ("max_events", max_events)):
-            if isinstance(bound, bool) or not isinstance(bound, int) or bound < 0:
+            try:  # NumPy integers too
+                value = -1 if isinstance(bound, bool) else operator.index(bound)
+            except TypeError:
+                value = -1
+            if value < 0:
                 raise MonitorError(f"Timeline({name}={bound!r}): need an int >= 0")
+            bounds.append(value)
+        max_samples, max_events = bounds
         self.poll_interval_ms = float(poll_interval_ms)
         self._gpu = gpu
         self._mono0 = time.monotonic()

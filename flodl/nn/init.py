@@ -109,7 +109,7 @@ def _finite(name: str, value: float) -> float:
     """A finite number (NaN or infinite ones would fill the tensor with NaN or inf)."""
     try:
         ok = not isinstance(value, str) and math.isfinite(float(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of several values
         ok = False
     if not ok:
         raise InitError(f"{name} must be a finite number, got {value!r}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -63,49 +65,39 @@ def test_until_halting_per_sample_and_max_iter_bound():
     torch.testing.assert_close(out, torch.tensor([[8.0, 16.0], [0.08, 0.08]]))
 
 
-class ExpBody(nn.Module):
-    """exp(x * scale): overflows to inf one step past where ThresholdHalt(100) halts a sample."""
+class NormBody(nn.Module):
+    """A body that mixes samples: batch norm in training."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.scale = nn.Parameter(torch.tensor(1.0))
+        self.lin, self.bn = nn.Linear(3, 3), nn.BatchNorm1d(3)
 
     def forward(self, x):
-        return torch.exp(x * self.scale)
+        return x + torch.tanh(self.bn(self.lin(x)))
 
 
-class TracedExpBody(ExpBody):
-    def trace(self):  # a trace: the loop runs through Loop.run, not the generated forward
-        return None
-
-
-@pytest.mark.parametrize("traced", [False, True], ids=["written out", "Loop.run"])
-@pytest.mark.parametrize(
-    ("kind", "x"),
-    [
-        ("until", [[1.0], [-5.0]]),  # the first sample halts two steps before the second
-        ("while", [[200.0], [-5.0]]),  # the first sample halts before the first step
-    ],
-)
-def test_a_halted_sample_adds_no_nan_to_the_gradient(kind, x, traced):
-    body = TracedExpBody() if traced else ExpBody()
-    loop = fl.FlowBuilder().loop_body(body)
-    cond = fl.nn.ThresholdHalt(100.0)
-    g = (loop.until_cond(cond, 8) if kind == "until" else loop.while_cond(cond, 8)).build()
-    x = torch.tensor(x, requires_grad=True)  # a sample that never steps has a gradient too
+def test_per_sample_halting_computes_what_the_hand_written_where_loop_does():
+    # A body mixing samples sees the halted samples' own values, as in the hand-written loop: a
+    # version that fed them another sample's input changed BN's statistics and the gradients.
+    torch.manual_seed(0)
+    body, halt = NormBody(), fl.nn.ThresholdHalt(0.5)
+    twin = copy.deepcopy(body)
+    g = fl.FlowBuilder().loop_body(body).while_cond(halt, 4).build().train()
+    x = torch.tensor([[2.0, 2.0, 2.0], [0.1, 0.2, 0.0], [-3.0, -3.0, -3.0], [-2.0, -1.0, -3.0]])
     out = g(x)
-    out.sum().backward()
-    batched = body.scale.grad.clone()
-    alone = []
-    per_sample = torch.zeros(())
-    for i in range(2):  # batch composition never changes an answer, nor a gradient
-        body.scale.grad = None
-        alone.append(g(x[i : i + 1]))
-        alone[-1].sum().backward()
-        if body.scale.grad is not None:
-            per_sample += body.scale.grad
-    assert torch.equal(out, torch.cat(alone)) and torch.isfinite(out).all()
-    assert torch.isfinite(batched) and torch.allclose(batched, per_sample)
+    out.pow(2).sum().backward()
+    s, done = x, None
+    for _ in range(4):  # the hand-written loop
+        verdict = halt(s).reshape(-1) > 0
+        done = verdict if done is None else done | verdict
+        if bool(done.all()):
+            break
+        s = torch.where(done.reshape(-1, 1), s, twin(s))
+    s.pow(2).sum().backward()
+    assert done is not None and bool(done[0]) and not bool(done.all())  # some halted early
+    assert torch.equal(out, s)
+    assert torch.equal(body.bn.running_mean, twin.bn.running_mean)
+    assert torch.equal(body.lin.weight.grad, twin.lin.weight.grad)
 
 
 def test_learned_halt_per_sample():
@@ -195,6 +187,22 @@ def test_gate_weights_of_lower_rank_than_the_outputs_are_refused():
     right = fl.FlowBuilder().gate(router, *experts).build()
     w = router(x)  # [B, 1, n]: a size-1 dimension broadcasts
     assert torch.equal(right(x), (torch.stack([e(x) for e in experts], -2) * w[..., None]).sum(-2))
+    global_router = GlobalRouter()
+    shared = fl.FlowBuilder().gate(global_router, *experts).build()  # [n]: one for all
+    w = torch.softmax(global_router.logits, -1)
+    want = (torch.stack([e(x) for e in experts], -2) * w[:, None]).sum(-2)
+    torch.testing.assert_close(shared(x), want)
+
+
+class GlobalRouter(nn.Module):
+    """One learned weight per expert, the same for every input: shape [n]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logits = nn.Parameter(torch.tensor([0.3, -0.2]))
+
+    def forward(self, x):
+        return torch.softmax(self.logits, -1)
 
 
 def test_gate_router_receives_refs():

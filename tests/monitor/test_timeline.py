@@ -95,6 +95,15 @@ def test_a_bad_interval_or_bound_is_refused_by_the_constructor(kwargs, message):
         Timeline(gpu=False, **kwargs)
 
 
+def test_numpy_numbers_are_an_interval_and_bounds():
+    import numpy as np
+
+    tl = Timeline(poll_interval_ms=np.float32(50), max_samples=np.int64(3), gpu=False)
+    assert tl.poll_interval_ms == 50.0 and tl._samples.maxlen == 3
+    with pytest.raises(fl.MonitorError, match="need a number"):
+        Timeline(poll_interval_ms="50", gpu=False)  # was a bare TypeError
+
+
 def test_non_finite_event_data_is_kept_and_exported_as_null_by_both_exports(tmp_path):
     # The Trainer's epoch_end of a diverged run carries loss=nan: save_json once raised on it.
     tl = Timeline(gpu=False).start()

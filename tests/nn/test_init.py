@@ -166,6 +166,7 @@ def test_initialisers_follow_manual_seed():
         (lambda: init.uniform((2, -1), 0.0, 1.0), "sizes >= 0, got -1"),
         # low > high drew from [high, low) without a word; NaN bounds or slope filled with NaN
         (lambda: init.uniform(5, 1.0, -1.0), "low <= high, got low=1.0, high=-1.0"),
+        (lambda: init.uniform(5, torch.tensor([0.0, 1.0]), 2.0), "low must be a finite number"),
         (lambda: init.uniform(5, math.nan, 1.0), "low must be a finite number, got nan"),
         (lambda: init.uniform(5, 0.0, math.inf), "high must be a finite number, got inf"),
         (lambda: init.kaiming_uniform(5, 5, a=math.nan), "a .* must be a finite number, got nan"),
