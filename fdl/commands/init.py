@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +60,7 @@ def init(
     mode = "docker" if docker else "native" if native else None
     if update and with_hf:
         raise FdlUsageError("--with-hf applies to a new project", "inside one: fdl add hf")
+    _pipe.closed = False
     if update:
         _update(Path(name or "."), mode, cuda, dry_run)
     else:
@@ -67,6 +69,49 @@ def init(
         _create(name, mode, cuda)
         if with_hf:
             _add_feature(Path(name).resolve(), "hf")
+    if _pipe.closed:  # now that everything is written: fdl's usual exit on a closed pipe
+        raise BrokenPipeError(errno.EPIPE, "the output was closed")
+
+
+class _Pipe:
+    """What ``fdl init`` prints goes through here: a reader that stops early (``fdl init
+    --update | head -3``) closes the pipe, and the next print raises BrokenPipeError. That must
+    not stop the project from being written: the print is dropped (the other stream may still
+    be open), the work goes on, and ``init`` raises the error at the end (fdl then exits 1
+    quietly, as on any closed pipe)."""
+
+    closed = False
+
+    def __call__(self, show: Callable[[str], None], text: str) -> None:
+        try:
+            show(text)
+        except BrokenPipeError:
+            self.closed = True
+        except SystemExit as stop:  # rich's own reaction to a closed pipe (on_broken_pipe)
+            if not isinstance(stop.__context__, BrokenPipeError):
+                raise
+            self.closed = True
+
+
+_pipe = _Pipe()
+
+
+def _info(text: str) -> None:
+    from fdl import console
+
+    _pipe(console.info, text)
+
+
+def _out(text: str) -> None:
+    from fdl import console
+
+    _pipe(console.out, text)
+
+
+def _warn(text: str) -> None:
+    from fdl import console
+
+    _pipe(console.warn, text)
 
 
 def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
@@ -80,11 +125,10 @@ def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) ->
 def _add_feature(root: Path, feature: str) -> None:
     from rich.markup import escape
 
-    from fdl import console
     from fdl.scaffold import features
 
     changes = features.add(root, feature)
-    features.report(feature, changes, lambda line: console.info(escape(line)), root)
+    features.report(feature, changes, lambda line: _info(escape(line)), root)
 
 
 def _ask_mode() -> str:
@@ -113,7 +157,6 @@ def _gpu_image(answers, cuda: str | None, *, announce: bool = True):
 
     from rich.markup import escape
 
-    from fdl import console
     from fdl.scaffold.cuda import choose_cuda, pin_torch
 
     if cuda is None and not answers.docker:
@@ -130,9 +173,7 @@ def _gpu_image(answers, cuda: str | None, *, announce: bool = True):
             answers, cuda=choice.tag, torch=choice.torch, cuda_reason=choice.reason
         )
     if announce:
-        console.info(
-            escape(f"GPU image: torch {answers.torch} + {answers.cuda} ({answers.cuda_reason})")
-        )
+        _info(escape(f"GPU image: torch {answers.torch} + {answers.cuda} ({answers.cuda_reason})"))
     return answers
 
 
@@ -144,7 +185,6 @@ def _install(answers, *, announce: bool = True):
 
     from rich.markup import escape
 
-    from fdl import console
     from fdl.scaffold.bundle import detect_origin, wheel_name
     from fdl.scaffold.torch_pin import choose_torch
 
@@ -159,9 +199,9 @@ def _install(answers, *, announce: bool = True):
         flodl_origin=origin.describe(),
     )
     if announce:
-        console.info(escape(f"torch: {pin.requirement} in constraints.txt ({pin.reason})"))
+        _info(escape(f"torch: {pin.requirement} in constraints.txt ({pin.reason})"))
         if answers.flodl_wheel:
-            console.info(
+            _info(
                 escape(
                     f"flodl: from {origin.describe()}; bundled as .fdl/wheels/"
                     f"{answers.flodl_wheel} so the project installs on any machine"
@@ -171,7 +211,6 @@ def _install(answers, *, announce: bool = True):
 
 
 def _create(name: str, mode: str | None, cuda: str | None) -> None:
-    from fdl import console
     from fdl.scaffold.create import create
     from fdl.scaffold.names import validate
     from fdl.scaffold.render import Answers
@@ -190,7 +229,7 @@ def _create(name: str, mode: str | None, cuda: str | None) -> None:
     files = create_here(target, answers) if here else create(target, answers)
     from rich.markup import escape
 
-    console.info(f"Created [bold]{name}[/] ({mode}, {len(files)} files) in {escape(str(target))}")
+    _info(f"Created [bold]{name}[/] ({mode}, {len(files)} files) in {escape(str(target))}")
     steps = [] if here else [f"cd {name}"]
     if mode == "docker":
         steps += [
@@ -205,13 +244,13 @@ def _create(name: str, mode: str | None, cuda: str | None) -> None:
             "fdl test",
         ]
     steps += ["fdl --help                  # every task in fdl.yml.example"]
-    console.info("\nNext:\n" + "\n".join(f"  {step}" for step in steps))
+    _info("\nNext:\n" + "\n".join(f"  {step}" for step in steps))
     if mode != "docker":
-        console.info(
+        _info(
             "\nTasks run with the 'python' on your PATH: use the environment flodl is installed in,"
             " or make one with the install command in the project's README:\n  " + INSTALL_COMMAND
         )
-    console.info(f"Then edit src/{package}/model.py (the model) and src/{package}/train.py (data).")
+    _info(f"Then edit src/{package}/model.py (the model) and src/{package}/train.py (data).")
 
 
 def _update(start: Path, mode: str | None, cuda: str | None, dry_run: bool) -> None:
@@ -219,7 +258,7 @@ def _update(start: Path, mode: str | None, cuda: str | None, dry_run: bool) -> N
 
     from rich.markup import escape
 
-    from fdl import __version__, console
+    from fdl import __version__
     from fdl.errors import ExitCode, FdlError
     from fdl.scaffold import answers as answers_file
     from fdl.scaffold import update
@@ -239,21 +278,22 @@ def _update(start: Path, mode: str | None, cuda: str | None, dry_run: bool) -> N
     changes = update.plan(root, answers, recorded)
     for change in changes:
         if change.status in ("create", "update", "conflict"):
-            console.out(change.diff())
-    console.info(escape(f"Templates of fdl {old_version} -> {__version__} in {root}:"))
+            _out(change.diff())
+    _info(escape(f"Templates of fdl {old_version} -> {__version__} in {root}:"))
     for change in changes:
         if change.status != "unchanged":
             note = {
                 "conflict": f"  (yours kept; new version in {change.path}{update.CONFLICT_SUFFIX})",
                 "kept": "  (your edits; the template did not change)",
                 "skipped": "  (you deleted it; not recreated)",
+                "dropped": "  (your edits, kept; no longer generated, nor tracked)",
             }.get(change.status, "")
-            console.info(escape(f"  {change.status:<9} {change.path}{note}"))
-    if not any(c.status in ("create", "update", "conflict", "removed") for c in changes):
-        console.info("  nothing to update")
+            _info(escape(f"  {change.status:<9} {change.path}{note}"))
+    if not any(c.status in ("create", "update", "conflict", "removed", "dropped") for c in changes):
+        _info("  nothing to update")
     if dry_run:
-        console.info("Dry run: nothing written.")
+        _info("Dry run: nothing written.")
         return
     update.apply(root, answers, changes)
     if any(c.status == "conflict" for c in changes):
-        console.warn(f"merge each *{update.CONFLICT_SUFFIX} file into its original, then delete it")
+        _warn(f"merge each *{update.CONFLICT_SUFFIX} file into its original, then delete it")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -17,6 +18,16 @@ from fdl.scaffold.render import Answers
 
 ANSWERS_PATH = ".fdl/project.toml"
 _INSTALL_KEYS = ("torch_pin", "torch_index", "torch_reason", "flodl_wheel", "flodl_origin")
+# Each answer with its value when the file lacks it (older fdl wrote fewer); None: required.
+_DEFAULTS: dict[str, str | None] = {
+    "name": None,
+    "package": None,
+    "mode": "native",
+    "cuda": "",
+    "cuda_reason": "",
+    "torch": "",
+    **dict.fromkeys(_INSTALL_KEYS, ""),
+}
 
 
 def digest(content: bytes) -> str:
@@ -53,27 +64,72 @@ def dump(answers: Answers, files: dict[str, bytes]) -> bytes:
 
 
 def load(root: Path) -> tuple[Answers, str, dict[str, str]]:
-    """(answers, fdl version that wrote them, recorded hashes) of the project at ``root``."""
+    """(answers, fdl version that wrote them, recorded hashes) of the project at ``root``.
+
+    Every value is checked before anything is rendered from it: the package and the recorded
+    paths name files under ``root``, so a hand-edited ``package = "../../x"`` or a recorded
+    ``../`` path must not make ``--update`` write or delete outside the project.
+    """
     path = root / ANSWERS_PATH
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         raw = data["answers"]
-        answers = Answers(
-            raw["name"],
-            raw["package"],
-            raw.get("mode", "native"),
-            raw.get("cuda", ""),
-            raw.get("cuda_reason", ""),
-            raw.get("torch", ""),
-            *(str(raw.get(key, "")) for key in _INSTALL_KEYS),
-        )
+        values = {key: raw.get(key, default) for key, default in _DEFAULTS.items()}
+        files = data.get("files", {})
         version = str(data.get("template", {}).get("fdl_version", "?"))
-        return answers, version, dict(data.get("files", {}))
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as err:
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError) as err:
         raise FdlError(
             f"cannot read {path}: {err}",
             "restore it from version control (it records how the project was generated)",
         ) from err
+    _check(path, values, files)
+    return Answers(**values), version, dict(files)
+
+
+def _check(path: Path, values: dict[str, object], files: object) -> None:
+    """Refuse answers fdl could not have written, naming the file and the key."""
+    from fdl.errors import FdlUsageError
+    from fdl.scaffold.names import package_name, validate
+
+    def bad(key: str, problem: str) -> FdlError:
+        return FdlError(
+            f"{path}: {key} {problem}",
+            "fix it, or restore the file from version control (it records how the project "
+            "was generated)",
+        )
+
+    for key, value in values.items():
+        if not isinstance(value, str):
+            raise bad(f"[answers] {key}", f"must be a string, not {value!r}")
+    name, package = str(values["name"]), str(values["package"])
+    for key, value in (("name", name), ("package", package)):
+        try:
+            # not the shadowing check: a project made before a name was refused still updates
+            validate(value, shadowing=False)
+        except FdlUsageError as err:
+            raise bad(f"[answers] {key} = {value!r}", f"is not valid: {err.what}") from None
+    if package != package_name(package):
+        raise bad(f"[answers] package = {package!r}", "is not a package name (lower case, '_')")
+    if values["mode"] not in ("native", "docker"):
+        raise bad(f"[answers] mode = {values['mode']!r}", "must be 'native' or 'docker'")
+    if values["cuda"] and not re.fullmatch(r"cu\d{3}", str(values["cuda"])):
+        raise bad(f"[answers] cuda = {values['cuda']!r}", "must be a CUDA build like 'cu128'")
+    wheel = str(values["flodl_wheel"])
+    if wheel and not re.fullmatch(r"flodl-[A-Za-z0-9_.+!]+-py3-none-any\.whl", wheel):
+        raise bad(f"[answers] flodl_wheel = {wheel!r}", "must be a flodl wheel's file name")
+    if not isinstance(files, dict):
+        raise bad("[files]", "must be a table of paths and SHA-256 hashes")
+    for recorded, digest_ in files.items():
+        parts = recorded.split("/")
+        if (
+            recorded.startswith("/")
+            or "\\" in recorded
+            or ":" in parts[0]
+            or any(part in ("", ".", "..") for part in parts)
+        ):
+            raise bad(f"[files] {recorded!r}", "is not a path inside the project")
+        if not isinstance(digest_, str) or not re.fullmatch(r"[0-9a-f]{64}", digest_):
+            raise bad(f"[files] {recorded!r}", "must be a SHA-256 hash (64 hex digits)")
 
 
 def find_project(start: Path) -> Path | None:

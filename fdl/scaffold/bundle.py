@@ -10,14 +10,22 @@ it through ``--find-links``: exactly the code that generated the project, offlin
 
 The origin is read from PEP 610's ``direct_url.json`` of the installed distribution; when the
 running code is not that distribution (e.g. a checkout first on ``PYTHONPATH``), it is a source
-tree. The wheel is packed from the running ``flodl`` and ``fdl`` packages (pure Python), with the
-same layout as the wheel ``make dist`` builds, deterministically: the same code gives the same
-bytes, so ``fdl init --update`` only replaces it when flodl changed.
+tree. No record is not proof of a package index: pip writes none for a wheel it found through
+``--find-links`` either — which is how a generated project installs its bundled wheel. So without
+a record, a wheel ``fdl init`` bundled (its ``WHEEL`` file says so) stays bundled, and anything
+else counts as from an index only when the index (PyPI's JSON API, ``FDL_UPDATE_INDEX_URL``)
+answers that it has this very version; when in doubt, the project gets the wheel.
+:func:`detect_origin` is that decision, for any command that needs to know.
+
+The wheel is packed from the running ``flodl`` and ``fdl`` packages (pure Python), with the same
+layout as the wheel ``make dist`` builds, deterministically: the same code gives the same bytes,
+so ``fdl init --update`` only replaces it when flodl changed.
 """
 
 from __future__ import annotations
 
 import base64
+import email
 import hashlib
 import importlib.util
 import io
@@ -33,15 +41,21 @@ from fdl import __version__
 from fdl.resources import BUNDLED, bundled_dir
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: identical code gives an identical wheel
+_GENERATOR = "fdl init"  # the WHEEL file's Generator of the wheels built here
+DEFAULT_INDEX = "https://pypi.org/pypi/flodl/json"  # as fdl.update_check (FDL_UPDATE_INDEX_URL)
+INDEX_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
 class Origin:
     """Where the running flodl comes from.
 
-    ``kind``: ``index`` (a package index: the project's requirement resolves anywhere),
-    ``editable`` / ``directory`` (a checkout), ``archive`` (a wheel or sdist file or URL),
-    ``vcs`` (a git URL) or ``source`` (imported from a source tree that is not installed).
+    ``kind``: ``index`` (a package index that has this version: the project's requirement
+    resolves anywhere), ``editable`` / ``directory`` (a checkout), ``archive`` (a wheel or sdist
+    file or URL), ``vcs`` (a git URL), ``source`` (imported from a source tree that is not
+    installed), ``bundled`` (a wheel ``fdl init`` bundled into a project, installed through
+    ``--find-links``) or ``unrecorded`` (no origin record, and the index does not confirm this
+    version: a local wheel found through ``--find-links``, a private index, or offline).
     """
 
     kind: str
@@ -64,6 +78,9 @@ class Origin:
             "archive": "a wheel or source archive",
             "vcs": "a version-control URL",
             "source": "a source tree on the Python path",
+            "bundled": "a wheel bundled by fdl init",
+            "unrecorded": "an install with no origin record, which the package index does not "
+            "confirm (a wheel found through --find-links, or a private index)",
         }[self.kind]
         return f"{words} ({self.url})" if self.url else words
 
@@ -94,7 +111,7 @@ def detect_origin(distribution: metadata.Distribution | None = None) -> Origin:
             return Origin("source", running_packages()["flodl"].parent.as_uri())
     raw = distribution.read_text("direct_url.json")
     if raw is None:
-        kind, url = "index", ""
+        kind, url = "unrecorded", ""  # decided below, once the distribution is the running code
     else:
         try:
             data = json.loads(raw)
@@ -117,7 +134,37 @@ def detect_origin(distribution: metadata.Distribution | None = None) -> Origin:
         checkout = Path(url.removeprefix("file://")).resolve()
         if running.parent != checkout:
             return Origin("source", running.parent.as_uri())
+    if kind == "unrecorded":
+        return _unrecorded(distribution)
     return Origin(kind, url)
+
+
+def _unrecorded(distribution: metadata.Distribution) -> Origin:
+    """The origin of a distribution pip wrote no ``direct_url.json`` for (module docstring)."""
+    wheel = distribution.read_text("WHEEL") or ""
+    if any(line.strip() == f"Generator: {_GENERATOR}" for line in wheel.splitlines()):
+        return Origin("bundled")
+    version = distribution.version
+    if index_has(version):
+        return Origin("index")
+    return Origin("unrecorded")
+
+
+def index_has(version: str, url: str | None = None) -> bool:
+    """Whether the package index (PyPI's JSON API for flodl, or ``FDL_UPDATE_INDEX_URL``) has
+    files of flodl ``version`` that are not all yanked. False when it cannot be asked (offline,
+    an error, a timeout of 3 s): an unconfirmed index is not trusted to provide flodl."""
+    import os
+    import urllib.request
+
+    url = url or os.environ.get("FDL_UPDATE_INDEX_URL", DEFAULT_INDEX)
+    try:
+        with urllib.request.urlopen(url, timeout=INDEX_TIMEOUT_S) as response:
+            data = json.loads(response.read(32 << 20))
+        files = data["releases"].get(version) or []
+        return any(isinstance(f, dict) and not f.get("yanked") for f in files)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def _installs(distribution: metadata.Distribution, package_dir: Path) -> bool:
@@ -161,8 +208,8 @@ def build_wheel() -> tuple[str, bytes]:
     info = f"flodl-{__version__.replace('-', '_')}.dist-info"
     entries[f"{info}/METADATA"] = _metadata(packages["flodl"]).encode("utf-8")
     entries[f"{info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: fdl init\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    )
+        f"Wheel-Version: 1.0\nGenerator: {_GENERATOR}\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    ).encode()
     entries[f"{info}/entry_points.txt"] = b"[console_scripts]\nfdl = fdl.main:main\n"
     record = [f"{path},sha256={_b64(content)},{len(content)}" for path, content in entries.items()]
     entries[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
@@ -199,25 +246,49 @@ def _b64(content: bytes) -> str:
 
 def _metadata(flodl_dir: Path) -> str:
     """Core metadata: from the checkout's ``pyproject.toml`` when running from one, else from
-    the installed distribution (its ``Requires-Dist`` without extras)."""
-    requires_python, requires = ">=3.11", []
+    the installed distribution. Extras are kept (``Provides-Extra`` and their ``Requires-Dist``):
+    without them pip installs ``flodl[hf]`` from the bundled wheel as plain flodl, warning only
+    that the wheel "does not provide the extra 'hf'"."""
+    requires_python = ">=3.11"
     pyproject = flodl_dir.parent / "pyproject.toml"
     project = {}
     if pyproject.is_file():
         project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
     if project.get("name") == "flodl":
         requires_python = project.get("requires-python", requires_python)
-        requires = list(project.get("dependencies", []))
+        fields = [("Requires-Dist", r) for r in project.get("dependencies", [])]
+        for extra, requires in project.get("optional-dependencies", {}).items():
+            fields.append(("Provides-Extra", extra))
+            fields += [("Requires-Dist", _in_extra(r, extra)) for r in requires]
     else:
         dist = metadata.distribution("flodl")
         requires_python = dist.metadata["Requires-Python"] or requires_python
-        requires = [r for r in dist.requires or () if "extra ==" not in r.replace("'", '"')]
+        # as recorded, in order: a wheel of this wheel has the same METADATA
+        recorded = email.message_from_string(dist.read_text("METADATA") or "")
+        fields = [
+            (key, str(value))
+            for key, value in recorded.items()
+            if key in ("Requires-Dist", "Provides-Extra")
+        ]
     lines = [
         "Metadata-Version: 2.1",
         "Name: flodl",
         f"Version: {__version__}",
         "Summary: Describe networks, don't assemble them (bundled by fdl init).",
         f"Requires-Python: {requires_python}",
-        *(f"Requires-Dist: {r}" for r in requires),
+        *(f"{key}: {value}" for key, value in fields),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _in_extra(requirement: str, extra: str) -> str:
+    """``requirement`` of the optional-dependency group ``extra``, as a wheel's metadata says it.
+
+    >>> print(_in_extra("a>=1", "hf"), "|", _in_extra('b; python_version < "3.12"', "hf"))
+    a>=1; extra == 'hf' | b; (python_version < "3.12") and extra == 'hf'
+    """
+    name, _, marker = requirement.partition(";")
+    condition = f"extra == '{extra}'"
+    if marker.strip():
+        condition = f"({marker.strip()}) and {condition}"
+    return f"{name.strip()}; {condition}"

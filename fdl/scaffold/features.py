@@ -93,7 +93,13 @@ def _is_flodl(requirement: str) -> bool:
 
 def add_extra(pyproject: Path, extra: str) -> bool:
     """Give the project's flodl dependency ``extra`` (adding ``flodl[extra]`` when it has no
-    flodl dependency); True when the file changed."""
+    flodl dependency); True when the file changed.
+
+    The entry edited is the one TOML parses in ``[project] dependencies``, not the first text
+    that looks like it (a comment may quote it): the array is found in the text, its strings
+    are matched one by one with what ``tomllib`` reads, and only that string's text changes,
+    the rest of the file as it was. The result is parsed again; anything else is refused.
+    """
     text = pyproject.read_text(encoding="utf-8")
     try:
         data = tomllib.loads(text)
@@ -105,28 +111,104 @@ def add_extra(pyproject: Path, extra: str) -> bool:
             f"{pyproject} has no [project] dependencies list",
             'add one, e.g. dependencies = ["flodl"], then run again',
         )
-    current = next((d for d in deps if isinstance(d, str) and _is_flodl(d)), None)
-    if current is not None:
-        new = with_extra(current, extra)
-        if new == current:
+    index = next((i for i, d in enumerate(deps) if isinstance(d, str) and _is_flodl(d)), None)
+    if index is not None:
+        new = with_extra(deps[index], extra)
+        if new == deps[index]:
             return False
-        for quote in ('"', "'"):
-            literal = f"{quote}{current}{quote}"
-            if literal in text:
-                text = text.replace(literal, f"{quote}{new}{quote}", 1)
-                break
-        else:
-            raise FdlError(f"{pyproject}: cannot find {current!r} to edit", "add the extra by hand")
+        wanted = [*deps[:index], new, *deps[index + 1 :]]
+        what = f"add the extra by hand: {deps[index]!r} -> {new!r}"
     else:
-        m = re.search(r"^dependencies\s*=\s*\[", text, re.MULTILINE)
-        if m is None:
-            raise FdlError(f"{pyproject}: cannot find the dependencies list", "add it by hand")
-        closing = text.index("]", m.end())
-        inner = text[m.end() : closing].strip()
-        addition = f'"flodl[{extra}]"'
-        text = text[: m.end()] + (f"{addition}, " if inner else addition) + text[m.end() :]
-    pyproject.write_text(text, encoding="utf-8")
+        new = f"flodl[{extra}]"
+        wanted = [new, *deps]
+        what = f"add {new!r} to [project] dependencies by hand"
+    edited = _edit_dependencies(text, deps, index, extra)
+    if edited is None or _dependencies(edited) != wanted:
+        raise FdlError(f"{pyproject}: cannot find its [project] dependencies to edit", what)
+    pyproject.write_text(edited, encoding="utf-8")
     return True
+
+
+def _dependencies(text: str) -> object:
+    try:
+        return tomllib.loads(text).get("project", {}).get("dependencies")
+    except tomllib.TOMLDecodeError:
+        return None
+
+
+_TABLE = re.compile(r"^[ \t]*\[(\[)?[ \t]*([^\]]*?)[ \t]*\]")
+_DEPENDENCIES = re.compile(r"^[ \t]*dependencies[ \t]*=[ \t]*\[")
+
+
+def _edit_dependencies(text: str, deps: list, index: int | None, extra: str) -> str | None:
+    """``text`` with entry ``index`` of ``[project] dependencies`` given ``extra`` (or, with
+    ``index`` None, ``flodl[extra]`` put first), or None when the array's text is not as
+    ``tomllib`` read it."""
+    table, offset, found = "", 0, None
+    for line in text.splitlines(keepends=True):
+        header = _TABLE.match(line)
+        if header:
+            table = "" if header.group(1) else header.group(2)
+        elif table == "project" and (match := _DEPENDENCIES.match(line)):
+            found = offset + match.end()
+            break
+        offset += len(line)
+    if found is None:
+        return None
+    strings = _array_strings(text, found)
+    if strings is None or len(strings) != len(deps):
+        return None
+    for (a, b), dep in zip(strings, deps, strict=True):
+        try:
+            if tomllib.loads(f"v = {text[a:b]}")["v"] != dep:
+                return None
+        except tomllib.TOMLDecodeError:
+            return None
+    if index is not None:
+        a, b = strings[index]
+        quote = text[a]
+        if text.startswith(quote * 3, a):
+            return None  # a multi-line string: leave it to a person
+        return text[:a] + quote + with_extra(text[a + 1 : b - 1], extra) + text[b - 1 :]
+    new = f'"flodl[{extra}]"'
+    if not strings:
+        return text[:found] + new + text[found:]
+    a = strings[0][0]
+    line_start = text.rfind("\n", found, a)
+    separator = "\n" + text[line_start + 1 : a] if line_start >= 0 else " "
+    return text[:a] + new + "," + separator + text[a:]
+
+
+def _array_strings(text: str, start: int) -> list[tuple[int, int]] | None:
+    """The (start, end) of each string literal in the TOML array whose ``[`` ends at ``start``,
+    skipping comments; None when the array does not close or holds something else."""
+    spans: list[tuple[int, int]] = []
+    i = start
+    while i < len(text):
+        char = text[i]
+        if char == "]":
+            return spans
+        if char == "#":
+            newline = text.find("\n", i)
+            i = len(text) if newline < 0 else newline
+        elif char in "\"'":
+            quote = char * 3 if text.startswith(char * 3, i) else char
+            j = i + len(quote)
+            while j < len(text) and not text.startswith(quote, j):
+                if char == '"' and text[j] == "\\":
+                    j += 1  # an escape: the next character never ends the string
+                elif len(quote) == 1 and text[j] == "\n":
+                    return None
+                j += 1
+            if j >= len(text):
+                return None
+            spans.append((i, j + len(quote)))
+            i = j + len(quote)
+        elif char in " \t\r\n,":
+            i += 1
+        else:
+            return None  # not a string: not a dependencies array fdl edits
+    return None
 
 
 def add(root: Path, name: str) -> list[Change]:

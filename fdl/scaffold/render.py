@@ -70,14 +70,21 @@ class Answers:
 def flodl_requirement(version: str) -> str:
     """A requirement compatible with ``version`` (semver: 0.x minors are breaking).
 
-    >>> flodl_requirement("0.1.3"), flodl_requirement("1.4.0")
-    ('flodl>=0.1.3,<0.2', 'flodl>=1.4.0,<2')
+    The lower bound is ``version`` itself, pre-, post- and dev-release parts included: a bound of
+    ``0.2.0`` would exclude ``0.2.0rc1``, which ``constraints.txt`` pins (``flodl==0.2.0rc1``),
+    and pip could resolve neither. A local label (``+abc``) is not allowed in ``>=``: dropped.
+
+    >>> flodl_requirement("0.1.3"), flodl_requirement("1.4.0"), flodl_requirement("0.2.0rc1")
+    ('flodl>=0.1.3,<0.2', 'flodl>=1.4.0,<2', 'flodl>=0.2.0rc1,<0.3')
     """
-    parts = [int(p) for p in re.findall(r"\d+", version)[:3]] + [0, 0]
+    match = re.match(r"v?(\d+(?:\.\d+)*)(.*)", version.strip().split("+")[0])
+    numbers, suffix = (match.group(1), match.group(2)) if match else ("0", "")
+    parts = [int(p) for p in numbers.split(".")]
+    parts += [0] * (3 - len(parts))
     major, minor = parts[0], parts[1]
-    release = ".".join(str(p) for p in parts[:3])
+    release = ".".join(str(p) for p in parts)
     upper = f"0.{minor + 1}" if major == 0 else str(major + 1)
-    return f"flodl>={release},<{upper}"
+    return f"flodl>={release}{suffix},<{upper}"
 
 
 def normalize_cuda(tag: str) -> str:

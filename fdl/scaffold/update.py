@@ -10,9 +10,13 @@ hash recorded when fdl last wrote it, and the new rendering:
 ``kept``           you edited it and the template did not change: left alone
 ``conflict``       you edited it and the template changed too: the new version is written
                    next to it as ``<file>.fdl-new`` for you to merge; yours is untouched
-``skipped``        you deleted a file fdl generated: not recreated
-``removed``        a bundled flodl wheel the new rendering replaces (or no longer needs,
-                   flodl now coming from a package index), unedited: deleted
+``skipped``        you deleted a file fdl generated: not recreated (except the bundled
+                   flodl wheel, which ``constraints.txt`` installs from: ``create``)
+``removed``        a file the new rendering no longer has, unedited: deleted (a bundled
+                   wheel the new one replaces, or that flodl from a package index makes
+                   unneeded; the Docker files of a project switched to ``--native``)
+``dropped``        such a file that you edited: kept, but no longer generated (fdl stops
+                   tracking it)
 =================  ===================================================================
 """
 
@@ -60,7 +64,10 @@ def plan(
         old = target.read_bytes() if target.is_file() else None
         base = recorded.get(path)
         if old is None:
-            status = "skipped" if base is not None else "create"
+            # The wheel constraints.txt installs flodl from is needed, not a file you chose to
+            # delete (a clone under a global *.whl gitignore lacks it): made again.
+            needed = path.startswith(f"{WHEELS_DIR}/")
+            status = "skipped" if base is not None and not needed else "create"
         elif old == new:
             status = "unchanged"
         elif base == answers_file.digest(old):
@@ -71,13 +78,32 @@ def plan(
             status = "conflict"
         changes.append(Change(path, status, old, new))
     rendered = {change.path for change in changes}
+    constraints = next((c for c in changes if c.path == "constraints.txt"), None)
     for path, base in sorted(recorded.items()):
         target = root / path
-        if path.startswith(f"{WHEELS_DIR}/") and path not in rendered and target.is_file():
-            old = target.read_bytes()
-            if answers_file.digest(old) == base:
-                changes.append(Change(path, "removed", old, b""))
+        # What the new rendering no longer has: gone already, it is just no longer recorded
+        if path in rendered or path == answers_file.ANSWERS_PATH or not target.is_file():
+            continue
+        old = target.read_bytes()
+        if answers_file.digest(old) != base:
+            changes.append(Change(path, "dropped", old, old))  # your edits: never deleted
+        elif _still_installed(path, constraints):
+            changes.append(Change(path, "unchanged", old, old))  # still tracked, removable later
+        else:
+            changes.append(Change(path, "removed", old, b""))
     return changes
+
+
+def _still_installed(path: str, constraints: Change | None) -> bool:
+    """Whether ``path`` is a bundled wheel that ``constraints.txt`` keeps installing from after
+    the update: yours (edited, or a conflict) stays on disk and may still pin its version."""
+    if not path.startswith(f"{WHEELS_DIR}/") or constraints is None or constraints.old is None:
+        return False
+    if constraints.status not in ("kept", "conflict"):
+        return False
+    version = path.rsplit("/", 1)[-1].split("-")[1]
+    lines = constraints.old.decode("utf-8", "replace").split()
+    return f"flodl=={version}" in lines
 
 
 def apply(root: Path, answers: Answers, changes: list[Change]) -> None:
@@ -89,7 +115,11 @@ def apply(root: Path, answers: Answers, changes: list[Change]) -> None:
             (root / change.path).unlink(missing_ok=True)
         elif change.status == "conflict":
             _write_atomic(root / (change.path + CONFLICT_SUFFIX), change.new)
-    rendered = {change.path: change.new for change in changes if change.status != "removed"}
+    rendered = {
+        change.path: change.new
+        for change in changes
+        if change.status not in ("removed", "dropped")  # no longer generated: not tracked
+    }
     _write_atomic(root / answers_file.ANSWERS_PATH, answers_file.dump(answers, rendered))
 
 

@@ -184,6 +184,30 @@ def test_ignore_files_keep_the_answers_and_leave_out_outputs(run_fdl, tmp_path):
     ]
 
 
+def test_gitignore_keeps_your_data_and_the_bundled_wheel(tmp_path):
+    import subprocess
+
+    from fdl.scaffold.bundle import wheel_name
+
+    root = tmp_path / "data"
+    create(root, Answers("data", "data", flodl_wheel=wheel_name(), flodl_origin="x"))
+    mine = ["data/train.csv", "notes.log", "docs/index.html"]  # yours: committed
+    outputs = ["runs/20250101-120000/report.html", "runs/20250101-120000/metrics.csv"]
+    # a global gitignore (core.excludesFile) of *.whl, as many have: the clone would lack the
+    # wheel constraints.txt installs flodl from
+    excludes = tmp_path / "global-ignore"
+    excludes.write_text("*.whl\n")
+    git = ["git", "-c", "init.defaultBranch=main", "-c", f"core.excludesFile={excludes}"]
+    subprocess.run([*git, "init", "-q"], cwd=root, check=True)
+    wheel = f".fdl/wheels/{wheel_name()}"
+    check = subprocess.run(
+        [*git, "check-ignore", "--no-index", *mine, *outputs, wheel],
+        cwd=root, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert check.returncode in (0, 1), check.stderr
+    assert check.stdout.split() == outputs
+
+
 def _load_table_newest():
     from fdl.variants import load_table
 

@@ -6,6 +6,7 @@ index, or a bundled wheel); the machine decides its torch build (``constraints.t
 
 from __future__ import annotations
 
+import contextlib
 import email
 import io
 import json
@@ -14,8 +15,12 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import tomllib
+import venv
 import zipfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
 from pathlib import Path
 
@@ -173,7 +178,12 @@ def test_the_bundled_wheel_is_complete_and_deterministic():
         entry_points = archive.read(f"{info}/entry_points.txt").decode()
         record = archive.read(f"{info}/RECORD").decode().splitlines()
     declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    assert meta.get_all("Requires-Dist") == declared["dependencies"]
+    requires = meta.get_all("Requires-Dist")
+    assert [r for r in requires if "extra ==" not in r] == declared["dependencies"]
+    # the extras too: without them pip installs flodl[hf] from this wheel as plain flodl
+    assert meta.get_all("Provides-Extra") == list(declared["optional-dependencies"])
+    for extra, wanted in declared["optional-dependencies"].items():
+        assert [r.split(";")[0] for r in requires if f"extra == '{extra}'" in r] == wanted
     assert "fdl = fdl.main:main" in entry_points
     assert "fdl/_bundled/scaffold_templates/project/README.md.jinja" in path_names
     assert any(n.startswith("fdl/_bundled/porting_skill/") for n in path_names)
@@ -182,12 +192,15 @@ def test_the_bundled_wheel_is_complete_and_deterministic():
     assert len(record) == len(path_names)  # every file is recorded, RECORD itself included
 
 
-def _fake_distribution(tmp_path: Path, direct_url: dict | None) -> metadata.Distribution:
+def _fake_distribution(
+    tmp_path: Path, direct_url: dict | None, generator: str = "hatchling 1.27.0"
+) -> metadata.Distribution:
     """An installed flodl distribution whose RECORD owns the running package files."""
     site = tmp_path / "site"
     info = site / "flodl-0.1.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flodl\nVersion: 0.1.0\n")
+    (info / "WHEEL").write_text(f"Wheel-Version: 1.0\nGenerator: {generator}\n")
     init_py = running_packages()["flodl"] / "__init__.py"
     (info / "RECORD").write_text(f"{os.path.relpath(init_py, site)},,\n")
     if direct_url is not None:
@@ -195,10 +208,77 @@ def _fake_distribution(tmp_path: Path, direct_url: dict | None) -> metadata.Dist
     return metadata.Distribution.at(info)
 
 
+@contextlib.contextmanager
+def json_index(releases: dict[str, list[dict]] | None) -> Iterator[tuple[str, list[str]]]:
+    """A stand-in for PyPI's JSON API of flodl on 127.0.0.1 (``releases`` None: a 404); yields
+    its URL and the paths asked for."""
+    asked: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # quiet
+            pass
+
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            if releases is None:
+                self.send_error(404)
+                return
+            body = json.dumps({"info": {"name": "flodl"}, "releases": releases}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/pypi/flodl/json", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("releases", "kind"),
+    [
+        ({"0.0.9": [{}], "0.1.0": [{"filename": "flodl-0.1.0-py3-none-any.whl"}]}, "index"),
+        # pip records no origin for a wheel found through --find-links either: an index that
+        # lacks this version (or flodl), has it only yanked, or cannot be asked is no origin
+        ({"0.0.9": [{}]}, "unrecorded"),
+        ({"0.1.0": [{"yanked": True}]}, "unrecorded"),
+        (None, "unrecorded"),
+    ],
+)
+def test_no_origin_record_is_an_index_only_when_the_index_has_this_version(
+    tmp_path, monkeypatch, releases, kind
+):
+    with json_index(releases) as (url, asked):
+        monkeypatch.setenv("FDL_UPDATE_INDEX_URL", url)
+        origin = detect_origin(_fake_distribution(tmp_path, None))
+    assert asked == ["/pypi/flodl/json"]
+    assert origin.kind == kind
+    assert origin.from_index == (kind == "index")
+
+
+def test_no_origin_record_and_no_index_to_ask_is_no_index(tmp_path, monkeypatch):
+    monkeypatch.setenv("FDL_UPDATE_INDEX_URL", "http://127.0.0.1:9/pypi/flodl/json")  # refused
+    assert not detect_origin(_fake_distribution(tmp_path, None)).from_index
+
+
+def test_a_wheel_fdl_init_bundled_is_bundled_again_without_asking_the_index(tmp_path, monkeypatch):
+    # A project's venv, installed as its README says: pip found the bundled wheel through
+    # --find-links and wrote no direct_url.json. Its WHEEL file says fdl init built it.
+    with json_index({"0.1.0": [{}]}) as (url, asked):
+        monkeypatch.setenv("FDL_UPDATE_INDEX_URL", url)
+        origin = detect_origin(_fake_distribution(tmp_path, None, generator="fdl init"))
+    assert (origin.kind, origin.from_index, asked) == ("bundled", False, [])
+    assert origin.describe() == "a wheel bundled by fdl init"
+
+
 @pytest.mark.parametrize(
     ("direct_url", "kind"),
     [
-        (None, "index"),
         ({"url": "file:///x/flodl-0.1.0-py3-none-any.whl", "archive_info": {}}, "archive"),
         ({"url": "https://github.com/o/flodl", "vcs_info": {"vcs": "git"}}, "vcs"),
         ({"url": "file:///src/flodl", "dir_info": {}}, "directory"),
@@ -255,9 +335,50 @@ def test_update_keeps_a_wheel_you_replaced(tmp_path):
     wheel.write_bytes(b"my own build")
     recorded = answers_file.load(root)[2]
     plan = update.plan(root, Answers("demo", "demo"), recorded)
-    assert f".fdl/wheels/{wheel.name}" not in {c.path for c in plan}  # never deleted
+    assert {c.path: c.status for c in plan}[f".fdl/wheels/{wheel.name}"] == "dropped"
     update.apply(root, Answers("demo", "demo"), plan)
-    assert wheel.read_bytes() == b"my own build"
+    assert wheel.read_bytes() == b"my own build"  # never deleted; no longer tracked
+    assert f".fdl/wheels/{wheel.name}" not in answers_file.load(root)[2]
+
+
+def test_update_recreates_the_bundled_wheel_constraints_install_from(tmp_path):
+    # A clone without it (a global gitignore of *.whl): not a file you chose to delete.
+    answers = Answers("demo", "demo", flodl_wheel=wheel_name(), flodl_origin="x")
+    root = tmp_path / "demo"
+    create(root, answers)
+    wheel = root / ".fdl" / "wheels" / wheel_name()
+    built = wheel.read_bytes()
+    wheel.unlink()
+    (root / "README.md").unlink()  # a file you deleted stays deleted
+    plan = {c.path: c.status for c in update.plan(root, answers, answers_file.load(root)[2])}
+    assert plan[f".fdl/wheels/{wheel.name}"] == "create"
+    assert plan["README.md"] == "skipped"
+    update.apply(root, answers, update.plan(root, answers, answers_file.load(root)[2]))
+    assert wheel.read_bytes() == built
+    assert (
+        f"--find-links .fdl/wheels\nflodl=={metadata.version('flodl')}"
+        in (root / "constraints.txt").read_text()
+    )
+
+
+def test_update_keeps_a_wheel_that_your_constraints_still_install(tmp_path):
+    # You edited constraints.txt: it stays as it is, still pinning the bundled flodl, so that
+    # wheel must stay even when the new rendering has no wheel.
+    answers = Answers("demo", "demo", flodl_wheel=wheel_name(), flodl_origin="x")
+    root = tmp_path / "demo"
+    create(root, answers)
+    constraints = root / "constraints.txt"
+    constraints.write_text(constraints.read_text() + "numpy<3\n")
+    wheel = root / ".fdl" / "wheels" / wheel_name()
+    from_index = Answers("demo", "demo", flodl_origin="index")
+    plan = update.plan(root, from_index, answers_file.load(root)[2])
+    statuses = {c.path: c.status for c in plan}
+    assert statuses["constraints.txt"] == "conflict"
+    assert statuses[f".fdl/wheels/{wheel.name}"] == "unchanged"
+    update.apply(root, from_index, plan)
+    assert wheel.is_file()
+    # still tracked: once you merge constraints.txt, the next update removes it
+    assert f".fdl/wheels/{wheel.name}" in answers_file.load(root)[2]
 
 
 # --- the real thing: a fresh virtualenv, the README's command, train and test ------------------
@@ -384,28 +505,102 @@ def test_flodl_from_a_make_dist_wheel_makes_projects_that_install_anywhere(tmp_p
     assert saved_epoch(elsewhere / "checkpoints") == 1
 
 
-def test_docker_images_install_the_bundled_wheel():
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_venv_installed_from_the_bundled_wheel_keeps_bundling_it(run_fdl, tmp_path):
+    # The project's own venv, made as its README says: pip finds flodl in .fdl/wheels through
+    # --find-links and records no origin. `fdl init --update` from there once took that for a
+    # package index: it deleted the wheel and dropped it from constraints.txt.
+    project = init(run_fdl, tmp_path)
+    wheel = project / ".fdl" / "wheels" / wheel_name()
+    built = wheel.read_bytes()
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    # flodl's dependencies (torch...) from this environment: nothing to download
+    import site
+    import sysconfig
+
+    deps = dict.fromkeys([sysconfig.get_paths()["purelib"], *site.getsitepackages()])
+    (Path(purelib) / "deps.pth").write_text("\n".join(deps) + "\n")
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index"]
+    subprocess.run(
+        [*pip, "--no-deps", "--ignore-installed", "-c", "constraints.txt", "flodl"],
+        cwd=project, check=True, capture_output=True,
+    )  # fmt: skip
+    (info,) = Path(purelib).glob("flodl-*.dist-info")
+    assert not (info / "direct_url.json").exists()
+    # the extras are in the wheel's metadata: pip installs flodl[hf]'s dependencies from it
+    extras = email.message_from_string((info / "METADATA").read_text()).get_all("Provides-Extra")
+    assert "hf" in extras
+    env = fresh_machine_env(FDL_UPDATE_INDEX_URL="http://127.0.0.1:9/pypi/flodl/json")
+    fdl = str(env_dir / "bin" / "fdl")
+    updated = subprocess.run(
+        [fdl, "init", "--update"], cwd=project, env=env, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert updated.returncode == 0, updated.stderr
+    assert "removed" not in updated.stderr
+    assert wheel.read_bytes() == built  # rebuilt from the installed copy: the same bytes
+    constraints = (project / "constraints.txt").read_text()
+    assert "came from a wheel bundled by fdl init" in constraints
+    assert f"--find-links .fdl/wheels\nflodl=={metadata.version('flodl')}" in constraints
+    made = subprocess.run(
+        [fdl, "init", "next", "--native"], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert (tmp_path / "next" / ".fdl" / "wheels" / wheel.name).read_bytes() == built
+
+
+def test_docker_images_install_the_project_with_its_constraints():
     from fdl.scaffold.render import render
 
     bundled = Answers(
-        "demo", "demo", "docker", "cu126", "", "2.13.0", flodl_wheel=wheel_name(), flodl_origin="x"
-    )
+        "demo", "demo", "docker", "cu126", "", "2.13.0", "torch==2.13.0+cpu",
+        "https://download.pytorch.org/whl/cpu", "no GPU", wheel_name(), "x",
+    )  # fmt: skip
     files = {k: v.decode() for k, v in render(bundled).items()}
     for image in ("Dockerfile", "Dockerfile.cuda"):
-        assert "COPY .fdl/wheels /tmp/flodl-wheels" in files[image]
-        assert (
-            f'--find-links /tmp/flodl-wheels "flodl=={metadata.version("flodl")}"' in files[image]
-        )
+        text = files[image]
+        # As the README installs it: the project (so its dependencies, flodl with the extras
+        # pyproject.toml names, e.g. flodl[hf] after `fdl add hf`), editable at the mount point,
+        # with constraints.txt (the bundled flodl), after the image's own torch
+        steps = [
+            "RUN pip install --index-url",
+            "WORKDIR /workspace",
+            "COPY pyproject.toml README.md constraints.txt ./",
+            "COPY .fdl/wheels .fdl/wheels",
+            "COPY src src",
+            "RUN grep -v '^torch==' constraints.txt > /tmp/constraints.txt \\\n"
+            " && pip install -c /tmp/constraints.txt -e . pytest ruff\n",
+        ]
+        where = [text.index(step) for step in steps]
+        assert where == sorted(where), text
+        assert "flodl==" not in text and '"flodl' not in text  # not flodl alone
     assert "!.fdl/wheels" in files[".dockerignore"].splitlines()  # *.fdl would drop .fdl/
+    # What pip gets in the image: the bundled flodl (found relative to /workspace), not the
+    # torch build of the machine fdl init ran on (the image has its own)
+    kept = subprocess.run(
+        ["grep", "-v", "^torch=="], input=files["constraints.txt"], capture_output=True,
+        text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert "--find-links .fdl/wheels" in kept and f"flodl=={metadata.version('flodl')}" in kept
+    assert not [line for line in kept if line.startswith("torch")]
     plain = render(Answers("demo", "demo", "docker", "cu126", "", "2.13.0"))
     for image in ("Dockerfile", "Dockerfile.cuda"):
         text = plain[image].decode()
-        assert "COPY .fdl/wheels" not in text and 'pip install "flodl>=' in text
+        assert "COPY .fdl/wheels" not in text
+        assert "pip install -c /tmp/constraints.txt -e . pytest ruff" in text
     # Both images pin the same torch release (the CPU one took whatever was newest).
     assert '/whl/cpu "torch==2.13.0"' in plain["Dockerfile"].decode()
     assert "ARG TORCH_VERSION=2.13.0" in plain["Dockerfile.cuda"].decode()
     unpinned = render(Answers("demo", "demo", "docker", "cu126", "", ""))["Dockerfile"].decode()
-    assert "/whl/cpu torch " in unpinned and "torch==" not in unpinned  # older answers
+    assert "/whl/cpu torch\n" in unpinned and "torch==" not in unpinned.replace("'^torch==", "")
 
 
 def test_update_rewrites_constraints_for_the_machine_it_runs_on(run_fdl, tmp_path):

@@ -121,7 +121,23 @@ def test_bad_cuda_tags(tag):
 def test_flodl_requirement():
     assert flodl_requirement("0.1.0") == "flodl>=0.1.0,<0.2"
     assert flodl_requirement("2.3") == "flodl>=2.3.0,<3"
-    assert flodl_requirement("0.4.0rc1") == "flodl>=0.4.0,<0.5"
+    assert flodl_requirement("0.4.0rc1") == "flodl>=0.4.0rc1,<0.5"
+
+
+@pytest.mark.parametrize(
+    "version", ["0.2.0", "0.2.0rc1", "0.2.0.dev3", "0.2.0a1.dev2", "0.2.0.post1", "1.0.0b2",
+                "0.2.0+local.1", "0.2"],
+)  # fmt: skip
+def test_the_requirement_admits_the_version_constraints_pin(version):
+    # pyproject.toml's requirement and constraints.txt's flodl==VERSION must both hold, or pip
+    # gives up (ResolutionImpossible): a pre-release is admitted only by a bound naming one.
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    requirement = Requirement(flodl_requirement(version))
+    assert requirement.specifier.contains(Version(version)), requirement
+    breaking = "2.0.0" if version.startswith("1.") else "0.3.0"
+    assert not requirement.specifier.contains(Version(breaking)), requirement
 
 
 def test_gpu_image_pins_torch_and_needs_a_build():

@@ -186,7 +186,8 @@ def probe(frame, event, arg):
     if event != "c_call" or getattr(arg, "__name__", "") != "write":
         return
     name = str(getattr(getattr(arg, "__self__", None), "name", ""))
-    if not name.startswith(ckpt + os.sep) or name == last:
+    # the temporary file sits beside the real path of the destination (links resolved)
+    if not name.startswith(os.path.realpath(ckpt) + os.sep) or name == last:
         return
     files, last = files + 1, name
     if files == int(at):
@@ -270,3 +271,49 @@ def test_train_help_states_each_default_once(project):
     assert any(re.search(r"--epochs .*epochs to train \(default: 20\)$", line) for line in lines)
     assert any(re.search(r"--runs-dir .*reports go \(default: runs\)$", line) for line in lines)
     assert not [line for line in lines if line.count("(default:") > 1], result.stdout
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_smoke_run_leaves_the_real_checkpoints_and_runs_alone(project, tmp_path):
+    # `fdl check src/demo/train.py`, as the docstring suggests, with a real checkpoint there:
+    # the smoke run's throwaway model must not replace it, nor add a run to runs/.
+    real = project / "checkpoints" / "training.fdl"
+    real.parent.mkdir(exist_ok=True)
+    real.write_bytes(b"my real checkpoint")
+    before = {name: snapshot(project / name) for name in ("checkpoints", "runs")}
+    checked = subprocess.run(
+        ["fdl", "check", "src/demo/train.py"], cwd=project, env={**env(), "TMPDIR": str(tmp_path)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert {name: snapshot(project / name) for name in ("checkpoints", "runs")} == before
+    (scratch,) = tmp_path.glob("demo-smoke-*")
+    assert saved_epoch(scratch / "checkpoints") == 1  # the smoke run's 2 epochs, saved there
+    assert list((scratch / "runs").glob("*/report.html"))
+
+    # run by hand, it says where they went
+    (tmp_path / "by-hand").mkdir()
+    by_hand = subprocess.run(
+        [sys.executable, "-m", "demo.train"], cwd=project, capture_output=True, text=True,
+        env={**env(), "TMPDIR": str(tmp_path / "by-hand"), "FLODL_SMOKE": "1",
+             "PYTHONPATH": f"{project / 'src'}{os.pathsep}{env()['PYTHONPATH']}"},
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert by_hand.returncode == 0, by_hand.stdout + by_hand.stderr
+    (scratch,) = (tmp_path / "by-hand").glob("demo-smoke-*")
+    assert f"FLODL_SMOKE: checkpoints and reports go to {scratch}\n" in by_hand.stdout
+    assert {name: snapshot(project / name) for name in ("checkpoints", "runs")} == before
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_epochs_below_one_are_a_usage_error(project, value):
+    result = subprocess.run(
+        ["fdl", "train", "--", "--epochs", value], cwd=project, env=env(), capture_output=True,
+        text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"argument --epochs: must be at least 1, not {value}" in result.stderr
+    assert "Traceback" not in result.stderr

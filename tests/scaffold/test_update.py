@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fdl.scaffold import answers as answers_file
 from fdl.scaffold import update
 from fdl.scaffold.create import create
@@ -91,3 +93,99 @@ def test_update_outside_a_project(run_fdl, tmp_path):
     result = run_fdl("init", "--update", cwd=tmp_path)
     assert result.returncode == 3
     assert "no .fdl/project.toml found" in result.stderr
+
+
+def test_switching_to_native_removes_the_docker_files_you_never_edited(run_fdl, tmp_path):
+    assert run_fdl("init", "box", "--docker", "--cuda", "12.6", cwd=tmp_path).returncode == 0
+    root = tmp_path / "box"
+    (root / "Dockerfile.cuda").write_text("# my GPU image\n")
+    result = run_fdl("init", "--update", "--native", cwd=root)
+    assert result.returncode == 0, result.stderr
+    for name in ("Dockerfile", "docker-compose.yml", ".dockerignore"):
+        assert f"removed   {name}\n" in result.stderr
+        assert not (root / name).exists()
+    assert "dropped   Dockerfile.cuda  (your edits, kept; no longer generated" in result.stderr
+    assert (root / "Dockerfile.cuda").read_text() == "# my GPU image\n"
+    _, _, recorded = answers_file.load(root)
+    assert not [path for path in recorded if "ocker" in path]  # none tracked any more
+
+
+def test_a_closed_pipe_does_not_stop_the_update(run_fdl, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_env
+
+    assert run_fdl("init", "piped", cwd=tmp_path).returncode == 0
+    root = tmp_path / "piped"
+    # an unedited file the template changed: the update prints its diff, then writes it
+    readme = root / "README.md"
+    readme.write_text("old\n" * 5000)  # a diff larger than any pipe buffer
+    text = (root / ".fdl/project.toml").read_text()
+    recorded = answers_file.load(root)[2]["README.md"]
+    (root / ".fdl/project.toml").write_text(
+        text.replace(recorded, answers_file.digest(readme.read_bytes()))
+    )
+
+    def closed_pipe_run(*args: str, cwd: Path, stderr: int | None) -> subprocess.CompletedProcess:
+        # `fdl init ... | head -0`: a reader that is gone before fdl writes a byte
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            return subprocess.run(
+                [sys.executable, "-m", "fdl", *args], cwd=cwd, env=clean_env(), stdout=write,
+                stderr=stderr if stderr is not None else write, timeout=120, check=False,
+            )  # fmt: skip
+        finally:
+            os.close(write)
+
+    result = closed_pipe_run("init", "--update", cwd=root, stderr=subprocess.PIPE)
+    assert result.returncode == 1  # as fdl exits on any closed pipe: quietly
+    assert b"Traceback" not in result.stderr and b"error" not in result.stderr
+    assert readme.read_text().startswith("# piped")  # written all the same
+    assert answers_file.load(root)[2]["README.md"] == answers_file.digest(readme.read_bytes())
+
+    # `fdl init NAME 2>&1 | head -2`: both streams closed
+    made = closed_pipe_run("init", "again", "--with-hf", cwd=tmp_path, stderr=None)
+    assert made.returncode == 1
+    assert (tmp_path / "again" / ".fdl" / "project.toml").is_file()
+    assert (tmp_path / "again" / "examples" / "hf_classify.py").is_file()
+
+
+@pytest.mark.parametrize(
+    ("line", "replacement", "message"),
+    [
+        ('package = "bad"', 'package = "../../evil"', "package = '../../evil' is not valid"),
+        ('mode = "native"', 'mode = "podman"', "mode = 'podman' must be 'native' or 'docker'"),
+        ('name = "bad"', "name = 5", "[answers] name must be a string, not 5"),
+        ('cuda = ""', 'cuda = "../x"', "cuda = '../x' must be a CUDA build"),
+        ('flodl_wheel = ""', 'flodl_wheel = "../x.whl"', "flodl_wheel = '../x.whl' must be"),
+        ('"README.md" =', '".fdl/wheels/../../../x" =', "is not a path inside the project"),
+        ('"README.md" =', '"/etc/passwd" =', "is not a path inside the project"),
+    ],
+)
+def test_answers_fdl_could_not_have_written_are_refused(tmp_path, line, replacement, message):
+    from fdl.errors import FdlError
+
+    root = tmp_path / "bad"
+    create(root, Answers("bad", "bad"))
+    path = root / answers_file.ANSWERS_PATH
+    text = path.read_text()
+    assert line in text
+    path.write_text(text.replace(line, replacement, 1))
+    with pytest.raises(FdlError) as info:
+        answers_file.load(root)
+    assert str(path) in info.value.what and message in info.value.what
+
+
+def test_update_with_a_package_outside_the_project_writes_nothing(run_fdl, tmp_path):
+    assert run_fdl("init", "safe", cwd=tmp_path).returncode == 0
+    root = tmp_path / "safe"
+    path = root / answers_file.ANSWERS_PATH
+    path.write_text(path.read_text().replace('package = "safe"', 'package = "../../evil"'))
+    before = set(tmp_path.parent.rglob("*"))
+    result = run_fdl("init", "--update", cwd=root)
+    assert result.returncode == 1
+    assert ".fdl/project.toml: [answers] package = '../../evil' is not valid" in result.stderr
+    assert set(tmp_path.parent.rglob("*")) == before
