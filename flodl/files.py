@@ -5,10 +5,11 @@ A write goes to a temporary file beside the target, then replaces it in one rena
 failure mid-write (a full disk, an exception while rendering rows) leaves the previous file as
 it was and no temporary file behind. A failure names the target, not the temporary file.
 
-What is replaced is the file itself: a symbolic link is followed, and the file it points to is
-replaced (the link stays a link); a replaced file keeps its permission bits. A path that exists
-and is not a regular file (a FIFO, a terminal, ``/dev/stdout``, a device) is written in place,
-as a shell redirection writes it: it is never renamed over or removed, so that write is not
+What is replaced is the file itself: a symbolic link is followed as the kernel would (see
+:func:`destination`), and the file it points to is replaced (the link stays a link); a replaced
+file keeps its permission bits. A path that exists and is not a regular file (a FIFO, a
+terminal, a device), or is reached through ``/proc`` (``/dev/stdout``), is written in place,
+appended to as ``>>`` would: it is never renamed over or removed, so that write is not
 whole-or-nothing.
 
 This module is internal (flodl's packages share it); checkpoints have their own writer, which
@@ -36,6 +37,49 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+_MAX_LINKS = 40  # as the kernel's limit on a chain of symbolic links
+
+
+def destination(path: str | os.PathLike[str]) -> tuple[Path, int | None] | None:
+    """Where a write to ``path`` lands: ``(the regular file to replace, its mode or None when it
+    is new)``, or None when ``path`` must be written in place.
+
+    In place: an existing FIFO, device or terminal, and anything reached through ``/proc`` or
+    ``/dev/fd`` (``/dev/stdout`` redirected to a log: replacing that file would cut the log
+    off from the process writing it). Symbolic links are followed as the kernel follows them
+    on open, with its ``protected_symlinks`` rule: a link in a world-writable sticky directory
+    (``/tmp``) is followed only when it belongs to this user or to the directory's owner, else
+    ``PermissionError`` (another user's planted link must not redirect the write)."""
+    current = Path(path).absolute()  # not resolve(): links are followed one by one below
+    for _ in range(_MAX_LINKS):
+        if str(current).startswith(("/proc/", "/dev/fd/")):
+            return None
+        try:
+            st = current.lstat()
+        except FileNotFoundError:
+            break  # a new file (or a dangling link's target, which the write creates)
+        if not stat.S_ISLNK(st.st_mode):
+            break
+        dir_st = current.parent.stat()
+        shared = dir_st.st_mode & stat.S_ISVTX and dir_st.st_mode & stat.S_IWOTH
+        if shared and st.st_uid not in (os.geteuid(), dir_st.st_uid):
+            raise PermissionError(
+                errno.EACCES,
+                "a symbolic link owned by another user in a shared directory is not followed",
+                str(current),
+            )
+        current = current.parent / current.readlink()  # an absolute target replaces the parent
+    else:
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(path))
+    real = Path(os.path.realpath(current))
+    try:
+        mode: int | None = real.stat().st_mode
+    except OSError:  # a new file (or one we cannot see: the write then says why)
+        return real, None
+    if mode is not None and not stat.S_ISREG(mode):
+        return None
+    return real, mode
+
 
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
@@ -51,15 +95,12 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     if not target.name or target.is_dir():
         # "." has no name to put a temporary file beside: say what is wrong with the path.
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
-    real = Path(os.path.realpath(target))  # a link's file, replaced beside it (same filesystem)
-    try:
-        mode: int | None = real.stat().st_mode
-    except OSError:  # a new file (or one we cannot see: the write then says why)
-        mode = None
-    if mode is not None and not stat.S_ISREG(mode):
+    found = destination(target)
+    if found is None:
         # Renaming over a FIFO or a device node would replace the node itself (/dev/full once).
         yield target
         return
+    real, mode = found
     tmp = real.with_name(f".{real.name}.{secrets.token_hex(4)}.tmp")
     try:
         if mode is not None:
@@ -84,8 +125,11 @@ def open_atomic(
     """An open file (``mode`` ``"w"`` for text in UTF-8, ``"wb"`` for bytes) that becomes
     ``path`` when the block ends without an exception (see :func:`replacing`)."""
     encoding = None if "b" in mode else "utf-8"
-    with replacing(path) as tmp, open(tmp, mode, encoding=encoding, newline=newline) as f:
-        yield f
+    with replacing(path) as tmp:
+        # written in place (a FIFO, /dev/stdout): appended, so a log behind it is not cut
+        how = mode.replace("w", "a") if tmp == Path(path) else mode
+        with open(tmp, how, encoding=encoding, newline=newline) as f:
+            yield f
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 import flodl as fl
 from flodl.files import open_atomic, replacing, write_bytes, write_text
@@ -132,3 +133,40 @@ def test_a_device_is_written_in_place():
         assert path == Path(os.devnull)
         path.write_bytes(b"discarded")
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+def test_a_path_through_proc_is_appended_to_not_replaced(tmp_path):
+    # /dev/stdout redirected to a log resolves to that log: renaming over it cut the log off
+    # from the process (all it had and all it printed later were lost).
+    log = tmp_path / "out.log"
+    log.write_text("earlier line\n")
+    with open(log, "a") as held:
+        fd_link = tmp_path / "stdout"
+        fd_link.symlink_to(f"/proc/self/fd/{held.fileno()}")  # what /dev/stdout is
+        inode = log.stat().st_ino
+        write_text(fd_link, "written through\n")
+        held.write("later line\n")
+    assert log.read_text() == "earlier line\nwritten through\nlater line\n"
+    assert log.stat().st_ino == inode and fd_link.is_symlink()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root (lchown)")
+def test_another_users_link_in_a_shared_sticky_directory_is_not_followed(tmp_path):
+    # As the kernel's protected_symlinks: a link planted in /tmp by someone else must not
+    # redirect a write to the file it names (it used to be replaced, mode and all).
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    planted = shared / "metrics.json"
+    planted.symlink_to(victim)
+    os.lchown(planted, 1234, 1234)
+    with pytest.raises(PermissionError, match="owned by another user"):
+        write_text(planted, "{}")
+    with pytest.raises(fl.CheckpointError, match="owned by another user"):
+        fl.save_checkpoint(planted, {"w": torch.zeros(2)})
+    assert victim.read_text() == "precious\n"
+    os.lchown(planted, os.geteuid(), os.getegid())  # one's own link is followed
+    write_text(planted, "{}")
+    assert victim.read_text() == "{}" and planted.is_symlink()

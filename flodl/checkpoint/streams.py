@@ -28,6 +28,7 @@ from typing import Any, BinaryIO, TypeGuard
 import torch
 
 from flodl.checkpoint.errors import CheckpointError
+from flodl.files import destination
 
 PathLike = str | os.PathLike[str]
 Source = PathLike | BinaryIO
@@ -387,9 +388,10 @@ def refuse_unwritable(path: Path) -> None:
 
 
 def _write_in_place(path: Path, gz: bool) -> Iterator[BinaryIO]:
-    """Write into an existing FIFO or device (not whole-or-nothing: there is no file to swap)."""
+    """Write into an existing FIFO, device or /dev/stdout (not whole-or-nothing: there is no
+    file to swap)."""
     try:
-        raw = open(path, "wb")  # noqa: SIM115 (closed by the with-block below)
+        raw = open(path, "ab")  # noqa: SIM115 (appended, as >> would: a log behind it stays)
     except OSError as exc:
         raise CheckpointError(
             f"cannot write checkpoint: {exc.strerror or exc}", source=str(path)
@@ -422,16 +424,18 @@ def open_destination(
         _refuse_directory(path)
         gz = path.name.endswith(".gz") if compress is None else compress
         # What is replaced is the file itself: through a symlink (latest.fdl -> runs/7/m.fdl)
-        # the file it points to, beside it; the link stays a link, the file keeps its mode.
-        real = Path(os.path.realpath(path))
+        # the file it points to, beside it; the link stays, the file keeps its mode. A FIFO, a
+        # device or /dev/stdout is written into (renaming over it would replace the node).
         try:
-            mode: int | None = real.stat().st_mode
-        except OSError:
-            mode = None
-        if mode is not None and not stat.S_ISREG(mode):
-            # A FIFO or a device: renaming over it would replace the node; write into it.
+            found = destination(path)
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot write checkpoint: {exc.strerror or exc}", source=str(path)
+            ) from exc
+        if found is None:
             yield from _write_in_place(path, gz)
             return
+        real, mode = found
         tmp = real.with_name(f".{real.name}.{secrets.token_hex(4)}.tmp")
         try:
             # owner-only until complete when it replaces a file (whose mode it then takes)
