@@ -63,7 +63,8 @@ class Metrics:
     Each flushed value is kept with the zero-based epoch it was flushed in (``epochs[name]``
     beside ``history[name]``): a metric flushed only in some epochs stays on those epochs.
     ``flush_count`` is the number of epochs that hold data, ``flush_times`` the time of each
-    one's last flush, and ``closed`` whether the latest one is over (see :func:`flush_epoch`).
+    one's last flush, and ``ended`` the last epoch a closing flush from this graph ended (see
+    :func:`flush_epoch`).
     """
 
     buffers: dict[str, list[float]] = field(default_factory=dict)
@@ -74,7 +75,7 @@ class Metrics:
     started: float = field(default_factory=time.monotonic)
     sources: dict[str, str] = field(default_factory=dict)  # name -> "collect" or "record"
     epochs: dict[str, list[int]] = field(default_factory=dict)  # name -> epoch of each value
-    closed: bool = True  # the latest epoch is over: the next flush with data starts another
+    ended: int = -1  # the last epoch ended by flush()/end_epoch() from this graph (or above it)
 
     def add(self, name: str, values: list[float]) -> None:
         if name not in self.order:
@@ -103,6 +104,16 @@ class Metrics:
         """Flush ``names`` of this object alone (its own epoch clock); see :func:`flush_epoch`."""
         return flush_epoch([self], [(self, names)], close=close)
 
+    def ended_epoch(self) -> int:
+        """``ended``, built for a graph pickled without it: one from before values kept their
+        epoch ended every epoch it flushed; one that kept a ``closed`` flag ended the latest
+        epoch when it was set, the one before it otherwise."""
+        ended = self.__dict__.get("ended")
+        if ended is None:
+            ended = self.flush_count - (1 if self.__dict__.pop("closed", True) else 2)
+            self.__dict__["ended"] = ended
+        return ended
+
     def epoch_index(self) -> dict[str, list[int]]:
         """``epochs``, built for a graph pickled before values kept their epoch: each history
         taken to end at the latest epoch (what ``latest_metrics`` assumed then)."""
@@ -126,17 +137,17 @@ class Metrics:
         self.history.pop(name, None)
         self.epoch_index().pop(name, None)
 
-    def _reach(self, epoch: int, now: float, close: bool) -> None:
-        """Move this clock to ``epoch`` (the one under way, or a new one), flushed at ``now``."""
+    def _reach(self, epoch: int, now: float, ended: int) -> None:
+        """Move this clock to ``epoch`` (the latest one, or a new one), flushed at ``now``."""
         t = now - self.started
         if epoch < self.flush_count:
-            self.flush_times[epoch] = t  # the epoch under way ends later
+            self.flush_times[epoch] = t  # the epoch's last flush so far
         else:
             # Epochs this graph missed (flushed from a graph above it while it had nothing)
             # take the same time: no duration, rather than another epoch's.
             self.flush_times.extend([t] * (epoch + 1 - self.flush_count))
             self.flush_count = epoch + 1
-        self.closed = close
+        self.ended = ended
 
     def known(self, name: str) -> bool:
         return name in self.order or name in self.history
@@ -162,15 +173,21 @@ def _mean(values: list[float]) -> float:
 def flush_epoch(
     scope: list[Metrics], plan: list[tuple[Metrics, list[str]]], *, close: bool
 ) -> bool:
-    """Flush the buffers ``plan`` names into the epoch under way of the clock ``scope`` shares
-    (a graph and its descendants: the values of one tree-wide flush share an epoch index).
+    """Flush the buffers ``plan`` names into the epoch they belong to, on the clock ``scope``
+    shares: ``scope[0]`` is the graph flushed from, the rest the graphs below it (the values of
+    one flush share an epoch index; the latest epoch is the latest of any of them).
 
-    A flush with data starts a new epoch after a closing flush (``close``: ``flush()`` with no
-    names, ``end_epoch()``), or when one of its metrics already has a value in the epoch under
-    way (flushing metric by metric, the next epoch's first flush); otherwise its values join
-    that epoch, which then ends at this flush. A closing flush with nothing to flush only
-    closes the epoch. All or nothing: every mean is taken before any buffer is emptied.
-    Returns whether anything was flushed.
+    * When one of the flushed metrics already has a value in the latest epoch, the flush starts
+      a new epoch (flushing metric by metric, the next epoch's first flush).
+    * Otherwise a flush by name (``close`` false) adds to the latest epoch, even one that a
+      closing flush ended: validation flushed after ``end_epoch()`` joins the epoch it follows.
+    * Otherwise a closing flush (``close``: ``flush()`` with no names, ``end_epoch()``) adds to
+      the latest epoch unless ``scope[0]`` ended it, and starts a new one if it did.
+
+    A closing flush then ends that epoch for every graph of ``scope`` (not for a graph above
+    ``scope[0]``: a child's own closing flush leaves its parent's epoch under way); one with
+    nothing to flush only ends the latest epoch. All or nothing: every mean is taken before any
+    buffer is emptied. Returns whether anything was flushed.
     """
     means: list[tuple[Metrics, str, float]] = []
     for metrics, names in plan:
@@ -178,22 +195,28 @@ def flush_epoch(
             values = metrics.buffers.get(name)
             if values:
                 means.append((metrics, name, _mean(values)))
+    latest = max(m.flush_count for m in scope) - 1  # the same for every graph of a tree, normally
+    ended = scope[0].ended_epoch() >= latest
     if not means:
         if close:
             for metrics in scope:
-                metrics.closed = True
+                metrics.ended = max(metrics.ended_epoch(), latest)
         return False
-    count = max(m.flush_count for m in scope)  # the same for every graph of a tree, normally
-    under_way = count > 0 and not all(m.closed for m in scope if m.flush_count == count)
-    again = any(m.last_epoch(name) == count - 1 for m, name, _ in means)
-    epoch = count - 1 if under_way and not again else count
+    if latest < 0 or any(m.last_epoch(name) == latest for m, name, _ in means):
+        epoch = latest + 1
+    elif close:
+        epoch = latest + 1 if ended else latest
+    else:
+        epoch = latest
+    # What the epoch is once flushed: ended by a closing flush, or still as it was
+    still_ended = close or (ended and epoch == latest)
     now = time.monotonic()
     for metrics, name, mean in means:
         del metrics.buffers[name]
         metrics.history.setdefault(name, []).append(mean)
         metrics.epoch_index().setdefault(name, []).append(epoch)
     for metrics in scope:
-        metrics._reach(epoch, now, close)
+        metrics._reach(epoch, now, epoch if still_ended else epoch - 1)
     return True
 
 
@@ -381,10 +404,17 @@ class ObservationMethods:
         """Close the per-batch buffers: each one's mean is appended to its epoch history.
 
         No arguments: every buffer of this graph and of every child graph, recursively, and the
-        epoch is over (``end_epoch()`` does this). With names (metric names, tag groups or
-        paths like ``"encoder.loss"``): exactly those, into the epoch under way, so that
-        ``flush("loss")`` then ``flush("acc")`` make one epoch; a name that already has a value
-        in it starts the next one. A name never recorded raises, and nothing is flushed.
+        epoch ends (``end_epoch()`` does this). With names (metric names, tag groups or paths
+        like ``"encoder.loss"``): exactly those; a name never recorded raises, and nothing is
+        flushed.
+
+        Which epoch the values belong to: if one of the flushed metrics already has a value in
+        the latest epoch, a new one (the next epoch's first flush). Otherwise, a flush with
+        names adds to the latest epoch, even an ended one (``flush("loss")`` then
+        ``flush("acc")`` make one epoch; validation flushed by name after ``end_epoch()`` joins
+        the epoch just ended); a flush without names adds to it unless this graph ended it,
+        and starts a new one if it did. A child's own ``flush()`` or ``flush_local()`` ends
+        the epoch for the child only: the root's next ``flush()`` still adds to it.
 
         The graph's tree keeps one epoch count: what a flush from this graph puts in its
         children's histories is numbered like its own metrics.
@@ -402,7 +432,8 @@ class ObservationMethods:
         flush_epoch([g._metrics for g in tree], plan, close=not names)
 
     def flush_local(self, *names: str) -> None:
-        """Like ``flush`` but for this graph only (no recursion into children)."""
+        """Like ``flush`` but for this graph only (no recursion into children): with no names,
+        every buffer of this graph, and the epoch ends for this graph only."""
         keys = self._expand(names) if names else list(self._metrics.buffers)
         for key in keys:
             self._require_known(_check_name("flush_local", key), key)
@@ -429,7 +460,8 @@ class ObservationMethods:
 
     def latest_metrics(self) -> dict[str, float]:
         """Dotted label path -> the value flushed in the latest epoch, for this graph and its
-        children. A metric with no value in that epoch is left out, not given its older one.
+        children (the latest epoch of any graph of the tree). A metric with no value in that
+        epoch is left out, not given its older one.
 
         This is what ``fl.Monitor.log(epoch, elapsed, graph)`` records.
 
@@ -441,20 +473,27 @@ class ObservationMethods:
         >>> model.latest_metrics()
         {'loss': 0.5, 'encoder.aux': 0.25}
         """
-        out = self.latest_metrics_local()
-        for label, child in self._tree().children_graphs().items():
-            out.update({f"{label}.{k}": v for k, v in child.latest_metrics().items()})
-        return out
+        return self._latest_in(self._latest_epoch())
 
     def latest_metrics_local(self) -> dict[str, float]:
-        """This graph's own metrics only, in first-recorded order."""
+        """This graph's own metrics only, in first-recorded order (those of ``latest_metrics``)."""
+        return self._latest_in(self._latest_epoch(), local=True)
+
+    def _latest_epoch(self) -> int:
+        """The latest epoch of this graph and the graphs below it (-1 before any flush)."""
+        return max(g._metrics.flush_count for g in self._tree_graphs()) - 1
+
+    def _latest_in(self, epoch: int, prefix: str = "", local: bool = False) -> dict[str, float]:
         m = self._metrics
-        latest = m.flush_count - 1
-        return {
-            name: m.history[name][-1]
+        out = {
+            prefix + name: m.history[name][-1]
             for name in m.order
-            if m.history.get(name) and m.last_epoch(name) == latest
+            if m.history.get(name) and m.last_epoch(name) == epoch
         }
+        if not local:
+            for label, child in self._tree().children_graphs().items():
+                out.update(child._latest_in(epoch, f"{prefix}{label}."))
+        return out
 
     def reset_trend(self, *names: str) -> None:
         """Forget epoch history: of ``names`` (groups expand), or all of it with no arguments."""

@@ -74,8 +74,9 @@ class TimingMethods:
 
     def flush_timings(self, *tags: str) -> None:
         """Close the timing buffers (``tags``, or all): each becomes its mean, one per epoch.
-        Epochs end as for metrics (see ``flush``): with no tags (``end_epoch()``), or when a tag
-        already has a value in the epoch under way."""
+        Epochs are counted as for metrics (see ``flush``): a tag that already has a value in
+        the latest epoch starts a new one, tags flushed by name add to the latest epoch, and
+        ``flush_timings()`` with no tags (``end_epoch()``) ends it."""
         metrics = self._timing()
         metrics.flush(list(tags) if tags else list(metrics.buffers), close=not tags)
 

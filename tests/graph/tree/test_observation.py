@@ -335,13 +335,17 @@ def test_flushing_metric_by_metric_counts_one_epoch_per_epoch(tmp_path):
     assert g.eta(4) == pytest.approx(g.flush_times[-1] / 3)
     lines = g.write_log(tmp_path / "g.log", total_epochs=6).read_text().splitlines()[1:]
     assert len(lines) == 3 and all("ETA" in line for line in lines)
-    # end_epoch() after flushing by hand: nothing left to flush, the epoch closes, no new one
+    # end_epoch() after flushing by hand: nothing left to flush, the epoch ends, no new one
     g.record_scalar("loss", 9.0)
     g.flush("loss")
     g.end_epoch()
+    assert g.flush_count == 4
     g.record_scalar("acc", 0.25)
-    g.flush("acc")  # acc has no value in epoch 4, but end_epoch() closed it
-    assert g.flush_count == 5 and g.latest_metrics() == {"acc": 0.25}
+    g.flush("acc")  # by name, after end_epoch(): acc joins the epoch just ended (it had none)
+    assert g.flush_count == 4 and g.latest_metrics() == {"loss": 9.0, "acc": 0.25}
+    g.record_scalar("lr", 0.1)
+    g.end_epoch()  # no names, and the latest epoch was ended: a new one
+    assert g.flush_count == 5 and g.latest_metrics() == {"lr": 0.1}
 
 
 def test_a_root_with_metrics_only_in_a_child_gets_epoch_times_and_durations(tmp_path):
@@ -382,9 +386,85 @@ def test_a_graph_pickled_before_values_kept_their_epoch_goes_on_counting():
     g = composed()
     g.record_scalar("loss", 1.0)
     g.flush()
-    del g._metrics.__dict__["epochs"], g._metrics.__dict__["closed"]  # as an older flodl left it
+    del g._metrics.__dict__["epochs"], g._metrics.__dict__["ended"]  # as an older flodl left it
     clone = pickle.loads(pickle.dumps(g))
     assert clone.latest_metrics() == {"loss": 1.0}
     clone.record_scalar("loss", 2.0)
     clone.end_epoch()
     assert clone._epoch_histories() == {"loss": {0: 1.0, 1: 2.0}} and clone.flush_count == 2
+
+
+@pytest.mark.parametrize("close", ["end_epoch", "flush"])
+def test_validation_flushed_by_name_after_the_epoch_ended_belongs_to_that_epoch(tmp_path, close):
+    # train, end the epoch, validate, flush the validation metric, log: one epoch, both metrics
+    g = fl.FlowBuilder(nn.Linear(2, 2)).build()
+    mon = fl.Monitor(3, stream=None, gpu=False)
+    try:
+        for epoch in range(3):
+            g.record_scalar("loss", 1.0 / (epoch + 1))
+            getattr(g, close)()
+            g.record_scalar("val_loss", 2.0 / (epoch + 1))
+            g.flush("val_loss")
+            mon.log(epoch, 0.1, g)
+    finally:
+        mon.close()
+    assert [r.metrics for r in mon.history] == [
+        {"loss": 1.0, "val_loss": 2.0},
+        {"loss": 0.5, "val_loss": 1.0},
+        {"loss": 1 / 3, "val_loss": 2 / 3},
+    ]
+    assert g.flush_count == 3 and len(g.flush_times) == 3
+    assert g._epoch_histories() == {
+        "loss": {0: 1.0, 1: 0.5, 2: 1 / 3},
+        "val_loss": {0: 2.0, 1: 1.0, 2: 2 / 3},
+    }
+    rows = list(csv.reader(g.export_trends(tmp_path / "t.csv").open()))
+    assert rows[0] == ["epoch", "loss", "val_loss"] and len(rows) == 4
+    assert rows[1] == ["1", "1.0", "2.0"] and rows[2] == ["2", "0.5", "1.0"]
+    lines = g.write_log(tmp_path / "t.log").read_text().splitlines()[1:]
+    assert len(lines) == 3 and all("loss=" in line and "val_loss=" in line for line in lines)
+
+
+def test_validation_every_other_epoch_flushed_after_end_epoch_stays_on_its_epochs():
+    g = fl.FlowBuilder(nn.Linear(2, 2)).build()
+    for epoch in range(4):
+        g.record_scalar("loss", float(epoch))
+        g.end_epoch()
+        if epoch % 2 == 1:
+            g.record_scalar("val", 10.0 * epoch)
+            g.flush("val")
+        assert set(g.latest_metrics()) == ({"loss", "val"} if epoch % 2 else {"loss"})
+    assert g.flush_count == 4
+    assert g._epoch_histories()["val"] == {1: 10.0, 3: 30.0}
+
+
+@pytest.mark.parametrize("child_flush", ["flush_local", "flush"])
+def test_a_child_flushed_on_its_own_then_the_root_counts_one_epoch(child_flush):
+    model = composed()
+    child = model.subgraph("encoder")
+    for epoch in range(3):
+        model.record_scalar("loss", float(epoch))
+        child.record_scalar("aux", 10.0 * epoch)
+        getattr(child, child_flush)()
+        model.flush()
+        assert model.flush_count == child.flush_count == epoch + 1
+        assert model.latest_metrics() == {"loss": float(epoch), "encoder.aux": 10.0 * epoch}
+    assert len(model.flush_times) == 3
+    assert model._epoch_histories() == {
+        "loss": {0: 0.0, 1: 1.0, 2: 2.0},
+        "encoder.aux": {0: 0.0, 1: 10.0, 2: 20.0},
+    }
+
+
+def test_a_child_metric_of_some_epochs_flushed_by_the_child_first_stays_on_them():
+    model = composed()
+    child = model.subgraph("encoder")
+    for epoch in range(4):
+        model.record_scalar("loss", float(epoch))
+        if epoch % 2 == 1:
+            child.record_scalar("aux", float(epoch))
+            child.flush_local()  # the child's own flush does not end the root's epoch
+        model.end_epoch()
+    assert model.flush_count == 4
+    assert model._epoch_histories()["encoder.aux"] == {1: 1.0, 3: 3.0}
+    assert model.latest_metrics() == {"loss": 3.0, "encoder.aux": 3.0}
