@@ -4,7 +4,8 @@ The origin is read from the installed distribution's PEP 610 record (``direct_ur
 
 - a local directory (``pip install /path`` or ``-e``): the version in that checkout's
   ``flodl/_version.py``;
-- a wheel file: the newest ``flodl-*.whl`` next to it;
+- a wheel file: the newest ``flodl-*.whl`` next to it (a wheel named with ``fdl install --from``
+  is that wheel, exactly);
 - a VCS URL (``git+https://...``): the commit its branch points at now (``git ls-remote``),
   compared with the commit installed;
 - no record: the package index (``FDL_UPDATE_INDEX_URL``, default PyPI's JSON API). pip records
@@ -46,6 +47,8 @@ class Check:
     newer: bool = False
     error: str | None = None
     upgrade: list[str] | None = None  # the command that installs the newer one
+    # then, only when pip kept the installed flodl (VCS: a new commit, the same version number)
+    reinstall: list[str] | None = None
 
     def describe(self) -> str:
         if self.origin == "unknown":
@@ -100,11 +103,16 @@ def origin() -> tuple[str, str, dict[str, Any]]:
 
 
 def origin_of(source: str) -> tuple[str, str, dict[str, Any]]:
-    """(kind, where, record) for ``fdl install --from SOURCE``: a checkout, a wheel or a folder."""
+    """(kind, where, record) for ``fdl install --from SOURCE``: a checkout, a folder of wheels
+    (its newest ``flodl-*.whl``) or a ``flodl-*.whl`` (that one: the record says ``named``)."""
     path = Path(source).expanduser().resolve()
     if (path / "flodl" / "_version.py").is_file():
         return "directory", str(path), {}
-    if (path.suffix == ".whl" and path.is_file()) or any(path.glob("flodl-*.whl")):
+    if path.suffix == ".whl" and path.is_file():
+        if not path.name.startswith("flodl-"):
+            raise ValueError(f"{source} is not a flodl wheel (flodl-*.whl)")
+        return "wheel", str(path), {"named": True}
+    if path.is_dir() and any(path.glob("flodl-*.whl")):
         return "wheel", str(path), {}
     raise ValueError(
         f"{source} is neither a flodl checkout nor a wheel nor a folder of flodl wheels"
@@ -126,6 +134,9 @@ def check(current: str | None = None, source: str | None = None) -> Check:
             result.latest = match.group(1) if match else None
             editable = (record.get("dir_info") or {}).get("editable")
             result.upgrade = None if editable else _pip(where)
+        elif kind == "wheel" and record.get("named"):  # `--from` this wheel: it, not the newest
+            result.latest = Path(where).name.split("-")[1]
+            result.upgrade = _pip(where)
         elif kind == "wheel":
             folder = Path(where) if Path(where).is_dir() else Path(where).parent
             result.where = str(folder)  # where a newer one is looked for, not the installed one
@@ -148,10 +159,13 @@ def check(current: str | None = None, source: str | None = None) -> Check:
             result.latest = commit[:12]
             result.newer = commit != info.get("commit_id")
             # No "@HEAD" without a requested revision: pip would run `git checkout -b HEAD`,
-            # which git refuses. A new commit may keep the version number, and pip then calls
-            # it installed: reinstall flodl alone (its dependencies, torch first, stay).
+            # which git refuses. The upgrade installs the new commit's new or raised
+            # requirements (only those: torch stays). A new commit may keep the version number,
+            # and pip then keeps the installed flodl: only then, flodl alone is reinstalled.
             spec = f"{info.get('vcs', 'git')}+{where}" + (f"@{ref}" if ref else "")
-            result.upgrade = [*_pip(spec)[:-1], "--force-reinstall", "--no-deps", spec]
+            pip = _pip(spec)[:-1]
+            result.upgrade = [*pip, "--upgrade", "--upgrade-strategy", "only-if-needed", spec]
+            result.reinstall = [*pip, "--force-reinstall", "--no-deps", spec]
             return result
         elif kind == "index":
             import urllib.error
@@ -185,6 +199,29 @@ def check(current: str | None = None, source: str | None = None) -> Check:
 
 def _pip(spec: str, *, upgrade: bool = False) -> list[str]:
     return [sys.executable, "-m", "pip", "install", *(["--upgrade"] if upgrade else []), spec]
+
+
+_INSTALLED_COMMIT = (
+    "import importlib.metadata as m, json; "
+    "record = json.loads(m.distribution('flodl').read_text('direct_url.json') or '{}'); "
+    "print(record.get('vcs_info', {}).get('commit_id', ''))"
+)
+
+
+def kept_installed(result: Check, python: str = sys.executable) -> bool:
+    """After ``result.upgrade`` ran (a VCS origin): whether flodl in ``python``'s environment is
+    still not the commit the check found — pip calls a new commit of the same version number
+    installed — so that ``result.reinstall`` must run. In doubt, yes."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # what pip installed
+    try:
+        done = subprocess.run(
+            [python, "-P", "-c", _INSTALLED_COMMIT],
+            capture_output=True, text=True, timeout=60, check=False, env=env,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    commit = done.stdout.strip()
+    return done.returncode != 0 or not result.latest or not commit.startswith(result.latest)
 
 
 # --- the notice -----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ def install(
         bool, typer.Option("--check", help="Only report whether a newer flodl is available.")
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the pip command instead of running it.")
+        bool, typer.Option("--dry-run", help="Print the pip command(s) instead of running them.")
     ] = False,
     source: Annotated[
         str | None,
@@ -44,7 +44,7 @@ def install(
     from fdl import console
     from fdl.errors import ExitCode, FdlError
     from fdl.update_check import check as check_now
-    from fdl.update_check import refresh
+    from fdl.update_check import kept_installed, refresh
 
     if source is None:
         result = refresh()
@@ -52,7 +52,7 @@ def install(
         try:
             result = check_now(source=source)
         except ValueError as err:
-            hint = "name a folder of flodl-*.whl, a wheel or a flodl checkout"
+            hint = "name a folder of flodl-*.whl, a flodl-*.whl or a flodl checkout"
             raise FdlError(str(err), hint, ExitCode.USAGE) from None
     if as_json:
         console.out(json.dumps(dataclasses.asdict(result), indent=2))
@@ -81,15 +81,22 @@ def install(
         )  # fmt: skip
         return
     line = shlex.join(result.upgrade)
+    then = None if result.reinstall is None else shlex.join(result.reinstall)
     if dry_run:
-        if as_json:  # the command is in the JSON ("upgrade"); stdout stays one document
-            console.info(escape(line))
-        else:
-            console.out(line)
+        # the condition as a shell comment: the lines stay a script (running both is only slower)
+        kept = "  # only if pip kept the installed flodl (a new commit, the same version number)"
+        for shown in (line, *([then + kept] if then else [])):
+            if as_json:  # the commands are in the JSON; stdout stays one document
+                console.info(escape(shown))
+            else:
+                console.out(shown)
         return
     console.info(escape(f"fdl: {line}"))
     # pip's progress is messages, not data: stderr, so stdout holds only what fdl reports
     code = subprocess.call(result.upgrade, stdout=sys.stderr)
+    if code == 0 and result.reinstall is not None and then and kept_installed(result):
+        console.info(escape(f"fdl: {then}  # pip kept the installed flodl (same version number)"))
+        code = subprocess.call(result.reinstall, stdout=sys.stderr)
     if code != 0:
         raise FdlError(f"the update failed (pip exited with {code})", "see pip's output above")
 

@@ -11,6 +11,9 @@ to it, and fdl's signals passed on, so stopping ``fdl`` stops the whole task.
   state); then fdl kills what is left (a second signal: at once). No process outlives ``fdl``.
   The task takes SIGINT and SIGQUIT at their default action even when fdl was started with
   them ignored (a background job of ``sh -c '... &'``), so a forwarded Ctrl-C still stops it.
+  Any other of these signals that fdl was started with ignored (SIGHUP under ``nohup fdl
+  train &``) stays ignored, by fdl and by the task, which inherits that: fdl does not forward
+  it, so it starts no grace period and kills nothing (the task outlives the SSH session).
 - The exit code is the task's; a task killed by a signal gives 128 + the signal number
   (SIGINT → 130, SIGTERM → 143), as shells report it. A ``run:`` script that is one simple
   command is run with ``exec`` (:func:`exec_form`): ``sh`` (dash) would otherwise turn a
@@ -209,12 +212,19 @@ def _forwarding(child: subprocess.Popen[Any], state: _Forwarded) -> Iterator[Non
         timer.daemon = True
         timer.start()
 
-    saved = {signum: signal.signal(signum, forward) for signum in FORWARDED}
+    saved = {signum: signal.signal(signum, forward) for signum in _forwarded_now()}
     try:
         yield
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
+
+
+def _forwarded_now() -> list[int]:
+    """The signals to forward: :data:`FORWARDED`, less those fdl ignores (it was started with
+    them ignored, as ``nohup`` does SIGHUP; the task inherits that) other than :data:`_RESET`'s,
+    which the task takes at their default action (:func:`child_setup`) and so gets forwarded."""
+    return [s for s in FORWARDED if s in _RESET or signal.getsignal(s) != signal.SIG_IGN]
 
 
 def _drain_group(pgid: int, deadline: float) -> None:

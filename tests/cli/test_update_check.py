@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -93,7 +95,7 @@ def test_check_against_an_index_on_loopback(home, monkeypatch):
     assert update_check.notice(stderr_is_tty=True) is None
 
 
-def test_check_a_directory_a_wheel_folder_and_a_git_remote(tmp_path, monkeypatch):
+def test_check_a_directory_a_wheel_folder_and_a_git_remote(home, tmp_path, monkeypatch, capsys):
     checkout = tmp_path / "checkout"
     (checkout / "flodl").mkdir(parents=True)
     (checkout / "flodl" / "_version.py").write_text('__version__ = "99.2.0"\n')
@@ -123,7 +125,27 @@ def test_check_a_directory_a_wheel_folder_and_a_git_remote(tmp_path, monkeypatch
     monkeypatch.setattr(update_check, "origin", lambda: ("vcs", str(repo), record))
     assert not update_check.check("0.1.0").newer
     subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "two"], check=True)
-    assert update_check.check("0.1.0").newer
+    found = update_check.check("0.1.0")
+    assert found.newer
+    # the upgrade installs what the new commit requires; flodl alone is reinstalled after it,
+    # only when pip kept the installed one (the same version number): the dry run says both
+    from fdl.commands.install import install
+
+    spec = f"git+{repo}"
+    assert found.upgrade[3:] == [
+        "install",
+        "--upgrade",
+        "--upgrade-strategy",
+        "only-if-needed",
+        spec,
+    ]
+    assert found.reinstall[3:] == ["install", "--force-reinstall", "--no-deps", spec]
+    capsys.readouterr()
+    install(dry_run=True)
+    upgrade, reinstall = capsys.readouterr().out.splitlines()  # a script: the same commands
+    assert upgrade == shlex.join(found.upgrade)
+    command, comment = reinstall.split("  # ")
+    assert command == shlex.join(found.reinstall) and comment.startswith("only if pip kept")
 
 
 def test_install_check_cli_reports_the_origin(run_fdl, tmp_path):
@@ -207,16 +229,32 @@ def test_a_wheel_folder_with_a_space_in_its_path(tmp_path, monkeypatch):
 def test_install_from_a_folder_a_wheel_or_a_checkout(run_fdl, tmp_path):
     wheels = tmp_path / "my wheels"
     wheels.mkdir()
-    for version in ("0.1.0", "99.0.0"):
+    for version in ("0.1.0", "98.0.0", "99.0.0"):
         (wheels / f"flodl-{version}-py3-none-any.whl").write_bytes(b"")
-    for source in (wheels, wheels / "flodl-0.1.0-py3-none-any.whl"):
-        result = run_fdl("install", "--check", "--json", "--from", str(source))
-        assert result.returncode == 0, result.stderr
-        data = json.loads(result.stdout)
-        assert (data["origin"], data["where"], data["latest"]) == ("wheel", str(wheels), "99.0.0")
-        assert data["newer"] and data["upgrade"][-1] == str(
-            wheels / "flodl-99.0.0-py3-none-any.whl"
-        )
+    numpy = wheels / "numpy-99.9.0-cp311-cp311-linux_x86_64.whl"
+    numpy.write_bytes(b"")
+    # a folder: its newest flodl-*.whl (never another package's wheel)
+    result = run_fdl("install", "--check", "--json", "--from", str(wheels))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["origin"], data["where"], data["latest"]) == ("wheel", str(wheels), "99.0.0")
+    assert data["newer"] and data["upgrade"][-1] == str(wheels / "flodl-99.0.0-py3-none-any.whl")
+    # a wheel named: that one, not the newest next to it
+    named = wheels / "flodl-98.0.0-py3-none-any.whl"
+    result = run_fdl("install", "--check", "--json", "--from", str(named))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["origin"], data["where"], data["latest"]) == ("wheel", str(named), "98.0.0")
+    assert data["newer"] and data["upgrade"][-1] == str(named)
+    dry = run_fdl("install", "--dry-run", "--from", str(named))
+    assert dry.returncode == 0 and dry.stdout.strip().endswith("flodl-98.0.0-py3-none-any.whl'")
+    not_flodl = run_fdl("install", "--check", "--from", str(numpy))
+    assert not_flodl.returncode == 2 and "not a flodl wheel" in not_flodl.stderr
+    only_numpy = tmp_path / "numpy only"
+    only_numpy.mkdir()
+    numpy.rename(only_numpy / numpy.name)
+    nothing = run_fdl("install", "--check", "--from", str(only_numpy))
+    assert nothing.returncode == 2 and "neither a flodl checkout" in nothing.stderr
     checkout = tmp_path / "checkout"
     (checkout / "flodl").mkdir(parents=True)
     (checkout / "flodl" / "_version.py").write_text('__version__ = "0.0.1"\n')
@@ -228,34 +266,52 @@ def test_install_from_a_folder_a_wheel_or_a_checkout(run_fdl, tmp_path):
     assert nothing.returncode == 2 and "neither a flodl checkout" in nothing.stderr
 
 
-# A package named flodl with a build backend of its own (no download, no build dependency).
-_BACKEND = """
+# A package named flodl with a build backend of its own (no download, no build dependency): its
+# version and requirements are read from version.txt and requires.txt; write_wheel also makes the
+# wheel of a dependency.
+_WHEEL = r"""
 import base64, hashlib, pathlib, zipfile
 
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    name = "flodl-0.0.1-py3-none-any.whl"
+def write_wheel(folder, name, version, files, requires=()):
+    info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
     files = {
-        "flodl/__init__.py": pathlib.Path("flodl/__init__.py").read_bytes(),
-        "flodl-0.0.1.dist-info/METADATA": b"Metadata-Version: 2.1\\nName: flodl\\nVersion: 0.0.1\\n",
-        "flodl-0.0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
+        **files,
+        f"{info}/METADATA": (metadata + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = [
         f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
         for path, data in files.items()
     ]
-    files["flodl-0.0.1.dist-info/RECORD"] = ("\\n".join([*record, "flodl-0.0.1.dist-info/RECORD,,"]) + "\\n").encode()
-    with zipfile.ZipFile(pathlib.Path(wheel_directory) / name, "w") as archive:
+    files[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
+    wheel = f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(pathlib.Path(folder) / wheel, "w") as archive:
         for path, data in files.items():
             archive.writestr(path, data)
-    return name
+    return wheel
 """
+_BACKEND = (
+    _WHEEL
+    + r"""
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    return write_wheel(
+        wheel_directory,
+        "flodl",
+        pathlib.Path("version.txt").read_text().strip(),
+        {"flodl/__init__.py": pathlib.Path("flodl/__init__.py").read_bytes()},
+        pathlib.Path("requires.txt").read_text().split(),
+    )
+"""
+)
 
 
 @pytest.mark.slow
 def test_install_from_a_git_url_follows_new_commits_of_the_same_version(tmp_path, monkeypatch):
     # pip refused the "@HEAD" fdl used to add ("git checkout -b HEAD": not a valid branch name),
-    # and calls a new commit of the same version installed: the upgrade must reinstall flodl.
-    import sys
+    # and calls a new commit of the same version installed: flodl is then reinstalled, after an
+    # upgrade that installs what the new commit requires (not with --no-deps: flodl would not
+    # import). A new version needs no reinstall.
     import venv
 
     repo = tmp_path / "repo"
@@ -264,21 +320,38 @@ def test_install_from_a_git_url_follows_new_commits_of_the_same_version(tmp_path
     (repo / "pyproject.toml").write_text(
         '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
     )
+    (repo / "version.txt").write_text("0.0.1\n")
+    (repo / "requires.txt").write_text("")
     (repo / "flodl" / "__init__.py").write_text("VALUE = 1\n")
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    deps = tmp_path / "deps"  # the new dependency of commit two, found with --find-links
+    deps.mkdir()
+    namespace: dict = {}
+    exec(_WHEEL, namespace)
+    namespace["write_wheel"](deps, "fdl_fake_dep", "1.0", {"fdl_fake_dep.py": b"OK = 1\n"})
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
 
     def pip(*args):  # this environment's pip, installing into the test venv
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "--python", str(python), *args, "-q", "--no-index"],
+            [sys.executable, "-m", "pip", "--python", str(python), *args, "-q", "--no-index",
+             "--find-links", str(deps)],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
+
+    def upgrade(found):  # as fdl install runs it: `install ...`, then a reinstall if needed
+        assert "--no-deps" not in found.upgrade and not found.upgrade[-1].endswith("@HEAD")
+        pip(*found.upgrade[3:])
+        kept = update_check.kept_installed(found, str(python))
+        if kept:
+            pip(*found.reinstall[3:])
+        assert not update_check.kept_installed(found, str(python))
+        return kept
 
     pip("install", "--no-deps", f"git+{repo.as_uri()}")
     site = Path(
@@ -286,18 +359,29 @@ def test_install_from_a_git_url_follows_new_commits_of_the_same_version(tmp_path
             [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
         ).strip()
     )
-    record_file = site / "flodl-0.0.1.dist-info" / "direct_url.json"
 
     def installed_origin():
-        record = json.loads(record_file.read_text())
+        (info,) = site.glob("flodl-*.dist-info")
+        record = json.loads((info / "direct_url.json").read_text())
         return "vcs", record["url"], record
 
     monkeypatch.setattr(update_check, "origin", installed_origin)
     assert not update_check.check("0.0.1").newer
-    (repo / "flodl" / "__init__.py").write_text("VALUE = 2\n")
+    # commit two: the same version, a new dependency
+    (repo / "flodl" / "__init__.py").write_text("import fdl_fake_dep\nVALUE = 2\n")
+    (repo / "requires.txt").write_text("fdl_fake_dep\n")
     subprocess.run([*git, "commit", "-q", "-am", "two"], check=True)
     found = update_check.check("0.0.1")
-    assert found.newer and not found.upgrade[-1].endswith("@HEAD")
-    pip(*found.upgrade[3:])  # `install ...`, as fdl install runs it
-    assert (site / "flodl" / "__init__.py").read_text() == "VALUE = 2\n"
+    assert found.newer
+    upgrade(found)
+    assert (site / "flodl" / "__init__.py").read_text() == "import fdl_fake_dep\nVALUE = 2\n"
+    assert (site / "fdl_fake_dep.py").is_file()  # installed, as the new commit requires
     assert not update_check.check("0.0.1").newer  # the new commit is the one installed
+    # commit three: a new version number; pip installs it, no reinstall follows
+    (repo / "flodl" / "__init__.py").write_text("VALUE = 3\n")
+    (repo / "version.txt").write_text("0.0.2\n")
+    subprocess.run([*git, "commit", "-q", "-am", "three"], check=True)
+    found = update_check.check("0.0.1")
+    assert found.newer and not upgrade(found)
+    assert (site / "flodl" / "__init__.py").read_text() == "VALUE = 3\n"
+    assert not update_check.check("0.0.2").newer

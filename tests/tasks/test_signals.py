@@ -33,7 +33,7 @@ with open("pids.tmp", "w") as f:
     f.write(f"{os.getppid()} {os.getpid()}")
 os.replace("pids.tmp", "pids")
 try:
-    time.sleep(300)
+    time.sleep(3 if sys.argv[1] == "brief" else 300)  # brief: done on its own, exit 0
 except KeyboardInterrupt:
     print("grandchild: interrupted", flush=True)
     sys.exit(130)
@@ -49,6 +49,7 @@ def task_project(tmp_path) -> Path:
         f"  work:\n    run: {python} grandchild.py polite; echo after\n"
         f"  stubborn:\n    run: {python} grandchild.py stubborn; echo after\n"
         f"  saver:\n    run: {python} grandchild.py saver; echo after\n"
+        f"  brief:\n    run: {python} grandchild.py brief; echo after\n"
     )
     return tmp_path
 
@@ -151,5 +152,36 @@ def test_sigint_reaches_a_task_of_a_background_fdl_started_by_sh(task_project):
         assert "grandchild: interrupted" in out and "rc=130" in out
     finally:
         for pid in (shell.pid, *pids):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_sighup_ignored_by_a_nohup_fdl_is_not_forwarded_nor_a_reason_to_kill(task_project):
+    # `nohup fdl train &` starts fdl with SIGHUP ignored, and the task inherits that: the SIGHUP
+    # of a closed SSH session must not start the grace period, after which fdl killed the task
+    # (137). The grace is cut to 1 s here; the task ends on its own (0) 3 s after it started.
+    run_fdl = "import fdl.tasks.child as c; c.GRACE_S = 1.0; from fdl.main import main; " + (
+        "raise SystemExit(main())"
+    )
+    script = f"trap '' HUP; exec \"{sys.executable}\" -c '{run_fdl}' brief"
+    proc = subprocess.Popen(
+        ["sh", "-c", script],
+        cwd=task_project, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (task_project / "pids").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the task never started"
+            time.sleep(0.05)
+        pids = [int(p) for p in (task_project / "pids").read_text().split()]
+        os.kill(proc.pid, signal.SIGHUP)  # to fdl only (sh exec'd it), as a closed session does
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, (proc.returncode, out, err)
+        assert "after" in out  # the task ran to its end, its shell too
+    finally:
+        for pid in (proc.pid, *pids):
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
