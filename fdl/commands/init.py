@@ -128,7 +128,7 @@ def _add_feature(root: Path, feature: str) -> None:
     from fdl.scaffold import features
 
     changes = features.add(root, feature)
-    features.report(feature, changes, lambda line: _info(escape(line)), root)
+    features.report(feature, changes, lambda line: _info(escape(line)), root, images_built=False)
 
 
 def _ask_mode() -> str:
@@ -177,10 +177,12 @@ def _gpu_image(answers, cuda: str | None, *, announce: bool = True):
     return answers
 
 
-def _install(answers, *, announce: bool = True):
+def _install(answers, *, announce: bool = True, update: bool = False):
     """``answers`` with how the project installs: the torch build for this machine
     (``constraints.txt``) and, unless the running flodl came from a package index, a bundled
-    wheel of it (see ``fdl.scaffold.bundle`` for why)."""
+    wheel of it (see ``fdl.scaffold.bundle`` for why). With ``update``, when the index could not
+    be asked whether it has this flodl, the recorded choice (bundled or not) is kept: it must
+    not flip with the network."""
     import dataclasses
 
     from rich.markup import escape
@@ -190,16 +192,27 @@ def _install(answers, *, announce: bool = True):
 
     pin = choose_torch()
     origin = detect_origin()
+    bundled, described = not origin.from_index, origin.describe()
+    kept = update and origin.kind == "unrecorded" and not origin.asked and answers.flodl_origin
+    if kept:
+        bundled, described = bool(answers.flodl_wheel), answers.flodl_origin
     answers = dataclasses.replace(
         answers,
         torch_pin=pin.requirement,
         torch_index=pin.index_url,
         torch_reason=pin.reason,
-        flodl_wheel="" if origin.from_index else wheel_name(),
-        flodl_origin=origin.describe(),
+        flodl_wheel=wheel_name() if bundled else "",
+        flodl_origin=described,
     )
     if announce:
         _info(escape(f"torch: {pin.requirement} in constraints.txt ({pin.reason})"))
+        if kept:
+            _info(
+                escape(
+                    "flodl: the package index could not be asked whether it has this flodl; "
+                    f"kept as recorded ({'bundled' if bundled else 'from the index'})"
+                )
+            )
         if answers.flodl_wheel:
             _info(
                 escape(
@@ -274,11 +287,14 @@ def _update(start: Path, mode: str | None, cuda: str | None, dry_run: bool) -> N
     if mode:
         answers = dataclasses.replace(answers, mode=mode)  # type: ignore[arg-type]
     answers = _gpu_image(answers, cuda)
-    answers = _install(answers)
+    answers = _install(answers, update=True)
     changes = update.plan(root, answers, recorded)
     for change in changes:
         if change.status in ("create", "update", "conflict"):
-            _out(change.diff())
+            if change.binary:  # the bundled wheel: one line, not an empty diff
+                _out(f"Binary file b/{change.path} ({change.status}, {len(change.new)} bytes)")
+            elif diff := change.diff():
+                _out(diff)
     _info(escape(f"Templates of fdl {old_version} -> {__version__} in {root}:"))
     for change in changes:
         if change.status != "unchanged":

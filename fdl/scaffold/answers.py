@@ -86,10 +86,25 @@ def load(root: Path) -> tuple[Answers, str, dict[str, str]]:
     return Answers(**values), version, dict(files)
 
 
+# What fdl itself writes, checked before anything is rendered from the answers: each value lands
+# in a file (a Dockerfile RUN line, constraints.txt, docker-compose.yml), so a hand-edited value
+# must not add a line or an instruction there.
+_TORCH_RELEASE = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?")  # PEP 440, public
+_TORCH_PIN = re.compile(rf"torch=={_TORCH_RELEASE.pattern}(\+[a-z0-9]+(\.[a-z0-9]+)*)?")
+_INDEX_URL = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'()*+,;=%\[\]-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # newlines and other controls
+
+
 def _check(path: Path, values: dict[str, object], files: object) -> None:
-    """Refuse answers fdl could not have written, naming the file and the key."""
-    from fdl.errors import FdlUsageError
-    from fdl.scaffold.names import package_name, validate
+    """Refuse answers fdl could not have written, naming the file and the key.
+
+    The name and the package get the checks that keep paths and code safe (characters, a
+    Python identifier), not the style rules of ``fdl init NAME`` (length, a trailing ``-``,
+    Windows device names), some added after projects were made: those must still update.
+    """
+    import keyword
+
+    from fdl.scaffold.names import package_name
 
     def bad(key: str, problem: str) -> FdlError:
         return FdlError(
@@ -101,19 +116,33 @@ def _check(path: Path, values: dict[str, object], files: object) -> None:
     for key, value in values.items():
         if not isinstance(value, str):
             raise bad(f"[answers] {key}", f"must be a string, not {value!r}")
+        if _CONTROL.search(value):
+            raise bad(
+                f"[answers] {key} = {value!r}", "must be one line, without control characters"
+            )
     name, package = str(values["name"]), str(values["package"])
-    for key, value in (("name", name), ("package", package)):
-        try:
-            # not the shadowing check: a project made before a name was refused still updates
-            validate(value, shadowing=False)
-        except FdlUsageError as err:
-            raise bad(f"[answers] {key} = {value!r}", f"is not valid: {err.what}") from None
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise bad(f"[answers] name = {name!r}", "is not valid: use only letters, digits, '-', '_'")
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", package) or keyword.iskeyword(package):
+        raise bad(
+            f"[answers] package = {package!r}",
+            "is not valid: it must be a Python package name (lower case letters, digits, '_')",
+        )
     if package != package_name(package):
         raise bad(f"[answers] package = {package!r}", "is not a package name (lower case, '_')")
     if values["mode"] not in ("native", "docker"):
         raise bad(f"[answers] mode = {values['mode']!r}", "must be 'native' or 'docker'")
     if values["cuda"] and not re.fullmatch(r"cu\d{3}", str(values["cuda"])):
         raise bad(f"[answers] cuda = {values['cuda']!r}", "must be a CUDA build like 'cu128'")
+    torch = str(values["torch"])
+    if torch and not _TORCH_RELEASE.fullmatch(torch):
+        raise bad(f"[answers] torch = {torch!r}", "must be a torch release like '2.13.0'")
+    pin = str(values["torch_pin"])
+    if pin and not _TORCH_PIN.fullmatch(pin):
+        raise bad(f"[answers] torch_pin = {pin!r}", "must be a pin like 'torch==2.13.0+cpu'")
+    index = str(values["torch_index"])
+    if index and not _INDEX_URL.fullmatch(index):
+        raise bad(f"[answers] torch_index = {index!r}", "must be an http(s) URL")
     wheel = str(values["flodl_wheel"])
     if wheel and not re.fullmatch(r"flodl-[A-Za-z0-9_.+!]+-py3-none-any\.whl", wheel):
         raise bad(f"[answers] flodl_wheel = {wheel!r}", "must be a flodl wheel's file name")

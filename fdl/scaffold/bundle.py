@@ -14,7 +14,9 @@ tree. No record is not proof of a package index: pip writes none for a wheel it 
 ``--find-links`` either — which is how a generated project installs its bundled wheel. So without
 a record, a wheel ``fdl init`` bundled (its ``WHEEL`` file says so) stays bundled, and anything
 else counts as from an index only when the index (PyPI's JSON API, ``FDL_UPDATE_INDEX_URL``)
-answers that it has this very version; when in doubt, the project gets the wheel.
+answers that it has this very version; when in doubt, the project gets the wheel — or, on
+``fdl init --update``, keeps what it recorded when the index could not be asked (opted out with
+``FDL_NO_UPDATE_CHECK``/``CI``, offline, no proper answer in 5 s).
 :func:`detect_origin` is that decision, for any command that needs to know.
 
 The wheel is packed from the running ``flodl`` and ``fdl`` packages (pure Python), with the same
@@ -30,6 +32,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import threading
 import tomllib
 import zipfile
 from dataclasses import dataclass
@@ -43,7 +46,8 @@ from fdl.resources import BUNDLED, bundled_dir
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: identical code gives an identical wheel
 _GENERATOR = "fdl init"  # the WHEEL file's Generator of the wheels built here
 DEFAULT_INDEX = "https://pypi.org/pypi/flodl/json"  # as fdl.update_check (FDL_UPDATE_INDEX_URL)
-INDEX_TIMEOUT_S = 3.0
+INDEX_TIMEOUT_S = 3.0  # each socket operation of the query
+INDEX_DEADLINE_S = 5.0  # the whole query, DNS included
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Origin:
 
     kind: str
     url: str = ""
+    asked: bool = True  # False: ``unrecorded`` because the index could not tell (see index_has)
 
     @property
     def from_index(self) -> bool:
@@ -82,6 +87,8 @@ class Origin:
             "unrecorded": "an install with no origin record, which the package index does not "
             "confirm (a wheel found through --find-links, or a private index)",
         }[self.kind]
+        if self.kind == "unrecorded" and not self.asked:
+            words = "an install with no origin record; the package index could not be asked"
         return f"{words} ({self.url})" if self.url else words
 
 
@@ -144,27 +151,61 @@ def _unrecorded(distribution: metadata.Distribution) -> Origin:
     wheel = distribution.read_text("WHEEL") or ""
     if any(line.strip() == f"Generator: {_GENERATOR}" for line in wheel.splitlines()):
         return Origin("bundled")
-    version = distribution.version
-    if index_has(version):
+    has = index_has(distribution.version)
+    if has:
         return Origin("index")
-    return Origin("unrecorded")
+    return Origin("unrecorded", asked=has is not None)
 
 
-def index_has(version: str, url: str | None = None) -> bool:
-    """Whether the package index (PyPI's JSON API for flodl, or ``FDL_UPDATE_INDEX_URL``) has
-    files of flodl ``version`` that are not all yanked. False when it cannot be asked (offline,
-    an error, a timeout of 3 s): an unconfirmed index is not trusted to provide flodl."""
+def index_url(version: str, url: str | None = None) -> str:
+    """The JSON API of flodl ``version`` on the package index: PyPI's per-version endpoint, or
+    the one next to ``FDL_UPDATE_INDEX_URL`` (which names the project's, as for
+    ``fdl.update_check``).
+
+    >>> index_url("0.1.0", "https://pypi.org/pypi/flodl/json")
+    'https://pypi.org/pypi/flodl/0.1.0/json'
+    """
     import os
-    import urllib.request
+    from urllib.parse import quote
 
     url = url or os.environ.get("FDL_UPDATE_INDEX_URL", DEFAULT_INDEX)
-    try:
-        with urllib.request.urlopen(url, timeout=INDEX_TIMEOUT_S) as response:
-            data = json.loads(response.read(32 << 20))
-        files = data["releases"].get(version) or []
-        return any(isinstance(f, dict) and not f.get("yanked") for f in files)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
+    base = url.rstrip("/").removesuffix("/json")
+    return f"{base}/{quote(version, safe='')}/json"
+
+
+def index_has(version: str, url: str | None = None) -> bool | None:
+    """Whether the package index (PyPI's JSON API for flodl, or ``FDL_UPDATE_INDEX_URL``) has
+    files of flodl ``version`` that are not all yanked; None when it cannot tell.
+
+    It cannot tell when it is not to be asked (``FDL_NO_UPDATE_CHECK=1`` or ``CI``, as for the
+    update check), or does not answer properly within ``INDEX_DEADLINE_S`` (offline, a proxy's
+    garbage, an error, a slow DNS: the request runs in a daemon thread, left behind at the
+    deadline). A version the index does not list (404) is a no."""
+    from fdl import update_check
+
+    if not update_check.enabled():
+        return None
+    target = index_url(version, url)
+    answer: list[bool | None] = [None]
+
+    def ask() -> None:
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(target, timeout=INDEX_TIMEOUT_S) as response:
+                data = json.loads(response.read(32 << 20))
+            files = data["urls"]
+            answer[0] = any(isinstance(f, dict) and not f.get("yanked") for f in files)
+        except urllib.error.HTTPError as err:
+            answer[0] = False if err.code == 404 else None
+        except Exception:  # any failure of the request (http.client's too): cannot tell
+            answer[0] = None
+
+    thread = threading.Thread(target=ask, name="fdl-index-query", daemon=True)
+    thread.start()
+    thread.join(INDEX_DEADLINE_S)
+    return None if thread.is_alive() else answer[0]
 
 
 def _installs(distribution: metadata.Distribution, package_dir: Path) -> bool:

@@ -243,7 +243,27 @@ def install_command(root: Path) -> str:
     return "pip install -e ."
 
 
-def report(name: str, changes: list[Change], say: Reporter, root: Path) -> None:
+# The images install the project when built, and fdl builds one only when it is missing
+# (fdl.tasks.docker): new dependencies reach the containers once the images are rebuilt.
+REBUILD_COMMAND = "docker compose build  # rebuilds the images with the new dependencies"
+
+
+def is_docker_project(root: Path) -> bool:
+    """Whether the project runs its tasks in Docker images: the mode ``fdl init`` recorded in
+    ``.fdl/project.toml``, or, without that file, a ``docker-compose.yml``."""
+    answers = root / ".fdl" / "project.toml"
+    try:
+        mode = tomllib.loads(answers.read_text(encoding="utf-8"))["answers"]["mode"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError):
+        return (root / "docker-compose.yml").is_file()
+    return mode == "docker"
+
+
+def report(
+    name: str, changes: list[Change], say: Reporter, root: Path, *, images_built: bool = True
+) -> None:
+    """Say what changed and what to run next; ``images_built`` False: a new project, whose
+    Docker images are built on first use with the feature already in."""
     spec = feature(name)
     if all(c.status in ("unchanged", "kept") for c in changes):
         say(f"'{name}' is already in this project: nothing to do")
@@ -254,4 +274,7 @@ def report(name: str, changes: list[Change], say: Reporter, root: Path) -> None:
     if any(c.status in ("updated", "created") for c in changes) and spec.next_steps:
         install = install_command(root)
         steps = [step.format(install=install) for step in spec.next_steps]
+        new_dependency = any(c.path == "pyproject.toml" and c.status == "updated" for c in changes)
+        if images_built and new_dependency and is_docker_project(root):
+            steps.insert(1, REBUILD_COMMAND)
         say("Next:\n" + "\n".join(f"  {step}" for step in steps))

