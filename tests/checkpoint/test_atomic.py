@@ -185,8 +185,12 @@ def test_a_checkpoint_written_to_a_fifo_streams_into_it(tmp_path):
     fifo = tmp_path / "pipe.fdl"
     os.mkfifo(fifo)
     reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
-    fl.save_checkpoint(fifo, {"w": torch.full((4,), 3.5)})
-    data, _ = reader.communicate(timeout=30)
+    try:
+        fl.save_checkpoint(fifo, {"w": torch.full((4,), 3.5)})
+        data, _ = reader.communicate(timeout=30)
+    finally:  # a save that never opened the FIFO leaves the reader waiting: end it
+        reader.kill()
+        reader.wait()
     assert fifo.is_fifo()
     copy = tmp_path / "copy.fdl"
     copy.write_bytes(data)
