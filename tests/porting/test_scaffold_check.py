@@ -4,6 +4,8 @@ smoke budget and the code after the loop run."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -28,5 +30,11 @@ def test_fdl_check_passes_on_a_new_projects_train_py(run_fdl, tmp_path):
     assert smoke["shortened_loops"]
     assert sum(line.lstrip().startswith("epoch ") for line in smoke["output_tail"]) == 2
     assert report["call_sites"]["unverified"] == []
-    # the script checkpointed its last epoch
-    assert saved_epoch(project / "checkpoints") == 1
+    # the script checkpointed its last epoch, into the smoke run's own directory: the
+    # project's checkpoints and runs are left alone (fdl check lists nothing it changed)
+    (said,) = [line for line in smoke["output_tail"] if line.startswith("FLODL_SMOKE: --")]
+    scratch = Path(said.split(" redirected to ", 1)[1].split(", left there", 1)[0])
+    assert saved_epoch(scratch / "checkpoints") == 1
+    assert not (project / "checkpoints").exists() and not (project / "runs").exists()
+    assert smoke["changed_files"] == []
+    shutil.rmtree(scratch)
