@@ -387,6 +387,11 @@ def refuse_unwritable(path: Path) -> None:
         )
 
 
+def _gzip_writer(raw: BinaryIO) -> gzip.GzipFile:
+    """A reproducible gzip stream over ``raw`` (no name, no timestamp)."""
+    return gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0, filename="")
+
+
 def _write_in_place(path: Path, gz: bool) -> Iterator[BinaryIO]:
     """Write into an existing FIFO, device or /dev/stdout (not whole-or-nothing: there is no
     file to swap)."""
@@ -399,9 +404,7 @@ def _write_in_place(path: Path, gz: bool) -> Iterator[BinaryIO]:
     try:
         with raw:
             if gz:
-                with gzip.GzipFile(
-                    fileobj=raw, mode="wb", compresslevel=6, mtime=0, filename=""
-                ) as z:
+                with _gzip_writer(raw) as z:
                     yield z  # type: ignore[misc]
             else:
                 yield raw
@@ -449,9 +452,7 @@ def open_destination(
         try:
             with raw:
                 if gz:
-                    with gzip.GzipFile(
-                        fileobj=raw, mode="wb", compresslevel=6, mtime=0, filename=""
-                    ) as z:
+                    with _gzip_writer(raw) as z:
                         yield z  # type: ignore[misc]
                 elif fsync and hasattr(os, "fdatasync"):
                     writeback = _Writeback(raw)
@@ -482,7 +483,7 @@ def open_destination(
             _fsync_dir(real.parent)
     elif hasattr(dest, "write"):
         if compress:
-            with gzip.GzipFile(fileobj=dest, mode="wb", compresslevel=6, mtime=0, filename="") as z:  # type: ignore[arg-type]
+            with _gzip_writer(dest) as z:  # type: ignore[arg-type]
                 yield z  # type: ignore[misc]
         else:
             yield dest  # type: ignore[misc]
