@@ -35,8 +35,10 @@ from flodl.train.graph_el_che import Cadence, DdpConfig, devices_differ
 from flodl.train.local_step import LocalStep, check_lr_scale, check_scheduler
 from flodl.train.process_group import (
     init_launched_group,
+    is_lost_peer,
     is_timeout,
     leave_group,
+    peer_timed_out,
     ranks_missing_from_collective,
     under_launcher,
 )
@@ -294,7 +296,9 @@ class GraphSession:
         except RuntimeError as err:  # torch.distributed's errors are RuntimeErrors
             if self.local_ranks is not None:
                 failed = self.local_ranks.failed_peer(err)
-            elif self.is_distributed and is_timeout(err):
+            elif self.is_distributed and (
+                is_timeout(err) or (is_lost_peer(err) and peer_timed_out())
+            ):
                 failed = self._stuck_ranks()
             else:
                 failed = None

@@ -167,6 +167,41 @@ def is_timeout(err: BaseException) -> bool:
     return "timed out" in str(err).lower()
 
 
+def is_lost_peer(err: BaseException) -> bool:
+    """Whether a collective's error is a peer's connection closing (gloo: ``Connection closed
+    by peer``, ``Connection reset by peer``)."""
+    return "by peer" in str(err)
+
+
+# How long a rank that lost a peer's connection looks for that peer's recorded timeout.
+PEER_TIMEOUT_WAIT_S = 3.0
+
+
+def peer_timed_out(wait: float = PEER_TIMEOUT_WAIT_S) -> bool:
+    """After this rank's collective lost a peer's connection: whether another rank recorded
+    that its own collective timed out (within ``wait`` seconds).
+
+    gloo closes a rank's connections when its collective times out, so the ranks waiting with
+    it see "Connection closed by peer" before their own timeout. When a peer says it timed
+    out, this rank joins the diagnosis (:func:`ranks_missing_from_collective`) instead of
+    reporting the closed connection: otherwise it would leave first, the launcher would end
+    the peer before it named the stuck rank, and nobody would name it. A peer that crashed
+    records nothing, and this returns False after ``wait``.
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    keys = [f"{_TIMED_OUT}{r}" for r in range(world) if r != rank]
+    deadline = time.monotonic() + wait
+    try:
+        store = _group_store()
+        while not any(store.check([key]) for key in keys):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+    except Exception:  # the store went with a rank that hosted it: nothing to tell
+        return False
+    return True
+
+
 def ranks_missing_from_collective(timeout: float) -> list[int] | None:
     """After this rank's collective timed out: the ranks that never reached it (stuck in their
     own code, or far slower), or None when the group's store cannot tell.

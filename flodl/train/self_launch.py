@@ -36,7 +36,9 @@ from flodl.train.errors import TrainerConfigError, naming_ranks
 from flodl.train.process_group import (
     attempt_prefix,
     ending_with_an_exception,
+    is_lost_peer,
     is_timeout,
+    peer_timed_out,
     ranks_missing_from_collective,
     register_group,
 )
@@ -164,17 +166,22 @@ class LocalRanks:
         A collective that timed out while every started rank is still running means one of them
         is stuck (or far slower): they are stopped and the error names the ones that never
         reached the collective (:func:`ranks_missing_from_collective`), instead of gloo's
-        ``Timed out waiting ... for recv``."""
-        wait_s = 15.0 if "by peer" in str(err) else 2.0
-        deadline = time.monotonic() + wait_s
-        while True:
-            found = self.failure()
-            if found is not None or time.monotonic() >= deadline:
-                break
-            time.sleep(0.02)
+        ``Timed out waiting ... for recv``. So does a connection closed by a peer whose own
+        collective timed out (:func:`peer_timed_out`): that peer was waiting with this rank."""
+        # A peer whose own collective timed out closes its connections: this rank then joins
+        # its diagnosis at once (see peer_timed_out) rather than wait for its report.
+        lost_to_timeout = is_lost_peer(err) and peer_timed_out()
+        found = None
+        if not lost_to_timeout:
+            deadline = time.monotonic() + (15.0 if is_lost_peer(err) else 2.0)
+            while True:
+                found = self.failure()
+                if found is not None or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.02)
         if found is None:
             alive = self.running()
-            if not alive or not is_timeout(err):
+            if not alive or not (lost_to_timeout or is_timeout(err)):
                 return None
             # Of the running ranks, the stuck ones are those that never reached the collective.
             missing = ranks_missing_from_collective(self.timeout)

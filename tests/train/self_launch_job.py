@@ -2,7 +2,7 @@
 
     python self_launch_job.py OUT_DIR --devices cpu,cpu [--fail-rank R] [--fail-before-finish R]
         [--slow-exit S] [--hang] [--skip-setup R] [--timeout T] [--slow-finish S] [--slow-rank R]
-        [--stall-rank R]
+        [--stall-rank R] [--late-rank R --late S] [--tiny]
 
 Each rank writes ``OUT_DIR/rank<R>.json`` (world, steps, pid, threads, parameters) at the end.
 ``--fail-rank R``: rank R raises after its first step; ``--fail-before-finish R``: after its
@@ -12,7 +12,10 @@ others' to ``OUT_DIR/pids`` after setup, then sleeps (a test kills it). ``--skip
 rank R ends before calling setup. ``--timeout T``: setup's timeout (default 30 s).
 ``--slow-finish S``: rank R (``--slow-rank``, default 1) calls ``finish`` S seconds after its
 last step (a long final evaluation). ``--stall-rank R``: rank R stops answering after its first step (alive, in a
-long sleep), so its peers' next collective waits out the timeout.
+long sleep), so its peers' next collective waits out the timeout. ``--late-rank R --late S``:
+rank R reaches its second step S seconds after the others. ``--tiny``: the model is one
+``Linear(4, 1)`` (fewer gradient values than three ranks: gloo then closes a timed-out rank's
+connections to its peers).
 """
 
 from __future__ import annotations
@@ -44,13 +47,19 @@ def main() -> None:
     parser.add_argument("--slow-finish", type=float, default=0.0)
     parser.add_argument("--slow-rank", type=int, default=1)
     parser.add_argument("--stall-rank", type=int, default=None)
+    parser.add_argument("--late-rank", type=int, default=None)
+    parser.add_argument("--late", type=float, default=0.0)
+    parser.add_argument("--tiny", action="store_true")
     args = parser.parse_args()
     if args.skip_setup is not None and int(os.environ.get("RANK", "0")) == args.skip_setup:
         return
     if args.slow_exit:  # registered before setup's own handler, so it runs after the group left
         atexit.register(time.sleep, args.slow_exit)
     torch.manual_seed(int(os.environ.get("RANK", "0")))  # rank 0's weights win at setup
-    model = fl.FlowBuilder(nn.Linear(4, 8)).through(nn.Tanh()).through(nn.Linear(8, 1)).build()
+    if args.tiny:
+        model = fl.FlowBuilder(nn.Linear(4, 1)).build()
+    else:
+        model = fl.FlowBuilder(nn.Linear(4, 8)).through(nn.Tanh()).through(nn.Linear(8, 1)).build()
     fl.Trainer.setup(
         model,
         None,
@@ -74,6 +83,8 @@ def main() -> None:
             model.step()
             if rank == args.stall_rank:
                 time.sleep(300)
+            if rank == args.late_rank and model.training_step == 1:
+                time.sleep(args.late)
             if rank == args.fail_rank:
                 raise RuntimeError(f"rank {rank} fails on purpose")
     if rank == args.fail_before_finish:

@@ -538,6 +538,7 @@ LATE_OR_STUCK_RANK = """
 import os, sys, time, pathlib, torch, flodl as fl
 from torch import nn
 mode, who, meet = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3])
+late = sys.argv[4] if len(sys.argv) > 4 else None  # a rank 3 s late into the stuck step
 rank = os.environ["RANK"]
 # The ranks reach setup together (three interpreters importing torch on a loaded machine can be
 # further apart than the 5 s timeout), but for the one late on purpose.
@@ -553,12 +554,16 @@ for step in range(3):
     model(torch.ones(2, 4)).sum().backward()
     if mode == "stuck" and step == 1 and rank == who:
         time.sleep(300)  # alive, but stuck in its own code: never reaches the next averaging
+    if step == 1 and rank == late:
+        time.sleep(3)
     model.step()
 model.finish()
 """
 
 
-def under_torchrun_three_ranks(tmp_path, mode: str, who: str) -> tuple[str, float]:
+def under_torchrun_three_ranks(
+    tmp_path, mode: str, who: str, late: str | None = None
+) -> tuple[str, float]:
     """LATE_OR_STUCK_RANK under torchrun (3 ranks): it fails; its stderr, and how long it took.
     Nothing is left behind."""
     from tests.conftest import clean_env
@@ -570,7 +575,8 @@ def under_torchrun_three_ranks(tmp_path, mode: str, who: str) -> tuple[str, floa
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     started = time.monotonic()
     result = subprocess.run(
-        [*launcher, "--nproc-per-node", "3", str(script), mode, who, str(meet)],
+        [*launcher, "--nproc-per-node", "3", str(script), mode, who, str(meet)]
+        + ([late] if late else []),
         capture_output=True,
         text=True,
         timeout=120,
@@ -603,6 +609,25 @@ def test_under_torchrun_the_ranks_waiting_on_a_stuck_rank_name_it(tmp_path, stuc
     assert named and {n for n, _ in named} == {stuck}, stderr[-4000:]
     assert stuck not in {r for _, r in named}
     assert took < 100  # 5 s timeout + 5 s grace, not 300 s of stall
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_under_torchrun_a_rank_whose_peer_timed_out_first_still_names_the_stuck_rank(tmp_path):
+    # Rank 0 reaches the averaging 3 s after rank 1; rank 2 never does. Rank 1 times out first
+    # and gloo closes its connections: rank 0 gets "Connection closed by peer" before its own
+    # timeout. It finds rank 1's timeout in the store and joins the diagnosis, instead of
+    # leaving with gloo's error (the launcher then ended rank 1 before it named anyone).
+    stderr, took = under_torchrun_three_ranks(tmp_path, "stuck", "2", late="0")
+    named = re.findall(
+        r"TrainingError: a collective waited 5 s \(Trainer.setup's timeout\) for rank (\d), "
+        r"which never reached it .*; rank (\d) stops here",
+        stderr,
+    )
+    # Rank 0 joined the diagnosis at once (its key in the store): rank 1, or rank 0 when the
+    # launcher did not end it first, names rank 2 alone.
+    assert named and {n for n, _ in named} == {"2"}, stderr[-4000:]
+    assert took < 100
 
 
 @pytest.mark.slow

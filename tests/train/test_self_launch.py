@@ -307,6 +307,23 @@ def test_of_three_ranks_only_the_stuck_one_is_named_not_every_running_one(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.multiproc
+def test_a_stuck_rank_is_named_when_a_peer_timed_out_first_and_closed_rank_0s_connection(tmp_path):
+    # Rank 0 reaches the collective 3 s after rank 1; rank 2 never does. Rank 1 times out first
+    # and gloo closes its connections, so rank 0 sees "Connection closed by peer" 3 s before its
+    # own timeout. It finds rank 1's timeout in the store and joins the diagnosis: rank 2 is
+    # named, not rank 1 as "failed" (which waited on rank 0 too, and named ranks 0 and 2).
+    stuck = (
+        "TrainingError: a collective waited 10 s (Trainer.setup's timeout) for rank 2 (started "
+        "by this process): running, but not taking part"
+    )
+    flags = ("--timeout", "10", "--stall-rank", "2", "--late-rank", "0", "--late", "3")
+    flags += ("--tiny",)  # fewer gradient values than ranks: gloo closes the timed-out pairs
+    stderr = fails_saying(tmp_path, *flags, says=[stuck], within=60, ranks=3)
+    assert "rank 1 (started by this process)" not in stderr
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
 def test_a_rank_that_never_reaches_setup_is_reported_without_waiting(tmp_path):
     started = time.monotonic()
     result = run(JOB, str(tmp_path), "--devices", "cpu,cpu", "--skip-setup", "1")
