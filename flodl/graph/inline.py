@@ -32,11 +32,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import _VF, nn
+from torch import nn
 from torch.nn import functional
 
 from flodl._torch_release import TORCH_RELEASE
 from flodl.nn.select import Select
+
+# The kernels ``forward`` reaches through ``torch._VF``, a module whose ``__getattr__`` (a Python
+# frame, about 1.4 us) hands out these same functions: read from the class itself instead.
+_VF = torch._C._VariableFunctions
 
 # ``{m}``: the expression reaching the layer; ``{x}``: its input (a local). ``_q`` and ``_qb``
 # are the generated forward's scratch locals (bound by ``:=``): the layer (for Linear, its
@@ -240,6 +244,28 @@ def rnn(module: Any, x: Any) -> Any:
 
 # torch's own tests for its attention fast path, so the written-out call decides as it does
 _mha_module = nn.modules.activation
+_OUT_PROJ = nn.modules.linear.NonDynamicallyQuantizableLinear
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
+def _parameters(module: nn.Module, names: tuple[str, str], exact: bool) -> tuple[Any, Any]:
+    """``module.<name>`` for both names, as ``forward`` reads them: from ``_parameters``, where
+    ``nn.Module.__getattr__`` finds them, when ``exact`` (the module is of torch's own class,
+    which declares no attribute of those names) and both are registered there; else as
+    attributes (an adapter's property, a tensor set again after ``del``). The dict read skips
+    ``__getattr__``'s Python frame, about 1 us a read."""
+    params = module._parameters
+    first, second = names
+    if exact and first in params and second in params:
+        return params[first], params[second]
+    return getattr(module, first), getattr(module, second)
+
+
+def _on_fast_path_devices(tensors: tuple[Any, ...]) -> bool:
+    """``all(map(_check_arg_device, tensors))`` without making a device object for a CPU or
+    CUDA tensor (``is_cpu``/``is_cuda`` say what ``device.type`` would)."""
+    check = _mha_module._check_arg_device
+    return all(t is None or t.is_cpu or t.is_cuda or check(t) for t in tensors)
 
 
 def attention(
@@ -274,18 +300,29 @@ def attention(
         and torch.backends.mha.get_fastpath_enabled()
         and not torch.is_autocast_enabled()
     ):
-        # then the tensors, read as forward reads them (attributes): an adapter may wrap
-        # ``out_proj`` in a module whose ``weight`` is a property over the layer it wraps
-        weight, bias, out_proj = module.in_proj_weight, module.in_proj_bias, module.out_proj
-        tensors = (query, key, value, weight, bias, out_proj.weight, out_proj.bias)
+        # then the tensors, read as forward reads them: an adapter may wrap ``out_proj`` in a
+        # module whose ``weight`` is a property over the layer it wraps
+        weight, bias = _parameters(module, ("in_proj_weight", "in_proj_bias"), True)
+        out_proj = module._modules.get("out_proj")
+        if out_proj is None:
+            out_proj = module.out_proj
+        exact = type(out_proj) is _OUT_PROJ
+        tensors = (
+            query,
+            key,
+            value,
+            weight,
+            bias,
+            *_parameters(out_proj, ("weight", "bias"), exact),
+        )
         if (
             weight is not None
             and bias is not None
             and query.dtype == weight.dtype == bias.dtype
             and not torch.overrides.has_torch_function(tensors)
-            and all(map(_mha_module._check_arg_device, tensors))
+            and _on_fast_path_devices(tensors)
             and not (torch.is_grad_enabled() and any(map(_mha_module._arg_requires_grad, tensors)))
-            and not _mha_module._is_make_fx_tracing()
+            and (_dispatch_modes() == 0 or not _mha_module._is_make_fx_tracing())
         ):
             return torch._native_multi_head_attention(
                 query,

@@ -502,6 +502,25 @@ def test_written_out_attention_reads_its_projections_as_forward_does():
             assert torch.equal(a, b)
 
 
+def test_written_out_attention_reads_weights_set_again_as_plain_tensors_as_forward_does():
+    # MAML-style code deletes a parameter and sets a plain tensor in its place: the tensor is
+    # an attribute then, not in ``_parameters``, and the fused call must use it as forward does.
+    torch.manual_seed(0)
+    attn = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    graph = _attention_graph(attn, "self")
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        before = graph(x, memory=None, mask=None)  # planned and run with the parameters
+        in_proj = attn.in_proj_weight.detach() * 2
+        out_weight = attn.out_proj.weight.detach() + 1
+        del attn.in_proj_weight, attn.out_proj.weight
+        attn.in_proj_weight, attn.out_proj.weight = in_proj, out_weight
+        got = graph(x, memory=None, mask=None)
+        want = attn.forward(x, x, x)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert not torch.equal(got[0], before[0])  # the new tensors were used
+
+
 def test_attention_is_written_out_only_for_calls_that_bind_to_its_forward():
     attn = nn.MultiheadAttention(8, 2, batch_first=True)
     assert inline.call(attn, 1, ["key", "value"]) == "_mha"
