@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 from tests.conftest import REPO_ROOT, clean_env
 
@@ -25,6 +26,7 @@ from tests.conftest import REPO_ROOT, clean_env
         ("gpu.py", "gpu", 11, ("ratio", "a_a_ratio")),
         ("graph_build.py", "graph_build", 12, ("build_ms", "ms_per_1000")),
         ("encoder_overhead.py", "encoder_overhead", 6, ("ratio", "a_a_ratio")),
+        ("straight_line.py", "straight_line", 22, ("floor", "ratio", "replay_ms")),
     ],
 )
 def test_benchmark_smoke_run_writes_a_complete_report(tmp_path, script, stem, rows, ratios):
@@ -138,3 +140,57 @@ def test_the_small_tier_builds_every_model_bit_exact_and_reports_apart(tmp_path)
     report = json.loads((tmp_path / "graph_overhead_small.json").read_text())
     assert len(report["rows"]) == 22
     assert "Small tier" in (tmp_path / "graph_overhead_small.md").read_text()
+
+
+def straight_line():
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import straight_line
+
+    return straight_line
+
+
+def test_a_model_replayed_as_straight_line_calls_makes_its_calls_on_its_own_parameters():
+    # The floor's replay: one call per outermost torch call (F.linear, F.gelu, F.layer_norm),
+    # on the model's parameters themselves, so an optimizer step moves the replay too.
+    sl = straight_line()
+    model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.LayerNorm(8))
+    x = torch.randn(2, 4)
+    replay = sl.record(model, x)
+    assert replay.calls == 3
+    assert torch.equal(replay(x), model(x))
+    replay(x).sum().backward()
+    torch.optim.SGD(model.parameters(), lr=0.5).step()
+    after = replay(torch.ones(2, 4))
+    assert torch.equal(after, model(torch.ones(2, 4)))
+
+
+def test_the_replay_of_attention_in_inference_takes_the_fused_path_the_model_takes():
+    # Recording would make MultiheadAttention leave its fused inference path (a torch-function
+    # mode counts as an override): the replay must make the calls the unrecorded model makes.
+    sl = straight_line()
+    attn = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+
+    class SelfAttention(nn.Module):
+        def forward(self, x):
+            return attn(x, x, x, need_weights=False)[0]
+
+    x = torch.randn(1, 5, 8)
+    with torch.no_grad():
+        line = sl.replayed(SelfAttention(), x, train=False)
+    recorded = [getattr(f, "__name__", "") for f, *_ in line.replay.recorded[0].calls]
+    assert "_native_multi_head_attention" in recorded, recorded
+
+
+def test_a_model_whose_output_no_recorded_call_made_is_refused():
+    sl = straight_line()
+
+    class Cached(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.answer = torch.zeros(3)
+
+        def forward(self, x):
+            return self.answer
+
+    with pytest.raises(ValueError, match="not a tensor its recorded calls made"):
+        sl.record(Cached(), torch.ones(3))
