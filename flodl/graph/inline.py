@@ -245,6 +245,7 @@ def rnn(module: Any, x: Any) -> Any:
 # torch's own tests for its attention fast path, so the written-out call decides as it does
 _mha_module = nn.modules.activation
 _OUT_PROJ = nn.modules.linear.NonDynamicallyQuantizableLinear
+_MHA = nn.MultiheadAttention
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
@@ -259,6 +260,14 @@ def _parameters(module: nn.Module, names: tuple[str, str], exact: bool) -> tuple
     if exact and first in params and second in params:
         return params[first], params[second]
     return getattr(module, first), getattr(module, second)
+
+
+def _children(module: nn.Module, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """``module.<name>`` for each submodule name, as ``forward`` reads them: from ``_modules``,
+    where ``nn.Module.__getattr__`` finds them (``module`` is of torch's own class, which
+    declares no attribute of those names); as an attribute when not registered there."""
+    found = module._modules
+    return tuple(found[n] if n in found else getattr(module, n) for n in names)
 
 
 def _on_fast_path_devices(tensors: tuple[Any, ...]) -> bool:
@@ -388,10 +397,11 @@ def encoder_layer(
         and src.dim() == 3
         and torch.backends.mha.get_fastpath_enabled()
     ):
-        attn, norm1, norm2 = module.self_attn, module.norm1, module.norm2
+        attn, norm1, norm2 = _children(module, ("self_attn", "norm1", "norm2"))
+        in_proj = _parameters(attn, ("in_proj_weight", "in_proj_bias"), type(attn) is _MHA)
         if (
             attn.batch_first
-            and attn.in_proj_bias is not None
+            and in_proj[1] is not None
             and attn._qkv_same_embed_dim
             and module.activation_relu_or_gelu
             and norm1.eps == norm2.eps
@@ -399,22 +409,17 @@ def encoder_layer(
             and not torch.is_autocast_enabled()
             and not _forward_hooked(module)
         ):
-            # then the tensors, read as forward reads them (attributes)
-            linear1, linear2, out_proj = module.linear1, module.linear2, attn.out_proj
+            # then the tensors, read as forward reads them (see _parameters)
+            linear1, linear2 = _children(module, ("linear1", "linear2"))
+            (out_proj,) = _children(attn, ("out_proj",)) if type(attn) is _MHA else (attn.out_proj,)
             tensors = (
                 src,
-                attn.in_proj_weight,
-                attn.in_proj_bias,
-                out_proj.weight,
-                out_proj.bias,
-                norm1.weight,
-                norm1.bias,
-                norm2.weight,
-                norm2.bias,
-                linear1.weight,
-                linear1.bias,
-                linear2.weight,
-                linear2.bias,
+                *in_proj,
+                *_parameters(out_proj, ("weight", "bias"), type(out_proj) is _OUT_PROJ),
+                *_parameters(norm1, ("weight", "bias"), type(norm1) is nn.LayerNorm),
+                *_parameters(norm2, ("weight", "bias"), type(norm2) is nn.LayerNorm),
+                *_parameters(linear1, ("weight", "bias"), type(linear1) is nn.Linear),
+                *_parameters(linear2, ("weight", "bias"), type(linear2) is nn.Linear),
             )
             devices = (
                 *_ENCODER_DEVICES,
@@ -422,7 +427,12 @@ def encoder_layer(
             )
             if (
                 not torch.overrides.has_torch_function(tensors)
-                and all(t.device.type in devices for t in tensors)
+                # is_cpu/is_cuda first: what device.type would say, without a device object
+                # (a missing tensor still fails on .device, as forward fails)
+                and all(
+                    (t is not None and (t.is_cpu or t.is_cuda)) or t.device.type in devices
+                    for t in tensors
+                )
                 and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
             ):
                 return torch._transformer_encoder_layer_fwd(

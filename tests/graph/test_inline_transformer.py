@@ -357,6 +357,23 @@ def test_a_norm_without_weights_fails_in_forward_as_it_does_alone():
     assert str(want.value) in str(got.value)
 
 
+def test_weights_set_again_as_plain_tensors_are_used_as_forward_uses_them():
+    # MAML-style code deletes a parameter and sets a plain tensor in its place: an attribute
+    # then, not in ``_parameters``; the fused call must read it as forward does.
+    torch.manual_seed(0)
+    layer = _layer().eval()
+    graph = fl.FlowBuilder(layer).build()
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        before = graph(x)
+        weight, bias = layer.linear1.weight.detach() * 2, layer.norm2.bias.detach() + 1
+        del layer.linear1.weight, layer.norm2.bias
+        layer.linear1.weight, layer.norm2.bias = weight, bias
+        got, want = graph(x), layer.forward(x)
+    assert torch.equal(got, want)
+    assert not torch.equal(got, before)  # the new tensors were used
+
+
 def test_a_causal_hint_without_a_mask_runs_the_stacks_forward():
     """The stack passes ``is_causal=True`` on to its layers, whose attention refuses it without
     a mask (outside the fast path): forward's own error, from forward."""
