@@ -118,7 +118,9 @@ class TrainingMethods:
         ``checkpoint_every=k``: rank 0 saves ``<directory>/checkpoint-<epochs done>.fdl`` after
         every ``k``-th epoch's loop body. Under ``torchrun --max-restarts`` it also saves the
         optimizer state and training step, and a restarted job starts from the next epoch of
-        the newest checkpoint, its model and optimizer restored on every rank."""
+        the newest checkpoint, its model and optimizer restored on every rank; restarted at
+        another world size (an elastic job that lost a node), the training step is rescaled to
+        the new world's steps per epoch (``len`` of the loader set before this call)."""
         return self._session("epochs()").epochs(
             self,  # type: ignore[arg-type]
             num_epochs,

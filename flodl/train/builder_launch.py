@@ -670,4 +670,7 @@ def _release(
 def run_local(
     spec: TrainSpec, device: str, on_epoch: Callable[[EpochMetrics], None]
 ) -> TrainedState:
-    return run_single(spec, torch.device(device), on_epoch)
+    """One rank on one device; under ``torchrun --max-restarts`` with a world of one (one rank
+    asked for, or an elastic job shrunk to one node) it resumes as a launched run does."""
+    token, resume = _resume_point(spec)
+    return run_single(spec, torch.device(device), on_epoch, resume=resume, resume_token=token)

@@ -46,7 +46,7 @@ from flodl.train.messages import (
 )
 from flodl.train.metrics import EpochMetrics, MetricsMsg, RankEvents, aggregate_epoch_metrics
 from flodl.train.process_group import init_spawned_group, is_timeout, leave_group
-from flodl.train.resume import ResumableCheckpoint, ResumePoint, load_model
+from flodl.train.resume import ResumableCheckpoint, ResumePoint, load_model, rescale_lr
 from flodl.train.train_spec import TrainSpec
 from flodl.train.trained_state import TrainedState
 from flodl.train.transport import (
@@ -99,8 +99,6 @@ def _build(
         raise TrainerConfigError(
             f"optim_factory must return a torch.optim.Optimizer, got {type(optimizer).__name__}"
         )
-    if resume is not None and resume.optimizer is not None:
-        optimizer.load_state_dict(resume.optimizer)  # rank 0's state, on every rank
     scale = (
         1.0 + (world - 1) * spec.lr_scale_ratio if world > 1 and spec.lr_scale_ratio > 0 else 1.0
     )
@@ -125,7 +123,14 @@ def _build(
         collective=collective,
         sample_resources=spec.monitor_resources and world > 1,
     )
+    if resume is not None and resume.optimizer is not None:
+        # Rank 0's state, on every rank; loaded after the Worker applied this world's lr_scale
+        # to the factory's rates, since the saved rates already include a scale.
+        optimizer.load_state_dict(resume.optimizer)
+        if worker.local.scheduler is None:
+            rescale_lr(optimizer, resume, scale)
     if resume is not None:  # the scheduler goes on from the global step of the checkpoint
+        # The global step counts every rank's batches: the same at any world size.
         worker.global_step = worker.ctx.global_step = resume.global_step
     return worker
 
@@ -218,28 +223,40 @@ def built_scheduler(spec: TrainSpec, world: int) -> Any:
 
 
 def run_single(
-    spec: TrainSpec, device: torch.device, on_epoch: Callable[[EpochMetrics], None]
+    spec: TrainSpec,
+    device: torch.device,
+    on_epoch: Callable[[EpochMetrics], None],
+    *,
+    resume: ResumePoint | None = None,
+    resume_token: str | None = None,
 ) -> TrainedState:
     """The one-device path: synchronous, in the calling thread; every epoch is the whole dataset.
-    The calling thread's step context is put back afterwards."""
+    The calling thread's step context is put back afterwards. ``resume`` and ``resume_token``
+    as in :func:`rank_main` (a ``torchrun`` job of one rank)."""
     callers = step_context.installed()
     try:
-        return _run_single(spec, device, on_epoch)
+        return _run_single(spec, device, on_epoch, resume, resume_token)
     finally:
         step_context.install(callers)
 
 
 def _run_single(
-    spec: TrainSpec, device: torch.device, on_epoch: Callable[[EpochMetrics], None]
+    spec: TrainSpec,
+    device: torch.device,
+    on_epoch: Callable[[EpochMetrics], None],
+    resume: ResumePoint | None,
+    resume_token: str | None,
 ) -> TrainedState:
-    worker = _build(spec, 0, 1, device)
+    worker = _build(spec, 0, 1, device, resume=resume)
+    if resume_token is not None and isinstance(worker.checkpoint_fn, SaveFdl):
+        worker.checkpoint_fn = ResumableCheckpoint(worker.checkpoint_fn, worker, resume_token)
     n = worker.dataset_size
     if n < worker.batch_size:
         raise TrainerConfigError(
             f"the dataset has {n} samples, fewer than one batch of {worker.batch_size}: every "
             "epoch would have 0 batches — use a smaller batch_size"
         )
-    for epoch in range(spec.epochs()):
+    for epoch in range(resume.version if resume is not None else 0, spec.epochs()):
         msg = worker.run_plan(EpochPlan(epoch, 0, n))
         assert msg is not None
         metrics = aggregate_epoch_metrics(epoch, [msg], 1)
@@ -247,9 +264,9 @@ def _run_single(
         if (
             spec.checkpoint_every
             and (epoch + 1) % spec.checkpoint_every == 0
-            and spec.checkpoint_fn
+            and worker.checkpoint_fn
         ):
-            save_version(spec.checkpoint_fn, epoch + 1, worker.model)
+            save_version(worker.checkpoint_fn, epoch + 1, worker.model)
     flush_checkpoints()
     return TrainedState(
         [p.cpu().clone() for p in worker.params()], [b.cpu().clone() for b in worker.buffers()]

@@ -43,8 +43,10 @@ from flodl.train.process_group import (
     under_launcher,
 )
 from flodl.train.resume import (
+    ResumePoint,
     job_token,
     load_model,
+    rescale_lr,
     restart_attempt,
     restarts_allowed,
     resume_point,
@@ -470,8 +472,8 @@ class GraphSession:
     ) -> Iterator[int]:
         """``0 .. num_epochs-1``, checkpointing every ``checkpoint_every`` epochs (rank 0, after
         the loop's body of the epoch ran); after a ``torchrun`` restart, from the next epoch of
-        the newest checkpoint of this job, with its model, optimizer state and training step
-        (see :mod:`flodl.train.resume`)."""
+        the newest checkpoint of this job, with its model, optimizer state and training step,
+        rescaled when the world size changed (see :mod:`flodl.train.resume`)."""
         num_epochs = integer("num_epochs", num_epochs, least=1)
         if checkpoint_every is not None:
             checkpoint_every = integer("checkpoint_every", checkpoint_every, least=1)
@@ -490,7 +492,16 @@ class GraphSession:
                 def write(version: int, model: nn.Module, token: str | None = token) -> None:
                     save(version, model)
                     if token is not None:
-                        write_state(save, version, self.training_step, self.optimizer, token)
+                        write_state(
+                            save,
+                            version,
+                            self.training_step,
+                            self.optimizer,
+                            token,
+                            world=self.world_size,
+                            lr_scale=self.lr_scale,
+                            steps_per_epoch=self._steps_per_epoch(),
+                        )
 
                 save_version(write, version, graph)  # logs a failure; training goes on
         flush_checkpoints()
@@ -513,8 +524,60 @@ class GraphSession:
             broadcast_from_rank_zero(list(graph.parameters()) + list(graph.buffers()), self.group)
         if self.optimizer is not None and point.optimizer is not None:
             self.optimizer.load_state_dict(point.optimizer)  # rank 0's state, on every rank
-        self.training_step = point.global_step
+            if self.scheduler is None:
+                rescale_lr(self.optimizer, point, self.lr_scale)
+        self.training_step = self._resumed_step(point)
         return point.version
+
+    def _steps_per_epoch(self) -> int | None:
+        """Each rank's optimizer steps per epoch, when known: one per batch of the loader given
+        to ``model.set_data_loader`` (its shard, or the whole epoch the auto-balancer slices);
+        None without one, or with El Che, whose per-rank counts follow the ranks' speeds."""
+        if self.loader is None or self.cadence is not None:
+            return None
+        return len(self.loader)
+
+    def _resumed_step(self, point: ResumePoint) -> int:
+        """The checkpoint's training step, rescaled when the world changed since it was written:
+        a rank's steps per epoch depend on the world size, and a step-based scheduler must stand
+        where it would in an uninterrupted run at this size (same fraction of the run done)."""
+        step = point.global_step
+        if point.world is None or point.world == self.world_size:
+            return step
+        then, now = point.steps_per_epoch, self._steps_per_epoch()
+        if then and now:
+            rescaled = round(step * now / then)
+            if self.rank == 0:
+                log.warning(
+                    "restart %d: the checkpoint was written by a world of %d, this run has %d: "
+                    "training step %d (%d per epoch) becomes %d (%d per epoch at this size)",
+                    restart_attempt(),
+                    point.world,
+                    self.world_size,
+                    step,
+                    then,
+                    rescaled,
+                    now,
+                )
+            return rescaled
+        if self.rank == 0:
+            log.warning(
+                "restart %d: the checkpoint was written by a world of %d, this run has %d, and "
+                "its steps per epoch at either size are unknown (%s): the training step stays "
+                "%d, so a step-based scheduler is off by about %d/%d from here on",
+                restart_attempt(),
+                point.world,
+                self.world_size,
+                "El Che sets per-rank counts"
+                if self.cadence is not None
+                else "no model.set_data_loader before model.epochs"
+                if self.loader is None
+                else "the checkpoint did not record them",
+                step,
+                point.world,
+                self.world_size,
+            )
+        return step
 
     def epoch(self, epoch: int) -> Any:
         if self.loader is None:

@@ -9,6 +9,23 @@ optimizer state and the job's token. The token is fresh for each job (attempt 0 
 used the same directory. On a restart (``TORCHELASTIC_RESTART_COUNT`` > 0) rank 0 finds the
 newest version whose two files are both complete and carry the job's token; every rank then
 starts from that model and optimizer state at the next epoch.
+
+The restarted attempt may have another world size than the one that wrote the checkpoint (an
+elastic job, ``torchrun --nnodes=MIN:MAX``, that lost or gained a node). The state file records
+the world it was written at, so what depends on it is carried over, not copied:
+
+- the model and rank 0's optimizer state go to every rank of the new world (in lockstep every
+  rank holds the same optimizer state, so rank 0's is every rank's);
+- the learning rate: Builder mode's ``lr_scale_ratio`` scales it by ``1 + (world - 1) × ratio``;
+  the saved rate is brought to the new world's scale (else it would be scaled twice);
+- the step: Builder mode's global step counts every rank's batches, the same at any world size.
+  Graph mode's training step counts each rank's optimizer steps, whose number per epoch depends
+  on the world; it is rescaled to the new world's steps per epoch (the length of the loader given
+  to ``model.set_data_loader``), so a step-based scheduler stands where it would in an
+  uninterrupted run at the new size. Without that loader the count per epoch is unknown: the
+  step is kept, with a warning;
+- the data: every rank's shard is cut afresh for the new world, so each epoch still covers the
+  dataset once; El Che's batch counts and the auto-balancer's ratios are measured afresh.
 """
 
 from __future__ import annotations
@@ -17,6 +34,7 @@ import io
 import os
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,9 +97,22 @@ class ResumePoint:
     global_step: int
     model_path: str
     optimizer: dict[str, Any] | None
+    world: int | None = None  # the world size that wrote it (None: not recorded)
+    lr_scale: float | None = None  # the rate multiplier the saved optimizer's rates include
+    steps_per_epoch: int | None = None  # Graph mode: each rank's steps per epoch, when known
 
 
-def write_state(save: SaveFdl, version: int, global_step: int, optimizer: Any, token: str) -> None:
+def write_state(
+    save: SaveFdl,
+    version: int,
+    global_step: int,
+    optimizer: Any,
+    token: str,
+    *,
+    world: int,
+    lr_scale: float = 1.0,
+    steps_per_epoch: int | None = None,
+) -> None:
     """The training state of checkpoint ``version``, next to its model file (atomic).
 
     Synchronous: ``torch.save`` serialises the optimizer's live tensors now, at this version.
@@ -91,6 +122,9 @@ def write_state(save: SaveFdl, version: int, global_step: int, optimizer: Any, t
         "global_step": global_step,
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "token": token,
+        "world": world,
+        "lr_scale": lr_scale,
+        "steps_per_epoch": steps_per_epoch,
     }
     buffer = io.BytesIO()
     torch.save(state, buffer)
@@ -114,7 +148,15 @@ class ResumableCheckpoint:
         if worker.max_batches is not None:  # a smoke run's shorter epochs
             per_epoch = min(per_epoch, worker.max_batches * worker.world)
         # Where the scheduler stands when epoch `version` starts in an uninterrupted run.
-        write_state(self.inner, version, version * per_epoch, worker.optimizer, self.token)
+        write_state(
+            self.inner,
+            version,
+            version * per_epoch,
+            worker.optimizer,
+            self.token,
+            world=worker.world,
+            lr_scale=worker.local.lr_scale,
+        )
 
 
 def find_resume(save: SaveFdl, token: str | None, epochs: int) -> ResumePoint | None:
@@ -139,9 +181,19 @@ def find_resume(save: SaveFdl, token: str | None, epochs: int) -> ResumePoint | 
         if state.get("token") != token:
             continue  # an earlier job's file in the same directory
         return ResumePoint(
-            version, int(state["global_step"]), str(model_path), state.get("optimizer")
+            version,
+            int(state["global_step"]),
+            str(model_path),
+            state.get("optimizer"),
+            _optional(state.get("world"), int),
+            _optional(state.get("lr_scale"), float),
+            _optional(state.get("steps_per_epoch"), int),
         )
     return None
+
+
+def _optional(value: Any, kind: Callable[[Any], Any]) -> Any:
+    return None if value is None else kind(value)
 
 
 def resume_point(save: SaveFdl, token: str | None, epochs: int) -> ResumePoint | None:
@@ -157,14 +209,25 @@ def resume_point(save: SaveFdl, token: str | None, epochs: int) -> ResumePoint |
         )
     else:
         log.warning(
-            "restart %d: resuming from %s (epoch %d of %d, step %d)",
+            "restart %d: resuming from %s (epoch %d of %d, step %d%s)",
             restart_attempt(),
             point.model_path,
             point.version,
             epochs,
             point.global_step,
+            f", written by a world of {point.world}" if point.world is not None else "",
         )
     return point
+
+
+def rescale_lr(optimizer: torch.optim.Optimizer, point: ResumePoint, lr_scale: float) -> None:
+    """After ``optimizer.load_state_dict(point.optimizer)`` in a run without a scheduler: the
+    saved rates include the scale of the world that wrote them; bring them to ``lr_scale``, this
+    run's (a scheduler sets the rates itself at every step)."""
+    if point.lr_scale is None or point.lr_scale == lr_scale:
+        return
+    for group in optimizer.param_groups:
+        group["lr"] = float(group["lr"]) * lr_scale / point.lr_scale
 
 
 def load_model(model: torch.nn.Module, path: str) -> None:

@@ -48,12 +48,14 @@ class Jobs:
         self.env: dict[str, str] = {}  # added to every job's environment
         self.deadline = time.monotonic() + LIMIT_S
 
-    def start(self, *torchrun_args: str, job_args: list[str], log: Path) -> subprocess.Popen:
+    def start(
+        self, *torchrun_args: str, job_args: list[str], log: Path, **env: str
+    ) -> subprocess.Popen:
         proc = subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", *torchrun_args, JOB, *job_args],
             stdout=log.open("w"),
             stderr=subprocess.STDOUT,
-            env=clean_env(OMP_NUM_THREADS="1", **self.env),
+            env=clean_env(OMP_NUM_THREADS="1", **self.env, **env),
             start_new_session=True,
         )
         self.procs.append(proc)
@@ -196,7 +198,7 @@ def test_graph_mode_resumes_to_the_parameters_of_the_uninterrupted_run(jobs, tmp
     leftovers.check()  # nothing left by the killed rank, its restart or the whole run
     assert sorted(restarted) == [(0, 1), (1, 1)]
     assert (
-        "checkpoint-0002.fdl (epoch 2 of 4, step 32)"
+        "checkpoint-0002.fdl (epoch 2 of 4, step 32, written by a world of 2)"
         in (tmp_path / "restarted" / "torchrun.log").read_text()
     )
     resumed, reference = restarted[0, 1], whole[0, 0]
@@ -230,3 +232,67 @@ def one_and_two_nodes(jobs, tmp_path: Path, mode: str):
     # Node 1's only rank is global rank 1 but local rank 0, on a node of one rank.
     assert multi[1, 0]["local_rank"] == 0 and multi[1, 0]["world"] == 2
     return single, multi
+
+
+def two_nodes_then_one(jobs: Jobs, out: Path, *job_args: str) -> tuple[dict, str]:
+    """An elastic job (``--nnodes 1:2``, ``--max-restarts 1``) of two loopback nodes, one rank
+    each; the rank on node 1 dies with its torchrun agent in the middle of epoch 2, so node 0's
+    agent restarts its rank in a world of one. Node 0 hosts the rendezvous (it must outlive the
+    kill). Returns what the ranks wrote and node 0's log."""
+    out.mkdir()
+    endpoint = f"127.0.0.1:{free_port()}"
+    run_id = uuid.uuid4().hex[:8]
+    started = []
+    for node in (0, 1):
+        log = out / f"node{node}.log"
+        args = [
+            *("--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "1"),
+            *("--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id),
+            # Both nodes join the first round (it closes as soon as both are in); the restart's
+            # round closes with node 0 alone once no other node joined for last_call_timeout.
+            *("--rdzv-conf", f"last_call_timeout=10,is_host={'true' if node == 0 else 'false'}"),
+        ]
+        job = ["--out", str(out), "--checkpoints", str(out / "ck"), *job_args]
+        job += ["--kill-epoch", "2", "--kill-node"]
+        proc = jobs.start(*args, job_args=job, log=log, DOOMED_NODE=str(node))
+        started.append((proc, log))
+    survivor, log = started[0]
+    jobs.wait(survivor, log)
+    started[1][0].wait(timeout=10)  # killed in epoch 2
+    assert (out / "killed").is_file()
+    return results(out), log.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+@pytest.mark.timeout(150)
+def test_graph_mode_resumed_by_a_smaller_world_rescales_its_step_and_covers_the_data(
+    jobs, tmp_path
+):
+    found, log = two_nodes_then_one(jobs, tmp_path / "elastic", "--mode", "graph")
+    resumed = [r for (_, attempt), r in found.items() if attempt == 1]
+    assert len(resumed) == 1 and resumed[0]["world"] == 1
+    resumed = resumed[0]
+    assert "checkpoint-0002.fdl (epoch 2 of 4, step 32, written by a world of 2)" in log
+    assert resumed["epochs"] == [2, 3]
+    # Two epochs at a world of 2 are 2 x 16 steps per rank; at a world of 1 an epoch is 32
+    # steps, so the step (and any step-based schedule) stands where an uninterrupted run of one
+    # rank stands after two epochs, and ends where it ends.
+    assert "training step 32 (16 per epoch) becomes 64 (32 per epoch at this size)" in log
+    assert resumed["first_steps"] == [64, 96] and resumed["steps"] == 4 * 512 // 16
+    # The lone rank's shard is the whole dataset: every sample once per epoch.
+    assert [sorted(s) for s in resumed["seen"]] == [list(range(512))] * 2
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+@pytest.mark.timeout(150)
+def test_builder_mode_resumed_by_a_world_of_one_goes_on_from_the_checkpoint(jobs, tmp_path):
+    found, log = two_nodes_then_one(jobs, tmp_path / "elastic", "--mode", "builder")
+    resumed = [r for (_, attempt), r in found.items() if attempt == 1]
+    assert len(resumed) == 1 and resumed[0]["world"] == 1
+    # A world of one runs Builder mode's single-device path: it resumes too, not from epoch 0.
+    assert "checkpoint-0002.fdl (epoch 2 of 4, step 64, written by a world of 2)" in log
+    assert resumed[0]["epochs"] == [2, 3]
+    ck = tmp_path / "elastic" / "ck"
+    assert (ck / "checkpoint-0004.fdl").is_file() and (ck / "checkpoint-0004.train.pt").is_file()

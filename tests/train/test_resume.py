@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
@@ -18,6 +20,7 @@ from flodl.train.resume import (
     job_token,
     load_model,
     restarts_allowed,
+    write_state,
 )
 
 
@@ -29,6 +32,7 @@ class FakeWorker:
         model(torch.ones(2, 3)).sum().backward()
         self.optimizer.step()  # some Adam state to save
         self.dataset_size, self.batch_size, self.world, self.max_batches = 100, 10, 2, None
+        self.local = SimpleNamespace(lr_scale=1.0)
 
 
 def attempt(monkeypatch, n: int, run_id: str = "job") -> None:
@@ -166,3 +170,100 @@ def test_graph_epochs_resumes_a_restarted_job_on_one_device(tmp_path, monkeypatc
 def test_graph_epochs_rejects_bad_arguments(kwargs, message):
     with pytest.raises(TrainerConfigError, match=message):
         list(graph_model().epochs(**kwargs))
+
+
+def builder_on_one_device(tmp_path, epochs: int, lrs: list[float] | None = None):
+    """A Builder run on one CPU, checkpointing every epoch; ``lrs`` gets the rate each epoch
+    trained at."""
+    from tests.train import toy
+
+    def record(epoch: int, worker) -> None:
+        if lrs is not None:
+            lrs.append(worker.optimizer.param_groups[0]["lr"])
+
+    return (
+        fl.Trainer.builder(toy.make_model, toy.make_sgd, toy.mse_step)
+        .dataset(toy.regression_data(64))
+        .batch_size(16)
+        .num_epochs(epochs)
+        .devices(["cpu"])
+        .epoch_fn(record)
+        .checkpoint_every(1, directory=str(tmp_path))
+    )
+
+
+def test_a_builder_job_of_one_rank_resumes_its_restart(tmp_path, monkeypatch):
+    # torchrun --nproc-per-node 1 --max-restarts N, or an elastic job shrunk to one node: a
+    # world of one runs the single-device path, which must resume as a launched world does.
+    attempt(monkeypatch, 0)
+    first = builder_on_one_device(tmp_path, 2).run()
+    first.join()
+    assert [m.epoch for m in first.history] == [0, 1]
+    assert (tmp_path / "checkpoint-0002.train.pt").is_file()
+    (tmp_path / "checkpoint-0002.fdl").unlink()  # "killed" before checkpoint 2 was complete
+    attempt(monkeypatch, 1)
+    restarted = builder_on_one_device(tmp_path, 3).run()
+    restarted.join()
+    assert [m.epoch for m in restarted.history] == [1, 2]
+    point = find_resume(SaveFdl(str(tmp_path)), job_token(SaveFdl(str(tmp_path))), epochs=4)
+    assert point is not None and (point.version, point.world) == (3, 1)
+    assert point.global_step == 3 * 64 // 16
+
+
+def test_a_builder_resume_takes_the_learning_rate_at_this_worlds_scale(tmp_path, monkeypatch):
+    # A checkpoint of a world of 2 with lr_scale_ratio(0.5) saved rates 1.5 x the factory's;
+    # a world of one trains at the factory's rate (scale 1), not at the saved one.
+    from tests.train import toy
+
+    attempt(monkeypatch, 0)
+    save = SaveFdl(str(tmp_path), background=False)
+    token = job_token(save)
+    assert token is not None
+    model = toy.make_model("cpu")
+    optimizer = toy.make_sgd(model.parameters())
+    optimizer.param_groups[0]["lr"] = 0.05 * 1.5
+    save(1, model)
+    write_state(save, 1, 4, optimizer, token, world=2, lr_scale=1.5)
+    attempt(monkeypatch, 1)
+    lrs: list[float] = []
+    builder_on_one_device(tmp_path, 2, lrs).lr_scale_ratio(0.5).run().join()
+    assert lrs == [pytest.approx(0.05)]
+
+
+def graph_resumed(tmp_path, monkeypatch, *, world: int, steps_per_epoch: int | None, loader: bool):
+    """A Graph-mode restart (one rank) from a checkpoint a world of ``world`` wrote after 2
+    epochs of ``steps_per_epoch`` steps each (16 when not recorded)."""
+    attempt(monkeypatch, 0)
+    save = SaveFdl(str(tmp_path), background=False)
+    token = job_token(save)
+    assert token is not None
+    model = graph_model()
+    save(2, model)
+    per_epoch = steps_per_epoch or 16
+    write_state(save, 2, 2 * per_epoch, None, token, world=world, steps_per_epoch=steps_per_epoch)
+    attempt(monkeypatch, 1)
+    restarted = graph_model()
+    if loader:  # 64 samples in batches of 2: 32 steps per epoch for one rank
+        data = fl.data.DataLoader.from_tensors(torch.ones(64, 3), torch.ones(64, 1))
+        restarted.set_data_loader(data.batch_size(2))
+    epochs = restarted.epochs(4, checkpoint_every=1, directory=str(tmp_path))
+    assert next(epochs) == 2
+    return restarted.training_step
+
+
+def test_graph_mode_rescales_the_step_of_a_checkpoint_another_world_wrote(tmp_path, monkeypatch):
+    # Written by 2 ranks of 16 steps per epoch; one rank runs 32 per epoch: after 2 epochs an
+    # uninterrupted run of one rank stands at step 64, and so does a step-based schedule.
+    assert graph_resumed(tmp_path, monkeypatch, world=2, steps_per_epoch=16, loader=True) == 64
+
+
+def test_graph_mode_keeps_the_step_when_a_world_change_cannot_be_measured(
+    tmp_path, monkeypatch, caplog
+):
+    assert graph_resumed(tmp_path, monkeypatch, world=2, steps_per_epoch=16, loader=False) == 32
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "written by a world of 2, this run has 1" in said and "stays 32" in said
+
+
+def test_graph_mode_keeps_the_step_of_a_checkpoint_of_the_same_world(tmp_path, monkeypatch):
+    assert graph_resumed(tmp_path, monkeypatch, world=1, steps_per_epoch=32, loader=True) == 64

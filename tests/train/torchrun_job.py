@@ -1,6 +1,7 @@
 """A training script as a user writes it, run by the multi-node and restart tests under ``torchrun``.
 
     torchrun ... tests/train/torchrun_job.py --mode builder|graph --out DIR [--kill-epoch E]
+                                             [--kill-node]
 
 Every rank writes ``DIR/rank<R>-attempt<A>.json``: what it trained (loss per epoch, final loss on the
 whole dataset, the parameters) and which attempt it was. ``--kill-epoch E`` makes rank 1 of the first
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 from pathlib import Path
 
 import torch
@@ -43,9 +45,17 @@ ARGS: dict[str, str] = {}  # the kill settings, for the train step (set by main,
 
 
 def maybe_die(epoch: int) -> None:
-    """Rank 1 of the first attempt exits hard halfway through ``--kill-epoch``, once."""
+    """Rank 1 of the first attempt exits hard halfway through ``--kill-epoch``, once. With
+    ``--kill-node`` the rank on the node whose torchrun has ``DOOMED_NODE=1`` in its environment
+    dies instead (whichever rank the rendezvous gave it), and takes its torchrun agent with it:
+    an elastic job (``--nnodes 1:2``) goes on with the nodes left, at a smaller world."""
     kill = ARGS.get("kill_epoch")
-    if kill is None or epoch != int(kill) or os.environ.get("RANK") != "1":
+    if kill is None or epoch != int(kill):
+        return
+    if ARGS.get("kill_node"):
+        if os.environ.get("DOOMED_NODE") != "1":
+            return
+    elif os.environ.get("RANK") != "1":
         return
     if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         return
@@ -54,7 +64,9 @@ def maybe_die(epoch: int) -> None:
         return
     ARGS["batches_in_kill_epoch"] = str(int(ARGS.get("batches_in_kill_epoch", "0")) + 1)
     if int(ARGS["batches_in_kill_epoch"]) >= 4:  # mid-epoch: some batches of it are done
-        marker.write_text(f"rank 1 died in epoch {epoch}\n")
+        marker.write_text(f"rank {os.environ.get('RANK')} died in epoch {epoch}\n")
+        if ARGS.get("kill_node"):  # the agent first, so nothing on that node restarts it
+            os.kill(os.getppid(), signal.SIGKILL)
         os._exit(17)
 
 
@@ -101,18 +113,24 @@ def run_graph(args: argparse.Namespace) -> dict:
     )
     fl.Trainer.setup(model, None, make_optimizer)
     x, y = make_data()
-    model.set_data_loader(fl.data.DataLoader.from_tensors(x, y).batch_size(BATCH))
+    ids = torch.arange(SAMPLES)  # which samples each rank trained on, epoch by epoch
+    model.set_data_loader(fl.data.DataLoader.from_tensors(x, y, ids).batch_size(BATCH))
     checkpoints = {"checkpoint_every": 1, "directory": args.checkpoints} if args.checkpoints else {}
-    trained = []
+    trained, first_steps, seen = [], [], []
     for epoch in model.epochs(args.epochs, **checkpoints):  # after a restart: from the checkpoint
-        for inputs, targets in model.epoch(epoch):
+        first_steps.append(model.training_step)
+        seen.append([])
+        for inputs, targets, batch_ids in model.epoch(epoch):
             maybe_die(epoch)
             nn.functional.mse_loss(model(inputs), targets).backward()
             model.step()
+            seen[-1].extend(batch_ids.tolist())
         trained.append(epoch)
     model.finish()
     return {
         "epochs": trained,
+        "first_steps": first_steps,
+        "seen": seen,
         "steps": model.training_step,
         "final_loss": full_loss(model),
         "params": [p.detach().flatten().tolist() for p in model.parameters()],
@@ -126,10 +144,13 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--checkpoints", default=None)
     parser.add_argument("--kill-epoch", type=int, default=None)
+    parser.add_argument("--kill-node", action="store_true")
     args = parser.parse_args()
     ARGS["out"] = args.out
     if args.kill_epoch is not None:
         ARGS["kill_epoch"] = str(args.kill_epoch)
+    if args.kill_node:
+        ARGS["kill_node"] = "1"
     torch.set_num_threads(1)
     result = run_builder(args) if args.mode == "builder" else run_graph(args)
     rank = os.environ.get("RANK", "0")
