@@ -509,9 +509,12 @@ class GraphSession:
     def _resume(self, graph: nn.Module, save: SaveFdl, token: str | None, epochs: int) -> int:
         """The first epoch to train: 0, or after a restart the one after the newest checkpoint
         of this job, whose model and optimizer state rank 0 reads and every rank then takes."""
-        if restart_attempt() == 0 or not restarts_allowed():
+        if not restarts_allowed():
             return 0
-        point = resume_point(save, token, epochs) if self.rank == 0 else None
+        # Rank 0 decides for all: an elastic job's ranks may count restarts differently (a node
+        # that joined starts at 0), and every rank must take the broadcast below alike.
+        first = self.rank == 0 and restart_attempt() == 0
+        point = resume_point(save, token, epochs) if self.rank == 0 and not first else None
         box: list[Any] = [point]
         if self.is_distributed:
             dist.broadcast_object_list(box, src=0, group=self.group)

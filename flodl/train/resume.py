@@ -77,16 +77,38 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 def job_token(save: SaveFdl) -> str | None:
-    """This job's token: a fresh one on attempt 0 (written for later attempts), else the written one."""
+    """This job's token: a fresh one on attempt 0 (written for later attempts, with the launcher's
+    run id), else the written one.
+
+    torchrun does not count a restart for a change of an elastic job's membership (a node joined
+    ``--nnodes MIN:MAX``): its ranks start again as attempt 0, which flodl cannot tell from a new
+    job. When the directory already holds a token of the same run id, a warning says that
+    training starts again at epoch 0 and why."""
     path = Path(save.directory) / TOKEN_FILE
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
     if restart_attempt() == 0:
+        try:
+            earlier = path.read_text().splitlines()
+        except OSError:
+            earlier = []
+        if run and len(earlier) > 1 and earlier[1] == run:
+            log.warning(
+                "attempt 0 of run id %s, but %s already holds checkpoints of a job of that run "
+                "id: training starts at epoch 0, and they are not resumed. torchrun restarts "
+                "an elastic job as attempt 0 when a node joins it, which flodl cannot tell from "
+                "a new job; only restarts after a failure (or a node lost) resume. A new job "
+                "needs its own --rdzv-id",
+                run,
+                save.directory,
+            )
         token = uuid.uuid4().hex
-        _write_atomically(path, f"{token}\n".encode())
+        _write_atomically(path, f"{token}\n{run}\n".encode())
         return token
     try:
-        return path.read_text().strip() or None
+        lines = path.read_text().splitlines()
     except OSError:
         return None
+    return (lines[0].strip() or None) if lines else None
 
 
 @dataclass

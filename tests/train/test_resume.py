@@ -55,7 +55,7 @@ def test_a_restart_resumes_the_newest_complete_checkpoint_of_this_job(tmp_path, 
     save = SaveFdl(str(tmp_path), background=False)
     attempt(monkeypatch, 0)
     token = job_token(save)
-    assert token and (tmp_path / "resume-token").read_text().strip() == token
+    assert token and (tmp_path / "resume-token").read_text().splitlines() == [token, "job"]
     save_versions(save, token, [1, 2, 3])
     save.path(3).unlink()  # version 3 died before its model file was written
     attempt(monkeypatch, 1)
@@ -267,3 +267,22 @@ def test_graph_mode_keeps_the_step_when_a_world_change_cannot_be_measured(
 
 def test_graph_mode_keeps_the_step_of_a_checkpoint_of_the_same_world(tmp_path, monkeypatch):
     assert graph_resumed(tmp_path, monkeypatch, world=1, steps_per_epoch=32, loader=True) == 64
+
+
+def test_attempt_0_of_a_run_id_already_in_the_directory_says_it_starts_over(
+    tmp_path, monkeypatch, caplog
+):
+    # A node joining an elastic job restarts its ranks as attempt 0: flodl cannot resume it, and
+    # says so instead of starting again at epoch 0 in silence.
+    save = SaveFdl(str(tmp_path), background=False)
+    attempt(monkeypatch, 0, "elastic")
+    first = job_token(save)
+    assert not [r for r in caplog.records if "run id" in r.getMessage()]
+    attempt(monkeypatch, 0, "elastic")
+    assert job_token(save) != first
+    said = [r.getMessage() for r in caplog.records if "run id elastic" in r.getMessage()]
+    assert said and "training starts at epoch 0" in said[0] and "node joins" in said[0]
+    attempt(monkeypatch, 0, "another")  # a new job of its own run id: nothing to say
+    caplog.clear()
+    job_token(save)
+    assert not [r for r in caplog.records if "run id" in r.getMessage()]
