@@ -270,6 +270,15 @@ def _children(module: nn.Module, names: tuple[str, ...]) -> tuple[Any, ...]:
     return tuple(found[n] if n in found else getattr(module, n) for n in names)
 
 
+def _on_devices(tensors: tuple[Any, ...], types: tuple[str, ...]) -> bool:
+    """``all(t.device.type in types for t in tensors)`` without making a device object for a CPU
+    or CUDA tensor (``types`` holds both). A missing tensor still fails on ``.device``, as the
+    encoder layer's ``forward`` fails."""
+    return all(
+        (t is not None and (t.is_cpu or t.is_cuda)) or t.device.type in types for t in tensors
+    )
+
+
 def _on_fast_path_devices(tensors: tuple[Any, ...]) -> bool:
     """``all(map(_check_arg_device, tensors))`` without making a device object for a CPU or
     CUDA tensor (``is_cpu``/``is_cuda`` say what ``device.type`` would)."""
@@ -427,12 +436,7 @@ def encoder_layer(
             )
             if (
                 not torch.overrides.has_torch_function(tensors)
-                # is_cpu/is_cuda first: what device.type would say, without a device object
-                # (a missing tensor still fails on .device, as forward fails)
-                and all(
-                    (t is not None and (t.is_cpu or t.is_cuda)) or t.device.type in devices
-                    for t in tensors
-                )
+                and _on_devices(tensors, devices)
                 and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
             ):
                 return torch._transformer_encoder_layer_fwd(
