@@ -584,6 +584,16 @@ def summary(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def chosen_models(parser: Any, models: str) -> list[str]:
+    """The comma-separated ``--models`` value as names of this suite; an unknown one is the
+    parser's usage error."""
+    names = models.split(",")
+    unknown = [m for m in names if m not in MODEL_NAMES]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {MODEL_NAMES}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = timing_parser(__doc__.splitlines()[0])
     parser.add_argument(
@@ -594,10 +604,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     parser.add_argument("--models", default=",".join(MODEL_NAMES))
     args = timing_options(argv, parser)
-    names = args.models.split(",")
-    unknown = [m for m in names if m not in MODEL_NAMES]
-    if unknown:
-        parser.error(f"unknown model(s) {unknown}; choose from {MODEL_NAMES}")
+    names = chosen_models(parser, args.models)
     torch.set_num_threads(1)
     models = suite(smoke=args.smoke, small=args.small)
     runs: list[list[dict[str, Any]]] = []

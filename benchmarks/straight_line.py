@@ -51,7 +51,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from graph_overhead import MODEL_NAMES, Model, forward_only, suite, train_step
+from graph_overhead import MODEL_NAMES, Model, chosen_models, forward_only, suite, train_step
 from harness import interleaved, ratio, timing_options, timing_parser, write_report
 
 _LITERALS = (bool, int, str, type(None))
@@ -222,10 +222,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--small", action="store_true", help="graph_overhead's small tier")
     parser.add_argument("--models", default=",".join(MODEL_NAMES))
     args = timing_options(argv, parser)
-    names = args.models.split(",")
-    unknown = [m for m in names if m not in MODEL_NAMES]
-    if unknown:
-        parser.error(f"unknown model(s) {unknown}; choose from {MODEL_NAMES}")
+    names = chosen_models(parser, args.models)
     torch.set_num_threads(1)
     models = suite(smoke=args.smoke, small=args.small)
     rows: list[dict[str, Any]] = []
