@@ -54,22 +54,38 @@ def task_project(tmp_path) -> Path:
     return tmp_path
 
 
-def start(project: Path, command: str) -> tuple[subprocess.Popen[str], list[int]]:
+def launch(project: Path, argv: list[str]) -> tuple[subprocess.Popen[str], list[int]]:
+    """``argv`` started in ``project`` in a session of its own (only what the test signals gets
+    the signal), once the task has written its pids; killed if it never does."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fdl", command],
+        argv,
         cwd=project,
         env=clean_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # fdl is not in the test's group: only fdl gets the signal
+        start_new_session=True,
     )
-    deadline = time.monotonic() + 60
-    while not (project / "pids").exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the task never started"
-        time.sleep(0.05)
+    try:
+        deadline = time.monotonic() + 60
+        while not (project / "pids").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the task never started"
+            time.sleep(0.05)
+    except BaseException:
+        kill_alive([proc.pid])
+        raise
     return proc, [int(p) for p in (project / "pids").read_text().split()]
+
+
+def start(project: Path, command: str) -> tuple[subprocess.Popen[str], list[int]]:
+    return launch(project, [sys.executable, "-m", "fdl", command])
+
+
+def kill_alive(pids: list[int]) -> None:
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def alive(pid: int) -> bool:
@@ -87,9 +103,7 @@ def stop(proc: subprocess.Popen[str], pids: list[int], signum: int, timeout: flo
         os.kill(proc.pid, signum)  # to fdl only, as `kill PID` or a CI timeout does
         return proc.wait(timeout=timeout)
     finally:
-        for pid in (proc.pid, *pids):
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill_alive([proc.pid, *pids])
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -129,31 +143,16 @@ def test_sigint_reaches_a_task_of_a_background_fdl_started_by_sh(task_project):
     # sh without job control starts `fdl work &` with SIGINT ignored; the task must not inherit
     # that, or the forwarded SIGINT does nothing and fdl kills the task after the grace (137).
     script = f'"{sys.executable}" -m fdl work & echo $! > fdl.pid; wait $!; echo "rc=$?"'
-    shell = subprocess.Popen(
-        ["sh", "-c", script],
-        cwd=task_project, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
-    )  # fmt: skip
-    pids: list[int] = []
+    shell, pids = launch(task_project, ["sh", "-c", script])
     try:
-        deadline = time.monotonic() + 60
-        while not (task_project / "pids").exists():
-            assert shell.poll() is None, shell.communicate()
-            assert time.monotonic() < deadline, "the task never started"
-            time.sleep(0.05)
-        pids = [
-            int((task_project / "fdl.pid").read_text()),
-            *map(int, (task_project / "pids").read_text().split()),
-        ]
+        pids.insert(0, int((task_project / "fdl.pid").read_text()))  # fdl, started by sh
         began = time.monotonic()
         os.kill(pids[0], signal.SIGINT)  # to fdl only, as `kill -INT $!` does
         out, _ = shell.communicate(timeout=GRACE_S + 30)
         assert time.monotonic() - began < GRACE_S / 2  # not killed after the grace period
         assert "grandchild: interrupted" in out and "rc=130" in out
     finally:
-        for pid in (shell.pid, *pids):
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill_alive([shell.pid, *pids])
 
 
 def test_sighup_ignored_by_a_nohup_fdl_is_not_forwarded_nor_a_reason_to_kill(task_project):
@@ -164,24 +163,11 @@ def test_sighup_ignored_by_a_nohup_fdl_is_not_forwarded_nor_a_reason_to_kill(tas
         "raise SystemExit(main())"
     )
     script = f"trap '' HUP; exec \"{sys.executable}\" -c '{run_fdl}' brief"
-    proc = subprocess.Popen(
-        ["sh", "-c", script],
-        cwd=task_project, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
-    )  # fmt: skip
-    pids: list[int] = []
+    proc, pids = launch(task_project, ["sh", "-c", script])
     try:
-        deadline = time.monotonic() + 60
-        while not (task_project / "pids").exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the task never started"
-            time.sleep(0.05)
-        pids = [int(p) for p in (task_project / "pids").read_text().split()]
         os.kill(proc.pid, signal.SIGHUP)  # to fdl only (sh exec'd it), as a closed session does
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, (proc.returncode, out, err)
         assert "after" in out  # the task ran to its end, its shell too
     finally:
-        for pid in (proc.pid, *pids):
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill_alive([proc.pid, *pids])
