@@ -45,7 +45,7 @@ from flodl.train.resume import (
 from flodl.train.self_launch import die_with_parent, existing_cuda_device
 from flodl.train.train_spec import TrainSpec
 from flodl.train.trained_state import TrainedState, TrainingError
-from flodl.train.transport import KeyStream, heartbeat_timeout, progress_key
+from flodl.train.transport import KeyStream, heartbeat_key, heartbeat_timeout, progress_key
 
 log = get_logger("flodl.train")
 
@@ -509,7 +509,7 @@ class Heartbeats:
         now = time.monotonic()
         found = []
         for r in ranks:
-            count = self._store.add(f"hb/{r}", 0)
+            count = self._store.add(heartbeat_key(r), 0)
             last, since = self._seen[r]
             if count != last:
                 self._seen[r] = (count, now)

@@ -45,7 +45,7 @@ from flodl.train.messages import (
     SyncAck,
 )
 from flodl.train.metrics import EpochMetrics, MetricsMsg, RankEvents, aggregate_epoch_metrics
-from flodl.train.process_group import init_spawned_group, is_timeout, leave_group
+from flodl.train.process_group import init_spawned_group, is_lost_peer, is_timeout, leave_group
 from flodl.train.resume import ResumableCheckpoint, ResumePoint, load_model, rescale_lr
 from flodl.train.train_spec import TrainSpec
 from flodl.train.trained_state import TrainedState
@@ -59,6 +59,7 @@ from flodl.train.transport import (
     client,
     heartbeat_timeout,
     ranks_behind,
+    still_beating,
 )
 from flodl.train.worker import FINAL_ROUND, Worker, forwarded_events
 
@@ -423,11 +424,16 @@ def _run_lockstep(
                 f"{heartbeat.silent_for():.0f} s and averaging with it failed ({err})",
                 rank=0,
             ) from None
-        elif err.__cause__ is not None and is_timeout(err.__cause__):
+        elif err.__cause__ is not None and (
+            is_timeout(err.__cause__) or is_lost_peer(err.__cause__)
+        ):
             # Alive (its heartbeat beats) but stuck short of this collective: name it, as the
-            # supervising process does for ranks it started.
-            behind = ranks_behind(store, world, run.syncs)
-            if behind:
+            # supervising process does for ranks it started. A lost peer is one too when the
+            # ranks behind still beat: gloo closes a timed-out rank's connections, so a rank
+            # that entered later sees them close before its own timeout. A crashed rank's
+            # heartbeat stops: then its closed connection is the error.
+            behind = [r for r in ranks_behind(store, world, run.syncs) if r != rank]
+            if behind and (is_timeout(err.__cause__) or still_beating(store, behind)):
                 raise naming_ranks(
                     behind,
                     f"{{ranks}} made no progress for {spec.timeout:.0f} s while its peers "

@@ -293,6 +293,27 @@ def progress_key(rank: int) -> str:
     return f"progress/{rank}"
 
 
+def heartbeat_key(rank: int) -> str:
+    return f"hb/{rank}"
+
+
+def still_beating(
+    store: dist.Store, ranks: list[int], within: float = 3 * HEARTBEAT_INTERVAL
+) -> bool:
+    """Whether every one of ``ranks`` bumped its heartbeat within ``within`` seconds: alive (if
+    stuck), not crashed. False when the store cannot tell."""
+    try:
+        first = {r: store.add(heartbeat_key(r), 0) for r in ranks}
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            if all(store.add(heartbeat_key(r), 0) != first[r] for r in ranks):
+                return True
+    except RuntimeError:  # the store is gone: nothing to tell
+        pass
+    return False
+
+
 def ranks_behind(store: dist.Store, world: int, entered: int) -> list[int]:
     """The ranks whose heartbeat says they entered fewer than ``entered`` collectives (the
     lockstep progress in ``progress/<rank>``): after a collective this rank entered as its
@@ -313,7 +334,7 @@ class Heartbeat:
 
     def __init__(self, host: str, port: int, rank: int) -> None:
         self._store = client(host, port, timeout=30)
-        self._key = f"hb/{rank}"
+        self._key = heartbeat_key(rank)
         self._progress_key = progress_key(rank)
         # Set by a rank in lockstep: what it has done so far (``LockstepRank.progress``), for
         # the supervising process to tell a rank its peers wait for from the waiting ones.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import traceback
 
 import flodl as fl
+from flodl.train.errors import CollectiveError
 from tests.train import toy
 from tests.train.launched import act_as_launched_rank
 
@@ -58,6 +59,7 @@ def frozen_rank0_scenario(
     policy: str = "CADENCE",
     backend: str = "CPU",
     step: str = "freezing_rank0_step",
+    model: str = "make_model",
 ) -> None:
     """Rank 0 freezes (SIGSTOP) mid-training under a launcher (or, with ``step``, another
     ``toy`` step stalls some rank); the ranks that report say what they saw."""
@@ -68,7 +70,7 @@ def frozen_rank0_scenario(
     started = time.monotonic()
     try:
         (
-            fl.Trainer.builder(toy.make_model, toy.make_sgd, getattr(toy, step))
+            fl.Trainer.builder(getattr(toy, model), toy.make_sgd, getattr(toy, step))
             .dataset(toy.regression_data())
             .batch_size(16)
             .num_epochs(3)
@@ -82,6 +84,8 @@ def frozen_rank0_scenario(
     except fl.TrainingError as err:
         out["training_error"] = str(err)
         out["error_rank"] = err.rank
+    except CollectiveError as err:
+        out["collective_error"] = str(err)
     except BaseException:
         out["error"] = traceback.format_exc()
     out["seconds"] = time.monotonic() - started

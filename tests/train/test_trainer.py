@@ -1132,6 +1132,53 @@ def test_under_a_launcher_a_stuck_rank_1_is_named_by_rank_0(policy, backend):
     assert out["seconds"] < 8 + 30
 
 
+@pytest.mark.multiproc
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_under_a_launcher_a_rank_whose_peer_timed_out_first_still_names_the_stuck_rank():
+    # Three ranks in lockstep: rank 2 hangs, rank 0 reaches the averaging 3 s after rank 1.
+    # Rank 1 times out first and gloo closes its connections, so rank 0 gets "Connection
+    # closed by peer" before its own timeout. Rank 2's heartbeat still beats: rank 0 names
+    # it too, instead of leaving with gloo's error (a launcher could end rank 1 before it
+    # reported, and nobody would name the stuck rank).
+    from tests.train import builder_ranks
+    from tests.train.launched import run_launched
+
+    scenario = functools.partial(
+        builder_ranks.frozen_rank0_scenario,
+        policy="SYNC",
+        backend="NCCL",
+        step="late_and_hanging_step",
+        model="make_scalar_model",
+    )
+    outs = run_launched(scenario, 3, timeout=120, reporting=2)
+    for out in outs:
+        assert "rank 2 made no progress for 8 s" in out["training_error"], out
+        assert out["error_rank"] == 2
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_under_a_launcher_a_peer_that_crashed_is_not_named_as_stuck():
+    # The same closed connection, from a rank that died (its heartbeat stopped): the survivor
+    # reports the lost peer (the launcher reports the crash), not a stuck rank.
+    from tests.train import builder_ranks
+    from tests.train.launched import run_launched
+
+    scenario = functools.partial(
+        builder_ranks.frozen_rank0_scenario,
+        policy="SYNC",
+        backend="NCCL",
+        step="late_crashing_step",
+        model="make_scalar_model",
+    )
+    (out,) = run_launched(scenario, 2, timeout=120, reporting=1)
+    assert "training_error" not in out, out
+    assert "a peer stopped" in out["collective_error"]
+    assert out["seconds"] < 8 + 30  # at once, not after the run's timeout
+
+
 def test_a_single_device_run_gives_the_callers_step_context_back():
     from flodl.train import step_context
 

@@ -28,6 +28,23 @@ def make_model(device) -> nn.Module:
     return nn.Linear(4, 1).to(device)
 
 
+class _Scale(nn.Module):
+    """One weight: ``x.sum(1) * w``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum(1, keepdim=True) * self.w
+
+
+def make_scalar_model(device) -> nn.Module:
+    """A model of one weight: fewer values to average than ranks (gloo then closes a timed-out
+    rank's connections to peers still waiting in the same all-reduce)."""
+    return _Scale().to(device)
+
+
 def make_model_with_buffer(device) -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)).to(device)
@@ -88,6 +105,26 @@ def hanging_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
     ctx = step_context.current()
     if ctx.rank == 1 and ctx.local_step == 3:
         time.sleep(3600)
+    return mse_step(model, batch)
+
+
+def late_crashing_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """Rank 1 dies at local step 3, after 2 s in it: its heartbeat has published its progress,
+    so its peers see it behind the collective they wait in, as they would a stuck rank."""
+    ctx = step_context.current()
+    if ctx.rank == 1 and ctx.local_step == 3:
+        time.sleep(2)
+        os._exit(17)
+    return mse_step(model, batch)
+
+
+def late_and_hanging_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """Rank 2 hangs at local step 3; rank 0 reaches that step's averaging 3 s after rank 1."""
+    ctx = step_context.current()
+    if ctx.local_step == 3 and ctx.rank == 2:
+        time.sleep(3600)
+    if ctx.local_step == 3 and ctx.rank == 0:
+        time.sleep(3)
     return mse_step(model, batch)
 
 
