@@ -27,8 +27,11 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist); the slowest tests are listed at the end.
+TEST_WORKERS ?= 2
+
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The suite under another torch release, in a venv of its own (.venv-torch-X.Y.Z), for a release
 # that CI (torch 2.13) does not run: flodl supports torch>=2.4. PyPI's Linux wheels are CUDA builds

@@ -28,6 +28,15 @@ pytest_plugins = ["tests.fixtures.machines"]
 _ENV_NOISE = ("NO_COLOR", "FORCE_COLOR", "FDL_ENV", "FLODL_VERBOSITY", "TERM", "COLUMNS", "CI")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``make test`` runs the suite on several workers (pytest-xdist, ``--dist loadgroup``). The
+    tests of a real Docker engine share one engine and the image names they build and remove,
+    so they run on one worker, one after another."""
+    for item in items:
+        if item.get_closest_marker("docker"):
+            item.add_marker(pytest.mark.xdist_group("docker"))
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The current environment minus fdl-relevant noise, with this checkout first on PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if k not in _ENV_NOISE}
