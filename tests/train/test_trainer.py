@@ -1132,6 +1132,24 @@ def test_under_a_launcher_a_stuck_rank_1_is_named_by_rank_0(policy, backend):
     assert out["seconds"] < 8 + 30
 
 
+def in_lockstep_on_one_weight(step: str, world: int, reporting: int) -> list[dict]:
+    """``world`` launched ranks of a Sync run over collectives (8 s timeout) with the ``toy``
+    ``step``, on a model of one weight: fewer values to average than ranks, where gloo closes a
+    timed-out rank's connections to the peers still waiting with it. The reports of the first
+    ``reporting`` ranks."""
+    from tests.train import builder_ranks
+    from tests.train.launched import run_launched
+
+    scenario = functools.partial(
+        builder_ranks.frozen_rank0_scenario,
+        policy="SYNC",
+        backend="NCCL",
+        step=step,
+        model="make_scalar_model",
+    )
+    return run_launched(scenario, world, timeout=120, reporting=reporting)
+
+
 @pytest.mark.multiproc
 @pytest.mark.slow
 @pytest.mark.timeout(240)
@@ -1141,17 +1159,7 @@ def test_under_a_launcher_a_rank_whose_peer_timed_out_first_still_names_the_stuc
     # closed by peer" before its own timeout. Rank 2's heartbeat still beats: rank 0 names
     # it too, instead of leaving with gloo's error (a launcher could end rank 1 before it
     # reported, and nobody would name the stuck rank).
-    from tests.train import builder_ranks
-    from tests.train.launched import run_launched
-
-    scenario = functools.partial(
-        builder_ranks.frozen_rank0_scenario,
-        policy="SYNC",
-        backend="NCCL",
-        step="late_and_hanging_step",
-        model="make_scalar_model",
-    )
-    outs = run_launched(scenario, 3, timeout=120, reporting=2)
+    outs = in_lockstep_on_one_weight("late_and_hanging_step", world=3, reporting=2)
     for out in outs:
         assert "rank 2 made no progress for 8 s" in out["training_error"], out
         assert out["error_rank"] == 2
@@ -1163,17 +1171,7 @@ def test_under_a_launcher_a_rank_whose_peer_timed_out_first_still_names_the_stuc
 def test_under_a_launcher_a_peer_that_crashed_is_not_named_as_stuck():
     # The same closed connection, from a rank that died (its heartbeat stopped): the survivor
     # reports the lost peer (the launcher reports the crash), not a stuck rank.
-    from tests.train import builder_ranks
-    from tests.train.launched import run_launched
-
-    scenario = functools.partial(
-        builder_ranks.frozen_rank0_scenario,
-        policy="SYNC",
-        backend="NCCL",
-        step="late_crashing_step",
-        model="make_scalar_model",
-    )
-    (out,) = run_launched(scenario, 2, timeout=120, reporting=1)
+    (out,) = in_lockstep_on_one_weight("late_crashing_step", world=2, reporting=1)
     assert "training_error" not in out, out
     assert "a peer stopped" in out["collective_error"]
     assert out["seconds"] < 8 + 30  # at once, not after the run's timeout
