@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -114,29 +115,35 @@ def one_node(jobs: Jobs, out: Path, *job_args: str, restarts: int = 0) -> dict:
     return results(out)
 
 
-def two_nodes(jobs: Jobs, out: Path, *job_args: str) -> dict:
-    """Two torchrun agents, one rank each, meeting at a c10d rendezvous on loopback."""
+def two_agents(
+    jobs: Jobs,
+    out: Path,
+    node_args: Callable[[int], list[str]],
+    job: list[str],
+    node_env: Callable[[int], dict[str, str]] = lambda node: {},
+) -> list[tuple[subprocess.Popen, Path]]:
+    """Start two torchrun agents (nodes 0 and 1, with ``node_args(node)`` and
+    ``node_env(node)``) meeting at a c10d rendezvous on loopback; each node's process and log
+    (``out/node<N>.log``)."""
     out.mkdir()
-    endpoint = f"127.0.0.1:{free_port()}"
-    run_id = uuid.uuid4().hex[:8]
+    rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
+    rendezvous += ["--rdzv-id", uuid.uuid4().hex[:8]]
     started = []
     for node in (0, 1):
         log = out / f"node{node}.log"
-        args = [
-            "--nnodes",
-            "2",
-            "--node-rank",
-            str(node),
-            "--nproc-per-node",
-            "1",
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            endpoint,
-            "--rdzv-id",
-            run_id,
-        ]
-        started.append((jobs.start(*args, job_args=["--out", str(out), *job_args], log=log), log))
+        proc = jobs.start(*node_args(node), *rendezvous, job_args=job, log=log, **node_env(node))
+        started.append((proc, log))
+    return started
+
+
+def two_nodes(jobs: Jobs, out: Path, *job_args: str) -> dict:
+    """Two torchrun agents, one rank each, meeting at a c10d rendezvous on loopback."""
+    started = two_agents(
+        jobs,
+        out,
+        lambda node: ["--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1"],
+        ["--out", str(out), *job_args],
+    )
     for proc, log in started:
         jobs.wait(proc, log)
     return results(out)
@@ -239,23 +246,19 @@ def two_nodes_then_one(jobs: Jobs, out: Path, *job_args: str) -> tuple[dict, str
     each; the rank on node 1 dies with its torchrun agent in the middle of epoch 2, so node 0's
     agent restarts its rank in a world of one. Node 0 hosts the rendezvous (it must outlive the
     kill). Returns what the ranks wrote and node 0's log."""
-    out.mkdir()
-    endpoint = f"127.0.0.1:{free_port()}"
-    run_id = uuid.uuid4().hex[:8]
-    started = []
-    for node in (0, 1):
-        log = out / f"node{node}.log"
-        args = [
+
+    def node_args(node: int) -> list[str]:
+        return [
             *("--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "1"),
-            *("--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id),
             # Both nodes join the first round (it closes as soon as both are in); the restart's
             # round closes with node 0 alone once no other node joined for last_call_timeout.
             *("--rdzv-conf", f"last_call_timeout=10,is_host={'true' if node == 0 else 'false'}"),
         ]
-        job = ["--out", str(out), "--checkpoints", str(out / "ck"), *job_args]
-        job += ["--kill-epoch", "2", "--kill-node"]
-        proc = jobs.start(*args, job_args=job, log=log, DOOMED_NODE=str(node))
-        started.append((proc, log))
+
+    job = ["--out", str(out), "--checkpoints", str(out / "ck"), *job_args]
+    job += ["--kill-epoch", "2", "--kill-node"]
+    # the rank on the node whose DOOMED_NODE is 1 kills its agent
+    started = two_agents(jobs, out, node_args, job, lambda node: {"DOOMED_NODE": str(node)})
     survivor, log = started[0]
     jobs.wait(survivor, log)
     started[1][0].wait(timeout=10)  # killed in epoch 2
