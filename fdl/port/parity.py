@@ -11,6 +11,7 @@ gradient path is checked, not only a plain sum.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,7 +163,11 @@ def check(
     """Run every example through both, in eval and train mode; the differences found."""
     params = list(original.parameters())
     extra = [p for p in graph.parameters() if all(p is not q for q in params)]
-    state = {k: v.detach().clone() for k, v in original.state_dict().items()}
+    saved = original.state_dict()
+    state = OrderedDict((k, v.detach().clone()) for k, v in saved.items())
+    # each module's version rides along: a layer whose _load_from_state_dict reads it
+    # (converting older checkpoints) refuses a state without
+    state._metadata = getattr(saved, "_metadata", None)  # type: ignore[attr-defined]
     parity = Parity()
     was_training = original.training
     try:

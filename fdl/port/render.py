@@ -257,7 +257,10 @@ def render(
     defs: list[str] = []
     if translation is not None:
         for name in translation.imports:
-            imports.add("import torch.nn.functional as F" if name == "F" else f"import {name}")
+            if name.startswith("from "):
+                imports.add(name)
+            else:
+                imports.add("import torch.nn.functional as F" if name == "F" else f"import {name}")
         if translation.needs_call:
             defs.append(CALL_HELPER.strip() + "\n")
         if translation.needs_shared:

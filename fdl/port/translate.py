@@ -14,13 +14,14 @@ when none fits, :class:`~fdl.port.errors.UnsupportedError` is raised and the cal
 from __future__ import annotations
 
 import builtins
+import importlib
 import inspect
 import keyword
 import operator
 import re
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 import torch
@@ -29,6 +30,11 @@ from torch import fx, nn
 from fdl.port.errors import UnsupportedError
 
 SEARCH_BUDGET = 20_000
+# why a step cannot be written on one particular stream (another layout may still fit)
+OFF_STREAM = "a tuple element read off the stream"
+NOT_ON_STREAM = "not on the stream"
+NOT_FIRST = "a module's first argument is not the stream"
+LAYOUT_REASONS = {OFF_STREAM, NOT_ON_STREAM, NOT_FIRST}
 
 
 # ---------------------------------------------------------------------------------- rendering
@@ -66,7 +72,22 @@ def qualname(fn: Any, imports: set[str]) -> str:
             return name
         imports.add(module)
         return f"{module}.{name}"
+    # a function of the script or of a library (a helper torch.fx was told to keep as one
+    # call): the port imports it from where it is defined
+    if isinstance(module, str) and module != "__main__" and name.isidentifier():
+        try:
+            owner = importlib.import_module(module)
+        except Exception:
+            owner = None
+        if owner is not None and getattr(owner, name, None) is fn:
+            imports.add(f"from {module} import {name}")
+            return name
     raise UnsupportedError(f"the function {module}.{name} has no name generated code can import")
+
+
+def imported_names(imports: set[str]) -> set[str]:
+    """The names ``from X import name`` lines bind."""
+    return {line.rsplit(" ", 1)[1] for line in imports if line.startswith("from ")}
 
 
 def literal(value: Any) -> str:
@@ -498,6 +519,9 @@ class Translator:
         names = dict(params)
         body = Expr(names, self.kinds, self.imports).call(node)
         body = unwrap(body)
+        callee = body.removesuffix(f"({params[0][1]})")
+        if len(params) == 1 and callee in imported_names(self.imports):
+            return callee  # an imported function applied to the stream is the step itself
         signature = ", ".join(n for _, n in params)
         key = f"({signature}): return {body}"
         if key in self.function_names:
@@ -505,11 +529,14 @@ class Translator:
         base = re.sub(r"\W+", "_", _target_name(node) or node.name).strip("_").lower() or "fn"
         if node.target is operator.getitem:
             base = "index"
+        elif node.target is builtins.getattr and isinstance(node.args[1], str):
+            base = node.args[1]  # x.logits: "logits", not a function shadowing getattr
         if base in INFIX_NAMES:
             base = INFIX_NAMES[base]
         base = base if not keyword.iskeyword(base) else f"{base}_"
         name, i = base, 1
-        while name in self.functions or name in TAKEN:
+        imported = imported_names(self.imports)
+        while name in self.functions or name in TAKEN or name in imported:
             i += 1
             name = f"{base}_{i}"
         self.functions[name] = f"def {name}({signature}):\n    return {body}\n"
@@ -524,19 +551,37 @@ class Translator:
             return self.module_step(op, stream)
         if node.target is operator.getitem and self.kinds.get(node.args[0]) == "tuple":
             if node.args[0] is not stream or isinstance(node.args[1], fx.Node):
-                raise UnsupportedError("a tuple element read off the stream")
+                raise UnsupportedError(OFF_STREAM)
             return Step(f"fl.nn.Select({literal(node.args[1])})", what=f"[{node.args[1]!r}]")
         if op.inputs == [stream]:
             module = torch_module(node)
             if module is not None:
                 return Step(module, random=random, what=_describe(node))
         if stream not in op.inputs:
-            raise UnsupportedError("not on the stream")
+            raise UnsupportedError(NOT_ON_STREAM)
         extras = [v for v in op.inputs if v is not stream]
         stream_name = "x" if all(self.tag_name(v) != "x" for v in extras) else "stream"
         params = [(stream, stream_name)] + [(v, self.tag_name(v)) for v in extras]
         name = self.function(node, params)
         return Step(name, True, [(None, v) for v in extras], random, _describe(node))
+
+    def obstacle(self) -> str:
+        """``: <the first operation no layout can write, and why>`` ('' when every operation
+        could be written on some stream, and only their arrangement failed)."""
+        for op in self.ops:
+            reason = ""
+            for stream in op.inputs:
+                try:
+                    self.step(op, stream)
+                    break
+                except UnsupportedError as exc:
+                    reason = str(exc)
+            else:
+                if reason not in LAYOUT_REASONS:
+                    if op.node.op == "call_module":  # the reason names self.<module>
+                        return f": {reason}"
+                    return f": {op.node.name} ({_describe(op.node)}): {reason}"
+        return ""
 
     def module_step(self, op: Op, stream: fx.Node) -> Step:
         node, module = op.node, op.module
@@ -545,28 +590,33 @@ class Translator:
         random = not _all_deterministic(module)
         what = f"self.{node.target}"
         args, kwargs = node.args, dict(node.kwargs)
-        if not args or args[0] is not stream:
-            raise UnsupportedError("a module's first argument is not the stream")
-        nodes_elsewhere = [a for a in args[1:] if isinstance(a, fx.Node)]
+        by_position = bool(args) and args[0] is stream
+        if not by_position and all(v is not stream for v in kwargs.values()):
+            raise UnsupportedError(NOT_FIRST)
+        nodes_elsewhere = [a for a in args if isinstance(a, fx.Node) and a is not stream]
         nodes_elsewhere += [v for v in kwargs.values() if isinstance(v, fx.Node)]
         if any(self.kinds.get(v) == "meta" for v in nodes_elsewhere):
             raise UnsupportedError(f"{what} is called with a value computed from a tensor's shape")
-        simple = all(isinstance(a, fx.Node) and a is not stream for a in args[1:]) and all(
-            isinstance(v, fx.Node) and v is not stream for v in kwargs.values()
+        simple = (
+            by_position
+            and all(isinstance(a, fx.Node) and a is not stream for a in args[1:])
+            and all(isinstance(v, fx.Node) and v is not stream for v in kwargs.values())
         )
         try:
-            params = list(inspect.signature(module.forward).parameters.values())
-            bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+            signature = inspect.signature(module.forward)
+            params = list(signature.parameters.values())
+            bound = signature.bind(*args, **kwargs).arguments
         except (TypeError, ValueError):
             if simple and not kwargs:
                 return Step(path, refs=[(None, a) for a in args[1:]], random=random, what=what)
             raise UnsupportedError(
                 f"{what} is called in a way its signature does not show"
             ) from None
-        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY) for p in params):
+        if any(p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY) for p in params):
             if simple and not kwargs:
                 return Step(path, refs=[(None, a) for a in args[1:]], random=random, what=what)
-            raise UnsupportedError(f"{what} takes *args/**kwargs or positional-only arguments")
+            raise UnsupportedError(f"{what} takes *args or positional-only arguments")
+        bound = _explicit_arguments(bound, signature)
         first = params[0].name
         stream_as = [k for k, v in bound.items() if v is stream]
         refs = [(k, v) for k, v in bound.items() if isinstance(v, fx.Node) and v is not stream]
@@ -806,7 +856,9 @@ class Translator:
         finally:
             sys.setrecursionlimit(limit)
         if found is None:
-            raise UnsupportedError("the data flow could not be laid out as builder calls")
+            raise UnsupportedError(
+                "the data flow could not be laid out as builder calls" + self.obstacle()
+            )
         aux = set(self.placeholders[1:])
         chain: list[str] = []
         for frag in found.frags:
@@ -851,11 +903,18 @@ class Translator:
             {"node": n.name, **self.report[n]} for n in self.gm.graph.nodes if n in self.report
         ]
         # the search may have written functions for layouts it then abandoned: keep the used ones
-        text = "\n".join(chain)
+        text = "\n".join([entry, *chain])
         used = {
             name: source
             for name, source in self.functions.items()
             if re.search(rf"(?<![\w\"'.]){re.escape(name)}(?![\w\"'])", text)
+        }
+        code = "\n".join([text, *used.values()])
+        imports = {
+            line
+            for line in self.imports
+            if not line.startswith("from ")
+            or re.search(rf"(?<![\w\"'.]){re.escape(line.rsplit(' ', 1)[1])}(?![\w\"'])", code)
         }
         return Translation(
             chain=chain,
@@ -863,7 +922,7 @@ class Translator:
             functions=list(used.values()),
             needs_call="Call(" in text,
             needs_shared=self.needs_shared,
-            imports=self.imports,
+            imports=imports,
             steps=steps,
             inputs=inputs,
         )
@@ -872,6 +931,32 @@ class Translator:
 INFIX_NAMES = {"add": "add", "iadd": "add", "truediv": "div", "getitem": "index"}
 TAKEN = {"build", "from_torch", "flow", "Call", "shared", "torch", "nn", "F", "fl", "math", "operator",
          "m", "x", "module"}  # fmt: skip
+
+
+def _explicit_arguments(bound: dict[str, Any], signature: inspect.Signature) -> dict[str, Any]:
+    """A call's arguments by name, ``**kwargs`` spread out, and without the constants that only
+    repeat a parameter's default (fx records ``attention_mask=None`` the caller passed or the
+    forward forwarded): ``model(input_ids)`` rather than ``model(input_ids, mask=None, ...)``."""
+    explicit: dict[str, Any] = {}
+    for name, value in bound.items():
+        param = signature.parameters[name]
+        if param.kind is param.VAR_KEYWORD:
+            explicit.update(value)
+        elif not _is_default(value, param.default):
+            explicit[name] = value
+    return explicit
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    if isinstance(value, fx.Node) or default is inspect.Parameter.empty:
+        return False
+    if value is default:
+        return True
+    return (
+        type(value) is type(default)
+        and isinstance(value, bool | int | float | str | tuple)
+        and value == default
+    )
 
 
 def _plain_function(node: fx.Node, kinds: dict[Any, str]) -> bool:
@@ -999,10 +1084,19 @@ def value_kinds(gm: fx.GraphModule, args: tuple[Any, ...]) -> dict[Any, str]:
 
 
 def _kind(value: Any) -> str:
+    """``tensor``; ``tuple``: a structure holding tensors (a tuple or list, a dict, a dataclass
+    such as transformers' ``ModelOutput``), whose parts later steps pick; ``meta``: anything else
+    (shapes, flags), computed inline where it is used."""
     if isinstance(value, torch.Tensor):
         return "tensor"
-    if isinstance(value, tuple | list) and any(
-        isinstance(v, torch.Tensor) or _kind(v) == "tuple" for v in value
-    ):
+    if isinstance(value, Mapping):
+        parts: Any = value.values()
+    elif is_dataclass(value) and not isinstance(value, type):
+        parts = [getattr(value, f.name) for f in fields(value)]
+    elif isinstance(value, tuple | list):
+        parts = value
+    else:
+        return "meta"
+    if any(isinstance(v, torch.Tensor) or _kind(v) == "tuple" for v in parts):
         return "tuple"
     return "meta"

@@ -105,6 +105,49 @@ CASES = {
         ["torch.randn(4, 8)"],
         ["fl.FlowBuilder(m).build()", "return from_torch(Halting(dim=dim))"],
     ),
+    "dataclass_output": (
+        "structured.py",
+        "Classifier",
+        ["torch.randn(2, 5, 8)"],
+        ["fl.FlowBuilder(m.encoder).through(index)", "return x.last_hidden_state[:, 0]",
+         "from structured import Encoder"],
+    ),
+    "dict_output": (
+        "structured.py",
+        "DictHead",
+        ["torch.randn(2, 5, 8)"],
+        ['.through(fl.nn.Select("pooled"))'],
+    ),
+    "kwargs_kept": (
+        "structured.py",
+        "Rescaled",
+        ["torch.randn(2, 5, 8)"],
+        ['Call(m.encoder, stream_as=("x",), scale=0.5, flag=True)', "return x.pooled"],
+    ),
+    "input_by_keyword": (
+        "structured.py",
+        "Tokens",
+        ["torch.randint(0, 20, (2, 5))"],
+        ["fl.FlowBuilder(m.embed).through(m.out)"],
+    ),
+    "wrapped_helper": (
+        "structured.py",
+        "Padded",
+        ["torch.randn(2, 7)"],
+        ["from structured import pad_to_even", "fl.FlowBuilder(pad_to_even).through(m.fc)"],
+    ),
+    "leading_expression": (
+        "structured.py",
+        "Scaled",
+        ["torch.randn(2, 4)"],
+        ["fl.FlowBuilder(sub).through(m.fc)", "return (x * 2) - 1"],
+    ),
+    "versioned_state": (
+        "structured.py",
+        "WithVersioned",
+        ["torch.randn(2, 4)"],
+        ["fl.FlowBuilder(m.block.fc).through(nn.ReLU()).through(m.out)"],
+    ),
 }  # fmt: skip
 
 
@@ -115,7 +158,7 @@ def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
     yield tmp_path
-    for name in [m.stem for m in MODELS.glob("*.py")] + ["_fdl_port_generated"]:
+    for name in [m.stem for m in MODELS.glob("*.py")] + ["_fdl_port_generated", "hf_models"]:
         sys.modules.pop(name, None)
 
 
@@ -186,6 +229,76 @@ def test_whole_forward_opaque_still_proves_parity(workdir):
     assert report.written and report.parity.exact and report.translated == []
     (opaque,) = report.opaque
     assert opaque.path == "" and opaque.location == "dynamic.py:40"
+
+
+def test_a_forward_no_layout_fits_names_the_operation_in_the_way(workdir):
+    report = port(
+        workdir / "structured.py", "Sized", None, ["torch.randn(2, 5, 6)"], workdir / "s.py"
+    )
+    assert report.written and report.parity.exact and report.translated == []
+    (opaque,) = report.opaque
+    assert opaque.reason == (
+        "not expressible as builder calls: the data flow could not be laid out as builder calls: "
+        "self.encoder is called with a value computed from a tensor's shape"
+    )
+
+
+HF_SCRIPT = """
+import torch
+from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+
+
+class TinyLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        config = GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=8,
+                            bos_token_id=0, eos_token_id=0)
+        self.lm = GPT2LMHeadModel(config)
+
+    def forward(self, ids):
+        return self.lm(ids).logits
+
+
+class TinyClassifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        config = BertConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
+                            intermediate_size=32, vocab_size=50, max_position_embeddings=8)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, ids):
+        return self.head(self.bert(ids).last_hidden_state[:, 0])
+"""
+
+
+@pytest.mark.parametrize(
+    ("cls", "kept", "ends"),
+    [
+        ("TinyLM", ["lm.transformer"], ["self.lm.transformer", "[...]", "self.lm.lm_head"]),
+        (
+            "TinyClassifier",
+            ["bert.embeddings", "bert.encoder.layer.0.attention.self"],
+            ["self.bert.encoder.layer.0.output.LayerNorm", "[...]", "self.head"],
+        ),
+    ],
+)
+def test_transformers_models_port_exactly_around_what_fx_cannot_trace(workdir, cls, kept, ends):
+    """transformers' models return ModelOutput dataclasses, take **kwargs and are called with
+    their defaults spelled out: the port picks fields off the output and keeps the rest."""
+    pytest.importorskip("transformers")
+    (workdir / "hf_models.py").write_text(HF_SCRIPT)
+    out = workdir / "hf_port.py"
+    report = port(workdir / "hf_models.py", cls, None, ["torch.randint(0, 50, (2, 6))"], out)
+    assert report.written and report.parity.exact, report.to_dict()
+    assert [o.path for o in report.opaque] == kept  # parts kept whole, never the model
+    assert [s["original"] for s in report.translated][-3:] == ends
+    original = getattr(sys.modules["hf_models"], cls)().eval()
+    graph = load(out).from_torch(original).eval()
+    ids = torch.randint(0, 50, (2, 6))
+    assert torch.equal(graph(ids), original(ids))
 
 
 def test_init_arguments_reach_the_model_and_build(workdir):
