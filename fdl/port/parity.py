@@ -147,7 +147,9 @@ def _side(
     grads: list[torch.Tensor | None]
     if terms and wanted:
         total = torch.stack(terms).sum()
-        grads = list(torch.autograd.grad(total, wanted, allow_unused=True))
+        # retained: a model may cache a tensor computed with grad for its next call (LeViT's
+        # attention biases in eval mode), and the other side's backward goes through it again
+        grads = list(torch.autograd.grad(total, wanted, allow_unused=True, retain_graph=True))
     else:
         grads = [None] * len(wanted)
     n = len(grad_inputs)

@@ -26,6 +26,7 @@ from typing import Any
 from fdl.port.errors import UnsupportedError
 from fdl.port.translate import (
     CALL_HELPER,
+    HELD_HELPER,
     NO_DEFAULT,
     SHARED_HELPER,
     Translation,
@@ -265,6 +266,8 @@ def render(
             defs.append(CALL_HELPER.strip() + "\n")
         if translation.needs_shared:
             defs.append(SHARED_HELPER.strip() + "\n")
+        if translation.needs_held:
+            defs.append(HELD_HELPER.strip() + "\n")
         defs += translation.functions
         calls = translation.chain
         if len(calls) <= CHAIN_LIMIT:

@@ -34,6 +34,7 @@ class Report:
     refused: str = ""
     unchanged: bool = False  # the output already held exactly this port: nothing to write
     fixed: dict[str, Any] = field(default_factory=dict)  # forward arguments frozen by the trace
+    note: str = ""  # a caveat the parity proof cannot cover (the translation's order note)
 
     @property
     def ok(self) -> bool:
@@ -52,6 +53,7 @@ class Report:
             "build": self.build,
             "fixed": {k: repr(v) for k, v in self.fixed.items()},
             "parity": self.parity.to_dict() if self.parity is not None else None,
+            **({"note": self.note} if self.note else {}),
             **({"refused": self.refused} if self.refused else {}),
         }
 
@@ -191,6 +193,7 @@ def port(
             translation = None
     report.opaque = opaque
     report.translated = translation.steps if translation is not None else []
+    report.note = translation.order_note if translation is not None else ""
     if translation is None and opaque_inputs:
         report.fixed = {}  # the model kept whole takes every argument itself
 
@@ -219,9 +222,11 @@ def port(
     if report.fixed:
         header.append("# Fixed while tracing (always these values; not inputs of the graph): " + ", ".join(
             f"{k}={v!r}" for k, v in report.fixed.items()))  # fmt: skip
+    if report.note:
+        header.append(f"# Note: {report.note}.")
     if opaque:
         header.append("# Opaque (kept whole): " + "; ".join(
-            f"{o.path or cls.__name__} ({o.location})" for o in opaque))  # fmt: skip
+            f"{label} ({o.location})" for label, o in opaque_groups(opaque)))  # fmt: skip
     text = render.render(
         translation,
         source,
@@ -322,14 +327,28 @@ def _build_problem(generated: Any, args: tuple, kwargs: dict, original: Any) -> 
     return ""
 
 
+def opaque_groups(opaque: list[Any]) -> list[tuple[str, Any]]:
+    """The parts kept whole, the instances of one class kept for one reason as one entry:
+    ``(label, first part)``, the label ``"blocks.0.bn and 11 more"``."""
+    groups: dict[tuple[str, str, str], list[Any]] = {}
+    for o in opaque:
+        groups.setdefault((o.cls, o.location, o.reason), []).append(o)
+    labels = []
+    for parts in groups.values():
+        first = parts[0]
+        more = f" and {len(parts) - 1} more" if len(parts) > 1 else ""
+        labels.append((f"{first.path or first.cls}{more}", first))
+    return labels
+
+
 def render_report(report: Report) -> str:
     lines = [f"fdl port: {report.model} from {report.script.name}"]
     if report.translated:
         lines.append(f"  translated: {len(report.translated)} operations")
         for step in report.translated:
             lines.append(f"    {step['node']:<20} {step['original']:<28} -> {step['as']}")
-    for o in report.opaque:
-        lines.append(f"  opaque: {o.path or o.cls} ({o.cls}) at {o.location}: {o.reason}")
+    for label, o in opaque_groups(report.opaque):
+        lines.append(f"  opaque: {label} ({o.cls}) at {o.location}: {o.reason}")
     for name, value in report.fixed.items():
         lines.append(
             f"  fixed: {name}={value!r} (no example passes it; the port always uses this value "
@@ -338,6 +357,8 @@ def render_report(report: Report) -> str:
     lines.append(f"  build(): {report.build}")
     if report.parity is not None:
         lines.append(f"  parity: {report.parity.summary()}")
+        if report.note:
+            lines.append(f"  note: {report.note}")
         for case in report.parity.cases:
             if not case.exact:
                 d = case.to_dict()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import re
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -122,26 +122,41 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
         except Exception as exc:
             path, location = _failure(exc, paths)
             cls = type(model.get_submodule(path)).__name__ if path else type(model).__name__
-            opaque.append(Opaque(path, cls, location, reason(exc)))
+            found = Opaque(path, cls, location, reason(exc))
             if not path or path in opaque_paths:
-                return None, [o for o in opaque if o.path == path][-1:]
-            opaque_paths.add(path)
+                return None, [found]
+            opaque += _kept_whole(model, found, opaque_paths)
             continue
         moded = _mode_dependent(model, graph, opaque_paths, fixed)
         if moded is not None:
             module = model.get_submodule(moded) if moded else model
-            opaque.append(
-                Opaque(moded, type(module).__name__, _forward_location(module), MODE_REASON)
-            )
+            found = Opaque(moded, type(module).__name__, _forward_location(module), MODE_REASON)
             if not moded or moded in opaque_paths:
-                return None, [opaque[-1]]
-            opaque_paths.add(moded)
+                return None, [found]
+            opaque += _kept_whole(model, found, opaque_paths)
             continue
         _drop_fixed(graph, fixed, n_args)
         gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
         gm.graph.eliminate_dead_code()
         return gm, opaque
-    return None, opaque
+    where = _forward_location(model)
+    why = f"more than {MAX_RETRIES} kinds of submodule could not be traced"
+    return None, [Opaque("", type(model).__name__, where, why)]
+
+
+def _kept_whole(model: nn.Module, found: Opaque, opaque_paths: set[str]) -> list[Opaque]:
+    """``found`` and every other instance of its class, now kept whole: the class's forward
+    is what could not be traced, so each copy would fail alike (a model of 50 identical blocks
+    takes one retry, not 50)."""
+    cls = type(model.get_submodule(found.path))
+    same = [
+        path
+        for path, module in model.named_modules()
+        if path and type(module) is cls and path not in opaque_paths
+        and not any(path.startswith(f"{p}.") for p in opaque_paths)
+    ]  # fmt: skip
+    opaque_paths.update(same)
+    return [found] + [replace(found, path=p) for p in same if p != found.path]
 
 
 def _drop_fixed(graph: fx.Graph, fixed: dict[str, Any], n_args: int) -> None:

@@ -130,14 +130,14 @@ def unwrap(text: str) -> str:
     """``(a * b)`` -> ``a * b`` when the outer parentheses enclose the whole text."""
     if not (text.startswith("(") and text.endswith(")")):
         return text
-    depth = 0
+    depth, comma = 0, False
     for i, ch in enumerate(text):
-        depth += ch == "("
-        depth -= ch == ")"
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        comma = comma or (ch == "," and depth == 1)
         if depth == 0 and i < len(text) - 1:
             return text
-    inner = text[1:-1]
-    return text if inner.rstrip().endswith(",") else inner  # keep a tuple's parentheses
+    return text if comma else text[1:-1]  # a tuple keeps its parentheses: (2, 3), (x,)
 
 
 class Expr:
@@ -358,6 +358,22 @@ def shared(value: nn.Parameter) -> fl.nn.Param:
 '''
 
 
+HELD_HELPER = '''
+class Held(nn.Module):
+    """A buffer the original's forward reads directly (a mask, an index table), as a step that
+    returns it, the stream ignored; shared, not copied, and saved only if the original saves it:
+    ``.fork(Held(m.attn, "index")).tag("index")`` makes it a tag for ``using``."""
+
+    def __init__(self, owner: nn.Module, name: str):
+        super().__init__()
+        saved = name not in owner._non_persistent_buffers_set
+        self.register_buffer("value", owner.get_buffer(name), persistent=saved)
+
+    def forward(self, x):
+        return self.value
+'''
+
+
 @dataclass
 class Step:
     """How one traced operation is written: ``code`` is a builder step; ``using`` wires refs."""
@@ -374,6 +390,25 @@ class Op:
     node: fx.Node
     inputs: list[fx.Node]  # the tensor values it reads, in order of first appearance
     module: nn.Module | None = None
+
+
+def _grad_inputs(node: fx.Node, kinds: dict[Any, str]) -> list[fx.Node]:
+    """The values ``node`` reads as tensors (through the expressions folded into it, never
+    through a shape)."""
+    seen: list[fx.Node] = []
+
+    def visit(n: fx.Node) -> None:
+        if kinds.get(n) == "meta" and n.op != "placeholder":
+            return
+        if kinds.get(n) == "inline":
+            for inner in n.all_input_nodes:
+                visit(inner)
+        elif n not in seen:
+            seen.append(n)
+
+    for n in node.all_input_nodes:
+        visit(n)
+    return seen
 
 
 def _tensor_inputs(node: fx.Node, kinds: dict[Any, str]) -> list[fx.Node]:
@@ -396,6 +431,7 @@ def _tensor_inputs(node: fx.Node, kinds: dict[Any, str]) -> list[fx.Node]:
 class Frag:
     text: str
     value: fx.Node | None  # the value current after this call (a fork's branch for .fork)
+    ops: tuple[fx.Node, ...] = ()  # the traced operations this call runs, in the order it does
 
 
 @dataclass
@@ -415,9 +451,11 @@ class Translation:
     functions: list[str]  # module-level function definitions
     needs_call: bool
     needs_shared: bool
+    needs_held: bool
     imports: set[str]
     steps: list[dict[str, str]]  # what each traced operation became, for the report
     inputs: list[tuple[str, Any]]  # auxiliary graph inputs: (name, default or NO_DEFAULT)
+    order_note: str = ""  # why gradients might differ in the last bits on other inputs
 
 
 NO_DEFAULT = object()
@@ -439,21 +477,28 @@ class Translator:
         self.function_names: dict[str, str] = {}  # body -> name
         self.needs_call = False
         self.needs_shared = False
+        self.needs_held = False
         self.report: dict[fx.Node, dict[str, str]] = {}
         self.budget = SEARCH_BUDGET
         nodes = list(gm.graph.nodes)
         self.placeholders = [n for n in nodes if n.op == "placeholder"]
         outputs = [n for n in nodes if n.op == "output"]
         self.output = outputs[0].args[0]
-        self.params: list[fx.Node] = []  # learned tensors read directly: self.pos
+        self.params: list[fx.Node] = []  # tensors read directly: self.pos, self.mask
+        self.buffers: set[fx.Node] = set()  # those of them that are buffers
         for n in nodes:
             if n.op == "get_attr" and kinds.get(n) != "meta":
                 try:
                     root.get_parameter(str(n.target))
                 except AttributeError:
-                    raise UnsupportedError(
-                        f"the forward reads self.{n.target}, a tensor that is not a parameter"
-                    ) from None
+                    try:
+                        root.get_buffer(str(n.target))
+                    except AttributeError:
+                        raise UnsupportedError(
+                            f"the forward reads self.{n.target}, a tensor that is neither a "
+                            "parameter nor a buffer"
+                        ) from None
+                    self.buffers.add(n)
                 self.params.append(n)
         self.ops: list[Op] = []
         self.op_of: dict[fx.Node, Op] = {}
@@ -476,6 +521,12 @@ class Translator:
         for op in self.ops:
             for v in op.inputs:
                 self.users.setdefault(v, []).append(op)
+        # the operations each value reaches autograd through (not through its shape), in the
+        # original's order
+        self.grad_readers: dict[fx.Node, list[fx.Node]] = {}
+        for op in self.ops:
+            for v in _grad_inputs(op.node, kinds):
+                self.grad_readers.setdefault(v, []).append(op.node)
         if isinstance(self.output, fx.Node):
             self.outputs = [self.output]
             self.multi = False
@@ -512,7 +563,20 @@ class Translator:
 
     # ------------------------------------------------------------------ steps
     def tag_name(self, value: fx.Node) -> str:
-        return self.names.get(value, value.name)
+        name = self.names.get(value)
+        if name is None:
+            name = value.name
+            if value.op != "placeholder":  # an input keeps the forward's argument name
+                # fx names values like flodl names nodes (add_16): a tag spelt as another
+                # node's id is refused, so a tag from fx never ends in _<number>
+                base = name = re.sub(r"_(\d+)$", r"\1", name)
+                used = set(self.names.values()) | {p.name for p in self.placeholders}
+                i = 1
+                while name in used:
+                    i += 1
+                    name = f"{base}v{i}"
+            self.names[value] = name
+        return name
 
     def function(self, node: fx.Node, params: list[tuple[fx.Node, str]]) -> str:
         """A module-level function computing ``node`` from ``params``; returns its name."""
@@ -564,6 +628,16 @@ class Translator:
         params = [(stream, stream_name)] + [(v, self.tag_name(v)) for v in extras]
         name = self.function(node, params)
         return Step(name, True, [(None, v) for v in extras], random, _describe(node))
+
+    def held(self, value: fx.Node) -> str:
+        """The step making a parameter or buffer the forward reads directly a value."""
+        path = str(value.target)
+        if value not in self.buffers:
+            self.needs_shared = True
+            return f"shared({module_expr(path)})"
+        owner, _, name = path.rpartition(".")
+        self.needs_held = True
+        return f"Held({module_expr(owner) if owner else 'm'}, {name!r})"
 
     def obstacle(self) -> str:
         """``: <the first operation no layout can write, and why>`` ('' when every operation
@@ -724,21 +798,26 @@ class Translator:
                 if kind == "add" and all(b == [] for b in branches):
                     continue
                 try:
-                    new = self.lay_diamond(kind, node, branches, stream)
+                    laid = self.lay_diamond(kind, node, branches, stream)
                 except UnsupportedError:
                     continue
-                if new is None:
+                if laid is None:
                     continue
-                ran = {op.node for b in branches for op in b} | {node}
+                new, order = laid
+                ran = (*(op.node for b in order for op in b), node)
                 return replace(
                     state,
                     stream=node,
-                    done=done | ran,
-                    frags=(*state.frags, Frag(new, node)),
+                    done=done | set(ran),
+                    frags=(*state.frags, Frag(new, node, ran)),
                 )
         return None
 
-    def lay_diamond(self, kind: str, join: fx.Node, branches: list[list[Op]], start: fx.Node):
+    def lay_diamond(
+        self, kind: str, join: fx.Node, branches: list[list[Op]], start: fx.Node
+    ) -> tuple[str, list[list[Op]]] | None:
+        """The builder call for branches rejoined at ``join``, and the branches in the order
+        the graph runs them."""
         made = [self.chain_step(b, start) if b else ("nn.Identity()", False) for b in branches]
         random = any(r for _, r in made)
         if kind == "add":
@@ -746,26 +825,26 @@ class Translator:
             if branches[0] == [] or branches[1] == []:
                 inner = made[1][0] if branches[0] == [] else made[0][0]
                 self.report[join]["as"] = "also"
-                return f".also({inner})"
+                return f".also({inner})", branches
             a, b = made
             # also_with runs skip first: with randomness keep the original's order; else the
             # shorter branch is the skip path (a + b and b + a are the same floats)
             first_is_a = _position(branches[0][0].node) < _position(branches[1][0].node)
-            if random:
-                order = [a, b] if first_is_a else [b, a]
-            elif len(branches[0]) != len(branches[1]):
-                order = [a, b] if len(branches[0]) < len(branches[1]) else [b, a]
+            if random or len(branches[0]) == len(branches[1]):
+                a_first = first_is_a
             else:
-                order = [a, b] if first_is_a else [b, a]
+                a_first = len(branches[0]) < len(branches[1])
+            order = [a, b] if a_first else [b, a]
             self.report[join]["as"] = "also_with"
-            return f".also_with({order[0][0]}, {order[1][0]})"
+            ran = branches if a_first else branches[::-1]
+            return f".also_with({order[0][0]}, {order[1][0]})", ran
         if random and _fx_index(branches) != sorted(_fx_index(branches)):
             return None  # the graph would draw random numbers in another order
         dim = join.kwargs.get("dim", join.args[1] if len(join.args) > 1 else 0)
         if isinstance(dim, fx.Node):
             return None
         self.report[join] = {"original": "torch.cat", "as": f"merge(fl.MergeOp.CAT({dim}))"}
-        return f".split({', '.join(m for m, _ in made)}).merge(fl.MergeOp.CAT({dim}))"
+        return f".split({', '.join(m for m, _ in made)}).merge(fl.MergeOp.CAT({dim}))", branches
 
     def search(self, state: State) -> State | None:
         self.budget -= 1
@@ -811,7 +890,7 @@ class Translator:
                 state,
                 stream=op.node,
                 done=state.done | {op.node},
-                frags=(*state.frags, Frag(text, op.node)),
+                frags=(*state.frags, Frag(text, op.node, (op.node,))),
                 tagged=tagged,
             )
         chain = self.forward_chain(op, state.done)
@@ -830,7 +909,7 @@ class Translator:
         return replace(
             state,
             done=state.done | {o.node for o in chain},
-            frags=(*state.frags, Frag(text, end)),
+            frags=(*state.frags, Frag(text, end, tuple(o.node for o in chain))),
             tagged=state.tagged | {v for _, v in refs} | {end},
         )
 
@@ -839,13 +918,22 @@ class Translator:
             return state if self.outputs[0] is state.stream else None
         return replace(state, tagged=state.tagged | set(self.outputs))
 
+    def order_hazard(self, state: State) -> fx.Node | None:
+        """A value three or more operations read, which the layout reads in another order than
+        the original (None: there is none). Autograd sums the gradients a value receives in
+        the order its readers were run, and floating-point sums of three or more terms depend
+        on their order: the gradients could differ in the last bits."""
+        ran = {node: i for i, node in enumerate(n for f in state.frags for n in f.ops)}
+        for value, readers in self.grad_readers.items():
+            if len(readers) >= 3 and sorted(readers, key=lambda n: ran.get(n, -1)) != readers:
+                return value
+        return None
+
     # ------------------------------------------------------------------ result
     def translate(self) -> Translation:
         start = self.placeholders[0]
         # each learned tensor is a fork at the start: fl.nn.Param holding it, tagged
-        frags = tuple(Frag(f".fork(shared({module_expr(str(p.target))}))", p) for p in self.params)
-        if self.params:
-            self.needs_shared = True
+        frags = tuple(Frag(f".fork({self.held(p)})", p) for p in self.params)
         state = State(
             start, frozenset(self.placeholders + self.params), frags, frozenset(self.params)
         )
@@ -922,9 +1010,26 @@ class Translator:
             functions=list(used.values()),
             needs_call="Call(" in text,
             needs_shared=self.needs_shared,
+            needs_held=self.needs_held,
             imports=imports,
             steps=steps,
             inputs=inputs,
+            order_note=self.order_note(found),
+        )
+
+    def order_note(self, found: State) -> str:
+        value = self.order_hazard(found)
+        if value is None:
+            return ""
+        if value.op == "placeholder":
+            what = "the input" if value is self.placeholders[0] else f"the input {value.name}"
+        else:
+            what = f"the output of {self.report.get(value, {}).get('original', value.name)}"
+        n = len(self.grad_readers[value])
+        return (
+            f"{what} is read by {n} operations, which the port runs in another order than the "
+            "original: autograd sums the terms of its gradient in that order, so gradients can "
+            "differ in the last bits"
         )
 
 

@@ -148,6 +148,30 @@ CASES = {
         ["torch.randn(2, 4)"],
         ["fl.FlowBuilder(m.block.fc).through(nn.ReLU()).through(m.out)"],
     ),
+    "tuple_argument": (
+        "zoo.py",
+        "Pooled",
+        ["torch.randn(2, 3, 6, 6)"],
+        ["return x.mean((2, 3), keepdim=True)"],
+    ),
+    "buffers_read": (
+        "zoo.py",
+        "Masked",
+        ["torch.randn(3, 4)"],
+        ['.fork(Held(m, "scale"))', '.fork(Held(m.window, "index"))', "class Held(nn.Module):"],
+    ),
+    "many_untraceable_copies": (
+        "zoo.py",
+        "ManyGates",
+        ["torch.randn(2, 4)"],
+        ["fl.FlowBuilder(m.gates[0])", ".through(m.gates[39])", "# Opaque (kept whole): gates.0 and 39 more (zoo.py:"],
+    ),
+    "tag_not_a_node_id": (
+        "zoo.py",
+        "Residuals",
+        ["torch.randn(2, 4)"],
+        ['.tag("add3")', '.output("o", "add3")'],
+    ),
 }  # fmt: skip
 
 
@@ -185,6 +209,7 @@ def test_port_translates_builds_and_proves_parity(workdir, case):
         if name not in ("build", "from_torch", "flow"):  # every helper function is a used step
             assert re.search(rf"[(, ]{name}[(),]", flow), (name, flow)
     assert "# Parity: exact on" in text
+    assert "# Note:" not in text and report.note == ""  # every value read in the original's order
 
     # the written file imports; build() makes the model fresh; from_torch shares the weights
     generated = load(out)
@@ -229,6 +254,44 @@ def test_whole_forward_opaque_still_proves_parity(workdir):
     assert report.written and report.parity.exact and report.translated == []
     (opaque,) = report.opaque
     assert opaque.path == "" and opaque.location == "dynamic.py:40"
+
+
+def test_a_buffer_read_in_forward_is_shared_and_saved_only_if_the_original_saves_it(workdir):
+    out = workdir / "masked_port.py"
+    report = port(workdir / "zoo.py", "Masked", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact
+    original = sys.modules["zoo"].Masked()
+    graph = load(out).from_torch(original)
+    assert list(graph.state_dict()) == ["scale.value", "window_table.value", "linear_6.weight",
+                                        "linear_6.bias"]  # fmt: skip
+    with torch.no_grad():
+        original.scale.mul_(3)  # the graph reads the same tensor
+    x = torch.randn(3, 4)
+    assert torch.equal(graph(x), original(x))
+
+
+def test_many_copies_of_an_untraceable_block_are_reported_on_one_line(workdir, run_fdl):
+    result = run_fdl("port", "zoo.py", "--model", "ManyGates", "--example-input",
+                     "torch.randn(2, 4)", cwd=workdir)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    opaque = [line for line in result.stdout.splitlines() if "opaque:" in line]
+    assert opaque == [
+        "  opaque: gates.0 and 39 more (Gate) at zoo.py:52: TraceError: symbolically traced "
+        "variables cannot be used as inputs to control flow"
+    ]
+
+
+def test_a_layout_reading_a_value_in_another_order_says_gradients_may_differ(workdir):
+    out = workdir / "mixed_port.py"
+    report = port(workdir / "zoo.py", "Mixed", None, ["torch.randn(2, 4)"], out, force=True)
+    note = (
+        "the input is read by 3 operations, which the port runs in another order than the "
+        "original: autograd sums the terms of its gradient in that order, so gradients can "
+        "differ in the last bits"
+    )
+    assert report.note == note and report.written
+    assert f"# Note: {note}." in out.read_text()
+    assert report.parity.cases[0].outputs == 0.0  # the forward itself is exact
 
 
 def test_a_forward_no_layout_fits_names_the_operation_in_the_way(workdir):
@@ -634,6 +697,26 @@ def test_port_overhead_benchmark_smoke_run(tmp_path):
     rows = json.loads((tmp_path / "port_overhead.json").read_text())["rows"]
     assert [r["model"] for r in rows] == ["cnn", "resnet", "vae", "lstm", "transformer"]
     assert all(r["ratio"] > 0 and r["a_a_ratio"] > 0 for r in rows)
+
+
+def test_port_zoo_benchmark_ports_each_model_and_skips_a_zoo_not_installed(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location(
+        "port_zoo", Path(__file__).parents[2] / "benchmarks" / "port_zoo.py"
+    )
+    port_zoo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(port_zoo)
+    local = f"import sys; sys.path.insert(0, {str(MODELS)!r}); import zoo"
+    monkeypatch.setattr(port_zoo, "ZOOS", {
+        "local": (local, {"pooled": ("zoo.Pooled()", 6), "broken": ("zoo.Pooled(-1)", 6)}),
+        "absent": ("import a_zoo_that_is_not_installed", {"x": ("x()", 8)}),
+    })  # fmt: skip
+    rows = port_zoo.main(["--out", str(tmp_path)])
+    assert [(r["model"], r["result"], r["translated"]) for r in rows] == [
+        ("pooled", "exact", 4),
+        ("broken", "error", 0),
+    ]
+    notes = json.loads((tmp_path / "port_zoo.json").read_text())["notes"]
+    assert notes.startswith("2 models: 1 ported exactly") and "absent: not installed" in notes
 
 
 def test_a_long_chain_is_written_in_pieces(workdir, run_fdl):
