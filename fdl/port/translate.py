@@ -8,7 +8,10 @@ else is a small named function. The steps are then laid out along one stream: a 
 ``also_with`` (``g(x) + f(x)``); branches concatenated are ``split`` + ``merge``; a branch whose
 value is needed later is a ``fork`` with a ``tag``; a value read again later is tagged and passed
 with ``using``. The layout is found by a bounded search over which consumer continues the stream;
-when none fits, :class:`~fdl.port.errors.UnsupportedError` is raised and the caller keeps the model as one opaque step.
+if none fits, a second search also lets an expression that reads only tagged values be a fork
+of its own (``.fork(f).using(...)``, ``f`` ignoring the stream); when that fails too,
+:class:`~fdl.port.errors.UnsupportedError` is raised and the caller keeps the model as one
+opaque step.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ OFF_STREAM = "a tuple element read off the stream"
 NOT_ON_STREAM = "not on the stream"
 NOT_FIRST = "a module's first argument is not the stream"
 LAYOUT_REASONS = {OFF_STREAM, NOT_ON_STREAM, NOT_FIRST}
+OVER_BUDGET = "no layout found within the search budget"
+UNUSED_STREAM = object()  # the first parameter of a function that does not read the stream
 
 
 # ---------------------------------------------------------------------------------- rendering
@@ -480,6 +485,7 @@ class Translator:
         self.needs_held = False
         self.report: dict[fx.Node, dict[str, str]] = {}
         self.budget = SEARCH_BUDGET
+        self.allow_detached = False
         nodes = list(gm.graph.nodes)
         self.placeholders = [n for n in nodes if n.op == "placeholder"]
         outputs = [n for n in nodes if n.op == "output"]
@@ -526,7 +532,8 @@ class Translator:
         self.grad_readers: dict[fx.Node, list[fx.Node]] = {}
         for op in self.ops:
             for v in _grad_inputs(op.node, kinds):
-                self.grad_readers.setdefault(v, []).append(op.node)
+                if kinds.get(v) == "tensor":  # a tuple's parts are tensors of their own
+                    self.grad_readers.setdefault(v, []).append(op.node)
         if isinstance(self.output, fx.Node):
             self.outputs = [self.output]
             self.multi = False
@@ -664,6 +671,9 @@ class Translator:
         random = not _all_deterministic(module)
         what = f"self.{node.target}"
         args, kwargs = node.args, dict(node.kwargs)
+        passed = [a for a in (*args, *kwargs.values()) if isinstance(a, fx.Node)]
+        if all(self.kinds.get(a) == "meta" for a in passed):
+            raise UnsupportedError(f"{what} is called with no tensor, only values read off shapes")
         by_position = bool(args) and args[0] is stream
         if not by_position and all(v is not stream for v in kwargs.values()):
             raise UnsupportedError(NOT_FIRST)
@@ -849,7 +859,7 @@ class Translator:
     def search(self, state: State) -> State | None:
         self.budget -= 1
         if self.budget < 0:
-            raise UnsupportedError("no layout found within the search budget")
+            raise UnsupportedError(OVER_BUDGET)
         if all(op.node in state.done for op in self.ops):
             return self.finish(state)
         new = self.diamond(state)
@@ -863,6 +873,8 @@ class Translator:
         if len(pending) > 1 or state.stream in self.outputs:
             options += [("fork", op) for op in candidates]
         options += [("through", op) for op in candidates]
+        if self.allow_detached:
+            options += [("detached", op) for op in self.detached(state)[:1]]
         for how, op in options:
             new = self.advance(how, op, state)
             if new is None:
@@ -878,7 +890,36 @@ class Translator:
         parts = [f"{k}={self.tag_name(v)!r}" if k else repr(self.tag_name(v)) for k, v in refs]
         return f".using({', '.join(parts)})"
 
+    def detached(self, state: State) -> list[Op]:
+        """Expressions that read only tagged values, not the stream (a table built from a
+        weight's device, an element of a tagged tuple): each can be a fork of its own, tried
+        when no layout continuing the stream exists (the first in the original's order only:
+        the others are tried after it, and trying each first would multiply the search)."""
+        return [
+            op
+            for op in self.ops
+            if op.node not in state.done
+            and op.node.op in ("call_function", "call_method")
+            and state.stream not in op.inputs
+            and all(v in state.done for v in op.inputs)
+            and not _random_expression(op.node, self.kinds)
+        ]
+
     def advance(self, how: str, op: Op, state: State) -> State | None:
+        if how == "detached":  # .fork(f).using(...): f ignores the stream, reads the tags
+            params = [(UNUSED_STREAM, "_"), *((v, self.tag_name(v)) for v in op.inputs)]
+            try:
+                name = self.function(op.node, params)  # type: ignore[arg-type]
+            except UnsupportedError:
+                return None
+            self.report[op.node] = {"original": _describe(op.node), "as": name}
+            text = f".fork({name}){self.using([(None, v) for v in op.inputs])}"
+            return replace(
+                state,
+                done=state.done | {op.node},
+                frags=(*state.frags, Frag(text, op.node, (op.node,))),
+                tagged=state.tagged | set(op.inputs) | {op.node},
+            )
         if how == "through":
             step = self.try_step(op, state)
             if step is None:
@@ -937,16 +978,28 @@ class Translator:
         state = State(
             start, frozenset(self.placeholders + self.params), frags, frozenset(self.params)
         )
+        unwritable = self.obstacle()  # an operation no layout can write: no need to search
+        if unwritable:
+            raise UnsupportedError(
+                "the data flow could not be laid out as builder calls" + unwritable
+            )
         limit = sys.getrecursionlimit()  # the search recurses once per step of the chain
         sys.setrecursionlimit(max(limit, 4 * len(self.ops) + 1000))
         try:
-            found = self.search(state)
+            # detached forks only where no layout continuing the stream exists: they would
+            # otherwise end a search early in a worse layout than backtracking finds
+            self.allow_detached = False
+            try:
+                found = self.search(state)
+            except UnsupportedError:
+                found = None
+            if found is None:
+                self.allow_detached, self.budget = True, SEARCH_BUDGET
+                found = self.search(state)
         finally:
             sys.setrecursionlimit(limit)
         if found is None:
-            raise UnsupportedError(
-                "the data flow could not be laid out as builder calls" + self.obstacle()
-            )
+            raise UnsupportedError("the data flow could not be laid out as builder calls")
         aux = set(self.placeholders[1:])
         chain: list[str] = []
         for frag in found.frags:
@@ -997,7 +1050,18 @@ class Translator:
             for name, source in self.functions.items()
             if re.search(rf"(?<![\w\"'.]){re.escape(name)}(?![\w\"'])", text)
         }
-        code = "\n".join([text, *used.values()])
+        # ...and give a used one the plain name an abandoned one took (div_2 -> div)
+        for name in list(used):
+            base = re.sub(r"_\d+$", "", name)
+            if base != name and base not in used and base not in TAKEN:
+                if base in imported_names(self.imports):
+                    continue
+                word = re.compile(rf"(?<![\w\"'.]){re.escape(name)}(?![\w\"'])")
+                used = {base if n == name else n: word.sub(base, src) for n, src in used.items()}
+                chain = [word.sub(base, c) for c in chain]
+                entry = word.sub(base, entry)
+                steps = [{**step, "as": word.sub(base, step["as"])} for step in steps]
+        code = "\n".join([entry, *chain, *used.values()])
         imports = {
             line
             for line in self.imports

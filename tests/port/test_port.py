@@ -166,6 +166,19 @@ CASES = {
         ["torch.randn(2, 4)"],
         ["fl.FlowBuilder(m.gates[0])", ".through(m.gates[39])", "# Opaque (kept whole): gates.0 and 39 more (zoo.py:"],
     ),
+    "expression_off_the_stream": (
+        "zoo.py",
+        "Fourier",
+        ["torch.randn(2, 4)"],
+        [".fork(div)\n        .using(\"proj_weight\")", "def div(_, proj_weight):",
+         "return torch.arange(4, device=proj_weight.device) / 4"],
+    ),
+    "tuple_read_thrice": (
+        "zoo.py",
+        "Attention",
+        ["torch.randn(2, 4)"],
+        [".through(unbind)", ".fork(fl.nn.Select(0))"],
+    ),
     "tag_not_a_node_id": (
         "zoo.py",
         "Residuals",

@@ -95,3 +95,31 @@ class Mixed(nn.Module):
 
     def forward(self, x):
         return self.mix(self.a(x), self.b(x)) - self.n(x)
+
+
+class Fourier(nn.Module):
+    """A table built on a weight's device, as XCiT's positional encoding: an expression that
+    reads a weight and no activation, so the stream never passes through it."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        table = torch.arange(4, device=self.proj.weight.device) / 4
+        return self.proj(x) * torch.sin(table) + torch.cos(table)
+
+
+class Attention(nn.Module):
+    """``q, k, v`` unbound from one projection, as XCiT's attention: a tuple read three times,
+    whose parts are tensors of their own (no gradient is summed over the tuple)."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).reshape(x.shape[0], 3, -1).unbind(1)
+        attn = torch.softmax(torch.nn.functional.normalize(k, dim=-1) * q, dim=-1)
+        return self.out(attn * v)
