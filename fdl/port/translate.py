@@ -397,30 +397,17 @@ class Op:
     module: nn.Module | None = None
 
 
-def _grad_inputs(node: fx.Node, kinds: dict[Any, str]) -> list[fx.Node]:
-    """The values ``node`` reads as tensors (through the expressions folded into it, never
-    through a shape)."""
+def _tensor_inputs(node: fx.Node, kinds: dict[Any, str], shapes: bool = True) -> list[fx.Node]:
+    """The values ``node`` reads, through the expressions folded into it and (``shapes``)
+    through the shapes, devices and other metadata it uses; without ``shapes``, only those it
+    reads as tensors, which autograd sends gradients to."""
     seen: list[fx.Node] = []
 
     def visit(n: fx.Node) -> None:
-        if kinds.get(n) == "meta" and n.op != "placeholder":
+        kind = kinds.get(n)
+        if kind == "meta" and n.op != "placeholder" and not shapes:
             return
-        if kinds.get(n) == "inline":
-            for inner in n.all_input_nodes:
-                visit(inner)
-        elif n not in seen:
-            seen.append(n)
-
-    for n in node.all_input_nodes:
-        visit(n)
-    return seen
-
-
-def _tensor_inputs(node: fx.Node, kinds: dict[Any, str]) -> list[fx.Node]:
-    seen: list[fx.Node] = []
-
-    def visit(n: fx.Node) -> None:
-        if kinds.get(n) in ("meta", "inline") and n.op != "placeholder":
+        if kind in ("meta", "inline") and n.op != "placeholder":
             for inner in n.all_input_nodes:
                 visit(inner)
         elif n not in seen:
@@ -531,7 +518,7 @@ class Translator:
         # original's order
         self.grad_readers: dict[fx.Node, list[fx.Node]] = {}
         for op in self.ops:
-            for v in _grad_inputs(op.node, kinds):
+            for v in _tensor_inputs(op.node, kinds, shapes=False):
                 if kinds.get(v) == "tensor":  # a tuple's parts are tensors of their own
                     self.grad_readers.setdefault(v, []).append(op.node)
         if isinstance(self.output, fx.Node):

@@ -164,7 +164,7 @@ CASES = {
         "zoo.py",
         "ManyGates",
         ["torch.randn(2, 4)"],
-        ["fl.FlowBuilder(m.gates[0])", ".through(m.gates[39])", "# Opaque (kept whole): gates.0 and 39 more (zoo.py:"],
+        ["fl.FlowBuilder(m.gates[0])", ".through(m.gates[39])", "# Opaque (kept whole): gates.0 and 39 more (dynamic.py:14)"],
     ),
     "expression_off_the_stream": (
         "zoo.py",
@@ -289,7 +289,7 @@ def test_many_copies_of_an_untraceable_block_are_reported_on_one_line(workdir, r
     assert result.returncode == 0, result.stderr
     opaque = [line for line in result.stdout.splitlines() if "opaque:" in line]
     assert opaque == [
-        "  opaque: gates.0 and 39 more (Gate) at zoo.py:52: TraceError: symbolically traced "
+        "  opaque: gates.0 and 39 more (Gate) at dynamic.py:14: TraceError: symbolically traced "
         "variables cannot be used as inputs to control flow"
     ]
 

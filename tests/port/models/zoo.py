@@ -2,6 +2,7 @@
 copies of a block fx cannot trace, values fx names the way flodl names nodes."""
 
 import torch
+from dynamic import Gate  # a block fx cannot trace: its branch is decided by the data
 from torch import nn
 
 
@@ -41,17 +42,6 @@ class Masked(nn.Module):
 
     def forward(self, x):
         return self.out(self.window(x * self.scale))
-
-
-class Gate(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.fc = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        if x.mean() > 0:  # decided by the data: fx cannot trace it
-            return torch.relu(self.fc(x))
-        return torch.tanh(self.fc(x))
 
 
 class ManyGates(nn.Module):
