@@ -2,9 +2,9 @@
 
 torch's own layers (``torch.nn``) and ``nn.Sequential`` containers made only of them are kept
 whole (the port reuses them as they are). A module whose forward cannot be traced symbolically
-(data-dependent control flow, calls fx cannot follow) is retried as a leaf, so the rest of the
-model is still translated; the module that failed and the line that stopped the tracer are kept
-for the report.
+(data-dependent control flow, calls fx cannot follow) is retried as a leaf, with every other
+instance of its class, so the rest of the model is still translated; the module that failed and
+the line that stopped the tracer are kept for the report.
 """
 
 from __future__ import annotations

@@ -307,6 +307,34 @@ def test_a_layout_reading_a_value_in_another_order_says_gradients_may_differ(wor
     assert report.parity.cases[0].outputs == 0.0  # the forward itself is exact
 
 
+def test_more_untraceable_classes_than_retries_keep_the_model_whole_and_say_why(workdir):
+    from fdl.port.trace import MAX_RETRIES
+
+    classes = "".join(
+        f"class G{i}(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x + 1 if x.sum() > 0 else x - 1  # decided by the data\n\n\n"
+        for i in range(MAX_RETRIES + 1)
+    )
+    gates = ", ".join(f"G{i}()" for i in range(MAX_RETRIES + 1))
+    (workdir / "kinds.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n" + classes
+        + "class Kinds(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        f"        self.gates = nn.ModuleList([{gates}])\n\n"
+        "    def forward(self, x):\n"
+        "        for gate in self.gates:\n"
+        "            x = gate(x)\n"
+        "        return x\n"
+    )  # fmt: skip
+    report = port(workdir / "kinds.py", "Kinds", None, ["torch.randn(2, 3)"], workdir / "k.py")
+    assert report.written and report.parity.exact and report.translated == []
+    (opaque,) = report.opaque
+    assert (opaque.path, opaque.cls) == ("", "Kinds")
+    assert opaque.reason == f"more than {MAX_RETRIES} kinds of submodule could not be traced"
+
+
 def test_a_forward_no_layout_fits_names_the_operation_in_the_way(workdir):
     report = port(
         workdir / "structured.py", "Sized", None, ["torch.randn(2, 5, 6)"], workdir / "s.py"
