@@ -48,6 +48,16 @@ def port(
         bool,
         typer.Option("--overwrite", help="Replace OUT.py when it exists (refused otherwise)."),
     ] = False,
+    seeds: Annotated[
+        int,
+        typer.Option(
+            "--seeds",
+            metavar="N",
+            min=1,
+            help="Evaluate each --example-input under torch.manual_seed(0..N-1) and prove parity "
+            "on every distinct draw.",
+        ),
+    ] = 2,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON report on stdout.")] = False,
 ) -> None:
     from fdl import console
@@ -61,7 +71,7 @@ def port(
     out = output or default_output(script)
     if out.resolve() == script.resolve():
         raise FdlUsageError("the output would overwrite the script", "pass another -o OUT.py")
-    report = run_port(script, model, init, list(example_input), out, force, overwrite)
+    report = run_port(script, model, init, list(example_input), out, force, overwrite, seeds)
     if json_out:
         import json
 

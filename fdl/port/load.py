@@ -8,6 +8,7 @@ import importlib.util
 import inspect
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +127,23 @@ def construct(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any], script: 
         ) from None
 
 
-def example_inputs(exprs: list[str]) -> list[tuple[Any, ...]]:
-    """Each ``--example-input``: a tensor or a tuple of positional arguments, ``torch`` in scope."""
+@dataclass(frozen=True)
+class Example:
+    """One call's arguments: ``--example-input`` number ``number`` (from 1) drawn under ``seed``."""
+
+    number: int
+    seed: int
+    args: tuple[Any, ...]
+
+
+def example_inputs(exprs: list[str], seeds: int = 2) -> list[Example]:
+    """Each ``--example-input`` (a tensor or a tuple of positional arguments, ``torch`` in scope),
+    evaluated under ``torch.manual_seed(s)`` for each ``s < seeds``.
+
+    A random expression gives one input per seed, so a port is proven on values nobody chose, and
+    a re-run proves it on the same ones; a draw equal to an earlier one (an expression that draws
+    nothing, or seeds itself) is dropped.
+    """
     import torch
 
     if not exprs:
@@ -135,14 +151,46 @@ def example_inputs(exprs: list[str]) -> list[tuple[Any, ...]]:
             "an example input is needed to trace and check the model",
             "pass --example-input 'torch.randn(2, 3, 32, 32)'",
         )
-    cases = []
-    for expr in exprs:
-        try:
-            value = eval(expr, {"torch": torch, "__builtins__": __builtins__})
-        except Exception as exc:
-            raise FdlUsageError(
-                f"--example-input {expr!r}: {type(exc).__name__}: {exc}",
-                "a Python expression with torch in scope, e.g. 'torch.randn(2, 3, 32, 32)'",
-            ) from None
-        cases.append(value if isinstance(value, tuple) else (value,))
+    if seeds < 1:
+        raise FdlUsageError(
+            f"--seeds {seeds}: at least one seed is needed", "pass --seeds 1 or more"
+        )
+    cases: list[Example] = []
+    for number, expr in enumerate(exprs, 1):
+        drawn: list[tuple[Any, ...]] = []
+        for seed in range(seeds):
+            torch.manual_seed(seed)
+            try:
+                value = eval(expr, {"torch": torch, "__builtins__": __builtins__})
+            except Exception as exc:
+                raise FdlUsageError(
+                    f"--example-input {expr!r}: {type(exc).__name__}: {exc}",
+                    "a Python expression with torch in scope, e.g. 'torch.randn(2, 3, 32, 32)'",
+                ) from None
+            args = value if isinstance(value, tuple) else (value,)
+            if not any(_same(args, earlier) for earlier in drawn):
+                drawn.append(args)
+                cases.append(Example(number, seed, args))
     return cases
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values, tensors compared element by element (shape and dtype included)."""
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(torch.equal(a, b))
+        )
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    try:
+        return bool(a == b)
+    except Exception:
+        return False

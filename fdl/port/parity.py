@@ -1,6 +1,6 @@
 """Prove a port computes what the original does: outputs, input and parameter gradients, buffers.
 
-Each example input runs through the original and through the port's graph, in eval mode and in
+Each example input (each seed's draw of each ``--example-input``) runs through the original and through the port's graph, in eval mode and in
 train mode, with the same RNG seed before each side (a model may draw random numbers in either
 mode). The graph shares the original's modules, so the same parameters are compared by identity;
 the model's state (running statistics, anything a forward updates) is restored between sides.
@@ -14,10 +14,13 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from fdl.port.load import Example
 
 SEED = 0
 WEIGHT_SEED = 1234
@@ -27,6 +30,7 @@ WEIGHT_SEED = 1234
 class Case:
     example: int
     mode: str
+    seed: int = 0
     outputs: float = 0.0
     input_grads: float = 0.0
     param_grads: float = 0.0
@@ -42,6 +46,7 @@ class Case:
     def to_dict(self) -> dict[str, Any]:
         return {
             "example": self.example,
+            "seed": self.seed,
             "mode": self.mode,
             "exact": self.exact,
             "max_abs_diff": {
@@ -78,7 +83,11 @@ class Parity:
 
     def summary(self) -> str:
         n = len({c.example for c in self.cases})
-        what = f"{n} example input{'s' if n != 1 else ''}, eval and train mode"
+        drawn = len({(c.example, c.seed) for c in self.cases})
+        what = f"{n} example input{'s' if n != 1 else ''}"
+        if drawn != n:
+            what = f"{drawn} inputs ({what}, one draw per seed)"
+        what += ", eval and train mode"
         if self.exact:
             return f"exact on {what} (outputs, input and parameter gradients, buffers)"
         errors = [c.error for c in self.cases if c.error]
@@ -159,7 +168,7 @@ def _side(
 def check(
     original: nn.Module,
     graph: nn.Module,
-    examples: list[tuple[Any, ...]],
+    examples: list[Example],
     graph_call: Callable[[nn.Module, tuple[Any, ...]], Any],
 ) -> Parity:
     """Run every example through both, in eval and train mode; the differences found."""
@@ -173,9 +182,10 @@ def check(
     parity = Parity()
     was_training = original.training
     try:
-        for i, args in enumerate(examples):
+        for example in examples:
+            args = example.args
             for mode in ("eval", "train"):
-                case = Case(i, mode)
+                case = Case(example.number, mode, example.seed)
                 parity.cases.append(case)
                 if extra:
                     case.error = f"the graph has {len(extra)} parameter(s) the original lacks"

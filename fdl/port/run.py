@@ -20,6 +20,8 @@ from fdl.port.load import (
     parse_init,
 )
 
+DEFAULT_SEEDS = 2  # each example input is drawn under seeds 0 and 1
+
 
 @dataclass
 class Report:
@@ -79,12 +81,16 @@ def _shapes(module: Any) -> list[tuple[int, ...]]:
     return sorted(tuple(p.shape) for p in module.parameters())
 
 
-def command_line(script: Path, model: str, init: str | None, exprs: list[str]) -> str:
+def command_line(
+    script: Path, model: str, init: str | None, exprs: list[str], seeds: int = DEFAULT_SEEDS
+) -> str:
     parts = ["fdl", "port", script.name, "--model", model]
     if init is not None:
         parts += ["--init", init]
     for expr in exprs:
         parts += ["--example-input", expr]
+    if seeds != DEFAULT_SEEDS:
+        parts += ["--seeds", str(seeds)]
     return shlex.join(parts)
 
 
@@ -96,6 +102,7 @@ def port(
     output: Path | None = None,
     force: bool = False,
     overwrite: bool = False,
+    seeds: int = DEFAULT_SEEDS,
 ) -> Report:
     """Port ``model`` from ``script``; writes the file only when parity is exact (or ``force``),
     and replaces an existing file only with ``overwrite``."""
@@ -114,28 +121,31 @@ def port(
             raise _exists(output)
     report = Report(script, model, output)
     args, kwargs = parse_init(init)
-    examples = example_inputs(exprs)
+    examples = example_inputs(exprs, seeds)
     module = import_script(script)
     cls = find_class(module, model, script)
+    torch.manual_seed(0)  # the same weights on every run, whatever the examples drew
     original = construct(cls, args, kwargs, script)
     was_training = original.training
-    for i, case in enumerate(examples, 1):
+    for example in examples:
         try:
             with torch.no_grad():
                 original.eval()
                 torch.manual_seed(0)
-                original(*case)
+                original(*example.args)
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            drawn = f", seed {example.seed}" if example.seed else ""
             raise PortError(
-                f"example input {i} ({exprs[i - 1]}) does not fit {model}: "
+                f"example input {example.number} ({exprs[example.number - 1]}{drawn}) "
+                f"does not fit {model}: "
                 f"{type(exc).__name__}: {first}",
                 "pass an input of the shape the model expects",
             ) from None
         finally:
             original.train(was_training)
 
-    n_args = max(len(c) for c in examples)
+    n_args = max(len(e.args) for e in examples)
     where = f"{script.name}:{_forward_line(cls)}"
     translation = None
     try:
@@ -147,7 +157,7 @@ def port(
     if gm is not None:
         report.fixed = trace.concrete_args(original, n_args)
         try:
-            kinds = translate.value_kinds(gm, max(examples, key=len))
+            kinds = translate.value_kinds(gm, max((e.args for e in examples), key=len))
             names = translate.returned_names(cls.forward)
             translation = translate.Translator(gm, original, kinds, names).translate()
         except UnsupportedError as exc:
@@ -216,7 +226,7 @@ def port(
     )
     header = [
         f"# Ported from {script.name} (class {cls.__name__}) by:",
-        f"#   {command_line(script, model, init, exprs)}",
+        f"#   {command_line(script, model, init, exprs, seeds)}",
         f"# Parity: {report.parity.summary()}.",
     ]
     if report.fixed:
@@ -365,7 +375,8 @@ def render_report(report: Report) -> str:
                 detail = d.get("error") or ", ".join(
                     f"{k} {v:.3g}" for k, v in d["max_abs_diff"].items() if v
                 )
-                lines.append(f"    example {case.example} {case.mode}: {detail}")
+                seed = f" seed {case.seed}" if case.seed else ""
+                lines.append(f"    example {case.example}{seed} {case.mode}: {detail}")
     if report.written:
         lines.append(f"  wrote {report.output}")
     elif report.unchanged:

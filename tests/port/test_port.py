@@ -212,7 +212,12 @@ def test_port_translates_builds_and_proves_parity(workdir, case):
     out = workdir / f"{case}_port.py"
     report = port(workdir / script, cls, None, examples, out)
     assert report.written and report.parity.exact, report.to_dict()
-    assert len(report.parity.cases) == 2 * len(examples)  # eval and train per example
+    # eval and train for each seed's draw of each example (an expression drawing nothing: one)
+    drawn = {(c.example, c.seed) for c in report.parity.cases}
+    assert len(report.parity.cases) == 2 * len(drawn)
+    for number, expr in enumerate(examples, 1):
+        seeds = {seed for n, seed in drawn if n == number}
+        assert seeds == ({0, 1} if "rand" in expr else {0}), (expr, seeds)
     text = out.read_text()
     for idiom in idioms:
         assert idiom in text, (idiom, text)
@@ -768,3 +773,70 @@ def test_a_long_chain_is_written_in_pieces(workdir, run_fdl):
     assert text.count("flow = (") == 2 and "return flow.build()" in text  # 100 calls: 60 + 40
     check = run_fdl("check", "--no-run", "deep_port.py", cwd=workdir)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_each_example_is_drawn_under_every_seed_reproducibly():
+    from fdl.errors import FdlUsageError
+    from fdl.port.load import example_inputs
+
+    first = example_inputs(["torch.randn(2, 3)", "torch.ones(2, 3)", "(torch.randn(4), 5)"])
+    assert [(e.number, e.seed) for e in first] == [(1, 0), (1, 1), (2, 0), (3, 0), (3, 1)]
+    assert not torch.equal(first[0].args[0], first[1].args[0])  # two inputs nobody chose
+    assert first[3].args[1] == 5 and first[4].args[1] == 5
+    again = example_inputs(["torch.randn(2, 3)", "torch.ones(2, 3)", "(torch.randn(4), 5)"])
+    assert all(torch.equal(a.args[0], b.args[0]) for a, b in zip(first, again, strict=True))
+    # an expression that seeds itself draws the same values every time: one input
+    assert len(example_inputs(["(torch.manual_seed(7), torch.randn(2))[1]"], seeds=5)) == 1
+    assert [e.seed for e in example_inputs(["torch.randn(2)"], seeds=3)] == [0, 1, 2]
+    with pytest.raises(FdlUsageError, match="at least one seed"):
+        example_inputs(["torch.randn(2)"], seeds=0)
+
+
+def test_a_port_exact_on_one_draw_but_not_another_is_not_exact():
+    from fdl.port import parity
+    from fdl.port.load import example_inputs
+
+    examples = example_inputs(["torch.randn(16)"])
+    tops = [float(e.args[0].max()) for e in examples]
+    assert tops[0] < tops[1]  # seeded: the same draws on every machine
+    limit = sum(tops) / 2
+
+    class Identity(torch.nn.Module):
+        def forward(self, x):
+            return x * 1
+
+    class Saturating(torch.nn.Module):  # a "port" that differs only above `limit`
+        def forward(self, x):
+            return x.clamp(max=limit)
+
+    result = parity.check(Identity(), Saturating(), examples, lambda g, a: g(*a))
+    by_seed = {(c.seed, c.mode): c.exact for c in result.cases}
+    assert by_seed == {
+        (0, "eval"): True,
+        (0, "train"): True,
+        (1, "eval"): False,
+        (1, "train"): False,
+    }
+    assert not result.exact
+    assert result.summary().startswith(
+        "NOT exact on 2 inputs (1 example input, one draw per seed), eval and train mode"
+    )
+
+
+def test_seeds_option_is_recorded_and_reported(workdir, run_fdl):
+    argv = ["port", "cnn.py", "--model", "CNN", "--example-input", "torch.randn(2, 3, 32, 32)"]
+    one = run_fdl(*argv, "--seeds", "1", "--json", cwd=workdir)
+    assert one.returncode == 0, one.stdout + one.stderr
+    cases = json.loads(one.stdout)["parity"]["cases"]
+    assert [(c["example"], c["seed"], c["mode"]) for c in cases] == [
+        (1, 0, "eval"),
+        (1, 0, "train"),
+    ]
+    text = (workdir / "cnn_flodl.py").read_text()
+    assert "--example-input 'torch.randn(2, 3, 32, 32)' --seeds 1\n" in text
+    assert "# Parity: exact on 1 example input, eval and train mode" in text
+    three = run_fdl(*argv, "--seeds", "3", "--overwrite", cwd=workdir)
+    assert three.returncode == 0, three.stdout + three.stderr
+    assert "parity: exact on 3 inputs (1 example input, one draw per seed)" in three.stdout
+    bad = run_fdl(*argv, "--seeds", "0", "--overwrite", cwd=workdir)
+    assert bad.returncode == 2 and "--seeds" in bad.stderr and "Traceback" not in bad.stderr
