@@ -9,14 +9,18 @@ else is a small named function. The steps are then laid out along one stream: a 
 value is needed later is a ``fork`` with a ``tag``; a value read again later is tagged and passed
 with ``using``. The layout is found by a bounded search over which consumer continues the stream;
 if none fits, a second search also lets an expression that reads only tagged values be a fork
-of its own (``.fork(f).using(...)``, ``f`` ignoring the stream); when that fails too,
-:class:`~fdl.port.errors.UnsupportedError` is raised and the caller keeps the model as one
-opaque step.
+of its own (``.fork(f).using(...)``, ``f`` ignoring the stream). When no layout exists, or the
+one found runs some value's readers in another order than the original (autograd sums a
+gradient in the order its readers ran), an ordered search lays out every operation in the
+original's order, a layer reading tags where it must (``Call(m.down, stream_as=())``); when that
+fails too, :class:`~fdl.port.errors.UnsupportedError` is raised and the caller keeps the model
+as one opaque step.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import importlib
 import inspect
 import keyword
@@ -40,6 +44,7 @@ NOT_FIRST = "a module's first argument is not the stream"
 LAYOUT_REASONS = {OFF_STREAM, NOT_ON_STREAM, NOT_FIRST}
 OVER_BUDGET = "no layout found within the search budget"
 UNUSED_STREAM = object()  # the first parameter of a function that does not read the stream
+DETACHED = object()  # the stream a step reads when it reads only tags (a module called with refs)
 
 
 # ---------------------------------------------------------------------------------- rendering
@@ -448,6 +453,7 @@ class Translation:
     steps: list[dict[str, str]]  # what each traced operation became, for the report
     inputs: list[tuple[str, Any]]  # auxiliary graph inputs: (name, default or NO_DEFAULT)
     order_note: str = ""  # why gradients might differ in the last bits on other inputs
+    strict: bool = False  # every operation a step of its own, in the original's order
 
 
 NO_DEFAULT = object()
@@ -460,7 +466,11 @@ class Translator:
         root: nn.Module,
         kinds: dict[Any, str],
         output_names: list[str | None] | None = None,
+        fold: bool = True,
     ):
+        """``fold``: write a plain expression read only by another as part of that one's function
+        (``torch.exp(0.5 * logvar)``); without, every operation is a step of its own, run where
+        the original runs it."""
         self.gm = gm
         self.root = root
         self.kinds = kinds
@@ -473,6 +483,8 @@ class Translator:
         self.report: dict[fx.Node, dict[str, str]] = {}
         self.budget = SEARCH_BUDGET
         self.allow_detached = False
+        self.ordered = False  # the search keeps the original's order of operations
+        self.laid_in_order = False  # the layout found was searched in that order
         nodes = list(gm.graph.nodes)
         self.placeholders = [n for n in nodes if n.op == "placeholder"]
         outputs = [n for n in nodes if n.op == "output"]
@@ -495,7 +507,8 @@ class Translator:
                 self.params.append(n)
         self.ops: list[Op] = []
         self.op_of: dict[fx.Node, Op] = {}
-        kinds = self.kinds = _mark_inline(nodes, kinds)
+        kinds = self.kinds = _mark_inline(nodes, kinds) if fold else dict(kinds)
+        self.folded = any(kinds.get(n) == "inline" for n in nodes)
         for n in nodes:
             if n.op in ("call_module", "call_function", "call_method") and kinds.get(n) not in (
                 "meta",
@@ -662,7 +675,15 @@ class Translator:
         if all(self.kinds.get(a) == "meta" for a in passed):
             raise UnsupportedError(f"{what} is called with no tensor, only values read off shapes")
         by_position = bool(args) and args[0] is stream
-        if not by_position and all(v is not stream for v in kwargs.values()):
+        if stream is DETACHED:
+            if not self.ordered:
+                raise UnsupportedError(NOT_ON_STREAM)
+        elif (
+            not by_position
+            and all(v is not stream for v in kwargs.values())
+            # the stream as another argument, by name: only where the original's order needs it
+            and (not self.ordered or stream not in args)
+        ):
             raise UnsupportedError(NOT_FIRST)
         nodes_elsewhere = [a for a in args if isinstance(a, fx.Node) and a is not stream]
         nodes_elsewhere += [v for v in kwargs.values() if isinstance(v, fx.Node)]
@@ -678,13 +699,13 @@ class Translator:
             params = list(signature.parameters.values())
             bound = signature.bind(*args, **kwargs).arguments
         except (TypeError, ValueError):
-            if simple and not kwargs:
+            if simple and not kwargs and by_position:
                 return Step(path, refs=[(None, a) for a in args[1:]], random=random, what=what)
             raise UnsupportedError(
                 f"{what} is called in a way its signature does not show"
             ) from None
         if any(p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY) for p in params):
-            if simple and not kwargs:
+            if simple and not kwargs and by_position:
                 return Step(path, refs=[(None, a) for a in args[1:]], random=random, what=what)
             raise UnsupportedError(f"{what} takes *args or positional-only arguments")
         bound = _explicit_arguments(bound, signature)
@@ -850,21 +871,28 @@ class Translator:
         if all(op.node in state.done for op in self.ops):
             return self.finish(state)
         new = self.diamond(state)
-        if new is not None:
+        if new is not None and self.in_order(new.frags[-1].ops, state.done):
             found = self.search(new)
             if found is not None:
                 return found
         pending = self.remaining_users(state.stream, state.done)
         candidates = [op for op in pending if self.ready(op, state)]
+        if self.ordered:  # only the next operation of the original's order can run
+            candidates = [op for op in candidates if self.in_order([op.node], state.done)]
         options: list[tuple[str, Op]] = []
         if len(pending) > 1 or state.stream in self.outputs:
             options += [("fork", op) for op in candidates]
-        options += [("through", op) for op in candidates]
-        if self.allow_detached:
+        # in the original's order, the stream follows each operation: the later readers of a
+        # value it leaves are tagged anyway, and forks would make the next steps read tags
+        through = [("through", op) for op in candidates]
+        options = through + options if self.ordered else options + through
+        if self.ordered:  # the next operation in the original's order, reading only tags
+            options += [(how, op) for op in self.detached(state)[:1] for how in DETACHED_HOWS]
+        elif self.allow_detached:
             options += [("detached", op) for op in self.detached(state)[:1]]
         for how, op in options:
             new = self.advance(how, op, state)
-            if new is None:
+            if new is None or not self.in_order(new.frags[-1].ops, state.done):
                 continue
             found = self.search(new)
             if found is not None:
@@ -881,7 +909,14 @@ class Translator:
         """Expressions that read only tagged values, not the stream (a table built from a
         weight's device, an element of a tagged tuple): each can be a fork of its own, tried
         when no layout continuing the stream exists (the first in the original's order only:
-        the others are tried after it, and trying each first would multiply the search)."""
+        the others are tried after it, and trying each first would multiply the search).
+
+        In an ordered search, the next operation of the original's order is one too, whatever
+        it reads (a module called with tags, or the stream passed as a tag), as a fork or as the
+        step that continues the stream: some layout in the original's order always exists."""
+        if self.ordered:
+            nxt = next(op for op in self.ops if op.node not in state.done)
+            return [nxt] if all(v in state.done for v in nxt.inputs) else []
         return [
             op
             for op in self.ops
@@ -892,20 +927,45 @@ class Translator:
             and not _random_expression(op.node, self.kinds)
         ]
 
+    def in_order(self, ran: Sequence[fx.Node], done: frozenset[fx.Node]) -> bool:
+        """Whether running ``ran`` after ``done`` keeps the original's order of operations;
+        always true outside an ordered search. In that order autograd numbers the operations
+        as the original does, so its backward runs them, and sums each gradient, in the same
+        order: exact where any other order may differ in the last bits."""
+        if not self.ordered:
+            return True
+        k = 0
+        while k < len(self.ops) and self.ops[k].node in done:
+            k += 1
+        return [op.node for op in self.ops[k : k + len(ran)]] == list(ran)
+
+    def detached_step(self, op: Op) -> tuple[str, Sequence[tuple[str | None, Any]]]:
+        """``op`` as a step that ignores the stream and reads its inputs as tags."""
+        if op.module is not None:
+            step = self.module_step(op, DETACHED)  # type: ignore[arg-type]
+            self.note(op, step)
+            return step.code, step.refs
+        params = [(UNUSED_STREAM, "_"), *((v, self.tag_name(v)) for v in op.inputs)]
+        name = self.function(op.node, params)  # type: ignore[arg-type]
+        self.report[op.node] = {"original": _describe(op.node), "as": name}
+        return name, [(None, v) for v in op.inputs]
+
     def advance(self, how: str, op: Op, state: State) -> State | None:
-        if how == "detached":  # .fork(f).using(...): f ignores the stream, reads the tags
-            params = [(UNUSED_STREAM, "_"), *((v, self.tag_name(v)) for v in op.inputs)]
+        if how in DETACHED_HOWS:  # .fork(f).using(...): f ignores the stream, reads the tags
             try:
-                name = self.function(op.node, params)  # type: ignore[arg-type]
+                code, refs = self.detached_step(op)
             except UnsupportedError:
                 return None
-            self.report[op.node] = {"original": _describe(op.node), "as": name}
-            text = f".fork({name}){self.using([(None, v) for v in op.inputs])}"
+            text = f".{'through' if how == 'detached_through' else 'fork'}({code})"
+            text += self.using(refs)
             return replace(
                 state,
+                stream=op.node if how == "detached_through" else state.stream,
                 done=state.done | {op.node},
                 frags=(*state.frags, Frag(text, op.node, (op.node,))),
-                tagged=state.tagged | set(op.inputs) | {op.node},
+                tagged=state.tagged
+                | {v for _, v in refs}
+                | ({op.node} if how == "detached" else set()),
             )
         if how == "through":
             step = self.try_step(op, state)
@@ -958,7 +1018,10 @@ class Translator:
         return None
 
     # ------------------------------------------------------------------ result
-    def translate(self) -> Translation:
+    def translate(self, ordered: bool = False) -> Translation:
+        """The builder chain. A layout that reads some value in another order than the original
+        (so gradients could differ in the last bits) is replaced by one in the original's order
+        of operations where one exists; ``ordered`` asks for that order from the start."""
         start = self.placeholders[0]
         # each learned tensor is a fork at the start: fl.nn.Param holding it, tagged
         frags = tuple(Frag(f".fork({self.held(p)})", p) for p in self.params)
@@ -976,13 +1039,30 @@ class Translator:
             # detached forks only where no layout continuing the stream exists: they would
             # otherwise end a search early in a worse layout than backtracking finds
             self.allow_detached = False
-            try:
-                found = self.search(state)
-            except UnsupportedError:
-                found = None
-            if found is None:
+            found = None
+            if not ordered:
+                with contextlib.suppress(UnsupportedError):
+                    found = self.search(state)
+            if found is None and not ordered:
                 self.allow_detached, self.budget = True, SEARCH_BUDGET
-                found = self.search(state)
+                try:
+                    found = self.search(state)
+                except UnsupportedError:
+                    found = None
+            if found is None or self.order_hazard(found) is not None:
+                # a layout in the original's order: modules and expressions may read tags
+                # instead of the stream, and the stream may be passed by name
+                self.ordered, self.budget = True, SEARCH_BUDGET
+                report = dict(self.report)
+                try:
+                    kept = self.search(state)
+                except UnsupportedError:
+                    kept = None
+                self.ordered = False
+                self.laid_in_order = kept is not None
+                if kept is None:
+                    self.report = report  # what each operation became in the layout kept
+                found = kept or found
         finally:
             sys.setrecursionlimit(limit)
         if found is None:
@@ -1037,17 +1117,32 @@ class Translator:
             for name, source in self.functions.items()
             if re.search(rf"(?<![\w\"'.]){re.escape(name)}(?![\w\"'])", text)
         }
-        # ...and give a used one the plain name an abandoned one took (div_2 -> div)
-        for name in list(used):
-            base = re.sub(r"_\d+$", "", name)
-            if base != name and base not in used and base not in TAKEN:
-                if base in imported_names(self.imports):
-                    continue
-                word = re.compile(rf"(?<![\w\"'.]){re.escape(name)}(?![\w\"'])")
-                used = {base if n == name else n: word.sub(base, src) for n, src in used.items()}
-                chain = [word.sub(base, c) for c in chain]
-                entry = word.sub(base, entry)
-                steps = [{**step, "as": word.sub(base, step["as"])} for step in steps]
+        # ...and number the used ones of each name in the order the flow uses them, as if the
+        # abandoned ones had never been written (add_41, add_8 -> add, add_2)
+        text_order = "\n".join([entry, *chain])
+        first_use = {}
+        for name in used:
+            found_at = re.search(rf"(?<![\w\"'.]){re.escape(name)}(?![\w\"'])", text_order)
+            first_use[name] = found_at.start() if found_at else 0
+        by_base: dict[str, list[str]] = {}
+        for name in sorted(used, key=first_use.__getitem__):
+            by_base.setdefault(re.sub(r"_\d+$", "", name), []).append(name)
+        blocked = TAKEN | imported_names(self.imports)
+        renamed: dict[str, str] = {}
+        for base, group in by_base.items():
+            free = (f"{base}_{i}" if i > 1 else base for i in range(1, 10**6))
+            for name in group:
+                renamed[name] = next(n for n in free if n not in blocked)
+        if any(old != new for old, new in renamed.items()):
+            word = re.compile(rf"(?<![\w\"'.])({'|'.join(map(re.escape, renamed))})(?![\w\"'])")
+
+            def rename(text: str) -> str:
+                return word.sub(lambda match: renamed[match.group(1)], text)
+
+            used = {renamed[n]: rename(src) for n, src in used.items()}
+            chain = [rename(c) for c in chain]
+            entry = rename(entry)
+            steps = [{**step, "as": rename(step["as"])} for step in steps]
         code = "\n".join([entry, *chain, *used.values()])
         imports = {
             line
@@ -1066,6 +1161,7 @@ class Translator:
             steps=steps,
             inputs=inputs,
             order_note=self.order_note(found),
+            strict=(ordered or self.laid_in_order) and not self.folded,
         )
 
     def order_note(self, found: State) -> str:
@@ -1084,6 +1180,7 @@ class Translator:
         )
 
 
+DETACHED_HOWS = ("detached_through", "detached")
 INFIX_NAMES = {"add": "add", "iadd": "add", "truediv": "div", "getitem": "index"}
 TAKEN = {"build", "from_torch", "flow", "Call", "shared", "torch", "nn", "F", "fl", "math", "operator",
          "m", "x", "module"}  # fmt: skip

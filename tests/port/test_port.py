@@ -299,9 +299,23 @@ def test_many_copies_of_an_untraceable_block_are_reported_on_one_line(workdir, r
     ]
 
 
-def test_a_layout_reading_a_value_in_another_order_says_gradients_may_differ(workdir):
+def test_a_value_read_out_of_order_is_laid_out_in_the_originals_order(workdir):
+    # no layout along the stream reads x in the original's order (a, b, n): the port lays out
+    # every operation in that order, a layer called on a tag where it must be
     out = workdir / "mixed_port.py"
-    report = port(workdir / "zoo.py", "Mixed", None, ["torch.randn(2, 4)"], out, force=True)
+    report = port(workdir / "zoo.py", "Mixed", None, ["torch.randn(2, 4)"], out)
+    assert report.written and report.parity.exact and report.note == "", report.to_dict()
+    text = out.read_text()
+    flow = text[text.index("def flow(") :]
+    assert 'Call(m.b, stream_as=()))\n        .using(input="x")' in flow
+    assert 'Call(m.mix, stream_as=("input2",)))\n        .using(input1="a")' in flow
+    assert flow.index("m.a)") < flow.index("m.b,") < flow.index("m.mix,") < flow.index("m.n,")
+
+
+def test_with_no_layout_in_order_the_port_says_gradients_may_differ(workdir):
+    # Pair takes *xs: it cannot be called on tags, so no layout keeps the original's order
+    out = workdir / "pairs_port.py"
+    report = port(workdir / "zoo.py", "MixedPairs", None, ["torch.randn(2, 4)"], out, force=True)
     note = (
         "the input is read by 3 operations, which the port runs in another order than the "
         "original: autograd sums the terms of its gradient in that order, so gradients can "
@@ -309,7 +323,49 @@ def test_a_layout_reading_a_value_in_another_order_says_gradients_may_differ(wor
     )
     assert report.note == note and report.written
     assert f"# Note: {note}." in out.read_text()
-    assert report.parity.cases[0].outputs == 0.0  # the forward itself is exact
+    assert all(c.outputs == 0.0 for c in report.parity.cases)  # the forward itself is exact
+
+
+def test_branches_that_exchange_features_are_laid_out(workdir, run_fdl):
+    # HRNet's fusion: each output sums a layer of its own branch and one of the other branch;
+    # no layout along one stream exists, one in the original's order does
+    out = workdir / "fusion_port.py"
+    report = port(workdir / "zoo.py", "Fusion", None, ["torch.randn(2, 3, 8, 8)"], out)
+    assert report.written and report.parity.exact and not report.opaque, report.to_dict()
+    assert len(report.translated) == 11
+    assert 'Call(m.down, stream_as=()))\n        .using(input="high")' in out.read_text()
+    check = run_fdl("check", "--no-run", out.name, cwd=workdir)
+    assert check.returncode == 0 and "check ok" in check.stdout, check.stdout + check.stderr
+
+
+def test_a_port_that_differs_is_laid_out_again_in_the_originals_order(workdir):
+    from fdl.port import parity, render, run, trace, translate
+    from fdl.port.load import example_inputs, import_script
+
+    out = workdir / "folded_port.py"
+    report = port(workdir / "zoo.py", "Folded", None, ["torch.randn(2, 3)"], out)
+    assert report.written and report.parity.exact and report.note == "", report.to_dict()
+    flow = out.read_text()
+    # each operation a step of its own, where the original runs it: l0 * x, then - x
+    assert (
+        '.through(m.l0)\n        .through(mul)\n        .using("x")\n        .through(sub)' in flow
+    )
+    # the first layout, one function per expression, sums x's gradient in another order: on
+    # this machine it differs in the last bits (rounding may agree elsewhere: then it is kept)
+    module = import_script(workdir / "zoo.py")
+    torch.manual_seed(0)
+    original = module.Folded()
+    gm, _ = trace.trace(original, 1)
+    examples = example_inputs(["torch.randn(2, 3)"])
+    kinds = translate.value_kinds(gm, examples[0].args)
+    folded = translate.Translator(gm, original, kinds).translate()
+    assert not folded.strict and "return (stream * x) - x" in "".join(folded.functions)
+    source = render.init_source(module.Folded, module)
+    text = render.render(folded, source, class_name="Folded", script_name="zoo.py", header=[],
+                         opaque_inputs=[])  # fmt: skip
+    graph = run._load_generated(text, workdir).from_torch(original)
+    first = parity.check(original, graph, examples, lambda g, a: g(*a))
+    assert not first.exact, "rounding agreed here: this test no longer shows the retry"
 
 
 def test_more_untraceable_classes_than_retries_keep_the_model_whole_and_say_why(workdir):

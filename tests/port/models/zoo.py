@@ -87,6 +87,67 @@ class Mixed(nn.Module):
         return self.mix(self.a(x), self.b(x)) - self.n(x)
 
 
+class Pair(nn.Module):
+    """A layer taking ``*xs`` and deciding by the data (so fx keeps it whole): it can only be
+    called with the stream as its first argument, never with tags alone."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, *xs):
+        y = self.lin(xs[0]) * xs[-1]
+        return y if y.sum() > 0 else -y
+
+
+class MixedPairs(nn.Module):
+    """``Mixed`` with layers no step can call on tags: no layout in the original's order."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, d), nn.Linear(d, d)
+        self.mix, self.n = Pair(d), Pair(d)
+
+    def forward(self, x):
+        return self.mix(self.a(x), self.b(x)) - self.n(x)
+
+
+class Fusion(nn.Module):
+    """Two resolutions that exchange features, as HRNet's stages: each output sums a layer of
+    its own branch and one applied to the other branch, then both are fused again."""
+
+    def __init__(self, c=4):
+        super().__init__()
+        self.high, self.low = nn.Conv2d(3, c, 3, padding=1), nn.Conv2d(3, c, 3, 2, 1)
+        self.down = nn.Conv2d(c, c, 3, 2, 1)
+        self.up = nn.Sequential(nn.Conv2d(c, c, 1), nn.Upsample(scale_factor=2.0))
+        self.head = nn.Conv2d(c, 2, 1)
+
+    def forward(self, x):
+        high, low = self.high(x), self.low(x)
+        fused_high = torch.relu(high + self.up(low))
+        fused_low = torch.relu(low + self.down(high))
+        return self.head(fused_high + self.up(fused_low))
+
+
+class Folded(nn.Module):
+    """Small expressions between layers (``a * x - x``): written as one function each, they
+    run later than the original runs their parts, and autograd sums ``x``'s gradient in
+    another order."""
+
+    def __init__(self, d=3):
+        super().__init__()
+        self.l0, self.l1, self.l2 = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.l3, self.l4 = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        v1 = self.l0(x) * x - x
+        v2 = self.l1(v1)
+        v3 = self.l2(v1) * v2
+        v4 = self.l3(x) + v2
+        return v4 + self.l4(v2) * v2 + v3
+
+
 class Fourier(nn.Module):
     """A table built on a weight's device, as XCiT's positional encoding: an expression that
     reads a weight and no activation, so the stream never passes through it."""
