@@ -424,7 +424,13 @@ def test_two_cpu_ranks_every_policy_and_backend(policy, backend, tmp_path, monke
     # so Cadence and Async there get a wider band (4.7e-4 observed).
     # With both cores saturated, Async and Cadence on the CPU backend discard the most (1.3e-3
     # and 1.04e-3 seen once each, a test suite and a benchmark sharing the machine).
-    band = 3 if backend is fl.AverageBackend.NCCL or policy is fl.ApplyPolicy.SYNC else 20
+    # Async averages whenever a snapshot arrives, whatever the backend: on collectives too, how
+    # many batches a rank runs after the last average depends on scheduling (5.4e-4 seen once
+    # in a fresh-clone CI run, the machine otherwise quiet), far below a stale replica's 7e-3.
+    lockstep = policy is fl.ApplyPolicy.SYNC or (
+        backend is fl.AverageBackend.NCCL and policy is fl.ApplyPolicy.CADENCE
+    )
+    band = 3 if lockstep else 20
     assert final_loss(state) <= band * single_device_loss(4) + 5e-5
     rows = [line.split() for line in log.read_text().splitlines()]
     calls = [tuple(map(int, row[:4])) for row in rows]
