@@ -136,12 +136,49 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
             opaque += _kept_whole(model, found, opaque_paths)
             continue
         _drop_fixed(graph, fixed, n_args)
+        _thread_in_place(graph)
         gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
-        gm.graph.eliminate_dead_code()
+        gm.graph.eliminate_dead_code(_has_effects)
         return gm, opaque
     where = _forward_location(model)
     why = f"more than {MAX_RETRIES} kinds of submodule could not be traced"
     return None, [Opaque("", type(model).__name__, where, why)]
+
+
+def _in_place(node: fx.Node) -> bool:
+    """``x.add_(y)``, ``torch.relu_(x)``: an operation that writes into its first argument."""
+    if node.op == "call_method":
+        name = str(node.target)
+    elif node.op == "call_function":
+        name = getattr(node.target, "__name__", "")
+    else:
+        return False
+    return name.endswith("_") and not name.startswith("_") and bool(node.args)
+
+
+def _has_effects(node: fx.Node) -> bool:
+    """Whether a value nobody reads must still be computed: a layer call (a dropout draws
+    random numbers, a batch norm updates its running statistics in train mode), a random
+    function, or what fx itself counts as impure."""
+    from fdl.port.translate import RANDOM_NAMES
+
+    if node.is_impure() or node.op == "call_module":
+        return True
+    name = str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", "")
+    return node.op in ("call_function", "call_method") and name in RANDOM_NAMES
+
+
+def _thread_in_place(graph: fx.Graph) -> None:
+    """Make the later readers of a value an in-place operation wrote into read that operation
+    instead (it returns the same tensor): ``t.add_(y); return t`` keeps the write, where fx
+    records it as a value nobody reads and dead-code elimination would drop it."""
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    for node in graph.nodes:
+        target = node.args[0] if _in_place(node) else None
+        if isinstance(target, fx.Node):
+            for user in list(target.users):
+                if user is not node and order[user] > order[node]:
+                    user.replace_input_with(target, node)
 
 
 def _kept_whole(model: nn.Module, found: Opaque, opaque_paths: set[str]) -> list[Opaque]:

@@ -905,3 +905,36 @@ def test_random_data_flows_port_exactly(workdir, model):
     out = workdir / f"{model}_port.py"
     report = port(workdir / "dags.py", model, None, ["torch.randn(2, 3)"], out, seeds=3)
     assert report.written and report.parity.exact and not report.opaque, report.to_dict()
+
+
+def test_an_in_place_write_is_kept(workdir):
+    # t.add_(x); return tanh(t): fx records add_ as a value nobody reads, the tanh reading t
+    out = workdir / "inplace_port.py"
+    report = port(workdir / "zoo.py", "InPlace", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact, report.to_dict()
+    assert ".add_(x)" in out.read_text()
+
+
+def test_layers_called_for_their_effects_are_kept(workdir):
+    # an unread dropout moves the random stream, an unread batch norm its running statistics:
+    # without them the train-mode output and the buffers would differ
+    out = workdir / "unused_port.py"
+    report = port(workdir / "zoo.py", "Unused", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact, report.to_dict()
+    flow = out.read_text()
+    assert "m.probe" in flow and "m.stats" in flow
+    assert flow.index("m.probe") < flow.index("m.stats") < flow.rindex("m.drop")
+
+
+def test_port_random_benchmark_reports_each_flow(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "port_random", Path(__file__).parents[2] / "benchmarks" / "port_random.py"
+    )
+    assert spec is not None and spec.loader is not None
+    port_random = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(port_random)
+    assert port_random.model_source(7) == port_random.model_source(7)  # a seed is one model
+    rows = port_random.main(["--start", "3", "--count", "2", "--out", str(tmp_path)])
+    assert [(r["seed"], r["result"]) for r in rows] == [(3, "exact"), (4, "exact")], rows
+    notes = json.loads((tmp_path / "port_random.json").read_text())["notes"]
+    assert notes == "2 random flows (seeds 3-4): 2 exact, 0 whole, 0 refused, 0 error."

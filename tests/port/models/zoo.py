@@ -148,6 +148,36 @@ class Folded(nn.Module):
         return v4 + self.l4(v2) * v2 + v3
 
 
+class InPlace(nn.Module):
+    """A write into a value that is then returned: fx records ``add_`` as a value nobody reads."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, x):
+        t = self.lin(x) * 1.5
+        t.add_(x)
+        return torch.tanh(t)
+
+
+class Unused(nn.Module):
+    """Layers called for their effects only: a dropout whose draw moves the random stream
+    (the next dropout's mask depends on it), a batch norm updating its running statistics."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+        self.probe, self.drop = nn.Dropout(0.5), nn.Dropout(0.5)
+        self.stats = nn.BatchNorm1d(d)
+
+    def forward(self, x):
+        h = self.lin(x)
+        self.probe(h)
+        self.stats(x)
+        return self.drop(h)
+
+
 class Fourier(nn.Module):
     """A table built on a weight's device, as XCiT's positional encoding: an expression that
     reads a weight and no activation, so the stream never passes through it."""

@@ -1,0 +1,135 @@
+"""How often ``fdl port`` proves a random data flow exact: code nobody wrote with a layout in mind.
+
+Each model is generated from its seed: 5 to 10 values over a ``(B, 4)`` input, each one of a
+linear layer, an activation (``torch.relu``, ``F.gelu``, ``.sigmoid()``, ``F.softmax``), ``+``
+``-`` ``*`` of earlier values (two or three), a layer on a concatenation, a gated ``chunk``, an
+in-place write (``t.add_(v)``), a dropout, a bilinear layer (whose stream may be its second
+argument), a layer norm; the forward returns the last value or the last two. Values may go
+unread, as in real code (a layer called for its effects). Each is ported by ``fdl port --json`` in
+a fresh process (one thread) with one example input drawn under seeds 0 and 1. A row says what
+came out: ``exact`` (written, bit-exact in eval and train mode on both draws), ``whole`` (exact,
+kept as one opaque step), ``refused`` (a difference was found: nothing written) or ``error``.
+
+Usage: ``python benchmarks/port_random.py [--start S] [--count N] [--out DIR]`` (default seeds
+0 to 99).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import write_report
+
+FDL = [sys.executable, "-m", "fdl"]
+KINDS = ["linear", "linear", "activation", "binary", "binary", "cat", "chunk", "in_place",
+         "dropout", "bilinear", "norm", "sum3"]  # fmt: skip
+ACTIVATIONS = ["torch.relu({a})", "torch.tanh({a})", "F.gelu({a})", "{a}.sigmoid()",
+               "F.softmax({a}, dim=-1)"]  # fmt: skip
+
+
+def model_source(seed: int) -> str:
+    """The script defining ``class M`` for ``seed`` (the same text on every run)."""
+    rng = random.Random(seed)
+    layers: list[str] = []
+    body = ["        v0 = x"]
+    values = ["v0"]
+    for i in range(rng.randint(5, 10)):
+        kind = rng.choice(KINDS)
+        a, b, c = (rng.choice(values) for _ in range(3))
+        if kind == "linear":
+            layers.append(f"self.l{i} = nn.Linear(4, 4)")
+            expr = f"self.l{i}({a})"
+        elif kind == "activation":
+            expr = rng.choice(ACTIVATIONS).format(a=a)
+        elif kind == "binary":
+            expr = f"{a} {rng.choice(['+', '-', '*'])} {b}"
+        elif kind == "cat":
+            layers.append(f"self.p{i} = nn.Linear(8, 4)")
+            expr = f"self.p{i}(torch.cat([{a}, {b}], dim=1))"
+        elif kind == "chunk":
+            layers.append(f"self.q{i} = nn.Linear(4, 8)")
+            body.append(f"        h{i}, g{i} = self.q{i}({a}).chunk(2, dim=1)")
+            expr = f"h{i} * torch.sigmoid(g{i})"
+        elif kind == "in_place":
+            body += [f"        t{i} = {a} * 1.5", f"        t{i}.add_({b})"]
+            expr = f"t{i}"
+        elif kind == "dropout":
+            layers.append(f"self.d{i} = nn.Dropout(0.3)")
+            expr = f"self.d{i}({a})"
+        elif kind == "bilinear":
+            layers.append(f"self.b{i} = nn.Bilinear(4, 4, 4)")
+            expr = f"self.b{i}({a}, {b})"
+        elif kind == "norm":
+            layers.append(f"self.n{i} = nn.LayerNorm(4)")
+            expr = f"self.n{i}({a})"
+        else:
+            expr = f"{a} + {b} + {c}"
+        body.append(f"        v{i + 1} = {expr}")
+        values.append(f"v{i + 1}")
+    returned = ", ".join(values[-rng.choice([1, 1, 2]) :])
+    return "\n".join([
+        "import torch", "import torch.nn.functional as F", "from torch import nn", "", "",
+        "class M(nn.Module):", "    def __init__(self):", "        super().__init__()",
+        *(f"        {line}" for line in layers), "", "    def forward(self, x):", *body,
+        f"        return {returned}", "",
+    ])  # fmt: skip
+
+
+def port_one(work: Path, seed: int) -> dict[str, object]:
+    script = work / f"flow_{seed}.py"
+    script.write_text(model_source(seed))
+    argv = [*FDL, "port", script.name, "--model", "M", "--example-input", "torch.randn(3, 4)",
+            "--overwrite", "--json"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(argv, cwd=work, capture_output=True, text=True, check=False, env=env)
+    row: dict[str, object] = {"seed": seed, "result": "error", "translated": 0, "note": ""}
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        row["note"] = (done.stderr.strip().splitlines() or ["no output"])[-1][:120]
+        return row
+    row["translated"] = len(report["translated"])
+    if not (report["parity"] and report["parity"]["exact"]):
+        row["result"] = "refused"
+        row["note"] = report.get("note", "")[:120]
+    elif report["opaque"]:
+        row["result"] = "whole"
+        row["note"] = report["opaque"][0]["reason"][:120]
+    else:
+        row["result"] = "exact"
+    return row
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, object]]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--start", type=int, default=0, help="first seed")
+    parser.add_argument("--count", type=int, default=100, help="how many models")
+    parser.add_argument("--out", type=Path, default=None, help="report folder")
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(args.start, args.start + args.count):
+            rows.append(port_one(Path(tmp), seed))
+            print(" ".join(f"{v}" for v in rows[-1].values()), flush=True)
+    counts = {
+        k: sum(r["result"] == k for r in rows) for k in ("exact", "whole", "refused", "error")
+    }
+    notes = (
+        f"{len(rows)} random flows (seeds {args.start}-{args.start + args.count - 1}): "
+        + ", ".join(f"{n} {k}" for k, n in counts.items())
+        + "."
+    )
+    print(write_report("fdl port on random data flows", rows, "port_random", notes, args.out))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
