@@ -193,7 +193,22 @@ class Expr:
             return f"{self(args[0])}[{_subscript(args[1], self)}]"
         if fn is builtins.getattr:
             return f"{self(args[0])}.{args[1]}"
+        kwargs = _default_free(fn, kwargs)
         return f"{qualname(fn, self.imports)}({self.arguments(args, kwargs)})"
+
+
+def _default_free(fn: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``kwargs`` less those equal to ``fn``'s defaults: fx records every argument a function
+    passes on (``F.softmax(x, dim=-1)`` is recorded with ``_stacklevel=3, dtype=None``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return dict(kwargs)
+    return {
+        k: v
+        for k, v in kwargs.items()
+        if not (k in params and not isinstance(v, fx.Node) and _is_default(v, params[k].default))
+    }
 
 
 # ---------------------------------------------------------------------------------- steps

@@ -938,3 +938,10 @@ def test_port_random_benchmark_reports_each_flow(tmp_path):
     assert [(r["seed"], r["result"]) for r in rows] == [(3, "exact"), (4, "exact")], rows
     notes = json.loads((tmp_path / "port_random.json").read_text())["notes"]
     assert notes == "2 random flows (seeds 3-4): 2 exact, 0 whole, 0 refused, 0 error."
+
+
+def test_a_function_is_written_without_the_defaults_fx_recorded(workdir):
+    out = workdir / "scores_port.py"
+    report = port(workdir / "zoo.py", "Scores", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact, report.to_dict()
+    assert "    return F.softmax(q + x, dim=-1)\n" in out.read_text(), out.read_text()

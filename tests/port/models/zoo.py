@@ -2,6 +2,7 @@
 copies of a block fx cannot trace, values fx names the way flodl names nodes."""
 
 import torch
+import torch.nn.functional as F
 from dynamic import Gate  # a block fx cannot trace: its branch is decided by the data
 from torch import nn
 
@@ -159,6 +160,18 @@ class InPlace(nn.Module):
         t = self.lin(x) * 1.5
         t.add_(x)
         return torch.tanh(t)
+
+
+class Scores(nn.Module):
+    """``F.softmax`` of a sum: one function, which fx records with every argument softmax passes
+    on (``_stacklevel=3, dtype=None``)."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.q, self.k = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return F.softmax(self.q(x) + self.k(x), dim=-1)
 
 
 class Unused(nn.Module):
