@@ -137,11 +137,16 @@ def _side(
     params: list[nn.Parameter],
     buffers: Callable[[], list[torch.Tensor]],
 ) -> tuple[list[torch.Tensor], list[Any], list[Any], list[torch.Tensor]]:
-    inputs = tuple(
+    leaves = tuple(
         a.detach().clone().requires_grad_(a.is_floating_point())
         if isinstance(a, torch.Tensor)
         else a
         for a in args
+    )
+    # each side reads a copy of a leaf, as a model reads data: a forward may write into its
+    # input (x[:, 0] = 0), which autograd refuses on a leaf that requires grad
+    inputs = tuple(
+        a.clone() if isinstance(a, torch.Tensor) and a.requires_grad else a for a in leaves
     )
     torch.manual_seed(SEED)
     out = _tensors(call(inputs))
@@ -151,7 +156,7 @@ def _side(
         w = torch.randn(t.shape, generator=weights)
         if t.requires_grad and t.is_floating_point():
             terms.append((t * w.to(t.dtype)).sum())
-    grad_inputs = [a for a in inputs if isinstance(a, torch.Tensor) and a.requires_grad]
+    grad_inputs = [a for a in leaves if isinstance(a, torch.Tensor) and a.requires_grad]
     wanted = grad_inputs + [p for p in params if p.requires_grad]
     grads: list[torch.Tensor | None]
     if terms and wanted:

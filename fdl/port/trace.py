@@ -9,9 +9,12 @@ the line that stopped the tracer are kept for the report.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import operator
 import re
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -46,8 +49,32 @@ def _all_torch(module: nn.Module) -> bool:
     return all(is_torch_module(m) for m in module.modules())
 
 
+# Tensor factories a forward may size from an input (``torch.zeros(x.shape[0], 12)``): fx
+# cannot see through them (they are not overridable by tensors), so while a tracer runs they
+# record a call whenever an argument is a traced value.
+FACTORIES = (
+    "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "eye", "linspace",
+    "logspace",
+)  # fmt: skip
+
+
+def assign(target: torch.Tensor, key: Any, value: Any) -> torch.Tensor:
+    """``target[key] = value``, returning ``target``: an item assignment as a value later
+    readers of ``target`` can read (fx records ``operator.setitem``, which returns None)."""
+    target[key] = value
+    return target
+
+
+class _Proxy(fx.Proxy):
+    """fx's traced value, which also records an item assignment (``h[:, 0] = 0``)."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
+
+
 class PortTracer(fx.Tracer):
-    """fx's tracer, keeping torch layers, all-torch Sequentials and opaque modules whole."""
+    """fx's tracer, keeping torch layers, all-torch Sequentials and opaque modules whole, and
+    recording item assignments and tensor factories sized by traced values."""
 
     def __init__(self, opaque: set[str]) -> None:
         super().__init__()
@@ -59,6 +86,37 @@ class PortTracer(fx.Tracer):
         if isinstance(m, nn.Sequential):
             return _all_torch(m)
         return is_torch_module(m)
+
+    def proxy(self, node: fx.Node) -> fx.Proxy:
+        return _Proxy(node, self)
+
+    def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> fx.Graph:
+        with self._factories_recorded():
+            return super().trace(root, concrete_args)
+
+    @contextlib.contextmanager
+    def _factories_recorded(self) -> Iterator[None]:
+        originals = {name: getattr(torch, name) for name in FACTORIES}
+
+        def recording(fn: Any) -> Any:
+            def factory(*args: Any, **kwargs: Any) -> Any:
+                found: list[fx.Proxy] = []
+                fx.node.map_aggregate(
+                    (args, kwargs), lambda v: found.append(v) if isinstance(v, fx.Proxy) else None
+                )
+                if found:
+                    return self.create_proxy("call_function", fn, args, kwargs)
+                return fn(*args, **kwargs)
+
+            return factory
+
+        try:
+            for name, fn in originals.items():
+                setattr(torch, name, recording(fn))
+            yield
+        finally:
+            for name, fn in originals.items():
+                setattr(torch, name, fn)
 
 
 def _failure(exc: BaseException, paths: dict[int, str]) -> tuple[str, str]:
@@ -136,6 +194,7 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
             opaque += _kept_whole(model, found, opaque_paths)
             continue
         _drop_fixed(graph, fixed, n_args)
+        _assignments_as_values(graph)
         _thread_in_place(graph)
         gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
         gm.graph.eliminate_dead_code(_has_effects)
@@ -145,8 +204,24 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
     return None, [Opaque("", type(model).__name__, where, why)]
 
 
+def _assignments_as_values(graph: fx.Graph) -> None:
+    """``operator.setitem(t, key, v)`` (``t.__setitem__(key, v)`` when ``t`` is a buffer read as
+    is) becomes ``assign(t, key, v)``, which returns ``t``."""
+    for node in list(graph.nodes):
+        if (node.op == "call_function" and node.target is operator.setitem) or (
+            node.op == "call_method" and node.target == "__setitem__"  # on a tensor not traced
+        ):
+            with graph.inserting_before(node):
+                value = graph.call_function(assign, node.args, dict(node.kwargs))
+            node.replace_all_uses_with(value)
+            graph.erase_node(node)
+
+
 def _in_place(node: fx.Node) -> bool:
-    """``x.add_(y)``, ``torch.relu_(x)``: an operation that writes into its first argument."""
+    """``x.add_(y)``, ``torch.relu_(x)``, ``x[i] = v``: an operation that writes into its first
+    argument."""
+    if node.op == "call_function" and node.target is assign:
+        return True
     if node.op == "call_method":
         name = str(node.target)
     elif node.op == "call_function":
@@ -162,8 +237,8 @@ def _has_effects(node: fx.Node) -> bool:
     function, or what fx itself counts as impure."""
     from fdl.port.translate import RANDOM_NAMES
 
-    if node.is_impure() or node.op == "call_module":
-        return True
+    if node.is_impure() or node.op == "call_module" or node.target is assign:
+        return True  # an assignment may write into an input, a buffer or a value read later
     name = str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", "")
     return node.op in ("call_function", "call_method") and name in RANDOM_NAMES
 

@@ -35,6 +35,7 @@ import torch
 from torch import fx, nn
 
 from fdl.port.errors import UnsupportedError
+from fdl.port.trace import assign
 
 SEARCH_BUDGET = 20_000
 # why a step cannot be written on one particular stream (another layout may still fit)
@@ -195,6 +196,22 @@ class Expr:
             return f"{self(args[0])}.{args[1]}"
         kwargs = _default_free(fn, kwargs)
         return f"{qualname(fn, self.imports)}({self.arguments(args, kwargs)})"
+
+
+def _assignment(node: fx.Node, expr: Expr, taken: set[str]) -> str:
+    """The body of a function writing ``target[key] = value`` (an ``assign`` node) and returning
+    the target; a target computed in the function itself gets a local name first."""
+    target, key, value = node.args
+    lines = []
+    written = expr(target)
+    if not written.isidentifier():
+        local = next(
+            n for n in ("t", *(f"t{i}" for i in range(2, len(taken) + 3))) if n not in taken
+        )
+        lines.append(f"{local} = {unwrap(written)}")
+        written = local
+    lines.append(f"{written}[{unwrap(_subscript(key, expr))}] = {unwrap(expr(value))}")
+    return "\n    ".join([*lines, f"return {written}"])
 
 
 def _default_free(fn: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -603,15 +620,15 @@ class Translator:
     def function(self, node: fx.Node, params: list[tuple[fx.Node, str]]) -> str:
         """A module-level function computing ``node`` from ``params``; returns its name."""
         names = dict(params)
-        body = Expr(names, self.kinds, self.imports).call(node)
-        body = unwrap(body)
+        expr = Expr(names, self.kinds, self.imports)
+        if node.target is assign:
+            return self._named_function(
+                "assign", _assignment(node, expr, set(names.values())), params
+            )
+        body = unwrap(expr.call(node))
         callee = body.removesuffix(f"({params[0][1]})")
         if len(params) == 1 and callee in imported_names(self.imports):
             return callee  # an imported function applied to the stream is the step itself
-        signature = ", ".join(n for _, n in params)
-        key = f"({signature}): return {body}"
-        if key in self.function_names:
-            return self.function_names[key]
         base = re.sub(r"\W+", "_", _target_name(node) or node.name).strip("_").lower() or "fn"
         if node.target is operator.getitem:
             base = "index"
@@ -619,13 +636,22 @@ class Translator:
             base = node.args[1]  # x.logits: "logits", not a function shadowing getattr
         if base in INFIX_NAMES:
             base = INFIX_NAMES[base]
+        return self._named_function(base, f"return {body}", params)
+
+    def _named_function(self, base: str, body: str, params: list[tuple[fx.Node, str]]) -> str:
+        """The name of the module-level function ``def <base>(<params>): <body>``, written once
+        for every step computing the same thing."""
+        signature = ", ".join(n for _, n in params)
+        key = f"({signature}): {body}"
+        if key in self.function_names:
+            return self.function_names[key]
         base = base if not keyword.iskeyword(base) else f"{base}_"
         name, i = base, 1
         imported = imported_names(self.imports)
         while name in self.functions or name in TAKEN or name in imported:
             i += 1
             name = f"{base}_{i}"
-        self.functions[name] = f"def {name}({signature}):\n    return {body}\n"
+        self.functions[name] = f"def {name}({signature}):\n    {body}\n"
         self.function_names[key] = name
         return name
 
@@ -1139,8 +1165,9 @@ class Translator:
         for name in used:
             found_at = re.search(rf"(?<![\w\"'.]){re.escape(name)}(?![\w\"'])", text_order)
             first_use[name] = found_at.start() if found_at else 0
+        used = {name: used[name] for name in sorted(used, key=first_use.__getitem__)}
         by_base: dict[str, list[str]] = {}
-        for name in sorted(used, key=first_use.__getitem__):
+        for name in used:
             by_base.setdefault(re.sub(r"_\d+$", "", name), []).append(name)
         blocked = TAKEN | imported_names(self.imports)
         renamed: dict[str, str] = {}
@@ -1247,6 +1274,7 @@ def _mark_inline(nodes: list[fx.Node], kinds: dict[Any, str]) -> dict[Any, str]:
         if (
             len(users) == 1
             and users[0] is not output
+            and node.target is not assign  # a statement: its own step, never an expression
             and _plain_function(node, kinds)
             and _plain_function(users[0], kinds)
         ):
@@ -1272,6 +1300,8 @@ def _describe(node: fx.Node) -> str:
         return INFIX[fn]
     if fn is operator.getitem:
         return "[...]"
+    if fn is assign:
+        return "[...] ="
     try:
         return qualname(fn, set())
     except UnsupportedError:

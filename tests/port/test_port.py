@@ -185,6 +185,27 @@ CASES = {
         ["torch.randn(2, 4)"],
         ['.tag("add3")', '.output("o", "add3")'],
     ),
+    "assignment": (
+        "mutation.py",
+        "Filled",
+        ["torch.randn(3, 8)"],
+        ["t = torch.zeros(x.shape[0], 12)\n    t[:, :4] = stream\n    return t\n",
+         "    x[:, 4:] = a\n", "    t = stream * 2\n    t[x.sum(-1) > 0] = 0.0\n"],
+    ),
+    "buffer_write": (
+        "mutation.py",
+        "Tracked",
+        ["torch.randn(3, 5, 8)"],
+        ["    last[:] = x.detach().mean((0, 1))\n    return last\n",
+         "return torch.arange(x.shape[1])", '.fork(Held(m, "last"))'],
+    ),
+    "input_write": (
+        "mutation.py",
+        "Cleaned",
+        ["torch.randn(3, 8)"],
+        ["fl.FlowBuilder(assign)", "    x[:, 0] = 0.0\n",
+         "    t = x.view(-1, 2, 4)\n    t[:, 0] = 1.0\n    return t\n"],
+    ),
 }  # fmt: skip
 
 

@@ -1,0 +1,51 @@
+"""Forwards that assign into tensors (``t[key] = v``) and size new tensors from their input."""
+
+import torch
+from torch import nn
+
+
+class Filled(nn.Module):
+    """A tensor made to the batch's size and filled in slices, then a masked write."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.a = nn.Linear(d, d)
+        self.b = nn.Linear(d, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        out = torch.zeros(x.shape[0], 12)
+        out[:, :4] = self.b(h)
+        out[:, 4:] = h
+        y = out * 2
+        y[x.sum(-1) > 0] = 0.0
+        return y
+
+
+class Tracked(nn.Module):
+    """Writes a statistic into a buffer; positions counted off the input's length."""
+
+    def __init__(self, d=8, n=16):
+        super().__init__()
+        self.pos = nn.Embedding(n, d)
+        self.a = nn.Linear(d, d)
+        self.register_buffer("last", torch.zeros(d))
+
+    def forward(self, x):
+        h = self.a(x + self.pos(torch.arange(x.shape[1])))
+        self.last[:] = h.detach().mean((0, 1))
+        return h * 2
+
+
+class Cleaned(nn.Module):
+    """Writes into its own input, and into a layer's output through a view of it."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.a = nn.Linear(d, d)
+
+    def forward(self, x):
+        x[:, 0] = 0.0
+        h = self.a(x)
+        h.view(-1, 2, 4)[:, 0] = 1.0
+        return h * x
