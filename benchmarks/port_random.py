@@ -4,14 +4,17 @@ Each model is generated from its seed: 5 to 10 values over a ``(B, 4)`` input, e
 linear layer, an activation (``torch.relu``, ``F.gelu``, ``.sigmoid()``, ``F.softmax``), ``+``
 ``-`` ``*`` of earlier values (two or three), a layer on a concatenation, a gated ``chunk``, an
 in-place write (``t.add_(v)``), a dropout, a bilinear layer (whose stream may be its second
-argument), a layer norm; the forward returns the last value or the last two. Values may go
+argument), a layer norm; with ``--writes`` also item assignments (``t[:, 1] = v[:, 3]``, a
+masked ``t[v > 0] = 0.0``) and a ``torch.zeros(x.shape[0], 4)`` filled in slices. The forward
+returns the last value or the last two. Values may go
 unread, as in real code (a layer called for its effects). Each is ported by ``fdl port --json`` in
 a fresh process (one thread) with one example input drawn under seeds 0 and 1. A row says what
 came out: ``exact`` (written, bit-exact in eval and train mode on both draws), ``whole`` (exact,
 kept as one opaque step), ``refused`` (a difference was found: nothing written) or ``error``.
 
-Usage: ``python benchmarks/port_random.py [--start S] [--count N] [--out DIR]`` (default seeds
-0 to 99).
+Usage: ``python benchmarks/port_random.py [--start S] [--count N] [--writes] [--out DIR]``
+(default seeds 0 to 99; a seed gives the same model on every run, and without ``--writes`` the
+same model it gave before that option existed).
 """
 
 from __future__ import annotations
@@ -33,16 +36,19 @@ KINDS = ["linear", "linear", "activation", "binary", "binary", "cat", "chunk", "
          "dropout", "bilinear", "norm", "sum3"]  # fmt: skip
 ACTIVATIONS = ["torch.relu({a})", "torch.tanh({a})", "F.gelu({a})", "{a}.sigmoid()",
                "F.softmax({a}, dim=-1)"]  # fmt: skip
+WRITE_KINDS = ["assign", "masked", "filled"]
 
 
-def model_source(seed: int) -> str:
-    """The script defining ``class M`` for ``seed`` (the same text on every run)."""
+def model_source(seed: int, writes: bool = False) -> str:
+    """The script defining ``class M`` for ``seed`` (the same text on every run); ``writes``:
+    item assignments and a tensor factory among the operations."""
     rng = random.Random(seed)
+    kinds = KINDS + WRITE_KINDS if writes else KINDS
     layers: list[str] = []
     body = ["        v0 = x"]
     values = ["v0"]
     for i in range(rng.randint(5, 10)):
-        kind = rng.choice(KINDS)
+        kind = rng.choice(kinds)
         a, b, c = (rng.choice(values) for _ in range(3))
         if kind == "linear":
             layers.append(f"self.l{i} = nn.Linear(4, 4)")
@@ -67,6 +73,21 @@ def model_source(seed: int) -> str:
         elif kind == "bilinear":
             layers.append(f"self.b{i} = nn.Bilinear(4, 4, 4)")
             expr = f"self.b{i}({a}, {b})"
+        elif kind == "assign":  # a * 1.5 keeps nothing for its backward: a write is legal
+            body += [
+                f"        t{i} = {a} * 1.5",
+                f"        t{i}[:, {rng.randrange(4)}] = {b}[:, 3]",
+            ]
+            expr = f"t{i}"
+        elif kind == "masked":
+            body += [f"        t{i} = {a} * 1.5", f"        t{i}[{b} > 0] = 0.0"]
+            expr = f"t{i}"
+        elif kind == "filled":
+            body += [
+                f"        z{i} = torch.zeros(x.shape[0], 4)",
+                f"        z{i}[:, :2] = {a}[:, 2:]",
+            ]
+            expr = f"z{i} + {b}"
         elif kind == "norm":
             layers.append(f"self.n{i} = nn.LayerNorm(4)")
             expr = f"self.n{i}({a})"
@@ -83,9 +104,9 @@ def model_source(seed: int) -> str:
     ])  # fmt: skip
 
 
-def port_one(work: Path, seed: int) -> dict[str, object]:
+def port_one(work: Path, seed: int, writes: bool = False) -> dict[str, object]:
     script = work / f"flow_{seed}.py"
-    script.write_text(model_source(seed))
+    script.write_text(model_source(seed, writes))
     argv = [*FDL, "port", script.name, "--model", "M", "--example-input", "torch.randn(3, 4)",
             "--overwrite", "--json"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -112,18 +133,20 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--start", type=int, default=0, help="first seed")
     parser.add_argument("--count", type=int, default=100, help="how many models")
+    parser.add_argument("--writes", action="store_true", help="item assignments too")
     parser.add_argument("--out", type=Path, default=None, help="report folder")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(args.start, args.start + args.count):
-            rows.append(port_one(Path(tmp), seed))
+            rows.append(port_one(Path(tmp), seed, args.writes))
             print(" ".join(f"{v}" for v in rows[-1].values()), flush=True)
     counts = {
         k: sum(r["result"] == k for r in rows) for k in ("exact", "whole", "refused", "error")
     }
+    what = "random flows with item assignments" if args.writes else "random flows"
     notes = (
-        f"{len(rows)} random flows (seeds {args.start}-{args.start + args.count - 1}): "
+        f"{len(rows)} {what} (seeds {args.start}-{args.start + args.count - 1}): "
         + ", ".join(f"{n} {k}" for k, n in counts.items())
         + "."
     )

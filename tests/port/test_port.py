@@ -959,6 +959,11 @@ def test_port_random_benchmark_reports_each_flow(tmp_path):
     assert [(r["seed"], r["result"]) for r in rows] == [(3, "exact"), (4, "exact")], rows
     notes = json.loads((tmp_path / "port_random.json").read_text())["notes"]
     assert notes == "2 random flows (seeds 3-4): 2 exact, 0 whole, 0 refused, 0 error."
+    # seed 4 with --writes: a masked write and a torch.zeros(x.shape[0], 4) filled in a slice
+    assert "t4[v2 > 0] = 0.0" in port_random.model_source(4, writes=True)
+    assert "torch.zeros(x.shape[0], 4)" in port_random.model_source(4, writes=True)
+    rows = port_random.main(["--writes", "--start", "4", "--count", "1", "--out", str(tmp_path)])
+    assert [(r["seed"], r["result"]) for r in rows] == [(4, "exact")], rows
 
 
 def test_a_function_is_written_without_the_defaults_fx_recorded(workdir):
