@@ -173,6 +173,7 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
     opaque_paths: set[str] = set()
     opaque: list[Opaque] = []
     fixed = concrete_args(model, n_args)
+    before = set(vars(model))
     for _ in range(MAX_RETRIES):
         tracer = PortTracer(opaque_paths)
         try:
@@ -197,6 +198,9 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
         _assignments_as_values(graph)
         _thread_in_place(graph)
         gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
+        for name in set(vars(model)) - before:  # the traces' constants, now held by gm
+            if re.fullmatch(r"_tensor_constant\d+", name):
+                delattr(model, name)
         gm.graph.eliminate_dead_code(_has_effects)
         return gm, opaque
     where = _forward_location(model)
@@ -313,14 +317,26 @@ def _forward_location(module: nn.Module) -> str:
         return "?"
 
 
-def _row(node: fx.Node) -> tuple[Any, ...]:
+def is_constant(node: fx.Node) -> bool:
+    """A tensor the forward makes from constants (``torch.tensor([0, 2])``): fx stores it on
+    the traced module as ``_tensor_constant<N>`` and reads it back."""
+    return (
+        node.op == "get_attr" and re.fullmatch(r"_tensor_constant\d+", str(node.target)) is not None
+    )
+
+
+def _row(node: fx.Node, root: nn.Module) -> tuple[Any, ...]:
     """A node as comparable data, a dropout's ``training`` flag left out (nn.Dropout follows
-    the mode by itself, so a functional dropout fed ``self.training`` ports exactly)."""
+    the mode by itself, so a functional dropout fed ``self.training`` ports exactly), and a
+    constant tensor compared by value (each trace stores its own under another name)."""
+    if is_constant(node):
+        value = getattr(root, str(node.target))
+        return (node.op, value.dtype, tuple(value.shape), repr(value.detach().cpu().tolist()))
     args, kwargs = node.args, dict(node.kwargs)
     if node.op == "call_function" and getattr(node.target, "__name__", "") in DROPOUTS:
         args = args[:2]
         kwargs.pop("training", None)
-    named = fx.node.map_arg((args, kwargs), lambda n: f"%{n.name}")
+    named = fx.node.map_arg((args, kwargs), lambda n: "%const" if is_constant(n) else f"%{n.name}")
     target = node.target if isinstance(node.target, str) else id(node.target)
     return (node.op, target, repr(named))
 
@@ -339,7 +355,7 @@ def _mode_dependent(
         model.train(was_training)
     first, second = list(graph.nodes), list(other.nodes)
     for a, b in zip(first, second, strict=False):
-        if _row(a) != _row(b):
+        if _row(a, model) != _row(b, model):
             stack = list((a.meta.get("nn_module_stack") or {}).keys())
             custom = [p for p in stack if not is_torch_module(model.get_submodule(p))]
             return custom[-1] if custom else ""

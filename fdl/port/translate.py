@@ -35,7 +35,7 @@ import torch
 from torch import fx, nn
 
 from fdl.port.errors import UnsupportedError
-from fdl.port.trace import assign
+from fdl.port.trace import assign, is_constant
 
 SEARCH_BUDGET = 20_000
 # why a step cannot be written on one particular stream (another layout may still fit)
@@ -56,6 +56,8 @@ INFIX = {
     operator.ge: ">=", operator.and_: "&", operator.or_: "|", operator.xor: "^",
 }  # fmt: skip
 UNARY = {operator.neg: "-", operator.invert: "~", operator.pos: "+"}
+MAX_CONSTANT = 256  # values in a constant tensor written out as a literal
+
 RANDOM_NAMES = {
     "rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm",
     "bernoulli", "multinomial", "normal", "poisson", "dropout", "dropout1d", "dropout2d",
@@ -163,6 +165,8 @@ class Expr:
         if isinstance(value, fx.Node):
             if value in self.names:
                 return self.names[value]
+            if value.op == "get_attr" and self.kinds.get(value) == "inline":
+                return self.constant(value)
             if self.kinds.get(value) not in ("meta", "inline"):
                 raise UnsupportedError(f"{value.name} is not available here")
             return self.call(value)
@@ -174,6 +178,11 @@ class Expr:
         if isinstance(value, slice):
             return f"slice({self(value.start)}, {self(value.stop)}, {self(value.step)})"
         return literal(value)
+
+    def constant(self, node: fx.Node) -> str:
+        """A tensor made from constants, written as ``torch.tensor(<values>, dtype=...)``."""
+        value = getattr(node.graph.owning_module, str(node.target))
+        return f"torch.tensor({literal(value.tolist())}, dtype={value.dtype!r})"
 
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         items = [self(a) for a in args] + [f"{k}={self(v)}" for k, v in kwargs.items()]
@@ -523,8 +532,17 @@ class Translator:
         self.output = outputs[0].args[0]
         self.params: list[fx.Node] = []  # tensors read directly: self.pos, self.mask
         self.buffers: set[fx.Node] = set()  # those of them that are buffers
+        kinds = dict(kinds)
         for n in nodes:
-            if n.op == "get_attr" and kinds.get(n) != "meta":
+            if is_constant(n):  # written where it is read, as the original makes it
+                value = getattr(gm, str(n.target))
+                if value.numel() > MAX_CONSTANT:
+                    raise UnsupportedError(
+                        f"the forward makes a tensor of {value.numel()} constants "
+                        f"({n.target}), more than the port writes out ({MAX_CONSTANT})"
+                    )
+                kinds[n] = "inline"
+            elif n.op == "get_attr" and kinds.get(n) != "meta":
                 try:
                     root.get_parameter(str(n.target))
                 except AttributeError:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import flodl as fl
+from fdl.port import trace
 from fdl.port.load import PortError
 from fdl.port.run import port
 
@@ -205,6 +206,13 @@ CASES = {
         ["torch.randn(3, 8)"],
         ["fl.FlowBuilder(assign)", "    x[:, 0] = 0.0\n",
          "    t = x.view(-1, 2, 4)\n    t[:, 0] = 1.0\n    return t\n"],
+    ),
+    "constants": (
+        "mutation.py",
+        "Weighted",
+        ["torch.randn(3, 8)"],
+        ['t = x * torch.tensor([1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, float("inf")], '
+         'dtype=torch.float32)\n    t[:, torch.tensor([0, 2], dtype=torch.int64)] = 0.0\n'],
     ),
 }  # fmt: skip
 
@@ -971,3 +979,18 @@ def test_a_function_is_written_without_the_defaults_fx_recorded(workdir):
     report = port(workdir / "zoo.py", "Scores", None, ["torch.randn(3, 4)"], out)
     assert report.written and report.parity.exact, report.to_dict()
     assert "    return F.softmax(q + x, dim=-1)\n" in out.read_text(), out.read_text()
+
+
+def test_constant_tensors_are_compared_by_value_across_modes_and_not_left_on_the_model(workdir):
+    sys.path.insert(0, str(workdir))  # the fixture restores the path
+    import mutation
+
+    # each trace stores its constants under new names (_tensor_constant0, 1...) on the model
+    # it traces: equal values are one forward, and the model keeps none of them
+    model = mutation.Weighted()
+    gm, opaque = trace.trace(model, 1)
+    assert gm is not None and opaque == []
+    assert not [name for name in vars(model) if name.startswith("_tensor_constant")]
+    report = port(workdir / "mutation.py", "ScaledByMode", None, ["torch.randn(3, 8)"], None)
+    assert [o.reason for o in report.opaque] == [trace.MODE_REASON], report.to_dict()
+    assert report.parity.exact

@@ -49,3 +49,27 @@ class Cleaned(nn.Module):
         h = self.a(x)
         h.view(-1, 2, 4)[:, 0] = 1.0
         return h * x
+
+
+class Weighted(nn.Module):
+    """Tensors made from constants in the forward: a weighting and an index."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.a = nn.Linear(d, d)
+
+    def forward(self, x):
+        h = self.a(x) * torch.tensor([1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, float("inf")])
+        h[:, torch.tensor([0, 2])] = 0.0
+        return h.clamp(max=5.0)
+
+
+class ScaledByMode(nn.Module):
+    """A constant that depends on the mode: the two traces differ in its value only."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.a = nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.a(x) * torch.tensor(2.0 if self.training else 3.0)
