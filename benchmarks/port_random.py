@@ -5,16 +5,19 @@ linear layer, an activation (``torch.relu``, ``F.gelu``, ``.sigmoid()``, ``F.sof
 ``-`` ``*`` of earlier values (two or three), a layer on a concatenation, a gated ``chunk``, an
 in-place write (``t.add_(v)``), a dropout, a bilinear layer (whose stream may be its second
 argument), a layer norm; with ``--writes`` also item assignments (``t[:, 1] = v[:, 3]``, a
-masked ``t[v > 0] = 0.0``) and a ``torch.zeros(x.shape[0], 4)`` filled in slices. The forward
+masked ``t[v > 0] = 0.0``) and a ``torch.zeros(x.shape[0], 4)`` filled in slices; with ``--ops``
+also tensor operations real forwards use (``torch.where``, ``masked_fill``, slices joined by
+``torch.cat``, ``torch.stack``, reshapes and transposes, ``F.normalize``, a free parameter read
+directly, ``@`` with one). The forward
 returns the last value or the last two. Values may go
 unread, as in real code (a layer called for its effects). Each is ported by ``fdl port --json`` in
 a fresh process (one thread) with one example input drawn under seeds 0 and 1. A row says what
 came out: ``exact`` (written, bit-exact in eval and train mode on both draws), ``whole`` (exact,
 kept as one opaque step), ``refused`` (a difference was found: nothing written) or ``error``.
 
-Usage: ``python benchmarks/port_random.py [--start S] [--count N] [--writes] [--out DIR]``
-(default seeds 0 to 99; a seed gives the same model on every run, and without ``--writes`` the
-same model it gave before that option existed).
+Usage: ``python benchmarks/port_random.py [--start S] [--count N] [--writes] [--ops] [--out DIR]``
+(default seeds 0 to 99; a seed gives the same model on every run, and without ``--writes`` and
+``--ops`` the same model it gave before those options existed).
 """
 
 from __future__ import annotations
@@ -37,13 +40,15 @@ KINDS = ["linear", "linear", "activation", "binary", "binary", "cat", "chunk", "
 ACTIVATIONS = ["torch.relu({a})", "torch.tanh({a})", "F.gelu({a})", "{a}.sigmoid()",
                "F.softmax({a}, dim=-1)"]  # fmt: skip
 WRITE_KINDS = ["assign", "masked", "filled"]
+OP_KINDS = ["where", "masked_fill", "slices", "stack", "reshape", "normalize", "scale", "matmul"]
 
 
-def model_source(seed: int, writes: bool = False) -> str:
+def model_source(seed: int, writes: bool = False, ops: bool = False) -> str:
     """The script defining ``class M`` for ``seed`` (the same text on every run); ``writes``:
-    item assignments and a tensor factory among the operations."""
+    item assignments and a tensor factory among the operations; ``ops``: more tensor
+    operations."""
     rng = random.Random(seed)
-    kinds = KINDS + WRITE_KINDS if writes else KINDS
+    kinds = KINDS + (WRITE_KINDS if writes else []) + (OP_KINDS if ops else [])
     layers: list[str] = []
     body = ["        v0 = x"]
     values = ["v0"]
@@ -88,6 +93,24 @@ def model_source(seed: int, writes: bool = False) -> str:
                 f"        z{i}[:, :2] = {a}[:, 2:]",
             ]
             expr = f"z{i} + {b}"
+        elif kind == "where":
+            expr = f"torch.where({a} > 0, {a}, {b})"
+        elif kind == "masked_fill":
+            expr = f"{a}.masked_fill({b} < 0, 0.0)"
+        elif kind == "slices":
+            expr = f"torch.cat([{a}[:, :2], {b}[:, 2:]], dim=1)"
+        elif kind == "stack":
+            expr = f"torch.stack([{a}, {b}, {c}], dim=0).mean(0)"
+        elif kind == "reshape":
+            expr = f"{a}.reshape(-1, 2, 2).transpose(1, 2).reshape({a}.shape[0], 4)"
+        elif kind == "normalize":
+            expr = f"F.normalize({a}, dim=-1)"
+        elif kind == "scale":
+            layers.append(f"self.s{i} = nn.Parameter(torch.rand(4) + 0.5)")
+            expr = f"{a} * self.s{i}"
+        elif kind == "matmul":
+            layers.append(f"self.w{i} = nn.Parameter(torch.randn(4, 4) / 2)")
+            expr = f"{a} @ self.w{i}"
         elif kind == "norm":
             layers.append(f"self.n{i} = nn.LayerNorm(4)")
             expr = f"self.n{i}({a})"
@@ -104,9 +127,9 @@ def model_source(seed: int, writes: bool = False) -> str:
     ])  # fmt: skip
 
 
-def port_one(work: Path, seed: int, writes: bool = False) -> dict[str, object]:
+def port_one(work: Path, seed: int, writes: bool = False, ops: bool = False) -> dict[str, object]:
     script = work / f"flow_{seed}.py"
-    script.write_text(model_source(seed, writes))
+    script.write_text(model_source(seed, writes, ops))
     argv = [*FDL, "port", script.name, "--model", "M", "--example-input", "torch.randn(3, 4)",
             "--overwrite", "--json"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -134,17 +157,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     parser.add_argument("--start", type=int, default=0, help="first seed")
     parser.add_argument("--count", type=int, default=100, help="how many models")
     parser.add_argument("--writes", action="store_true", help="item assignments too")
+    parser.add_argument("--ops", action="store_true", help="more tensor operations too")
     parser.add_argument("--out", type=Path, default=None, help="report folder")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(args.start, args.start + args.count):
-            rows.append(port_one(Path(tmp), seed, args.writes))
+            rows.append(port_one(Path(tmp), seed, args.writes, args.ops))
             print(" ".join(f"{v}" for v in rows[-1].values()), flush=True)
     counts = {
         k: sum(r["result"] == k for r in rows) for k in ("exact", "whole", "refused", "error")
     }
-    what = "random flows with item assignments" if args.writes else "random flows"
+    extras = [
+        w for w, on in (("item assignments", args.writes), ("more operations", args.ops)) if on
+    ]
+    what = "random flows" + (f" with {' and '.join(extras)}" if extras else "")
     notes = (
         f"{len(rows)} {what} (seeds {args.start}-{args.start + args.count - 1}): "
         + ", ".join(f"{n} {k}" for k, n in counts.items())

@@ -194,6 +194,14 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
                 return None, [found]
             opaque += _kept_whole(model, found, opaque_paths)
             continue
+        big = _large_constant(model, graph)
+        if big is not None:  # kept whole where it is made, not in the whole model's place
+            module = model.get_submodule(big) if big else model
+            found = Opaque(big, type(module).__name__, _forward_location(module), CONSTANT_REASON)
+            if not big or big in opaque_paths:
+                return None, [found]
+            opaque += _kept_whole(model, found, opaque_paths)
+            continue
         _drop_fixed(graph, fixed, n_args)
         _assignments_as_values(graph)
         _thread_in_place(graph)
@@ -317,6 +325,29 @@ def _forward_location(module: nn.Module) -> str:
         return "?"
 
 
+MAX_CONSTANT = 256  # values of a constant tensor the port writes out as a literal
+CONSTANT_REASON = (
+    f"its forward makes a tensor of more than {MAX_CONSTANT} constants, which the port does not "
+    "write out"
+)
+
+
+def _large_constant(model: nn.Module, graph: fx.Graph) -> str | None:
+    """The innermost module of ours making a constant tensor too big to write out as a literal
+    ('' for the model itself; None: there is none)."""
+    for node in graph.nodes:
+        if is_constant(node) and getattr(model, str(node.target)).numel() > MAX_CONSTANT:
+            return _owner(model, node)
+    return None
+
+
+def _owner(model: nn.Module, node: fx.Node) -> str:
+    """The innermost module not from torch whose forward recorded ``node`` ('' for the model)."""
+    stack = list((node.meta.get("nn_module_stack") or {}).keys())
+    custom = [p for p in stack if p and not is_torch_module(model.get_submodule(p))]
+    return custom[-1] if custom else ""
+
+
 def is_constant(node: fx.Node) -> bool:
     """A tensor the forward makes from constants (``torch.tensor([0, 2])``): fx stores it on
     the traced module as ``_tensor_constant<N>`` and reads it back."""
@@ -356,13 +387,8 @@ def _mode_dependent(
     first, second = list(graph.nodes), list(other.nodes)
     for a, b in zip(first, second, strict=False):
         if _row(a, model) != _row(b, model):
-            stack = list((a.meta.get("nn_module_stack") or {}).keys())
-            custom = [p for p in stack if not is_torch_module(model.get_submodule(p))]
-            return custom[-1] if custom else ""
+            return _owner(model, a)
     if len(first) != len(second):
         longer = first if len(first) > len(second) else second
-        node = longer[min(len(first), len(second))]
-        stack = list((node.meta.get("nn_module_stack") or {}).keys())
-        custom = [p for p in stack if not is_torch_module(model.get_submodule(p))]
-        return custom[-1] if custom else ""
+        return _owner(model, longer[min(len(first), len(second))])
     return None

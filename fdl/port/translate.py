@@ -35,7 +35,7 @@ import torch
 from torch import fx, nn
 
 from fdl.port.errors import UnsupportedError
-from fdl.port.trace import assign, is_constant
+from fdl.port.trace import MAX_CONSTANT, assign, is_constant
 
 SEARCH_BUDGET = 20_000
 # why a step cannot be written on one particular stream (another layout may still fit)
@@ -56,8 +56,6 @@ INFIX = {
     operator.ge: ">=", operator.and_: "&", operator.or_: "|", operator.xor: "^",
 }  # fmt: skip
 UNARY = {operator.neg: "-", operator.invert: "~", operator.pos: "+"}
-MAX_CONSTANT = 256  # values in a constant tensor written out as a literal
-
 RANDOM_NAMES = {
     "rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm",
     "bernoulli", "multinomial", "normal", "poisson", "dropout", "dropout1d", "dropout2d",

@@ -972,6 +972,11 @@ def test_port_random_benchmark_reports_each_flow(tmp_path):
     assert "torch.zeros(x.shape[0], 4)" in port_random.model_source(4, writes=True)
     rows = port_random.main(["--writes", "--start", "4", "--count", "1", "--out", str(tmp_path)])
     assert [(r["seed"], r["result"]) for r in rows] == [(4, "exact")], rows
+    # seed 10 with --ops too: writes, torch.where, a reshape and transpose, F.normalize
+    source = port_random.model_source(10, writes=True, ops=True)
+    assert all(op in source for op in ("torch.where(", ".transpose(1, 2)", "F.normalize("))
+    argv = ["--writes", "--ops", "--start", "10", "--count", "1", "--out", str(tmp_path)]
+    assert [(r["seed"], r["result"]) for r in port_random.main(argv)] == [(10, "exact")]
 
 
 def test_a_function_is_written_without_the_defaults_fx_recorded(workdir):
@@ -994,3 +999,11 @@ def test_constant_tensors_are_compared_by_value_across_modes_and_not_left_on_the
     report = port(workdir / "mutation.py", "ScaledByMode", None, ["torch.randn(3, 8)"], None)
     assert [o.reason for o in report.opaque] == [trace.MODE_REASON], report.to_dict()
     assert report.parity.exact
+
+
+def test_a_constant_too_big_to_write_keeps_only_the_module_making_it_whole(workdir):
+    out = workdir / "ramped_port.py"
+    report = port(workdir / "mutation.py", "Ramped", None, ["torch.randn(3, 8)"], out)
+    assert report.written and report.parity.exact, report.to_dict()
+    assert [(o.path, o.reason) for o in report.opaque] == [("ramp", trace.CONSTANT_REASON)]
+    assert "fl.FlowBuilder(m.a).through(m.ramp).through(m.b)" in out.read_text()
