@@ -79,6 +79,7 @@ class PortTracer(fx.Tracer):
     def __init__(self, opaque: set[str]) -> None:
         super().__init__()
         self.opaque = opaque
+        self._buffer_names: dict[int, str] | None = None  # id -> qualified name, once per trace
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self.opaque:
@@ -89,6 +90,19 @@ class PortTracer(fx.Tracer):
 
     def proxy(self, node: fx.Node) -> fx.Proxy:
         return _Proxy(node, self)
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        """A buffer read by the forward is a traced value, as a parameter is: what the forward
+        computes from it (``self.index.view(-1)``) is recorded, not frozen into a constant."""
+        if isinstance(attr_val, torch.Tensor) and not isinstance(attr_val, nn.Parameter):
+            if self._buffer_names is None:
+                self._buffer_names = {id(b): name for name, b in self.root.named_buffers()}
+            name = self._buffer_names.get(id(attr_val))
+            if name is not None:
+                if name not in parameter_proxy_cache:
+                    parameter_proxy_cache[name] = self.create_proxy("get_attr", name, (), {})
+                return parameter_proxy_cache[name]
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> fx.Graph:
         with self._factories_recorded():

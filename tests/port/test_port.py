@@ -207,6 +207,12 @@ CASES = {
         ["fl.FlowBuilder(assign)", "    x[:, 0] = 0.0\n",
          "    t = x.view(-1, 2, 4)\n    t[:, 0] = 1.0\n    return t\n"],
     ),
+    "buffer_expression": (
+        "zoo.py",
+        "Indexed",
+        ["torch.randn(2, 4, 4)"],
+        ['Held(m, "index")', "[index.view(-1)]"],
+    ),
     "constants": (
         "mutation.py",
         "Weighted",
@@ -474,7 +480,9 @@ class TinyClassifier(torch.nn.Module):
         ("TinyLM", ["lm.transformer"], ["self.lm.transformer", "[...]", "self.lm.lm_head"]),
         (
             "TinyClassifier",
-            ["bert.embeddings", "bert.encoder.layer.0.attention.self"],
+            # the embeddings read slices of their position_ids and token_type_ids buffers:
+            # written out since buffers are traced values (they were kept whole)
+            ["bert.encoder.layer.0.attention.self"],
             ["self.bert.encoder.layer.0.output.LayerNorm", "[...]", "self.head"],
         ),
     ],

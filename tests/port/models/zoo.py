@@ -217,3 +217,18 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).reshape(x.shape[0], 3, -1).unbind(1)
         attn = torch.softmax(torch.nn.functional.normalize(k, dim=-1) * q, dim=-1)
         return self.out(attn * v)
+
+
+class Indexed(nn.Module):
+    """A bias table read through an index buffer reshaped in the forward (Swin's relative
+    position bias): the reshape reads the buffer before any traced value."""
+
+    def __init__(self, n=4):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(2 * n - 1))
+        pos = torch.arange(n)
+        self.register_buffer("index", (pos[:, None] - pos[None, :] + n - 1), persistent=False)
+
+    def forward(self, x):
+        bias = self.table[self.index.view(-1)].view(x.shape[-1], x.shape[-1])
+        return torch.softmax(x @ x.transpose(-2, -1) + bias, dim=-1)
