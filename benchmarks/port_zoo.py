@@ -7,8 +7,9 @@ came out: ``exact`` (written, bit-exact outputs and gradients in eval and train 
 draws), ``noted`` (exact on both draws, but the port notes that it reads a value in another
 order than the original, so gradients can differ in the last bits on other inputs), ``whole`` (exact, but the whole model is one opaque step),
 ``refused`` (a difference was found: nothing written) or ``error``; ``translated`` counts the
-operations written as builder calls, ``kept_whole`` the submodules kept as opaque steps, and
-``port_s`` is the wall time of the ``fdl port`` call.
+operations written as builder calls, ``kept_whole`` the submodules kept as opaque steps (and
+``kept_why`` their classes and reasons), and ``port_s`` is the wall time of the ``fdl port``
+call.
 
 The zoos are not dependencies of flodl: install them to run this (``pip install torchvision
 timm``). A zoo that does not import is reported as missing and skipped.
@@ -26,10 +27,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import write_report
+
+from fdl.port.trace import CONSTANT_REASON, MODE_REASON
+
+SHORT_REASONS = {
+    MODE_REASON: "depends on self.training",
+    CONSTANT_REASON: "makes a constant too big to write out",
+}
 
 # zoo -> (import line, {model: (constructor expression, image size)})
 ZOOS: dict[str, tuple[str, dict[str, tuple[str, int]]]] = {
@@ -118,6 +127,15 @@ def class_name(model: str) -> str:
     return "Zoo_" + "".join(c if c.isalnum() else "_" for c in model)
 
 
+def kept_why(parts: list[dict[str, str]]) -> str:
+    """The parts kept whole, by class and reason: ``DropPath x22: depends on self.training``."""
+    counts = Counter((p["class"], p["reason"]) for p in parts)
+    return "; ".join(
+        f"{cls} x{n}: {SHORT_REASONS.get(reason, reason)[:60]}"
+        for (cls, reason), n in counts.most_common()
+    )
+
+
 def port_one(work: Path, script: str, model: str, size: int) -> dict[str, object]:
     example = f"torch.randn(2, 3, {size}, {size})"
     argv = [*FDL, "port", script, "--model", class_name(model), "--example-input", example,
@@ -126,7 +144,8 @@ def port_one(work: Path, script: str, model: str, size: int) -> dict[str, object
     done = subprocess.run(argv, cwd=work, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     row: dict[str, object] = {"model": model, "result": "error", "translated": 0,
-                              "kept_whole": 0, "port_s": round(seconds, 2), "note": ""}  # fmt: skip
+                              "kept_whole": 0, "port_s": round(seconds, 2), "note": "",
+                              "kept_why": ""}  # fmt: skip
     try:
         report = json.loads(done.stdout)
     except json.JSONDecodeError:
@@ -137,6 +156,7 @@ def port_one(work: Path, script: str, model: str, size: int) -> dict[str, object
     exact = report["parity"] and report["parity"]["exact"]
     row["translated"] = len(report["translated"])
     row["kept_whole"] = len(report["opaque"]) - len(whole)
+    row["kept_why"] = kept_why([o for o in report["opaque"] if o["module"] != "<model>"])
     if not exact:
         row["result"] = "refused"
         row["note"] = "; ".join(
