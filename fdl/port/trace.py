@@ -200,19 +200,15 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
                 return None, [found]
             opaque += _kept_whole(model, found, opaque_paths)
             continue
+        # a module whose trace cannot be used as it is: kept whole, and the model traced again
+        # (a big constant is kept whole where it is made, not in the whole model's place)
         moded = _mode_dependent(model, graph, opaque_paths, fixed)
-        if moded is not None:
-            module = model.get_submodule(moded) if moded else model
-            found = Opaque(moded, type(module).__name__, _forward_location(module), MODE_REASON)
-            if not moded or moded in opaque_paths:
-                return None, [found]
-            opaque += _kept_whole(model, found, opaque_paths)
-            continue
-        big = _large_constant(model, graph)
-        if big is not None:  # kept whole where it is made, not in the whole model's place
-            module = model.get_submodule(big) if big else model
-            found = Opaque(big, type(module).__name__, _forward_location(module), CONSTANT_REASON)
-            if not big or big in opaque_paths:
+        big = _large_constant(model, graph) if moded is None else None
+        kept, why = (moded, MODE_REASON) if moded is not None else (big, CONSTANT_REASON)
+        if kept is not None:
+            module = model.get_submodule(kept) if kept else model
+            found = Opaque(kept, type(module).__name__, _forward_location(module), why)
+            if not kept or kept in opaque_paths:
                 return None, [found]
             opaque += _kept_whole(model, found, opaque_paths)
             continue
