@@ -80,6 +80,7 @@ class PortTracer(fx.Tracer):
         super().__init__()
         self.opaque = opaque
         self._buffer_names: dict[int, str] | None = None  # id -> qualified name, once per trace
+        self._proxies: dict[str, Any] = {}  # fx's cache of the parameters and buffers read
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self.opaque:
@@ -98,6 +99,7 @@ class PortTracer(fx.Tracer):
             if self._buffer_names is None:
                 self._buffer_names = {id(b): name for name, b in self.root.named_buffers()}
             name = self._buffer_names.get(id(attr_val))
+            self._proxies = parameter_proxy_cache  # the buffers read so far, for their writes
             if name is not None:
                 if name not in parameter_proxy_cache:
                     parameter_proxy_cache[name] = self.create_proxy("get_attr", name, (), {})
@@ -105,8 +107,42 @@ class PortTracer(fx.Tracer):
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> fx.Graph:
-        with self._factories_recorded():
-            return super().trace(root, concrete_args)
+        buffers = [(m, n, b) for m in root.modules() for n, b in m._buffers.items()]
+        try:
+            with self._factories_recorded(), self._buffer_writes_recorded(root):
+                return super().trace(root, concrete_args)
+        finally:  # whatever happened, the model keeps its own buffers
+            for module, name, buffer in buffers:
+                if module._buffers.get(name) is not buffer:
+                    module._buffers[name] = buffer
+
+    @contextlib.contextmanager
+    def _buffer_writes_recorded(self, root: nn.Module) -> Iterator[None]:
+        """``self.steps = self.steps + 1`` (``+=`` on a buffer) records a write of the new value
+        into the buffer, ``steps[...] = value``, instead of handing the model a traced value."""
+        paths = {id(m): path for path, m in root.named_modules()}
+        original = nn.Module.__setattr__
+
+        def setattr_(module: nn.Module, name: str, value: Any) -> None:
+            buffers = module.__dict__.get("_buffers")
+            if isinstance(value, fx.Proxy) and buffers is not None and name in buffers:
+                path = paths.get(id(module))
+                qualified = f"{path}.{name}" if path else name
+                if path is not None and buffers[name] is not None:
+                    target = self._proxies.get(qualified)
+                    if target is None:
+                        target = self._proxies[qualified] = self.create_proxy(
+                            "get_attr", qualified, (), {}
+                        )
+                    self.create_proxy("call_function", assign, (target, Ellipsis, value), {})
+                    return
+            original(module, name, value)
+
+        nn.Module.__setattr__ = setattr_  # type: ignore[method-assign, assignment]
+        try:
+            yield
+        finally:
+            nn.Module.__setattr__ = original  # type: ignore[method-assign]
 
     @contextlib.contextmanager
     def _factories_recorded(self) -> Iterator[None]:
@@ -239,10 +275,17 @@ def _assignments_as_values(graph: fx.Graph) -> None:
             graph.erase_node(node)
 
 
+# ``t += v`` and the like: fx records the operator, which writes into a tensor ``t``.
+AUGMENTED = frozenset({
+    operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+    operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
+})  # fmt: skip
+
+
 def _in_place(node: fx.Node) -> bool:
     """``x.add_(y)``, ``torch.relu_(x)``, ``x[i] = v``: an operation that writes into its first
     argument."""
-    if node.op == "call_function" and node.target is assign:
+    if node.op == "call_function" and (node.target is assign or node.target in AUGMENTED):
         return True
     if node.op == "call_method":
         name = str(node.target)
@@ -259,8 +302,8 @@ def _has_effects(node: fx.Node) -> bool:
     function, or what fx itself counts as impure."""
     from fdl.port.translate import RANDOM_NAMES
 
-    if node.is_impure() or node.op == "call_module" or node.target is assign:
-        return True  # an assignment may write into an input, a buffer or a value read later
+    if node.is_impure() or node.op == "call_module" or _in_place(node):
+        return True  # a write may be into an input, a buffer or a value read later
     name = str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", "")
     return node.op in ("call_function", "call_method") and name in RANDOM_NAMES
 

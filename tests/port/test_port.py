@@ -1015,3 +1015,26 @@ def test_a_constant_too_big_to_write_keeps_only_the_module_making_it_whole(workd
     assert report.written and report.parity.exact, report.to_dict()
     assert [(o.path, o.reason) for o in report.opaque] == [("ramp", trace.CONSTANT_REASON)]
     assert "fl.FlowBuilder(m.a).through(m.ramp).through(m.b)" in out.read_text()
+
+
+def test_a_forward_writing_its_buffers_is_ported_and_the_model_keeps_them(workdir):
+    sys.path.insert(0, str(workdir))  # the fixture restores the path
+    import mutation
+
+    # self.steps += 1 rebinds the buffer to the sum: recorded as a write into the buffer
+    original = mutation.Counted()
+    out = workdir / "counted_port.py"
+    report = port(workdir / "mutation.py", "Counted", None, ["torch.randn(3, 8)"], out)
+    assert report.written and report.parity.exact and not report.opaque, report.to_dict()
+    assert "    steps[...] = steps + 1\n" in out.read_text()
+    graph = load(out).from_torch(original)
+    graph(torch.randn(3, 8))
+    graph(torch.randn(3, 8))
+    assert original.steps.item() == 2
+    # tracing never hands the model a traced value in place of its buffer
+    assert trace.trace(original, 1)[0] is not None
+    assert type(original.steps) is torch.Tensor and original.steps.item() == 2
+    # a branch on a buffer's value (an ActNorm's first-batch initialisation) keeps its module
+    # whole: it was traced with the branch decided, and a fresh port never initialised
+    report = port(workdir / "mutation.py", "Normed", None, ["torch.randn(3, 8)"], None)
+    assert [o.path for o in report.opaque] == ["norm"] and report.parity.exact, report.to_dict()

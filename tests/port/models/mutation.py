@@ -91,3 +91,42 @@ class Ramped(nn.Module):
 
     def forward(self, x):
         return self.b(self.ramp(self.a(x)))
+
+
+class Counted(nn.Module):
+    """Counts its calls in a buffer (``self.steps += 1``, which rebinds the buffer)."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.a = nn.Linear(d, d)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        self.steps += 1
+        return self.a(x)
+
+
+class _ActNorm(nn.Module):
+    """Initialised from the first batch it sees: a branch on a buffer's value."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.loc = nn.Parameter(torch.zeros(d))
+        self.register_buffer("initialized", torch.tensor(0, dtype=torch.uint8))
+
+    def forward(self, x):
+        if self.initialized.item() == 0:
+            with torch.no_grad():
+                self.loc.copy_(-x.mean(0))
+                self.initialized.fill_(1)
+        return x + self.loc
+
+
+class Normed(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.a = nn.Linear(d, d)
+        self.norm = _ActNorm(d)
+
+    def forward(self, x):
+        return self.norm(self.a(x))
