@@ -624,7 +624,7 @@ class Translator:
             if value.op != "placeholder":  # an input keeps the forward's argument name
                 # fx names values like flodl names nodes (add_16): a tag spelt as another
                 # node's id is refused, so a tag from fx never ends in _<number>
-                base = name = re.sub(r"_(\d+)$", r"\1", name)
+                base = name = re.sub(r"_+(\d+)$", r"\1", name)
                 used = set(self.names.values()) | {p.name for p in self.placeholders}
                 i = 1
                 while name in used:

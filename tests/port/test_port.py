@@ -935,7 +935,9 @@ def test_seeds_option_is_recorded_and_reported(workdir, run_fdl):
     assert bad.returncode == 2 and "--seeds" in bad.stderr and "Traceback" not in bad.stderr
 
 
-@pytest.mark.parametrize("model", ["Dag0", "Dag1", "Dag9", "Dag13", "Dag14", "Dag27", "Dag35"])
+@pytest.mark.parametrize(
+    "model", ["Dag0", "Dag1", "Dag9", "Dag13", "Dag14", "Dag27", "Dag35", "Writes79"]
+)
 def test_random_data_flows_port_exactly(workdir, model):
     # 7 of 60 random flows were refused (off in the last bits) before layouts kept the
     # original's order of operations; the three draws make each proof harder to pass by luck

@@ -4,6 +4,7 @@ operations. Some values are computed and never read, as the generator wrote them
 
 # ruff: noqa: F841
 
+import torch
 from torch import nn
 
 
@@ -170,3 +171,28 @@ class Dag35(nn.Module):
         v8 = self.l7(v1) * v2
         v9 = self.l8(v1)
         return v8 + v9
+
+
+class Writes79(nn.Module):
+    """port_random.py seed 79: unread in-place writes (kept as effects), whose fx names
+    (add__2) once became a tag spelt as a node id (add_2)."""
+
+    def __init__(self, d=3):
+        super().__init__()
+        self.l2 = nn.Linear(d, d)
+        self.q5 = nn.Linear(d, 2 * d)
+
+    def forward(self, x):
+        v0 = x
+        t0 = v0 * 1.5
+        t0.add_(v0)
+        v1 = t0
+        v2 = v1 - v0
+        self.l2(v0)
+        t3 = v2 * 1.5
+        t3.add_(v1)
+        v4 = t3
+        t4 = v2 * 1.5
+        t4.add_(v4)
+        h5, g5 = self.q5(v0).chunk(2, dim=1)
+        return h5 * torch.sigmoid(g5)
