@@ -146,15 +146,17 @@ class PortTracer(fx.Tracer):
 
     @contextlib.contextmanager
     def _factories_recorded(self) -> Iterator[None]:
+        """``torch.zeros`` and the other ``FACTORIES`` record a call when an argument (a size
+        in a tuple included) is a traced value, and run as usual otherwise."""
         originals = {name: getattr(torch, name) for name in FACTORIES}
 
         def recording(fn: Any) -> Any:
             def factory(*args: Any, **kwargs: Any) -> Any:
-                found: list[fx.Proxy] = []
+                traced = []
                 fx.node.map_aggregate(
-                    (args, kwargs), lambda v: found.append(v) if isinstance(v, fx.Proxy) else None
+                    (args, kwargs), lambda v: traced.append(isinstance(v, fx.Proxy))
                 )
-                if found:
+                if any(traced):
                     return self.create_proxy("call_function", fn, args, kwargs)
                 return fn(*args, **kwargs)
 

@@ -35,7 +35,7 @@ import torch
 from torch import fx, nn
 
 from fdl.port.errors import UnsupportedError
-from fdl.port.trace import MAX_CONSTANT, assign, is_constant
+from fdl.port.trace import assign, is_constant
 
 SEARCH_BUDGET = 20_000
 # why a step cannot be written on one particular stream (another layout may still fit)
@@ -532,13 +532,7 @@ class Translator:
         self.buffers: set[fx.Node] = set()  # those of them that are buffers
         kinds = dict(kinds)
         for n in nodes:
-            if is_constant(n):  # written where it is read, as the original makes it
-                value = getattr(gm, str(n.target))
-                if value.numel() > MAX_CONSTANT:
-                    raise UnsupportedError(
-                        f"the forward makes a tensor of {value.numel()} constants "
-                        f"({n.target}), more than the port writes out ({MAX_CONSTANT})"
-                    )
+            if is_constant(n):  # written where it is read (the tracer kept bigger ones whole)
                 kinds[n] = "inline"
             elif n.op == "get_attr" and kinds.get(n) != "meta":
                 try:
