@@ -149,7 +149,7 @@ def port(
     where = f"{script.name}:{_forward_line(cls)}"
     translation = None
     try:
-        gm, opaque = trace.trace(original, n_args)
+        gm, opaque = trace.trace(original, n_args, max((e.args for e in examples), key=len))
     except Exception as exc:  # the tracer itself broke: keep the model whole
         gm, opaque = None, [trace.Opaque("", cls.__name__, where, trace.reason(exc))]
     finally:

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 TORCH_DIR = str(Path(torch.__file__).parent)
 MAX_RETRIES = 32
@@ -65,20 +66,44 @@ def assign(target: torch.Tensor, key: Any, value: Any) -> torch.Tensor:
     return target
 
 
+def _patches_reverted() -> contextlib.AbstractContextManager[None]:
+    """fx's own patches (``nn.Module.__call__`` records a call while tracing) lifted for a while."""
+    revert = getattr(fx._symbolic_trace, "_maybe_revert_all_patches", None)
+    return revert() if revert is not None else contextlib.nullcontext()
+
+
 class _Proxy(fx.Proxy):
     """fx's traced value, which also records an item assignment (``h[:, 0] = 0``)."""
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
 
+    def __len__(self) -> int:
+        """``len(x.shape)``: a shape's length (the example's rank) is known; a tensor's is its
+        batch size, which the port does not fix."""
+        tracer = self.tracer
+        n = tracer.shape_length(self) if isinstance(tracer, PortTracer) else None
+        if n is None:
+            return super().__len__()
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return _Attribute(self, name)
+
+
+class _Attribute(fx.proxy.Attribute, _Proxy):
+    """fx's traced attribute (``x.shape``), with :class:`_Proxy`'s additions."""
+
 
 class PortTracer(fx.Tracer):
     """fx's tracer, keeping torch layers, all-torch Sequentials and opaque modules whole, and
     recording item assignments and tensor factories sized by traced values."""
 
-    def __init__(self, opaque: set[str]) -> None:
+    def __init__(self, opaque: set[str], example: tuple[Any, ...] | None = None) -> None:
         super().__init__()
         self.opaque = opaque
+        self.example = example  # the forward's positional arguments of one example, if known
+        self._fixed: dict[str, Any] = {}
         self._buffer_names: dict[int, str] | None = None  # id -> qualified name, once per trace
         self._proxies: dict[str, Any] = {}  # fx's cache of the parameters and buffers read
 
@@ -91,6 +116,60 @@ class PortTracer(fx.Tracer):
 
     def proxy(self, node: fx.Node) -> fx.Proxy:
         return _Proxy(node, self)
+
+    def iter(self, obj: fx.Proxy) -> Iterator[Any]:
+        """``(*x.shape[:-1], -1, d)``: a shape (or a slice of one) iterates as its items, one
+        traced value each, as many as the example's shape has. A tensor still cannot iterate."""
+        n = self.shape_length(obj)
+        if n is None:
+            return super().iter(obj)
+        # ``x.shape[a:b]``'s items are ``x.shape[a + i]``: read from the shape itself
+        base: Any = obj
+        start = 0
+        node = obj.node
+        if node.op == "call_function" and node.target is operator.getitem:
+            whole, key = node.args
+            if (
+                isinstance(whole, fx.Node)
+                and isinstance(key, slice)
+                and key.step is None
+                and (key.start is None or (type(key.start) is int and key.start >= 0))
+            ):
+                base, start = self.proxy(whole), key.start or 0
+        return iter([base[start + i] for i in range(n)])
+
+    def shape_length(self, obj: fx.Proxy) -> int | None:
+        """The length of the shape ``obj`` traces on the example (None: not a shape, or no
+        example): the graph traced so far is run up to ``obj`` on fake tensors (nothing of the
+        model's is written)."""
+        if self.example is None or self.root is None:
+            return None
+        node = obj.node  # first: an attribute (``x.shape``) records its node when asked
+        graph = fx.Graph()
+        mapped: dict[fx.Node, fx.Node] = {}
+        graph.graph_copy(self.graph, mapped)
+        graph.output(mapped[node])
+        values = self._fixed
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        args = []
+        for k, node in enumerate(placeholders):
+            if k < len(self.example):
+                args.append(self.example[k])
+            elif node.target in values:
+                args.append(values[node.target])
+            else:
+                return None
+        try:  # fx's patches of nn.Module reverted: the run must not record into the trace
+            with _patches_reverted(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
+                fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+                value = fx.Interpreter(self.root, graph=graph).run(*fake)
+        except Exception:
+            return None
+        if isinstance(value, torch.Size) or (
+            isinstance(value, tuple) and all(type(v) is int for v in value)
+        ):
+            return len(value)
+        return None
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         """A buffer read by the forward is a traced value, as a parameter is: what the forward
@@ -108,6 +187,7 @@ class PortTracer(fx.Tracer):
 
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> fx.Graph:
         buffers = [(m, n, b) for m in root.modules() for n, b in m._buffers.items()]
+        self._fixed = dict(concrete_args or {})
         try:
             with self._factories_recorded(), self._buffer_writes_recorded(root):
                 return super().trace(root, concrete_args)
@@ -219,15 +299,19 @@ def concrete_args(model: nn.Module, n_args: int) -> dict[str, Any]:
     return fixed
 
 
-def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Opaque]]:
-    """The traced model, or None when the whole forward stays opaque, and the opaque parts."""
+def trace(
+    model: nn.Module, n_args: int, example: tuple[Any, ...] | None = None
+) -> tuple[fx.GraphModule | None, list[Opaque]]:
+    """The traced model, or None when the whole forward stays opaque, and the opaque parts.
+    ``example``: one example's positional arguments, which give the lengths of the shapes the
+    forward unpacks (``*x.shape[:-1]``)."""
     paths = {id(m): name for name, m in model.named_modules()}
     opaque_paths: set[str] = set()
     opaque: list[Opaque] = []
     fixed = concrete_args(model, n_args)
     before = set(vars(model))
     for _ in range(MAX_RETRIES):
-        tracer = PortTracer(opaque_paths)
+        tracer = PortTracer(opaque_paths, example)
         try:
             graph = tracer.trace(model, concrete_args=fixed or None)
         except Exception as exc:
@@ -240,7 +324,7 @@ def trace(model: nn.Module, n_args: int) -> tuple[fx.GraphModule | None, list[Op
             continue
         # a module whose trace cannot be used as it is: kept whole, and the model traced again
         # (a big constant is kept whole where it is made, not in the whole model's place)
-        moded = _mode_dependent(model, graph, opaque_paths, fixed)
+        moded = _mode_dependent(model, graph, opaque_paths, fixed, example)
         big = _large_constant(model, graph) if moded is None else None
         kept, why = (moded, MODE_REASON) if moded is not None else (big, CONSTANT_REASON)
         if kept is not None:
@@ -428,13 +512,17 @@ def _row(node: fx.Node, root: nn.Module) -> tuple[Any, ...]:
 
 
 def _mode_dependent(
-    model: nn.Module, graph: fx.Graph, opaque_paths: set[str], fixed: dict[str, Any]
+    model: nn.Module,
+    graph: fx.Graph,
+    opaque_paths: set[str],
+    fixed: dict[str, Any],
+    example: tuple[Any, ...] | None,
 ) -> str | None:
     """The innermost module whose traced forward differs in eval mode (None: none does)."""
     was_training = model.training
     try:
         model.train(not was_training)
-        other = PortTracer(opaque_paths).trace(model, concrete_args=fixed or None)
+        other = PortTracer(opaque_paths, example).trace(model, concrete_args=fixed or None)
     except Exception:
         return None  # the other mode fails to trace: the retry loop sees the same failure
     finally:

@@ -213,6 +213,12 @@ CASES = {
         ["torch.randn(2, 4, 4)"],
         ['Held(m, "index")', "[index.view(-1)]"],
     ),
+    "shape_unpacking": (
+        "zoo.py",
+        "Heads",
+        ["torch.randn(2, 5, 8)"],
+        [".view(x.shape[0], x.shape[1], 3, 2, -1)", ".reshape(x.shape[0], x.shape[1], -1)"],
+    ),
     "constants": (
         "mutation.py",
         "Weighted",
@@ -471,6 +477,20 @@ class TinyClassifier(torch.nn.Module):
 
     def forward(self, ids):
         return self.head(self.bert(ids).last_hidden_state[:, 0])
+
+
+class TinyEagerClassifier(TinyClassifier):
+    # BERT with the attention written in Python (eager) and no attention dropout: its
+    # self-attention unpacks the hidden states' shape ((*input_shape, -1, head_size)).
+
+    def __init__(self):
+        torch.nn.Module.__init__(self)
+        torch.manual_seed(0)
+        config = BertConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
+                            intermediate_size=32, vocab_size=50, max_position_embeddings=8,
+                            attention_probs_dropout_prob=0.0, attn_implementation="eager")
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.head = torch.nn.Linear(16, 3)
 """
 
 
@@ -483,6 +503,13 @@ class TinyClassifier(torch.nn.Module):
             # the embeddings read slices of their position_ids and token_type_ids buffers:
             # written out since buffers are traced values (they were kept whole)
             ["bert.encoder.layer.0.attention.self"],
+            ["self.bert.encoder.layer.0.output.LayerNorm", "[...]", "self.head"],
+        ),
+        (
+            # the default attention (sdpa) branches on the query's length; eager attention
+            # without dropout is plain tensor code, every part of it written out
+            "TinyEagerClassifier",
+            [],
             ["self.bert.encoder.layer.0.output.LayerNorm", "[...]", "self.head"],
         ),
     ],
@@ -1040,3 +1067,25 @@ def test_a_forward_writing_its_buffers_is_ported_and_the_model_keeps_them(workdi
     # whole: it was traced with the branch decided, and a fresh port never initialised
     report = port(workdir / "mutation.py", "Normed", None, ["torch.randn(3, 8)"], None)
     assert [o.path for o in report.opaque] == ["norm"] and report.parity.exact, report.to_dict()
+
+
+def test_a_port_that_unpacks_shapes_runs_on_other_shapes_of_the_same_rank(workdir):
+    """``(*x.shape[:-1], heads, -1)`` is traced with the example's rank: the port reads each
+    dim from the input (``x.shape[0], x.shape[1]``), so other batch and sequence sizes run."""
+    out = workdir / "heads_port.py"
+    report = port(workdir / "zoo.py", "Heads", None, ["torch.randn(2, 5, 8)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    original = sys.modules["zoo"].Heads()
+    graph = load(out).from_torch(original)
+    for shape in ((3, 7, 8), (1, 1, 8)):
+        x = torch.randn(shape)
+        assert torch.equal(graph(x), original(x)), shape
+
+
+def test_iterating_a_tensor_still_keeps_its_module_whole(workdir):
+    """A tensor's length is its batch size, which a port may not fix: only shapes iterate."""
+    report = port(workdir / "zoo.py", "Rows", None, ["torch.randn(3, 4)"], workdir / "r.py")
+    assert report.written and report.parity.exact
+    (opaque,) = report.opaque
+    assert (opaque.path, opaque.cls) == ("inner", "RowSum")
+    assert "Proxy object cannot be iterated" in opaque.reason

@@ -232,3 +232,42 @@ class Indexed(nn.Module):
     def forward(self, x):
         bias = self.table[self.index.view(-1)].view(x.shape[-1], x.shape[-1])
         return torch.softmax(x @ x.transpose(-2, -1) + bias, dim=-1)
+
+
+class Heads(nn.Module):
+    """Attention-style reshapes: the leading dims unpacked from the shape with ``*``, the
+    shape's length read with ``len``."""
+
+    def __init__(self, d=8, heads=2):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        lead = x.shape[:-1]
+        q, k, v = self.qkv(x).view(*lead, 3, self.heads, -1).unbind(-3)
+        att = (q.transpose(-2, -3) @ k.transpose(-2, -3).transpose(-1, -2)).softmax(-1)
+        h = (att @ v.transpose(-2, -3)).transpose(-2, -3)
+        return self.out(h.reshape(*lead, -1)) * len(x.shape)
+
+
+class Rows(nn.Module):
+    """Iterates a tensor (its rows): the count is the batch size, which a port may not fix."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.inner = RowSum(d)
+        self.head = nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.head(self.inner(x))
+
+
+class RowSum(nn.Module):
+    def __init__(self, d=4):
+        super().__init__()
+        self.a = nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.stack([self.a(row) for row in x])
