@@ -22,6 +22,10 @@ stale replica ended up in the final average. The Rust flodl kept the gate off th
 backend because a gated rank there could not join a collective; here a rank waiting for work still
 handles every control message, and when no rank has work left the coordinator averages at once
 (``should_average``), which releases the gate.
+
+A second one: each rank's first batch is counted but not timed (a warm-up, see
+:mod:`flodl.train.el_che`). Timed, it stretched Cadence's next window to the anchor times that
+batch's time, during which the rank was left almost nothing to train.
 """
 
 from __future__ import annotations
@@ -154,6 +158,7 @@ class _CpuRound:
     deadline: float
     steps: list[int]
     wall_ms: list[float]
+    timed: list[int]
     counted: list[int]
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
 
@@ -176,6 +181,9 @@ class Coordinator:
         self.global_step = config.global_step
         self.steps_since_avg = [0] * w
         self.wall_ms_accum = [0.0] * w
+        # Batches in wall_ms_accum: all but each rank's first, a warm-up (module doc).
+        self.timed_steps = [0] * w
+        self._warmed_up = [False] * w
         self.last_step_count = [0] * w
         self.ack_pending = [False] * w
         self.divergences: list[float | None] = [None] * w
@@ -224,7 +232,10 @@ class Coordinator:
     def on_timing(self, msg: BatchTiming) -> None:
         r = msg.rank
         self.steps_since_avg[r] += 1
-        self.wall_ms_accum[r] += msg.batch_ms
+        if self._warmed_up[r]:
+            self.wall_ms_accum[r] += msg.batch_ms
+            self.timed_steps[r] += 1
+        self._warmed_up[r] = True
         self.last_step_count[r] = max(self.last_step_count[r], msg.step_count)
 
     def on_sync_ack(self, msg: SyncAck) -> None:
@@ -332,12 +343,14 @@ class Coordinator:
             out += self._finish(
                 self.steps_since_avg,
                 self.wall_ms_accum,
+                self.timed_steps,
                 self.last_sync_ms,
                 divergences,
                 self.last_step_count,
             )
             self.steps_since_avg = [0] * w
             self.wall_ms_accum = [0.0] * w
+            self.timed_steps = [0] * w
             self.divergences = [None] * w
             out += self._redispatch_idle(now)
             return out
@@ -348,6 +361,7 @@ class Coordinator:
             deadline=now + self.cfg.snapshot_timeout,
             steps=list(self.steps_since_avg),
             wall_ms=list(self.wall_ms_accum),
+            timed=list(self.timed_steps),
             counted=list(self.last_step_count),
         )
         out = [(r, RequestParams(self._rounds)) for r in range(w)]
@@ -374,7 +388,9 @@ class Coordinator:
         self.cpu_round = None
         out: Outbox = [(r, Update(self.version + 1, params, buffers)) for r in range(w)]
         self.last_sync_ms = (now - cpu.started) * 1e3
-        out += self._finish(cpu.steps, cpu.wall_ms, self.last_sync_ms, divergences, cpu.counted)
+        out += self._finish(
+            cpu.steps, cpu.wall_ms, cpu.timed, self.last_sync_ms, divergences, cpu.counted
+        )
         # Batches trained during the round carry over into the next window.
         self.steps_since_avg = [
             max(a - b, 0) for a, b in zip(self.steps_since_avg, cpu.steps, strict=True)
@@ -382,6 +398,7 @@ class Coordinator:
         self.wall_ms_accum = [
             max(a - b, 0.0) for a, b in zip(self.wall_ms_accum, cpu.wall_ms, strict=True)
         ]
+        self.timed_steps = [max(a - b, 0) for a, b in zip(self.timed_steps, cpu.timed, strict=True)]
         out += self._redispatch_idle(now)
         return out
 
@@ -389,13 +406,14 @@ class Coordinator:
         self,
         steps: list[int],
         wall_ms: list[float],
+        timed: list[int],
         sync_ms: float,
         divergences: list[float],
         counted: list[int],
     ) -> Outbox:
         assert self.el_che is not None
         if any(wall > 0 for wall in wall_ms):
-            self.el_che.report_timing(list(wall_ms), list(steps), sync_ms)
+            self.el_che.report_timing(list(wall_ms), list(timed), sync_ms)
         action = self.guard.observe(divergences, sync_policy=self.cfg.policy is ApplyPolicy.SYNC)
         self.version += 1
         self.avg_count += 1

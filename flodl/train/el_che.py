@@ -5,7 +5,10 @@ per synchronisation window and faster devices proportionally more, so that every
 the sync point at about the same wall time. The anchor itself grows when synchronising costs too
 much compared to computing (``overhead_target``) and decays slowly when it is cheap.
 
-A pure calculator: no clocks, no I/O, no torch. The runtime feeds it measured times.
+A pure calculator: no clocks, no I/O, no torch. The runtime feeds it measured times, without
+each rank's first batch: that one is a warm-up (a device's lazy start, cuDNN's autotuning, a
+compiled model's compilation), often worth hundreds of batches, and timed it made the first
+calibration take a rank for that much slower (see :func:`steady_wall_ms`).
 
 >>> el = ElChe(world=2, anchor=10, overhead_target=0.5)
 >>> el.batch_counts
@@ -23,6 +26,19 @@ from flodl.train.config import ANCHOR, MAX_ANCHOR, OVERHEAD_TARGET
 from flodl.train.errors import TrainerConfigError
 
 _DEAD_ZONE = 0.10  # a count changes only when the new target differs by more than 10 %
+
+
+def steady_wall_ms(timed_ms: float, timed: int, batches: int) -> float:
+    """A window's compute time at the pace of its timed batches: ``timed_ms`` over ``timed`` of
+    its ``batches`` (the others warm-ups), scaled to all of them; 0 when none was timed, which
+    :meth:`ElChe.report_timing` skips (the rank keeps its last measurement).
+
+    >>> steady_wall_ms(90.0, 9, 10)  # 10 batches, the first a warm-up: 10 ms each
+    100.0
+    >>> steady_wall_ms(0.0, 0, 1)  # a window of only the warm-up
+    0.0
+    """
+    return timed_ms * batches / timed if timed > 0 else 0.0
 
 
 class ElChe:

@@ -32,7 +32,7 @@ from torch import nn
 from flodl.monitor import timeline
 from flodl.train.collectives import average_gradients, broadcast_from_rank_zero, weighted_mean_
 from flodl.train.config import ElCheConfig, number
-from flodl.train.el_che import ElChe
+from flodl.train.el_che import ElChe, steady_wall_ms
 from flodl.train.errors import TrainerConfigError
 
 AVERAGES = {"params": "params", "gradients": "gradients", "grads": "gradients"}
@@ -124,6 +124,7 @@ def devices_differ(device: torch.device, group: Any) -> bool:
 class _Window:
     started: float
     yielded: int = 0
+    untimed: int = 0  # batches before ``started``: the rank's first, a warm-up
     stepped: int = 0
     last_yielded: bool = False
     synced: bool = False
@@ -148,6 +149,7 @@ class Cadence:
         self.group = group
         self.local_steps = local_steps
         self._window: _Window | None = None
+        self._warmed_up = False  # this rank's first batch ran (a warm-up El Che does not time)
         self._last_sync_ms = 0.0
         self.history: list[list[int]] = []  # counts of every synced window (actual batches)
 
@@ -172,6 +174,9 @@ class Cadence:
                         window.yielded += 1
                         window.last_yielded = i == counts[self.rank] - 1
                         yield batch
+                        if not self._warmed_up:  # the loop ran the rank's first batch
+                            self._warmed_up = True
+                            window.started, window.untimed = time.perf_counter(), window.yielded
                 if not window.synced:  # the loop body skipped step() after the last batch
                     self.sync(graph, step)
                 done += sum(counts)
@@ -204,7 +209,11 @@ class Cadence:
         # One slot per rank: compute ms, batches run, and the previous sync's cost (each rank
         # measured its own; El Che gets the max, so every rank feeds it the same numbers).
         facts = torch.zeros(3 * world, dtype=torch.float64)
-        facts[self.rank] = (arrived - window.started) * 1000.0
+        # Still in the rank's first batch (a one-batch window): all of it is the warm-up.
+        untimed = window.untimed if self._warmed_up else window.yielded
+        facts[self.rank] = steady_wall_ms(
+            (arrived - window.started) * 1000.0, window.yielded - untimed, window.yielded
+        )
         facts[world + self.rank] = window.yielded
         facts[2 * world + self.rank] = self._last_sync_ms
         wire = facts.to(self.device)

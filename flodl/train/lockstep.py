@@ -35,7 +35,7 @@ from flodl.monitor import timeline
 from flodl.train import step_context
 from flodl.train.averaging import final_state
 from flodl.train.checkpointing import flush_checkpoints, save_version
-from flodl.train.el_che import ElChe
+from flodl.train.el_che import ElChe, steady_wall_ms
 from flodl.train.errors import CollectiveError
 from flodl.train.messages import ApplyPolicy, AverageBackend
 from flodl.train.metrics import EpochMetrics, MetricsMsg, RankEvents, aggregate_epoch_metrics
@@ -117,6 +117,7 @@ class LockstepRank:
         self.version = 0
         self._last_sync_ms = 0.0
         self._idle_ms = 0.0
+        self._warmed_up = False  # this rank's first batch ran (a warm-up El Che does not time)
 
     @property
     def progress(self) -> str:
@@ -198,10 +199,16 @@ class LockstepRank:
             taken = [t + c for t, c in zip(taken, counts, strict=True)]
             first = done + sum(counts[: self.rank])
             began = time.perf_counter()
+            timed = counts[self.rank]
             for b in range(first, first + counts[self.rank]):
                 loss, _ = worker.train_batch(worker.fetch(order[b * bs : (b + 1) * bs]))
                 loss_sum += loss
-            compute_ms = (time.perf_counter() - began) * 1e3
+                if not self._warmed_up:  # the rank's first batch: a warm-up, not timed
+                    self._warmed_up = True
+                    began, timed = time.perf_counter(), timed - 1
+            compute_ms = steady_wall_ms(
+                (time.perf_counter() - began) * 1e3, timed, counts[self.rank]
+            )
             trained += counts[self.rank]
             self._window_sync(counts[self.rank], compute_ms)
             done += sum(counts)

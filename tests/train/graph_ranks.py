@@ -144,6 +144,35 @@ def el_che_scenario(rank: int, world: int, port: int, results, average: str = "g
     results.put(out)
 
 
+def warm_up_scenario(rank: int, world: int, port: int, results) -> None:
+    """El Che in Graph mode where rank 1's first batch takes 1 s (a device's start) and every
+    other batch, on both ranks, 4 ms."""
+    act_as_launched_rank(rank, world, port)
+    out: dict = {"rank": rank}
+    try:
+        torch.manual_seed(7)
+        model = graph()
+        config = fl.DdpConfig()  # a config turns El Che on (the devices do not differ)
+        fl.Trainer.setup(
+            model, None, lambda p: torch.optim.SGD(p, lr=0.05), config=config, timeout=30
+        )
+        out["has_el_che"] = model.has_el_che
+        x = torch.randn(400, 3, generator=torch.Generator().manual_seed(3))
+        y = x.sum(1, keepdim=True)
+        model.set_data_loader(fl.data.DataLoader.from_tensors(x=x, y=y).batch_size(4))
+        first = True
+        for batch in model.epoch(0):
+            nn.functional.mse_loss(model(batch["x"]), batch["y"]).backward()
+            time.sleep(1.0 if rank == 1 and first else 0.004)
+            first = False
+            model.step()
+        out["counts"] = list(model.el_che.batch_counts)
+        model.finish()
+    except BaseException:
+        out["error"] = traceback.format_exc()
+    results.put(out)
+
+
 def balance_scenario(rank: int, world: int, port: int, results) -> None:
     """The auto-balancer on two CPU ranks (forced with ``balance=True``): first a step on shares
     from a speed hint, checked against the full-batch gradient; then rank 1 made 3x slower."""

@@ -231,6 +231,29 @@ def test_cpu_finish_subtracts_the_trigger_time_snapshot():
 
 
 @pytest.mark.parametrize("backend", [NCCL, CPU])
+def test_each_rank_s_first_batch_is_a_warm_up_el_che_does_not_time(backend):
+    # Rank 1's first batch carries its device's start (2 s); the others take 10 ms on both
+    # ranks. Timed, El Che took rank 1 for 20x slower (counts [200, 10]) and Cadence's next
+    # window for 2 s of compute; untimed, the ranks are equal and the window is 10 batches.
+    c = make(CADENCE, backend)
+    batches(c, 0, 10)
+    batches(c, 1, 1, ms=2000.0)
+    batches(c, 1, 9)
+    c.tick(0.0)
+    if backend is CPU:
+        rnd = c.cpu_round.round
+        c.on_snapshot(snapshot(0, rnd, 1.0, 10))
+        c.on_snapshot(snapshot(1, rnd, 1.0, 10))
+        c.tick(0.0)  # an instant round: no sync cost to tune the anchor by
+    assert c.version == 1 and c.global_step == 20  # the warm-up batch is trained and counted
+    assert c.el_che.calibrated and c.el_che.ms_per_batch == [10.0, 10.0]
+    assert c.el_che.batch_counts == [10, 10]
+    assert c.el_che.anchor_wall_ms() == 100.0
+    batches(c, 1, 1, ms=2000.0)  # a slow batch later on is a slow batch: timed
+    assert c.wall_ms_accum[1] == 2000.0 and c.timed_steps[1] == 1
+
+
+@pytest.mark.parametrize("backend", [NCCL, CPU])
 def test_throttle_only_with_cpu_backend_and_a_limit(backend):
     c = make(CADENCE, backend, max_batch_diff=0)
     batches(c, 0, 2)
@@ -404,10 +427,10 @@ def test_async_overshoot_auto_grows_to_its_cap_and_user_value_is_fixed():
     start = c.max_overshoot
     assert start >= 2
     for _ in range(20):
-        c._finish([1, 1], [1.0, 1.0], 0.0, [0.0, 0.0], [1, 1])
+        c._finish([1, 1], [1.0, 1.0], [1, 1], 0.0, [0.0, 0.0], [1, 1])
     assert start < c.max_overshoot <= 15
     fixed = make(ASYNC, CPU, max_overshoot=3)
-    fixed._finish([1, 1], [1.0, 1.0], 0.0, [0.0, 0.0], [1, 1])
+    fixed._finish([1, 1], [1.0, 1.0], [1, 1], 0.0, [0.0, 0.0], [1, 1])
     assert fixed.max_overshoot == 3
 
 
@@ -415,7 +438,7 @@ def test_rising_divergence_never_shrinks_the_anchor():
     c = make(CADENCE)
     anchor = c.el_che.anchor
     for d in (0.1, 0.2, 0.3, 0.4):
-        c._finish([10, 10], [100.0, 100.0], 0.0, [d, d], [10, 10])
+        c._finish([10, 10], [100.0, 100.0], [10, 10], 0.0, [d, d], [10, 10])
     assert c.el_che.anchor >= anchor
 
 

@@ -464,6 +464,28 @@ def test_two_cpu_ranks_every_policy_and_backend(policy, backend, tmp_path, monke
             assert "flodl-coordinator" in threads or rank != "0"
 
 
+@pytest.mark.multiproc
+def test_a_rank_s_slow_first_batch_does_not_leave_it_idle_in_lockstep():
+    # Rank 1's first batch takes 2 s (a device starting up), every other batch the same on both
+    # ranks. Timed, it made El Che take rank 1 for thousands of times slower: in each later
+    # epoch rank 1 trained 1 batch of 32 ([31, 1]) and sat waiting in the collective.
+    seen = []
+    (
+        builder(toy.warm_up_rank1_step)
+        .num_epochs(4)
+        .devices(["cpu", "cpu"])
+        .policy(fl.ApplyPolicy.CADENCE)
+        .anchor(2)
+        .timeout(30)
+        .metrics_fn(seen.append)
+        .run()
+        .join()
+    )
+    assert all(sum(m.per_rank_batches) == 32 for m in seen), seen
+    later = sum(m.per_rank_batches[1] for m in seen[1:])  # 42 of 96 seen; 3 when timed
+    assert later >= 12, [m.per_rank_batches for m in seen]
+
+
 # Both multi-rank runtimes: in lockstep over collectives (Sync, Cadence) and under rank 0's
 # coordinator (here Cadence with the CPU backend).
 RUNTIMES = [

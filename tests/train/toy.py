@@ -69,6 +69,18 @@ def slow_rank1_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor
     return mse_step(model, batch)
 
 
+WARM_UP_S = 2.0  # rank 1's first batch: a device's start, thousands of batches' worth
+
+
+def warm_up_rank1_step(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """Rank 1's first batch takes :data:`WARM_UP_S` longer (a device still starting up); every
+    other batch, on both ranks, takes what the tiny model takes (well under a millisecond)."""
+    if step_context.current().rank == 1 and not getattr(warm_up_rank1_step, "done", False):
+        warm_up_rank1_step.done = True  # type: ignore[attr-defined]
+        time.sleep(WARM_UP_S)
+    return mse_step(model, batch)
+
+
 INJECTED_AT = "FLODL_TEST_INJECTED_AT"
 
 
