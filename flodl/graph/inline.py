@@ -10,6 +10,13 @@ as ``forward`` would use it. Each expression below is the layer's own ``forward`
 spelled out; ``tests/graph/test_inline.py`` checks each against the layer, bit for bit, values
 and gradients, in training and in eval mode.
 
+Where ``F``'s function only checks for ``__torch_function__`` overrides and forwards to a builtin
+(``F.layer_norm``, ``F.batch_norm`` in eval mode, ``F.relu``, ``F.silu``), the expression calls
+that builtin, with the same arguments (``torch.backends.cudnn.enabled`` read where ``F`` reads
+it): the same kernel, a Python frame less. Overrides still apply (the builtins check for them
+too); a ``TorchFunctionMode`` sees ``torch.layer_norm`` where the layer's ``forward`` shows it
+``F.layer_norm``.
+
 Layers whose ``forward`` is mostly bookkeeping around one kernel get a function instead of an
 expression: :func:`rnn` (``nn.LSTM``/``GRU``/``RNN``: the zero state and the kernel, without
 refreshing the weight list) and :func:`attention` (``nn.MultiheadAttention``: its fused fast
@@ -60,23 +67,24 @@ _CONV_T = (
 # Batch norm in eval mode with running statistics (inference); in training, or without
 # statistics, its forward runs (it updates the running statistics and the batch count).
 _BATCH_NORM = (
-    "_F.batch_norm({{x}}, _qb['running_mean'], _qb['running_var'], _q._parameters['weight'],"
-    " _q._parameters['bias'],"
-    " False, 0.0 if _q.momentum is None else _q.momentum, _q.eps) if not (_q := {{m}}).training"
+    "_torch.batch_norm({{x}}, _q._parameters['weight'], _q._parameters['bias'],"
+    " _qb['running_mean'], _qb['running_var'],"
+    " False, 0.0 if _q.momentum is None else _q.momentum, _q.eps, _cudnn())"
+    " if not (_q := {{m}}).training"
     " and (_qb := _q._buffers)['running_mean'] is not None and _qb['running_var'] is not None"
     " and {{x}}.dim() in {dims} else _q.forward({{x}})"
 )
 _EXPRESSIONS: dict[type[nn.Module], str] = {
     nn.Linear: "_F.linear({x}, (_q := {m}._parameters)['weight'], _q['bias'])",
     nn.GELU: "_F.gelu({x}, approximate={m}.approximate)",
-    nn.ReLU: "_F.relu({x}, inplace={m}.inplace)",
-    nn.SiLU: "_F.silu({x}, inplace={m}.inplace)",
+    nn.ReLU: "(_torch.relu_({x}) if {m}.inplace else _torch.relu({x}))",
+    nn.SiLU: "(_nn.silu_({x}) if {m}.inplace else _nn.silu({x}))",
     nn.Tanh: "_torch.tanh({x})",
     nn.Sigmoid: "_torch.sigmoid({x})",
     nn.Identity: "{x}",
     nn.LayerNorm: (
-        "_F.layer_norm({x}, (_q := {m}).normalized_shape, _q._parameters['weight'],"
-        " _q._parameters['bias'], _q.eps)"
+        "_torch.layer_norm({x}, (_q := {m}).normalized_shape, _q._parameters['weight'],"
+        " _q._parameters['bias'], _q.eps, _cudnn())"
     ),
     nn.Dropout: "_F.dropout({x}, (_q := {m}).p, _q.training, _q.inplace)",
     nn.Flatten: "{x}.flatten((_q := {m}).start_dim, _q.end_dim)",
@@ -524,6 +532,8 @@ def call(module: nn.Module, positional: int, keywords: list[str]) -> str | None:
 NAMES: dict[str, Any] = {
     "_F": functional,
     "_VF": _VF,
+    "_nn": torch._C._nn,
+    "_cudnn": torch._C._get_cudnn_enabled,
     "_rnn": rnn,
     "_mha": attention,
     "_encoder_layer": encoder_layer,

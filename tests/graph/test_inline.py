@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from typing import ClassVar
 
 import pytest
 import torch
@@ -48,6 +49,7 @@ CASES = {
     "relu": (nn.ReLU, lambda: torch.randn(4, 5), True),
     "relu-inplace": (lambda: nn.ReLU(inplace=True), lambda: torch.randn(4, 5), False),
     "silu": (nn.SiLU, lambda: torch.randn(4, 5), True),
+    "silu-inplace": (lambda: nn.SiLU(inplace=True), lambda: torch.randn(4, 5), False),
     "tanh": (nn.Tanh, lambda: torch.randn(4, 5), True),
     "sigmoid": (nn.Sigmoid, lambda: torch.randn(4, 5), True),
     "identity": (nn.Identity, lambda: torch.randn(4, 5), True),
@@ -819,3 +821,35 @@ def test_a_nested_graph_profiled_on_its_own_is_then_called_through_its_forward()
     assert whole_tree_direct(graph.graph_2)  # its own steps run directly
     assert torch.equal(graph(x), want)
     assert whole_tree_direct(copy.deepcopy(graph))  # a rebuilt copy takes it in again
+
+
+class _Recorded(torch.Tensor):
+    """A tensor subclass overriding ``__torch_function__``: records the functions it sees."""
+
+    seen: ClassVar[list[str]] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.seen.append(getattr(func, "__name__", repr(func)))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: nn.LayerNorm(5), nn.ReLU, lambda: nn.SiLU(inplace=True), lambda: nn.BatchNorm1d(5)],
+    ids=["layernorm", "relu", "silu-inplace", "batchnorm-eval"],
+)
+def test_a_tensor_subclass_override_still_runs_on_the_written_out_builtins(make):
+    """LayerNorm, eval BatchNorm, ReLU and SiLU are written out as the builtin ``F`` forwards
+    to: a subclass's ``__torch_function__`` still runs (the builtins check for overrides) and
+    the result is the layer's, of the subclass."""
+    _, graph, reference = _layer_graph_and_reference(make, training=False)
+    x = torch.randn(4, 5)
+    _Recorded.seen = []
+    want = reference(x.clone().as_subclass(_Recorded))
+    assert _Recorded.seen  # the override saw the layer's call
+    _Recorded.seen = []
+    got = graph(x.clone().as_subclass(_Recorded))
+    assert _Recorded.seen  # ... and the graph's
+    assert type(got) is type(want) is _Recorded
+    assert torch.equal(got.as_subclass(torch.Tensor), want.as_subclass(torch.Tensor))
