@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import itertools
 import operator
 import re
 import traceback
@@ -70,6 +71,28 @@ def _patches_reverted() -> contextlib.AbstractContextManager[None]:
     """fx's own patches (``nn.Module.__call__`` records a call while tracing) lifted for a while."""
     revert = getattr(fx._symbolic_trace, "_maybe_revert_all_patches", None)
     return revert() if revert is not None else contextlib.nullcontext()
+
+
+class _FakeRun(fx.Interpreter):
+    """Runs a traced graph on fake tensors, the model's own parameters and buffers included:
+    an operation on real tensors alone (``steps.add_(1)``, a batch norm's batch count) would
+    otherwise run for real under ``FakeTensorMode`` and write into the model."""
+
+    def __init__(self, root: nn.Module, graph: fx.Graph, mode: FakeTensorMode) -> None:
+        super().__init__(root, graph=graph)
+        self.mode = mode
+
+    def fake(self, value: Any) -> Any:
+        return self.mode.from_tensor(value) if isinstance(value, torch.Tensor) else value
+
+    def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return self.fake(super().get_attr(target, args, kwargs))
+
+    def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+        module = self.fetch_attr(target)
+        tensors = itertools.chain(module.named_parameters(), module.named_buffers())
+        state = {name: self.fake(t) for name, t in tensors}
+        return torch.func.functional_call(module, state, tuple(args), dict(kwargs))
 
 
 class _Proxy(fx.Proxy):
@@ -161,8 +184,8 @@ class PortTracer(fx.Tracer):
                 return None
         try:  # fx's patches of nn.Module reverted: the run must not record into the trace
             with _patches_reverted(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
-                fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
-                value = fx.Interpreter(self.root, graph=graph).run(*fake)
+                run = _FakeRun(self.root, graph, mode)
+                value = run.run(*(run.fake(a) for a in args))
         except Exception:
             return None
         if isinstance(value, torch.Size) or (

@@ -1089,3 +1089,17 @@ def test_iterating_a_tensor_still_keeps_its_module_whole(workdir):
     (opaque,) = report.opaque
     assert (opaque.path, opaque.cls) == ("inner", "RowSum")
     assert "Proxy object cannot be iterated" in opaque.reason
+
+
+def test_finding_a_shape_s_length_writes_nothing_into_the_model(workdir):
+    """The traced-so-far graph runs on fake tensors, the model's buffers included: a batch norm
+    in training mode (which counts its batches in place) is left as it was."""
+    sys.path.insert(0, str(workdir))  # the fixture restores sys.path and drops the module
+    original = importlib.import_module("zoo").NormedHeads().train()
+    before = {k: v.clone() for k, v in original.state_dict().items()}
+    gm, opaque = trace.trace(original, 1, (torch.randn(2, 5, 8),))
+    assert gm is not None and opaque == []
+    after = original.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), [
+        k for k in before if not torch.equal(before[k], after[k])
+    ]
