@@ -578,14 +578,17 @@ def under_torchrun_three_ranks(
     tmp_path, mode: str, who: str, late: str | None = None
 ) -> tuple[str, float]:
     """LATE_OR_STUCK_RANK under torchrun (3 ranks): it fails; its stderr, and how long it took.
-    Nothing is left behind."""
+    Nothing is left behind. The stderr is the launcher's, then each rank's own (torchrun tees
+    every rank's into a file): ranks writing at once interleave on the shared pipe, even within
+    a line."""
     from tests.conftest import clean_env
 
-    script, meet = tmp_path / "job.py", tmp_path / "meet"
+    script, meet, logs = tmp_path / "job.py", tmp_path / "meet", tmp_path / "logs"
     script.write_text(LATE_OR_STUCK_RANK)
     meet.mkdir()
     leftovers = Leftovers(tmp_path)
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    launcher += ["--log-dir", str(logs), "--tee", "2"]
     started = time.monotonic()
     result = subprocess.run(
         [*launcher, "--nproc-per-node", "3", str(script), mode, who, str(meet)]
@@ -599,7 +602,9 @@ def under_torchrun_three_ranks(
     took = time.monotonic() - started
     assert result.returncode != 0
     leftovers.check()
-    return result.stderr, took
+    ranks = [f.read_text() for f in sorted(logs.rglob("stderr.log"))]
+    assert len(ranks) == 3, sorted(logs.rglob("*"))
+    return "\n".join([result.stderr, *ranks]), took
 
 
 @pytest.mark.slow
