@@ -172,27 +172,18 @@ class PortTracer(fx.Tracer):
         mapped: dict[fx.Node, fx.Node] = {}
         graph.graph_copy(self.graph, mapped)
         graph.output(mapped[node])
-        values = self._fixed
-        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-        args = []
-        for k, node in enumerate(placeholders):
-            if k < len(self.example):
-                args.append(self.example[k])
-            elif node.target in values:
-                args.append(values[node.target])
-            else:
-                return None
+        # the forward's parameters: the example's, then the ones fixed to their defaults
+        names = [p.target for p in graph.nodes if p.op == "placeholder"][len(self.example) :]
+        if any(name not in self._fixed for name in names):
+            return None
+        args = [*self.example, *(self._fixed[name] for name in names)]
         try:  # fx's patches of nn.Module reverted: the run must not record into the trace
             with _patches_reverted(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
                 run = _FakeRun(self.root, graph, mode)
                 value = run.run(*(run.fake(a) for a in args))
         except Exception:
             return None
-        if isinstance(value, torch.Size) or (
-            isinstance(value, tuple) and all(type(v) is int for v in value)
-        ):
-            return len(value)
-        return None
+        return len(value) if isinstance(value, torch.Size) else None
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         """A buffer read by the forward is a traced value, as a parameter is: what the forward
