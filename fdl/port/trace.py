@@ -466,8 +466,28 @@ MODE_REASON = (
     "its forward depends on self.training beyond dropout (traced in train and in eval mode, "
     "the two differ)"
 )
-DROPOUTS = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-            "feature_alpha_dropout"}  # fmt: skip
+# torch's functional dropouts and their ``training`` default
+DROPOUTS = {"dropout": True, "dropout1d": True, "dropout2d": True, "dropout3d": True,
+            "alpha_dropout": False, "feature_alpha_dropout": False}  # fmt: skip
+DROPOUT_PARAMS = ("input", "p", "training", "inplace")
+
+
+def _dropout(node: fx.Node) -> dict[str, Any] | None:
+    """A functional dropout's arguments by name, defaults filled in (None: another node)."""
+    name = getattr(node.target, "__name__", "")
+    if node.op != "call_function" or name not in DROPOUTS or len(node.args) > len(DROPOUT_PARAMS):
+        return None
+    bound: dict[str, Any] = {"p": 0.5, "training": DROPOUTS[name], "inplace": False}
+    bound.update(zip(DROPOUT_PARAMS, node.args, strict=False))
+    bound.update(node.kwargs)
+    return bound if set(bound) <= set(DROPOUT_PARAMS) else None
+
+
+def _off(dropout: dict[str, Any]) -> bool:
+    """A dropout that passes its input through: not training, or ``p`` 0."""
+    return dropout["training"] is False or (
+        isinstance(dropout["p"], (int, float)) and dropout["p"] == 0
+    )
 
 
 def _forward_location(module: nn.Module) -> str:
@@ -510,19 +530,45 @@ def is_constant(node: fx.Node) -> bool:
 
 
 def _row(node: fx.Node, root: nn.Module) -> tuple[Any, ...]:
-    """A node as comparable data, a dropout's ``training`` flag left out (nn.Dropout follows
-    the mode by itself, so a functional dropout fed ``self.training`` ports exactly), and a
-    constant tensor compared by value (each trace stores its own under another name)."""
+    """A node as comparable data: a constant tensor compared by value (each trace stores its
+    own under another name), a dropout by its input alone (see :func:`_same`)."""
     if is_constant(node):
         value = getattr(root, str(node.target))
         return (node.op, value.dtype, tuple(value.shape), repr(value.detach().cpu().tolist()))
     args, kwargs = node.args, dict(node.kwargs)
-    if node.op == "call_function" and getattr(node.target, "__name__", "") in DROPOUTS:
-        args = args[:2]
-        kwargs.pop("training", None)
+    dropout = _dropout(node)
+    if dropout is not None:
+        args, kwargs = (dropout["input"],), {"inplace": dropout["inplace"]}
     named = fx.node.map_arg((args, kwargs), lambda n: "%const" if is_constant(n) else f"%{n.name}")
     target = node.target if isinstance(node.target, str) else id(node.target)
     return (node.op, target, repr(named))
+
+
+def _same(a: fx.Node, b: fx.Node, root: nn.Module) -> bool:
+    """The node traced in one mode does what ``b``, traced in the other, does in its mode.
+
+    A dropout passes its input through in eval mode however it is written, so two dropouts of
+    one input agree when their ``p`` does or when either is off: ``F.dropout(x, p,
+    self.training)`` and transformers' ``p=0.0 if not self.training else p`` both port as one
+    ``nn.Dropout(p)``, which follows the mode by itself.
+    """
+    if _row(a, root) != _row(b, root):
+        return False
+    first, second = _dropout(a), _dropout(b)
+    if first is None or second is None:
+        return True
+    return first["p"] == second["p"] or _off(first) or _off(second)
+
+
+def _as_training(node: fx.Node, other: fx.Node) -> None:
+    """Give ``node`` (a dropout that is off) the training-mode arguments of ``other``."""
+    mine, theirs = _dropout(node), _dropout(other)
+    if mine is None or theirs is None or not _off(mine) or _off(theirs):
+        return
+    node.args = (node.args[0],) if node.args else ()
+    kwargs = {k: v for k, v in node.kwargs.items() if k not in DROPOUT_PARAMS[1:]}
+    node.kwargs = {**kwargs, "p": theirs["p"], "training": theirs["training"],
+                   "inplace": mine["inplace"]}  # fmt: skip
 
 
 def _mode_dependent(
@@ -543,9 +589,11 @@ def _mode_dependent(
         model.train(was_training)
     first, second = list(graph.nodes), list(other.nodes)
     for a, b in zip(first, second, strict=False):
-        if _row(a, model) != _row(b, model):
+        if not _same(a, b, model):
             return _owner(model, a)
     if len(first) != len(second):
         longer = first if len(first) > len(second) else second
         return _owner(model, longer[min(len(first), len(second))])
+    for a, b in zip(first, second, strict=True):  # the port writes the training-mode dropouts
+        _as_training(a, b)
     return None

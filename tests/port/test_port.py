@@ -480,15 +480,16 @@ class TinyClassifier(torch.nn.Module):
 
 
 class TinyEagerClassifier(TinyClassifier):
-    # BERT with the attention written in Python (eager) and no attention dropout: its
-    # self-attention unpacks the hidden states' shape ((*input_shape, -1, head_size)).
+    # BERT with the attention written in Python (eager), with its attention dropout: its
+    # self-attention unpacks the hidden states' shape ((*input_shape, -1, head_size)) and
+    # drops attention weights at ``0.0 if not self.training else p``.
 
     def __init__(self):
         torch.nn.Module.__init__(self)
         torch.manual_seed(0)
         config = BertConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
                             intermediate_size=32, vocab_size=50, max_position_embeddings=8,
-                            attention_probs_dropout_prob=0.0, attn_implementation="eager")
+                            attention_probs_dropout_prob=0.1, attn_implementation="eager")
         self.bert = BertModel(config, add_pooling_layer=False)
         self.head = torch.nn.Linear(16, 3)
 """
@@ -506,8 +507,8 @@ class TinyEagerClassifier(TinyClassifier):
             ["self.bert.encoder.layer.0.output.LayerNorm", "[...]", "self.head"],
         ),
         (
-            # the default attention (sdpa) branches on the query's length; eager attention
-            # without dropout is plain tensor code, every part of it written out
+            # the default attention (sdpa) branches on the query's length; eager attention is
+            # plain tensor code, every part of it written out, its dropout as nn.Dropout(0.1)
             "TinyEagerClassifier",
             [],
             ["self.bert.encoder.layer.0.output.LayerNorm", "[...]", "self.head"],
@@ -524,6 +525,8 @@ def test_transformers_models_port_exactly_around_what_fx_cannot_trace(workdir, c
     assert report.written and report.parity.exact, report.to_dict()
     assert [o.path for o in report.opaque] == kept  # parts kept whole, never the model
     assert [s["original"] for s in report.translated][-3:] == ends
+    if cls == "TinyEagerClassifier":  # the attention weights' dropout, off in eval mode
+        assert "nn.Dropout(p=0.1)" in out.read_text()
     original = getattr(sys.modules["hf_models"], cls)().eval()
     graph = load(out).from_torch(original).eval()
     ids = torch.randint(0, 50, (2, 6))
@@ -842,6 +845,27 @@ def test_a_forward_that_depends_on_the_mode_is_kept_whole_and_dropout_is_not(wor
     assert (opaque.path, opaque.location) == ("noisy", "dynamic.py:63")
     assert "self.training" in opaque.reason
     assert "nn.Dropout(p=0.2)" in out.read_text()  # F.dropout(..., self.training) follows the mode
+
+
+@pytest.mark.parametrize("evaluating", [False, True])
+def test_a_dropout_whose_rate_is_zero_in_eval_mode_is_one_dropout_layer(workdir, evaluating):
+    # transformers' attention writes ``dropout=0.0 if not self.training else p``: in eval mode
+    # the call is off whatever its rate, so both traces are the same nn.Dropout(p) -- also when
+    # the model is built in eval mode and the eval-mode forward is the one traced first
+    out = workdir / "attn.py"
+    init = "{'evaluating': True}" if evaluating else None
+    report = port(workdir / "dynamic.py", "AttentionNet", init, ["torch.randn(2, 3, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    flow = out.read_text()
+    assert "nn.Dropout(p=0.25)" in flow and "training=False" not in flow
+
+
+def test_a_dropout_on_in_both_modes_at_rates_that_differ_keeps_its_module_whole(workdir):
+    out = workdir / "mc.py"
+    report = port(workdir / "dynamic.py", "MonteCarloDropout", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact
+    (opaque,) = report.opaque
+    assert opaque.path == "" and "self.training" in opaque.reason
 
 
 def test_port_overhead_benchmark_smoke_run(tmp_path):

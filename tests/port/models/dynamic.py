@@ -74,3 +74,42 @@ class ModeNet(nn.Module):
 
     def forward(self, x):
         return self.out(F.dropout(F.relu(self.noisy(x)), 0.2, self.training))
+
+
+class AttentionDropout(nn.Module):
+    """transformers' attention: ``p`` is 0 in eval mode, and the dropout follows the module."""
+
+    def __init__(self, dim=4, p=0.25):
+        super().__init__()
+        self.q, self.k = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.p = p
+
+    def forward(self, x):
+        weights = torch.softmax(self.q(x) @ self.k(x).transpose(-1, -2), dim=-1)
+        dropout = 0.0 if not self.training else self.p
+        weights = F.dropout(weights, p=dropout, training=self.training)
+        return weights @ x
+
+
+class AttentionNet(nn.Module):
+    def __init__(self, dim=4, evaluating=False):
+        super().__init__()
+        self.attn = AttentionDropout(dim)
+        self.out = nn.Linear(dim, 2)
+        if evaluating:  # built in eval mode: the port traces the eval-mode forward first
+            self.eval()
+
+    def forward(self, x):
+        return self.out(self.attn(x))
+
+
+class MonteCarloDropout(nn.Module):
+    """Dropout on in both modes, at a rate that depends on the mode: not one nn.Dropout."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, 2)
+
+    def forward(self, x):
+        return self.out(F.dropout(self.fc(x), 0.1 if self.training else 0.3, training=True))
