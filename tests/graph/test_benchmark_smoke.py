@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,21 @@ def test_benchmark_smoke_run_writes_a_complete_report(tmp_path, script, stem, ro
         for key in ratios:
             assert math.isfinite(row[key]) and row[key] > 0, row
     assert "SMOKE RUN" in (tmp_path / f"{stem}.md").read_text()
+
+
+@pytest.mark.skipif(
+    platform.libc_ver()[0] != "glibc",
+    reason="glibc only: elsewhere the allocator is left as it is",
+)
+@pytest.mark.parametrize(("args", "allocator"), [((), "glibc, mmap threshold 32 MiB"),
+                                                  (("--system-allocator",), "system default")])  # fmt: skip
+def test_a_timing_suite_fixes_the_allocator_unless_asked_and_its_report_says_which(
+    tmp_path, args, allocator
+):
+    run_script("porting_vocabulary.py", tmp_path, "--smoke", *args)
+    report = json.loads((tmp_path / "porting_vocabulary.json").read_text())
+    assert report["meta"]["allocator"].startswith(allocator)
+    assert f"Allocator: {allocator}" in (tmp_path / "porting_vocabulary.md").read_text()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the script measures")
