@@ -71,7 +71,8 @@ def check(
         console.info(
             escape(
                 f"smoke run: running {script} for real (FLODL_SMOKE=1, loops shortened) in "
-                f"{Path.cwd()}: what it saves to a fixed path, it overwrites (--no-run skips it)"
+                f"{Path.cwd()}: the files it overwrites are kept and put back after it "
+                "(--no-run skips it)"
             )
         )
 
@@ -107,7 +108,8 @@ def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) ->
         help="Validate a script's use of flodl: unknown names and calls that do not fit the real "
         "signatures are errors (with file:line and suggestions); then run it to its end with "
         "FLODL_SMOKE=1, its training loops shortened. That run is for real, in the current "
-        "directory: files it saves to fixed paths are overwritten (the files it changed are "
-        "listed as a warning). Pass the script's own arguments after --: "
+        "directory: the existing files it overwrites or deletes are kept and put back after "
+        "it, and the files it creates stay (listed as a warning). Pass the script's own "
+        "arguments after --: "
         "fdl check train.py -- --epochs 3.",
     )(check)

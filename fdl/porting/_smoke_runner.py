@@ -17,11 +17,15 @@ Other loops (a model's ``for t in range(x.size(1))``, building layers) run in fu
 about the script changes: line numbers, ``__file__``, ``sys.argv`` and ``__main__`` are those of
 ``python SCRIPT ARGS``.
 
+What the script overwrites, deletes or renames over is kept first (``_file_guard``, loaded
+from beside this file), for fdl check to put back after the run.
+
 Standalone on purpose (stdlib only, run by path): the child never imports fdl.
 Usage: ``FDL_CHECK_REPORT=out.json python _smoke_runner.py SCRIPT [ARGS...]``
 """
 
 import ast
+import importlib.util
 import itertools
 import json
 import os
@@ -212,10 +216,16 @@ class _Budget:
 
 
 class _Lines:
-    """The script's executed line numbers (a trace function on the script's frames only)."""
+    """The script's executed line numbers (a trace function on the script's frames only).
 
-    def __init__(self, filename: str) -> None:
+    A frame is the script's when it runs in the script's globals and comes from its file. The
+    globals are checked first: reading ``frame.f_code`` raises an audit event, and the file
+    guard's hook would otherwise run on every Python call the run makes.
+    """
+
+    def __init__(self, filename: str, globals_: dict) -> None:
         self.filename = filename
+        self.globals = globals_
         self.seen: set[int] = set()
 
     def _local(self, frame, event, arg):
@@ -224,7 +234,7 @@ class _Lines:
         return self._local
 
     def global_trace(self, frame, event, arg):
-        if frame.f_code.co_filename != self.filename:
+        if frame.f_globals is not self.globals or frame.f_code.co_filename != self.filename:
             return None
         self.seen.add(frame.f_lineno)
         return self._local
@@ -238,7 +248,18 @@ class _Lines:
         threading.settrace(None)
 
 
+def _file_guard():
+    """``_file_guard`` beside this file, loaded by path (this file runs outside the package)."""
+    path = Path(__file__).with_name("_file_guard.py")
+    spec = importlib.util.spec_from_file_location("_fdl_file_guard", path)
+    assert spec is not None and spec.loader is not None  # a .py file beside this one
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
+    guard = _file_guard().install()
     report = os.environ.pop("FDL_CHECK_REPORT", "")
     cap = int(os.environ.pop("FDL_SMOKE_LOOP_CAP", "2") or 2)
     script = Path(sys.argv[1]).resolve()
@@ -250,9 +271,9 @@ def main() -> None:
     # flodl's Monitor ends a smoke run itself only when nothing shortens the loops
     os.environ["FLODL_SMOKE_LOOPS_CAPPED"] = "1"
     budget = _Budget(cap)
-    lines = _Lines(str(script))
     document: dict = {}
     main_module = types.ModuleType("__main__")
+    lines = _Lines(str(script), main_module.__dict__)
     main_module.__dict__.update(
         {
             "__file__": str(script),
@@ -278,6 +299,8 @@ def main() -> None:
         document["exception"] = _exception(exc, script)
         raise
     finally:
+        if guard is not None:
+            guard.active = False  # the report is fdl's, not the script's
         if report:
             document["lines"] = sorted(lines.seen)
             document["shortened_loops"] = sorted(budget.shortened)

@@ -6,8 +6,10 @@ outcome with the exception, its notes (flodl adds the graph node that failed) an
 the script it came from, then the coverage of the script's flodl call sites: how many the smoke
 run executed, how many were verified statically against the real signatures, and each one
 verified neither way. Such a call site makes the check fail unless ``allow_unverified``: "ok"
-means every flodl call in the script was either run or checked. The files the smoke run changed
-(it runs the script for real) are a warning line, not a finding: they do not change the counts.
+means every flodl call in the script was either run or checked. The smoke run runs the script for
+real: the existing files it overwrote or deleted are put back (a note line), and the files it
+left changed (created, or changed where they could not be kept) are a warning line, not a
+finding: neither changes the counts.
 ``--json`` gives the same as one document.
 """
 
@@ -193,22 +195,45 @@ def render_report(report: CheckReport, *, timeout: float) -> str:
 
 
 def _render_changed_files(script: str, smoke: SmokeResult, shown: int = 10) -> list[str]:
-    """A warning naming the files the smoke run changed: it ran the script for real."""
-    changed = smoke.changed_files
+    """What the smoke run changed: the files put back (a note), and what is still changed (a
+    warning: files it created, and changes made where the run's guard cannot see)."""
+
+    def listed(items: list[dict]) -> str:
+        names = ", ".join(f"{c['path']} ({c['change']})" for c in items[:shown])
+        return names + (f" and {len(items) - shown} more" if len(items) > shown else "")
+
+    lines = []
+    if smoke.restored_files:
+        lines.append(
+            f"  note: the smoke run overwrote or deleted {len(smoke.restored_files)} existing "
+            f"file(s), put back as they were: {listed(smoke.restored_files)}"
+        )
+    if smoke.kept_in:
+        lines.append(
+            f"{script}: warning[smoke-wrote-files]: some files the smoke run changed could not "
+            f"be put back; the originals are in {smoke.kept_in}"
+        )
     if smoke.changed_files_skipped:
-        return [
+        lines.append(
             f"  note: the files the smoke run changed were not looked for: {smoke.changed_files_skipped}"
-        ]
+        )
+        return lines
+    changed = smoke.changed_files
     if not changed:
-        return []
-    names = ", ".join(f"{c['path']} ({c['change']})" for c in changed[:shown])
-    more = f" and {len(changed) - shown} more" if len(changed) > shown else ""
-    return [
-        f"{script}: warning[smoke-wrote-files]: the smoke run changed {len(changed)} file(s): "
-        f"{names}{more} — it runs the script for real, in this directory: a checkpoint or log "
-        "saved to a fixed path is overwritten by the smoke run's; write elsewhere (a temp "
-        "directory) when fl.smoke_enabled()"
-    ]
+        return lines
+    unseen = [c for c in changed if c["change"] != "created"]
+    why = (
+        " — the existing ones were changed where fdl check cannot keep them (a process the "
+        "script starts, a library writing files from C), so they stay changed"
+        if unseen
+        else ""
+    )
+    lines.append(
+        f"{script}: warning[smoke-wrote-files]: the smoke run left {len(changed)} file(s) "
+        f"changed: {listed(changed)}{why}; write elsewhere (a temp directory) when "
+        "fl.smoke_enabled()"
+    )
+    return lines
 
 
 def _render_coverage(report: CheckReport) -> list[str]:

@@ -10,7 +10,9 @@ call sites the run verified.
 The time limit counts the CPU time of the script's whole process tree (the script and every
 process it starts), so a correct script on a loaded machine does not fail for waiting on a
 core; wall time is only a generous backstop (``wall_timeout``, default 4x the limit plus 30 s)
-for a script that hangs without computing. On a limit the whole process group is killed.
+for a script that hangs without computing. On a limit the whole process group is killed. Idle
+OpenMP threads are told to sleep rather than spin (``OMP_WAIT_POLICY=PASSIVE``, unless the
+environment sets it): spinning is CPU time spent waiting, which a loaded machine multiplies.
 
 Stopping ``fdl check`` stops the smoke run too: SIGINT (Ctrl-C), SIGTERM, SIGHUP and SIGQUIT
 sent to fdl are passed on to the script's process group, which gets the task runner's grace
@@ -22,24 +24,34 @@ The script runs as ``python SCRIPT ARGS`` would, from its own directory on ``sys
 src layout (the nearest ``pyproject.toml`` has a ``src/`` beside it) ``src/`` is on the path
 too, so ``src/<pkg>/train.py`` can import its own package without being installed.
 
-It runs for real, in fdl's working directory (so the script's relative data paths work): what
-it saves to a fixed path, it overwrites. The files under the working directory and the
-script's own (``__pycache__`` and dot folders aside, at most :data:`WALK_CAP` entries) are
-compared before and after, and :attr:`SmokeResult.changed_files` lists what the run created,
-modified or deleted there, for ``fdl check`` to warn about.
+It runs for real, in fdl's working directory (so the script's relative data paths work), and
+what it overwrites, deletes or renames over there is put back afterwards: the run keeps each
+existing file under the working directory and the script's own before changing it, in a
+``.fdl-check-*`` folder beside them, and :func:`run_smoke` moves it back when the run ends,
+however it ends (``_file_guard``; :attr:`SmokeResult.restored_files`). What the run created
+stays. The files there (``__pycache__`` and dot folders aside, at most :data:`WALK_CAP`
+entries) are also compared before and after, and :attr:`SmokeResult.changed_files` lists what
+is still created, modified or deleted once the kept files are back: new files, and changes the
+guard cannot see (a process the script starts, a C library writing on its own), for ``fdl
+check`` to warn about.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+from fdl.porting import _file_guard
 
 RUNNER = Path(__file__).with_name("_smoke_runner.py")
 SMOKE_ENV = "FLODL_SMOKE"
@@ -76,6 +88,10 @@ class SmokeResult:
     # {"path": relative to the working directory when under it, "change": ...}
     changed_files: list[dict] = field(default_factory=list)
     changed_files_skipped: str | None = None  # why they were not compared (a tree too big)
+    # files the run modified or deleted and fdl check put back: {"path", "change"}
+    restored_files: list[dict] = field(default_factory=list)
+    # the folder still holding kept files that could not be put back (None: all were)
+    kept_in: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -106,6 +122,10 @@ def run_smoke(
         report = Path(tmp) / "report.json"
         out_path = Path(tmp) / "output.txt"
         env = {
+            # idle OpenMP threads sleep instead of spinning, unless the user chose: a spinning
+            # wait counts as CPU time without doing work, and on a loaded machine it grew a
+            # 3.5 s run (an LBFGS loop) past a 120 s limit
+            "OMP_WAIT_POLICY": "PASSIVE",
             **os.environ,
             SMOKE_ENV: "1",
             "FDL_CHECK_REPORT": str(report),
@@ -114,21 +134,22 @@ def run_smoke(
         }
         roots = _roots(Path.cwd(), script.parent)
         before = _snapshot(roots, Path(tmp))
-        start = time.perf_counter()
-        with open(out_path, "w+", encoding="utf-8", errors="replace") as sink:
-            proc = subprocess.Popen(
-                [python, str(RUNNER), str(script), *(args or [])],
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,  # one group: DDP workers it spawns die with it
-                preexec_fn=child_setup(),  # takes the SIGINT fdl forwards, even from `... &`
-            )
-            with forwarding_signals(proc) as forwarded:
-                limit, cpu = _wait(proc, timeout, wall)
-            seconds = time.perf_counter() - start
-            sink.flush()
+        with _guarded(roots, env) as guard:
+            start = time.perf_counter()
+            with open(out_path, "w+", encoding="utf-8", errors="replace") as sink:
+                proc = subprocess.Popen(
+                    [python, str(RUNNER), str(script), *(args or [])],
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,  # one group: DDP workers it spawns die with it
+                    preexec_fn=child_setup(),  # takes the SIGINT fdl forwards, even from `... &`
+                )
+                with forwarding_signals(proc) as forwarded:
+                    limit, cpu = _wait(proc, timeout, wall)
+                seconds = time.perf_counter() - start
+                sink.flush()
         if forwarded.signum is not None:
             raise SmokeStopped(forwarded.signum)
         output = out_path.read_text(encoding="utf-8", errors="replace")
@@ -144,6 +165,12 @@ def run_smoke(
         cpu_seconds=cpu,
         lines=ran,
         shortened_loops=shortened,
+        restored_files=[
+            {"path": _shown(item["path"], Path.cwd()), "change": item["change"]}
+            for item in guard.results
+            if item["restored"]
+        ],
+        kept_in=guard.kept_in,
     )
     if before is None or after is None:
         where = " and ".join(str(root) for root in roots)
@@ -268,19 +295,59 @@ def _snapshot(roots: list[Path], skip: Path) -> dict[str, tuple[int, int]] | Non
 def _changes(
     before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], cwd: Path
 ) -> list[dict]:
-    def shown(path: str) -> str:
-        try:
-            return str(Path(path).relative_to(cwd.resolve()))
-        except ValueError:
-            return path
-
     changed = [
-        {"path": shown(path), "change": "created" if path not in before else "modified"}
+        {"path": _shown(path, cwd), "change": "created" if path not in before else "modified"}
         for path, stamp in after.items()
         if before.get(path) != stamp
     ]
-    changed += [{"path": shown(path), "change": "deleted"} for path in before if path not in after]
+    changed += [
+        {"path": _shown(path, cwd), "change": "deleted"} for path in before if path not in after
+    ]
     return sorted(changed, key=lambda item: item["path"])
+
+
+def _shown(path: str, cwd: Path) -> str:
+    """``path`` relative to the working directory when under it."""
+    try:
+        return str(Path(path).relative_to(cwd.resolve()))
+    except ValueError:
+        return path
+
+
+@dataclass
+class _Guard:
+    """What the run kept and what was put back (see :func:`_guarded`)."""
+
+    results: list[dict] = field(default_factory=list)
+    kept_in: str | None = None
+
+
+@contextlib.contextmanager
+def _guarded(roots: list[Path], env: dict[str, str]) -> Iterator[_Guard]:
+    """Have the run keep what it changes under ``roots`` (in ``env``), and put it back on leaving,
+    however the block ends. A root where no backup folder can be made (read-only) is not kept:
+    the run cannot write there either."""
+    folders: list[list[str]] = []
+    for root in roots:
+        try:
+            folders.append([str(root), tempfile.mkdtemp(prefix=".fdl-check-", dir=root)])
+        except OSError:
+            continue
+    guard = _Guard()
+    if not folders:
+        yield guard
+        return
+    manifest = str(Path(folders[0][1]) / "manifest.jsonl")
+    env[_file_guard.ENV] = json.dumps({"manifest": manifest, "folders": folders})
+    try:
+        yield guard
+    finally:
+        guard.results = _file_guard.restore(manifest)
+        if any(not item["restored"] for item in guard.results):
+            guard.kept_in = folders[0][1] if len(folders) == 1 else ", ".join(f for _, f in folders)
+        else:
+            for _, folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _read(report: Path) -> dict | None:

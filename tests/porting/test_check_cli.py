@@ -28,10 +28,14 @@ def test_a_clean_script_passes_static_and_smoke(run_fdl, tmp_path):
     assert "check ok: 0 error(s), 0 warning(s) (flodl " in result.stdout
 
 
-def test_the_smoke_run_says_it_runs_for_real_and_lists_the_files_it_changed(run_fdl, tmp_path):
+def test_the_smoke_run_says_it_runs_for_real_puts_back_what_it_overwrote_and_lists_the_rest(
+    run_fdl, tmp_path
+):
     (tmp_path / "model.pt").write_text("the real model")
     port = tmp_path / "port.py"
-    port.write_text("open('model.pt', 'w').write('the smoke model')\n")
+    port.write_text(
+        "open('model.pt', 'w').write('the smoke model')\nopen('run.log', 'w').write('log')\n"
+    )
     result = run_fdl("check", "port.py", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (
@@ -39,12 +43,22 @@ def test_the_smoke_run_says_it_runs_for_real_and_lists_the_files_it_changed(run_
         in (result.stderr)
     )
     assert (
-        "port.py: warning[smoke-wrote-files]: the smoke run changed 1 file(s): model.pt (modified)"
-        in result.stdout
+        "  note: the smoke run overwrote or deleted 1 existing file(s), put back as they were: "
+        "model.pt (modified)" in result.stdout
     )
-    (tmp_path / "model.pt").write_text("the real model")
+    assert (tmp_path / "model.pt").read_text() == "the real model"
+    assert (
+        "port.py: warning[smoke-wrote-files]: the smoke run left 1 file(s) changed: run.log "
+        "(created); write elsewhere" in result.stdout
+    )
     report = json.loads(run_fdl("check", "--json", "port.py", cwd=tmp_path).stdout)
-    assert report["smoke"]["changed_files"] == [{"path": "model.pt", "change": "modified"}]
+    # run.log, made by the first run, existed for the second: put back too
+    assert report["smoke"]["restored_files"] == [
+        {"path": "model.pt", "change": "modified"},
+        {"path": "run.log", "change": "modified"},
+    ]
+    assert report["smoke"]["changed_files"] == []
+    assert report["smoke"]["kept_in"] is None
     quiet = tmp_path / "quiet.py"
     quiet.write_text("print(1)\n")
     assert "smoke-wrote-files" not in run_fdl("check", "quiet.py", cwd=tmp_path).stdout
@@ -219,9 +233,10 @@ def test_a_chain_too_deep_for_python_is_one_clear_error(run_fdl, tmp_path):
     assert "Traceback" not in result.stderr
 
 
-# The smoke run starts a grandchild, writes both pids, then waits forever.
+# The smoke run overwrites model.pt, starts a grandchild, writes both pids, then waits forever.
 HANGING = """
 import os, subprocess, sys, time
+open("model.pt", "w").write("the smoke model")
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
 with open("pids.tmp", "w") as f:
     f.write(f"{os.getpid()} {child.pid}")
@@ -244,6 +259,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_stopping_fdl_check_stops_the_smoke_run(tmp_path, signum, code):
     (tmp_path / "hang.py").write_text(HANGING)
+    (tmp_path / "model.pt").write_text("the real model")
     fdl = subprocess.Popen(
         [sys.executable, "-m", "fdl", "check", "hang.py"],
         cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -265,6 +281,7 @@ def test_stopping_fdl_check_stops_the_smoke_run(tmp_path, signum, code):
         assert not any(_alive(pid) for pid in pids), "the smoke run outlived fdl check"
         name = signal.Signals(signum).name
         assert f"error: interrupted by {name}: the smoke run was stopped too" in fdl.stderr.read()
+        assert (tmp_path / "model.pt").read_text() == "the real model"  # put back all the same
     finally:
         for pid in (fdl.pid, *pids):
             if _alive(pid):

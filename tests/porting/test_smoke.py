@@ -30,6 +30,18 @@ def test_a_passing_script_sees_flodl_smoke_and_its_own_directory(tmp_path):
     assert result.output_tail == ["1 7 ['--epochs', '3']"]
 
 
+@pytest.mark.parametrize(("chosen", "seen"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_idle_openmp_threads_sleep_unless_the_user_chose(tmp_path, monkeypatch, chosen, seen):
+    # a spinning wait is CPU time the limit counts: under load it grew a 3.5 s run past 120 s
+    if chosen is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", chosen)
+    path = script(tmp_path, "import os\nprint(os.environ['OMP_WAIT_POLICY'])\n")
+    result = run_smoke(path, timeout=60)
+    assert result.status == "passed" and result.output_tail == [seen]
+
+
 def test_an_exception_is_reported_with_notes_and_the_scripts_line(tmp_path):
     path = script(
         tmp_path,
@@ -153,7 +165,7 @@ def test_the_monitor_leaves_a_shortened_loop_alone(monkeypatch):
 
 WRITER = """
 import os, pathlib, tempfile
-pathlib.Path("model.pt").write_text("the smoke model")  # overwrites the real one
+pathlib.Path("model.pt").write_text("the smoke model")  # overwrites the real one, for a while
 pathlib.Path("runs").mkdir()
 pathlib.Path("runs/log.csv").write_text("epoch,loss")
 os.remove("old.txt")
@@ -164,27 +176,120 @@ pathlib.Path(__file__).with_name("beside.txt").write_text("")  # the script's fo
 """
 
 
-def test_the_files_a_smoke_run_changed_are_listed(tmp_path, monkeypatch):
+def test_what_a_smoke_run_overwrites_or_deletes_is_put_back_and_what_it_creates_is_listed(
+    tmp_path, monkeypatch
+):
     # The run is for real, in the working directory: a script's default output paths are
-    # overwritten. fdl check cannot stop that, but it says which files changed.
+    # written. The existing files come back as they were; the new ones stay, and are listed.
     work, scripts = tmp_path / "work", tmp_path / "scripts"
     work.mkdir()
     scripts.mkdir()
     (work / "model.pt").write_text("the real model")
-    (work / "old.txt").write_text("")
+    (work / "old.txt").write_text("old")
     (work / "data.csv").write_text("untouched")
-    old = time.time() - 60  # a rewrite within the same mtime tick would still differ in mtime
+    old = time.time() - 60
     os.utime(work / "model.pt", (old, old))
     monkeypatch.chdir(work)
     result = run_smoke(script(scripts, WRITER), timeout=60)
     assert result.status == "passed", result.output_tail
-    assert result.changed_files == [
-        {"path": str(scripts / "beside.txt"), "change": "created"},
+    assert result.restored_files == [
         {"path": "model.pt", "change": "modified"},
         {"path": "old.txt", "change": "deleted"},
+    ]
+    assert (work / "model.pt").read_text() == "the real model"
+    assert (work / "model.pt").stat().st_mtime == pytest.approx(old)  # the file itself, back
+    assert (work / "old.txt").read_text() == "old"
+    assert result.changed_files == [
+        {"path": str(scripts / "beside.txt"), "change": "created"},
         {"path": str(Path("runs") / "log.csv"), "change": "created"},
     ]
-    assert result.changed_files_skipped is None
+    assert (work / "runs" / "log.csv").read_text() == "epoch,loss"  # what it made stays
+    assert result.changed_files_skipped is None and result.kept_in is None
+    assert not list(work.glob(".fdl-check-*")) and not list(scripts.glob(".fdl-check-*"))
+
+
+KEEPERS = """
+import os, pathlib, shutil, subprocess, sys
+import torch
+from safetensors.torch import save_file
+
+torch.save({"w": torch.zeros(2)}, "model.pt")  # torch.save opens its file from C
+save_file({"w": torch.zeros(2)}, "model.safetensors")  # so does safetensors
+with open("log.txt", "a") as log:  # appended to in place
+    log.write("smoke line\\n")
+pathlib.Path("tmp.ckpt").write_text("smoke")
+os.replace("tmp.ckpt", "best.ckpt")  # an atomic save over the best checkpoint
+shutil.rmtree("data")  # a whole folder removed
+os.truncate("notes.txt", 0)
+# a child process writes where no guard sees it: still listed, not put back
+subprocess.run([sys.executable, "-c", "open('elsewhere.txt', 'w').write('child')"], check=True)
+print("wrote everything")
+"""
+
+
+def test_every_kind_of_write_the_run_makes_is_put_back(tmp_path, monkeypatch):
+    pytest.importorskip("safetensors")
+    files = {
+        "model.pt": b"real weights",
+        "model.safetensors": b"real tensors",
+        "log.txt": b"line 1\n",
+        "best.ckpt": b"the best one",
+        "data/train/a.bin": b"sample a",
+        "data/b.bin": b"sample b",
+        "notes.txt": b"notes",
+        "elsewhere.txt": b"mine",
+    }
+    for name, data in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    result = run_smoke(script(tmp_path, KEEPERS), timeout=120)
+    assert result.status == "passed", result.output_tail
+    for name, data in files.items():
+        if name != "elsewhere.txt":
+            assert (tmp_path / name).read_bytes() == data, name
+    assert {item["path"] for item in result.restored_files} == set(files) - {"elsewhere.txt"}
+    assert (tmp_path / "elsewhere.txt").read_bytes() == b"child"
+    assert result.changed_files == [{"path": "elsewhere.txt", "change": "modified"}]
+    assert not list(tmp_path.glob(".fdl-check-*"))
+
+
+def test_a_run_stopped_on_its_time_limit_still_gets_its_files_back(tmp_path, monkeypatch):
+    (tmp_path / "model.pt").write_text("the real model")
+    monkeypatch.chdir(tmp_path)
+    body = "open('model.pt', 'w').write('half written')\nwhile True:\n    pass\n"
+    result = run_smoke(script(tmp_path, body), timeout=2)
+    assert result.status == "timeout" and result.limit == "cpu"
+    assert (tmp_path / "model.pt").read_text() == "the real model"
+    assert result.restored_files == [{"path": "model.pt", "change": "modified"}]
+
+
+def test_a_file_that_cannot_go_back_stays_kept_and_its_folder_is_named(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.bin").write_text("sample")
+    monkeypatch.chdir(tmp_path)
+    # the folder it lived in is now a file: x.bin has nowhere to go back to
+    body = "import shutil\nshutil.rmtree('data')\nopen('data', 'w').write('now a file')\n"
+    result = run_smoke(script(tmp_path, body), timeout=60)
+    assert result.status == "passed", result.output_tail
+    (kept,) = tmp_path.glob(".fdl-check-*")
+    assert result.kept_in == str(kept)
+    assert [f.read_text() for f in kept.iterdir() if f.name != "manifest.jsonl"] == ["sample"]
+
+
+def test_a_file_read_while_the_run_writes_it_reads_as_unwatched(tmp_path, monkeypatch):
+    # keeping a file never changes what the script sees: appends extend it, reads read it
+    (tmp_path / "log.txt").write_text("one\n")
+    monkeypatch.chdir(tmp_path)
+    body = (
+        "open('log.txt', 'a').write('two\\n')\n"
+        "assert open('log.txt').read() == 'one\\ntwo\\n'\n"
+        "open('log.txt', 'w').write('three')\n"
+        "assert open('log.txt').read() == 'three'\n"
+    )
+    result = run_smoke(script(tmp_path, body), timeout=60)
+    assert result.status == "passed", result.output_tail
+    assert (tmp_path / "log.txt").read_text() == "one\n"
 
 
 def test_a_tree_too_big_is_not_compared(tmp_path, monkeypatch):

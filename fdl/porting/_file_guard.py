@@ -1,0 +1,281 @@
+"""Keep what a smoke run overwrites, deletes or renames over, and put it back afterwards.
+
+``fdl check`` runs the script for real in the user's directory, so a script saving to a fixed
+path (``torch.save(model.state_dict(), "model.pt")``) would replace a trained model with a
+two-step one. Inside the run, :func:`install` watches the script's file operations (Python's
+audit events ``open``, ``os.remove``, ``os.rename``, ``os.truncate``, ``shutil.rmtree``, plus the
+writers that open files from C: ``torch.save``'s and safetensors') and, the first time one is
+about to change an existing file under the watched folders, keeps that file in a backup folder
+beside it (on the same file system, so keeping is a rename or a hard link, not a copy):
+
+* about to be truncated (``open(p, "w")``): the file is moved aside, the script writes a new one;
+* about to be deleted or replaced by a rename: a hard link keeps its data;
+* about to be written in place (append, ``r+``, ``os.truncate``): a copy.
+
+Each kept file is one line of a manifest written before the change, so a run killed at any point
+still leaves a complete record. After the run, :func:`restore` (in fdl) moves every kept file
+back. Files the run created are left alone (a downloaded dataset is not junk); writes this cannot
+see (a process the script starts, a C library opening files itself) are not kept, and fdl check
+still lists them by comparing the folders before and after.
+
+Stdlib only: the smoke runner imports it by path, and the child never imports fdl.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import json
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ENV = "FDL_CHECK_GUARD"  # JSON: {"manifest": path, "folders": [[root, backup folder], ...]}
+# (the manifest lies in a backup folder, which is never watched)
+_WRITES = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
+
+
+class _Guard:
+    def __init__(self, manifest: str, folders: list[list[str]]) -> None:
+        self.manifest = manifest
+        self.folders = [(str(Path(r).resolve()), str(Path(b).resolve())) for r, b in folders]
+        self.kept: set[str] = set()
+        self.created: set[str] = set()  # files the run made: never kept
+        self.lock = threading.Lock()
+        self.active = True
+
+    # -- which paths ----------------------------------------------------------------------
+    def _backup_for(self, path: str) -> str | None:
+        """The backup folder for ``path`` (absolute), None when it is not watched (Python's
+        own ``__pycache__`` is not)."""
+        if "__pycache__" in Path(path).parts:
+            return None
+        for root, backup in self.folders:
+            if _inside(path, backup):
+                return None
+            if _inside(path, root):
+                return backup
+        return None
+
+    @staticmethod
+    def _absolute(path: Any, follow: bool) -> str | None:
+        if isinstance(path, int):
+            return None  # a file descriptor: its file was opened, and seen, before
+        try:
+            text = os.fsdecode(os.fspath(path))
+        except TypeError:
+            return None
+        if follow:
+            return str(Path(text).resolve())
+        entry = Path(text).absolute()
+        return str(entry.parent.resolve() / entry.name)  # the entry itself, not its target
+
+    # -- keeping ----------------------------------------------------------------------------
+    def keep(self, raw: Any, how: str, follow: bool = True) -> None:
+        """Keep the existing file at ``raw`` before it changes (``how``: move, link, copy)."""
+        if not self.active:
+            return
+        path = self._absolute(raw, follow)
+        if path is None or path in self.kept or path in self.created:
+            return
+        backup = self._backup_for(path)
+        if backup is None:
+            return
+        with self.lock:
+            if path in self.kept:
+                return
+            try:
+                stat = Path(path).lstat()
+            except OSError:
+                if how in ("move", "copy"):  # about to be written: the run's own file from now
+                    self.created.add(path)
+                return
+            if not _is_file(stat.st_mode) or (how == "move" and not os.access(path, os.W_OK)):
+                return  # a read-only file: the script's own open fails, as it would unwatched
+            self.kept.add(path)
+            kept = str(Path(backup) / str(len(self.kept)))
+            record = {"path": path, "kept": kept, "mtime_ns": stat.st_mtime_ns,
+                      "size": stat.st_size}  # fmt: skip
+            with open(self.manifest, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+            _put_aside(path, kept, how)
+
+    def audit(self, event: str, args: tuple[Any, ...]) -> None:
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(mode, str):
+                if "w" in mode:
+                    self.keep(path, "move")
+                elif "a" in mode or "+" in mode:
+                    self.keep(path, "copy")
+            elif isinstance(flags, int) and flags & _WRITES:
+                self.keep(path, "move" if flags & os.O_TRUNC else "copy")
+        elif event == "os.remove":
+            path, dir_fd = args
+            if dir_fd in (None, -1):
+                self.keep(path, "link", follow=False)
+        elif event == "os.rename":
+            src, dst, src_fd, dst_fd = args
+            if src_fd in (None, -1):
+                self.keep(src, "link", follow=False)
+            if dst_fd in (None, -1):
+                self.keep(dst, "link", follow=False)
+        elif event == "os.truncate":
+            self.keep(args[0], "copy")
+        elif event == "shutil.rmtree":
+            path, dir_fd = args
+            if dir_fd is None:
+                for file in _files_under(path):
+                    self.keep(file, "link", follow=False)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _is_file(mode: int) -> bool:
+    import stat
+
+    return stat.S_ISREG(mode)
+
+
+def _files_under(path: Any) -> list[str]:
+    try:
+        top = os.fsdecode(os.fspath(path))
+    except TypeError:
+        return []
+    found = []
+    for folder, _, names in os.walk(top):
+        found += [str(Path(folder) / name) for name in names]
+    return found
+
+
+def _put_aside(path: str, kept: str, how: str) -> None:
+    """Keep ``path`` as ``kept``: moved (the run writes a new file), linked or copied."""
+    if how == "move":
+        try:
+            Path(path).rename(kept)
+            return
+        except OSError:
+            pass  # another file system (a mount inside the folder): a copy keeps it
+    elif how == "link":
+        try:
+            os.link(path, kept)
+            return
+        except OSError:
+            pass
+    shutil.copy2(path, kept)
+
+
+# -- writers that open their file from C --------------------------------------------------------
+# (module, attribute path, the index of the path argument): wrapped when the module is imported
+_C_WRITERS = (
+    ("torch.serialization", "_open_zipfile_writer_file.__init__", 1),
+    ("safetensors.torch", "serialize_file", 1),
+    ("safetensors.numpy", "serialize_file", 1),
+)
+
+
+class _WrapOnImport(importlib.abc.MetaPathFinder):
+    """Wraps the C writers' entry points as their modules finish importing."""
+
+    def __init__(self, guard: _Guard) -> None:
+        self.guard = guard
+        self.wanted = {module for module, _, _ in _C_WRITERS}
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in self.wanted:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _Loader(spec.loader, name, self.guard)
+                return spec
+        return None
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner: Any, name: str, guard: _Guard) -> None:
+        self.inner, self.name, self.guard = inner, name, guard
+
+    def create_module(self, spec: Any) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.inner.exec_module(module)
+        for name, attribute, index in _C_WRITERS:
+            if name == self.name:
+                _wrap(module, attribute, index, self.guard)
+
+
+def _wrap(module: Any, attribute: str, index: int, guard: _Guard) -> None:
+    *owners, last = attribute.split(".")
+    owner = module
+    for part in owners:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return
+    original: Callable[..., Any] | None = getattr(owner, last, None)
+    if original is None:
+        return
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > index:
+            guard.keep(args[index], "move")
+        return original(*args, **kwargs)
+
+    setattr(owner, last, wrapped)
+
+
+def install() -> _Guard | None:
+    """Start keeping files for the run described by ``$FDL_CHECK_GUARD`` (None: not asked)."""
+    config = os.environ.pop(ENV, "")
+    if not config:
+        return None
+    settings = json.loads(config)
+    guard = _Guard(settings["manifest"], settings["folders"])
+    sys.addaudithook(guard.audit)
+    sys.meta_path.insert(0, _WrapOnImport(guard))
+    return guard
+
+
+# -- after the run (in fdl) ---------------------------------------------------------------------
+def restore(manifest: str) -> list[dict[str, Any]]:
+    """Put back every file the run kept; returns one entry per file the run had changed:
+    ``{"path", "change": "modified" | "deleted", "restored": bool}``."""
+    try:
+        with open(manifest, encoding="utf-8") as handle:
+            records = [json.loads(line) for line in handle if line.strip()]
+    except (OSError, ValueError):
+        return []
+    results = []
+    for record in records:
+        path, kept = record["path"], record["kept"]
+        if not Path(kept).exists():
+            continue  # stopped before it was kept: the file was never touched
+        try:
+            stat = Path(path).lstat()
+            change = (
+                None
+                if (stat.st_mtime_ns, stat.st_size) == (record["mtime_ns"], record["size"])
+                else "modified"
+            )
+        except OSError:
+            change = "deleted"
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(kept).replace(path)
+        except OSError:
+            try:
+                shutil.copy2(kept, path)
+            except OSError:
+                results.append({"path": path, "change": change or "modified", "restored": False})
+                continue
+        if change is not None:
+            results.append({"path": path, "change": change, "restored": True})
+    return results
