@@ -109,7 +109,7 @@ class _Guard:
             if isinstance(mode, str):
                 if "w" in mode:
                     self.keep(path, "move")
-                elif "a" in mode or "+" in mode:
+                elif any(c in mode for c in "ax+"):  # "x" only ever creates: made by the run
                     self.keep(path, "copy")
             elif isinstance(flags, int) and flags & _WRITES:
                 self.keep(path, "move" if flags & os.O_TRUNC else "copy")

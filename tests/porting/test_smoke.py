@@ -219,6 +219,9 @@ with open("log.txt", "a") as log:  # appended to in place
     log.write("smoke line\\n")
 pathlib.Path("tmp.ckpt").write_text("smoke")
 os.replace("tmp.ckpt", "best.ckpt")  # an atomic save over the best checkpoint
+with open("tmp2.ckpt", "x") as fresh:  # made by the run, then renamed: not kept
+    fresh.write("smoke")
+os.replace("tmp2.ckpt", "last.ckpt")
 shutil.rmtree("data")  # a whole folder removed
 os.truncate("notes.txt", 0)
 # a child process writes where no guard sees it: still listed, not put back
@@ -234,6 +237,7 @@ def test_every_kind_of_write_the_run_makes_is_put_back(tmp_path, monkeypatch):
         "model.safetensors": b"real tensors",
         "log.txt": b"line 1\n",
         "best.ckpt": b"the best one",
+        "last.ckpt": b"the last one",
         "data/train/a.bin": b"sample a",
         "data/b.bin": b"sample b",
         "notes.txt": b"notes",
