@@ -544,6 +544,34 @@ def _row(node: fx.Node, root: nn.Module) -> tuple[Any, ...]:
     return (node.op, target, repr(named))
 
 
+TRAINING_ARGS = "fdl_training_args"  # node.meta: the arguments that pass the module's mode
+
+
+def _mode_arguments(a: fx.Node, b: fx.Node, root: nn.Module, mode: bool) -> list[int | str]:
+    """The arguments of a call traced in mode ``mode`` (``a``) and in the other (``b``) that
+    pass the mode itself, ``True`` in training and ``False`` in eval (``stochastic_depth(x, p,
+    mode, self.training)``, Swin's ``training=self.training``); [] when the two calls differ
+    otherwise."""
+    if a.op not in ("call_function", "call_method") or a.target != b.target:
+        return []
+    if len(a.args) != len(b.args) or set(a.kwargs) != set(b.kwargs):
+        return []
+    pairs: list[tuple[int | str, tuple[Any, Any]]] = [*enumerate(zip(a.args, b.args, strict=True))]
+    pairs += [(k, (a.kwargs[k], b.kwargs[k])) for k in a.kwargs]
+    found: list[int | str] = []
+    for key, (mine, theirs) in pairs:
+        if mine is mode and theirs is (not mode):
+            found.append(key)
+        elif _value(mine, root) != _value(theirs, root):
+            return []
+    return found
+
+
+def _value(value: Any, root: nn.Module) -> str:
+    """An argument as comparable data (traced values by name, constants by value)."""
+    return repr(fx.node.map_arg(value, lambda n: _row(n, root) if is_constant(n) else f"%{n.name}"))
+
+
 def _same(a: fx.Node, b: fx.Node, root: nn.Module) -> bool:
     """The node traced in one mode does what ``b``, traced in the other, does in its mode.
 
@@ -588,12 +616,18 @@ def _mode_dependent(
     finally:
         model.train(was_training)
     first, second = list(graph.nodes), list(other.nodes)
+    flags: dict[fx.Node, list[int | str]] = {}
     for a, b in zip(first, second, strict=False):
         if not _same(a, b, model):
-            return _owner(model, a)
+            found = _mode_arguments(a, b, model, was_training)
+            if not found:
+                return _owner(model, a)
+            flags[a] = found
     if len(first) != len(second):
         longer = first if len(first) > len(second) else second
         return _owner(model, longer[min(len(first), len(second))])
     for a, b in zip(first, second, strict=True):  # the port writes the training-mode dropouts
         _as_training(a, b)
+    for node, found in flags.items():  # and passes the graph's mode where the call passed its own
+        node.meta[TRAINING_ARGS] = found
     return None

@@ -35,7 +35,7 @@ import torch
 from torch import fx, nn
 
 from fdl.port.errors import UnsupportedError
-from fdl.port.trace import assign, is_constant
+from fdl.port.trace import TRAINING_ARGS, assign, is_constant
 
 SEARCH_BUDGET = 20_000
 # why a step cannot be written on one particular stream (another layout may still fit)
@@ -101,8 +101,15 @@ def imported_names(imports: set[str]) -> set[str]:
     return {line.rsplit(" ", 1)[1] for line in imports if line.startswith("from ")}
 
 
+class Source(str):
+    """An argument written as this source text (``training``: a mode-following function's
+    parameter), not as a constant."""
+
+
 def literal(value: Any) -> str:
     """Python source for a constant argument."""
+    if isinstance(value, Source):
+        return str(value)
     if isinstance(value, bool) or value is None or isinstance(value, int | str):
         return repr(value)
     if isinstance(value, float):
@@ -158,6 +165,7 @@ class Expr:
         self.names = names
         self.kinds = kinds
         self.imports = imports
+        self.reads_training = False  # an expression passed the module's mode: see call()
 
     def __call__(self, value: Any) -> str:
         if isinstance(value, fx.Node):
@@ -188,6 +196,12 @@ class Expr:
 
     def call(self, node: fx.Node) -> str:
         args, kwargs = node.args, node.kwargs
+        flags = node.meta.get(TRAINING_ARGS)
+        if flags:  # the original passed self.training here: the function's own mode
+            training = Source("training")
+            args = tuple(training if i in flags else a for i, a in enumerate(args))
+            kwargs = {k: training if k in flags else v for k, v in kwargs.items()}
+            self.reads_training = True
         if node.op == "call_method":
             return f"{self(args[0])}.{node.target}({self.arguments(args[1:], kwargs)})"
         if node.op != "call_function":
@@ -233,6 +247,16 @@ def _default_free(fn: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         for k, v in kwargs.items()
         if not (k in params and not isinstance(v, fx.Node) and _is_default(v, params[k].default))
     }
+
+
+def _base_name(node: fx.Node) -> str:
+    """The name a function computing ``node`` is given (``view``, ``index``, ``logits``)."""
+    base = re.sub(r"\W+", "_", _target_name(node) or node.name).strip("_").lower() or "fn"
+    if node.target is operator.getitem:
+        base = "index"
+    elif node.target is builtins.getattr and isinstance(node.args[1], str):
+        base = node.args[1]  # x.logits: "logits", not a function shadowing getattr
+    return INFIX_NAMES.get(base, base)
 
 
 # ---------------------------------------------------------------------------------- steps
@@ -516,6 +540,7 @@ class Translator:
         self.imports: set[str] = set()
         self.functions: dict[str, str] = {}  # name -> source
         self.function_names: dict[str, str] = {}  # body -> name
+        self.mode_functions: set[str] = set()  # functions taking the graph's mode: training=
         self.needs_call = False
         self.needs_shared = False
         self.needs_held = False
@@ -632,26 +657,34 @@ class Translator:
         names = dict(params)
         expr = Expr(names, self.kinds, self.imports)
         if node.target is assign:
-            return self._named_function(
-                "assign", _assignment(node, expr, set(names.values())), params
-            )
-        body = unwrap(expr.call(node))
+            base, body = "assign", _assignment(node, expr, set(names.values()))
+        else:
+            base, body = _base_name(node), f"return {unwrap(expr.call(node))}"
+        if expr.reads_training:  # a keyword the Fn wrapping it passes: fl.nn.Fn(f, pass_training)
+            name = self._named_function(base, body, params, keywords="training")
+            self.mode_functions.add(name)
+            return name
+        if node.target is assign:
+            return self._named_function(base, body, params)
+        body = body.removeprefix("return ")
         callee = body.removesuffix(f"({params[0][1]})")
         if len(params) == 1 and callee in imported_names(self.imports):
             return callee  # an imported function applied to the stream is the step itself
-        base = re.sub(r"\W+", "_", _target_name(node) or node.name).strip("_").lower() or "fn"
-        if node.target is operator.getitem:
-            base = "index"
-        elif node.target is builtins.getattr and isinstance(node.args[1], str):
-            base = node.args[1]  # x.logits: "logits", not a function shadowing getattr
-        if base in INFIX_NAMES:
-            base = INFIX_NAMES[base]
         return self._named_function(base, f"return {body}", params)
 
-    def _named_function(self, base: str, body: str, params: list[tuple[fx.Node, str]]) -> str:
-        """The name of the module-level function ``def <base>(<params>): <body>``, written once
-        for every step computing the same thing."""
-        signature = ", ".join(n for _, n in params)
+    def function_step(self, name: str) -> str:
+        """The builder step running the function ``name``: the function itself, or the ``Fn``
+        passing it the graph's mode."""
+        if name in self.mode_functions:
+            return f"fl.nn.Fn({name}, pass_training=True)"
+        return name
+
+    def _named_function(
+        self, base: str, body: str, params: list[tuple[fx.Node, str]], keywords: str = ""
+    ) -> str:
+        """The name of the module-level function ``def <base>(<params>, *, <keywords>):
+        <body>``, written once for every step computing the same thing."""
+        signature = ", ".join([n for _, n in params] + ([f"*, {keywords}"] if keywords else []))
         key = f"({signature}): {body}"
         if key in self.function_names:
             return self.function_names[key]
@@ -675,7 +708,7 @@ class Translator:
             if node.args[0] is not stream or isinstance(node.args[1], fx.Node):
                 raise UnsupportedError(OFF_STREAM)
             return Step(f"fl.nn.Select({literal(node.args[1])})", what=f"[{node.args[1]!r}]")
-        if op.inputs == [stream]:
+        if op.inputs == [stream] and not node.meta.get(TRAINING_ARGS):
             module = torch_module(node)
             if module is not None:
                 return Step(module, random=random, what=_describe(node))
@@ -685,7 +718,8 @@ class Translator:
         stream_name = "x" if all(self.tag_name(v) != "x" for v in extras) else "stream"
         params = [(stream, stream_name)] + [(v, self.tag_name(v)) for v in extras]
         name = self.function(node, params)
-        return Step(name, True, [(None, v) for v in extras], random, _describe(node))
+        code = self.function_step(name)
+        return Step(code, code == name, [(None, v) for v in extras], random, _describe(node))
 
     def held(self, value: fx.Node) -> str:
         """The step making a parameter or buffer the forward reads directly a value."""
@@ -997,7 +1031,7 @@ class Translator:
             self.note(op, step)
             return step.code, step.refs
         params = [(UNUSED_STREAM, "_"), *((v, self.tag_name(v)) for v in op.inputs)]
-        name = self.function(op.node, params)  # type: ignore[arg-type]
+        name = self.function_step(self.function(op.node, params))  # type: ignore[arg-type]
         self.report[op.node] = {"original": _describe(op.node), "as": name}
         return name, [(None, v) for v in op.inputs]
 

@@ -1027,6 +1027,8 @@ def _ref_call_problem(module: nn.Module, refs: list[Ref]) -> str | None:
         return None
     positional = [object() for r in refs if r.keyword is None]
     named = {r.keyword: object() for r in refs if r.keyword is not None}
+    if isinstance(module, Fn) and module.pass_training:
+        named["training"] = object()  # the Fn passes its mode
     try:
         signature.bind(object(), *positional, **named)
     except TypeError as exc:

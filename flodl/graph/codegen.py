@@ -207,7 +207,8 @@ def _emit_input(g: _Gen, s: _Step) -> str:
 
 def _emit_module(g: _Gen, s: _Step) -> str:
     if id(s.module) in g.direct and isinstance(s.module, Fn) and not s.node.refs:
-        g.w.emit(f"{s.out} = {s.own}.fn({s.primary})", 2, s.id)
+        mode = f", training={s.own}.training" if s.module.pass_training else ""
+        g.w.emit(f"{s.out} = {s.own}.fn({s.primary}{mode})", 2, s.id)
     else:
         refs = g.ref_values(s.node.refs, s.primary)
         g.w.emit(f"{s.out} = {g.call(s.own, s.module, s.primary, refs)}", 2, s.id)

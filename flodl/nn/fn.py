@@ -23,19 +23,36 @@ class Fn(nn.Module):
     >>> import flodl as fl
     >>> fl.nn.Fn(torch.relu)(torch.tensor([-1.0, 2.0]))
     tensor([0., 2.])
+
+    ``pass_training=True`` calls ``fn(..., training=self.training)``: the function follows the
+    mode of the graph holding it (``graph.train()`` / ``graph.eval()``), as a layer does. A
+    function that behaves differently while training (stochastic depth, a functional dropout
+    or batch norm) is a step this way:
+
+    >>> def jitter(x, *, training):
+    ...     return x + 1.0 if training else x
+    >>> step = fl.nn.Fn(jitter, pass_training=True)
+    >>> step(torch.zeros(2)), step.eval()(torch.zeros(2))
+    (tensor([1., 1.]), tensor([0., 0.]))
     """
 
-    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], name: str | None = None, *, pass_training: bool = False
+    ) -> None:
         super().__init__()
         if not callable(fn):
             raise TypeError(f"Fn needs a callable, got {type(fn).__name__}")
         self.fn = fn
         self.node_name = name or callable_name(fn)
+        self.pass_training = pass_training
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.pass_training:
+            return self.fn(*args, training=self.training, **kwargs)
         return self.fn(*args, **kwargs)
 
     def extra_repr(self) -> str:
         module = getattr(self.fn, "__module__", None) or ""
         qualname = getattr(self.fn, "__qualname__", None) or self.node_name
-        return f"{module}.{qualname}" if module else qualname
+        text = f"{module}.{qualname}" if module else qualname
+        return f"{text}, pass_training=True" if self.pass_training else text

@@ -574,3 +574,40 @@ def test_fully_shard_a_router_called_with_refs(tmp_path):
         ["trained"],
         ["no fully_shard"],
     )
+
+
+def _mode_shift(x, *, training):
+    return x + 1.0 if training else x - 1.0
+
+
+def _mode_mix(x, extra, *, training):
+    return x + extra if training else x - extra
+
+
+def test_a_step_passed_the_mode_follows_train_and_eval_on_every_path():
+    # fl.nn.Fn(f, pass_training=True): the direct variant passes the Fn's own mode too
+    first = nn.Linear(2, 2)
+    graph = (
+        fl.FlowBuilder(first)
+        .tag("h")
+        .through(fl.nn.Fn(_mode_shift, pass_training=True))
+        .through(fl.nn.Fn(_mode_mix, pass_training=True))
+        .using("h")
+        .build()
+    )
+    import linecache
+
+    source = "".join(linecache.cache[graph._direct_forward().__code__.co_filename][2])
+    assert "_m['mode_shift_2'].fn(v_linear_1, training=_m['mode_shift_2'].training)" in source
+    x = torch.randn(3, 2)
+    h = first(x)
+    assert torch.equal(graph(x), (h + 1.0) + h)
+    assert torch.equal(graph.eval()(x), (h - 1.0) - h)
+    seen = []
+    graph.module_of("mode_shift_2").register_forward_hook(lambda m, a, out: seen.append(m.training))
+    assert torch.equal(graph(x), (h - 1.0) - h) and seen == [False]  # the hooked call path
+    assert torch.equal(graph.train()(x), (h + 1.0) + h) and seen == [False, True]
+    # the mode counts as passed when refs are checked: one ref too many is still an error
+    too_many = fl.FlowBuilder(nn.Linear(2, 2)).tag("h")
+    with pytest.raises(fl.GraphBuildError, match="does not accept them"):
+        too_many.through(fl.nn.Fn(_mode_shift, pass_training=True)).using("h").build()

@@ -860,6 +860,36 @@ def test_a_dropout_whose_rate_is_zero_in_eval_mode_is_one_dropout_layer(workdir,
     assert "nn.Dropout(p=0.25)" in flow and "training=False" not in flow
 
 
+@pytest.mark.parametrize("evaluating", [False, True])
+def test_a_helper_told_the_mode_by_argument_is_a_step_that_follows_the_graphs_mode(
+    workdir, evaluating
+):
+    # torchvision's stochastic_depth(x, p, mode, self.training) and Swin's
+    # training=self.training: the two traces differ only in that flag, so the function takes
+    # the graph's mode (fl.nn.Fn(..., pass_training=True)) instead of its module being whole
+    out = workdir / "sd.py"
+    init = "{'evaluating': True}" if evaluating else None
+    report = port(workdir / "dynamic.py", "StochasticNet", init, ["torch.randn(6, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    flow = out.read_text()
+    assert flow.count("pass_training=True") == 2, flow
+    assert "def add(x, a, *, training):\n    return x + jitter(a, 0.5, training)" in flow
+    assert (
+        "def add_2(x, b, *, training):\n    return x + jitter(b, 0.25, training=training)" in flow
+    )
+    assert ".through(fl.nn.Fn(add, pass_training=True))" in flow
+    original = sys.modules["dynamic"].StochasticNet()
+    graph = load(out).from_torch(original)
+    x = torch.randn(64, 4)
+    for mode in (True, False):
+        original.train(mode), graph.train(mode)
+        torch.manual_seed(3)
+        want = original(x)
+        torch.manual_seed(3)
+        assert torch.equal(graph(x), want)
+    assert not torch.equal(graph.train()(x), graph.eval()(x))  # it does follow the mode
+
+
 def test_a_dropout_on_in_both_modes_at_rates_that_differ_keeps_its_module_whole(workdir):
     out = workdir / "mc.py"
     report = port(workdir / "dynamic.py", "MonteCarloDropout", None, ["torch.randn(3, 4)"], out)

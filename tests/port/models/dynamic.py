@@ -113,3 +113,29 @@ class MonteCarloDropout(nn.Module):
 
     def forward(self, x):
         return self.out(F.dropout(self.fc(x), 0.1 if self.training else 0.3, training=True))
+
+
+def jitter(x, p, training=True):
+    """Stochastic depth as torchvision writes it: a helper fx records as one call."""
+    if not training or p == 0.0:
+        return x
+    keep = torch.empty(x.shape[0], 1).bernoulli_(1 - p)
+    return x * keep / (1 - p)
+
+
+torch.fx.wrap("jitter")
+
+
+class StochasticNet(nn.Module):
+    """A helper told the mode by argument, positionally and by keyword."""
+
+    def __init__(self, dim=4, evaluating=False):
+        super().__init__()
+        self.a, self.b, self.out = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, 2)
+        if evaluating:
+            self.eval()
+
+    def forward(self, x):
+        x = x + jitter(self.a(x), 0.5, self.training)
+        x = x + jitter(self.b(x), 0.25, training=self.training)
+        return self.out(x)
