@@ -23,6 +23,7 @@ Stdlib only: the smoke runner imports it by path, and the child never imports fd
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import json
 import os
@@ -99,11 +100,21 @@ class _Guard:
             kept = str(Path(backup) / str(len(self.kept)))
             record = {"path": path, "kept": kept, "mtime_ns": stat.st_mtime_ns,
                       "size": stat.st_size}  # fmt: skip
-            with open(self.manifest, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
-            _put_aside(path, kept, how)
+            try:
+                with open(self.manifest, "a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(record) + "\n")
+                _put_aside(path, kept, how)
+            except OSError:  # a full disk: the file is not kept (fdl check lists it changed)
+                with contextlib.suppress(OSError):
+                    Path(kept).unlink()  # never a partial copy, which would be put back
 
     def audit(self, event: str, args: tuple[Any, ...]) -> None:
+        """The audit hook. It never raises: an exception here would fail the script's own
+        operation."""
+        with contextlib.suppress(Exception):  # keeping is best effort: the script runs as it would
+            self._audit(event, args)
+
+    def _audit(self, event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
             path, mode, flags = args
             if isinstance(mode, str):
@@ -226,7 +237,8 @@ def _wrap(module: Any, attribute: str, index: int, guard: _Guard) -> None:
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         if len(args) > index:
-            guard.keep(args[index], "move")
+            with contextlib.suppress(Exception):  # as the audit hook: never the script's failure
+                guard.keep(args[index], "move")
         return original(*args, **kwargs)
 
     setattr(owner, last, wrapped)

@@ -281,6 +281,24 @@ def test_a_file_that_cannot_go_back_stays_kept_and_its_folder_is_named(tmp_path,
     assert [f.read_text() for f in kept.iterdir() if f.name != "manifest.jsonl"] == ["sample"]
 
 
+def test_a_file_that_cannot_be_kept_is_written_all_the_same_and_listed(tmp_path, monkeypatch):
+    # keeping fails (here: a file size limit, as a full disk would): the script's own write
+    # goes ahead as it would unwatched, nothing half-kept is put back, and the file is listed
+    (tmp_path / "big.bin").write_text("y" * 200_000)
+    monkeypatch.chdir(tmp_path)
+    body = (
+        "import resource\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))\n"
+        "with open('big.bin', 'r+') as f:\n"
+        "    f.write('X')\n"
+    )
+    result = run_smoke(script(tmp_path, body), timeout=60)
+    assert result.status == "passed", result.output_tail
+    assert (tmp_path / "big.bin").read_text() == "X" + "y" * 199_999
+    assert result.restored_files == [] and result.kept_in is None
+    assert result.changed_files == [{"path": "big.bin", "change": "modified"}]
+
+
 def test_a_file_read_while_the_run_writes_it_reads_as_unwatched(tmp_path, monkeypatch):
     # keeping a file never changes what the script sees: appends extend it, reads read it
     (tmp_path / "log.txt").write_text("one\n")
