@@ -15,7 +15,8 @@ beside it (on the same file system, so keeping is a rename or a hard link, not a
 Each kept file is one line of a manifest written before the change, so a run killed at any point
 still leaves a complete record. After the run, :func:`restore` (in fdl) moves every kept file
 back. Files the run created are left alone (a downloaded dataset is not junk); writes this cannot
-see (a process the script starts, a C library opening files itself) are not kept, and fdl check
+see (a process the script starts that is not Python, or runs with ``-S``/``-I``; a C library
+opening files itself) are not kept, and fdl check
 still lists them by comparing the folders before and after.
 
 Stdlib only: the smoke runner imports it by path, and the child never imports fdl.
@@ -97,7 +98,7 @@ class _Guard:
             if not _is_file(stat.st_mode) or (how == "move" and not os.access(path, os.W_OK)):
                 return  # a read-only file: the script's own open fails, as it would unwatched
             self.kept.add(path)
-            kept = str(Path(backup) / str(len(self.kept)))
+            kept = str(Path(backup) / f"{os.getpid()}-{len(self.kept)}")  # forks and children too
             record = {"path": path, "kept": kept, "mtime_ns": stat.st_mtime_ns,
                       "size": stat.st_size}  # fmt: skip
             try:
@@ -245,40 +246,76 @@ def _wrap(module: Any, attribute: str, index: int, guard: _Guard) -> None:
 
 
 def install() -> _Guard | None:
-    """Start keeping files for the run described by ``$FDL_CHECK_GUARD`` (None: not asked)."""
-    config = os.environ.pop(ENV, "")
+    """Start keeping files for the run described by ``$FDL_CHECK_GUARD`` (None: not asked), once
+    per process. The variable stays set, so the Python processes the script starts keep files
+    too (:func:`child_site` makes them call this)."""
+    existing = getattr(sys, "_fdl_file_guard", None)
+    if existing is not None:
+        return existing
+    config = os.environ.get(ENV, "")
     if not config:
         return None
     settings = json.loads(config)
     guard = _Guard(settings["manifest"], settings["folders"])
     sys.addaudithook(guard.audit)
     sys.meta_path.insert(0, _WrapOnImport(guard))
+    sys._fdl_file_guard = guard  # type: ignore[attr-defined]
     return guard
+
+
+_SITECUSTOMIZE = """\
+# Written by fdl check for its smoke run: every Python process the script starts keeps the files
+# it overwrites too, then Python's own sitecustomize (if any) runs as usual.
+import importlib.util as _util
+import sys as _sys
+
+_spec = _util.spec_from_file_location("_fdl_file_guard", {guard!r})
+_module = _util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+_module.install()
+_here = {here!r}
+_self = _sys.modules.pop("sitecustomize")
+_path, _sys.path[:] = list(_sys.path), [p for p in _sys.path if p != _here]
+try:
+    import sitecustomize  # noqa: F401  (the environment's own, when there is one)
+except ImportError:
+    _sys.modules["sitecustomize"] = _self  # none: the import that runs this one ends with it
+finally:
+    _sys.path[:] = _path
+"""
+
+
+def child_site(folder: str) -> str:
+    """Write a ``sitecustomize.py`` into ``folder`` that installs the guard; returns ``folder``,
+    for the front of ``PYTHONPATH``."""
+    site = Path(folder)
+    site.mkdir(parents=True, exist_ok=True)
+    text = _SITECUSTOMIZE.format(guard=str(Path(__file__).resolve()), here=str(site))
+    (site / "sitecustomize.py").write_text(text, encoding="utf-8")
+    return str(site)
 
 
 # -- after the run (in fdl) ---------------------------------------------------------------------
 def restore(manifest: str) -> list[dict[str, Any]]:
     """Put back every file the run kept; returns one entry per file the run had changed:
-    ``{"path", "change": "modified" | "deleted", "restored": bool}``."""
+    ``{"path", "change": "modified" | "deleted", "restored": bool}``.
+
+    Several processes may have kept one path (the script, then a worker it started, each
+    keeping what it found): every kept file goes back, latest first, so the earliest, the file
+    as it was before the run, is the one left in place."""
     try:
         with open(manifest, encoding="utf-8") as handle:
             records = [json.loads(line) for line in handle if line.strip()]
     except (OSError, ValueError):
         return []
-    results = []
+    records = [r for r in records if Path(r["kept"]).exists()]  # the rest were never touched
+    first: dict[str, dict[str, Any]] = {}
     for record in records:
+        first.setdefault(record["path"], record)
+    changes = {path: _change(path, record) for path, record in first.items()}
+    failed: set[str] = set()
+    for record in reversed(records):
         path, kept = record["path"], record["kept"]
-        if not Path(kept).exists():
-            continue  # stopped before it was kept: the file was never touched
-        try:
-            stat = Path(path).lstat()
-            change = (
-                None
-                if (stat.st_mtime_ns, stat.st_size) == (record["mtime_ns"], record["size"])
-                else "modified"
-            )
-        except OSError:
-            change = "deleted"
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(kept).replace(path)
@@ -286,8 +323,20 @@ def restore(manifest: str) -> list[dict[str, Any]]:
             try:
                 shutil.copy2(kept, path)
             except OSError:
-                results.append({"path": path, "change": change or "modified", "restored": False})
-                continue
-        if change is not None:
-            results.append({"path": path, "change": change, "restored": True})
-    return results
+                if record is first[path]:
+                    failed.add(path)
+    return [
+        {"path": path, "change": change or "modified", "restored": path not in failed}
+        for path, change in changes.items()
+        if change is not None or path in failed
+    ]
+
+
+def _change(path: str, record: dict[str, Any]) -> str | None:
+    """What the run did to ``path``, kept as ``record`` describes: None when it is as it was."""
+    try:
+        stat = Path(path).lstat()
+    except OSError:
+        return "deleted"
+    same = (stat.st_mtime_ns, stat.st_size) == (record["mtime_ns"], record["size"])
+    return None if same else "modified"

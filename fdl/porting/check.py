@@ -223,8 +223,8 @@ def _render_changed_files(script: str, smoke: SmokeResult, shown: int = 10) -> l
         return lines
     unseen = [c for c in changed if c["change"] != "created"]
     why = (
-        " — the existing ones were changed where fdl check cannot keep them (a process the "
-        "script starts, a library writing files from C), so they stay changed"
+        " — the existing ones were changed where fdl check cannot keep them (a process that is "
+        "not Python, a library writing files from C), so they stay changed"
         if unseen
         else ""
     )

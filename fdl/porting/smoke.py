@@ -32,7 +32,8 @@ however it ends (``_file_guard``; :attr:`SmokeResult.restored_files`). What the 
 stays. The files there (``__pycache__`` and dot folders aside, at most :data:`WALK_CAP`
 entries) are also compared before and after, and :attr:`SmokeResult.changed_files` lists what
 is still created, modified or deleted once the kept files are back: new files, and changes the
-guard cannot see (a process the script starts, a C library writing on its own), for ``fdl
+guard cannot see (a process the script starts that is not Python, a C library writing on its
+own), for ``fdl
 check`` to warn about.
 """
 
@@ -339,6 +340,9 @@ def _guarded(roots: list[Path], env: dict[str, str]) -> Iterator[_Guard]:
         return
     manifest = str(Path(folders[0][1]) / "manifest.jsonl")
     env[_file_guard.ENV] = json.dumps({"manifest": manifest, "folders": folders})
+    # the Python processes the script starts keep files too (a sitecustomize on their path)
+    site = _file_guard.child_site(str(Path(folders[0][1]) / "site"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [site, env.get("PYTHONPATH", "")]))
     try:
         yield guard
     finally:

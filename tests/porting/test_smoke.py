@@ -213,20 +213,39 @@ import os, pathlib, shutil, subprocess, sys
 import torch
 from safetensors.torch import save_file
 
-torch.save({"w": torch.zeros(2)}, "model.pt")  # torch.save opens its file from C
-save_file({"w": torch.zeros(2)}, "model.safetensors")  # so does safetensors
-with open("log.txt", "a") as log:  # appended to in place
-    log.write("smoke line\\n")
-pathlib.Path("tmp.ckpt").write_text("smoke")
-os.replace("tmp.ckpt", "best.ckpt")  # an atomic save over the best checkpoint
-with open("tmp2.ckpt", "x") as fresh:  # made by the run, then renamed: not kept
-    fresh.write("smoke")
-os.replace("tmp2.ckpt", "last.ckpt")
-shutil.rmtree("data")  # a whole folder removed
-os.truncate("notes.txt", 0)
-# a child process writes where no guard sees it: still listed, not put back
-subprocess.run([sys.executable, "-c", "open('elsewhere.txt', 'w').write('child')"], check=True)
-print("wrote everything")
+
+def overwrite(name):
+    torch.save({"w": torch.ones(2)}, name)
+
+
+def main():
+    torch.save({"w": torch.zeros(2)}, "model.pt")  # torch.save opens its file from C
+    save_file({"w": torch.zeros(2)}, "model.safetensors")  # so does safetensors
+    with open("log.txt", "a") as log:  # appended to in place
+        log.write("smoke line\\n")
+    pathlib.Path("tmp.ckpt").write_text("smoke")
+    os.replace("tmp.ckpt", "best.ckpt")  # an atomic save over the best checkpoint
+    with open("tmp2.ckpt", "x") as fresh:  # made by the run, then renamed: not kept
+        fresh.write("smoke")
+    os.replace("tmp2.ckpt", "last.ckpt")
+    shutil.rmtree("data")  # a whole folder removed
+    os.truncate("notes.txt", 0)
+    # Python processes the script starts keep what they overwrite too: a subprocess, and a
+    # multiprocessing "spawn" worker overwriting what the script itself overwrote first
+    subprocess.run([sys.executable, "-c", "open('child.txt', 'w').write('child')"], check=True)
+    worker = multiprocessing.get_context("spawn").Process(target=overwrite, args=("model.pt",))
+    worker.start()
+    worker.join()
+    assert worker.exitcode == 0
+    # a process that is not Python writes where no guard sees it: still listed, not put back
+    subprocess.run(["sh", "-c", "echo shell > elsewhere.txt"], check=True)
+    print("wrote everything")
+
+
+if __name__ == "__main__":
+    import multiprocessing
+
+    main()
 """
 
 
@@ -241,6 +260,7 @@ def test_every_kind_of_write_the_run_makes_is_put_back(tmp_path, monkeypatch):
         "data/train/a.bin": b"sample a",
         "data/b.bin": b"sample b",
         "notes.txt": b"notes",
+        "child.txt": b"the child's file",
         "elsewhere.txt": b"mine",
     }
     for name, data in files.items():
@@ -253,7 +273,7 @@ def test_every_kind_of_write_the_run_makes_is_put_back(tmp_path, monkeypatch):
         if name != "elsewhere.txt":
             assert (tmp_path / name).read_bytes() == data, name
     assert {item["path"] for item in result.restored_files} == set(files) - {"elsewhere.txt"}
-    assert (tmp_path / "elsewhere.txt").read_bytes() == b"child"
+    assert (tmp_path / "elsewhere.txt").read_bytes() == b"shell\n"
     assert result.changed_files == [{"path": "elsewhere.txt", "change": "modified"}]
     assert not list(tmp_path.glob(".fdl-check-*"))
 
@@ -278,7 +298,8 @@ def test_a_file_that_cannot_go_back_stays_kept_and_its_folder_is_named(tmp_path,
     assert result.status == "passed", result.output_tail
     (kept,) = tmp_path.glob(".fdl-check-*")
     assert result.kept_in == str(kept)
-    assert [f.read_text() for f in kept.iterdir() if f.name != "manifest.jsonl"] == ["sample"]
+    originals = [f for f in kept.iterdir() if f.is_file() and f.name != "manifest.jsonl"]
+    assert [f.read_text() for f in originals] == ["sample"]
 
 
 def test_a_file_that_cannot_be_kept_is_written_all_the_same_and_listed(tmp_path, monkeypatch):
@@ -297,6 +318,27 @@ def test_a_file_that_cannot_be_kept_is_written_all_the_same_and_listed(tmp_path,
     assert (tmp_path / "big.bin").read_text() == "X" + "y" * 199_999
     assert result.restored_files == [] and result.kept_in is None
     assert result.changed_files == [{"path": "big.bin", "change": "modified"}]
+
+
+def test_the_environments_own_sitecustomize_still_runs_in_the_script_and_its_children(
+    tmp_path, monkeypatch
+):
+    theirs = tmp_path / "site"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import os\nos.environ['THEIRS'] = 'ran'\n")
+    monkeypatch.setenv("PYTHONPATH", str(theirs))
+    monkeypatch.chdir(tmp_path)
+    body = (
+        "import os, subprocess, sys\n"
+        "print('script', os.environ.get('THEIRS'))\n"
+        'code = \'import os, sys; print("child", os.environ.get("THEIRS"), '
+        'hasattr(sys, "_fdl_file_guard"))\'\n'
+        "os.environ.pop('THEIRS')\n"
+        "subprocess.run([sys.executable, '-c', code], check=True)\n"
+    )
+    result = run_smoke(script(tmp_path, body), timeout=60)
+    assert result.status == "passed", result.output_tail
+    assert result.output_tail == ["script ran", "child ran True"]
 
 
 def test_a_file_read_while_the_run_writes_it_reads_as_unwatched(tmp_path, monkeypatch):
