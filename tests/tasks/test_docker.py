@@ -257,8 +257,15 @@ def _busybox_rootfs(busybox: Path) -> bytes:
     return buffer.getvalue()
 
 
-def _leftover_containers(client) -> list:
-    return client.containers.list(all=True, filters={"label": "org.flodl.fdl.service"})
+def _leftover_containers(client, project: Path) -> list:
+    """fdl's containers still there that mount ``project``: this test's own (a docker test on
+    another xdist worker may have one running at the same moment)."""
+    ours = client.containers.list(all=True, filters={"label": "org.flodl.fdl.service"})
+    return [
+        c
+        for c in ours
+        if any(str(m.get("Source", "")).startswith(str(project)) for m in c.attrs["Mounts"])
+    ]
 
 
 @pytest.mark.docker
@@ -267,7 +274,7 @@ def test_run_command_in_a_real_container(run_fdl, engine, docker_project):
     assert result.returncode == 3, result.stderr  # the container's exit code
     assert result.stdout.splitlines() == ["in dev at /workspace", "the project is mounted"]
     assert (docker_project / "made-inside").exists()  # written through the mount
-    assert _leftover_containers(engine) == []
+    assert _leftover_containers(engine, docker_project) == []
 
 
 @pytest.mark.docker
