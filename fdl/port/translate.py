@@ -659,18 +659,17 @@ class Translator:
         if node.target is assign:
             base, body = "assign", _assignment(node, expr, set(names.values()))
         else:
-            base, body = _base_name(node), f"return {unwrap(expr.call(node))}"
-        if expr.reads_training:  # a keyword the Fn wrapping it passes: fl.nn.Fn(f, pass_training)
-            name = self._named_function(base, body, params, keywords="training")
-            self.mode_functions.add(name)
-            return name
-        if node.target is assign:
+            value = unwrap(expr.call(node))
+            callee = value.removesuffix(f"({params[0][1]})")
+            if len(params) == 1 and callee in imported_names(self.imports):
+                return callee  # an imported function applied to the stream is the step itself
+            base, body = _base_name(node), f"return {value}"
+        if not expr.reads_training:
             return self._named_function(base, body, params)
-        body = body.removeprefix("return ")
-        callee = body.removesuffix(f"({params[0][1]})")
-        if len(params) == 1 and callee in imported_names(self.imports):
-            return callee  # an imported function applied to the stream is the step itself
-        return self._named_function(base, f"return {body}", params)
+        # the original passed its self.training: fl.nn.Fn(f, pass_training=True) passes the mode
+        name = self._named_function(base, body, params, keywords="training")
+        self.mode_functions.add(name)
+        return name
 
     def function_step(self, name: str) -> str:
         """The builder step running the function ``name``: the function itself, or the ``Fn``

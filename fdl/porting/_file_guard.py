@@ -33,11 +33,14 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 ENV = "FDL_CHECK_GUARD"  # JSON: {"manifest": path, "folders": [[root, backup folder], ...]}
 # (the manifest lies in a backup folder, which is never watched)
 _WRITES = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
+# the audit events that can change a file (the hook sees every event: the rest return at once)
+_EVENTS = frozenset({"open", "os.remove", "os.rename", "os.truncate", "shutil.rmtree"})
 
 
 class _Guard:
@@ -95,7 +98,7 @@ class _Guard:
                 if how in ("move", "copy"):  # about to be written: the run's own file from now
                     self.created.add(path)
                 return
-            if not _is_file(stat.st_mode) or (how == "move" and not os.access(path, os.W_OK)):
+            if not S_ISREG(stat.st_mode) or (how == "move" and not os.access(path, os.W_OK)):
                 return  # a read-only file: the script's own open fails, as it would unwatched
             self.kept.add(path)
             kept = str(Path(backup) / f"{os.getpid()}-{len(self.kept)}")  # forks and children too
@@ -112,6 +115,8 @@ class _Guard:
     def audit(self, event: str, args: tuple[Any, ...]) -> None:
         """The audit hook. It never raises: an exception here would fail the script's own
         operation."""
+        if event not in _EVENTS:
+            return
         with contextlib.suppress(Exception):  # keeping is best effort: the script runs as it would
             self._audit(event, args)
 
@@ -146,12 +151,6 @@ class _Guard:
 
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
-def _is_file(mode: int) -> bool:
-    import stat
-
-    return stat.S_ISREG(mode)
 
 
 def _files_under(path: Any) -> list[str]:

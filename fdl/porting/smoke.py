@@ -316,7 +316,7 @@ def _shown(path: str, cwd: Path) -> str:
 
 
 @dataclass
-class _Guard:
+class _Restoring:
     """What the run kept and what was put back (see :func:`_guarded`)."""
 
     results: list[dict] = field(default_factory=list)
@@ -324,7 +324,7 @@ class _Guard:
 
 
 @contextlib.contextmanager
-def _guarded(roots: list[Path], env: dict[str, str]) -> Iterator[_Guard]:
+def _guarded(roots: list[Path], env: dict[str, str]) -> Iterator[_Restoring]:
     """Have the run keep what it changes under ``roots`` (in ``env``), and put it back on leaving,
     however the block ends. A root where no backup folder can be made (read-only) is not kept:
     the run cannot write there either."""
@@ -334,7 +334,7 @@ def _guarded(roots: list[Path], env: dict[str, str]) -> Iterator[_Guard]:
             folders.append([str(root), tempfile.mkdtemp(prefix=".fdl-check-", dir=root)])
         except OSError:
             continue
-    guard = _Guard()
+    guard = _Restoring()
     if not folders:
         yield guard
         return

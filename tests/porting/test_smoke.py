@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fdl.porting.smoke import run_smoke
+from fdl.porting.smoke import SmokeResult, run_smoke
 from tests.conftest import clean_env
 
 
@@ -16,6 +16,14 @@ def script(tmp_path: Path, body: str, name: str = "s.py") -> Path:
     path = tmp_path / name
     path.write_text(body)
     return path
+
+
+def passed_here(tmp_path: Path, monkeypatch, body: str, timeout: float = 60) -> SmokeResult:
+    """The smoke run of ``body`` as a script in ``tmp_path``, run from there; it must pass."""
+    monkeypatch.chdir(tmp_path)
+    result = run_smoke(script(tmp_path, body), timeout=timeout)
+    assert result.status == "passed", result.output_tail
+    return result
 
 
 def test_a_passing_script_sees_flodl_smoke_and_its_own_directory(tmp_path):
@@ -266,9 +274,7 @@ def test_every_kind_of_write_the_run_makes_is_put_back(tmp_path, monkeypatch):
     for name, data in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
-    monkeypatch.chdir(tmp_path)
-    result = run_smoke(script(tmp_path, KEEPERS), timeout=120)
-    assert result.status == "passed", result.output_tail
+    result = passed_here(tmp_path, monkeypatch, KEEPERS, timeout=120)
     for name, data in files.items():
         if name != "elsewhere.txt":
             assert (tmp_path / name).read_bytes() == data, name
@@ -291,11 +297,9 @@ def test_a_run_stopped_on_its_time_limit_still_gets_its_files_back(tmp_path, mon
 def test_a_file_that_cannot_go_back_stays_kept_and_its_folder_is_named(tmp_path, monkeypatch):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "x.bin").write_text("sample")
-    monkeypatch.chdir(tmp_path)
     # the folder it lived in is now a file: x.bin has nowhere to go back to
     body = "import shutil\nshutil.rmtree('data')\nopen('data', 'w').write('now a file')\n"
-    result = run_smoke(script(tmp_path, body), timeout=60)
-    assert result.status == "passed", result.output_tail
+    result = passed_here(tmp_path, monkeypatch, body)
     (kept,) = tmp_path.glob(".fdl-check-*")
     assert result.kept_in == str(kept)
     originals = [f for f in kept.iterdir() if f.is_file() and f.name != "manifest.jsonl"]
@@ -306,15 +310,13 @@ def test_a_file_that_cannot_be_kept_is_written_all_the_same_and_listed(tmp_path,
     # keeping fails (here: a file size limit, as a full disk would): the script's own write
     # goes ahead as it would unwatched, nothing half-kept is put back, and the file is listed
     (tmp_path / "big.bin").write_text("y" * 200_000)
-    monkeypatch.chdir(tmp_path)
     body = (
         "import resource\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))\n"
         "with open('big.bin', 'r+') as f:\n"
         "    f.write('X')\n"
     )
-    result = run_smoke(script(tmp_path, body), timeout=60)
-    assert result.status == "passed", result.output_tail
+    result = passed_here(tmp_path, monkeypatch, body)
     assert (tmp_path / "big.bin").read_text() == "X" + "y" * 199_999
     assert result.restored_files == [] and result.kept_in is None
     assert result.changed_files == [{"path": "big.bin", "change": "modified"}]
@@ -327,7 +329,6 @@ def test_the_environments_own_sitecustomize_still_runs_in_the_script_and_its_chi
     theirs.mkdir()
     (theirs / "sitecustomize.py").write_text("import os\nos.environ['THEIRS'] = 'ran'\n")
     monkeypatch.setenv("PYTHONPATH", str(theirs))
-    monkeypatch.chdir(tmp_path)
     body = (
         "import os, subprocess, sys\n"
         "print('script', os.environ.get('THEIRS'))\n"
@@ -336,23 +337,20 @@ def test_the_environments_own_sitecustomize_still_runs_in_the_script_and_its_chi
         "os.environ.pop('THEIRS')\n"
         "subprocess.run([sys.executable, '-c', code], check=True)\n"
     )
-    result = run_smoke(script(tmp_path, body), timeout=60)
-    assert result.status == "passed", result.output_tail
+    result = passed_here(tmp_path, monkeypatch, body)
     assert result.output_tail == ["script ran", "child ran True"]
 
 
 def test_a_file_read_while_the_run_writes_it_reads_as_unwatched(tmp_path, monkeypatch):
     # keeping a file never changes what the script sees: appends extend it, reads read it
     (tmp_path / "log.txt").write_text("one\n")
-    monkeypatch.chdir(tmp_path)
     body = (
         "open('log.txt', 'a').write('two\\n')\n"
         "assert open('log.txt').read() == 'one\\ntwo\\n'\n"
         "open('log.txt', 'w').write('three')\n"
         "assert open('log.txt').read() == 'three'\n"
     )
-    result = run_smoke(script(tmp_path, body), timeout=60)
-    assert result.status == "passed", result.output_tail
+    passed_here(tmp_path, monkeypatch, body)
     assert (tmp_path / "log.txt").read_text() == "one\n"
 
 
