@@ -12,7 +12,10 @@ from fdl.errors import ExitCode, FdlUsageError
 
 
 def check(
-    script: Annotated[Path, typer.Argument(help="The Python script to check.")],
+    script: Annotated[
+        Path | None,
+        typer.Argument(help="The Python script to check.", show_default=False),
+    ] = None,
     script_args: Annotated[
         list[str] | None,
         typer.Argument(
@@ -53,12 +56,26 @@ def check(
             "--path", metavar="SRC", help="Check against the flodl source at SRC instead."
         ),
     ] = None,
+    recover: Annotated[
+        bool,
+        typer.Option(
+            "--recover",
+            help="Put back the files an earlier fdl check was killed before putting back (its "
+            ".fdl-check-* folder here, or beside SCRIPT), then exit; what is in their place "
+            "moves into that folder's replaced/.",
+        ),
+    ] = False,
 ) -> None:
     from fdl import console
     from fdl.apiref import load_reference
     from fdl.porting.check import check_script, render_report
     from fdl.porting.smoke import SmokeStopped
 
+    if recover:
+        _recover(script, json_out)
+        return
+    if script is None:
+        raise FdlUsageError("missing SCRIPT", "fdl check train.py (or fdl check --recover)")
     if script.is_dir():
         raise FdlUsageError(f"{script}: is a directory", "pass the path of a Python script")
     if not script.is_file():
@@ -102,6 +119,51 @@ def check(
         raise typer.Exit(ExitCode.FAILURE)
 
 
+def _recover(script: Path | None, json_out: bool) -> None:
+    """``fdl check --recover``: put back what interrupted checks left kept."""
+    from rich.markup import escape
+
+    from fdl import console
+    from fdl.porting import leftovers
+    from fdl.porting.smoke import smoke_roots
+
+    here = Path.cwd()
+    where = script.resolve().parent if script is not None else here
+    found = leftovers.find(smoke_roots(here, where))
+    results = [(leftover, leftovers.recover(leftover)) for leftover in found]
+
+    def shown(path: str | Path) -> str:
+        return leftovers.shown_path(str(path), here)
+
+    if json_out:
+        import json
+
+        document = [
+            {"path": shown(r.path), "restored": r.restored,
+             "replaced": shown(r.replaced) if r.replaced else None}
+            for _, recovered in results for r in recovered
+        ]  # fmt: skip
+        console.out(json.dumps({"recovered": document}, indent=2))
+    elif not found:
+        console.info("nothing to recover: no interrupted fdl check left files here")
+    for leftover, recovered in results if not json_out else []:
+        folders = ", ".join(shown(f) for f in leftover.folders if f.exists())
+        for r in recovered:
+            if not r.restored:
+                console.error(escape(f"{shown(r.path)}: could not be put back; kept in {folders}"))
+            elif r.replaced:
+                line = (
+                    f"put back {shown(r.path)} (the file in its place is now {shown(r.replaced)})"
+                )
+                console.info(escape(line))
+            else:
+                console.info(escape(f"put back {shown(r.path)}"))
+        if folders and all(r.restored for r in recovered):  # only replaced files left there
+            console.info(escape(f"kept for you to delete: {folders}"))
+    if any(not r.restored for _, recovered in results for r in recovered):
+        raise typer.Exit(ExitCode.FAILURE)
+
+
 def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) -> None:
     app.command(
         "check",
@@ -109,7 +171,7 @@ def register(app: typer.Typer, make_group: Callable[[str, str], typer.Typer]) ->
         "signatures are errors (with file:line and suggestions); then run it to its end with "
         "FLODL_SMOKE=1, its training loops shortened. That run is for real, in the current "
         "directory: the existing files it overwrites or deletes are kept and put back after "
-        "it, and the files it creates stay (listed as a warning). Pass the script's own "
-        "arguments after --: "
+        "it (fdl check --recover, when a killed check could not), and the files it creates "
+        "stay (listed as a warning). Pass the script's own arguments after --: "
         "fdl check train.py -- --epochs 3.",
     )(check)

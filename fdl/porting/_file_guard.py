@@ -302,19 +302,42 @@ def restore(manifest: str) -> list[dict[str, Any]]:
     Several processes may have kept one path (the script, then a worker it started, each
     keeping what it found): every kept file goes back, latest first, so the earliest, the file
     as it was before the run, is the one left in place."""
+    records = kept_records(manifest)
+    first: dict[str, dict[str, Any]] = {}
+    for record in records:
+        first.setdefault(record["path"], record)
+    changes = {path: _change(path, record) for path, record in first.items()}
+    failed = put_back(records)
+    return [
+        {"path": path, "change": change or "modified", "restored": path not in failed}
+        for path, change in changes.items()
+        if change is not None or path in failed
+    ]
+
+
+def kept_records(manifest: str) -> list[dict[str, Any]]:
+    """The manifest's records whose kept file is there (the rest were never put aside: the run
+    ended, or failed to keep it, before the change), in the order they were kept."""
     try:
         with open(manifest, encoding="utf-8") as handle:
             records = [json.loads(line) for line in handle if line.strip()]
     except (OSError, ValueError):
         return []
-    records = [r for r in records if Path(r["kept"]).exists()]  # the rest were never touched
+    return [r for r in records if isinstance(r, dict) and Path(str(r.get("kept"))).is_file()]
+
+
+def put_back(records: list[dict[str, Any]], skip: frozenset[str] = frozenset()) -> set[str]:
+    """Move each kept file of ``records`` (a manifest's, in order) back to its path, latest
+    first, so the earliest is the one left; paths in ``skip`` stay as they are. Returns the
+    paths whose earliest kept file could not go back."""
     first: dict[str, dict[str, Any]] = {}
     for record in records:
         first.setdefault(record["path"], record)
-    changes = {path: _change(path, record) for path, record in first.items()}
     failed: set[str] = set()
     for record in reversed(records):
         path, kept = record["path"], record["kept"]
+        if path in skip:
+            continue
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(kept).replace(path)
@@ -324,11 +347,7 @@ def restore(manifest: str) -> list[dict[str, Any]]:
             except OSError:
                 if record is first[path]:
                     failed.add(path)
-    return [
-        {"path": path, "change": change or "modified", "restored": path not in failed}
-        for path, change in changes.items()
-        if change is not None or path in failed
-    ]
+    return failed
 
 
 def _change(path: str, record: dict[str, Any]) -> str | None:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from fdl.apiref.model import ApiReference
 from fdl.errors import FdlError
-from fdl.porting.smoke import SmokeResult, run_smoke
+from fdl.porting import leftovers
+from fdl.porting.smoke import SmokeResult, run_smoke, smoke_roots
 from fdl.porting.static import CallSite, Finding, analyse
 
 
@@ -37,6 +38,8 @@ class CheckReport:
     call_sites: list[CallSite] = field(default_factory=list)
     allow_unverified: bool = False
     args: list[str] = field(default_factory=list)
+    # earlier checks killed before they put back what their smoke run overwrote
+    interrupted: list[dict] = field(default_factory=list)
 
     def _ran_lines(self) -> set[int]:
         return set(self.smoke.lines) if self.smoke is not None else set()
@@ -83,6 +86,7 @@ class CheckReport:
             "args": self.args,
             "smoke": self.smoke.to_dict() if self.smoke else None,
             "smoke_skipped": self.smoke_skipped,
+            "interrupted_checks": self.interrupted,
             "call_sites": {
                 "total": len(self.call_sites),
                 "ran": len(self.ran),
@@ -121,6 +125,11 @@ def check_script(
         allow_unverified=allow_unverified,
         args=list(args or []),
     )
+    here = Path.cwd()
+    report.interrupted = [
+        leftover.to_dict(here)
+        for leftover in leftovers.find(smoke_roots(here, script.resolve().parent))
+    ]
     if not run:
         report.smoke_skipped = "--no-run"
     elif report.errors:
@@ -136,6 +145,7 @@ def check_script(
 
 def render_report(report: CheckReport, *, timeout: float) -> str:
     lines = [f.render() for f in report.findings]
+    lines += [_render_interrupted(report.script, item) for item in report.interrupted]
     smoke = report.smoke
     if smoke is None:
         lines.append(f"smoke run: skipped ({report.smoke_skipped})")
@@ -211,7 +221,8 @@ def _render_changed_files(script: str, smoke: SmokeResult, shown: int = 10) -> l
     if smoke.kept_in:
         lines.append(
             f"{script}: warning[smoke-wrote-files]: some files the smoke run changed could not "
-            f"be put back; the originals are in {smoke.kept_in}"
+            f"be put back; the originals are in {smoke.kept_in} (`fdl check --recover` tries "
+            "again)"
         )
     if smoke.changed_files_skipped:
         lines.append(
@@ -234,6 +245,20 @@ def _render_changed_files(script: str, smoke: SmokeResult, shown: int = 10) -> l
         "fl.smoke_enabled()"
     )
     return lines
+
+
+def _render_interrupted(script: str, leftover: dict, shown: int = 10) -> str:
+    files = leftover["files"]
+    names = ", ".join(files[:shown]) + (
+        f" and {len(files) - shown} more" if len(files) > shown else ""
+    )
+    who = f" (pid {leftover['pid']})" if leftover["pid"] else ""
+    return (
+        f"{script}: warning[interrupted-check]: an earlier fdl check{who} was stopped before it "
+        f"put back {len(files)} file(s) its smoke run had overwritten: {names}; the originals "
+        f"are in {', '.join(leftover['folders'])} — `fdl check --recover` puts them back (what "
+        "is in their place now moves into that folder's replaced/)"
+    )
 
 
 def _render_coverage(report: CheckReport) -> list[str]:

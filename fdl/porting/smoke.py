@@ -52,7 +52,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from fdl.porting import _file_guard
+from fdl.porting import _file_guard, leftovers
 
 RUNNER = Path(__file__).with_name("_smoke_runner.py")
 SMOKE_ENV = "FLODL_SMOKE"
@@ -133,7 +133,7 @@ def run_smoke(
             "FDL_SMOKE_LOOP_CAP": str(LOOP_CAP),
             "PYTHONUNBUFFERED": "1",
         }
-        roots = _roots(Path.cwd(), script.parent)
+        roots = smoke_roots(Path.cwd(), script.parent)
         before = _snapshot(roots, Path(tmp))
         with _guarded(roots, env) as guard:
             start = time.perf_counter()
@@ -147,6 +147,7 @@ def run_smoke(
                     start_new_session=True,  # one group: DDP workers it spawns die with it
                     preexec_fn=child_setup(),  # takes the SIGINT fdl forwards, even from `... &`
                 )
+                guard.started(proc.pid)
                 with forwarding_signals(proc) as forwarded:
                     limit, cpu = _wait(proc, timeout, wall)
                 seconds = time.perf_counter() - start
@@ -167,7 +168,7 @@ def run_smoke(
         lines=ran,
         shortened_loops=shortened,
         restored_files=[
-            {"path": _shown(item["path"], Path.cwd()), "change": item["change"]}
+            {"path": leftovers.shown_path(item["path"], Path.cwd()), "change": item["change"]}
             for item in guard.results
             if item["restored"]
         ],
@@ -253,7 +254,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
-def _roots(cwd: Path, script_dir: Path) -> list[Path]:
+def smoke_roots(cwd: Path, script_dir: Path) -> list[Path]:
     """The folders to watch: the working directory and the script's, one if inside the other."""
     cwd = cwd.resolve()
     if script_dir == cwd or cwd in script_dir.parents:
@@ -297,22 +298,19 @@ def _changes(
     before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], cwd: Path
 ) -> list[dict]:
     changed = [
-        {"path": _shown(path, cwd), "change": "created" if path not in before else "modified"}
+        {
+            "path": leftovers.shown_path(path, cwd),
+            "change": "created" if path not in before else "modified",
+        }
         for path, stamp in after.items()
         if before.get(path) != stamp
     ]
     changed += [
-        {"path": _shown(path, cwd), "change": "deleted"} for path in before if path not in after
+        {"path": leftovers.shown_path(path, cwd), "change": "deleted"}
+        for path in before
+        if path not in after
     ]
     return sorted(changed, key=lambda item: item["path"])
-
-
-def _shown(path: str, cwd: Path) -> str:
-    """``path`` relative to the working directory when under it."""
-    try:
-        return str(Path(path).relative_to(cwd.resolve()))
-    except ValueError:
-        return path
 
 
 @dataclass
@@ -321,6 +319,15 @@ class _Restoring:
 
     results: list[dict] = field(default_factory=list)
     kept_in: str | None = None
+    folders: list[str] = field(default_factory=list)
+    manifest: str = ""
+
+    def started(self, run_group: int) -> None:
+        """Record the smoke run's process group as the folders' owner too: a later check does
+        not take them for an interrupted one's while that group lives (fdl killed, run not)."""
+        for folder in self.folders:
+            with contextlib.suppress(OSError):
+                leftovers.write_owner(folder, self.manifest, run_group)
 
 
 @contextlib.contextmanager
@@ -331,14 +338,18 @@ def _guarded(roots: list[Path], env: dict[str, str]) -> Iterator[_Restoring]:
     folders: list[list[str]] = []
     for root in roots:
         try:
-            folders.append([str(root), tempfile.mkdtemp(prefix=".fdl-check-", dir=root)])
+            folders.append([str(root), tempfile.mkdtemp(prefix=leftovers.PREFIX, dir=root)])
         except OSError:
             continue
     guard = _Restoring()
     if not folders:
         yield guard
         return
-    manifest = str(Path(folders[0][1]) / "manifest.jsonl")
+    manifest = str(Path(folders[0][1]) / leftovers.MANIFEST)
+    guard.folders, guard.manifest = [folder for _, folder in folders], manifest
+    for folder in guard.folders:  # who uses it: a check killed before its end leaves it behind
+        with contextlib.suppress(OSError):
+            leftovers.write_owner(folder, manifest)
     env[_file_guard.ENV] = json.dumps({"manifest": manifest, "folders": folders})
     # the Python processes the script starts keep files too (a sitecustomize on their path)
     site = _file_guard.child_site(str(Path(folders[0][1]) / "site"))

@@ -319,3 +319,88 @@ def test_sigint_reaches_the_smoke_run_of_a_background_fdl_check(tmp_path):
         for pid in (shell.pid, *pids):
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_killed_fdl_check_is_reported_and_its_files_recovered(run_fdl, tmp_path):
+    (tmp_path / "hang.py").write_text(HANGING)
+    (tmp_path / "model.pt").write_text("the real model")
+    fdl = subprocess.Popen(
+        [sys.executable, "-m", "fdl", "check", "hang.py"],
+        cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "pids").exists():
+            assert fdl.poll() is None
+            assert time.monotonic() < deadline, "the smoke run never started"
+            time.sleep(0.05)
+        pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+        from fdl.porting import leftovers
+
+        assert leftovers.find([tmp_path]) == []  # a check at work is not an interrupted one
+        fdl.kill()  # SIGKILL: no chance to put anything back
+        fdl.wait(timeout=30)
+        assert (tmp_path / "model.pt").read_text() == "the smoke model"
+        assert leftovers.find([tmp_path]) == []  # its smoke run still runs, and may still write
+        os.killpg(pids[0], signal.SIGKILL)  # now the run is over too
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        for pid in (fdl.pid, *pids):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    [folder] = [p.name for p in tmp_path.iterdir() if p.name.startswith(".fdl-check-")]
+
+    static = run_fdl("check", "--no-run", "hang.py", cwd=tmp_path)
+    assert static.returncode == 0, static.stdout + static.stderr  # a warning, not a failure
+    assert (
+        f"hang.py: warning[interrupted-check]: an earlier fdl check (pid {fdl.pid}) was stopped "
+        f"before it put back 1 file(s) its smoke run had overwritten: model.pt; the originals "
+        f"are in {folder} — `fdl check --recover` puts them back" in static.stdout
+    )
+    report = json.loads(run_fdl("check", "--no-run", "--json", "hang.py", cwd=tmp_path).stdout)
+    assert report["interrupted_checks"] == [
+        {"folders": [folder], "pid": fdl.pid, "files": ["model.pt"]}
+    ]
+
+    recovered = run_fdl("check", "--recover", "--json", cwd=tmp_path)
+    assert recovered.returncode == 0, recovered.stderr
+    assert json.loads(recovered.stdout) == {
+        "recovered": [
+            {"path": "model.pt", "restored": True, "replaced": f"{folder}/replaced/model.pt"}
+        ]
+    }
+    assert (tmp_path / "model.pt").read_text() == "the real model"
+    assert (tmp_path / folder / "replaced" / "model.pt").read_text() == "the smoke model"
+    again = run_fdl("check", "--recover", cwd=tmp_path)
+    assert again.returncode == 0
+    assert "nothing to recover: no interrupted fdl check left files here" in again.stderr
+    assert "interrupted-check" not in run_fdl("check", "--no-run", "hang.py", cwd=tmp_path).stdout
+
+
+def test_recover_says_what_it_put_back(run_fdl, tmp_path):
+    from tests.porting.test_leftovers import killed_check
+
+    (tmp_path / "model.pt").write_text("the real model")
+    (tmp_path / "old.csv").write_text("rows")
+    folder = killed_check(
+        tmp_path, "import os\nopen('model.pt', 'w').write('smoke')\nos.remove('old.csv')\n"
+    ).name
+    result = run_fdl("check", "--recover", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"put back model.pt (the file in its place is now {folder}/replaced/model.pt)" in (
+        result.stderr
+    )
+    assert "put back old.csv\n" in result.stderr
+    assert f"kept for you to delete: {folder}" in result.stderr
+    assert (tmp_path / "old.csv").read_text() == "rows"
+
+
+def test_check_without_a_script_is_a_usage_error(run_fdl, tmp_path):
+    result = run_fdl("check", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "missing SCRIPT" in result.stderr

@@ -302,7 +302,8 @@ def test_a_file_that_cannot_go_back_stays_kept_and_its_folder_is_named(tmp_path,
     result = passed_here(tmp_path, monkeypatch, body)
     (kept,) = tmp_path.glob(".fdl-check-*")
     assert result.kept_in == str(kept)
-    originals = [f for f in kept.iterdir() if f.is_file() and f.name != "manifest.jsonl"]
+    bookkeeping = {"manifest.jsonl", "owner.json"}
+    originals = [f for f in kept.iterdir() if f.is_file() and f.name not in bookkeeping]
     assert [f.read_text() for f in originals] == ["sample"]
 
 
