@@ -338,7 +338,7 @@ def trace(
             continue
         # a module whose trace cannot be used as it is: kept whole, and the model traced again
         # (a big constant is kept whole where it is made, not in the whole model's place)
-        moded = _mode_dependent(model, graph, opaque_paths, fixed, example)
+        moded, graph = _mode_dependent(model, graph, opaque_paths, fixed, example)
         big = _large_constant(model, graph) if moded is None else None
         kept, why = (moded, MODE_REASON) if moded is not None else (big, CONSTANT_REASON)
         if kept is not None:
@@ -463,8 +463,9 @@ def _position(graph: fx.Graph) -> Any:
 
 
 MODE_REASON = (
-    "its forward depends on self.training beyond dropout (traced in train and in eval mode, "
-    "the two differ)"
+    "its forward depends on self.training in a way the port cannot write out (traced in train "
+    "and in eval mode, the two differ beyond operations run in training only and arguments "
+    "passing the mode)"
 )
 # torch's functional dropouts and their ``training`` default
 DROPOUTS = {"dropout": True, "dropout1d": True, "dropout2d": True, "dropout3d": True,
@@ -529,74 +530,138 @@ def is_constant(node: fx.Node) -> bool:
     )
 
 
-def _row(node: fx.Node, root: nn.Module) -> tuple[Any, ...]:
-    """A node as comparable data: a constant tensor compared by value (each trace stores its
-    own under another name), a dropout by its input alone (see :func:`_same`)."""
-    if is_constant(node):
-        value = getattr(root, str(node.target))
-        return (node.op, value.dtype, tuple(value.shape), repr(value.detach().cpu().tolist()))
-    args, kwargs = node.args, dict(node.kwargs)
-    dropout = _dropout(node)
-    if dropout is not None:
-        args, kwargs = (dropout["input"],), {"inplace": dropout["inplace"]}
-    named = fx.node.map_arg((args, kwargs), lambda n: "%const" if is_constant(n) else f"%{n.name}")
-    target = node.target if isinstance(node.target, str) else id(node.target)
-    return (node.op, target, repr(named))
+def _constant_value(node: fx.Node, root: nn.Module) -> tuple[Any, ...]:
+    """A constant tensor as comparable data: each trace stores its own under another name."""
+    value = getattr(root, str(node.target))
+    return (value.dtype, tuple(value.shape), repr(value.detach().cpu().tolist()))
 
 
 TRAINING_ARGS = "fdl_training_args"  # node.meta: the arguments that pass the module's mode
+# node.meta: an operation the forward runs in training only, and the value eval mode has in its
+# place (None: no value, an effect only)
+TRAINING_ONLY = "fdl_training_only"
 
 
-def _mode_arguments(a: fx.Node, b: fx.Node, root: nn.Module, mode: bool) -> list[int | str]:
-    """The arguments of a call traced in mode ``mode`` (``a``) and in the other (``b``) that
-    pass the mode itself, ``True`` in training and ``False`` in eval (``stochastic_depth(x, p,
-    mode, self.training)``, Swin's ``training=self.training``); [] when the two calls differ
-    otherwise."""
-    if a.op not in ("call_function", "call_method") or a.target != b.target:
-        return []
-    if len(a.args) != len(b.args) or set(a.kwargs) != set(b.kwargs):
-        return []
-    pairs: list[tuple[int | str, tuple[Any, Any]]] = [*enumerate(zip(a.args, b.args, strict=True))]
-    pairs += [(k, (a.kwargs[k], b.kwargs[k])) for k in a.kwargs]
-    found: list[int | str] = []
-    for key, (mine, theirs) in pairs:
-        if mine is mode and theirs is (not mode):
-            found.append(key)
-        elif _value(mine, root) != _value(theirs, root):
-            return []
-    return found
+@dataclass
+class _Aligned:
+    """The training trace's nodes matched to the eval trace's."""
+
+    only_training: dict[fx.Node, fx.Node | None]  # node -> the value eval mode has instead
+    flags: dict[fx.Node, list[int | str]]  # arguments passing the mode (see _match)
 
 
-def _value(value: Any, root: nn.Module) -> str:
-    """An argument as comparable data (traced values by name, constants by value)."""
-    return repr(fx.node.map_arg(value, lambda n: _row(n, root) if is_constant(n) else f"%{n.name}"))
+def _align(train: fx.Graph, evaluation: fx.Graph, root: nn.Module) -> _Aligned | fx.Node:
+    """Match each node of the eval-mode trace to one of the training trace, in order; the
+    training nodes left over run in training only (timm's ``num_batches_tracked.add_(1)``, a
+    drop path's ``x * mask``). When the two differ otherwise (a node eval mode runs and
+    training does not, a call whose arguments differ beyond the mode), returns the first eval
+    node no training node matches, or the training-only node whose eval value is computed
+    elsewhere."""
+    ours = list(train.nodes)
+    mapped: dict[fx.Node, fx.Node] = {}  # eval node -> training node
+    only: dict[fx.Node, fx.Node | None] = {}
+    flags: dict[fx.Node, list[int | str]] = {}
+    i = 0
+    for theirs in evaluation.nodes:
+        while True:
+            if i == len(ours):
+                return theirs
+            mine = ours[i]
+            i += 1
+            matched = _match(mine, theirs, mapped, only, root)
+            if matched is not None:
+                mapped[theirs] = mine
+                if matched:
+                    flags[mine] = matched
+                break
+            if mine.op in ("placeholder", "output", "call_module") or _is_assignment(mine):
+                return theirs  # not explained: an input, a layer or a store cannot be skipped
+            only[mine] = None
+    for node, instead in only.items():
+        if instead is not None and instead not in node.all_input_nodes:
+            return node  # eval's value is computed elsewhere: no one function has both
+    return _Aligned(only, flags)
 
 
-def _same(a: fx.Node, b: fx.Node, root: nn.Module) -> bool:
-    """The node traced in one mode does what ``b``, traced in the other, does in its mode.
+def _is_assignment(node: fx.Node) -> bool:
+    return (node.op == "call_function" and node.target is operator.setitem) or (
+        node.op == "call_method" and node.target == "__setitem__"
+    )
+
+
+def _match(
+    mine: fx.Node,
+    theirs: fx.Node,
+    mapped: dict[fx.Node, fx.Node],
+    only: dict[fx.Node, fx.Node | None],
+    root: nn.Module,
+) -> list[int | str] | None:
+    """Whether ``mine`` (training) does what ``theirs`` (eval) does in its mode: None when not,
+    else the arguments that pass the mode itself, ``True`` in training and ``False`` in eval
+    (``stochastic_depth(x, p, mode, self.training)``, Swin's ``training=self.training``). Where
+    ``mine`` reads a training-only value and ``theirs`` another, that other is recorded as
+    eval's value in its place.
 
     A dropout passes its input through in eval mode however it is written, so two dropouts of
     one input agree when their ``p`` does or when either is off: ``F.dropout(x, p,
     self.training)`` and transformers' ``p=0.0 if not self.training else p`` both port as one
-    ``nn.Dropout(p)``, which follows the mode by itself.
-    """
-    if _row(a, root) != _row(b, root):
-        return False
-    first, second = _dropout(a), _dropout(b)
-    if first is None or second is None:
-        return True
-    return first["p"] == second["p"] or _off(first) or _off(second)
+    ``nn.Dropout(p)``, which follows the mode by itself."""
+    if mine.op != theirs.op:
+        return None
+    if is_constant(mine) or is_constant(theirs):
+        same = is_constant(mine) and is_constant(theirs)
+        return [] if same and _constant_value(mine, root) == _constant_value(theirs, root) else None
+    if mine.target != theirs.target:
+        return None
+    instead: dict[fx.Node, fx.Node] = {}
 
+    def equal(a: Any, b: Any) -> bool:
+        if isinstance(a, fx.Node) or isinstance(b, fx.Node):
+            if not (isinstance(a, fx.Node) and isinstance(b, fx.Node)):
+                return False
+            if is_constant(a) or is_constant(b):
+                return _match(a, b, mapped, only, root) == []
+            if b not in mapped:
+                return False
+            if mapped[b] is a:
+                return True
+            value = mapped[b]
+            if a in only and only[a] in (None, value) and instead.get(a, value) is value:
+                instead[a] = value  # a training-only value: eval mode reads this one instead
+                return True
+            return False
+        if type(a) is not type(b):
+            return False
+        if isinstance(a, tuple | list):
+            return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+        if isinstance(a, slice):
+            return equal((a.start, a.stop, a.step), (b.start, b.stop, b.step))
+        return repr(a) == repr(b)
 
-def _as_training(node: fx.Node, other: fx.Node) -> None:
-    """Give ``node`` (a dropout that is off) the training-mode arguments of ``other``."""
-    mine, theirs = _dropout(node), _dropout(other)
-    if mine is None or theirs is None or not _off(mine) or _off(theirs):
-        return
-    node.args = (node.args[0],) if node.args else ()
-    kwargs = {k: v for k, v in node.kwargs.items() if k not in DROPOUT_PARAMS[1:]}
-    node.kwargs = {**kwargs, "p": theirs["p"], "training": theirs["training"],
-                   "inplace": mine["inplace"]}  # fmt: skip
+    first, second = _dropout(mine), _dropout(theirs)
+    if first is not None and second is not None:
+        if not equal((first["input"], first["inplace"]), (second["input"], second["inplace"])):
+            return None
+        agree = first["p"] == second["p"] or _off(first) or _off(second)
+        found: list[int | str] | None = [] if agree else None
+    else:
+        if len(mine.args) != len(theirs.args) or mine.kwargs.keys() != theirs.kwargs.keys():
+            return None
+        pairs: list[tuple[int | str, tuple[Any, Any]]] = [
+            *enumerate(zip(mine.args, theirs.args, strict=True))
+        ]
+        pairs += [(k, (mine.kwargs[k], theirs.kwargs[k])) for k in mine.kwargs]
+        found = []
+        for key, (a, b) in pairs:
+            if a is True and b is False and mine.op != "call_module":
+                found.append(key)
+            elif not equal(a, b):
+                return None
+    if found is not None:
+        only.update(instead)
+    return found
 
 
 def _mode_dependent(
@@ -605,29 +670,25 @@ def _mode_dependent(
     opaque_paths: set[str],
     fixed: dict[str, Any],
     example: tuple[Any, ...] | None,
-) -> str | None:
-    """The innermost module whose traced forward differs in eval mode (None: none does)."""
+) -> tuple[str | None, fx.Graph]:
+    """The innermost module whose traced forward differs in eval mode beyond what the port
+    writes out (None: none does), and the trace to port: the training one, whose mode-passing
+    arguments and training-only operations are marked (``TRAINING_ARGS``, ``TRAINING_ONLY``)
+    for the translation to follow the graph's mode."""
     was_training = model.training
     try:
         model.train(not was_training)
         other = PortTracer(opaque_paths, example).trace(model, concrete_args=fixed or None)
     except Exception:
-        return None  # the other mode fails to trace: the retry loop sees the same failure
+        return None, graph  # the other mode fails to trace: the retry loop sees the same failure
     finally:
         model.train(was_training)
-    first, second = list(graph.nodes), list(other.nodes)
-    flags: dict[fx.Node, list[int | str]] = {}
-    for a, b in zip(first, second, strict=False):
-        if not _same(a, b, model):
-            found = _mode_arguments(a, b, model, was_training)
-            if not found:
-                return _owner(model, a)
-            flags[a] = found
-    if len(first) != len(second):
-        longer = first if len(first) > len(second) else second
-        return _owner(model, longer[min(len(first), len(second))])
-    for a, b in zip(first, second, strict=True):  # the port writes the training-mode dropouts
-        _as_training(a, b)
-    for node, found in flags.items():  # and passes the graph's mode where the call passed its own
+    train, evaluation = (graph, other) if was_training else (other, graph)
+    aligned = _align(train, evaluation, model)
+    if isinstance(aligned, fx.Node):
+        return _owner(model, aligned), graph
+    for node, found in aligned.flags.items():  # the port passes the graph's mode there
         node.meta[TRAINING_ARGS] = found
-    return None
+    for node, instead in aligned.only_training.items():
+        node.meta[TRAINING_ONLY] = instead
+    return None, train

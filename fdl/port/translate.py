@@ -35,7 +35,7 @@ import torch
 from torch import fx, nn
 
 from fdl.port.errors import UnsupportedError
-from fdl.port.trace import TRAINING_ARGS, assign, is_constant
+from fdl.port.trace import TRAINING_ARGS, TRAINING_ONLY, assign, is_constant
 
 SEARCH_BUDGET = 20_000
 # why a step cannot be written on one particular stream (another layout may still fit)
@@ -166,6 +166,7 @@ class Expr:
         self.kinds = kinds
         self.imports = imports
         self.reads_training = False  # an expression passed the module's mode: see call()
+        self.in_training_branch = False  # rendering what runs in training only
 
     def __call__(self, value: Any) -> str:
         if isinstance(value, fx.Node):
@@ -195,6 +196,8 @@ class Expr:
         return ", ".join(unwrap(t) for t in items)
 
     def call(self, node: fx.Node) -> str:
+        if TRAINING_ONLY in node.meta and not self.in_training_branch:
+            return self.training_only(node)
         args, kwargs = node.args, node.kwargs
         flags = node.meta.get(TRAINING_ARGS)
         if flags:  # the original passed self.training here: the function's own mode
@@ -217,6 +220,25 @@ class Expr:
             return f"{self(args[0])}.{args[1]}"
         kwargs = _default_free(fn, kwargs)
         return f"{qualname(fn, self.imports)}({self.arguments(args, kwargs)})"
+
+    def training_only(self, node: fx.Node) -> str:
+        """``node``, which the original runs in training only: ``(<node> if training else
+        <eval mode's value in its place>)`` (its first argument when eval has none, the
+        operation being an effect: ``nbt.add_(1) if training else nbt``)."""
+        if self.kinds.get(node) not in ("tensor", "inline"):
+            raise UnsupportedError(f"{node.name} runs in training only and is not a tensor")
+        instead = node.meta[TRAINING_ONLY]
+        if instead is None:
+            instead = node.args[0] if node.args else None
+        if not isinstance(instead, fx.Node):
+            raise UnsupportedError(f"{node.name} runs in training only and eval has no value")
+        self.in_training_branch = True
+        try:
+            text = self.call(node)
+        finally:
+            self.in_training_branch = False
+        self.reads_training = True
+        return f"({text} if training else {unwrap(self(instead))})"
 
 
 def _assignment(node: fx.Node, expr: Expr, taken: set[str]) -> str:
@@ -707,7 +729,11 @@ class Translator:
             if node.args[0] is not stream or isinstance(node.args[1], fx.Node):
                 raise UnsupportedError(OFF_STREAM)
             return Step(f"fl.nn.Select({literal(node.args[1])})", what=f"[{node.args[1]!r}]")
-        if op.inputs == [stream] and not node.meta.get(TRAINING_ARGS):
+        if (
+            op.inputs == [stream]
+            and not node.meta.get(TRAINING_ARGS)
+            and (TRAINING_ONLY not in node.meta)
+        ):
             module = torch_module(node)
             if module is not None:
                 return Step(module, random=random, what=_describe(node))

@@ -837,14 +837,53 @@ def test_an_unwritable_output_is_a_clear_error(workdir):
         )
 
 
-def test_a_forward_that_depends_on_the_mode_is_kept_whole_and_dropout_is_not(workdir):
+def test_what_a_forward_does_in_training_only_follows_the_graphs_mode(workdir):
+    # Noisy adds noise under `if self.training:`: the step computes both, by the graph's mode
     out = workdir / "mode.py"
     report = port(workdir / "dynamic.py", "ModeNet", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    flow = out.read_text()
+    assert (
+        "def add(x, *, training):\n    return (x + (0.1 * torch.randn_like(x))) if training else x"
+        in flow
+    )
+    assert "fl.FlowBuilder(fl.nn.Fn(add, pass_training=True))" in flow
+    assert "nn.Dropout(p=0.2)" in flow  # F.dropout(..., self.training) follows the mode itself
+
+
+@pytest.mark.parametrize("evaluating", [False, True])
+def test_a_batch_count_and_a_drop_path_in_training_only_are_written_out(workdir, evaluating):
+    # timm's BatchNormAct2d counts batches and its blocks drop paths in training only: both
+    # traces are ported as one (the training one, also when the model is built in eval mode)
+    out = workdir / "timm.py"
+    init = "{'evaluating': True}" if evaluating else None
+    examples = ["torch.randn(8, 3, 5, 5)"]
+    report = port(workdir / "dynamic.py", "TrainingOnlyNet", init, examples, out)
+    assert report.written and report.parity.exact and report.opaque == []
+    flow = out.read_text()
+    assert "num_batches_tracked.add_(1) if training else " in flow
+    assert ".bernoulli_(0.5)" in flow and ".bernoulli_(0.75)" in flow  # keep 1 - p
+    original = sys.modules["dynamic"].TrainingOnlyNet()
+    graph = load(out).from_torch(original)
+    x = torch.randn(64, 3, 5, 5)
+    for mode in (True, False, True):
+        original.train(mode), graph.train(mode)
+        torch.manual_seed(5)
+        want = original(x)
+        torch.manual_seed(5)
+        assert torch.equal(graph(x), want)
+    counted = [b.norm.num_batches_tracked.item() for b in original.blocks]
+    assert counted == [4, 4]  # the original's 2 training calls and the graph's 2, not eval's
+    assert not torch.equal(graph.train()(x), graph.train()(x))  # paths dropped at random
+    assert torch.equal(graph.eval()(x), graph.eval()(x))
+
+
+def test_an_operation_in_eval_mode_only_keeps_its_module_whole(workdir):
+    out = workdir / "evalonly.py"
+    report = port(workdir / "dynamic.py", "EvalOnlyNet", None, ["torch.randn(3, 4)"], out)
     assert report.written and report.parity.exact
     (opaque,) = report.opaque
-    assert (opaque.path, opaque.location) == ("noisy", "dynamic.py:63")
-    assert "self.training" in opaque.reason
-    assert "nn.Dropout(p=0.2)" in out.read_text()  # F.dropout(..., self.training) follows the mode
+    assert opaque.path == "inner" and "self.training" in opaque.reason
 
 
 @pytest.mark.parametrize("evaluating", [False, True])

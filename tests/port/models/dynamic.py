@@ -139,3 +139,73 @@ class StochasticNet(nn.Module):
         x = x + jitter(self.a(x), 0.5, self.training)
         x = x + jitter(self.b(x), 0.25, training=self.training)
         return self.out(x)
+
+
+class BatchNormAct(nn.BatchNorm2d):
+    """timm's BatchNormAct2d: a batch norm that counts its batches itself, in training only."""
+
+    def __init__(self, channels):
+        super().__init__(channels)
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+        x = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                         self.training, self.momentum, self.eps)  # fmt: skip
+        return self.act(x)
+
+
+def drop_path(x, drop_prob: float = 0.0, training: bool = False):
+    """timm's drop path, traced through: the mask exists in training only."""
+    if drop_prob == 0.0 or not training:
+        return x
+    keep = 1 - drop_prob
+    mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
+    return x * mask.div_(keep)
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, channels, drop):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.norm = BatchNormAct(channels)
+        self.drop = drop
+
+    def forward(self, x):
+        return x + drop_path(self.norm(self.conv(x)), self.drop, self.training)
+
+
+class TrainingOnlyNet(nn.Module):
+    """What timm's blocks do differently in training: count batches, drop paths."""
+
+    def __init__(self, channels=3, evaluating=False):
+        super().__init__()
+        self.blocks = nn.Sequential(ResidualBlock(channels, 0.5), ResidualBlock(channels, 0.25))
+        if evaluating:
+            self.eval()
+
+    def forward(self, x):
+        return self.blocks(x).mean((2, 3))
+
+
+class EvalOnly(nn.Module):
+    """An operation in eval mode only: not written out (its module is kept whole)."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        x = self.fc(x)
+        return x if self.training else x.clamp(-0.5, 0.5)
+
+
+class EvalOnlyNet(nn.Module):
+    def __init__(self, dim=4):
+        super().__init__()
+        self.inner = EvalOnly(dim)
+        self.out = nn.Linear(dim, 2)
+
+    def forward(self, x):
+        return self.out(self.inner(x))
