@@ -4,14 +4,18 @@ FdlError
  ├── PortError         ``fdl port`` cannot go on: a user error shown without a traceback;
  │                     nothing is written
  └── UnsupportedError  the traced forward uses something the translation cannot write as
-                       builder calls; ``fdl port`` keeps that model as one opaque step
+      │                builder calls; ``fdl port`` keeps that model as one opaque step
+      └── ModeUnsupported  an operation run in training only cannot be written by mode;
+                           ``fdl port`` keeps the module running it whole instead
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from fdl.errors import FdlError
 
-__all__ = ["PortError", "UnsupportedError"]
+__all__ = ["ModeUnsupported", "PortError", "UnsupportedError"]
 
 
 class PortError(FdlError):
@@ -20,3 +24,12 @@ class PortError(FdlError):
 
 class UnsupportedError(FdlError):
     """The traced forward uses something the translation cannot write as builder calls."""
+
+
+class ModeUnsupported(UnsupportedError):
+    """An operation the forward runs in training only cannot be written out by mode (a call
+    returning a tuple): ``node`` is that operation, whose module is kept whole instead."""
+
+    def __init__(self, message: str, node: Any) -> None:
+        super().__init__(message)
+        self.node = node

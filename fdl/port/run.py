@@ -9,9 +9,9 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fdl.port.errors import PortError, UnsupportedError
+from fdl.port.errors import ModeUnsupported, PortError, UnsupportedError
 from fdl.port.load import (
     construct,
     example_inputs,
@@ -19,6 +19,9 @@ from fdl.port.load import (
     import_script,
     parse_init,
 )
+
+if TYPE_CHECKING:
+    from fdl.port.render import Source
 
 DEFAULT_SEEDS = 2  # each example input is drawn under seeds 0 and 1
 
@@ -147,82 +150,101 @@ def port(
 
     n_args = max(len(e.args) for e in examples)
     where = f"{script.name}:{_forward_line(cls)}"
-    translation = None
-    try:
-        gm, opaque = trace.trace(original, n_args, max((e.args for e in examples), key=len))
-    except Exception as exc:  # the tracer itself broke: keep the model whole
-        gm, opaque = None, [trace.Opaque("", cls.__name__, where, trace.reason(exc))]
-    finally:
-        original.train(was_training)
-    if gm is not None:
-        report.fixed = trace.concrete_args(original, n_args)
-        try:
-            kinds = translate.value_kinds(gm, max((e.args for e in examples), key=len))
-            names = translate.returned_names(cls.forward)
-            translation = translate.Translator(gm, original, kinds, names).translate()
-        except UnsupportedError as exc:
-            reason = f"not expressible as builder calls: {exc}"
-            opaque = [trace.Opaque("", cls.__name__, where, reason)]
-        except Exception as exc:
-            reason = f"the translation failed: {trace.reason(exc)}"
-            opaque = [trace.Opaque("", cls.__name__, where, reason)]
+    longest = max((e.args for e in examples), key=len)
     arg_names = [p.name for p in inspect.signature(original.forward).parameters.values()]
-    while True:
+    # modules whose training-only operations are not written out (None: none are)
+    whole_by_mode: set[str] | None = set()
+    source: Source
+    while True:  # each retry keeps more whole: a module, then every module by mode
+        translation = None
         try:
-            source = render.init_source(cls, module) if translation is not None else None
-        except (SyntaxError, ValueError, TypeError) as exc:
-            source = render.original_source(cls, module, f"__init__ cannot be copied: {exc}")
-        if source is None:
-            source = render.original_source(cls, module, "the forward stays opaque")
-        opaque_inputs = _opaque_inputs(original) if translation is None else []
+            gm, opaque = trace.trace(original, n_args, longest, whole_by_mode)
+        except Exception as exc:  # the tracer itself broke: keep the model whole
+            gm, opaque = None, [trace.Opaque("", cls.__name__, where, trace.reason(exc))]
+        finally:
+            original.train(was_training)
+        if gm is not None:
+            report.fixed = trace.concrete_args(original, n_args)
+            try:
+                kinds = translate.value_kinds(gm, longest)
+                names = translate.returned_names(cls.forward)
+                translation = translate.Translator(gm, original, kinds, names).translate()
+            except UnsupportedError as exc:
+                if isinstance(exc, ModeUnsupported) and whole_by_mode is not None:
+                    owner = trace.owner_of(original, exc.node)
+                    if owner not in whole_by_mode:
+                        whole_by_mode.add(owner)  # that module is kept whole: trace again
+                        continue
+                reason = f"not expressible as builder calls: {exc}"
+                opaque = [trace.Opaque("", cls.__name__, where, reason)]
+            except Exception as exc:
+                reason = f"the translation failed: {trace.reason(exc)}"
+                opaque = [trace.Opaque("", cls.__name__, where, reason)]
+        while True:
+            source = _source(cls, module, translation is not None)
+            opaque_inputs = _opaque_inputs(original) if translation is None else []
 
-        def rendered(
-            header: list[str], translation=translation, source=source, inputs=opaque_inputs
-        ) -> str:
-            return render.render(
-                translation,
-                source,
-                class_name=cls.__name__,
-                script_name=script.name,
-                header=header,
-                opaque_inputs=inputs,
+            def rendered(
+                header: list[str], translation=translation, source=source, inputs=opaque_inputs
+            ) -> str:
+                return render.render(
+                    translation,
+                    source,
+                    class_name=cls.__name__,
+                    script_name=script.name,
+                    header=header,
+                    opaque_inputs=inputs,
+                )
+
+            try:
+                generated = _load_generated(rendered([]), script.resolve().parent)
+                graph = generated.from_torch(original)
+                break
+            except Exception as exc:
+                if translation is None:
+                    raise PortError(
+                        f"the port of {cls.__name__} kept whole failed: {type(exc).__name__}: {exc}"
+                    ) from None
+                # a chain flodl refuses is a gap in the translation: keep the model whole instead
+                reason = f"the translated chain failed: {type(exc).__name__}: {exc}"
+                opaque = [trace.Opaque("", cls.__name__, where, reason.splitlines()[0])]
+                translation = None
+        report.opaque = opaque
+        report.translated = translation.steps if translation is not None else []
+        report.note = translation.order_note if translation is not None else ""
+        if translation is None and opaque_inputs:
+            report.fixed = {}  # the model kept whole takes every argument itself
+
+        def graph_call(
+            graph: Any,
+            call_args: tuple[Any, ...],
+            whole: bool = translation is None and not opaque_inputs,
+        ) -> Any:
+            if whole:  # the model kept whole takes its arguments as the original does
+                return graph(*call_args)
+            aux = dict(zip(arg_names[1:], call_args[1:], strict=False))
+            return graph(call_args[0], **aux)
+
+        report.parity = parity_mod.check(original, graph, examples, graph_call)
+        if translation is not None and not report.parity.exact and not translation.strict:
+            # a difference no layout check foresaw: in the original's order of operations,
+            # autograd runs the backward (and sums each gradient) as it does for the original
+            retry = _ordered_retry(
+                gm, original, kinds, names, rendered, script, examples, graph_call
             )
+            if retry is not None:
+                translation, generated, graph, report.parity = retry
+                report.translated = translation.steps
+                report.note = translation.order_note
 
-        try:
-            generated = _load_generated(rendered([]), script.resolve().parent)
-            graph = generated.from_torch(original)
-            break
-        except Exception as exc:
-            if translation is None:
-                raise PortError(
-                    f"the port of {cls.__name__} kept whole failed: {type(exc).__name__}: {exc}"
-                ) from None
-            # a chain flodl refuses is a gap in the translation: keep the model whole instead
-            reason = f"the translated chain failed: {type(exc).__name__}: {exc}"
-            opaque = [trace.Opaque("", cls.__name__, where, reason.splitlines()[0])]
-            translation = None
-    report.opaque = opaque
-    report.translated = translation.steps if translation is not None else []
-    report.note = translation.order_note if translation is not None else ""
-    if translation is None and opaque_inputs:
-        report.fixed = {}  # the model kept whole takes every argument itself
-
-    def graph_call(graph: Any, call_args: tuple[Any, ...]) -> Any:
-        if translation is None and not opaque_inputs:
-            return graph(*call_args)
-        aux = dict(zip(arg_names[1:], call_args[1:], strict=False))
-        return graph(call_args[0], **aux)
-
-    report.parity = parity_mod.check(original, graph, examples, graph_call)
-    if translation is not None and not report.parity.exact and not translation.strict:
-        # a difference no layout check foresaw: in the original's order of operations,
-        # autograd runs the backward (and sums each gradient) as it does for the original
-        retry = _ordered_retry(gm, original, kinds, names, rendered, script, examples, graph_call)
-        if retry is not None:
-            translation, generated, graph, report.parity = retry
-            report.translated = translation.steps
-            report.note = translation.order_note
-
+        if (
+            whole_by_mode is not None
+            and trace.has_training_only(gm)
+            and (translation is None or not report.parity.exact)
+        ):
+            whole_by_mode = None  # what runs in training only did not port: keep it whole
+            continue
+        break
     if not source.constructs_original:
         problem = _build_problem(generated, args, kwargs, original)
         if problem:
@@ -280,6 +302,19 @@ def port(
         raise PortError(f"cannot write {output}: {exc.strerror or exc}") from None
     report.written = True
     return report
+
+
+def _source(cls: type, module: Any, translated: bool) -> Source:
+    """How the port builds the model: ``__init__`` copied when the forward was translated,
+    else the original constructed."""
+    from fdl.port import render
+
+    if not translated:
+        return render.original_source(cls, module, "the forward stays opaque")
+    try:
+        return render.init_source(cls, module)
+    except (SyntaxError, ValueError, TypeError) as exc:
+        return render.original_source(cls, module, f"__init__ cannot be copied: {exc}")
 
 
 def _ordered_retry(

@@ -15,7 +15,7 @@ import itertools
 import operator
 import re
 import traceback
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -314,11 +314,16 @@ def concrete_args(model: nn.Module, n_args: int) -> dict[str, Any]:
 
 
 def trace(
-    model: nn.Module, n_args: int, example: tuple[Any, ...] | None = None
+    model: nn.Module,
+    n_args: int,
+    example: tuple[Any, ...] | None = None,
+    whole_by_mode: Collection[str] | None = (),
 ) -> tuple[fx.GraphModule | None, list[Opaque]]:
     """The traced model, or None when the whole forward stays opaque, and the opaque parts.
     ``example``: one example's positional arguments, which give the lengths of the shapes the
-    forward unpacks (``*x.shape[:-1]``)."""
+    forward unpacks (``*x.shape[:-1]``). What the forward runs in training only is marked to be
+    written out (see :data:`TRAINING_ONLY`), except in the modules ``whole_by_mode`` names (or
+    in every module, when it is None), which are kept whole."""
     paths = {id(m): name for name, m in model.named_modules()}
     opaque_paths: set[str] = set()
     opaque: list[Opaque] = []
@@ -338,7 +343,7 @@ def trace(
             continue
         # a module whose trace cannot be used as it is: kept whole, and the model traced again
         # (a big constant is kept whole where it is made, not in the whole model's place)
-        moded, graph = _mode_dependent(model, graph, opaque_paths, fixed, example)
+        moded, graph = _mode_dependent(model, graph, opaque_paths, fixed, example, whole_by_mode)
         big = _large_constant(model, graph) if moded is None else None
         kept, why = (moded, MODE_REASON) if moded is not None else (big, CONSTANT_REASON)
         if kept is not None:
@@ -670,6 +675,7 @@ def _mode_dependent(
     opaque_paths: set[str],
     fixed: dict[str, Any],
     example: tuple[Any, ...] | None,
+    whole_by_mode: Collection[str] | None = (),
 ) -> tuple[str | None, fx.Graph]:
     """The innermost module whose traced forward differs in eval mode beyond what the port
     writes out (None: none does), and the trace to port: the training one, whose mode-passing
@@ -687,8 +693,22 @@ def _mode_dependent(
     aligned = _align(train, evaluation, model)
     if isinstance(aligned, fx.Node):
         return _owner(model, aligned), graph
+    for node in aligned.only_training:
+        owner = _owner(model, node)
+        if whole_by_mode is None or owner in whole_by_mode:
+            return owner, graph
     for node, found in aligned.flags.items():  # the port passes the graph's mode there
         node.meta[TRAINING_ARGS] = found
     for node, instead in aligned.only_training.items():
         node.meta[TRAINING_ONLY] = instead
     return None, train
+
+
+def owner_of(model: nn.Module, node: fx.Node) -> str:
+    """The path of the innermost module of the model's own code that ran ``node``."""
+    return _owner(model, node)
+
+
+def has_training_only(gm: fx.GraphModule | None) -> bool:
+    """Whether the traced model runs something in training only, written out by mode."""
+    return gm is not None and any(TRAINING_ONLY in node.meta for node in gm.graph.nodes)

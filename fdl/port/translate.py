@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from fdl.port.errors import UnsupportedError
+from fdl.port.errors import ModeUnsupported, UnsupportedError
 from fdl.port.trace import TRAINING_ARGS, TRAINING_ONLY, assign, is_constant
 
 SEARCH_BUDGET = 20_000
@@ -196,7 +196,8 @@ class Expr:
         return ", ".join(unwrap(t) for t in items)
 
     def call(self, node: fx.Node) -> str:
-        if TRAINING_ONLY in node.meta and not self.in_training_branch:
+        by_mode = self.kinds.get(node) in ("tensor", "inline")  # a shape is computed either way
+        if TRAINING_ONLY in node.meta and by_mode and not self.in_training_branch:
             return self.training_only(node)
         args, kwargs = node.args, node.kwargs
         flags = node.meta.get(TRAINING_ARGS)
@@ -223,15 +224,9 @@ class Expr:
 
     def training_only(self, node: fx.Node) -> str:
         """``node``, which the original runs in training only: ``(<node> if training else
-        <eval mode's value in its place>)`` (its first argument when eval has none, the
+        <eval mode's value in its place>)`` (its first input when eval has none, the
         operation being an effect: ``nbt.add_(1) if training else nbt``)."""
-        if self.kinds.get(node) not in ("tensor", "inline"):
-            raise UnsupportedError(f"{node.name} runs in training only and is not a tensor")
-        instead = node.meta[TRAINING_ONLY]
-        if instead is None:
-            instead = node.args[0] if node.args else None
-        if not isinstance(instead, fx.Node):
-            raise UnsupportedError(f"{node.name} runs in training only and eval has no value")
+        instead = _eval_value(node)
         self.in_training_branch = True
         try:
             text = self.call(node)
@@ -239,6 +234,16 @@ class Expr:
             self.in_training_branch = False
         self.reads_training = True
         return f"({text} if training else {unwrap(self(instead))})"
+
+
+def _eval_value(node: fx.Node) -> Any:
+    """What eval mode has in the place of ``node``, an operation run in training only: the
+    value the eval trace reads instead, else (an effect, ``nbt.add_(1)``, or a value read in
+    training only) its first input."""
+    instead = node.meta[TRAINING_ONLY]
+    if instead is None and node.all_input_nodes:
+        instead = node.all_input_nodes[0]  # (read only in training: any of its inputs will do)
+    return instead
 
 
 def _assignment(node: fx.Node, expr: Expr, taken: set[str]) -> str:
@@ -594,6 +599,13 @@ class Translator:
                         ) from None
                     self.buffers.add(n)
                 self.params.append(n)
+        for n in nodes:  # what runs in training only must be a tensor eval has a value for
+            if TRAINING_ONLY not in n.meta or n.op == "get_attr":  # a read: harmless in eval
+                continue
+            if kinds.get(n) not in ("tensor", "meta"):
+                raise ModeUnsupported(f"{n.name} runs in training only and is not a tensor", n)
+            if kinds.get(n) == "tensor" and not isinstance(_eval_value(n), fx.Node):
+                raise ModeUnsupported(f"{n.name} runs in training only; eval has no value", n)
         self.ops: list[Op] = []
         self.op_of: dict[fx.Node, Op] = {}
         kinds = self.kinds = _mark_inline(nodes, kinds) if fold else dict(kinds)

@@ -878,6 +878,18 @@ def test_a_batch_count_and_a_drop_path_in_training_only_are_written_out(workdir,
     assert torch.equal(graph.eval()(x), graph.eval()(x))
 
 
+def test_a_training_only_call_that_cannot_follow_the_mode_keeps_only_its_module_whole(workdir):
+    # torch.sort in training only returns a tuple, a step of its own that has no eval value:
+    # that module is kept whole, and the batch norm counting batches is still written out
+    out = workdir / "sorted.py"
+    report = port(workdir / "dynamic.py", "SortedNet", None, ["torch.randn(6, 4)"], out)
+    assert report.written and report.parity.exact
+    assert [(o.path, o.cls) for o in report.opaque] == [("inner", "SortedInTraining")]
+    flow = out.read_text()
+    assert ".through(m.inner)" in flow
+    assert "norm_num_batches_tracked.add_(1) if training else " in flow
+
+
 def test_an_operation_in_eval_mode_only_keeps_its_module_whole(workdir):
     out = workdir / "evalonly.py"
     report = port(workdir / "dynamic.py", "EvalOnlyNet", None, ["torch.randn(3, 4)"], out)

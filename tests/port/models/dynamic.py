@@ -209,3 +209,29 @@ class EvalOnlyNet(nn.Module):
 
     def forward(self, x):
         return self.out(self.inner(x))
+
+
+class SortedInTraining(nn.Module):
+    """In training only, a call that returns a tuple (a step of its own): not written out by
+    mode, so the port falls back to keeping this module whole."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        x = self.fc(x)
+        if self.training:
+            x = x + torch.sort(x, dim=-1)[0]
+        return x
+
+
+class SortedNet(nn.Module):
+    def __init__(self, dim=4):
+        super().__init__()
+        self.inner = SortedInTraining(dim)
+        self.norm = BatchNormAct(1)
+        self.out = nn.Linear(dim, 2)
+
+    def forward(self, x):
+        return self.out(self.norm(self.inner(x)[:, None, :, None])[:, 0, :, 0])
