@@ -890,9 +890,12 @@ def test_a_training_only_call_that_cannot_follow_the_mode_keeps_only_its_module_
     assert "norm_num_batches_tracked.add_(1) if training else " in flow
 
 
-def test_an_operation_in_eval_mode_only_keeps_its_module_whole(workdir):
+@pytest.mark.parametrize("model", ["EvalOnlyNet", "RescaledNet"])
+def test_an_operation_in_eval_mode_only_or_a_mode_constant_keeps_only_its_module_whole(
+    workdir, model
+):
     out = workdir / "evalonly.py"
-    report = port(workdir / "dynamic.py", "EvalOnlyNet", None, ["torch.randn(3, 4)"], out)
+    report = port(workdir / "dynamic.py", model, None, ["torch.randn(3, 4)"], out)
     assert report.written and report.parity.exact
     (opaque,) = report.opaque
     assert opaque.path == "inner" and "self.training" in opaque.reason
