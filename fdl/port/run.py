@@ -267,14 +267,7 @@ def port(
     if opaque:
         header.append("# Opaque (kept whole): " + "; ".join(
             f"{label} ({o.location})" for label, o in opaque_groups(opaque)))  # fmt: skip
-    text = render.render(
-        translation,
-        source,
-        class_name=cls.__name__,
-        script_name=script.name,
-        header=header,
-        opaque_inputs=opaque_inputs,
-    )
+    text = rendered(header, translation=translation, source=source, inputs=opaque_inputs)
     needs = sorted({line.split()[3].rstrip(",") for line in source.imports
                     if line.startswith(f"from {module.__name__} import ")})  # fmt: skip
     if needs:
