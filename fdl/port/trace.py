@@ -469,8 +469,8 @@ def _position(graph: fx.Graph) -> Any:
 
 MODE_REASON = (
     "its forward depends on self.training in a way the port cannot write out (traced in train "
-    "and in eval mode, the two differ beyond operations run in training only and arguments "
-    "passing the mode)"
+    "and in eval mode, the two differ beyond operations run in training only and constants "
+    "chosen by the mode)"
 )
 # torch's functional dropouts and their ``training`` default
 DROPOUTS = {"dropout": True, "dropout1d": True, "dropout2d": True, "dropout3d": True,
@@ -541,7 +541,9 @@ def _constant_value(node: fx.Node, root: nn.Module) -> tuple[Any, ...]:
     return (value.dtype, tuple(value.shape), repr(value.detach().cpu().tolist()))
 
 
-TRAINING_ARGS = "fdl_training_args"  # node.meta: the arguments that pass the module's mode
+# node.meta: the arguments whose value depends on the mode, each with its value in eval mode
+# (the node's own is training's): ``self.training`` itself, or ``0.5 if self.training else 1.0``
+TRAINING_ARGS = "fdl_training_args"
 # node.meta: an operation the forward runs in training only, and the value eval mode has in its
 # place (None: no value, an effect only)
 TRAINING_ONLY = "fdl_training_only"
@@ -552,20 +554,20 @@ class _Aligned:
     """The training trace's nodes matched to the eval trace's."""
 
     only_training: dict[fx.Node, fx.Node | None]  # node -> the value eval mode has instead
-    flags: dict[fx.Node, list[int | str]]  # arguments passing the mode (see _match)
+    flags: dict[fx.Node, dict[int | str, Any]]  # arguments by mode (see _match)
 
 
 def _align(train: fx.Graph, evaluation: fx.Graph, root: nn.Module) -> _Aligned | fx.Node:
     """Match each node of the eval-mode trace to one of the training trace, in order; the
     training nodes left over run in training only (timm's ``num_batches_tracked.add_(1)``, a
     drop path's ``x * mask``). When the two differ otherwise (a node eval mode runs and
-    training does not, a call whose arguments differ beyond the mode), returns the first eval
+    training does not, a call whose tensors differ), returns the first eval
     node no training node matches, or the training-only node whose eval value is computed
     elsewhere."""
     ours = list(train.nodes)
     mapped: dict[fx.Node, fx.Node] = {}  # eval node -> training node
     only: dict[fx.Node, fx.Node | None] = {}
-    flags: dict[fx.Node, list[int | str]] = {}
+    flags: dict[fx.Node, dict[int | str, Any]] = {}
     i = 0
     for theirs in evaluation.nodes:
         while True:
@@ -600,12 +602,13 @@ def _match(
     mapped: dict[fx.Node, fx.Node],
     only: dict[fx.Node, fx.Node | None],
     root: nn.Module,
-) -> list[int | str] | None:
+) -> dict[int | str, Any] | None:
     """Whether ``mine`` (training) does what ``theirs`` (eval) does in its mode: None when not,
-    else the arguments that pass the mode itself, ``True`` in training and ``False`` in eval
-    (``stochastic_depth(x, p, mode, self.training)``, Swin's ``training=self.training``). Where
-    ``mine`` reads a training-only value and ``theirs`` another, that other is recorded as
-    eval's value in its place.
+    else the arguments whose constant value depends on the mode, with eval's value: the mode
+    itself, ``True`` in training and ``False`` in eval (``stochastic_depth(x, p, mode,
+    self.training)``, Swin's ``training=self.training``), or any other constant (sdpa's
+    ``dropout_p=p if self.training else 0.0``). Where ``mine`` reads a training-only value and
+    ``theirs`` another, that other is recorded as eval's value in its place.
 
     A dropout passes its input through in eval mode however it is written, so two dropouts of
     one input agree when their ``p`` does or when either is off: ``F.dropout(x, p,
@@ -615,7 +618,7 @@ def _match(
         return None
     if is_constant(mine) or is_constant(theirs):
         same = is_constant(mine) and is_constant(theirs)
-        return [] if same and _constant_value(mine, root) == _constant_value(theirs, root) else None
+        return {} if same and _constant_value(mine, root) == _constant_value(theirs, root) else None
     if mine.target != theirs.target:
         return None
     instead: dict[fx.Node, fx.Node] = {}
@@ -625,7 +628,7 @@ def _match(
             if not (isinstance(a, fx.Node) and isinstance(b, fx.Node)):
                 return False
             if is_constant(a) or is_constant(b):
-                return _match(a, b, mapped, only, root) == []
+                return _match(a, b, mapped, only, root) == {}
             if b not in mapped:
                 return False
             if mapped[b] is a:
@@ -646,27 +649,35 @@ def _match(
         return repr(a) == repr(b)
 
     first, second = _dropout(mine), _dropout(theirs)
-    if first is not None and second is not None:
-        if not equal((first["input"], first["inplace"]), (second["input"], second["inplace"])):
-            return None
-        agree = first["p"] == second["p"] or _off(first) or _off(second)
-        found: list[int | str] | None = [] if agree else None
-    else:
+    one_dropout = (
+        first is not None
+        and second is not None
+        and equal((first["input"], first["inplace"]), (second["input"], second["inplace"]))
+        and (first["p"] == second["p"] or _off(first) or _off(second))
+    )
+    found: dict[int | str, Any] = {}
+    if not one_dropout:
         if len(mine.args) != len(theirs.args) or mine.kwargs.keys() != theirs.kwargs.keys():
             return None
         pairs: list[tuple[int | str, tuple[Any, Any]]] = [
             *enumerate(zip(mine.args, theirs.args, strict=True))
         ]
         pairs += [(k, (mine.kwargs[k], theirs.kwargs[k])) for k in mine.kwargs]
-        found = []
         for key, (a, b) in pairs:
-            if a is True and b is False and mine.op != "call_module":
-                found.append(key)
-            elif not equal(a, b):
+            if equal(a, b):
+                continue
+            if mine.op == "call_module" or not (_plain(a) and _plain(b)):
                 return None
-    if found is not None:
-        only.update(instead)
+            found[key] = b  # a constant by mode: (a if training else b)
+    only.update(instead)
     return found
+
+
+def _plain(value: Any) -> bool:
+    """A constant the port writes as a literal (a number, a string, None, a tuple of them)."""
+    if isinstance(value, tuple | list):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, bool | int | float | str)
 
 
 def _mode_dependent(

@@ -201,10 +201,9 @@ class Expr:
             return self.training_only(node)
         args, kwargs = node.args, node.kwargs
         flags = node.meta.get(TRAINING_ARGS)
-        if flags:  # the original passed self.training here: the function's own mode
-            training = Source("training")
-            args = tuple(training if i in flags else a for i, a in enumerate(args))
-            kwargs = {k: training if k in flags else v for k, v in kwargs.items()}
+        if flags:  # a value that depends on the mode: the function's own mode decides
+            args = tuple(_by_mode(a, flags[i]) if i in flags else a for i, a in enumerate(args))
+            kwargs = {k: _by_mode(v, flags[k]) if k in flags else v for k, v in kwargs.items()}
             self.reads_training = True
         if node.op == "call_method":
             return f"{self(args[0])}.{node.target}({self.arguments(args[1:], kwargs)})"
@@ -234,6 +233,14 @@ class Expr:
             self.in_training_branch = False
         self.reads_training = True
         return f"({text} if training else {unwrap(self(instead))})"
+
+
+def _by_mode(training: Any, evaluating: Any) -> Source:
+    """An argument whose value the original chose by its mode, as source choosing by the
+    function's: ``training`` itself for ``self.training``, else ``(a if training else b)``."""
+    if training is True and evaluating is False:
+        return Source("training")
+    return Source(f"({literal(training)} if training else {literal(evaluating)})")
 
 
 def _eval_value(node: fx.Node) -> Any:

@@ -890,12 +890,9 @@ def test_a_training_only_call_that_cannot_follow_the_mode_keeps_only_its_module_
     assert "norm_num_batches_tracked.add_(1) if training else " in flow
 
 
-@pytest.mark.parametrize("model", ["EvalOnlyNet", "RescaledNet"])
-def test_an_operation_in_eval_mode_only_or_a_mode_constant_keeps_only_its_module_whole(
-    workdir, model
-):
+def test_an_operation_in_eval_mode_only_keeps_only_its_module_whole(workdir):
     out = workdir / "evalonly.py"
-    report = port(workdir / "dynamic.py", model, None, ["torch.randn(3, 4)"], out)
+    report = port(workdir / "dynamic.py", "EvalOnlyNet", None, ["torch.randn(3, 4)"], out)
     assert report.written and report.parity.exact
     (opaque,) = report.opaque
     assert opaque.path == "inner" and "self.training" in opaque.reason
@@ -944,12 +941,35 @@ def test_a_helper_told_the_mode_by_argument_is_a_step_that_follows_the_graphs_mo
     assert not torch.equal(graph.train()(x), graph.eval()(x))  # it does follow the mode
 
 
-def test_a_dropout_on_in_both_modes_at_rates_that_differ_keeps_its_module_whole(workdir):
-    out = workdir / "mc.py"
-    report = port(workdir / "dynamic.py", "MonteCarloDropout", None, ["torch.randn(3, 4)"], out)
-    assert report.written and report.parity.exact
-    (opaque,) = report.opaque
-    assert opaque.path == "" and "self.training" in opaque.reason
+@pytest.mark.parametrize(
+    ("model", "function"),
+    [
+        # Monte Carlo dropout at a rate chosen by the mode: on in eval mode too, at another rate
+        (
+            "MonteCarloDropout",
+            "def dropout(x, *, training):\n    return F.dropout(x, p=(0.1 if training else 0.3))",
+        ),
+        ("RescaledNet", "def mul(x, *, training):\n    return x * (0.5 if training else 1.0)"),
+    ],
+)
+def test_a_constant_chosen_by_the_mode_is_chosen_by_the_graphs_mode(workdir, model, function):
+    out = workdir / "bymode.py"
+    report = port(workdir / "dynamic.py", model, None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    assert function in out.read_text()
+    original = getattr(sys.modules["dynamic"], model)()
+    graph = load(out).from_torch(original)
+    x = torch.randn(256, 4)
+    for mode in (True, False):
+        original.train(mode), graph.train(mode)
+        torch.manual_seed(4)
+        want = original(x)
+        torch.manual_seed(4)
+        assert torch.equal(graph(x), want)
+    torch.manual_seed(4)
+    trained = graph.train()(x)
+    torch.manual_seed(4)
+    assert not torch.equal(graph.eval()(x), trained)  # the mode does choose
 
 
 def test_port_overhead_benchmark_smoke_run(tmp_path):

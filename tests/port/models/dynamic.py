@@ -104,7 +104,8 @@ class AttentionNet(nn.Module):
 
 
 class MonteCarloDropout(nn.Module):
-    """Dropout on in both modes, at a rate that depends on the mode: not one nn.Dropout."""
+    """Dropout on in both modes, at a rate that depends on the mode: not one nn.Dropout, a
+    function choosing the rate by the graph's mode."""
 
     def __init__(self, dim=4):
         super().__init__()
@@ -238,7 +239,7 @@ class SortedNet(nn.Module):
 
 
 class Rescaled(nn.Module):
-    """A constant that depends on the mode: not written out (its module is kept whole)."""
+    """A constant chosen by the mode: the port chooses it by the graph's mode."""
 
     def __init__(self, dim=4):
         super().__init__()
