@@ -26,6 +26,7 @@ from typing import Any
 from fdl.port.errors import UnsupportedError
 from fdl.port.translate import (
     CALL_HELPER,
+    GUARD_HELPER,
     HELD_HELPER,
     NO_DEFAULT,
     SHARED_HELPER,
@@ -268,6 +269,8 @@ def render(
             defs.append(SHARED_HELPER.strip() + "\n")
         if translation.needs_held:
             defs.append(HELD_HELPER.strip() + "\n")
+        if translation.needs_guard:
+            defs.append(GUARD_HELPER.strip() + "\n")
         defs += translation.functions
         calls = translation.chain
         if len(calls) <= CHAIN_LIMIT:

@@ -67,6 +67,45 @@ def assign(target: torch.Tensor, key: Any, value: Any) -> torch.Tensor:
     return target
 
 
+def shape_checked(
+    x: torch.Tensor, value: Any, expected: bool, test: str = "a test on the input's shape"
+) -> torch.Tensor:
+    """``x``, once the shape test ``value`` the forward branched on is ``expected``, as it was
+    for the example the port traced (sdpa's ``query.shape[2] > 1``): the port follows the
+    branch taken then, so an input taking the other is an error, never a wrong result."""
+    if bool(value) != expected:
+        raise ValueError(
+            f"this port follows the branch its original took where {test} was {expected}, "
+            f"and for this input it is {not expected}: port again with an example input of "
+            "this shape"
+        )
+    return x
+
+
+# what reads only a tensor's shape, the way to that tensor (see PortTracer.to_bool)
+_SHAPE_READS = {"size", "dim", "ndimension", "numel", "__len__"}
+
+
+def _shaped_tensor(node: fx.Node) -> fx.Node | None:
+    """The tensor whose shape ``node`` (a test computed from shapes) reads first."""
+    seen: set[fx.Node] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        arithmetic = n.op == "call_function" and (
+            n.target in (getattr, operator.getitem, len)
+            or getattr(n.target, "__module__", "") in ("_operator", "operator")
+        )
+        if arithmetic or (n.op == "call_method" and n.target in _SHAPE_READS):
+            stack.extend(reversed(n.all_input_nodes))
+        elif n.op in ("placeholder", "call_function", "call_method", "call_module", "get_attr"):
+            return n
+    return None
+
+
 def _patches_reverted() -> contextlib.AbstractContextManager[None]:
     """fx's own patches (``nn.Module.__call__`` records a call while tracing) lifted for a while."""
     revert = getattr(fx._symbolic_trace, "_maybe_revert_all_patches", None)
@@ -161,10 +200,26 @@ class PortTracer(fx.Tracer):
                 base, start = self.proxy(whole), key.start or 0
         return iter([base[start + i] for i in range(n)])
 
+    def to_bool(self, obj: fx.Proxy) -> bool:
+        """``if query.shape[2] > 1:``: a test on shapes alone is decided as it is for the
+        example, and the graph checks that decision when it runs (:func:`shape_checked`). A
+        test on a tensor's values is still control flow the tracer cannot follow."""
+        value = self.example_value(obj)
+        tensor = _shaped_tensor(obj.node) if type(value) is bool else None
+        if tensor is None:
+            return super().to_bool(obj)
+        self.create_proxy("call_function", shape_checked, (self.proxy(tensor), obj, value), {})
+        return bool(value)
+
     def shape_length(self, obj: fx.Proxy) -> int | None:
         """The length of the shape ``obj`` traces on the example (None: not a shape, or no
-        example): the graph traced so far is run up to ``obj`` on fake tensors (nothing of the
-        model's is written)."""
+        example)."""
+        value = self.example_value(obj)
+        return len(value) if isinstance(value, torch.Size) else None
+
+    def example_value(self, obj: fx.Proxy) -> Any:
+        """The value ``obj`` traces on the example (None: unknown): the graph traced so far is
+        run up to ``obj`` on fake tensors (nothing of the model's is written)."""
         if self.example is None or self.root is None:
             return None
         node = obj.node  # first: an attribute (``x.shape``) records its node when asked
@@ -180,10 +235,9 @@ class PortTracer(fx.Tracer):
         try:  # fx's patches of nn.Module reverted: the run must not record into the trace
             with _patches_reverted(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
                 run = _FakeRun(self.root, graph, mode)
-                value = run.run(*(run.fake(a) for a in args))
+                return run.run(*(run.fake(a) for a in args))
         except Exception:
             return None
-        return len(value) if isinstance(value, torch.Size) else None
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         """A buffer read by the forward is a traced value, as a parameter is: what the forward
@@ -409,6 +463,8 @@ def _has_effects(node: fx.Node) -> bool:
 
     if node.is_impure() or node.op == "call_module" or _in_place(node):
         return True  # a write may be into an input, a buffer or a value read later
+    if node.target is shape_checked:
+        return True  # nobody reads it: it checks
     name = str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", "")
     return node.op in ("call_function", "call_method") and name in RANDOM_NAMES
 

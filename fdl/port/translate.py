@@ -35,7 +35,7 @@ import torch
 from torch import fx, nn
 
 from fdl.port.errors import ModeUnsupported, UnsupportedError
-from fdl.port.trace import TRAINING_ARGS, TRAINING_ONLY, assign, is_constant
+from fdl.port.trace import TRAINING_ARGS, TRAINING_ONLY, assign, is_constant, shape_checked
 
 SEARCH_BUDGET = 20_000
 # why a step cannot be written on one particular stream (another layout may still fit)
@@ -66,6 +66,8 @@ RANDOM_NAMES = {
 
 def qualname(fn: Any, imports: set[str]) -> str:
     """How generated code names the function ``fn`` (``F.relu``, ``torch.cat``, ``math.sqrt``)."""
+    if fn is shape_checked:
+        return "shape_checked"  # defined in the generated module (GUARD_HELPER)
     name = getattr(fn, "__name__", None)
     if not isinstance(name, str):
         raise UnsupportedError(f"cannot name the function {fn!r}")
@@ -216,6 +218,9 @@ class Expr:
             return f"({UNARY[fn]}{self(args[0])})"
         if fn is operator.getitem:
             return f"{self(args[0])}[{_subscript(args[1], self)}]"
+        if fn is shape_checked:  # the test as written, for its error message
+            test = unwrap(self(args[1]))
+            return f"shape_checked({self(args[0])}, {test}, {args[2]!r}, {test!r})"
         if fn is builtins.getattr:
             return f"{self(args[0])}.{args[1]}"
         kwargs = _default_free(fn, kwargs)
@@ -481,6 +486,20 @@ class Held(nn.Module):
 '''
 
 
+GUARD_HELPER = '''
+def shape_checked(x, value, expected, test):
+    """``x``, once the shape ``test`` the original branched on (here ``value``) is ``expected``,
+    as it was for the example the port traced: this port follows the branch taken then."""
+    if bool(value) != expected:
+        raise ValueError(
+            f"this port follows the branch its original took where {test} was {expected}, "
+            f"and for this input it is {not expected}: port again with an example input of "
+            "this shape"
+        )
+    return x
+'''
+
+
 @dataclass
 class Step:
     """How one traced operation is written: ``code`` is a builder step; ``using`` wires refs."""
@@ -551,6 +570,7 @@ class Translation:
     inputs: list[tuple[str, Any]]  # auxiliary graph inputs: (name, default or NO_DEFAULT)
     order_note: str = ""  # why gradients might differ in the last bits on other inputs
     strict: bool = False  # every operation a step of its own, in the original's order
+    needs_guard: bool = False  # a shape test the forward branched on is checked
 
 
 NO_DEFAULT = object()
@@ -1287,6 +1307,7 @@ class Translator:
             needs_call="Call(" in text,
             needs_shared=self.needs_shared,
             needs_held=self.needs_held,
+            needs_guard="shape_checked(" in code,
             imports=imports,
             steps=steps,
             inputs=inputs,
@@ -1312,7 +1333,7 @@ class Translator:
 
 DETACHED_HOWS = ("detached_through", "detached")
 INFIX_NAMES = {"add": "add", "iadd": "add", "truediv": "div", "getitem": "index"}
-TAKEN = {"build", "from_torch", "flow", "Call", "shared", "torch", "nn", "F", "fl", "math", "operator",
+TAKEN = {"build", "from_torch", "flow", "Call", "shared", "Held", "shape_checked", "torch", "nn", "F", "fl", "math", "operator",
          "m", "x", "module"}  # fmt: skip
 
 

@@ -498,17 +498,19 @@ class TinyEagerClassifier(TinyClassifier):
 @pytest.mark.parametrize(
     ("cls", "kept", "ends"),
     [
-        ("TinyLM", ["lm.transformer"], ["self.lm.transformer", "[...]", "self.lm.lm_head"]),
+        # GPT-2 and BERT's default attention (sdpa) branch on the query's length: decided as
+        # for the example, and checked on every input (shape_checked)
+        ("TinyLM", [], [".view()", "[...]", "self.lm.lm_head"]),
         (
             "TinyClassifier",
             # the embeddings read slices of their position_ids and token_type_ids buffers:
             # written out since buffers are traced values (they were kept whole)
-            ["bert.encoder.layer.0.attention.self"],
+            [],
             ["self.bert.encoder.layer.0.output.LayerNorm", "[...]", "self.head"],
         ),
         (
-            # the default attention (sdpa) branches on the query's length; eager attention is
-            # plain tensor code, every part of it written out, its dropout as nn.Dropout(0.1)
+            # eager attention is plain tensor code, every part of it written out, its dropout
+            # as nn.Dropout(0.1)
             "TinyEagerClassifier",
             [],
             ["self.bert.encoder.layer.0.output.LayerNorm", "[...]", "self.head"],
@@ -529,8 +531,12 @@ def test_transformers_models_port_exactly_around_what_fx_cannot_trace(workdir, c
         assert "nn.Dropout(p=0.1)" in out.read_text()
     original = getattr(sys.modules["hf_models"], cls)().eval()
     graph = load(out).from_torch(original).eval()
-    ids = torch.randint(0, 50, (2, 6))
-    assert torch.equal(graph(ids), original(ids))
+    for length in (6, 3):  # the example's length and another
+        ids = torch.randint(0, 50, (2, length))
+        assert torch.equal(graph(ids), original(ids))
+    if cls != "TinyEagerClassifier":  # one token takes sdpa's other branch: refused, not wrong
+        with pytest.raises(ValueError, match="port again with an example input of this shape"):
+            graph(torch.randint(0, 50, (2, 1)))
 
 
 def test_init_arguments_reach_the_model_and_build(workdir):
@@ -888,6 +894,21 @@ def test_a_training_only_call_that_cannot_follow_the_mode_keeps_only_its_module_
     flow = out.read_text()
     assert ".through(m.inner)" in flow
     assert "norm_num_batches_tracked.add_(1) if training else " in flow
+
+
+def test_a_branch_on_shapes_follows_the_example_and_checks_every_input(workdir):
+    out = workdir / "length.py"
+    report = port(workdir / "dynamic.py", "LengthBranch", None, ["torch.randn(2, 5, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    flow = out.read_text()
+    assert 'shape_checked(x, x.shape[1] > 1, True, "x.shape[1] > 1")' in flow
+    assert 'shape_checked(x, x.dim() == 3, True, "x.dim() == 3")' in flow
+    original = sys.modules["dynamic"].LengthBranch()
+    graph = load(out).from_torch(original)
+    longer = torch.randn(3, 9, 4)
+    assert torch.equal(graph(longer), original(longer))  # another length, the same branch
+    with pytest.raises(ValueError, match=r"where x\.shape\[1\] > 1 was True, and for this input"):
+        graph(torch.randn(3, 1, 4))  # the branch not taken: an error, not a wrong result
 
 
 def test_an_operation_in_eval_mode_only_keeps_only_its_module_whole(workdir):
