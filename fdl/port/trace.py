@@ -96,8 +96,8 @@ def _shaped_tensor(node: fx.Node) -> fx.Node | None:
             continue
         seen.add(n)
         arithmetic = n.op == "call_function" and (
-            n.target in (getattr, operator.getitem, len)
-            or getattr(n.target, "__module__", "") in ("_operator", "operator")
+            n.target in (getattr, len)
+            or getattr(n.target, "__module__", "") in ("_operator", "operator", "math", "builtins")
         )
         if arithmetic or (n.op == "call_method" and n.target in _SHAPE_READS):
             stack.extend(reversed(n.all_input_nodes))
@@ -206,8 +206,8 @@ class PortTracer(fx.Tracer):
         test on a tensor's values is still control flow the tracer cannot follow."""
         value = self.example_value(obj)
         tensor = _shaped_tensor(obj.node) if type(value) is bool else None
-        if tensor is None:
-            return super().to_bool(obj)
+        if tensor is None or not isinstance(self.example_value(self.proxy(tensor)), torch.Tensor):
+            return super().to_bool(obj)  # (a check on no tensor would not run: no branch)
         self.create_proxy("call_function", shape_checked, (self.proxy(tensor), obj, value), {})
         return bool(value)
 

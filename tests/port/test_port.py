@@ -898,17 +898,30 @@ def test_a_training_only_call_that_cannot_follow_the_mode_keeps_only_its_module_
 
 def test_a_branch_on_shapes_follows_the_example_and_checks_every_input(workdir):
     out = workdir / "length.py"
-    report = port(workdir / "dynamic.py", "LengthBranch", None, ["torch.randn(2, 5, 4)"], out)
+    report = port(workdir / "shapes.py", "LengthBranch", None, ["torch.randn(2, 5, 4)"], out)
     assert report.written and report.parity.exact and report.opaque == []
     flow = out.read_text()
     assert 'shape_checked(x, x.shape[1] > 1, True, "x.shape[1] > 1")' in flow
     assert 'shape_checked(x, x.dim() == 3, True, "x.dim() == 3")' in flow
-    original = sys.modules["dynamic"].LengthBranch()
+    original = sys.modules["shapes"].LengthBranch()
     graph = load(out).from_torch(original)
     longer = torch.randn(3, 9, 4)
     assert torch.equal(graph(longer), original(longer))  # another length, the same branch
     with pytest.raises(ValueError, match=r"where x\.shape\[1\] > 1 was True, and for this input"):
         graph(torch.randn(3, 1, 4))  # the branch not taken: an error, not a wrong result
+
+
+def test_a_shape_test_computed_through_math_is_checked_too(workdir):
+    out = workdir / "padded.py"
+    report = port(workdir / "shapes.py", "PaddedToEven", None, ["torch.randn(2, 6, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    assert "(math.ceil(x.shape[1] / 2) * 2) != x.shape[1]" in out.read_text()
+    original = sys.modules["shapes"].PaddedToEven()
+    graph = load(out).from_torch(original)
+    even = torch.randn(3, 8, 4)
+    assert torch.equal(graph(even), original(even))
+    with pytest.raises(ValueError, match="was False, and for this input it is True"):
+        graph(torch.randn(3, 7, 4))  # the original would pad: the port refuses, never skips it
 
 
 def test_an_operation_in_eval_mode_only_keeps_only_its_module_whole(workdir):

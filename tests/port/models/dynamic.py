@@ -258,18 +258,3 @@ class RescaledNet(nn.Module):
 
     def forward(self, x):
         return self.out(torch.relu(self.inner(self.first(x))))
-
-
-class LengthBranch(nn.Module):
-    """Branches on shapes alone, as transformers' sdpa attention does on the query's length
-    (``is_causal = q_length > 1 and ...``): decided as for the example, and checked."""
-
-    def __init__(self, dim=4):
-        super().__init__()
-        self.fc = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        h = self.fc(x)
-        if h.shape[1] > 1 and h.dim() == 3:
-            h = h - h.mean(1, keepdim=True)
-        return torch.tanh(h)
