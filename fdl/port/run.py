@@ -40,6 +40,8 @@ class Report:
     unchanged: bool = False  # the output already held exactly this port: nothing to write
     fixed: dict[str, Any] = field(default_factory=dict)  # forward arguments frozen by the trace
     note: str = ""  # a caveat the parity proof cannot cover (the translation's order note)
+    # shape tests the forward branched on, decided for the example and checked on every input
+    checks: list[tuple[str, bool]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -58,6 +60,7 @@ class Report:
             "build": self.build,
             "fixed": {k: repr(v) for k, v in self.fixed.items()},
             "parity": self.parity.to_dict() if self.parity is not None else None,
+            "shape_checks": [{"test": test, "value": value} for test, value in self.checks],
             **({"note": self.note} if self.note else {}),
             **({"refused": self.refused} if self.refused else {}),
         }
@@ -262,6 +265,10 @@ def port(
     if report.fixed:
         header.append("# Fixed while tracing (always these values; not inputs of the graph): " + ", ".join(
             f"{k}={v!r}" for k, v in report.fixed.items()))  # fmt: skip
+    report.checks = translation.checks if translation is not None else []
+    if report.checks:
+        header.append("# Decided for the example, checked on every input: " + "; ".join(
+            f"{test} is {value}" for test, value in report.checks))  # fmt: skip
     if report.note:
         header.append(f"# Note: {report.note}.")
     if opaque:
@@ -425,6 +432,12 @@ def render_report(report: Report) -> str:
         lines.append(
             f"  fixed: {name}={value!r} (no example passes it; the port always uses this value "
             "and does not take it — add an --example-input that passes it to keep it an input)"
+        )
+    if report.checks:
+        tests = "; ".join(f"{test} is {value}" for test, value in report.checks)
+        lines.append(
+            f"  checked: {tests} (branches decided for the example; an input taking another "
+            "raises ValueError)"
         )
     lines.append(f"  build(): {report.build}")
     if report.parity is not None:

@@ -169,6 +169,7 @@ class Expr:
         self.imports = imports
         self.reads_training = False  # an expression passed the module's mode: see call()
         self.in_training_branch = False  # rendering what runs in training only
+        self.checks: list[tuple[str, bool]] = []  # shape tests decided for the example
 
     def __call__(self, value: Any) -> str:
         if isinstance(value, fx.Node):
@@ -220,6 +221,7 @@ class Expr:
             return f"{self(args[0])}[{_subscript(args[1], self)}]"
         if fn is shape_checked:  # the test as written, for its error message
             test = unwrap(self(args[1]))
+            self.checks.append((test, bool(args[2])))
             return f"shape_checked({self(args[0])}, {test}, {args[2]!r}, {test!r})"
         if fn is builtins.getattr:
             return f"{self(args[0])}.{args[1]}"
@@ -571,6 +573,7 @@ class Translation:
     order_note: str = ""  # why gradients might differ in the last bits on other inputs
     strict: bool = False  # every operation a step of its own, in the original's order
     needs_guard: bool = False  # a shape test the forward branched on is checked
+    checks: list[tuple[str, bool]] = field(default_factory=list)  # (test, its value) each
 
 
 NO_DEFAULT = object()
@@ -595,6 +598,7 @@ class Translator:
         self.functions: dict[str, str] = {}  # name -> source
         self.function_names: dict[str, str] = {}  # body -> name
         self.mode_functions: set[str] = set()  # functions taking the graph's mode: training=
+        self.checks: list[tuple[str, bool]] = []  # shape tests decided for the example
         self.needs_call = False
         self.needs_shared = False
         self.needs_held = False
@@ -717,6 +721,7 @@ class Translator:
         """A module-level function computing ``node`` from ``params``; returns its name."""
         names = dict(params)
         expr = Expr(names, self.kinds, self.imports)
+        expr.checks = self.checks
         if node.target is assign:
             base, body = "assign", _assignment(node, expr, set(names.values()))
         else:
@@ -1308,6 +1313,7 @@ class Translator:
             needs_shared=self.needs_shared,
             needs_held=self.needs_held,
             needs_guard="shape_checked(" in code,
+            checks=list(dict.fromkeys(c for c in self.checks if f"{c[0]!r}" in code)),
             imports=imports,
             steps=steps,
             inputs=inputs,

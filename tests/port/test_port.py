@@ -15,7 +15,7 @@ import torch
 import flodl as fl
 from fdl.port import trace
 from fdl.port.load import PortError
-from fdl.port.run import port
+from fdl.port.run import port, render_report
 
 MODELS = Path(__file__).parent / "models"
 
@@ -903,6 +903,15 @@ def test_a_branch_on_shapes_follows_the_example_and_checks_every_input(workdir):
     flow = out.read_text()
     assert 'shape_checked(x, x.shape[1] > 1, True, "x.shape[1] > 1")' in flow
     assert 'shape_checked(x, x.dim() == 3, True, "x.dim() == 3")' in flow
+    assert report.checks == [("x.shape[1] > 1", True), ("x.dim() == 3", True)]
+    assert report.to_dict()["shape_checks"][0] == {"test": "x.shape[1] > 1", "value": True}
+    assert (
+        "# Decided for the example, checked on every input: x.shape[1] > 1 is True; "
+        "x.dim() == 3 is True" in flow
+    )
+    assert "  checked: x.shape[1] > 1 is True; x.dim() == 3 is True (branches decided" in (
+        render_report(report)
+    )
     original = sys.modules["shapes"].LengthBranch()
     graph = load(out).from_torch(original)
     longer = torch.randn(3, 9, 4)
