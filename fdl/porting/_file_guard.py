@@ -3,10 +3,11 @@
 ``fdl check`` runs the script for real in the user's directory, so a script saving to a fixed
 path (``torch.save(model.state_dict(), "model.pt")``) would replace a trained model with a
 two-step one. Inside the run, :func:`install` watches the script's file operations (Python's
-audit events ``open``, ``os.remove``, ``os.rename``, ``os.truncate``, ``shutil.rmtree``, plus the
-writers that open files from C: ``torch.save``'s and safetensors') and, the first time one is
-about to change an existing file under the watched folders, keeps that file in a backup folder
-beside it (on the same file system, so keeping is a rename or a hard link, not a copy):
+audit events ``open``, ``os.remove``, ``os.rename``, ``os.truncate``, ``shutil.rmtree``,
+``sqlite3.connect``, plus the writers that open files from C: ``torch.save``'s and
+safetensors') and, the first time one is about to change an existing file under the watched
+folders, keeps that file in a backup folder beside it (on the same file system, so keeping is a
+rename or a hard link, not a copy):
 
 * about to be truncated (``open(p, "w")``): the file is moved aside, the script writes a new one;
 * about to be deleted or replaced by a rename: a hard link keeps its data;
@@ -40,7 +41,12 @@ ENV = "FDL_CHECK_GUARD"  # JSON: {"manifest": path, "folders": [[root, backup fo
 # (the manifest lies in a backup folder, which is never watched)
 _WRITES = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
 # the audit events that can change a file (the hook sees every event: the rest return at once)
-_EVENTS = frozenset({"open", "os.remove", "os.rename", "os.truncate", "shutil.rmtree"})
+_EVENTS = frozenset(
+    {"open", "os.remove", "os.rename", "os.truncate", "shutil.rmtree", "sqlite3.connect"}
+)
+# the files SQLite keeps beside a database while writing it: a write-ahead log left by the run
+# would be replayed into the database put back, so one the run made is removed with it
+_SQLITE_COMPANIONS = ("-journal", "-wal", "-shm")
 
 
 class _Guard:
@@ -112,6 +118,19 @@ class _Guard:
                 with contextlib.suppress(OSError):
                     Path(kept).unlink()  # never a partial copy, which would be put back
 
+    def forget_if_made(self, raw: str) -> None:
+        """``raw`` does not exist yet: should the run make it, it goes when the run's files
+        come back (a record without a kept file)."""
+        path = self._absolute(raw, follow=True)
+        if path is None or path in self.kept or self._backup_for(path) is None:
+            return
+        with self.lock:
+            if path in self.kept:
+                return
+            self.kept.add(path)
+            with contextlib.suppress(OSError), open(self.manifest, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"path": path, "kept": None}) + "\n")
+
     def audit(self, event: str, args: tuple[Any, ...]) -> None:
         """The audit hook. It never raises: an exception here would fail the script's own
         operation."""
@@ -142,6 +161,15 @@ class _Guard:
                 self.keep(dst, "link", follow=False)
         elif event == "os.truncate":
             self.keep(args[0], "copy")
+        elif event == "sqlite3.connect":  # SQLite writes from C: keep the database first
+            database = _sqlite_file(args[0])
+            if database is not None and Path(database).is_file():
+                self.keep(database, "copy")
+                for suffix in _SQLITE_COMPANIONS:
+                    if Path(database + suffix).exists():
+                        self.keep(database + suffix, "copy")
+                    else:
+                        self.forget_if_made(database + suffix)
         elif event == "shutil.rmtree":
             path, dir_fd = args
             if dir_fd is None:
@@ -151,6 +179,17 @@ class _Guard:
 
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _sqlite_file(database: Any) -> str | None:
+    """The file a ``sqlite3.connect(database)`` opens (None: in memory, or not a path)."""
+    try:
+        text = os.fsdecode(os.fspath(database))
+    except TypeError:
+        return None
+    if text.startswith("file:"):  # a URI (uri=True): file:path?mode=ro
+        text = text[len("file:") :].split("?", 1)[0]
+    return None if text in ("", ":memory:") else text
 
 
 def _files_under(path: Any) -> list[str]:
@@ -306,7 +345,11 @@ def restore(manifest: str) -> list[dict[str, Any]]:
     first: dict[str, dict[str, Any]] = {}
     for record in records:
         first.setdefault(record["path"], record)
-    changes = {path: _change(path, record) for path, record in first.items()}
+    changes = {
+        path: _change(path, record)
+        for path, record in first.items()
+        if record["kept"] is not None  # (a file the run made beside one: not the user's)
+    }
     failed = put_back(records)
     return [
         {"path": path, "change": change or "modified", "restored": path not in failed}
@@ -317,13 +360,24 @@ def restore(manifest: str) -> list[dict[str, Any]]:
 
 def kept_records(manifest: str) -> list[dict[str, Any]]:
     """The manifest's records whose kept file is there (the rest were never put aside: the run
-    ended, or failed to keep it, before the change), in the order they were kept."""
+    ended, or failed to keep it, before the change), in the order they were kept, and those
+    with no kept file (``"kept": None``): a file that did not exist then, to remove should the
+    run have made it (a SQLite write-ahead log beside a database put back)."""
+    return [
+        r
+        for r in _records(manifest)
+        if isinstance(r.get("path"), str)
+        and (r.get("kept") is None or Path(str(r["kept"])).is_file())
+    ]
+
+
+def _records(manifest: str) -> list[dict[str, Any]]:
     try:
         with open(manifest, encoding="utf-8") as handle:
             records = [json.loads(line) for line in handle if line.strip()]
     except (OSError, ValueError):
         return []
-    return [r for r in records if isinstance(r, dict) and Path(str(r.get("kept"))).is_file()]
+    return [r for r in records if isinstance(r, dict)]
 
 
 def put_back(records: list[dict[str, Any]], skip: frozenset[str] = frozenset()) -> set[str]:
@@ -337,6 +391,10 @@ def put_back(records: list[dict[str, Any]], skip: frozenset[str] = frozenset()) 
     for record in reversed(records):
         path, kept = record["path"], record["kept"]
         if path in skip:
+            continue
+        if kept is None:  # it did not exist then
+            with contextlib.suppress(OSError):
+                Path(path).unlink()
             continue
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)

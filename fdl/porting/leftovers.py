@@ -99,16 +99,17 @@ def recover(leftover: Leftover) -> list[Recovered]:
     the backup folder's ``replaced/`` first (its relative path kept); the folders go once they
     hold nothing but the check's bookkeeping."""
     records = _file_guard.kept_records(str(leftover.manifest))
-    originals: dict[str, dict[str, Any]] = {}
+    firsts: dict[str, dict[str, Any]] = {}
     for record in records:
-        originals.setdefault(record["path"], record)
+        firsts.setdefault(record["path"], record)
     moved: dict[str, str] = {}
     blocked: set[str] = set()  # its current file could not move aside: not overwritten
-    for path, record in originals.items():
+    for path, record in firsts.items():
         current = Path(path)
-        if not current.is_file() or _same(current, record):
+        if not current.is_file() or (record["kept"] is not None and _same(current, record)):
             continue  # gone, or still the original (a hard link kept before a delete)
-        folder = Path(record["kept"]).parent
+        # (a file that did not exist then, a database's log, goes aside too: it may be yours)
+        folder = Path(record["kept"]).parent if record["kept"] else leftover.manifest.parent
         aside = _free(folder / REPLACED / _relative(current, folder.parent))
         try:
             aside.parent.mkdir(parents=True, exist_ok=True)
@@ -119,6 +120,7 @@ def recover(leftover: Leftover) -> list[Recovered]:
     failed = blocked | _file_guard.put_back(records, skip=frozenset(blocked))
     if not failed:
         _tidy(leftover)
+    originals = [path for path, record in firsts.items() if record["kept"] is not None]
     return [Recovered(path, path not in failed, moved.get(path)) for path in originals]
 
 
@@ -147,7 +149,11 @@ def _tidy(leftover: Leftover) -> None:
 
 # -- helpers ------------------------------------------------------------------------------------
 def _kept_files(manifest: Path) -> list[str]:
-    return sorted({record["path"] for record in _file_guard.kept_records(str(manifest))})
+    records = _file_guard.kept_records(str(manifest))
+    firsts: dict[str, dict[str, Any]] = {}
+    for record in records:
+        firsts.setdefault(record["path"], record)
+    return sorted(path for path, record in firsts.items() if record["kept"] is not None)
 
 
 def _same(path: Path, record: dict[str, Any]) -> bool:

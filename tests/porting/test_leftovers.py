@@ -177,3 +177,31 @@ def test_an_fdl_that_is_a_zombie_no_longer_owns_its_folder(tmp_path):
     finally:
         fdl.kill()
         fdl.wait()
+
+
+def test_a_database_log_the_killed_run_made_moves_aside_with_what_it_replaced(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "runs.db"
+    con = sqlite3.connect(db)
+    assert con.execute("pragma journal_mode=wal").fetchone() == ("wal",)
+    con.execute("create table runs (name text)")
+    con.execute("insert into runs values ('yours')")
+    con.commit()
+    con.close()
+    folder = killed_check(
+        tmp_path,
+        "import os, sqlite3\n"
+        "con = sqlite3.connect('runs.db')\n"
+        "con.execute(\"insert into runs values ('smoke')\")\n"
+        "con.commit()\n"
+        "os._exit(0)\n",
+    )
+    assert (tmp_path / "runs.db-wal").exists()  # the smoke's rows, waiting to be replayed
+    [found] = leftovers.find([tmp_path])
+    assert found.files == [str(db)]  # the log is not yours to get back: it goes aside
+    leftovers.recover(found)
+    con = sqlite3.connect(db)
+    assert con.execute("select name from runs").fetchall() == [("yours",)]
+    con.close()
+    assert (folder / "replaced" / "runs.db-wal").exists()  # kept, in case it was yours

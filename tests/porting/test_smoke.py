@@ -284,6 +284,41 @@ def test_every_kind_of_write_the_run_makes_is_put_back(tmp_path, monkeypatch):
     assert not list(tmp_path.glob(".fdl-check-*"))
 
 
+@pytest.mark.parametrize("wal", [False, True])
+def test_a_sqlite_database_the_run_writes_is_put_back_with_no_log_left(tmp_path, monkeypatch, wal):
+    # SQLite writes from C (an experiment tracker's runs.db): the database is kept on connect;
+    # in WAL mode a run that exits without closing leaves its log, which would replay its rows
+    # into the database put back: a log the run made goes with it
+    import sqlite3
+
+    db = tmp_path / "runs.db"
+    con = sqlite3.connect(db)
+    if wal:  # (outside a transaction, or SQLite keeps its mode)
+        assert con.execute("pragma journal_mode=wal").fetchone() == ("wal",)
+    con.execute("create table runs (name text)")
+    con.execute("insert into runs values ('yours')")
+    con.commit()
+    con.close()
+    assert not (tmp_path / "runs.db-wal").exists()
+    body = (
+        "import os, sqlite3\n"
+        "con = sqlite3.connect('runs.db')\n"
+        "con.execute(\"insert into runs values ('smoke')\")\n"
+        "con.commit()\n"
+        f"assert os.path.exists('runs.db-wal') == {wal}\n"
+        "os._exit(0)  # no close: the log stays\n"
+    )
+    result = passed_here(tmp_path, monkeypatch, body)
+    con = sqlite3.connect(db)
+    assert con.execute("select name from runs").fetchall() == [("yours",)]
+    con.close()
+    # in WAL mode the rows the run wrote were in the log only: the database file is as it was
+    restored = [] if wal else [{"path": "runs.db", "change": "modified"}]
+    assert result.restored_files == restored
+    assert result.changed_files == []  # no log, journal or index left behind
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("runs")) == ["runs.db"]
+
+
 def test_a_run_stopped_on_its_time_limit_still_gets_its_files_back(tmp_path, monkeypatch):
     (tmp_path / "model.pt").write_text("the real model")
     monkeypatch.chdir(tmp_path)
