@@ -605,45 +605,72 @@ TRAINING_ARGS = "fdl_training_args"
 TRAINING_ONLY = "fdl_training_only"
 
 
+# node.meta: an operation the forward runs in eval mode only (copied into the training trace),
+# and the value training has in its place (None: read by no operation training runs)
+EVAL_ONLY = "fdl_eval_only"
+
+
 @dataclass
 class _Aligned:
     """The training trace's nodes matched to the eval trace's."""
 
     only_training: dict[fx.Node, fx.Node | None]  # node -> the value eval mode has instead
     flags: dict[fx.Node, dict[int | str, Any]]  # arguments by mode (see _match)
+    # eval-only node -> (the training value in its place, the training nodes reading it so,
+    # the training node it runs before)
+    only_eval: dict[fx.Node, tuple[fx.Node | None, set[fx.Node], fx.Node]]
+    mapped: dict[fx.Node, fx.Node]  # eval node -> training node
 
 
 def _align(train: fx.Graph, evaluation: fx.Graph, root: nn.Module) -> _Aligned | fx.Node:
-    """Match each node of the eval-mode trace to one of the training trace, in order; the
+    """Match each node of the eval-mode trace to one of the training trace, in order. The
     training nodes left over run in training only (timm's ``num_batches_tracked.add_(1)``, a
-    drop path's ``x * mask``). When the two differ otherwise (a node eval mode runs and
-    training does not, a call whose tensors differ), returns the first eval
-    node no training node matches, or the training-only node whose eval value is computed
-    elsewhere."""
+    drop path's ``x * mask``); the eval nodes no training node matches run in eval mode only
+    (``x.softmax(-1)`` returned in eval mode). When the two differ otherwise (a layer or an
+    effect in one mode only, a call whose tensors differ), returns the first eval node no
+    training node matches, or the node whose other mode's value is computed elsewhere."""
     ours = list(train.nodes)
     mapped: dict[fx.Node, fx.Node] = {}  # eval node -> training node
     only: dict[fx.Node, fx.Node | None] = {}
+    evals: dict[fx.Node, list[Any]] = {}  # eval-only node -> [training value, readers, before]
     flags: dict[fx.Node, dict[int | str, Any]] = {}
     i = 0
     for theirs in evaluation.nodes:
-        while True:
+        # the first training node from i it matches, those before it running in training only
+        k, matched = i, None
+        while k < len(ours):
+            skipped = {n: None for n in ours[i:k] if n not in only}
+            matched = _match(ours[k], theirs, mapped, {**only, **skipped}, evals, root)
+            if matched is not None or not _skippable(ours[k]):
+                break
+            k += 1
+        if matched is None:  # none: it runs in eval mode only, before ours[i]
+            if theirs.op not in ("call_function", "call_method") or _has_effects(theirs):
+                return theirs  # an input, a layer, an effect: no eval-only value
             if i == len(ours):
                 return theirs
-            mine = ours[i]
-            i += 1
-            matched = _match(mine, theirs, mapped, only, root)
-            if matched is not None:
-                mapped[theirs] = mine
-                if matched:
-                    flags[mine] = matched
-                break
-            if mine.op in ("placeholder", "output", "call_module") or _is_assignment(mine):
-                return theirs  # not explained: an input, a layer or a store cannot be skipped
-            only[mine] = None
+            evals[theirs] = [None, set(), ours[i]]
+            continue
+        for n in ours[i:k]:
+            only.setdefault(n, None)
+        _match(ours[k], theirs, mapped, only, evals, root)  # (records what it found)
+        mapped[theirs] = ours[k]
+        if matched:
+            flags[ours[k]] = matched
+        i = k + 1
     for node, instead in only.items():
         if instead is not None and instead not in node.all_input_nodes:
             return node  # eval's value is computed elsewhere: no one function has both
-    return _Aligned(only, flags)
+    for node, (value, _, _) in evals.items():
+        if value is not None and value not in {mapped.get(n) for n in node.all_input_nodes}:
+            return node  # training's value is computed elsewhere: no one function has both
+    return _Aligned(only, flags, {n: (v, r, b) for n, (v, r, b) in evals.items()}, mapped)
+
+
+def _skippable(node: fx.Node) -> bool:
+    """Whether a training node may run in training only: not an input, the output, a layer or
+    a store."""
+    return node.op not in ("placeholder", "output", "call_module") and not _is_assignment(node)
 
 
 def _is_assignment(node: fx.Node) -> bool:
@@ -657,6 +684,7 @@ def _match(
     theirs: fx.Node,
     mapped: dict[fx.Node, fx.Node],
     only: dict[fx.Node, fx.Node | None],
+    evals: dict[fx.Node, list[Any]],
     root: nn.Module,
 ) -> dict[int | str, Any] | None:
     """Whether ``mine`` (training) does what ``theirs`` (eval) does in its mode: None when not,
@@ -664,7 +692,8 @@ def _match(
     itself, ``True`` in training and ``False`` in eval (``stochastic_depth(x, p, mode,
     self.training)``, Swin's ``training=self.training``), or any other constant (sdpa's
     ``dropout_p=p if self.training else 0.0``). Where ``mine`` reads a training-only value and
-    ``theirs`` another, that other is recorded as eval's value in its place.
+    ``theirs`` another, that other is recorded as eval's value in its place; where ``theirs``
+    reads an eval-only value and ``mine`` another, that other is training's value in its place.
 
     A dropout passes its input through in eval mode however it is written, so two dropouts of
     one input agree when their ``p`` does or when either is off: ``F.dropout(x, p,
@@ -678,13 +707,20 @@ def _match(
     if mine.target != theirs.target:
         return None
     instead: dict[fx.Node, fx.Node] = {}
+    trained: dict[fx.Node, fx.Node] = {}  # eval-only node -> the training value read instead
 
     def equal(a: Any, b: Any) -> bool:
         if isinstance(a, fx.Node) or isinstance(b, fx.Node):
             if not (isinstance(a, fx.Node) and isinstance(b, fx.Node)):
                 return False
             if is_constant(a) or is_constant(b):
-                return _match(a, b, mapped, only, root) == {}
+                return _match(a, b, mapped, only, evals, root) == {}
+            if b in evals:  # an eval-only value: training reads ``a`` in its place
+                known = evals[b][0]
+                if known not in (None, a) or trained.get(b, a) is not a:
+                    return False
+                trained[b] = a
+                return True
             if b not in mapped:
                 return False
             if mapped[b] is a:
@@ -725,8 +761,26 @@ def _match(
             if mine.op == "call_module" or not (_plain(a) and _plain(b)):
                 return None
             found[key] = b  # a constant by mode: (a if training else b)
+    if any(_occurrences(mine, value) != 1 for value in trained.values()):
+        return None  # it reads that value elsewhere too: no one input to replace
     only.update(instead)
+    for node, value in trained.items():
+        evals[node][0] = value
+        evals[node][1].add(mine)
     return found
+
+
+def _occurrences(node: fx.Node, value: fx.Node) -> int:
+    """How many times ``node``'s arguments name ``value``."""
+    count = 0
+
+    def visit(arg: fx.Node) -> fx.Node:
+        nonlocal count
+        count += arg is value
+        return arg
+
+    fx.node.map_arg((node.args, node.kwargs), visit)
+    return count
 
 
 def _plain(value: Any) -> bool:
@@ -760,7 +814,7 @@ def _mode_dependent(
     aligned = _align(train, evaluation, model)
     if isinstance(aligned, fx.Node):
         return _owner(model, aligned), graph
-    for node in aligned.only_training:
+    for node in [*aligned.only_training, *aligned.only_eval]:
         owner = _owner(model, node)
         if whole_by_mode is None or owner in whole_by_mode:
             return owner, graph
@@ -768,7 +822,24 @@ def _mode_dependent(
         node.meta[TRAINING_ARGS] = found
     for node, instead in aligned.only_training.items():
         node.meta[TRAINING_ONLY] = instead
+    _copy_eval_only(train, aligned)
     return None, train
+
+
+def _copy_eval_only(train: fx.Graph, aligned: _Aligned) -> None:
+    """Copy the operations eval mode runs alone into the training trace, each before the
+    training node it preceded, and have the training nodes that read another value in their
+    place read the copy (marked :data:`EVAL_ONLY`, with that value)."""
+    copies: dict[fx.Node, fx.Node] = {}
+    mapped = aligned.mapped
+    for node, (value, readers, before) in aligned.only_eval.items():
+        with train.inserting_before(before):
+            copy = train.node_copy(node, lambda n: copies.get(n) or mapped[n])
+        copy.meta[EVAL_ONLY] = value
+        copies[node] = copy
+        for reader in readers:
+            assert value is not None
+            reader.replace_input_with(value, copy)
 
 
 def owner_of(model: nn.Module, node: fx.Node) -> str:
@@ -777,5 +848,7 @@ def owner_of(model: nn.Module, node: fx.Node) -> str:
 
 
 def has_training_only(gm: fx.GraphModule | None) -> bool:
-    """Whether the traced model runs something in training only, written out by mode."""
-    return gm is not None and any(TRAINING_ONLY in node.meta for node in gm.graph.nodes)
+    """Whether the traced model runs something in one mode only, written out by mode."""
+    return gm is not None and any(
+        TRAINING_ONLY in node.meta or EVAL_ONLY in node.meta for node in gm.graph.nodes
+    )

@@ -35,7 +35,14 @@ import torch
 from torch import fx, nn
 
 from fdl.port.errors import ModeUnsupported, UnsupportedError
-from fdl.port.trace import TRAINING_ARGS, TRAINING_ONLY, assign, is_constant, shape_checked
+from fdl.port.trace import (
+    EVAL_ONLY,
+    TRAINING_ARGS,
+    TRAINING_ONLY,
+    assign,
+    is_constant,
+    shape_checked,
+)
 
 SEARCH_BUDGET = 20_000
 # why a step cannot be written on one particular stream (another layout may still fit)
@@ -168,7 +175,7 @@ class Expr:
         self.kinds = kinds
         self.imports = imports
         self.reads_training = False  # an expression passed the module's mode: see call()
-        self.in_training_branch = False  # rendering what runs in training only
+        self.in_mode_branch = False  # rendering what runs in one mode only
         self.checks: list[tuple[str, bool]] = []  # shape tests decided for the example
 
     def __call__(self, value: Any) -> str:
@@ -200,8 +207,11 @@ class Expr:
 
     def call(self, node: fx.Node) -> str:
         by_mode = self.kinds.get(node) in ("tensor", "inline")  # a shape is computed either way
-        if TRAINING_ONLY in node.meta and by_mode and not self.in_training_branch:
-            return self.training_only(node)
+        if by_mode and not self.in_mode_branch:
+            if TRAINING_ONLY in node.meta:
+                return self.in_one_mode(node, training=True)
+            if EVAL_ONLY in node.meta:
+                return self.in_one_mode(node, training=False)
         args, kwargs = node.args, node.kwargs
         flags = node.meta.get(TRAINING_ARGS)
         if flags:  # a value that depends on the mode: the function's own mode decides
@@ -228,18 +238,21 @@ class Expr:
         kwargs = _default_free(fn, kwargs)
         return f"{qualname(fn, self.imports)}({self.arguments(args, kwargs)})"
 
-    def training_only(self, node: fx.Node) -> str:
-        """``node``, which the original runs in training only: ``(<node> if training else
-        <eval mode's value in its place>)`` (its first input when eval has none, the
-        operation being an effect: ``nbt.add_(1) if training else nbt``)."""
-        instead = _eval_value(node)
-        self.in_training_branch = True
+    def in_one_mode(self, node: fx.Node, training: bool) -> str:
+        """``node``, which the original runs in training only (``training``) or in eval mode
+        only: ``(<node> if training else <eval's value in its place>)``, or ``(<training's
+        value> if training else <node>)``. With no such value (an effect, ``nbt.add_(1) if
+        training else nbt``, or a value only that mode reads), its first input."""
+        other = _other_mode_value(node)
+        self.in_mode_branch = True
         try:
             text = self.call(node)
         finally:
-            self.in_training_branch = False
+            self.in_mode_branch = False
         self.reads_training = True
-        return f"({text} if training else {unwrap(self(instead))})"
+        if training:
+            return f"({text} if training else {unwrap(self(other))})"
+        return f"({unwrap(self(other))} if training else {text})"
 
 
 def _by_mode(training: Any, evaluating: Any) -> Source:
@@ -250,11 +263,11 @@ def _by_mode(training: Any, evaluating: Any) -> Source:
     return Source(f"({literal(training)} if training else {literal(evaluating)})")
 
 
-def _eval_value(node: fx.Node) -> Any:
-    """What eval mode has in the place of ``node``, an operation run in training only: the
-    value the eval trace reads instead, else (an effect, ``nbt.add_(1)``, or a value read in
-    training only) its first input."""
-    instead = node.meta[TRAINING_ONLY]
+def _other_mode_value(node: fx.Node) -> Any:
+    """What the other mode has in the place of ``node``, an operation run in one mode only:
+    the value its trace reads instead, else (an effect, ``nbt.add_(1)``, or a value read in
+    that mode only) its first input."""
+    instead = node.meta[TRAINING_ONLY] if TRAINING_ONLY in node.meta else node.meta[EVAL_ONLY]
     if instead is None and node.all_input_nodes:
         instead = node.all_input_nodes[0]  # (read only in training: any of its inputs will do)
     return instead
@@ -630,13 +643,14 @@ class Translator:
                         ) from None
                     self.buffers.add(n)
                 self.params.append(n)
-        for n in nodes:  # what runs in training only must be a tensor eval has a value for
-            if TRAINING_ONLY not in n.meta or n.op == "get_attr":  # a read: harmless in eval
+        for n in nodes:  # what runs in one mode only: a tensor the other has a value for
+            one_mode = TRAINING_ONLY in n.meta or EVAL_ONLY in n.meta
+            if not one_mode or n.op == "get_attr":  # a read: harmless in either mode
                 continue
             if kinds.get(n) not in ("tensor", "meta"):
-                raise ModeUnsupported(f"{n.name} runs in training only and is not a tensor", n)
-            if kinds.get(n) == "tensor" and not isinstance(_eval_value(n), fx.Node):
-                raise ModeUnsupported(f"{n.name} runs in training only; eval has no value", n)
+                raise ModeUnsupported(f"{n.name} runs in one mode only and is not a tensor", n)
+            if kinds.get(n) == "tensor" and not isinstance(_other_mode_value(n), fx.Node):
+                raise ModeUnsupported(f"{n.name} runs in one mode only; the other has no value", n)
         self.ops: list[Op] = []
         self.op_of: dict[fx.Node, Op] = {}
         kinds = self.kinds = _mark_inline(nodes, kinds) if fold else dict(kinds)
@@ -773,11 +787,8 @@ class Translator:
             if node.args[0] is not stream or isinstance(node.args[1], fx.Node):
                 raise UnsupportedError(OFF_STREAM)
             return Step(f"fl.nn.Select({literal(node.args[1])})", what=f"[{node.args[1]!r}]")
-        if (
-            op.inputs == [stream]
-            and not node.meta.get(TRAINING_ARGS)
-            and (TRAINING_ONLY not in node.meta)
-        ):
+        by_mode = TRAINING_ONLY in node.meta or EVAL_ONLY in node.meta
+        if op.inputs == [stream] and not node.meta.get(TRAINING_ARGS) and not by_mode:
             module = torch_module(node)
             if module is not None:
                 return Step(module, random=random, what=_describe(node))

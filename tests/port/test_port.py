@@ -933,9 +933,36 @@ def test_a_shape_test_computed_through_math_is_checked_too(workdir):
         graph(torch.randn(3, 7, 4))  # the original would pad: the port refuses, never skips it
 
 
-def test_an_operation_in_eval_mode_only_keeps_only_its_module_whole(workdir):
+@pytest.mark.parametrize(
+    ("model", "function"),
+    [
+        (
+            "EvalOnlyNet",
+            "def clamp(x, *, training):\n    return x if training else x.clamp(-0.5, 0.5)",
+        ),
+        (
+            "ProbabilitiesInEval",
+            "def softmax(x, *, training):\n    return x if training else x.softmax(-1)",
+        ),
+    ],
+)
+def test_what_a_forward_does_in_eval_mode_only_follows_the_graphs_mode(workdir, model, function):
     out = workdir / "evalonly.py"
-    report = port(workdir / "dynamic.py", "EvalOnlyNet", None, ["torch.randn(3, 4)"], out)
+    report = port(workdir / "dynamic.py", model, None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    assert function in out.read_text()
+    original = getattr(sys.modules["dynamic"], model)()
+    graph = load(out).from_torch(original)
+    x = torch.randn(16, 4) * 3
+    for mode in (True, False):
+        original.train(mode), graph.train(mode)
+        assert torch.equal(graph(x), original(x))
+    assert not torch.equal(graph.train()(x), graph.eval()(x))
+
+
+def test_a_layer_called_in_eval_mode_only_keeps_only_its_module_whole(workdir):
+    out = workdir / "layerineval.py"
+    report = port(workdir / "dynamic.py", "LayerInEvalNet", None, ["torch.randn(3, 4)"], out)
     assert report.written and report.parity.exact
     (opaque,) = report.opaque
     assert opaque.path == "inner" and "self.training" in opaque.reason

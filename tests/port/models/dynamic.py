@@ -258,3 +258,38 @@ class RescaledNet(nn.Module):
 
     def forward(self, x):
         return self.out(torch.relu(self.inner(self.first(x))))
+
+
+class ProbabilitiesInEval(nn.Module):
+    """Logits in training, probabilities in eval mode: an operation in eval mode only."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, 3)
+
+    def forward(self, x):
+        logits = self.fc(x)
+        return logits if self.training else logits.softmax(-1)
+
+
+class LayerInEval(nn.Module):
+    """A layer called in eval mode only: not written by mode (its module is kept whole)."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        x = self.fc(x)
+        return x if self.training else self.norm(x)
+
+
+class LayerInEvalNet(nn.Module):
+    def __init__(self, dim=4):
+        super().__init__()
+        self.inner = LayerInEval(dim)
+        self.out = nn.Linear(dim, 2)
+
+    def forward(self, x):
+        return self.out(self.inner(x))
