@@ -525,7 +525,7 @@ def _position(graph: fx.Graph) -> Any:
 
 MODE_REASON = (
     "its forward depends on self.training in a way the port cannot write out (traced in train "
-    "and in eval mode, the two differ beyond operations run in training only and constants "
+    "and in eval mode, the two differ beyond operations run in one mode only and constants "
     "chosen by the mode)"
 )
 # torch's functional dropouts and their ``training`` default
