@@ -638,11 +638,12 @@ def _align(train: fx.Graph, evaluation: fx.Graph, root: nn.Module) -> _Aligned |
     for theirs in evaluation.nodes:
         # the first training node from i it matches, those before it running in training only
         k, matched = i, None
+        skipped = dict(only)  # with ours[i:k], running in training only should k match
         while k < len(ours):
-            skipped = {n: None for n in ours[i:k] if n not in only}
-            matched = _match(ours[k], theirs, mapped, {**only, **skipped}, evals, root)
+            matched = _match(ours[k], theirs, mapped, skipped, evals, root)
             if matched is not None or not _skippable(ours[k]):
                 break
+            skipped.setdefault(ours[k], None)
             k += 1
         if matched is None:  # none: it runs in eval mode only, before ours[i]
             if theirs.op not in ("call_function", "call_method") or _has_effects(theirs):
