@@ -21,7 +21,10 @@ parentheses is a second base)::
           ├── SchemaError (ValueError)        fdl.tasks.errors: an unusable option schema
           ├── PortError                       fdl.port.errors: ``fdl port`` cannot go on
           └── UnsupportedError                fdl.port.errors: a construct the translation
-                                              cannot write (the model stays one step)
+               │                              cannot write (the model stays one step)
+               └── ModeUnsupportedError       fdl.port.errors: an operation in one mode only
+                                              that cannot follow the mode (its module stays
+                                              one step)
     KeyboardInterrupt
      └── SmokeStopped                         fdl.porting.smoke: a signal stopped ``fdl check``
                                               and its smoke run (an interrupt, not an error)

@@ -5,8 +5,8 @@ FdlError
  │                     nothing is written
  └── UnsupportedError  the traced forward uses something the translation cannot write as
       │                builder calls; ``fdl port`` keeps that model as one opaque step
-      └── ModeUnsupported  an operation run in training only cannot be written by mode;
-                           ``fdl port`` keeps the module running it whole instead
+      └── ModeUnsupportedError  an operation run in one mode only cannot be written by
+                                mode; ``fdl port`` keeps the module running it whole instead
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from fdl.errors import FdlError
 
-__all__ = ["ModeUnsupported", "PortError", "UnsupportedError"]
+__all__ = ["ModeUnsupportedError", "PortError", "UnsupportedError"]
 
 
 class PortError(FdlError):
@@ -26,8 +26,8 @@ class UnsupportedError(FdlError):
     """The traced forward uses something the translation cannot write as builder calls."""
 
 
-class ModeUnsupported(UnsupportedError):
-    """An operation the forward runs in training only cannot be written out by mode (a call
+class ModeUnsupportedError(UnsupportedError):
+    """An operation the forward runs in one mode only cannot be written out by mode (a call
     returning a tuple): ``node`` is that operation, whose module is kept whole instead."""
 
     def __init__(self, message: str, node: Any) -> None:

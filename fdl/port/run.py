@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fdl.port.errors import ModeUnsupported, PortError, UnsupportedError
+from fdl.port.errors import ModeUnsupportedError, PortError, UnsupportedError
 from fdl.port.load import (
     construct,
     example_inputs,
@@ -173,7 +173,7 @@ def port(
                 names = translate.returned_names(cls.forward)
                 translation = translate.Translator(gm, original, kinds, names).translate()
             except UnsupportedError as exc:
-                if isinstance(exc, ModeUnsupported) and whole_by_mode is not None:
+                if isinstance(exc, ModeUnsupportedError) and whole_by_mode is not None:
                     owner = trace.owner_of(original, exc.node)
                     if owner not in whole_by_mode:
                         whole_by_mode.add(owner)  # that module is kept whole: trace again

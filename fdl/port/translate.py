@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from fdl.port.errors import ModeUnsupported, UnsupportedError
+from fdl.port.errors import ModeUnsupportedError, UnsupportedError
 from fdl.port.trace import (
     EVAL_ONLY,
     TRAINING_ARGS,
@@ -648,9 +648,11 @@ class Translator:
             if not one_mode or n.op == "get_attr":  # a read: harmless in either mode
                 continue
             if kinds.get(n) not in ("tensor", "meta"):
-                raise ModeUnsupported(f"{n.name} runs in one mode only and is not a tensor", n)
+                raise ModeUnsupportedError(f"{n.name} runs in one mode only and is not a tensor", n)
             if kinds.get(n) == "tensor" and not isinstance(_other_mode_value(n), fx.Node):
-                raise ModeUnsupported(f"{n.name} runs in one mode only; the other has no value", n)
+                raise ModeUnsupportedError(
+                    f"{n.name} runs in one mode only; the other has no value", n
+                )
         self.ops: list[Op] = []
         self.op_of: dict[fx.Node, Op] = {}
         kinds = self.kinds = _mark_inline(nodes, kinds) if fold else dict(kinds)

@@ -188,7 +188,10 @@ def test_a_project_command_shadows_a_builtin_which_stays_reachable(run_fdl, proj
     assert run_fdl("check", cwd=root).stdout == "project-check\n"
     assert run_fdl("ok", cwd=root).stdout == "ok\n"
     builtin = run_fdl("builtin", "check", "--help", cwd=root)
-    assert builtin.returncode == 0 and "Usage: fdl check [OPTIONS] {script}" in builtin.stdout
+    assert (
+        builtin.returncode == 0
+        and "Usage: fdl check [OPTIONS] [script] [ARGS]..." in builtin.stdout
+    )
     listing = run_fdl("--help", cwd=root).stdout
     assert "[shadowed here: 'fdl builtin check']" in listing
     flat = " ".join(listing.split())
