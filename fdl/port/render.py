@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fdl.port.errors import UnsupportedError
+from fdl.port.trace import GUARD_HELPER
 from fdl.port.translate import (
     CALL_HELPER,
-    GUARD_HELPER,
     HELD_HELPER,
     NO_DEFAULT,
     SHARED_HELPER,

@@ -67,12 +67,14 @@ def assign(target: torch.Tensor, key: Any, value: Any) -> torch.Tensor:
     return target
 
 
-def shape_checked(
-    x: torch.Tensor, value: Any, expected: bool, test: str = "a test on the input's shape"
-) -> torch.Tensor:
-    """``x``, once the shape test ``value`` the forward branched on is ``expected``, as it was
-    for the example the port traced (sdpa's ``query.shape[2] > 1``): the port follows the
-    branch taken then, so an input taking the other is an error, never a wrong result."""
+# A branch the forward takes on shapes alone (sdpa's ``query.shape[2] > 1``) is decided as for
+# the example the port traced; this check runs in the traced graph and, the same source, in the
+# module the port writes (standalone: it imports nothing of fdl's).
+GUARD_HELPER = '''
+def shape_checked(x, value, expected, test="a test on the input's shape"):
+    """``x``, once the shape ``test`` the original branched on (here ``value``) is ``expected``,
+    as it was for the example the port traced: this port follows the branch taken then, so an
+    input taking the other is an error, never a wrong result."""
     if bool(value) != expected:
         raise ValueError(
             f"this port follows the branch its original took where {test} was {expected}, "
@@ -80,6 +82,10 @@ def shape_checked(
             "this shape"
         )
     return x
+'''
+_guard: dict[str, Any] = {"__name__": __name__}  # (fx names functions by module)
+exec(GUARD_HELPER, _guard)  # our own source, above
+shape_checked = _guard["shape_checked"]
 
 
 # what reads only a tensor's shape, the way to that tensor (see PortTracer.to_bool)

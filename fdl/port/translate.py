@@ -501,20 +501,6 @@ class Held(nn.Module):
 '''
 
 
-GUARD_HELPER = '''
-def shape_checked(x, value, expected, test):
-    """``x``, once the shape ``test`` the original branched on (here ``value``) is ``expected``,
-    as it was for the example the port traced: this port follows the branch taken then."""
-    if bool(value) != expected:
-        raise ValueError(
-            f"this port follows the branch its original took where {test} was {expected}, "
-            f"and for this input it is {not expected}: port again with an example input of "
-            "this shape"
-        )
-    return x
-'''
-
-
 @dataclass
 class Step:
     """How one traced operation is written: ``code`` is a builder step; ``using`` wires refs."""
