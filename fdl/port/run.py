@@ -242,7 +242,7 @@ def port(
 
         if (
             whole_by_mode is not None
-            and trace.has_training_only(gm)
+            and trace.has_one_mode_operations(gm)
             and (translation is None or not report.parity.exact)
         ):
             whole_by_mode = None  # what runs in training only did not port: keep it whole

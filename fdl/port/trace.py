@@ -578,11 +578,11 @@ def _large_constant(model: nn.Module, graph: fx.Graph) -> str | None:
     ('' for the model itself; None: there is none)."""
     for node in graph.nodes:
         if is_constant(node) and getattr(model, str(node.target)).numel() > MAX_CONSTANT:
-            return _owner(model, node)
+            return owner_of(model, node)
     return None
 
 
-def _owner(model: nn.Module, node: fx.Node) -> str:
+def owner_of(model: nn.Module, node: fx.Node) -> str:
     """The innermost module not from torch whose forward recorded ``node`` ('' for the model)."""
     stack = list((node.meta.get("nn_module_stack") or {}).keys())
     custom = [p for p in stack if p and not is_torch_module(model.get_submodule(p))]
@@ -820,9 +820,9 @@ def _mode_dependent(
     train, evaluation = (graph, other) if was_training else (other, graph)
     aligned = _align(train, evaluation, model)
     if isinstance(aligned, fx.Node):
-        return _owner(model, aligned), graph
+        return owner_of(model, aligned), graph
     for node in [*aligned.only_training, *aligned.only_eval]:
-        owner = _owner(model, node)
+        owner = owner_of(model, node)
         if whole_by_mode is None or owner in whole_by_mode:
             return owner, graph
     for node, found in aligned.flags.items():  # the port passes the graph's mode there
@@ -849,12 +849,7 @@ def _copy_eval_only(train: fx.Graph, aligned: _Aligned) -> None:
             reader.replace_input_with(value, copy)
 
 
-def owner_of(model: nn.Module, node: fx.Node) -> str:
-    """The path of the innermost module of the model's own code that ran ``node``."""
-    return _owner(model, node)
-
-
-def has_training_only(gm: fx.GraphModule | None) -> bool:
+def has_one_mode_operations(gm: fx.GraphModule | None) -> bool:
     """Whether the traced model runs something in one mode only, written out by mode."""
     return gm is not None and any(
         TRAINING_ONLY in node.meta or EVAL_ONLY in node.meta for node in gm.graph.nodes

@@ -240,6 +240,16 @@ def workdir(tmp_path, monkeypatch):
         sys.modules.pop(name, None)
 
 
+def assert_same_in_both_modes(original, graph, x, seed, modes=(True, False)):
+    """The port's graph gives the original's output bit for bit in each mode (one seed)."""
+    for mode in modes:
+        original.train(mode), graph.train(mode)
+        torch.manual_seed(seed)
+        want = original(x)
+        torch.manual_seed(seed)
+        assert torch.equal(graph(x), want), f"training={mode}"
+
+
 def load(path: Path):
     spec = importlib.util.spec_from_file_location(f"ported_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
@@ -872,12 +882,7 @@ def test_a_batch_count_and_a_drop_path_in_training_only_are_written_out(workdir,
     original = sys.modules["dynamic"].TrainingOnlyNet()
     graph = load(out).from_torch(original)
     x = torch.randn(64, 3, 5, 5)
-    for mode in (True, False, True):
-        original.train(mode), graph.train(mode)
-        torch.manual_seed(5)
-        want = original(x)
-        torch.manual_seed(5)
-        assert torch.equal(graph(x), want)
+    assert_same_in_both_modes(original, graph, x, seed=5, modes=(True, False, True))
     counted = [b.norm.num_batches_tracked.item() for b in original.blocks]
     assert counted == [4, 4]  # the original's 2 training calls and the graph's 2, not eval's
     assert not torch.equal(graph.train()(x), graph.train()(x))  # paths dropped at random
@@ -954,9 +959,7 @@ def test_what_a_forward_does_in_eval_mode_only_follows_the_graphs_mode(workdir, 
     original = getattr(sys.modules["dynamic"], model)()
     graph = load(out).from_torch(original)
     x = torch.randn(16, 4) * 3
-    for mode in (True, False):
-        original.train(mode), graph.train(mode)
-        assert torch.equal(graph(x), original(x))
+    assert_same_in_both_modes(original, graph, x, seed=6)
     assert not torch.equal(graph.train()(x), graph.eval()(x))
 
 
@@ -1002,12 +1005,7 @@ def test_a_helper_told_the_mode_by_argument_is_a_step_that_follows_the_graphs_mo
     original = sys.modules["dynamic"].StochasticNet()
     graph = load(out).from_torch(original)
     x = torch.randn(64, 4)
-    for mode in (True, False):
-        original.train(mode), graph.train(mode)
-        torch.manual_seed(3)
-        want = original(x)
-        torch.manual_seed(3)
-        assert torch.equal(graph(x), want)
+    assert_same_in_both_modes(original, graph, x, seed=3)
     assert not torch.equal(graph.train()(x), graph.eval()(x))  # it does follow the mode
 
 
@@ -1030,12 +1028,7 @@ def test_a_constant_chosen_by_the_mode_is_chosen_by_the_graphs_mode(workdir, mod
     original = getattr(sys.modules["dynamic"], model)()
     graph = load(out).from_torch(original)
     x = torch.randn(256, 4)
-    for mode in (True, False):
-        original.train(mode), graph.train(mode)
-        torch.manual_seed(4)
-        want = original(x)
-        torch.manual_seed(4)
-        assert torch.equal(graph(x), want)
+    assert_same_in_both_modes(original, graph, x, seed=4)
     torch.manual_seed(4)
     trained = graph.train()(x)
     torch.manual_seed(4)
