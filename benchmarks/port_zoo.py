@@ -8,8 +8,9 @@ draws), ``noted`` (exact on both draws, but the port notes that it reads a value
 order than the original, so gradients can differ in the last bits on other inputs), ``whole`` (exact, but the whole model is one opaque step),
 ``refused`` (a difference was found: nothing written) or ``error``; ``translated`` counts the
 operations written as builder calls, ``kept_whole`` the submodules kept as opaque steps (and
-``kept_why`` their classes and reasons), and ``port_s`` is the wall time of the ``fdl port``
-call.
+``kept_why`` their classes and reasons), ``settings`` the module settings the port is written
+for (read by the forward as constants, checked by ``flow(m)``), and ``port_s`` is the wall time
+of the ``fdl port`` call.
 
 The zoos are not dependencies of flodl: install them to run this (``pip install torchvision
 timm``). A zoo that does not import is reported as missing and skipped.
@@ -144,7 +145,8 @@ def port_one(work: Path, script: str, model: str, size: int) -> dict[str, object
     done = subprocess.run(argv, cwd=work, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     row: dict[str, object] = {"model": model, "result": "error", "translated": 0,
-                              "kept_whole": 0, "port_s": round(seconds, 2), "note": "",
+                              "kept_whole": 0, "settings": 0, "port_s": round(seconds, 2),
+                              "note": "",
                               "kept_why": ""}  # fmt: skip
     try:
         report = json.loads(done.stdout)
@@ -157,6 +159,7 @@ def port_one(work: Path, script: str, model: str, size: int) -> dict[str, object
     row["translated"] = len(report["translated"])
     row["kept_whole"] = len(report["opaque"]) - len(whole)
     row["kept_why"] = kept_why([o for o in report["opaque"] if o["module"] != "<model>"])
+    row["settings"] = len(report.get("settings", {}))
     if not exact:
         row["result"] = "refused"
         row["note"] = "; ".join(

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fdl.port import settings as settings_mod
 from fdl.port.errors import UnsupportedError
 from fdl.port.trace import GUARD_HELPER
 from fdl.port.translate import (
@@ -253,8 +254,10 @@ def render(
     script_name: str,
     header: list[str],
     opaque_inputs: Sequence[tuple[str, Any]] = (),
+    settings: dict[str, Any] | None = None,
 ) -> str:
-    """The generated module's text (formatted with ruff when it is installed)."""
+    """The generated module's text (formatted with ruff when it is installed). ``settings``:
+    what the translated forward computes with as constants, checked first by ``flow(m)``."""
     imports = {"from torch import nn", "import flodl as fl", *source.imports}
     defs: list[str] = []
     if translation is not None:
@@ -271,6 +274,9 @@ def render(
             defs.append(HELD_HELPER.strip() + "\n")
         if translation.needs_guard:
             defs.append(GUARD_HELPER.strip() + "\n")
+        if settings:
+            defs.append(settings_mod.SETTINGS_HELPER.strip() + "\n")
+            defs.append("\n".join(settings_mod.lines(settings, literal)) + "\n")
         defs += translation.functions
         calls = translation.chain
         if len(calls) <= CHAIN_LIMIT:
@@ -285,6 +291,8 @@ def render(
                 parts.append(f"flow = (\n{body}\n)")
             flow_body = "\n".join(parts) + "\nreturn flow.build()"
         flow_doc = f'"""The data flow of {class_name}.forward over the layers held by ``m``."""'
+        if settings:
+            flow_body = "settings_checked(m, SETTINGS)\n" + flow_body
     else:
         steps = ["fl.FlowBuilder()"] if opaque_inputs else ["fl.FlowBuilder(m)"]
         for name, default in opaque_inputs:

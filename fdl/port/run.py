@@ -19,6 +19,8 @@ from fdl.port.load import (
     import_script,
     parse_init,
 )
+from fdl.port.settings import as_json as settings_json
+from fdl.port.settings import summary as settings_summary
 
 if TYPE_CHECKING:
     from fdl.port.render import Source
@@ -42,6 +44,8 @@ class Report:
     note: str = ""  # a caveat the parity proof cannot cover (the translation's order note)
     # shape tests the forward branched on, decided for the example and checked on every input
     checks: list[tuple[str, bool]] = field(default_factory=list)
+    # settings the translated forward computes with as constants: flow(m) checks them
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -61,6 +65,7 @@ class Report:
             "fixed": {k: repr(v) for k, v in self.fixed.items()},
             "parity": self.parity.to_dict() if self.parity is not None else None,
             "shape_checks": [{"test": test, "value": value} for test, value in self.checks],
+            "settings": {path: settings_json(v) for path, v in self.settings.items()},
             **({"note": self.note} if self.note else {}),
             **({"refused": self.refused} if self.refused else {}),
         }
@@ -185,10 +190,17 @@ def port(
                 opaque = [trace.Opaque("", cls.__name__, where, reason)]
         while True:
             source = _source(cls, module, translation is not None)
+            if not source.constructs_original and translation is not None:
+                source = _with_declared(source, gm, cls)
             opaque_inputs = _opaque_inputs(original) if translation is None else []
+            settings = _settings(gm) if translation is not None else {}
 
             def rendered(
-                header: list[str], translation=translation, source=source, inputs=opaque_inputs
+                header: list[str],
+                translation=translation,
+                source=source,
+                inputs=opaque_inputs,
+                settings=settings,
             ) -> str:
                 return render.render(
                     translation,
@@ -197,6 +209,7 @@ def port(
                     script_name=script.name,
                     header=header,
                     opaque_inputs=inputs,
+                    settings=settings,
                 )
 
             try:
@@ -266,6 +279,7 @@ def port(
         header.append("# Fixed while tracing (always these values; not inputs of the graph): " + ", ".join(
             f"{k}={v!r}" for k, v in report.fixed.items()))  # fmt: skip
     report.checks = translation.checks if translation is not None else []
+    report.settings = _settings(gm) if translation is not None else {}
     if report.checks:
         header.append("# Decided for the example, checked on every input: " + "; ".join(
             f"{test} is {value}" for test, value in report.checks))  # fmt: skip
@@ -302,6 +316,31 @@ def port(
         raise PortError(f"cannot write {output}: {exc.strerror or exc}") from None
     report.written = True
     return report
+
+
+def _settings(gm: Any) -> dict[str, Any]:
+    """The settings the traced forward read (see :mod:`fdl.port.settings`)."""
+    from fdl.port.trace import SETTINGS
+
+    return dict(gm.meta.get(SETTINGS, {})) if gm is not None else {}
+
+
+def _with_declared(source: Source, gm: Any, cls: type) -> Source:
+    """``source`` whose holder also has the settings the model's class declares and its forward
+    reads (``scale = 0.5`` in the class body): the original instance sees them, and
+    ``flow(m)`` checks them."""
+    from dataclasses import replace
+
+    from fdl.port.trace import DECLARED
+    from fdl.port.translate import literal
+
+    settings = _settings(gm)
+    declared = [name for name in settings if name in gm.meta.get(DECLARED, ()) and "." not in name]
+    lines = [
+        f"{source.holder}.{name} = {literal(settings[name])}  # declared on {cls.__name__}"
+        for name in declared
+    ]
+    return replace(source, body=[source.body[0], *lines, *source.body[1:]]) if lines else source
 
 
 def _source(cls: type, module: Any, translated: bool) -> Source:
@@ -438,6 +477,11 @@ def render_report(report: Report) -> str:
         lines.append(
             f"  checked: {tests} (branches decided for the example; an input taking another "
             "raises ValueError)"
+        )
+    if report.settings:
+        lines.append(
+            f"  settings: {settings_summary(report.settings)} (the forward computes with these "
+            "as constants: flow() refuses a module with other values)"
         )
     lines.append(f"  build(): {report.build}")
     if report.parity is not None:

@@ -24,6 +24,8 @@ import torch
 from torch import fx, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from fdl.port.settings import SettingReads
+
 TORCH_DIR = str(Path(torch.__file__).parent)
 MAX_RETRIES = 32
 
@@ -167,10 +169,16 @@ class PortTracer(fx.Tracer):
     """fx's tracer, keeping torch layers, all-torch Sequentials and opaque modules whole, and
     recording item assignments and tensor factories sized by traced values."""
 
-    def __init__(self, opaque: set[str], example: tuple[Any, ...] | None = None) -> None:
+    def __init__(
+        self,
+        opaque: set[str],
+        example: tuple[Any, ...] | None = None,
+        reads: SettingReads | None = None,
+    ) -> None:
         super().__init__()
         self.opaque = opaque
         self.example = example  # the forward's positional arguments of one example, if known
+        self.reads = reads  # where the settings the forward reads are recorded, if anywhere
         self._fixed: dict[str, Any] = {}
         self._buffer_names: dict[int, str] | None = None  # id -> qualified name, once per trace
         self._proxies: dict[str, Any] = {}  # fx's cache of the parameters and buffers read
@@ -238,8 +246,9 @@ class PortTracer(fx.Tracer):
         if any(name not in self._fixed for name in names):
             return None
         args = [*self.example, *(self._fixed[name] for name in names)]
+        paused = self.reads.paused() if self.reads is not None else contextlib.nullcontext()
         try:  # fx's patches of nn.Module reverted: the run must not record into the trace
-            with _patches_reverted(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            with paused, _patches_reverted(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
                 run = _FakeRun(self.root, graph, mode)
                 return run.run(*(run.fake(a) for a in args))
         except Exception:
@@ -262,8 +271,9 @@ class PortTracer(fx.Tracer):
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> fx.Graph:
         buffers = [(m, n, b) for m in root.modules() for n, b in m._buffers.items()]
         self._fixed = dict(concrete_args or {})
+        reading = self.reads.recording() if self.reads is not None else contextlib.nullcontext()
         try:
-            with self._factories_recorded(), self._buffer_writes_recorded(root):
+            with reading, self._factories_recorded(), self._buffer_writes_recorded(root):
                 return super().trace(root, concrete_args)
         finally:  # whatever happened, the model keeps its own buffers
             for module, name, buffer in buffers:
@@ -389,8 +399,11 @@ def trace(
     opaque: list[Opaque] = []
     fixed = concrete_args(model, n_args)
     before = set(vars(model))
+    reads = SettingReads(model)
     for _ in range(MAX_RETRIES):
-        tracer = PortTracer(opaque_paths, example)
+        reads.found.clear()  # what an earlier try read, a module now kept whole among them
+        reads.declared.clear()
+        tracer = PortTracer(opaque_paths, example, reads)
         try:
             graph = tracer.trace(model, concrete_args=fixed or None)
         except Exception as exc:
@@ -403,7 +416,9 @@ def trace(
             continue
         # a module whose trace cannot be used as it is: kept whole, and the model traced again
         # (a big constant is kept whole where it is made, not in the whole model's place)
-        moded, graph = _mode_dependent(model, graph, opaque_paths, fixed, example, whole_by_mode)
+        moded, graph = _mode_dependent(
+            model, graph, opaque_paths, fixed, example, whole_by_mode, reads
+        )
         big = _large_constant(model, graph) if moded is None else None
         kept, why = (moded, MODE_REASON) if moded is not None else (big, CONSTANT_REASON)
         if kept is not None:
@@ -421,6 +436,8 @@ def trace(
             if re.fullmatch(r"_tensor_constant\d+", name):
                 delattr(model, name)
         gm.graph.eliminate_dead_code(_has_effects)
+        gm.meta[SETTINGS] = dict(reads.found)
+        gm.meta[DECLARED] = reads.declared & set(reads.found)
         return gm, opaque
     where = _forward_location(model)
     why = f"more than {MAX_RETRIES} kinds of submodule could not be traced"
@@ -614,6 +631,12 @@ TRAINING_ONLY = "fdl_training_only"
 # node.meta: an operation the forward runs in eval mode only (copied into the training trace),
 # and the value training has in its place (None: read by no operation training runs)
 EVAL_ONLY = "fdl_eval_only"
+# GraphModule.meta: the settings the traced forwards read, in both modes ({path: value}; see
+# :mod:`fdl.port.settings`)
+SETTINGS = "fdl_settings"
+# GraphModule.meta: those of the settings read from their class's declaration (``scale = 0.5``
+# in the class body), not from the instance
+DECLARED = "fdl_settings_declared"
 
 
 @dataclass
@@ -804,6 +827,7 @@ def _mode_dependent(
     fixed: dict[str, Any],
     example: tuple[Any, ...] | None,
     whole_by_mode: Collection[str] | None = (),
+    reads: SettingReads | None = None,
 ) -> tuple[str | None, fx.Graph]:
     """The innermost module whose traced forward differs in eval mode beyond what the port
     writes out (None: none does), and the trace to port: the training one, whose mode-passing
@@ -812,7 +836,7 @@ def _mode_dependent(
     was_training = model.training
     try:
         model.train(not was_training)
-        other = PortTracer(opaque_paths, example).trace(model, concrete_args=fixed or None)
+        other = PortTracer(opaque_paths, example, reads).trace(model, concrete_args=fixed or None)
     except Exception:
         return None, graph  # the other mode fails to trace: the retry loop sees the same failure
     finally:

@@ -1294,3 +1294,111 @@ def test_finding_a_shape_s_length_writes_nothing_into_the_model(workdir):
     assert all(torch.equal(before[k], after[k]) for k in before), [
         k for k in before if not torch.equal(before[k], after[k])
     ]
+
+
+def test_a_setting_the_forward_computes_with_is_checked_by_build_and_from_torch(workdir, run_fdl):
+    """``self.heads`` sizes a view: the port is written for 2 heads, so a module with 4 is
+    refused, never given a graph that splits it into 2."""
+    out = workdir / "heads_flodl.py"
+    report = port(workdir / "settings.py", "Heads", None, ["torch.randn(2, 5, 8)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    assert report.settings == {"heads": 2}
+    assert report.to_dict()["settings"] == {"heads": 2}
+    assert "  settings: heads=2 (the forward computes with these as constants" in (
+        render_report(report)
+    )
+    text = out.read_text()
+    assert 'SETTINGS = {\n    "": {"heads": 2},\n}' in text
+    assert "settings_checked(m, SETTINGS)" in text
+    ported = load(out)
+    models = sys.modules["settings"]
+    same = models.Heads(8, 2)
+    x = torch.randn(3, 7, 8)
+    assert torch.equal(ported.from_torch(same)(x), same(x))  # the same settings: exact
+    assert ported.build(16, 2)(torch.randn(1, 3, 16)).shape == (1, 3, 16)  # dim is not read
+    message = r"written for heads=2 \(its forward computes with it as a constant\), and this "
+    with pytest.raises(ValueError, match=message + r"module has heads=4: port again"):
+        ported.from_torch(models.Heads(8, 4))
+    with pytest.raises(ValueError, match=message):
+        ported.build(8, 4)
+    # the classes the trace watched are given back as they were
+    assert all("__getattribute__" not in vars(c) for c in (models.Heads, torch.nn.Linear))
+    data = json.loads(
+        run_fdl("port", "settings.py", "--model", "Heads", "--example-input",
+                "torch.randn(2, 5, 8)", "--json", "-o", "again.py", cwd=workdir).stdout
+    )  # fmt: skip
+    assert data["settings"] == {"heads": 2}
+
+
+def test_settings_of_a_submodule_are_checked_by_path_with_their_types(workdir):
+    out = workdir / "nested_flodl.py"
+    report = port(workdir / "settings.py", "Nested", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact
+    # read by the forward, in order; not the attributes it never reads (unused, name)
+    assert report.settings == {"block.scale": 0.5, "block.gated": True}
+    ported = load(out)
+    model = sys.modules["settings"].Nested()
+    model.block.gated = False  # the port multiplies by the gate: a module without it is refused
+    with pytest.raises(ValueError, match=r"written for block\.gated=True .* has block\.gated=F"):
+        ported.from_torch(model)
+    model.block.gated, model.block.scale = True, 1  # an int scale where the port has a float
+    with pytest.raises(ValueError, match=r"block\.scale=0\.5 .* has block\.scale=1:"):
+        ported.from_torch(model)
+    del model.block.scale
+    with pytest.raises(ValueError, match=r"this module has no block\.scale:"):
+        ported.from_torch(model)
+    model.block.scale = 0.5
+    x = torch.randn(2, 4)
+    assert torch.equal(ported.from_torch(model)(x), model(x))
+
+
+def test_a_setting_read_only_by_a_module_kept_whole_is_not_checked(workdir):
+    """A module kept whole runs its own forward, with its own settings: only the written-out
+    forward's are the port's."""
+    out = workdir / "kept_flodl.py"
+    report = port(workdir / "settings.py", "WithKeptWhole", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact
+    assert [o.path for o in report.opaque] == ["gate"]
+    assert report.settings == {"factor": 2.0}
+    model = sys.modules["settings"].WithKeptWhole()
+    model.gate.threshold = -10.0  # another branch in the module kept whole: still its own
+    x = torch.randn(2, 4)
+    assert torch.equal(load(out).from_torch(model)(x), model(x))
+
+
+def test_a_port_without_settings_writes_no_check(workdir):
+    out = workdir / "length.py"
+    report = port(workdir / "shapes.py", "LengthBranch", None, ["torch.randn(2, 5, 4)"], out)
+    assert report.written and report.settings == {}
+    assert "SETTINGS" not in out.read_text() and "settings:" not in render_report(report)
+
+
+def test_a_setting_declared_on_the_class_is_checked_where_an_instance_sets_another(workdir):
+    out = workdir / "class_flodl.py"
+    report = port(workdir / "settings.py", "ClassScale", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.settings == {"scale": 0.5}
+    # build()'s holder gets what the class declares, as an instance of the class sees it
+    assert report.build == "ClassScale.__init__, self renamed to m"
+    assert "    m.scale = 0.5  # declared on ClassScale\n" in out.read_text()
+    model = sys.modules["settings"].ClassScale()
+    ported = load(out)
+    assert ported.build()(torch.randn(2, 4)).shape == (2, 4)
+    x = torch.randn(2, 4)
+    assert torch.equal(ported.from_torch(model)(x), model(x))
+    model.scale = 2.0  # this instance's own: the port, written for 0.5, refuses it
+    with pytest.raises(ValueError, match=r"written for scale=0\.5 .* has scale=2\.0:"):
+        ported.from_torch(model)
+
+
+def test_a_dtype_setting_is_written_and_checked(workdir):
+    out = workdir / "cast_flodl.py"
+    report = port(workdir / "settings.py", "Cast", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.settings == {"dtype": torch.float64}
+    assert json.loads(json.dumps(report.to_dict()))["settings"] == {"dtype": "torch.float64"}
+    assert '"": {"dtype": torch.float64},' in out.read_text()
+    model = sys.modules["settings"].Cast()
+    model.dtype = torch.float16
+    with pytest.raises(
+        ValueError, match=r"written for dtype=torch\.float64 .* has dtype=torch\.float16"
+    ):
+        load(out).from_torch(model)

@@ -1,0 +1,204 @@
+"""The settings a forward reads while traced, and the check that a port is used with them.
+
+A forward that reads a plain setting of its module (``self.heads``, ``self.eps``,
+``self.causal``) computes with its value: fx records ``x.view(b, t, 4, c // 4)``, not
+``self.heads``, and a branch on ``self.causal`` is decided. The port is then written for those
+values, while ``build(heads=8)`` and ``from_torch(model_with_8_heads)`` accept a module with
+others and would compute something else, with no error. So while the tracer runs, every plain
+setting a traced forward reads is recorded (an attribute of the module, or a public one declared
+on its class, whose value is a number, a string, a bool, None, a dtype, or a tuple or list of
+them), and the port's ``flow(m)`` checks each against ``m`` first: a module with another value
+is refused.
+
+Not recorded: ``training`` (the port follows the graph's mode), torch's own bookkeeping on every
+module, values of other types (a device, an enum, a config object and what is read from it),
+and a setting read only by a module kept whole (its ``forward`` runs with its own values).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+SETTINGS_HELPER = '''
+def settings_checked(m, settings):
+    """``m``, once each setting its forward read as a constant when it was ported has that
+    value (``settings``: module path -> {name: value}): this port is written for those values,
+    so a module with another is an error, never a graph that computes something else."""
+    for owner, values in settings.items():
+        module = m.get_submodule(owner)
+        for name, expected in values.items():
+            found = getattr(module, name, settings_checked)
+            if type(found) is not type(expected) or not (
+                found == expected or (found != found and expected != expected)  # NaN is NaN
+            ):
+                path = f"{owner}.{name}" if owner else name
+                has = f"no {path}" if found is settings_checked else f"{path}={found!r}"
+                raise ValueError(
+                    f"this port is written for {path}={expected!r} (its forward computes with it "
+                    f"as a constant), and this module has {has}: port again from a model built "
+                    "with these settings"
+                )
+    return m
+'''
+_helper: dict[str, Any] = {"__name__": __name__}
+exec(SETTINGS_HELPER, _helper)  # our own source, above: the check the port writes, to run here
+settings_checked = _helper["settings_checked"]
+
+# torch's own per-module bookkeeping (``training``, ``_parameters``, ``_compiled_call_impl``...):
+# read by every call, never a setting of the model's
+_INTERNAL = frozenset(vars(nn.Module()))
+
+
+def is_setting(value: Any) -> bool:
+    """A value the port can write and compare: a number, a string, a bool, None, a dtype, or a
+    tuple or list of them (exact types: a subclass, as numpy's scalars are, may not compare back)."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return all(is_setting(v) for v in value)
+    return value is None or kind in (bool, int, float, str, torch.dtype)
+
+
+class SettingReads:
+    """The settings read on the modules of ``root`` while :meth:`recording` is on, as
+    ``{"path.to.module.name": value}`` in the order first read (:attr:`found`)."""
+
+    def __init__(self, root: nn.Module) -> None:
+        self.paths = {id(m): path for path, m in root.named_modules()}
+        self.classes = {type(m) for m in root.modules()}
+        self.found: dict[str, Any] = {}
+        self.declared: set[str] = set()  # the paths in found read from a class declaration
+        self.on = False
+
+    def read(self, module: Any, name: str, value: Any) -> None:
+        path = self.paths.get(id(module))
+        if path is None or name in _INTERNAL or not is_setting(value):
+            return
+        key = f"{path}.{name}" if path else name
+        if key in self.found:
+            return
+        if name in object.__getattribute__(module, "__dict__"):
+            self.found[key] = copy.deepcopy(value)
+        elif _class_setting(module, name):
+            self.found[key] = copy.deepcopy(value)
+            self.declared.add(key)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """Record the reads until the block ends. Each class of the tree gets a
+        ``__getattribute__`` that reports plain reads (classes with one of their own are left
+        alone); the classes are given back as they were, whatever happens."""
+        patched = [cls for cls in self.classes if _plain_lookup(cls)]
+        reader = _reader(self)
+        for cls in patched:
+            cls.__getattribute__ = reader  # type: ignore[method-assign]
+        self.on = True
+        try:
+            yield
+        finally:
+            self.on = False
+            for cls in patched:
+                del cls.__getattribute__
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No reads recorded in the block (the tracer running a kept-whole module on fakes)."""
+        was, self.on = self.on, False
+        try:
+            yield
+        finally:
+            self.on = was
+
+
+def _class_setting(module: Any, name: str) -> bool:
+    """``name`` is a plain setting declared on the module's class (``heads = 4`` in the class
+    body), read where the instance sets none: an instance that sets one later must be
+    checked too. Not a name of torch's classes, nor a private one (``_version``)."""
+    if name.startswith("_"):
+        return False
+    for cls in type(module).__mro__:
+        if name in vars(cls):
+            return not cls.__module__.startswith("torch.") and is_setting(vars(cls)[name])
+    return False
+
+
+def _plain_lookup(cls: type) -> bool:
+    """Attribute lookup on ``cls`` is Python's own: no class in its MRO defines one."""
+    return all("__getattribute__" not in vars(k) for k in cls.__mro__ if k is not object)
+
+
+def _reader(reads: SettingReads) -> Any:
+    def __getattribute__(module: Any, name: str) -> Any:
+        value = object.__getattribute__(module, name)
+        if reads.on:
+            reads.read(module, name, value)
+        return value
+
+    return __getattribute__
+
+
+def lines(settings: dict[str, Any], literal: Any) -> list[str]:
+    """``SETTINGS = {...}`` for the port: one line a module, its settings in the order read."""
+    if not settings:
+        return []
+    by_owner: dict[str, dict[str, Any]] = {}
+    for path, value in settings.items():
+        owner, _, name = path.rpartition(".")
+        by_owner.setdefault(owner, {})[name] = value
+
+    def text(value: Any) -> str:  # strings quoted as the formatted port quotes them
+        return json.dumps(value) if type(value) is str else literal(value)
+
+    body = [
+        f"    {text(owner)}: {{"
+        + ", ".join(f"{text(n)}: {text(v)}" for n, v in values.items())
+        + "},"
+        for owner, values in by_owner.items()
+    ]
+    return [
+        "# The settings the forward computes with as constants, by module: this port is written",
+        "# for these values, and flow() refuses a module with others.",
+        "# fmt: off",
+        "SETTINGS = {",
+        *body,
+        "}",
+        "# fmt: on",
+    ]
+
+
+def as_json(value: Any) -> Any:
+    """``value`` as JSON holds it: a dtype as its name (``"torch.float64"``), an infinite or NaN
+    float as its repr (``"inf"``), a tuple as a list."""
+    if type(value) in (tuple, list):
+        return [as_json(v) for v in value]
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if type(value) is float and not math.isfinite(value):
+        return repr(value)
+    return value
+
+
+def summary(settings: dict[str, Any], shown: int = 6) -> str:
+    """``heads=4, eps=1e-05`` (the first ``shown``, then how many more)."""
+    listed = [f"{path}={value!r}" for path, value in settings.items()]
+    more = len(listed) - shown
+    text = ", ".join(listed[:shown])
+    return f"{text} and {more} more" if more > 0 else text
+
+
+__all__ = [
+    "SETTINGS_HELPER",
+    "SettingReads",
+    "as_json",
+    "is_setting",
+    "lines",
+    "settings_checked",
+    "summary",
+]

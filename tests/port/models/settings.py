@@ -1,0 +1,100 @@
+"""Settings a forward computes with: a port is written for their values, and checks them."""
+
+import torch
+from torch import nn
+
+
+class Heads(nn.Module):
+    """Attention that splits its features into ``self.heads`` heads: a view's size."""
+
+    def __init__(self, dim=8, heads=2):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class Block(nn.Module):
+    """A scale and a switch, read by its forward; a name it never reads."""
+
+    def __init__(self, dim, scale=0.5, gated=True):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.scale = scale
+        self.gated = gated
+        self.name = "block"
+
+    def forward(self, x):
+        h = self.fc(x) * self.scale
+        if self.gated:
+            h = h * torch.sigmoid(h)
+        return h
+
+
+class Nested(nn.Module):
+    """Settings on a submodule the port writes out (``block.scale``, ``block.gated``)."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.block = Block(dim)
+        self.out = nn.Linear(dim, dim)
+        self.unused = 3
+
+    def forward(self, x):
+        return self.out(self.block(x))
+
+
+class Thresholded(nn.Module):
+    """Branches on its input's values: kept whole, and run with its own threshold."""
+
+    def __init__(self):
+        super().__init__()
+        self.threshold = 0.5
+
+    def forward(self, x):
+        return x * 2 if x.mean() > self.threshold else x
+
+
+class WithKeptWhole(nn.Module):
+    """A setting read by the written-out forward (``factor``) beside a module kept whole."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.gate = Thresholded()
+        self.factor = 2.0
+
+    def forward(self, x):
+        return self.gate(self.fc(x)) * self.factor
+
+
+class ClassScale(nn.Module):
+    """A setting declared on the class (``scale = 0.5``), which an instance may set again."""
+
+    scale = 0.5
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+class Cast(nn.Module):
+    """A dtype setting (``self.dtype``) the forward casts to."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.dtype = torch.float64
+
+    def forward(self, x):
+        return self.fc(x).to(self.dtype)
