@@ -14,6 +14,7 @@ import inspect
 import itertools
 import operator
 import re
+import sys
 import traceback
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, replace
@@ -60,6 +61,23 @@ FACTORIES = (
     "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "eye", "linspace",
     "logspace",
 )  # fmt: skip
+# Library functions fx cannot follow on traced values (einops parses its pattern and asks the
+# tensor's type), by library: while a tracer runs, each call on a traced value is recorded as
+# one call, which the port writes as it is (``rearrange(t, "b n (h d) -> b h n d", h=4)``).
+LIBRARY_CALLS: dict[str, tuple[str, ...]] = {"einops": ("rearrange", "reduce", "repeat", "einsum")}
+# Libraries whose layers are kept whole like torch's own (``einops.layers.torch.Rearrange``)
+LAYER_LIBRARIES = ("einops.",)
+
+
+def library_calls() -> list[tuple[Any, str]]:
+    """(library, function name) for each :data:`LIBRARY_CALLS` function of the libraries the
+    script has imported (a library it does not use is not imported here)."""
+    found = []
+    for library, names in LIBRARY_CALLS.items():
+        module = sys.modules.get(library)
+        if module is not None:
+            found += [(module, name) for name in names if callable(getattr(module, name, None))]
+    return found
 
 
 def assign(target: torch.Tensor, key: Any, value: Any) -> torch.Tensor:
@@ -90,6 +108,9 @@ exec(GUARD_HELPER, _guard)  # our own source, above
 shape_checked = _guard["shape_checked"]
 
 
+# the splits of a tensor into pieces whose number the size of the dimension split decides, and
+# the position of their ``dim`` argument (see PortTracer._pieces)
+_SPLITS = {"chunk": 2, "split": 2, "unbind": 1}
 # what reads only a tensor's shape, the way to that tensor (see PortTracer.to_bool)
 _SHAPE_READS = {"size", "dim", "ndimension", "numel", "__len__"}
 
@@ -175,7 +196,11 @@ class PortTracer(fx.Tracer):
         example: tuple[Any, ...] | None = None,
         reads: SettingReads | None = None,
     ) -> None:
-        super().__init__()
+        # a library function the forward's module imported by name (``from einops import
+        # rearrange``) is recorded by fx itself; one reached through its library
+        # (``einops.rearrange``), by _calls_recorded
+        calls = tuple(getattr(library, name) for library, name in library_calls())
+        super().__init__(autowrap_functions=calls)
         self.opaque = opaque
         self.example = example  # the forward's positional arguments of one example, if known
         self.reads = reads  # where the settings the forward reads are recorded, if anywhere
@@ -188,7 +213,7 @@ class PortTracer(fx.Tracer):
             return True
         if isinstance(m, nn.Sequential):
             return _all_torch(m)
-        return is_torch_module(m)
+        return is_torch_module(m) or type(m).__module__.startswith(LAYER_LIBRARIES)
 
     def proxy(self, node: fx.Node) -> fx.Proxy:
         return _Proxy(node, self)
@@ -198,7 +223,8 @@ class PortTracer(fx.Tracer):
         traced value each, as many as the example's shape has. A tensor still cannot iterate."""
         n = self.shape_length(obj)
         if n is None:
-            return super().iter(obj)
+            pieces = self._pieces(obj)
+            return super().iter(obj) if pieces is None else iter(pieces)
         # ``x.shape[a:b]``'s items are ``x.shape[a + i]``: read from the shape itself
         base: Any = obj
         start = 0
@@ -213,6 +239,34 @@ class PortTracer(fx.Tracer):
             ):
                 base, start = self.proxy(whole), key.start or 0
         return iter([base[start + i] for i in range(n)])
+
+    def _pieces(self, obj: fx.Proxy) -> list[Any] | None:
+        """``for t in x.chunk(3, -1)``, ``map(f, x.unbind(1))``: the pieces of a tensor split
+        (``chunk``, ``split``, ``unbind``) iterate as one traced value each, as many as the
+        example has. How many depends on the size of the dimension split, so the port is
+        written for that size and checks it (:meth:`to_bool`): an input of another size is an
+        error, never a loop over the wrong number of pieces. None: not such a split."""
+        node = obj.node
+        name = str(getattr(node.target, "__name__", node.target))
+        if node.op not in ("call_method", "call_function"):
+            return None
+        if node.op == "call_function" and getattr(torch, name, None) is not node.target:
+            return None  # (torch.chunk(x, 3) and torch.unbind(x, 1) are splits too)
+        at = _SPLITS.get(name)
+        if at is None or not node.args or not isinstance(node.args[0], fx.Node):
+            return None
+        tensor = node.args[0]
+        dim = node.args[at] if len(node.args) > at else node.kwargs.get("dim", 0)
+        value, whole = self.example_value(obj), self.example_value(self.proxy(tensor))
+        if type(dim) is not int or type(value) not in (tuple, list):
+            return None
+        if not isinstance(whole, torch.Tensor):
+            return None
+        traced: Any = self.proxy(tensor)
+        if not self.to_bool(traced.shape[dim] == whole.shape[dim]):  # (recorded as a check)
+            return None
+        pieces: Any = obj
+        return [pieces[i] for i in range(len(value))]
 
     def to_bool(self, obj: fx.Proxy) -> bool:
         """``if query.shape[2] > 1:``: a test on shapes alone is decided as it is for the
@@ -273,7 +327,11 @@ class PortTracer(fx.Tracer):
         self._fixed = dict(concrete_args or {})
         reading = self.reads.recording() if self.reads is not None else contextlib.nullcontext()
         try:
-            with reading, self._factories_recorded(), self._buffer_writes_recorded(root):
+            with (
+                reading,
+                self._calls_recorded([(torch, name) for name in FACTORIES] + library_calls()),
+                self._buffer_writes_recorded(root),
+            ):
                 return super().trace(root, concrete_args)
         finally:  # whatever happened, the model keeps its own buffers
             for module, name, buffer in buffers:
@@ -309,13 +367,14 @@ class PortTracer(fx.Tracer):
             nn.Module.__setattr__ = original  # type: ignore[method-assign]
 
     @contextlib.contextmanager
-    def _factories_recorded(self) -> Iterator[None]:
-        """``torch.zeros`` and the other ``FACTORIES`` record a call when an argument (a size
-        in a tuple included) is a traced value, and run as usual otherwise."""
-        originals = {name: getattr(torch, name) for name in FACTORIES}
+    def _calls_recorded(self, calls: list[tuple[Any, str]]) -> Iterator[None]:
+        """Each ``module.name`` of ``calls`` (torch's ``FACTORIES``, the libraries'
+        ``LIBRARY_CALLS``) records a call when an argument (a size in a tuple included) is a
+        traced value, and runs as usual otherwise."""
+        originals = [(module, name, getattr(module, name)) for module, name in calls]
 
         def recording(fn: Any) -> Any:
-            def factory(*args: Any, **kwargs: Any) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
                 traced = []
                 fx.node.map_aggregate(
                     (args, kwargs), lambda v: traced.append(isinstance(v, fx.Proxy))
@@ -324,15 +383,15 @@ class PortTracer(fx.Tracer):
                     return self.create_proxy("call_function", fn, args, kwargs)
                 return fn(*args, **kwargs)
 
-            return factory
+            return call
 
         try:
-            for name, fn in originals.items():
-                setattr(torch, name, recording(fn))
+            for module, name, fn in originals:
+                setattr(module, name, recording(fn))
             yield
         finally:
-            for name, fn in originals.items():
-                setattr(torch, name, fn)
+            for module, name, fn in originals:
+                setattr(module, name, fn)
 
 
 def _failure(exc: BaseException, paths: dict[int, str]) -> tuple[str, str]:

@@ -94,14 +94,19 @@ def qualname(fn: Any, imports: set[str]) -> str:
         return f"{module}.{name}"
     # a function of the script or of a library (a helper torch.fx was told to keep as one
     # call): the port imports it from where it is defined
+    # (from the package that exports it, when one above its module does: ``from einops import
+    # rearrange``, not ``from einops.einops import rearrange``)
     if isinstance(module, str) and module != "__main__" and name.isidentifier():
-        try:
-            owner = importlib.import_module(module)
-        except Exception:
-            owner = None
-        if owner is not None and getattr(owner, name, None) is fn:
-            imports.add(f"from {module} import {name}")
-            return name
+        parts = module.split(".")
+        for depth in range(1, len(parts) + 1):
+            where = ".".join(parts[:depth])
+            try:
+                owner = importlib.import_module(where)
+            except Exception:
+                continue
+            if getattr(owner, name, None) is fn:
+                imports.add(f"from {where} import {name}")
+                return name
     raise UnsupportedError(f"the function {module}.{name} has no name generated code can import")
 
 

@@ -1402,3 +1402,38 @@ def test_a_dtype_setting_is_written_and_checked(workdir):
         ValueError, match=r"written for dtype=torch\.float64 .* has dtype=torch\.float16"
     ):
         load(out).from_torch(model)
+
+
+def test_einops_calls_and_layers_are_written_as_they_are(workdir):
+    """The ViT code most often copied: an einops ``Rearrange`` layer, ``repeat``, ``reduce``
+    (through the module) and ``rearrange`` over ``map`` of a ``chunk``: written out whole."""
+    out = workdir / "vit_flodl.py"
+    report = port(workdir / "rearranged.py", "TinyViT", None, ["torch.randn(2, 3, 8, 8)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    text = out.read_text()
+    assert all(
+        f"\nfrom einops import {name}\n" in text for name in ("rearrange", "reduce", "repeat")
+    )
+    assert 'rearrange(x, "b n (h d) -> b h n d", h=2)' in text
+    assert ".through(m.to_patch[0])" in text  # the einops layer is kept as one step
+    assert report.settings == {"attn.heads": 2, "attn.scale": 0.5}
+    original = sys.modules["rearranged"].TinyViT()
+    graph = load(out).from_torch(original)
+    assert_same_in_both_modes(original, graph, torch.randn(5, 3, 8, 8), seed=0)
+
+
+def test_a_loop_over_a_tensor_s_pieces_is_written_for_the_example_size_and_checked(workdir):
+    out = workdir / "steps_flodl.py"
+    report = port(workdir / "rearranged.py", "PerStep", None, ["torch.randn(2, 3, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    assert report.checks == [("x.shape[1] == 3", True)]
+    original = sys.modules["rearranged"].PerStep()
+    graph = load(out).from_torch(original)
+    x = torch.randn(5, 3, 4)  # another batch: the same 3 steps
+    assert torch.equal(graph(x), original(x))
+    with pytest.raises(ValueError, match=r"where x\.shape\[1\] == 3 was True"):
+        graph(torch.randn(2, 4, 4))  # 4 steps: an error, never a loop over 3 of them
+    halves = port(
+        workdir / "rearranged.py", "Halves", None, ["torch.randn(2, 6)"], out, overwrite=True
+    )
+    assert halves.written and halves.parity.exact and halves.opaque == []
