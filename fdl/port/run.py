@@ -159,6 +159,7 @@ def port(
     n_args = max(len(e.args) for e in examples)
     where = f"{script.name}:{_forward_line(cls)}"
     longest = max((e.args for e in examples), key=len)
+    others = _other_shapes(longest, [e.args for e in examples])
     arg_names = [p.name for p in inspect.signature(original.forward).parameters.values()]
     # modules whose training-only operations are not written out (None: none are)
     whole_by_mode: set[str] | None = set()
@@ -166,7 +167,7 @@ def port(
     while True:  # each retry keeps more whole: a module, then every module by mode
         translation = None
         try:
-            gm, opaque = trace.trace(original, n_args, longest, whole_by_mode)
+            gm, opaque = trace.trace(original, n_args, longest, whole_by_mode, others)
         except Exception as exc:  # the tracer itself broke: keep the model whole
             gm, opaque = None, [trace.Opaque("", cls.__name__, where, trace.reason(exc))]
         finally:
@@ -316,6 +317,22 @@ def port(
         raise PortError(f"cannot write {output}: {exc.strerror or exc}") from None
     report.written = True
     return report
+
+
+def _other_shapes(traced: tuple[Any, ...], examples: list[tuple[Any, ...]]) -> list[Any]:
+    """One example of each other shape among ``examples`` with as many arguments as
+    ``traced``: what decides a test on shapes must decide it as ``traced`` does."""
+
+    def shapes(args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple((tuple(a.shape), a.dtype) if hasattr(a, "shape") else repr(a) for a in args)
+
+    seen = {shapes(traced)}
+    found = []
+    for args in examples:
+        if len(args) == len(traced) and shapes(args) not in seen:
+            seen.add(shapes(args))
+            found.append(args)
+    return found
 
 
 def _settings(gm: Any) -> dict[str, Any]:

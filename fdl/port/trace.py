@@ -16,7 +16,7 @@ import operator
 import re
 import sys
 import traceback
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -186,6 +186,11 @@ class _Attribute(fx.proxy.Attribute, _Proxy):
     """fx's traced attribute (``x.shape``), with :class:`_Proxy`'s additions."""
 
 
+class ShapesDisagreeError(Exception):
+    """The example inputs, of different shapes, decide a test on shapes differently: the module
+    branching on it is kept whole (its forward runs as written for every shape)."""
+
+
 class PortTracer(fx.Tracer):
     """fx's tracer, keeping torch layers, all-torch Sequentials and opaque modules whole, and
     recording item assignments and tensor factories sized by traced values."""
@@ -195,6 +200,7 @@ class PortTracer(fx.Tracer):
         opaque: set[str],
         example: tuple[Any, ...] | None = None,
         reads: SettingReads | None = None,
+        others: Sequence[tuple[Any, ...]] = (),
     ) -> None:
         # a library function the forward's module imported by name (``from einops import
         # rearrange``) is recorded by fx itself; one reached through its library
@@ -203,6 +209,7 @@ class PortTracer(fx.Tracer):
         super().__init__(autowrap_functions=calls)
         self.opaque = opaque
         self.example = example  # the forward's positional arguments of one example, if known
+        self.others = others  # the other examples' (as many arguments, other shapes)
         self.reads = reads  # where the settings the forward reads are recorded, if anywhere
         self._fixed: dict[str, Any] = {}
         self._buffer_names: dict[int, str] | None = None  # id -> qualified name, once per trace
@@ -276,6 +283,13 @@ class PortTracer(fx.Tracer):
         tensor = _shaped_tensor(obj.node) if type(value) is bool else None
         if tensor is None or not isinstance(self.example_value(self.proxy(tensor)), torch.Tensor):
             return super().to_bool(obj)  # (a check on no tensor would not run: no branch)
+        for other in self.others:  # one port follows one branch: the examples must agree
+            decided = self.example_value(obj, other)
+            if type(decided) is bool and decided != value:
+                raise ShapesDisagreeError(
+                    "the example inputs take different branches on a test of their shapes "
+                    f"({value} for the first, {decided} for one of another shape)"
+                )
         self.create_proxy("call_function", shape_checked, (self.proxy(tensor), obj, value), {})
         return bool(value)
 
@@ -285,10 +299,12 @@ class PortTracer(fx.Tracer):
         value = self.example_value(obj)
         return len(value) if isinstance(value, torch.Size) else None
 
-    def example_value(self, obj: fx.Proxy) -> Any:
-        """The value ``obj`` traces on the example (None: unknown): the graph traced so far is
-        run up to ``obj`` on fake tensors (nothing of the model's is written)."""
-        if self.example is None or self.root is None:
+    def example_value(self, obj: fx.Proxy, example: tuple[Any, ...] | None = None) -> Any:
+        """The value ``obj`` traces on the example (or on ``example``; None: unknown): the graph
+        traced so far is run up to ``obj`` on fake tensors (nothing of the model's is
+        written)."""
+        example = self.example if example is None else example
+        if example is None or self.root is None:
             return None
         node = obj.node  # first: an attribute (``x.shape``) records its node when asked
         graph = fx.Graph()
@@ -296,10 +312,10 @@ class PortTracer(fx.Tracer):
         graph.graph_copy(self.graph, mapped)
         graph.output(mapped[node])
         # the forward's parameters: the example's, then the ones fixed to their defaults
-        names = [p.target for p in graph.nodes if p.op == "placeholder"][len(self.example) :]
+        names = [p.target for p in graph.nodes if p.op == "placeholder"][len(example) :]
         if any(name not in self._fixed for name in names):
             return None
-        args = [*self.example, *(self._fixed[name] for name in names)]
+        args = [*example, *(self._fixed[name] for name in names)]
         paused = self.reads.paused() if self.reads is not None else contextlib.nullcontext()
         try:  # fx's patches of nn.Module reverted: the run must not record into the trace
             with paused, _patches_reverted(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
@@ -447,12 +463,15 @@ def trace(
     n_args: int,
     example: tuple[Any, ...] | None = None,
     whole_by_mode: Collection[str] | None = (),
+    others: Sequence[tuple[Any, ...]] = (),
 ) -> tuple[fx.GraphModule | None, list[Opaque]]:
     """The traced model, or None when the whole forward stays opaque, and the opaque parts.
     ``example``: one example's positional arguments, which give the lengths of the shapes the
     forward unpacks (``*x.shape[:-1]``). What the forward runs in training only is marked to be
     written out (see :data:`TRAINING_ONLY`), except in the modules ``whole_by_mode`` names (or
-    in every module, when it is None), which are kept whole."""
+    in every module, when it is None), which are kept whole. ``others``: the other examples'
+    positional arguments (as many, of other shapes): a module branching on shapes that they
+    decide differently from ``example`` is kept whole."""
     paths = {id(m): name for name, m in model.named_modules()}
     opaque_paths: set[str] = set()
     opaque: list[Opaque] = []
@@ -462,7 +481,7 @@ def trace(
     for _ in range(MAX_RETRIES):
         reads.found.clear()  # what an earlier try read, a module now kept whole among them
         reads.declared.clear()
-        tracer = PortTracer(opaque_paths, example, reads)
+        tracer = PortTracer(opaque_paths, example, reads, others)
         try:
             graph = tracer.trace(model, concrete_args=fixed or None)
         except Exception as exc:
@@ -476,7 +495,7 @@ def trace(
         # a module whose trace cannot be used as it is: kept whole, and the model traced again
         # (a big constant is kept whole where it is made, not in the whole model's place)
         moded, graph = _mode_dependent(
-            model, graph, opaque_paths, fixed, example, whole_by_mode, reads
+            model, graph, opaque_paths, fixed, example, whole_by_mode, reads, others
         )
         big = _large_constant(model, graph) if moded is None else None
         kept, why = (moded, MODE_REASON) if moded is not None else (big, CONSTANT_REASON)
@@ -887,6 +906,7 @@ def _mode_dependent(
     example: tuple[Any, ...] | None,
     whole_by_mode: Collection[str] | None = (),
     reads: SettingReads | None = None,
+    others: Sequence[tuple[Any, ...]] = (),
 ) -> tuple[str | None, fx.Graph]:
     """The innermost module whose traced forward differs in eval mode beyond what the port
     writes out (None: none does), and the trace to port: the training one, whose mode-passing
@@ -895,7 +915,8 @@ def _mode_dependent(
     was_training = model.training
     try:
         model.train(not was_training)
-        other = PortTracer(opaque_paths, example, reads).trace(model, concrete_args=fixed or None)
+        tracer = PortTracer(opaque_paths, example, reads, others)
+        other = tracer.trace(model, concrete_args=fixed or None)
     except Exception:
         return None, graph  # the other mode fails to trace: the retry loop sees the same failure
     finally:

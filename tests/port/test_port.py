@@ -1437,3 +1437,26 @@ def test_a_loop_over_a_tensor_s_pieces_is_written_for_the_example_size_and_check
         workdir / "rearranged.py", "Halves", None, ["torch.randn(2, 6)"], out, overwrite=True
     )
     assert halves.written and halves.parity.exact and halves.opaque == []
+
+
+@pytest.mark.parametrize(
+    ("script", "cls", "kept"),
+    [("shapes.py", "AroundLength", "inner"), ("rearranged.py", "PerStep", "")],
+)
+def test_examples_whose_shapes_decide_differently_keep_the_deciding_module_whole(
+    workdir, script, cls, kept
+):
+    """One port follows one branch, and loops over one number of pieces: examples that differ
+    there (a one-step sequence beside a longer one) keep the module deciding it whole, and the
+    port is written, exact on every example, instead of refused."""
+    out = workdir / "whole_flodl.py"
+    examples = ["torch.randn(2, 3, 4)", "torch.randn(2, 1, 4)"]
+    report = port(workdir / script, cls, None, examples, out)
+    assert report.written and report.parity.exact
+    (opaque,) = report.opaque
+    assert opaque.path == kept and "ShapesDisagreeError: the example inputs take" in opaque.reason
+    original = getattr(sys.modules[script.removesuffix(".py")], cls)()
+    graph = load(out).from_torch(original)
+    for length in (1, 3, 6):  # every length runs as the original does
+        x = torch.randn(2, length, 4)
+        assert torch.equal(graph(x), original(x))

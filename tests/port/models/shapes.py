@@ -34,3 +34,16 @@ class PaddedToEven(nn.Module):
         if even != x.shape[1]:
             x = F.pad(x, (0, 0, 0, even - x.shape[1]))
         return self.fc(x)
+
+
+class AroundLength(nn.Module):
+    """A ``LengthBranch`` between two layers: examples of lengths that branch differently keep
+    only it whole."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.inner = LengthBranch(dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.out(self.inner(x))
