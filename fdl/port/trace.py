@@ -311,11 +311,12 @@ class PortTracer(fx.Tracer):
         mapped: dict[fx.Node, fx.Node] = {}
         graph.graph_copy(self.graph, mapped)
         graph.output(mapped[node])
-        # the forward's parameters: the example's, then the ones fixed to their defaults
-        names = [p.target for p in graph.nodes if p.op == "placeholder"][len(example) :]
-        if any(name not in self._fixed for name in names):
+        # the forward's parameters: the example's, then the ones fixed while tracing (each
+        # placeholder holds its fixed value: fx may rename it, ``targets`` to ``targets_1``)
+        fixed = [p for p in graph.nodes if p.op == "placeholder"][len(example) :]
+        if any(not p.args for p in fixed):
             return None
-        args = [*example, *(self._fixed[name] for name in names)]
+        args = [*example, *(p.args[0] for p in fixed)]
         paused = self.reads.paused() if self.reads is not None else contextlib.nullcontext()
         try:  # fx's patches of nn.Module reverted: the run must not record into the trace
             with paused, _patches_reverted(), FakeTensorMode(allow_non_fake_inputs=True) as mode:

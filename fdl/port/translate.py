@@ -260,6 +260,10 @@ class Expr:
         return f"({unwrap(self(other))} if training else {text})"
 
 
+def _is_sequence(value: Any) -> bool:
+    return type(value) in (tuple, list)
+
+
 def _by_mode(training: Any, evaluating: Any) -> Source:
     """An argument whose value the original chose by its mode, as source choosing by the
     function's: ``training`` itself for ``self.training``, else ``(a if training else b)``."""
@@ -673,6 +677,21 @@ class Translator:
             for v in _tensor_inputs(op.node, kinds, shapes=False):
                 if kinds.get(v) == "tensor":  # a tuple's parts are tensors of their own
                     self.grad_readers.setdefault(v, []).append(op.node)
+        # a tuple of one value and constants (``return logits, None``, nanoGPT's loss when no
+        # targets are passed): the value is the stream, and a last step returns the tuple
+        self.returned = ""
+        nodes = (
+            [v for v in self.output if isinstance(v, fx.Node)] if _is_sequence(self.output) else []
+        )
+        if len(nodes) == 1 and len(self.output) > 1:
+            parts = ["x" if isinstance(v, fx.Node) else literal(v) for v in self.output]
+            trailing = "," if len(parts) == 1 else ""
+            self.returned = (
+                f"({', '.join(parts)}{trailing})"
+                if type(self.output) is tuple
+                else f"[{', '.join(parts)}]"
+            )
+            self.output = nodes[0]
         if isinstance(self.output, fx.Node):
             self.outputs = [self.output]
             self.multi = False
@@ -1265,6 +1284,9 @@ class Translator:
             chain = decl + chain
         if self.multi:
             chain.append(f".output({', '.join(repr(self.tag_name(v)) for v in self.outputs)})")
+        if self.returned:
+            self.functions["returned"] = f"def returned(x):\n    return {self.returned}\n"
+            chain.append(".through(returned)")
         steps = [
             {"node": n.name, **self.report[n]} for n in self.gm.graph.nodes if n in self.report
         ]

@@ -1460,3 +1460,25 @@ def test_examples_whose_shapes_decide_differently_keep_the_deciding_module_whole
     for length in (1, 3, 6):  # every length runs as the original does
         x = torch.randn(2, length, 4)
         assert torch.equal(graph(x), original(x))
+
+
+def test_a_shape_assert_beside_a_fixed_argument_and_a_constant_in_the_returned_tuple(workdir):
+    """nanoGPT's forward: its ``assert t <= block_size`` is decided on the example (with the
+    fixed ``targets=None`` placeholder, which fx renames), and ``return logits, loss`` with
+    ``loss`` None is the stream returned as ``(x, None)``."""
+    out = workdir / "lm_flodl.py"
+    report = port(
+        workdir / "shapes.py", "TargetsOptional", None, ["torch.randint(0, 11, (2, 5))"], out
+    )
+    assert report.written and report.parity.exact and report.opaque == []
+    assert report.fixed == {"targets": None}
+    assert report.checks == [("x.size()[1] <= 6", True)]
+    assert report.settings == {"block": 6}
+    assert "def returned(x):\n    return (x, None)\n" in out.read_text()
+    original = sys.modules["shapes"].TargetsOptional()
+    graph = load(out).from_torch(original)
+    x = torch.randint(0, 11, (3, 4))
+    logits, loss = graph(x)
+    assert loss is None and torch.equal(logits, original(x)[0])
+    with pytest.raises(ValueError, match=r"where x\.size\(\)\[1\] <= 6 was True"):
+        graph(torch.randint(0, 11, (1, 7)))  # the original's assert fails there too

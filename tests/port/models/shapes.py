@@ -47,3 +47,24 @@ class AroundLength(nn.Module):
 
     def forward(self, x):
         return self.out(self.inner(x))
+
+
+class TargetsOptional(nn.Module):
+    """nanoGPT's forward: a length asserted against the block size, a loss only with targets
+    (``targets=None`` is fixed while tracing), and ``(logits, None)`` returned without them."""
+
+    def __init__(self, vocab=11, dim=4, block=6):
+        super().__init__()
+        self.block = block
+        self.wte = nn.Embedding(vocab, dim)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, idx, targets=None):
+        _, t = idx.size()
+        assert t <= self.block, f"Cannot forward a sequence of length {t}"
+        logits = self.head(self.wte(idx))
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        else:
+            loss = None
+        return logits, loss
