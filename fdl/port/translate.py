@@ -680,18 +680,12 @@ class Translator:
         # a tuple of one value and constants (``return logits, None``, nanoGPT's loss when no
         # targets are passed): the value is the stream, and a last step returns the tuple
         self.returned = ""
-        nodes = (
-            [v for v in self.output if isinstance(v, fx.Node)] if _is_sequence(self.output) else []
-        )
-        if len(nodes) == 1 and len(self.output) > 1:
-            parts = ["x" if isinstance(v, fx.Node) else literal(v) for v in self.output]
-            trailing = "," if len(parts) == 1 else ""
-            self.returned = (
-                f"({', '.join(parts)}{trailing})"
-                if type(self.output) is tuple
-                else f"[{', '.join(parts)}]"
-            )
-            self.output = nodes[0]
+        returned = self.output if _is_sequence(self.output) else ()
+        values = [v for v in returned if isinstance(v, fx.Node)]
+        if len(values) == 1 and len(returned) > 1:
+            parts = ", ".join("x" if isinstance(v, fx.Node) else literal(v) for v in returned)
+            self.returned = f"({parts})" if type(returned) is tuple else f"[{parts}]"
+            self.output = values[0]
         if isinstance(self.output, fx.Node):
             self.outputs = [self.output]
             self.multi = False
