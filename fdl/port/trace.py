@@ -98,8 +98,8 @@ def shape_checked(x, value, expected, test="a test on the input's shape"):
     if bool(value) != expected:
         raise ValueError(
             f"this port follows the branch its original took where {test} was {expected}, "
-            f"and for this input it is {not expected}: port again with an example input of "
-            "this shape"
+            f"and for this input it is {not expected}: port again with example inputs of each "
+            "shape it meets (--example-input, repeated)"
         )
     return x
 '''
