@@ -110,6 +110,28 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
+def skeleton(value: Any) -> str:
+    """What ``value`` (a forward's result) is made of, each tensor as ``tensor``, written as
+    source would build it: ``(tensor, None)``, ``{'logits': tensor}``, ``Pair(tensor, tensor)``
+    for another container type. Two results of one structure have the same skeleton."""
+    if isinstance(value, torch.Tensor):
+        return "tensor"
+    kind = type(value)
+    if isinstance(value, dict):
+        inner = ", ".join(f"{k!r}: {skeleton(v)}" for k, v in value.items())
+        return f"{{{inner}}}" if kind is dict else f"{kind.__qualname__}({{{inner}}})"
+    if isinstance(value, tuple | list):
+        inner = ", ".join(skeleton(v) for v in value)
+        if kind is list:
+            return f"[{inner}]"
+        if kind is tuple:
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        return f"{kind.__qualname__}({inner})"
+    if value is None or kind in (bool, int, float, str):
+        return repr(value)
+    return f"<{kind.__qualname__}>"
+
+
 def _diff(a: Sequence[torch.Tensor | None], b: Sequence[torch.Tensor | None]) -> float:
     if len(a) != len(b):
         return math.inf
@@ -136,7 +158,7 @@ def _side(
     args: tuple[Any, ...],
     params: list[nn.Parameter],
     buffers: Callable[[], list[torch.Tensor]],
-) -> tuple[list[torch.Tensor], list[Any], list[Any], list[torch.Tensor]]:
+) -> tuple[list[torch.Tensor], list[Any], list[Any], list[torch.Tensor], str]:
     leaves = tuple(
         a.detach().clone().requires_grad_(a.is_floating_point())
         if isinstance(a, torch.Tensor)
@@ -149,7 +171,8 @@ def _side(
         a.clone() if isinstance(a, torch.Tensor) and a.requires_grad else a for a in leaves
     )
     torch.manual_seed(SEED)
-    out = _tensors(call(inputs))
+    result = call(inputs)
+    out = _tensors(result)
     weights = torch.Generator().manual_seed(WEIGHT_SEED)
     terms = []
     for t in out:
@@ -167,7 +190,8 @@ def _side(
     else:
         grads = [None] * len(wanted)
     n = len(grad_inputs)
-    return ([t.detach() for t in out], grads[:n], grads[n:], [b.clone() for b in buffers()])
+    tensors = [t.detach() for t in out]
+    return (tensors, grads[:n], grads[n:], [b.clone() for b in buffers()], skeleton(result))
 
 
 def check(
@@ -212,6 +236,9 @@ def check(
                 except Exception as exc:
                     original.load_state_dict(state)
                     case.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+                    continue
+                if a[4] != b[4]:
+                    case.error = f"the port returns {b[4]} where the original returns {a[4]}"
                     continue
                 case.outputs = _diff(a[0], b[0])
                 case.input_grads = _diff(a[1], b[1])

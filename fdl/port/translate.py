@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+from torch.fx.immutable_collections import immutable_dict, immutable_list
 
 from fdl.port.errors import ModeUnsupportedError, UnsupportedError
 from fdl.port.trace import (
@@ -260,8 +261,41 @@ class Expr:
         return f"({unwrap(self(other))} if training else {text})"
 
 
-def _is_sequence(value: Any) -> bool:
-    return type(value) in (tuple, list)
+# fx records a returned list or dict as its own immutable kinds of them
+_LISTS = (list, immutable_list)
+_DICTS = (dict, immutable_dict)
+
+
+def _writable_structure(value: Any) -> bool:
+    """``value`` (what a forward returns) can be written as source from its values: tuples,
+    lists and dicts (of exactly those types; a named tuple or a dataclass is not) of values and
+    constants."""
+    if isinstance(value, fx.Node):
+        return True
+    if type(value) is tuple or type(value) in _LISTS:
+        return all(_writable_structure(v) for v in value)
+    if type(value) in _DICTS:
+        return all(type(k) in (str, int) and _writable_structure(v) for k, v in value.items())
+    try:
+        literal(value)
+    except UnsupportedError:
+        return False
+    return True
+
+
+def _structure_source(value: Any, names: dict[fx.Node, str]) -> str:
+    """Source building ``value`` (see :func:`_writable_structure`), each value by its name."""
+    if isinstance(value, fx.Node):
+        return names[value]
+    if type(value) in _DICTS:
+        items = ", ".join(f"{k!r}: {_structure_source(v, names)}" for k, v in value.items())
+        return f"{{{items}}}"
+    if type(value) is tuple or type(value) in _LISTS:
+        items = ", ".join(_structure_source(v, names) for v in value)
+        if type(value) in _LISTS:
+            return f"[{items}]"
+        return f"({items},)" if len(value) == 1 else f"({items})"
+    return literal(value)
 
 
 def _by_mode(training: Any, evaluating: Any) -> Source:
@@ -677,27 +711,30 @@ class Translator:
             for v in _tensor_inputs(op.node, kinds, shapes=False):
                 if kinds.get(v) == "tensor":  # a tuple's parts are tensors of their own
                     self.grad_readers.setdefault(v, []).append(op.node)
-        # a tuple of one value and constants (``return logits, None``, nanoGPT's loss when no
-        # targets are passed): the value is the stream, and a last step returns the tuple
-        self.returned = ""
-        returned = self.output if _is_sequence(self.output) else ()
-        values = [v for v in returned if isinstance(v, fx.Node)]
-        if len(values) == 1 and len(returned) > 1:
-            parts = ", ".join("x" if isinstance(v, fx.Node) else literal(v) for v in returned)
-            self.returned = f"({parts})" if type(returned) is tuple else f"[{parts}]"
-            self.output = values[0]
-        if isinstance(self.output, fx.Node):
-            self.outputs = [self.output]
-            self.multi = False
-        elif isinstance(self.output, tuple | list) and all(
-            isinstance(v, fx.Node) for v in self.output
+        # what the forward returns: a value (the stream), a tuple of values (``.output``), or
+        # another structure of values and constants (``return logits, None``, a dict, a list),
+        # which a last step builds from them (:meth:`returned_step`)
+        self.returned: Any = None
+        out = self.output
+        if isinstance(out, fx.Node):
+            self.outputs, self.multi = [out], False
+        elif (
+            type(out) is tuple
+            and all(isinstance(v, fx.Node) for v in out)
+            and len(set(out)) == len(out)
         ):
-            self.outputs = list(self.output)
-            self.multi = True
-            if len(set(self.outputs)) != len(self.outputs):
-                raise UnsupportedError("the forward returns one value twice")
+            self.outputs, self.multi = list(out), True
         else:
-            raise UnsupportedError("the forward returns a structure other than a value or a tuple")
+            found: list[fx.Node] = []
+            fx.node.map_arg(out, found.append)
+            if not found or not _writable_structure(out):
+                raise UnsupportedError(
+                    "the forward returns a structure other than values in tuples, lists and "
+                    "dicts with constants"
+                )
+            self.returned = out
+            self.outputs = list(dict.fromkeys(found))
+            self.multi = len(self.outputs) > 1
         if not self.placeholders or self.kinds.get(self.placeholders[0]) == "meta":
             raise UnsupportedError("the forward's first argument is not a tensor")
         from flodl.graph.codegen import RESERVED_NAMES  # fdl imports flodl only when it runs
@@ -1177,6 +1214,22 @@ class Translator:
             return state if self.outputs[0] is state.stream else None
         return replace(state, tagged=state.tagged | set(self.outputs))
 
+    def returned_step(self) -> str:
+        """The last step, building what the forward returns from its values: the stream alone
+        (``def returned(x): return (x, None)``), or the tagged values read by ``using``."""
+        if not self.multi:
+            names = {self.outputs[0]: "x"}
+            params = ["x"]
+        else:
+            names = {v: self.tag_name(v) for v in self.outputs}
+            stream = "x" if "x" not in names.values() else "stream"
+            params = [stream, *names.values()]
+        body = _structure_source(self.returned, names)
+        self.functions["returned"] = f"def returned({', '.join(params)}):\n    return {body}\n"
+        if not self.multi:
+            return ".through(returned)"
+        return f".through(returned).using({', '.join(repr(n) for n in names.values())})"
+
     def order_hazard(self, state: State) -> fx.Node | None:
         """A value three or more operations read, which the layout reads in another order than
         the original (None: there is none). Autograd sums the gradients a value receives in
@@ -1276,11 +1329,10 @@ class Translator:
                     f".input({names}, default={default})" if default else f".input({names})"
                 )
             chain = decl + chain
-        if self.multi:
+        if self.returned is not None:
+            chain.append(self.returned_step())
+        elif self.multi:
             chain.append(f".output({', '.join(repr(self.tag_name(v)) for v in self.outputs)})")
-        if self.returned:
-            self.functions["returned"] = f"def returned(x):\n    return {self.returned}\n"
-            chain.append(".through(returned)")
         steps = [
             {"node": n.name, **self.report[n]} for n in self.gm.graph.nodes if n in self.report
         ]

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import flodl as fl
-from fdl.port import trace
-from fdl.port.load import PortError
+from fdl.port import parity, trace
+from fdl.port.load import Example, PortError
 from fdl.port.run import port, render_report
 
 MODELS = Path(__file__).parent / "models"
@@ -1485,3 +1485,63 @@ def test_a_shape_assert_beside_a_fixed_argument_and_a_constant_in_the_returned_t
     assert loss is None and torch.equal(logits, original(x)[0])
     with pytest.raises(ValueError, match=r"where x\.size\(\)\[1\] <= 6 was True"):
         graph(torch.randint(0, 11, (1, 7)))  # the original's assert fails there too
+
+
+@pytest.mark.parametrize(
+    ("cls", "returned"),
+    [
+        ("DictHeads", "{'logits': tensor, 'aux': tensor, 'features': tensor, 'version': 2}"),
+        ("ListOut", "[tensor, tensor]"),
+        ("Twice", "(tensor, tensor)"),
+    ],
+)
+def test_a_dict_a_list_or_a_value_returned_twice_is_built_by_a_last_step(workdir, cls, returned):
+    out = workdir / "returns_flodl.py"
+    report = port(workdir / "returns.py", cls, None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    assert "def returned(" in out.read_text()
+    original = getattr(sys.modules["returns"], cls)()
+    x = torch.randn(2, 4)
+    got, want = load(out).from_torch(original)(x), original(x)
+    assert parity.skeleton(got) == parity.skeleton(want) == returned
+    assert all(map(torch.equal, parity._tensors(got), parity._tensors(want)))
+
+
+def test_a_named_tuple_returned_is_built_by_its_class(workdir):
+    """fx records ``Pair(y, tanh(y))`` as a call of the class: the port makes the same type."""
+    out = workdir / "n.py"
+    report = port(workdir / "returns.py", "NamedOut", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    original = sys.modules["returns"].NamedOut()
+    x = torch.randn(2, 4)
+    got = load(out).from_torch(original)(x)
+    assert parity.skeleton(got) == parity.skeleton(original(x)) == "Pair(tensor, tensor)"
+
+
+def test_a_returned_structure_no_source_can_write_keeps_the_model_whole(workdir):
+    out = workdir / "w.py"
+    report = port(workdir / "returns.py", "ByScale", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact
+    (opaque,) = report.opaque
+    assert opaque.path == "" and "returns a structure other than values in tuples" in opaque.reason
+
+
+def test_parity_refuses_a_port_returning_another_structure():
+    """Equal tensors in another container are not the original's result: a caller unpacking
+    or appending to it would see the difference."""
+
+    class AsTuple(torch.nn.Module):
+        def forward(self, x):
+            return x * 2, x + 1
+
+    class AsList(torch.nn.Module):
+        def forward(self, x):
+            return [x * 2, x + 1]
+
+    examples = [Example(1, 0, (torch.randn(2, 3),))]
+    found = parity.check(AsTuple(), AsList(), examples, lambda g, a: g(*a))
+    assert not found.exact
+    assert found.cases[0].error == (
+        "the port returns [tensor, tensor] where the original returns (tensor, tensor)"
+    )
+    assert parity.check(AsTuple(), AsTuple(), examples, lambda g, a: g(*a)).exact
