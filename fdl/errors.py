@@ -22,9 +22,12 @@ parentheses is a second base)::
           ├── PortError                       fdl.port.errors: ``fdl port`` cannot go on
           └── UnsupportedError                fdl.port.errors: a construct the translation
                │                              cannot write (the model stays one step)
-               └── ModeUnsupportedError       fdl.port.errors: an operation in one mode only
-                                              that cannot follow the mode (its module stays
-                                              one step)
+               ├── ModeUnsupportedError       fdl.port.errors: an operation in one mode only
+               │                              that cannot follow the mode (its module stays
+               │                              one step)
+               └── ShapesDisagreeError        internal: examples of different shapes decide a
+                                              shape test differently (its module stays one
+                                              step)
     KeyboardInterrupt
      └── SmokeStopped                         fdl.porting.smoke: a signal stopped ``fdl check``
                                               and its smoke run (an interrupt, not an error)

@@ -25,6 +25,7 @@ import torch
 from torch import fx, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from fdl.port.errors import ShapesDisagreeError
 from fdl.port.settings import SettingReads
 
 TORCH_DIR = str(Path(torch.__file__).parent)
@@ -184,11 +185,6 @@ class _Proxy(fx.Proxy):
 
 class _Attribute(fx.proxy.Attribute, _Proxy):
     """fx's traced attribute (``x.shape``), with :class:`_Proxy`'s additions."""
-
-
-class ShapesDisagreeError(Exception):
-    """The example inputs, of different shapes, decide a test on shapes differently: the module
-    branching on it is kept whole (its forward runs as written for every shape)."""
 
 
 class PortTracer(fx.Tracer):
