@@ -226,6 +226,19 @@ CASES = {
         ['t = x * torch.tensor([1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, float("inf")], '
          'dtype=torch.float32)\n    t[:, torch.tensor([0, 2], dtype=torch.int64)] = 0.0\n'],
     ),
+    "settings": (
+        "settings.py",
+        "Heads",
+        ["torch.randn(2, 5, 8)"],
+        ['SETTINGS = {\n    "": {"heads": 2},\n}', "settings_checked(m, SETTINGS)"],
+    ),
+    "einops": (
+        "rearranged.py",
+        "TinyViT",
+        ["torch.randn(2, 3, 8, 8)"],
+        ["from einops import rearrange", ".through(m.to_patch[0])",
+         'shape_checked(x, x.shape[-1] == 24, True, "x.shape[-1] == 24")'],
+    ),
 }  # fmt: skip
 
 
@@ -275,7 +288,8 @@ def test_port_translates_builds_and_proves_parity(workdir, case):
     assert text.startswith(f"# Ported from {script} (class {cls}) by:")
     flow = text[text.index("def flow(") :]
     for name in re.findall(r"^def (\w+)\(", text, re.MULTILINE):
-        if name not in ("build", "from_torch", "flow"):  # every helper function is a used step
+        # every function is a used step (shape_checked: the helper that the steps call)
+        if name not in ("build", "from_torch", "flow", "shape_checked"):
             assert re.search(rf"[(, ]{name}[(),]", flow), (name, flow)
     assert "# Parity: exact on" in text
     assert "# Note:" not in text and report.note == ""  # every value read in the original's order
@@ -1495,7 +1509,9 @@ def test_a_shape_assert_beside_a_fixed_argument_and_a_constant_in_the_returned_t
         ("Twice", "(tensor, tensor)"),
     ],
 )
-def test_a_dict_a_list_or_a_value_returned_twice_is_built_by_a_last_step(workdir, cls, returned):
+def test_a_dict_a_list_or_a_value_returned_twice_is_built_by_a_last_step(
+    workdir, run_fdl, cls, returned
+):
     out = workdir / "returns_flodl.py"
     report = port(workdir / "returns.py", cls, None, ["torch.randn(3, 4)"], out)
     assert report.written and report.parity.exact and report.opaque == []
@@ -1505,6 +1521,8 @@ def test_a_dict_a_list_or_a_value_returned_twice_is_built_by_a_last_step(workdir
     got, want = load(out).from_torch(original)(x), original(x)
     assert parity.skeleton(got) == parity.skeleton(want) == returned
     assert all(map(torch.equal, parity._tensors(got), parity._tensors(want)))
+    check = run_fdl("check", "--no-run", out.name, cwd=workdir)
+    assert check.returncode == 0 and "check ok" in check.stdout, check.stdout + check.stderr
 
 
 def test_a_named_tuple_returned_is_built_by_its_class(workdir):
