@@ -10,15 +10,22 @@ on its class, whose value is a number, a string, a bool, None, a dtype, or a tup
 them), and the port's ``flow(m)`` checks each against ``m`` first: a module with another value
 is refused.
 
+A config object a module holds (a dataclass instance such as nanoGPT's ``GPTConfig``, an
+``argparse`` namespace) is watched the same way: ``self.config.block_size`` is the setting
+``config.block_size``.
+
 Not recorded: ``training`` (the port follows the graph's mode), torch's own bookkeeping on every
-module, values of other types (a device, an enum, a config object and what is read from it),
-and a setting read only by a module kept whole (its ``forward`` runs with its own values).
+module, values of other types (a device, an enum), other config objects (transformers'
+``PretrainedConfig`` looks attributes up itself), and a setting read only by a module kept whole
+(its ``forward`` runs with its own values).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
+import dataclasses
 import json
 import math
 from collections.abc import Iterator
@@ -30,12 +37,14 @@ from torch import nn
 SETTINGS_HELPER = '''
 def settings_checked(m, settings):
     """``m``, once each setting its forward read as a constant when it was ported has that
-    value (``settings``: module path -> {name: value}): this port is written for those values,
+    value (``settings``: holder path -> {name: value}): this port is written for those values,
     so a module with another is an error, never a graph that computes something else."""
     for owner, values in settings.items():
-        module = m.get_submodule(owner)
+        holder = m  # a submodule, or a config object one holds (``config``)
+        for part in owner.split(".") if owner else ():
+            holder = getattr(holder, part)
         for name, expected in values.items():
-            found = getattr(module, name, settings_checked)
+            found = getattr(holder, name, settings_checked)
             if type(found) is not type(expected) or not (
                 found == expected or (found != found and expected != expected)  # NaN is NaN
             ):
@@ -67,40 +76,51 @@ def is_setting(value: Any) -> bool:
 
 
 class SettingReads:
-    """The settings read on the modules of ``root`` while :meth:`recording` is on, as
-    ``{"path.to.module.name": value}`` in the order first read (:attr:`found`)."""
+    """The settings read on the modules of ``root`` (and on the config objects they hold) while
+    :meth:`recording` is on, as ``{"path.to.module.name": value}`` in the order first read
+    (:attr:`found`); a config object's settings by its attribute's path,
+    ``"config.block_size"``."""
 
     def __init__(self, root: nn.Module) -> None:
         self.paths = {id(m): path for path, m in root.named_modules()}
         self.classes = {type(m) for m in root.modules()}
+        for path, module in root.named_modules():  # config objects held by a module
+            for name, value in vars(module).items():
+                if _is_config(value) and id(value) not in self.paths:
+                    self.paths[id(value)] = f"{path}.{name}" if path else name
+                    self.classes.add(type(value))
         self.found: dict[str, Any] = {}
         self.declared: set[str] = set()  # the paths in found read from a class declaration
         self.on = False
 
-    def read(self, module: Any, name: str, value: Any) -> None:
-        path = self.paths.get(id(module))
+    def read(self, owner: Any, name: str, value: Any) -> None:
+        path = self.paths.get(id(owner))
         if path is None or name in _INTERNAL or not is_setting(value):
             return
         key = f"{path}.{name}" if path else name
         if key in self.found:
             return
-        if name in object.__getattribute__(module, "__dict__"):
+        if name in object.__getattribute__(owner, "__dict__"):
             self.found[key] = copy.deepcopy(value)
-        elif _class_setting(module, name):
+        elif _class_setting(owner, name):
             self.found[key] = copy.deepcopy(value)
             self.declared.add(key)
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
-        """Record the reads until the block ends. Each class of the tree gets a
-        ``__getattribute__`` that reports plain reads (classes with one of their own are left
-        alone); the classes are given back as they were, whatever happens."""
-        patched = [cls for cls in self.classes if _plain_lookup(cls)]
+        """Record the reads until the block ends. Each class of the tree (and of the config
+        objects) gets a ``__getattribute__`` that reports plain reads (classes with one of their
+        own, and built-in classes, are left alone); the classes are given back as they were,
+        whatever happens."""
         reader = _reader(self)
-        for cls in patched:
-            cls.__getattribute__ = reader  # type: ignore[method-assign]
-        self.on = True
+        patched = []
         try:
+            for cls in self.classes:
+                if _plain_lookup(cls):
+                    with contextlib.suppress(TypeError):  # a built-in class takes no attribute
+                        cls.__getattribute__ = reader  # type: ignore[method-assign]
+                        patched.append(cls)
+            self.on = True
             yield
         finally:
             self.on = False
@@ -115,6 +135,15 @@ class SettingReads:
             yield
         finally:
             self.on = was
+
+
+def _is_config(value: Any) -> bool:
+    """An object a module holds for its settings: a dataclass instance (nanoGPT's
+    ``GPTConfig``) or an ``argparse`` namespace. Other objects (a logger, a tokenizer) are not
+    watched: their reads are not settings."""
+    if isinstance(value, type):
+        return False
+    return dataclasses.is_dataclass(value) or isinstance(value, argparse.Namespace)
 
 
 def _class_setting(module: Any, name: str) -> bool:

@@ -1563,3 +1563,22 @@ def test_parity_refuses_a_port_returning_another_structure():
         "the port returns [tensor, tensor] where the original returns (tensor, tensor)"
     )
     assert parity.check(AsTuple(), AsTuple(), examples, lambda g, a: g(*a)).exact
+
+
+def test_settings_read_through_a_config_object_are_checked(workdir):
+    out = workdir / "configured_flodl.py"
+    report = port(workdir / "settings.py", "Configured", None, ["torch.randn(2, 3, 8)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    assert report.settings == {"config.heads": 2}
+    assert '"config": {"heads": 2},' in out.read_text()
+    models = sys.modules["settings"]
+    assert "__getattribute__" not in vars(models.Config)  # given back as it was
+    ported = load(out)
+    x = torch.randn(2, 5, 8)
+    model = models.Configured()
+    assert torch.equal(ported.from_torch(model)(x), model(x))
+    four = models.Config(heads=4)
+    with pytest.raises(ValueError, match=r"written for config\.heads=2 .* has config\.heads=4:"):
+        ported.from_torch(models.Configured(four))
+    with pytest.raises(ValueError, match=r"written for config\.heads=2"):
+        ported.build(four)

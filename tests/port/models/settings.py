@@ -1,5 +1,7 @@
 """Settings a forward computes with: a port is written for their values, and checks them."""
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -98,3 +100,23 @@ class Cast(nn.Module):
 
     def forward(self, x):
         return self.fc(x).to(self.dtype)
+
+
+@dataclass
+class Config:
+    dim: int = 8
+    heads: int = 2
+
+
+class Configured(nn.Module):
+    """Settings read through a config object it holds, as nanoGPT's ``self.config``."""
+
+    def __init__(self, config=Config()):  # noqa: B008 (a default config, as model code writes it)
+        super().__init__()
+        self.config = config
+        self.fc = nn.Linear(config.dim, config.dim)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        h = self.fc(x).view(b, t, self.config.heads, c // self.config.heads)
+        return h.softmax(-1).reshape(b, t, c)
