@@ -14,10 +14,11 @@ A config object a module holds (a dataclass instance such as nanoGPT's ``GPTConf
 ``argparse`` namespace) is watched the same way: ``self.config.block_size`` is the setting
 ``config.block_size``.
 
-Not recorded: ``training`` (the port follows the graph's mode), torch's own bookkeeping on every
-module, values of other types (a device, an enum), other config objects (transformers'
-``PretrainedConfig`` looks attributes up itself), and a setting read only by a module kept whole
-(its ``forward`` runs with its own values).
+Not recorded: ``training`` (the port follows the graph's mode), an attribute the forward assigns
+(a call counter is state, not a setting), torch's own bookkeeping on every module, values of
+other types (a device, an enum), other config objects (transformers' ``PretrainedConfig`` looks
+attributes up itself), and a setting read only by a module kept whole (its ``forward`` runs with
+its own values).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class SettingReads:
                     self.classes.add(type(value))
         self.found: dict[str, Any] = {}
         self.declared: set[str] = set()  # the paths in found read from a class declaration
+        self.written: set[str] = set()  # the paths the forward assigns: its state, not settings
         self.on = False
 
     def read(self, owner: Any, name: str, value: Any) -> None:
@@ -105,6 +107,13 @@ class SettingReads:
         elif _class_setting(owner, name):
             self.found[key] = copy.deepcopy(value)
             self.declared.add(key)
+
+    def wrote(self, owner: Any, name: str) -> None:
+        """The forward assigned ``owner.name`` (``self.calls += 1``): a value it keeps as
+        state, which no check may pin to the value it had when traced."""
+        path = self.paths.get(id(owner))
+        if path is not None:
+            self.written.add(f"{path}.{name}" if path else name)
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:

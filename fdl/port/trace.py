@@ -371,6 +371,8 @@ class PortTracer(fx.Tracer):
                         )
                     self.create_proxy("call_function", assign, (target, Ellipsis, value), {})
                     return
+            if self.reads is not None:  # (a counter the forward keeps is state, not a setting)
+                self.reads.wrote(module, name)
             original(module, name, value)
 
         nn.Module.__setattr__ = setattr_  # type: ignore[method-assign, assignment]
@@ -478,6 +480,7 @@ def trace(
     for _ in range(MAX_RETRIES):
         reads.found.clear()  # what an earlier try read, a module now kept whole among them
         reads.declared.clear()
+        reads.written.clear()
         tracer = PortTracer(opaque_paths, example, reads, others)
         try:
             graph = tracer.trace(model, concrete_args=fixed or None)
@@ -511,8 +514,9 @@ def trace(
             if re.fullmatch(r"_tensor_constant\d+", name):
                 delattr(model, name)
         gm.graph.eliminate_dead_code(_has_effects)
-        gm.meta[SETTINGS] = dict(reads.found)
-        gm.meta[DECLARED] = reads.declared & set(reads.found)
+        settings = {k: v for k, v in reads.found.items() if k not in reads.written}
+        gm.meta[SETTINGS] = settings
+        gm.meta[DECLARED] = reads.declared & set(settings)
         return gm, opaque
     where = _forward_location(model)
     why = f"more than {MAX_RETRIES} kinds of submodule could not be traced"

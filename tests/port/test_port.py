@@ -1582,3 +1582,16 @@ def test_settings_read_through_a_config_object_are_checked(workdir):
         ported.from_torch(models.Configured(four))
     with pytest.raises(ValueError, match=r"written for config\.heads=2"):
         ported.build(four)
+
+
+def test_an_attribute_the_forward_assigns_is_state_not_a_setting(workdir):
+    """``self.calls += 1`` changes with every call (the trace itself runs the forward): pinning
+    it would refuse the very model the port was made from."""
+    out = workdir / "counted_flodl.py"
+    report = port(workdir / "settings.py", "Counted", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == []
+    assert report.settings == {"scale": 2.0}
+    model = sys.modules["settings"].Counted()
+    model.calls = 41
+    x = torch.randn(2, 4)
+    assert torch.equal(load(out).from_torch(model)(x), model(x))

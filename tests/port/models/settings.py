@@ -120,3 +120,17 @@ class Configured(nn.Module):
         b, t, c = x.shape
         h = self.fc(x).view(b, t, self.config.heads, c // self.config.heads)
         return h.softmax(-1).reshape(b, t, c)
+
+
+class Counted(nn.Module):
+    """A call counter the forward keeps: state, not a setting the port is written for."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.calls = 0
+        self.scale = 2.0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.fc(x) * self.scale
