@@ -280,7 +280,7 @@ def port(
         header.append("# Fixed while tracing (always these values; not inputs of the graph): " + ", ".join(
             f"{k}={v!r}" for k, v in report.fixed.items()))  # fmt: skip
     report.checks = translation.checks if translation is not None else []
-    report.settings = _settings(gm) if translation is not None else {}
+    report.settings = settings  # (those of the translation kept, as rendered)
     if report.checks:
         header.append("# Decided for the example, checked on every input: " + "; ".join(
             f"{test} is {value}" for test, value in report.checks))  # fmt: skip
@@ -326,13 +326,11 @@ def _other_shapes(traced: tuple[Any, ...], examples: list[tuple[Any, ...]]) -> l
     def shapes(args: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple((tuple(a.shape), a.dtype) if hasattr(a, "shape") else repr(a) for a in args)
 
-    seen = {shapes(traced)}
-    found = []
+    found = {shapes(traced): traced}
     for args in examples:
-        if len(args) == len(traced) and shapes(args) not in seen:
-            seen.add(shapes(args))
-            found.append(args)
-    return found
+        if len(args) == len(traced):
+            found.setdefault(shapes(args), args)
+    return list(found.values())[1:]
 
 
 def _settings(gm: Any) -> dict[str, Any]:

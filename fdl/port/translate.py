@@ -266,28 +266,15 @@ _LISTS = (list, immutable_list)
 _DICTS = (dict, immutable_dict)
 
 
-def _writable_structure(value: Any) -> bool:
-    """``value`` (what a forward returns) can be written as source from its values: tuples,
-    lists and dicts (of exactly those types; a named tuple or a dataclass is not) of values and
-    constants."""
-    if isinstance(value, fx.Node):
-        return True
-    if type(value) is tuple or type(value) in _LISTS:
-        return all(_writable_structure(v) for v in value)
-    if type(value) in _DICTS:
-        return all(type(k) in (str, int) and _writable_structure(v) for k, v in value.items())
-    try:
-        literal(value)
-    except UnsupportedError:
-        return False
-    return True
-
-
 def _structure_source(value: Any, names: dict[fx.Node, str]) -> str:
-    """Source building ``value`` (see :func:`_writable_structure`), each value by its name."""
+    """Source building ``value`` (what a forward returns) from its values, each by its name:
+    tuples, lists and dicts of values and constants. Another container (a named tuple, a dict
+    keyed by a float) raises :class:`UnsupportedError`."""
     if isinstance(value, fx.Node):
         return names[value]
     if type(value) in _DICTS:
+        if any(type(k) not in (str, int) for k in value):
+            raise UnsupportedError("a returned dict has a key other than a string or an int")
         items = ", ".join(f"{k!r}: {_structure_source(v, names)}" for k, v in value.items())
         return f"{{{items}}}"
     if type(value) is tuple or type(value) in _LISTS:
@@ -295,6 +282,8 @@ def _structure_source(value: Any, names: dict[fx.Node, str]) -> str:
         if type(value) in _LISTS:
             return f"[{items}]"
         return f"({items},)" if len(value) == 1 else f"({items})"
+    if isinstance(value, tuple | list | dict):
+        raise UnsupportedError(f"a returned {type(value).__name__} is not written as source")
     return literal(value)
 
 
@@ -727,7 +716,11 @@ class Translator:
         else:
             found: list[fx.Node] = []
             fx.node.map_arg(out, found.append)
-            if not found or not _writable_structure(out):
+            try:
+                _structure_source(out, dict.fromkeys(found, ""))  # (only whether it can be)
+            except UnsupportedError:
+                found = []
+            if not found:
                 raise UnsupportedError(
                     "the forward returns a structure other than values in tuples, lists and "
                     "dicts with constants"
