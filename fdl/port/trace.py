@@ -210,6 +210,8 @@ class PortTracer(fx.Tracer):
         self._fixed: dict[str, Any] = {}
         self._buffer_names: dict[int, str] | None = None  # id -> qualified name, once per trace
         self._proxies: dict[str, Any] = {}  # fx's cache of the parameters and buffers read
+        # path of a module whose forward assigned attributes of the tree -> their names
+        self.writers: dict[str, list[str]] = {}
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self.opaque:
@@ -354,9 +356,16 @@ class PortTracer(fx.Tracer):
     @contextlib.contextmanager
     def _buffer_writes_recorded(self, root: nn.Module) -> Iterator[None]:
         """``self.steps = self.steps + 1`` (``+=`` on a buffer) records a write of the new value
-        into the buffer, ``steps[...] = value``, instead of handing the model a traced value."""
+        into the buffer, ``steps[...] = value``, instead of handing the model a traced value.
+
+        Any other attribute the model's own code assigns on a module of the tree (a call
+        counter, ``self.last_attn = attn``) is state a port would not keep: the module whose
+        forward assigns it is noted in :attr:`writers` (to be kept whole), and every attribute
+        assigned gets its value back when the block ends (the model never keeps a traced or a
+        fake value, nor a count of the tracer's runs)."""
         paths = {id(m): path for path, m in root.named_modules()}
         original = nn.Module.__setattr__
+        before: dict[tuple[int, str], tuple[nn.Module, Any]] = {}
 
         def setattr_(module: nn.Module, name: str, value: Any) -> None:
             buffers = module.__dict__.get("_buffers")
@@ -373,6 +382,14 @@ class PortTracer(fx.Tracer):
                     return
             if self.reads is not None:  # (a counter the forward keeps is state, not a setting)
                 self.reads.wrote(module, name)
+            if id(module) in paths and _plain_attribute(module, name):
+                before.setdefault((id(module), name), (module, module.__dict__.get(name, _UNSET)))
+                writer = _receiver(sys._getframe(1))  # whose code assigns it
+                path = paths.get(id(writer)) if isinstance(writer, nn.Module) else None
+                if path is not None and not self._within_opaque(path):
+                    names = self.writers.setdefault(path, [])
+                    if name not in names:
+                        names.append(name)
             original(module, name, value)
 
         nn.Module.__setattr__ = setattr_  # type: ignore[method-assign, assignment]
@@ -380,6 +397,16 @@ class PortTracer(fx.Tracer):
             yield
         finally:
             nn.Module.__setattr__ = original  # type: ignore[method-assign]
+            for (_, name), (module, value) in before.items():  # the model's own values back
+                if value is _UNSET:
+                    module.__dict__.pop(name, None)
+                else:
+                    module.__dict__[name] = value
+
+    def _within_opaque(self, path: str) -> bool:
+        """``path`` is kept whole, or inside a module kept whole: the tracer never reads its
+        forward (it runs only on fake tensors, to learn a shape)."""
+        return any(path == p or path.startswith(f"{p}.") for p in self.opaque)
 
     @contextlib.contextmanager
     def _calls_recorded(self, calls: list[tuple[Any, str]]) -> Iterator[None]:
@@ -407,6 +434,26 @@ class PortTracer(fx.Tracer):
         finally:
             for module, name, fn in originals:
                 setattr(module, name, fn)
+
+
+_UNSET = object()
+
+
+def _receiver(frame: Any) -> Any:
+    """The first argument of the function running in ``frame`` (a method's ``self``, whatever
+    it is called), or None."""
+    code = frame.f_code
+    return frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+
+
+def _plain_attribute(module: nn.Module, name: str) -> bool:
+    """``module.name`` is an attribute of the instance's own ``__dict__`` (or a new one): not a
+    parameter, buffer or submodule, and not fx's own constants (``_tensor_constant0``)."""
+    if name.startswith("_tensor_constant"):
+        return False
+    return not any(
+        name in module.__dict__.get(d, ()) for d in ("_parameters", "_buffers", "_modules")
+    )
 
 
 def _failure(exc: BaseException, paths: dict[int, str]) -> tuple[str, str]:
@@ -489,6 +536,14 @@ def trace(
             cls = type(model.get_submodule(path)).__name__ if path else type(model).__name__
             found = Opaque(path, cls, location, reason(exc))
             if not path or path in opaque_paths:
+                return None, [found]
+            opaque += _kept_whole(model, found, opaque_paths)
+            continue
+        if tracer.writers:  # state the forward keeps: its module runs its own forward
+            path, names = next(iter(tracer.writers.items()))
+            module = model.get_submodule(path) if path else model
+            found = Opaque(path, type(module).__name__, _forward_location(module), _state(names))
+            if not path:
                 return None, [found]
             opaque += _kept_whole(model, found, opaque_paths)
             continue
@@ -623,6 +678,15 @@ def _drop_fixed(graph: fx.Graph, fixed: dict[str, Any], n_args: int) -> None:
 def _position(graph: fx.Graph) -> Any:
     order = {n: i for i, n in enumerate(graph.nodes)}
     return order.__getitem__
+
+
+def _state(names: list[str]) -> str:
+    """Why a module whose forward assigns attributes is kept whole."""
+    assigned = ", ".join(f"self.{n}" for n in names)
+    return (
+        f"its forward assigns {assigned}: state a port's graph does not keep (kept whole, the "
+        "module keeps it as the original does)"
+    )
 
 
 MODE_REASON = (

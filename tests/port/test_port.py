@@ -1584,14 +1584,40 @@ def test_settings_read_through_a_config_object_are_checked(workdir):
         ported.build(four)
 
 
-def test_an_attribute_the_forward_assigns_is_state_not_a_setting(workdir):
-    """``self.calls += 1`` changes with every call (the trace itself runs the forward): pinning
-    it would refuse the very model the port was made from."""
-    out = workdir / "counted_flodl.py"
-    report = port(workdir / "settings.py", "Counted", None, ["torch.randn(3, 4)"], out)
-    assert report.written and report.parity.exact and report.opaque == []
-    assert report.settings == {"scale": 2.0}
+def test_a_module_whose_forward_assigns_attributes_is_kept_whole_and_keeps_them(workdir):
+    """``self.calls += 1`` and ``self.last_weights = w`` are state a graph does not keep: the
+    module assigning them runs its own forward in the port (every copy of its class), so a
+    caller reading them after a pass sees what the original shows. Tracing leaves the model
+    as it was: no count of the tracer's runs, no traced or fake value."""
+    out = workdir / "watching_flodl.py"
+    report = port(workdir / "settings.py", "Watching", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact, report.to_dict()
+    assert [(o.path, o.cls) for o in report.opaque] == [("first", "Watched"), ("second", "Watched")]
+    assert report.opaque[0].reason.startswith(
+        "its forward assigns self.last_weights, self.calls: state a port's graph does not keep"
+    )
+    models = sys.modules["settings"]
+    original, twin = models.Watching(), models.Watching()
+    twin.load_state_dict(original.state_dict())
+    graph = load(out).from_torch(twin)
+    for _ in range(2):
+        x = torch.randn(2, 4)
+        assert torch.equal(graph(x), original(x))
+    assert twin.first.calls == twin.second.calls == 2
+    assert torch.equal(twin.second.last_weights, original.second.last_weights)
+    # the model traced keeps its own attributes
+    model = models.Watching()
+    assert trace.trace(model, 1, (torch.randn(3, 4),))[0] is not None
+    assert model.first.calls == 0 and "last_weights" not in vars(model.first)
+
+
+def test_a_model_whose_own_forward_keeps_state_is_kept_whole(workdir):
+    """The model itself counting its calls: nothing of its forward can be written out without
+    losing the count, so the port is the model kept whole, with the reason."""
+    report = port(workdir / "settings.py", "Counted", None, ["torch.randn(3, 4)"], None)
+    assert report.parity.exact
+    (whole,) = report.opaque
+    assert whole.path == "" and "assigns self.calls" in whole.reason
     model = sys.modules["settings"].Counted()
-    model.calls = 41
-    x = torch.randn(2, 4)
-    assert torch.equal(load(out).from_torch(model)(x), model(x))
+    assert trace.trace(model, 1, (torch.randn(3, 4),)) == (None, [whole])
+    assert model.calls == 0

@@ -123,7 +123,7 @@ class Configured(nn.Module):
 
 
 class Counted(nn.Module):
-    """A call counter the forward keeps: state, not a setting the port is written for."""
+    """A call counter the model's own forward keeps: state a graph does not keep."""
 
     def __init__(self, dim=4):
         super().__init__()
@@ -134,3 +134,31 @@ class Counted(nn.Module):
     def forward(self, x):
         self.calls += 1
         return self.fc(x) * self.scale
+
+
+class Watched(nn.Module):
+    """Attention that keeps its last weights for inspection and counts its calls."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.score = nn.Linear(dim, dim)
+        self.calls = 0
+
+    def forward(self, x):
+        weights = self.score(x).softmax(-1)
+        self.last_weights = weights.detach()
+        self.calls += 1
+        return weights * x
+
+
+class Watching(nn.Module):
+    """A model around two ``Watched`` blocks: the blocks keep state, the rest computes."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.first = Watched(dim)
+        self.mid = nn.Linear(dim, dim)
+        self.second = Watched(dim)
+
+    def forward(self, x):
+        return self.second(torch.relu(self.mid(self.first(x))))
