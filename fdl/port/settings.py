@@ -11,14 +11,16 @@ them), and the port's ``flow(m)`` checks each against ``m`` first: a module with
 is refused.
 
 A config object a module holds (a dataclass instance such as nanoGPT's ``GPTConfig``, an
-``argparse`` namespace) is watched the same way: ``self.config.block_size`` is the setting
-``config.block_size``.
+``argparse`` namespace, transformers' ``PretrainedConfig``) is watched the same way:
+``self.config.block_size`` is the setting ``config.block_size``. A class with a lookup of its own
+(transformers' configs map ``num_attention_heads`` to ``n_head``) is watched through it.
 
 Not recorded: ``training`` (the port follows the graph's mode), an attribute the forward assigns
 (a call counter is state, not a setting), torch's own bookkeeping on every module, values of
-other types (a device, an enum), other config objects (transformers' ``PretrainedConfig`` looks
-attributes up itself), and a setting read only by a module kept whole (its ``forward`` runs with
-its own values).
+other types (a device, an enum), other config objects (OmegaConf's keep their values outside
+the instance), a value computed on each read (a property, an alias mapped by the class's own
+lookup: the attribute it reads is recorded when it is read as itself), and a setting read only
+by a module kept whole (its ``forward`` runs with its own values).
 """
 
 from __future__ import annotations
@@ -118,23 +120,28 @@ class SettingReads:
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
         """Record the reads until the block ends. Each class of the tree (and of the config
-        objects) gets a ``__getattribute__`` that reports plain reads (classes with one of their
-        own, and built-in classes, are left alone); the classes are given back as they were,
-        whatever happens."""
-        reader = _reader(self)
+        objects) gets a ``__getattribute__`` that looks up as the class did (its own lookup, if it
+        has one) and reports plain reads (built-in classes are left alone); the classes are
+        given back as they were, whatever happens."""
+        # each class's own lookup, resolved before any is patched (a class and its base may
+        # both be in the tree), and what its own __dict__ held, to give back
+        lookups = [(cls, cls.__getattribute__, vars(cls).get("__getattribute__"))
+                   for cls in self.classes]  # fmt: skip
         patched = []
         try:
-            for cls in self.classes:
-                if _plain_lookup(cls):
-                    with contextlib.suppress(TypeError):  # a built-in class takes no attribute
-                        cls.__getattribute__ = reader  # type: ignore[method-assign]
-                        patched.append(cls)
+            for cls, lookup, own in lookups:
+                with contextlib.suppress(TypeError):  # a built-in class takes no attribute
+                    cls.__getattribute__ = _reader(self, lookup)  # type: ignore[method-assign]
+                    patched.append((cls, own))
             self.on = True
             yield
         finally:
             self.on = False
-            for cls in patched:
-                del cls.__getattribute__
+            for cls, own in patched:
+                if own is None:
+                    del cls.__getattribute__
+                else:
+                    cls.__getattribute__ = own  # type: ignore[method-assign]
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -148,11 +155,19 @@ class SettingReads:
 
 def _is_config(value: Any) -> bool:
     """An object a module holds for its settings: a dataclass instance (nanoGPT's
-    ``GPTConfig``) or an ``argparse`` namespace. Other objects (a logger, a tokenizer) are not
-    watched: their reads are not settings."""
+    ``GPTConfig``), an ``argparse`` namespace or a transformers config (a dataclass from
+    transformers 5 on). Other objects (a logger, a tokenizer) are not watched: their reads are
+    not settings."""
     if isinstance(value, type):
         return False
-    return dataclasses.is_dataclass(value) or isinstance(value, argparse.Namespace)
+    return (
+        dataclasses.is_dataclass(value)
+        or isinstance(value, argparse.Namespace)
+        or any(
+            k.__name__ == "PretrainedConfig" and k.__module__.startswith("transformers.")
+            for k in type(value).__mro__
+        )  # transformers' model config, without importing transformers
+    )
 
 
 def _class_setting(module: Any, name: str) -> bool:
@@ -167,14 +182,11 @@ def _class_setting(module: Any, name: str) -> bool:
     return False
 
 
-def _plain_lookup(cls: type) -> bool:
-    """Attribute lookup on ``cls`` is Python's own: no class in its MRO defines one."""
-    return all("__getattribute__" not in vars(k) for k in cls.__mro__ if k is not object)
+def _reader(reads: SettingReads, lookup: Any) -> Any:
+    """A ``__getattribute__`` that looks up as ``lookup`` (the class's own) and reports."""
 
-
-def _reader(reads: SettingReads) -> Any:
     def __getattribute__(module: Any, name: str) -> Any:
-        value = object.__getattribute__(module, name)
+        value = lookup(module, name)
         if reads.on:
             reads.read(module, name, value)
         return value

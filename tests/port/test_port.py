@@ -566,6 +566,31 @@ def test_transformers_models_port_exactly_around_what_fx_cannot_trace(workdir, c
             graph(torch.randint(0, 50, (2, 1)))
 
 
+def test_transformers_config_settings_are_checked(workdir):
+    """transformers' models read their config in the forward (which attention function to
+    call, what to return): the port records those reads as settings of ``lm.config`` and
+    refuses a model configured otherwise; the config classes get their own lookup back."""
+    configuration_utils = pytest.importorskip("transformers.configuration_utils")
+    lookup = vars(configuration_utils.PretrainedConfig)["__getattribute__"]
+    (workdir / "hf_models.py").write_text(HF_SCRIPT)
+    out = workdir / "hf_port.py"
+    report = port(workdir / "hf_models.py", "TinyLM", None, ["torch.randint(0, 50, (2, 6))"], out)
+    assert report.written and report.parity.exact, report.to_dict()
+    assert report.settings["lm.config._attn_implementation_internal"] == "sdpa"
+    assert report.settings["lm.config.return_dict"] is True
+    assert vars(configuration_utils.PretrainedConfig)["__getattribute__"] is lookup
+    assert "__getattribute__" not in vars(sys.modules["hf_models"].GPT2Config)
+    ported = load(out)
+    model = sys.modules["hf_models"].TinyLM().eval()
+    ids = torch.randint(0, 50, (2, 6))
+    assert torch.equal(ported.from_torch(model).eval()(ids), model(ids))
+    model.lm.config._attn_implementation_internal = "eager"
+    with pytest.raises(
+        ValueError, match=r"written for lm\.config\._attn_implementation_internal='sdpa'"
+    ):
+        ported.from_torch(model)
+
+
 def test_init_arguments_reach_the_model_and_build(workdir):
     out = workdir / "c.py"
     report = port(workdir / "cnn.py", "CNN", "(1, 5)", ["torch.randn(2, 1, 32, 32)"], out)
