@@ -16,7 +16,7 @@ import operator
 import re
 import sys
 import traceback
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -116,8 +116,10 @@ _SPLITS = {"chunk": 2, "split": 2, "unbind": 1}
 _SHAPE_READS = {"size", "dim", "ndimension", "numel", "__len__"}
 
 
-def _shaped_tensor(node: fx.Node) -> fx.Node | None:
-    """The tensor whose shape ``node`` (a test computed from shapes) reads first."""
+def _shaped_tensor(node: fx.Node, is_tensor: Callable[[fx.Node], bool]) -> fx.Node | None:
+    """The tensor whose shape ``node`` (a test computed from shapes) reads first. An item
+    (``operator.getitem``) is arithmetic on a shape (``x.shape[1]``) unless ``is_tensor`` says
+    it is a tensor itself (a piece of ``x.unbind(-1)``, ``x[0]``)."""
     seen: set[fx.Node] = set()
     stack = [node]
     while stack:
@@ -125,6 +127,8 @@ def _shaped_tensor(node: fx.Node) -> fx.Node | None:
         if n in seen:
             continue
         seen.add(n)
+        if n.op == "call_function" and n.target is operator.getitem and is_tensor(n):
+            return n
         arithmetic = n.op == "call_function" and (
             n.target in (getattr, len)
             or getattr(n.target, "__module__", "") in ("_operator", "operator", "math", "builtins")
@@ -278,8 +282,12 @@ class PortTracer(fx.Tracer):
         example, and the graph checks that decision when it runs (:func:`shape_checked`). A
         test on a tensor's values is still control flow the tracer cannot follow."""
         value = self.example_value(obj)
-        tensor = _shaped_tensor(obj.node) if type(value) is bool else None
-        if tensor is None or not isinstance(self.example_value(self.proxy(tensor)), torch.Tensor):
+
+        def is_tensor(node: fx.Node) -> bool:
+            return isinstance(self.example_value(self.proxy(node)), torch.Tensor)
+
+        tensor = _shaped_tensor(obj.node, is_tensor) if type(value) is bool else None
+        if tensor is None or not is_tensor(tensor):
             return super().to_bool(obj)  # (a check on no tensor would not run: no branch)
         for other in self.others:  # one port follows one branch: the examples must agree
             decided = self.example_value(obj, other)

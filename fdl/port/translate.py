@@ -803,7 +803,9 @@ class Translator:
         key = f"({signature}): {body}"
         if key in self.function_names:
             return self.function_names[key]
-        base = base if not keyword.iskeyword(base) else f"{base}_"
+        # never a keyword, nor a builtin a body may call (``def float(x)`` would be called by
+        # another body's ``float('-inf')``)
+        base = f"{base}_" if keyword.iskeyword(base) or hasattr(builtins, base) else base
         name, i = base, 1
         imported = imported_names(self.imports)
         while name in self.functions or name in TAKEN or name in imported:

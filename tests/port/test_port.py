@@ -967,6 +967,30 @@ def test_a_branch_on_shapes_follows_the_example_and_checks_every_input(workdir):
         graph(torch.randn(3, 1, 4))  # the branch not taken: an error, not a wrong result
 
 
+def test_a_rank_test_on_a_piece_of_a_split_is_checked(workdir):
+    """llama2.c's rotary embedding views its table with the rank of one piece of an unbind
+    (``i == x.ndim - 1`` for each dim): the test reads that piece's shape, decided for the
+    example and checked (the whole model was kept opaque)."""
+    out = workdir / "rotary.py"
+    report = port(workdir / "shapes.py", "Rotary", None, ["torch.randn(2, 6, 8)"], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    assert report.checks == [("(x.ndim - 1) == 0", False), ("(x.ndim - 1) == 2", True)]
+    original = sys.modules["shapes"].Rotary()
+    graph = load(out).from_torch(original)
+    x = torch.randn(3, 4, 8)  # a shorter sequence: the same rank, the same decisions
+    assert torch.equal(graph(x), original(x))
+
+
+def test_a_step_function_is_never_named_after_a_builtin(workdir):
+    """``.float()`` is written as a function; named ``float``, it was called by another step's
+    ``float('-inf')`` and the port was refused."""
+    out = workdir / "masked.py"
+    report = port(workdir / "shapes.py", "Masked", None, ["torch.randn(2, 4)"], out)
+    assert report.written and report.parity.exact, report.to_dict()
+    text = out.read_text()
+    assert 'float("-inf")' in text and "def float(" not in text
+
+
 def test_a_shape_test_computed_through_math_is_checked_too(workdir):
     out = workdir / "padded.py"
     report = port(workdir / "shapes.py", "PaddedToEven", None, ["torch.randn(2, 6, 4)"], out)

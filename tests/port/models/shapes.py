@@ -68,3 +68,38 @@ class TargetsOptional(nn.Module):
         else:
             loss = None
         return logits, loss
+
+
+def _broadcast_to(table, x):
+    """llama2.c's ``reshape_for_broadcast``: the table viewed with ``x``'s rank, its sizes kept
+    at dims 1 and -1 (a test on ``x.ndim`` per dim)."""
+    ndim = x.ndim
+    shape = [d if i == 1 or i == ndim - 1 else 1 for i, d in enumerate(x.shape)]
+    return table.view(shape)
+
+
+class Rotary(nn.Module):
+    """Rotates feature pairs by a position table: the rank tests read a piece of an unbind."""
+
+    def __init__(self, length=6, dim=8):
+        super().__init__()
+        self.register_buffer("cos", torch.rand(length, dim // 2))
+
+    def forward(self, x):
+        shape = x.shape[:-1] + (-1, 2)  # noqa: RUF005 (as llama2.c writes it: a shape plus a tuple)
+        real, imag = x.float().reshape(shape).unbind(-1)
+        cos = _broadcast_to(self.cos[: x.shape[1]], real)
+        return torch.stack([real * cos, imag * cos], dim=-1).flatten(2).type_as(x)
+
+
+class Masked(nn.Module):
+    """A ``.float()`` step beside a ``float('-inf')`` constant: the step's function must not be
+    named ``float``."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        h = self.fc(x).float()
+        return h.masked_fill(h > 0.5, float("-inf")).softmax(-1)
