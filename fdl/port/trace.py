@@ -550,7 +550,9 @@ def trace(
         if tracer.writers:  # state the forward keeps: its module runs its own forward
             path, names = next(iter(tracer.writers.items()))
             module = model.get_submodule(path) if path else model
-            found = Opaque(path, type(module).__name__, _forward_location(module), _state(names))
+            found = Opaque(
+                path, type(module).__name__, _forward_location(module), _state(names, not path)
+            )
             if not path:
                 return None, [found]
             opaque += _kept_whole(model, found, opaque_paths)
@@ -688,13 +690,14 @@ def _position(graph: fx.Graph) -> Any:
     return order.__getitem__
 
 
-def _state(names: list[str]) -> str:
-    """Why a module whose forward assigns attributes is kept whole."""
+def _state(names: list[str], root: bool) -> str:
+    """Why a module whose forward assigns attributes is kept whole (the model itself: what to
+    change to port its forward)."""
     assigned = ", ".join(f"self.{n}" for n in names)
-    return (
-        f"its forward assigns {assigned}: state a port's graph does not keep (kept whole, the "
-        "module keeps it as the original does)"
-    )
+    why = f"its forward assigns {assigned}: state a port's graph does not keep (kept whole, the "
+    if root:
+        return why + "model keeps it; return the value instead to port the forward)"
+    return why + "module keeps it as the original does)"
 
 
 MODE_REASON = (
