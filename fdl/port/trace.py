@@ -114,12 +114,14 @@ shape_checked = _guard["shape_checked"]
 _SPLITS = {"chunk": 2, "split": 2, "unbind": 1}
 # what reads only a tensor's shape, the way to that tensor (see PortTracer.to_bool)
 _SHAPE_READS = {"size", "dim", "ndimension", "numel", "__len__"}
+_SHAPE_ATTRIBUTES = {"shape", "ndim"}
 
 
 def _shaped_tensor(node: fx.Node, is_tensor: Callable[[fx.Node], bool]) -> fx.Node | None:
-    """The tensor whose shape ``node`` (a test computed from shapes) reads first. An item
-    (``operator.getitem``) is arithmetic on a shape (``x.shape[1]``) unless ``is_tensor`` says
-    it is a tensor itself (a piece of ``x.unbind(-1)``, ``x[0]``)."""
+    """The tensor whose shape ``node`` (a test computed from shapes) reads first, or the read
+    of another attribute of a tensor it finds first (``x.is_cuda``, ``x.dtype``). An
+    item (``operator.getitem``) is arithmetic on a shape (``x.shape[1]``) unless ``is_tensor``
+    says it is a tensor itself (a piece of ``x.unbind(-1)``, ``x[0]``)."""
     seen: set[fx.Node] = set()
     stack = [node]
     while stack:
@@ -129,6 +131,8 @@ def _shaped_tensor(node: fx.Node, is_tensor: Callable[[fx.Node], bool]) -> fx.No
         seen.add(n)
         if n.op == "call_function" and n.target is operator.getitem and is_tensor(n):
             return n
+        if n.op == "call_function" and n.target is getattr and n.args[1] not in _SHAPE_ATTRIBUTES:
+            return n  # a device, a dtype, a flag: not a shape (see to_bool)
         arithmetic = n.op == "call_function" and (
             n.target in (getattr, len)
             or getattr(n.target, "__module__", "") in ("_operator", "operator", "math", "builtins")
@@ -287,6 +291,12 @@ class PortTracer(fx.Tracer):
             return isinstance(self.example_value(self.proxy(node)), torch.Tensor)
 
         tensor = _shaped_tensor(obj.node, is_tensor) if type(value) is bool else None
+        if tensor is not None and tensor.target is getattr:  # a tensor's x.is_cuda, x.dtype
+            raise fx.proxy.TraceError(
+                f"a branch on a tensor's {tensor.args[1]} (not its shape): decided for the "
+                "example, a port would refuse inputs on another device or of another dtype (the "
+                "model on a GPU, under autocast)"
+            )
         if tensor is None or not is_tensor(tensor):
             return super().to_bool(obj)  # (a check on no tensor would not run: no branch)
         for other in self.others:  # one port follows one branch: the examples must agree

@@ -981,6 +981,27 @@ def test_a_rank_test_on_a_piece_of_a_split_is_checked(workdir):
     assert torch.equal(graph(x), original(x))
 
 
+def test_a_branch_on_a_device_or_dtype_keeps_its_module_whole(workdir):
+    """``if x.is_cuda:`` and ``if x.dtype == torch.float16:`` are not shape tests: decided for
+    a CPU float32 example, a port would refuse the model on a GPU or under autocast. Each
+    module branching so is kept whole (it runs its own forward on any device), with the
+    reason; the rest is written out."""
+    out = workdir / "placed.py"
+    report = port(workdir / "shapes.py", "Placed", None, ["torch.randn(4, 3)"], out)
+    assert report.written and report.parity.exact and report.checks == [], report.to_dict()
+    reasons = {o.path: o.reason for o in report.opaque}
+    assert set(reasons) == {"transform", "cast"}
+    assert reasons["cast"] == (
+        "TraceError: a branch on a tensor's dtype (not its shape): decided for the example, a "
+        "port would refuse inputs on another device or of another dtype (the model on a GPU, "
+        "under autocast)"
+    )
+    assert reasons["transform"].startswith("TraceError: a branch on a tensor's is_cuda")
+    original = sys.modules["shapes"].Placed()
+    x = torch.randn(5, 3)
+    assert torch.equal(load(out).from_torch(original)(x), original(x))
+
+
 def test_a_step_function_is_never_named_after_a_builtin(workdir):
     """``.float()`` is written as a function; named ``float``, it was called by another step's
     ``float('-inf')`` and the port was refused."""

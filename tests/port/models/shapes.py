@@ -103,3 +103,42 @@ class Masked(nn.Module):
     def forward(self, x):
         h = self.fc(x).float()
         return h.masked_fill(h > 0.5, float("-inf")).softmax(-1)
+
+
+class _Transform(nn.Module):
+    """PointNet's input transform: an identity moved to the input's device when it is on a GPU
+    (a branch on ``x.is_cuda``)."""
+
+    def __init__(self, dim=3):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim * dim)
+        self.dim = dim
+
+    def forward(self, x):
+        identity = torch.eye(self.dim).flatten().repeat(x.shape[0], 1)
+        if x.is_cuda:
+            identity = identity.cuda()
+        return (self.fc(x) + identity).view(-1, self.dim, self.dim)
+
+
+class _ToFloat(nn.Module):
+    """Half precision made float32 again (a branch on ``x.dtype``)."""
+
+    def forward(self, x):
+        if x.dtype == torch.float16:
+            x = x.float()
+        return x
+
+
+class Placed(nn.Module):
+    """A branch on the input's device and one on its dtype, each in a module of its own."""
+
+    def __init__(self, dim=3):
+        super().__init__()
+        self.transform = _Transform(dim)
+        self.cast = _ToFloat()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        y = torch.bmm(x.unsqueeze(1), self.transform(x)).squeeze(1)
+        return self.fc(self.cast(y))
