@@ -292,8 +292,12 @@ class PortTracer(fx.Tracer):
 
         tensor = _shaped_tensor(obj.node, is_tensor) if type(value) is bool else None
         if tensor is not None and tensor.target is getattr:  # a tensor's x.is_cuda, x.dtype
+            read = [str(tensor.args[1])]
+            while isinstance(tensor.args[0], fx.Node) and tensor.args[0].target is getattr:
+                tensor = tensor.args[0]  # x.device.type: the whole attribute path
+                read.insert(0, str(tensor.args[1]))
             raise fx.proxy.TraceError(
-                f"a branch on a tensor's {tensor.args[1]} (not its shape): decided for the "
+                f"a branch on a tensor's {'.'.join(read)} (not its shape): decided for the "
                 "example, a port would refuse inputs on another device or of another dtype (the "
                 "model on a GPU, under autocast)"
             )

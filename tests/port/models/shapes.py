@@ -116,6 +116,8 @@ class _Transform(nn.Module):
 
     def forward(self, x):
         identity = torch.eye(self.dim).flatten().repeat(x.shape[0], 1)
+        if x.device.type == "mps":
+            identity = identity.to(x.device)
         if x.is_cuda:
             identity = identity.cuda()
         return (self.fc(x) + identity).view(-1, self.dim, self.dim)
