@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.autograd import grad_mode
 
 from fdl.port.errors import ShapesDisagreeError
 from fdl.port.settings import SettingReads
@@ -220,6 +221,8 @@ class PortTracer(fx.Tracer):
         self._proxies: dict[str, Any] = {}  # fx's cache of the parameters and buffers read
         # path of a module whose forward assigned attributes of the tree -> their names
         self.writers: dict[str, list[str]] = {}
+        # path of a module whose forward enters a mode fx does not record -> the first one
+        self.modes: dict[str, str] = {}
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self.opaque:
@@ -368,6 +371,7 @@ class PortTracer(fx.Tracer):
                 reading,
                 self._calls_recorded([(torch, name) for name in FACTORIES] + library_calls()),
                 self._buffer_writes_recorded(root),
+                self._modes_recorded(root),
             ):
                 return super().trace(root, concrete_args)
         finally:  # whatever happened, the model keeps its own buffers
@@ -425,6 +429,34 @@ class PortTracer(fx.Tracer):
                 else:
                     module.__dict__[name] = value
 
+    @contextlib.contextmanager
+    def _modes_recorded(self, root: nn.Module) -> Iterator[None]:
+        """``with torch.no_grad():`` (or ``enable_grad``, ``set_grad_enabled``,
+        ``inference_mode``, ``autocast``) in a forward: fx records the operations, not the mode
+        they run in, so a port would build the gradients the original does not (or compute in
+        another precision under autocast). The module whose code enters one is noted in
+        :attr:`modes`, to be kept whole."""
+        paths = {id(m): path for path, m in root.named_modules()}
+        originals = [(cls, name, mode, vars(cls)[name]) for cls, name, mode in _MODES]
+
+        def recording(original: Any, mode: str) -> Any:
+            def entered(*args: Any, **kwargs: Any) -> Any:
+                owner = _entering(sys._getframe(1))
+                path = paths.get(id(owner)) if isinstance(owner, nn.Module) else None
+                if path is not None and not self._within_opaque(path):
+                    self.modes.setdefault(path, mode)
+                return original(*args, **kwargs)
+
+            return entered
+
+        try:
+            for cls, name, mode, original in originals:
+                setattr(cls, name, recording(original, mode))
+            yield
+        finally:
+            for cls, name, _, original in originals:
+                setattr(cls, name, original)
+
     def _within_opaque(self, path: str) -> bool:
         """``path`` is kept whole, or inside a module kept whole: the tracer never reads its
         forward (it runs only on fake tensors, to learn a shape)."""
@@ -459,6 +491,27 @@ class PortTracer(fx.Tracer):
 
 
 _UNSET = object()
+# the modes a forward may enter that fx does not record: (class, method entering, as written)
+_MODES = [
+    (grad_mode.no_grad, "__enter__", "torch.no_grad()"),
+    (grad_mode.enable_grad, "__enter__", "torch.enable_grad()"),
+    (grad_mode.set_grad_enabled, "__init__", "torch.set_grad_enabled()"),
+    (grad_mode.inference_mode, "__enter__", "torch.inference_mode()"),
+    (torch.amp.autocast_mode.autocast, "__enter__", "torch.autocast()"),
+]
+
+
+def _entering(frame: Any) -> Any:
+    """The object whose method enters a mode, from the frame entering it: the innermost of the
+    model's own code on the stack, or the module a ``@torch.no_grad()`` method is called on
+    (torch's decorator holds the call's arguments)."""
+    while frame is not None and frame.f_code.co_filename.startswith(TORCH_DIR):
+        if frame.f_code.co_name == "decorate_context":
+            args = frame.f_locals.get("args") or (None,)
+            if isinstance(args[0], nn.Module):
+                return args[0]
+        frame = frame.f_back
+    return _receiver(frame) if frame is not None else None
 
 
 def _receiver(frame: Any) -> Any:
@@ -561,12 +614,11 @@ def trace(
                 return None, [found]
             opaque += _kept_whole(model, found, opaque_paths)
             continue
-        if tracer.writers:  # state the forward keeps: its module runs its own forward
-            path, names = next(iter(tracer.writers.items()))
+        kept_for = _kept_for(tracer)
+        if kept_for is not None:  # what a graph does not keep: the module runs its own forward
+            path, why = kept_for
             module = model.get_submodule(path) if path else model
-            found = Opaque(
-                path, type(module).__name__, _forward_location(module), _state(names, not path)
-            )
+            found = Opaque(path, type(module).__name__, _forward_location(module), why)
             if not path:
                 return None, [found]
             opaque += _kept_whole(model, found, opaque_paths)
@@ -702,6 +754,20 @@ def _drop_fixed(graph: fx.Graph, fixed: dict[str, Any], n_args: int) -> None:
 def _position(graph: fx.Graph) -> Any:
     order = {n: i for i, n in enumerate(graph.nodes)}
     return order.__getitem__
+
+
+def _kept_for(tracer: PortTracer) -> tuple[str, str] | None:
+    """The first module whose forward does what a port's graph would not keep (assigns state,
+    enters a mode), and why; None when there is none."""
+    for path, names in tracer.writers.items():
+        return path, _state(names, not path)
+    for path, mode in tracer.modes.items():
+        fix = "; move it out of the forward to port the rest" if not path else ""
+        return path, (
+            f"its forward enters {mode}, a mode a port's graph does not record (kept whole, the "
+            f"{'model' if not path else 'module'} runs in it as the original does{fix})"
+        )
+    return None
 
 
 def _state(names: list[str], root: bool) -> str:

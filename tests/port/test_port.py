@@ -1694,3 +1694,32 @@ def test_a_model_whose_own_forward_keeps_state_is_kept_whole(workdir):
     model = sys.modules["settings"].Counted()
     assert trace.trace(model, 1, (torch.randn(3, 4),)) == (None, [whole])
     assert model.calls == 0
+
+
+def test_a_module_entering_no_grad_or_autocast_is_kept_whole(workdir):
+    """fx records a forward's operations, not the mode they run in: a port of ``with
+    torch.no_grad():`` would give the teacher gradients (its parity was refused), one of
+    ``autocast(enabled=False)`` would compute in half precision under autocast. The module
+    entering the mode (by ``with`` or a decorated forward) runs its own forward."""
+    out = workdir / "distilled.py"
+    report = port(workdir / "modes.py", "Distilled", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact, report.to_dict()
+    reasons = {o.path: o.reason for o in report.opaque}
+    assert reasons == {
+        "teacher": "its forward enters torch.no_grad(), a mode a port's graph does not record "
+        "(kept whole, the module runs in it as the original does)",
+        "frozen": reasons["frozen"],
+        "precise": reasons["precise"],
+    }
+    assert reasons["frozen"].startswith("its forward enters torch.no_grad()")
+    assert reasons["precise"].startswith("its forward enters torch.autocast()")
+    model = sys.modules["modes"].Distilled()
+    graph = load(out).from_torch(model)
+    graph(torch.randn(3, 4)).sum().backward()
+    assert model.student.weight.grad is not None and model.teacher.fc.weight.grad is None
+    x = torch.randn(3, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the float32 part stays float32
+        assert torch.equal(graph(x), model(x))
+    report = port(workdir / "modes.py", "Student", None, ["torch.randn(3, 4)"], None)
+    assert [(o.path, o.reason.endswith("move it out of the forward to port the rest)"))
+            for o in report.opaque] == [("", True)]  # fmt: skip
