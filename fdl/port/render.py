@@ -275,6 +275,7 @@ def render(
         if translation.needs_guard:
             defs.append(GUARD_HELPER.strip() + "\n")
         if settings:
+            imports |= settings_mod.imports(settings)
             defs.append(settings_mod.SETTINGS_HELPER.strip() + "\n")
             defs.append("\n".join(settings_mod.lines(settings, literal)) + "\n")
         defs += translation.functions

@@ -6,8 +6,8 @@ A forward that reads a plain setting of its module (``self.heads``, ``self.eps``
 values, while ``build(heads=8)`` and ``from_torch(model_with_8_heads)`` accept a module with
 others and would compute something else, with no error. So while the tracer runs, every plain
 setting a traced forward reads is recorded (an attribute of the module, or a public one declared
-on its class, whose value is a number, a string, a bool, None, a dtype, or a tuple or list of
-them), and the port's ``flow(m)`` checks each against ``m`` first: a module with another value
+on its class, whose value is a number, a string, a bool, None, a dtype, a device, an enum
+member, or a tuple or list of them), and the port's ``flow(m)`` checks each against ``m`` first: a module with another value
 is refused.
 
 A config object a module holds (a dataclass instance such as nanoGPT's ``GPTConfig``, an
@@ -17,7 +17,7 @@ A config object a module holds (a dataclass instance such as nanoGPT's ``GPTConf
 
 Not recorded: ``training`` (the port follows the graph's mode), an attribute the forward assigns
 (a call counter is state, not a setting), torch's own bookkeeping on every module, values of
-other types (a device, an enum), other config objects (OmegaConf's keep their values outside
+other types (an enum defined inside a function or a class, which the port cannot import), other config objects (OmegaConf's keep their values outside
 the instance), a value computed on each read (a property, an alias mapped by the class's own
 lookup: the attribute it reads is recorded when it is read as itself), and a setting read only
 by a module kept whole (its ``forward`` runs with its own values).
@@ -29,8 +29,10 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import enum
 import json
 import math
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,12 +72,47 @@ _INTERNAL = frozenset(vars(nn.Module()))
 
 
 def is_setting(value: Any) -> bool:
-    """A value the port can write and compare: a number, a string, a bool, None, a dtype, or a
-    tuple or list of them (exact types: a subclass, as numpy's scalars are, may not compare back)."""
+    """A value the port can write and compare: a number, a string, a bool, None, a dtype, a
+    device, a member of an enum the port can import, or a tuple or list of them (exact types: a
+    subclass, as numpy's scalars are, may not compare back)."""
     kind = type(value)
     if kind is tuple or kind is list:
         return all(is_setting(v) for v in value)
-    return value is None or kind in (bool, int, float, str, torch.dtype)
+    return (
+        value is None
+        or kind in (bool, int, float, str, torch.dtype, torch.device)
+        or (_importable_enum(value))
+    )
+
+
+def _importable_enum(value: Any) -> bool:
+    """A member of an enum class defined at the top level of an importable module (the script
+    itself, imported under its stem, or a library): the port imports the class by name."""
+    if not isinstance(value, enum.Enum):
+        return False
+    cls = type(value)
+    module = sys.modules.get(cls.__module__)
+    return (
+        cls.__module__ != "__main__"
+        and "." not in cls.__qualname__
+        and getattr(module, cls.__qualname__, None) is cls
+    )
+
+
+def imports(settings: dict[str, Any]) -> set[str]:
+    """The import lines the port's ``SETTINGS`` need: the enum classes of its values."""
+    found: set[str] = set()
+
+    def visit(value: Any) -> None:
+        if type(value) in (tuple, list):
+            for v in value:
+                visit(v)
+        elif isinstance(value, enum.Enum):
+            found.add(f"from {type(value).__module__} import {type(value).__qualname__}")
+
+    for value in settings.values():
+        visit(value)
+    return found
 
 
 class SettingReads:
@@ -204,7 +241,18 @@ def lines(settings: dict[str, Any], literal: Any) -> list[str]:
         by_owner.setdefault(owner, {})[name] = value
 
     def text(value: Any) -> str:  # strings quoted as the formatted port quotes them
-        return json.dumps(value) if type(value) is str else literal(value)
+        if type(value) is str:
+            return json.dumps(value)
+        if isinstance(value, enum.Enum):  # its class imported by the port (imports())
+            return f"{type(value).__qualname__}.{value.name}"
+        if isinstance(value, torch.device):
+            return f"torch.device({json.dumps(str(value))})"
+        if type(value) in (tuple, list):
+            items = [text(v) for v in value]
+            if type(value) is list:
+                return "[" + ", ".join(items) + "]"
+            return f"({items[0]},)" if len(items) == 1 else "(" + ", ".join(items) + ")"
+        return literal(value)
 
     body = [
         f"    {text(owner)}: {{"
@@ -224,20 +272,39 @@ def lines(settings: dict[str, Any], literal: Any) -> list[str]:
 
 
 def as_json(value: Any) -> Any:
-    """``value`` as JSON holds it: a dtype as its name (``"torch.float64"``), an infinite or NaN
-    float as its repr (``"inf"``), a tuple as a list."""
+    """``value`` as JSON holds it: a dtype or a device as its name (``"torch.float64"``,
+    ``"cpu"``), an enum member as ``"Pool.MEAN"``, an infinite or NaN float as its repr
+    (``"inf"``), a tuple as a list."""
     if type(value) in (tuple, list):
         return [as_json(v) for v in value]
-    if isinstance(value, torch.dtype):
+    if isinstance(value, torch.dtype | torch.device):
         return str(value)
+    if isinstance(value, enum.Enum):
+        return str(_shown(value))
     if type(value) is float and not math.isfinite(value):
         return repr(value)
     return value
 
 
+class _Named(str):
+    """A name shown as it is written (``Pool.MEAN``), not quoted."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _shown(value: Any) -> Any:
+    """``value`` as the report shows it: an enum member by its name (``Pool.MEAN``)."""
+    if isinstance(value, enum.Enum):
+        return _Named(f"{type(value).__qualname__}.{value.name}")
+    if type(value) in (tuple, list):
+        return type(value)(_shown(v) for v in value)
+    return value
+
+
 def summary(settings: dict[str, Any], shown: int = 6) -> str:
     """``heads=4, eps=1e-05`` (the first ``shown``, then how many more)."""
-    listed = [f"{path}={value!r}" for path, value in settings.items()]
+    listed = [f"{path}={_shown(value)!r}" for path, value in settings.items()]
     more = len(listed) - shown
     text = ", ".join(listed[:shown])
     return f"{text} and {more} more" if more > 0 else text
@@ -247,6 +314,7 @@ __all__ = [
     "SETTINGS_HELPER",
     "SettingReads",
     "as_json",
+    "imports",
     "is_setting",
     "lines",
     "settings_checked",

@@ -1723,3 +1723,28 @@ def test_a_module_entering_no_grad_or_autocast_is_kept_whole(workdir):
     report = port(workdir / "modes.py", "Student", None, ["torch.randn(3, 4)"], None)
     assert [(o.path, o.reason.endswith("move it out of the forward to port the rest)"))
             for o in report.opaque] == [("", True)]  # fmt: skip
+
+
+def test_enum_and_device_settings_are_checked(workdir):
+    """``self.pool is Pool.MEAN`` decides a branch, ``device=self.device`` places a tensor: the
+    port is written for both, imports the enum from the script, and refuses other values."""
+    out = workdir / "pooled_flodl.py"
+    report = port(workdir / "settings.py", "Pooled", None, ["torch.randn(2, 3, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    models = sys.modules["settings"]
+    assert report.settings == {"pool": models.Pool.MEAN, "device": torch.device("cpu")}
+    assert report.to_dict()["settings"] == {"pool": "Pool.MEAN", "device": "cpu"}
+    assert "settings: pool=Pool.MEAN, device=device(type='cpu')" in render_report(report)
+    text = out.read_text()
+    assert "from settings import Pool" in text
+    assert '"": {"pool": Pool.MEAN, "device": torch.device("cpu")},' in text
+    ported = load(out)
+    x = torch.randn(2, 3, 4)
+    model = models.Pooled()
+    assert torch.equal(ported.from_torch(model)(x), model(x))
+    with pytest.raises(
+        ValueError, match=r"written for pool=<Pool\.MEAN: 'mean'> .* has pool=<Pool\.MAX"
+    ):
+        ported.from_torch(models.Pooled(pool=models.Pool.MAX))
+    with pytest.raises(ValueError, match=r"written for device=device\(type='cpu'\)"):
+        ported.from_torch(models.Pooled(device="meta"))

@@ -1,5 +1,6 @@
 """Settings a forward computes with: a port is written for their values, and checks them."""
 
+import enum
 from dataclasses import dataclass
 
 import torch
@@ -162,3 +163,23 @@ class Watching(nn.Module):
 
     def forward(self, x):
         return self.second(torch.relu(self.mid(self.first(x))))
+
+
+class Pool(enum.Enum):
+    MEAN = "mean"
+    MAX = "max"
+
+
+class Pooled(nn.Module):
+    """A pooling chosen by an enum, and ones made on the module's device."""
+
+    def __init__(self, dim=4, pool=Pool.MEAN, device="cpu"):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.pool = pool
+        self.device = torch.device(device)
+
+    def forward(self, x):
+        h = self.fc(x)
+        h = h.mean(1) if self.pool is Pool.MEAN else h.amax(1)
+        return h + torch.ones(h.shape[-1], device=self.device)
