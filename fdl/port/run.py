@@ -228,7 +228,7 @@ def port(
                 translation = None
         report.opaque = opaque
         report.translated = translation.steps if translation is not None else []
-        report.note = translation.order_note if translation is not None else ""
+        report.note = _notes(translation, gm)
         if translation is None and opaque_inputs:
             report.fixed = {}  # the model kept whole takes every argument itself
 
@@ -252,7 +252,7 @@ def port(
             if retry is not None:
                 translation, generated, graph, report.parity = retry
                 report.translated = translation.steps
-                report.note = translation.order_note
+                report.note = _notes(translation, gm)
 
         if (
             whole_by_mode is not None
@@ -518,3 +518,13 @@ def render_report(report: Report) -> str:
     elif report.refused:
         lines.append(f"  {report.refused}")
     return "\n".join(lines)
+
+
+def _notes(translation: Any, gm: Any) -> str:
+    """The caveats the parity proof cannot cover: the translation's order note, and the
+    activation checkpointing the port does not keep."""
+    from fdl.port import trace
+
+    if translation is None:  # the model kept whole runs its own forward, checkpoints included
+        return ""
+    return "; ".join(n for n in (translation.order_note, trace.checkpointing_note(gm)) if n)

@@ -25,6 +25,7 @@ import torch
 from torch import fx, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.autograd import grad_mode
+from torch.utils import checkpoint as checkpointing
 
 from fdl.port.errors import ShapesDisagreeError
 from fdl.port.settings import SettingReads
@@ -223,6 +224,7 @@ class PortTracer(fx.Tracer):
         self.writers: dict[str, list[str]] = {}
         # path of a module whose forward enters a mode fx does not record -> the first one
         self.modes: dict[str, str] = {}
+        self.checkpointing: list[str] = []  # paths of the modules calling torch's checkpoint
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self.opaque:
@@ -372,6 +374,7 @@ class PortTracer(fx.Tracer):
                 self._calls_recorded([(torch, name) for name in FACTORIES] + library_calls()),
                 self._buffer_writes_recorded(root),
                 self._modes_recorded(root),
+                self._checkpoints_recorded(root),
             ):
                 return super().trace(root, concrete_args)
         finally:  # whatever happened, the model keeps its own buffers
@@ -456,6 +459,48 @@ class PortTracer(fx.Tracer):
         finally:
             for cls, name, _, original in originals:
                 setattr(cls, name, original)
+
+    @contextlib.contextmanager
+    def _checkpoints_recorded(self, root: nn.Module) -> Iterator[None]:
+        """``torch.utils.checkpoint.checkpoint(block, x)`` in a forward (by any name: imported,
+        a ``functools.partial`` as transformers keeps one): fx records the operations the
+        block runs, not that their activations were to be recomputed. The calling module is
+        noted in :attr:`checkpointing` (the port says what it does not keep). Seen where both
+        of torch's ways of checkpointing start, which ``checkpoint`` looks up when called."""
+        paths = {id(m): path for path, m in root.named_modules()}
+        replaced: list[tuple[str, Any]] = []
+
+        def note() -> None:
+            owner = _entering(sys._getframe(2))
+            path = paths.get(id(owner)) if isinstance(owner, nn.Module) else None
+            if path is None or path in self.checkpointing or self._within_opaque(path):
+                return
+            self.checkpointing.append(path)
+
+        generator = getattr(checkpointing, "_checkpoint_without_reentrant_generator", None)
+        reentrant = getattr(checkpointing, "CheckpointFunction", None)
+
+        def without_reentrant(*args: Any, **kwargs: Any) -> Any:
+            note()
+            return generator(*args, **kwargs)  # type: ignore[misc]
+
+        class Reentrant:
+            @staticmethod
+            def apply(*args: Any) -> Any:
+                note()
+                return reentrant.apply(*args)  # type: ignore[union-attr]
+
+        try:
+            if generator is not None:
+                replaced.append(("_checkpoint_without_reentrant_generator", generator))
+                checkpointing._checkpoint_without_reentrant_generator = without_reentrant
+            if reentrant is not None:
+                replaced.append(("CheckpointFunction", reentrant))
+                checkpointing.CheckpointFunction = Reentrant  # type: ignore[misc, assignment]
+            yield
+        finally:
+            for name, original in replaced:
+                setattr(checkpointing, name, original)
 
     def _within_opaque(self, path: str) -> bool:
         """``path`` is kept whole, or inside a module kept whole: the tracer never reads its
@@ -647,6 +692,7 @@ def trace(
         gm.graph.eliminate_dead_code(_has_effects)
         settings = {k: v for k, v in reads.found.items() if k not in reads.written}
         gm.meta[SETTINGS] = settings
+        gm.meta[CHECKPOINTING] = tracer.checkpointing
         gm.meta[DECLARED] = reads.declared & set(settings)
         return gm, opaque
     where = _forward_location(model)
@@ -871,6 +917,25 @@ SETTINGS = "fdl_settings"
 # GraphModule.meta: those of the settings read from their class's declaration (``scale = 0.5``
 # in the class body), not from the instance
 DECLARED = "fdl_settings_declared"
+# GraphModule.meta: the paths of the written-out modules whose forward calls torch's checkpoint
+CHECKPOINTING = "fdl_checkpointing"
+
+
+def checkpointing_note(gm: fx.GraphModule | None) -> str:
+    """What the port does not keep of activation checkpointing in the forwards it writes out
+    ('' when they call none)."""
+    paths = gm.meta.get(CHECKPOINTING, []) if gm is not None else []
+    if not paths:
+        return ""
+    names = [p or "the model" for p in paths[:3]] + (["more"] if len(paths) > 3 else [])
+    where = names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
+    forwards = "the forward of" if len(names) == 1 else "the forwards of"
+    calls = "calls" if len(names) == 1 else "call"
+    return (
+        f"{forwards} {where} {calls} torch.utils.checkpoint, which the port does not: the same "
+        "values and gradients, but the graph keeps every activation for the backward (more "
+        "memory in training)"
+    )
 
 
 @dataclass

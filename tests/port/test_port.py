@@ -1748,3 +1748,22 @@ def test_enum_and_device_settings_are_checked(workdir):
         ported.from_torch(models.Pooled(pool=models.Pool.MAX))
     with pytest.raises(ValueError, match=r"written for device=device\(type='cpu'\)"):
         ported.from_torch(models.Pooled(device="meta"))
+
+
+def test_the_port_says_it_does_not_keep_activation_checkpointing(workdir):
+    """fx records what a checkpointed block computes, not that it was to be recomputed: the
+    port is exact but keeps every activation, and its note says whose forward checkpoints (by
+    ``torch.utils.checkpoint.checkpoint`` or a partial of it, as transformers keeps one)."""
+    out = workdir / "recomputed.py"
+    report = port(workdir / "modes.py", "Recomputed", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    assert report.note == (
+        "the forwards of the model and stack call torch.utils.checkpoint, which the port does not: "
+        "the same values and gradients, but the graph keeps every activation for the backward "
+        "(more memory in training)"
+    )
+    assert report.to_dict()["note"] == report.note and f"# Note: {report.note}." in out.read_text()
+    assert (
+        "checkpoint"
+        not in port(workdir / "modes.py", "Distilled", None, ["torch.randn(3, 4)"], None).note
+    )

@@ -1,7 +1,11 @@
-"""Forwards that enter a mode fx does not record: no_grad, autocast."""
+"""Forwards that enter a mode fx does not record (no_grad, autocast), or checkpoint."""
+
+import functools
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 class Teacher(nn.Module):
@@ -67,3 +71,30 @@ class Student(nn.Module):
         with torch.no_grad():
             t = self.target(x)
         return self.online(x) - t
+
+
+class Stack(nn.Module):
+    """Blocks checkpointed in training through a partial kept on the instance (transformers'
+    ``_gradient_checkpointing_func``)."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(dim, dim), nn.Linear(dim, dim)])
+        self.checkpointed = functools.partial(checkpoint, use_reentrant=False)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = self.checkpointed(block, x) if self.training else block(x)
+        return x
+
+
+class Recomputed(nn.Module):
+    """A stack checkpointed as a whole by the model, through torch.utils.checkpoint."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.stack = Stack(dim)
+        self.head = nn.Linear(dim, 2)
+
+    def forward(self, x):
+        return self.head(torch.utils.checkpoint.checkpoint(self.stack, x, use_reentrant=False))
