@@ -375,6 +375,8 @@ class PortTracer(fx.Tracer):
                 self._buffer_writes_recorded(root),
                 self._modes_recorded(root),
                 self._checkpoints_recorded(root),
+                self._functions_recorded(),
+                self._calls_recorded(_scripted(root)),
             ):
                 return super().trace(root, concrete_args)
         finally:  # whatever happened, the model keeps its own buffers
@@ -502,6 +504,30 @@ class PortTracer(fx.Tracer):
             for name, original in replaced:
                 setattr(checkpointing, name, original)
 
+    @contextlib.contextmanager
+    def _functions_recorded(self) -> Iterator[None]:
+        """``GradReverse.apply(x, alpha)``: fx would trace into the autograd Function's
+        ``forward`` and lose its ``backward``, so a call of a Function of the model's own code
+        (or a library's; not torch's) on traced values is recorded as one call of its
+        ``apply``, which the port imports and calls as the original does."""
+        base = torch.autograd.function.Function
+        original = vars(base)["apply"]
+        tracer = self
+
+        def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            traced: list[bool] = []
+            fx.node.map_aggregate((args, kwargs), lambda v: traced.append(isinstance(v, fx.Proxy)))
+            if any(traced) and not cls.__module__.startswith("torch."):
+                target = original.__get__(None, cls)  # torch's own apply, bound to the class
+                return tracer.create_proxy("call_function", target, args, kwargs)
+            return original.__func__(cls, *args, **kwargs)
+
+        base.apply = classmethod(apply)  # type: ignore[method-assign, assignment]
+        try:
+            yield
+        finally:
+            base.apply = original  # type: ignore[method-assign]
+
     def _within_opaque(self, path: str) -> bool:
         """``path`` is kept whole, or inside a module kept whole: the tracer never reads its
         forward (it runs only on fake tensors, to learn a shape)."""
@@ -544,6 +570,36 @@ _MODES = [
     (grad_mode.inference_mode, "__enter__", "torch.inference_mode()"),
     (torch.amp.autocast_mode.autocast, "__enter__", "torch.autocast()"),
 ]
+
+
+def _scripted(root: nn.Module) -> list[tuple[Any, str]]:
+    """The TorchScript functions (``@torch.jit.script``) the forwards of the tree can call by a
+    global name, as ``(globals, name)``: fx cannot pass traced values to one, so each records a
+    call (see :meth:`PortTracer._calls_recorded`), which the port imports and calls."""
+    found: dict[tuple[int, str], tuple[Any, str]] = {}
+    for cls in {type(m) for m in root.modules()}:
+        for klass in cls.__mro__:
+            forward = vars(klass).get("forward")
+            namespace = getattr(forward, "__globals__", None)
+            if namespace is None or klass.__module__.startswith("torch."):
+                continue
+            for name, value in namespace.items():
+                if isinstance(value, torch.jit.ScriptFunction):
+                    found[id(namespace), name] = (_Globals(namespace), name)
+    return list(found.values())
+
+
+class _Globals:
+    """A module's globals, read and set as attributes (what ``_calls_recorded`` patches)."""
+
+    def __init__(self, namespace: dict[str, Any]) -> None:
+        object.__setattr__(self, "namespace", namespace)
+
+    def __getattr__(self, name: str) -> Any:
+        return self.namespace[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.namespace[name] = value
 
 
 def _entering(frame: Any) -> Any:

@@ -76,6 +76,17 @@ def qualname(fn: Any, imports: set[str]) -> str:
     """How generated code names the function ``fn`` (``F.relu``, ``torch.cat``, ``math.sqrt``)."""
     if fn is shape_checked:
         return "shape_checked"  # defined in the generated module (GUARD_HELPER)
+    if isinstance(fn, torch.jit.ScriptFunction):  # ``@torch.jit.script``: named by TorchScript
+        scripted: Any = fn  # (its name is a property the stubs call a method)
+        defined_in = scripted.qualified_name.removeprefix("__torch__.").rpartition(".")[0]
+        namespace = vars(sys.modules.get(defined_in, sys))
+        # its own name, or the one it is bound to (``gelu = torch.jit.script(_gelu)``)
+        for bound in [scripted.name, *(k for k, v in namespace.items() if v is fn)]:
+            if _imported(fn, bound, defined_in, imports) is not None:
+                return str(bound)
+        raise UnsupportedError(
+            f"the TorchScript function {scripted.qualified_name} cannot be imported"
+        )
     name = getattr(fn, "__name__", None)
     if not isinstance(name, str):
         raise UnsupportedError(f"cannot name the function {fn!r}")
@@ -93,22 +104,38 @@ def qualname(fn: Any, imports: set[str]) -> str:
             return name
         imports.add(module)
         return f"{module}.{name}"
+    # a method of a class (an autograd Function's ``apply``): the class imported, the method
+    # read from it
+    owner_cls = getattr(fn, "__self__", None)
+    if isinstance(owner_cls, type) and getattr(owner_cls, name, None) == fn:
+        cls_name = _imported(owner_cls, owner_cls.__qualname__, owner_cls.__module__, imports)
+        if cls_name is not None:
+            return f"{cls_name}.{name}"
     # a function of the script or of a library (a helper torch.fx was told to keep as one
     # call): the port imports it from where it is defined
-    # (from the package that exports it, when one above its module does: ``from einops import
-    # rearrange``, not ``from einops.einops import rearrange``)
-    if isinstance(module, str) and module != "__main__" and name.isidentifier():
-        parts = module.split(".")
-        for depth in range(1, len(parts) + 1):
-            where = ".".join(parts[:depth])
-            try:
-                owner = importlib.import_module(where)
-            except Exception:
-                continue
-            if getattr(owner, name, None) is fn:
-                imports.add(f"from {where} import {name}")
-                return name
+    if isinstance(module, str) and _imported(fn, name, module, imports) is not None:
+        return name
     raise UnsupportedError(f"the function {module}.{name} has no name generated code can import")
+
+
+def _imported(obj: Any, name: str, module: str, imports: set[str]) -> str | None:
+    """``name``, once ``from <package> import name`` (added to ``imports``) gives ``obj``: from
+    the highest package that exports it (``from einops import rearrange``, not ``from
+    einops.einops import rearrange``); None when no package does (a class defined in a
+    function, a script run as ``__main__``)."""
+    if module == "__main__" or not name.isidentifier():
+        return None
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        where = ".".join(parts[:depth])
+        try:
+            owner = importlib.import_module(where)
+        except Exception:
+            continue
+        if getattr(owner, name, None) is obj:
+            imports.add(f"from {where} import {name}")
+            return name
+    return None
 
 
 def imported_names(imports: set[str]) -> set[str]:

@@ -1767,3 +1767,28 @@ def test_the_port_says_it_does_not_keep_activation_checkpointing(workdir):
         "checkpoint"
         not in port(workdir / "modes.py", "Distilled", None, ["torch.randn(3, 4)"], None).note
     )
+
+
+def test_an_autograd_function_and_a_scripted_function_are_one_call_each(workdir):
+    """fx traced into ``GradReverse.apply`` and lost its backward (parity refused the port),
+    and could not pass traced values to a ``@torch.jit.script`` function (the model was kept
+    whole). Each is now recorded as one call, imported from the script and called as the
+    original does; torch's ``Function.apply`` and the script's globals are given back."""
+    apply = vars(torch.autograd.Function)["apply"]
+    out = workdir / "adversarial.py"
+    report = port(workdir / "functions.py", "Adversarial", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    text = out.read_text()
+    assert "from functions import GradReverse" in text and "GradReverse.apply(x, 0.5)" in text
+    assert "from functions import scripted_gelu" in text
+    assert vars(torch.autograd.Function)["apply"] is apply
+    functions = sys.modules["functions"]
+    assert isinstance(functions.scripted_gelu, torch.jit.ScriptFunction)
+    model = functions.Adversarial()
+    graph = load(out).from_torch(model)
+    x = torch.randn(3, 4, requires_grad=True)
+    graph(x)[1].sum().backward()
+    reversed_grad = x.grad.clone()
+    x.grad = None
+    model(x)[1].sum().backward()
+    assert torch.equal(reversed_grad, x.grad)
