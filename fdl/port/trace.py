@@ -185,6 +185,8 @@ class _Proxy(fx.Proxy):
         batch size, which the port does not fix."""
         tracer = self.tracer
         n = tracer.shape_length(self) if isinstance(tracer, PortTracer) else None
+        if n is None and isinstance(tracer, PortTracer):
+            n = tracer.sequence_length(self)  # a list passed in: its length, checked
         if n is None:
             return super().__len__()
         return n
@@ -242,6 +244,8 @@ class PortTracer(fx.Tracer):
         n = self.shape_length(obj)
         if n is None:
             pieces = self._pieces(obj)
+            if pieces is None:
+                pieces = self._items(obj)
             return super().iter(obj) if pieces is None else iter(pieces)
         # ``x.shape[a:b]``'s items are ``x.shape[a + i]``: read from the shape itself
         base: Any = obj
@@ -286,6 +290,30 @@ class PortTracer(fx.Tracer):
         pieces: Any = obj
         return [pieces[i] for i in range(len(value))]
 
+    def sequence_length(self, obj: fx.Proxy) -> int | None:
+        """``len(xs)`` of an input passed as a list or tuple (``forward(self, xs)``): the
+        example's length, which the port is written for and checks (:meth:`to_bool`), so a
+        list of another length is an error, never items ignored or missing. None: not such an
+        input."""
+        if obj.node.op != "placeholder":
+            return None
+        value = self.example_value(obj)
+        if type(value) not in (list, tuple):
+            return None
+        length: Any = self.create_proxy("call_function", len, (obj,), {})
+        if not self.to_bool(length == len(value)):  # (recorded as a check)
+            return None
+        return len(value)
+
+    def _items(self, obj: fx.Proxy) -> list[Any] | None:
+        """``for x in xs`` over an input passed as a list or tuple: one traced value per item,
+        as many as the example has (checked, see :meth:`sequence_length`)."""
+        n = self.sequence_length(obj)
+        if n is None:
+            return None
+        items: Any = obj
+        return [items[i] for i in range(n)]
+
     def to_bool(self, obj: fx.Proxy) -> bool:
         """``if query.shape[2] > 1:``: a test on shapes alone is decided as it is for the
         example, and the graph checks that decision when it runs (:func:`shape_checked`). A
@@ -306,7 +334,14 @@ class PortTracer(fx.Tracer):
                 "example, a port would refuse inputs on another device or of another dtype (the "
                 "model on a GPU, under autocast)"
             )
-        if tensor is None or not is_tensor(tensor):
+
+        def is_sequence_input(node: fx.Node) -> bool:  # ``len(xs)`` of a list passed in
+            return node.op == "placeholder" and type(self.example_value(self.proxy(node))) in (
+                list,
+                tuple,
+            )
+
+        if tensor is None or not (is_tensor(tensor) or is_sequence_input(tensor)):
             return super().to_bool(obj)  # (a check on no tensor would not run: no branch)
         for other in self.others:  # one port follows one branch: the examples must agree
             decided = self.example_value(obj, other)

@@ -1002,6 +1002,22 @@ def test_a_branch_on_a_device_or_dtype_keeps_its_module_whole(workdir):
     assert torch.equal(load(out).from_torch(original)(x), original(x))
 
 
+def test_a_list_passed_in_iterates_as_its_items_and_its_length_is_checked(workdir):
+    """``for x in xs`` and ``range(len(xs))`` over a list input: one value per item, as many as
+    the example has; a list of another length is an error, never an item ignored (the whole
+    model was kept opaque)."""
+    out = workdir / "summed.py"
+    report = port(workdir / "shapes.py", "Summed", None, ["[torch.randn(2, 4)] * 2"], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    assert report.checks == [("len(x) == 2", True)]
+    original = sys.modules["shapes"].Summed()
+    graph = load(out).from_torch(original)
+    xs = [torch.randn(3, 4), torch.randn(3, 4)]
+    assert torch.equal(graph(xs), original(xs))
+    with pytest.raises(ValueError, match=r"where len\(x\) == 2 was True, and for this input"):
+        graph([*xs, torch.randn(3, 4)])
+
+
 def test_a_step_function_is_never_named_after_a_builtin(workdir):
     """``.float()`` is written as a function; named ``float``, it was called by another step's
     ``float('-inf')`` and the port was refused."""

@@ -144,3 +144,15 @@ class Placed(nn.Module):
     def forward(self, x):
         y = torch.bmm(x.unsqueeze(1), self.transform(x)).squeeze(1)
         return self.fc(self.cast(y))
+
+
+class Summed(nn.Module):
+    """Sums a layer over the tensors of a list passed in, and weighs each by its place."""
+
+    def __init__(self, dim=4):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, xs):
+        total = sum(self.fc(x) for x in xs)
+        return total + sum(i * xs[i] for i in range(len(xs)))
