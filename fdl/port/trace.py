@@ -331,8 +331,7 @@ class PortTracer(fx.Tracer):
                 read.insert(0, str(tensor.args[1]))
             raise fx.proxy.TraceError(
                 f"a branch on a tensor's {'.'.join(read)} (not its shape): decided for the "
-                "example, a port would refuse inputs on another device or of another dtype (the "
-                "model on a GPU, under autocast)"
+                f"example, a port would refuse {_differing(read[0])}"
             )
 
         def is_sequence_input(node: fx.Node) -> bool:  # ``len(xs)`` of a list passed in
@@ -605,6 +604,17 @@ _MODES = [
     (grad_mode.inference_mode, "__enter__", "torch.inference_mode()"),
     (torch.amp.autocast_mode.autocast, "__enter__", "torch.autocast()"),
 ]
+
+
+def _differing(attribute: str) -> str:
+    """The inputs a port deciding a branch on a tensor's ``attribute`` would refuse."""
+    if attribute in ("device", "is_cuda", "is_mps", "is_cpu", "is_xpu", "is_meta"):
+        return "inputs on another device (the model on a GPU)"
+    if attribute in ("dtype", "is_floating_point", "is_complex"):
+        return "inputs of another dtype (under autocast)"
+    if attribute == "requires_grad":
+        return "inputs that differ in it (under torch.no_grad(), or with frozen layers)"
+    return "inputs that differ in it"
 
 
 def _scripted(root: nn.Module) -> list[tuple[Any, str]]:
