@@ -174,6 +174,57 @@ class _FakeRun(fx.Interpreter):
         return torch.func.functional_call(module, state, tuple(args), dict(kwargs))
 
 
+class _Fakes:
+    """One example's run of a graph being traced, on fake tensors, node by node as the graph
+    grows: a query runs the nodes added since the last one. Once a node cannot run, every
+    later query is unknown (as a run from the start would fail there)."""
+
+    def __init__(self, root: nn.Module, graph: fx.Graph, example: tuple[Any, ...]) -> None:
+        self.mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.run = _FakeRun(root, graph, self.mode)
+        self.graph = graph
+        self.example = example
+        self.placeholders = 0  # how many the run has bound
+        self.last: fx.Node | None = None  # the last node run
+        self.failed = False
+
+    def value(self, node: fx.Node) -> Any:
+        env = self.run.env
+        if node not in env:
+            if self.failed:
+                return None
+            try:
+                with self.mode:
+                    self._run_to(node)
+            except Exception:
+                self.failed = True
+                return None
+        return env.get(node)
+
+    def _run_to(self, node: fx.Node) -> None:
+        env = self.run.env
+        current = self.last.next if self.last is not None else next(iter(self.graph.nodes))
+        while True:
+            if current.op == "placeholder":
+                # the forward's parameters: the example's, then the ones fixed while tracing
+                # (each placeholder holds its fixed value: fx may rename it, ``targets`` to
+                # ``targets_1``)
+                i = self.placeholders
+                if i >= len(self.example) and not current.args:
+                    raise LookupError(f"no value for {current.target}")
+                given = self.example[i] if i < len(self.example) else current.args[0]
+                env[current] = self.run.fake(given)
+                self.placeholders += 1
+            else:
+                env[current] = self.run.run_node(current)
+            self.last = current
+            if current is node:
+                return
+            current = current.next
+            if current.op == "root":
+                raise LookupError("the node is not in the graph")
+
+
 class _Proxy(fx.Proxy):
     """fx's traced value, which also records an item assignment (``h[:, 0] = 0``)."""
 
@@ -222,6 +273,8 @@ class PortTracer(fx.Tracer):
         self._fixed: dict[str, Any] = {}
         self._buffer_names: dict[int, str] | None = None  # id -> qualified name, once per trace
         self._proxies: dict[str, Any] = {}  # fx's cache of the parameters and buffers read
+        # id(example) -> (the example, its run on fake tensors so far): see example_value
+        self._fakes: dict[int, tuple[tuple[Any, ...], _Fakes]] = {}
         # path of a module whose forward assigned attributes of the tree -> their names
         self.writers: dict[str, list[str]] = {}
         # path of a module whose forward enters a mode fx does not record -> the first one
@@ -361,28 +414,18 @@ class PortTracer(fx.Tracer):
     def example_value(self, obj: fx.Proxy, example: tuple[Any, ...] | None = None) -> Any:
         """The value ``obj`` traces on the example (or on ``example``; None: unknown): the graph
         traced so far is run up to ``obj`` on fake tensors (nothing of the model's is
-        written)."""
+        written). Each example's run goes on from where its last query left it (the graph only
+        grows while tracing), so a trace asking n times costs one run, not n."""
         example = self.example if example is None else example
         if example is None or self.root is None:
             return None
         node = obj.node  # first: an attribute (``x.shape``) records its node when asked
-        graph = fx.Graph()
-        mapped: dict[fx.Node, fx.Node] = {}
-        graph.graph_copy(self.graph, mapped)
-        graph.output(mapped[node])
-        # the forward's parameters: the example's, then the ones fixed while tracing (each
-        # placeholder holds its fixed value: fx may rename it, ``targets`` to ``targets_1``)
-        fixed = [p for p in graph.nodes if p.op == "placeholder"][len(example) :]
-        if any(not p.args for p in fixed):
-            return None
-        args = [*example, *(p.args[0] for p in fixed)]
+        kept = self._fakes.get(id(example))
+        if kept is None:
+            kept = self._fakes[id(example)] = (example, _Fakes(self.root, self.graph, example))
         paused = self.reads.paused() if self.reads is not None else contextlib.nullcontext()
-        try:  # fx's patches of nn.Module reverted: the run must not record into the trace
-            with paused, _patches_reverted(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
-                run = _FakeRun(self.root, graph, mode)
-                return run.run(*(run.fake(a) for a in args))
-        except Exception:
-            return None
+        with paused, _patches_reverted():  # the run must not record into the trace
+            return kept[1].value(node)
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         """A buffer read by the forward is a traced value, as a parameter is: what the forward
