@@ -1,8 +1,11 @@
-"""How much of real model-zoo code ``fdl port`` writes out: torchvision and timm classifiers.
+"""How much of real model-zoo code ``fdl port`` writes out: torchvision and timm classifiers,
+transformers' GPT-2 and BERT.
 
 Each model is wrapped in a small ``nn.Module`` (``self.net = <zoo constructor>``), randomly
 initialised with a fixed seed, and ported by ``fdl port --json`` in a fresh process with one
-example input, ``torch.randn`` drawn under seeds 0 and 1 (the port's default). A row says what
+example input, ``torch.randn`` images (token ids for the language models, whose wrapper
+returns the output's first field) drawn under seeds 0 and 1 (the port's default). The language
+models are 12 layers deep and narrow: ``port_s`` shows how the port's time grows with depth. A row says what
 came out: ``exact`` (written, bit-exact outputs and gradients in eval and train mode on both
 draws), ``noted`` (exact on both draws, but the port notes that it reads a value in another
 order than the original, so gradients can differ in the last bits on other inputs), ``whole`` (exact, but the whole model is one opaque step),
@@ -13,7 +16,7 @@ for (read by the forward as constants, checked by ``flow(m)``), and ``port_s`` i
 of the ``fdl port`` call.
 
 The zoos are not dependencies of flodl: install them to run this (``pip install torchvision
-timm``). A zoo that does not import is reported as missing and skipped.
+timm``; transformers comes with ``flodl[hf]``). A zoo that does not import is reported as missing and skipped.
 
 Usage: ``python benchmarks/port_zoo.py [--smoke] [--only NAME,...] [--out DIR]``. ``--smoke``
 ports the first model of each installed zoo.
@@ -41,8 +44,8 @@ SHORT_REASONS = {
     CONSTANT_REASON: "makes a constant too big to write out",
 }
 
-# zoo -> (import line, {model: (constructor expression, image size)})
-ZOOS: dict[str, tuple[str, dict[str, tuple[str, int]]]] = {
+# zoo -> (import line, {model: (constructor expression, image size or example input)})
+ZOOS: dict[str, tuple[str, dict[str, tuple[str, int | str]]]] = {
     "torchvision": (
         "import torchvision.models as zoo",
         {
@@ -101,12 +104,32 @@ ZOOS: dict[str, tuple[str, dict[str, tuple[str, int]]]] = {
             ]
         },
     ),
+    # language models at full depth (12 layers), narrow: the port's time grows with depth
+    "transformers": (
+        "import transformers",
+        {
+            "gpt2_12_layers": (
+                "transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=12, n_embd=64,"
+                " n_head=4, vocab_size=100, n_positions=32, bos_token_id=0, eos_token_id=0))",
+                "torch.randint(0, 100, (2, 16))",
+            ),
+            "bert_12_layers": (
+                "transformers.BertModel(transformers.BertConfig(num_hidden_layers=12,"
+                " hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=100,"
+                " max_position_embeddings=32), add_pooling_layer=False)",
+                "torch.randint(0, 100, (2, 16))",
+            ),
+        },
+    ),
 }
+# what a zoo's wrapper returns of its model's output (a language model's ModelOutput: a tensor)
+OUTPUTS = {"transformers": "[0]"}
 FDL = [sys.executable, "-m", "fdl"]
 
 
-def script_for(import_line: str, models: dict[str, tuple[str, int]]) -> str:
-    """One module with a wrapper class per model, named after it."""
+def script_for(import_line: str, models: dict[str, tuple[str, int | str]], output: str = "") -> str:
+    """One module with a wrapper class per model, named after it (``output``: what the wrapper
+    returns of the model's output, ``[0]`` for a ModelOutput's first field)."""
     lines = ["import torch", import_line, ""]
     for name, (constructor, _) in models.items():
         lines += [
@@ -117,7 +140,7 @@ def script_for(import_line: str, models: dict[str, tuple[str, int]]) -> str:
             f"        self.net = {constructor}",
             "",
             "    def forward(self, x):",
-            "        return self.net(x)",
+            f"        return self.net(x){output}",
             "",
             "",
         ]
@@ -137,8 +160,8 @@ def kept_why(parts: list[dict[str, str]]) -> str:
     )
 
 
-def port_one(work: Path, script: str, model: str, size: int) -> dict[str, object]:
-    example = f"torch.randn(2, 3, {size}, {size})"
+def port_one(work: Path, script: str, model: str, size: int | str) -> dict[str, object]:
+    example = size if isinstance(size, str) else f"torch.randn(2, 3, {size}, {size})"
     argv = [*FDL, "port", script, "--model", class_name(model), "--example-input", example,
             "-o", f"port_{class_name(model)}.py", "--overwrite", "--json"]  # fmt: skip
     start = time.perf_counter()
@@ -197,7 +220,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
             if args.smoke:
                 chosen = dict(list(chosen.items())[:1])
             script = f"zoo_{zoo}.py"
-            (work / script).write_text(script_for(import_line, chosen))
+            (work / script).write_text(script_for(import_line, chosen, OUTPUTS.get(zoo, "")))
             for model, (_, size) in chosen.items():
                 row = {"zoo": zoo, **port_one(work, script, model, size)}
                 rows.append(row)

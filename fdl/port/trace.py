@@ -519,7 +519,9 @@ class PortTracer(fx.Tracer):
         another precision under autocast). The module whose code enters one is noted in
         :attr:`modes`, to be kept whole."""
         paths = {id(m): path for path, m in root.named_modules()}
-        originals = [(cls, name, mode, vars(cls)[name]) for cls, name, mode in _MODES]
+        originals = [  # (a torch without one of them: that one is not watched)
+            (cls, name, mode, vars(cls)[name]) for cls, name, mode in _MODES if name in vars(cls)
+        ]
 
         def recording(original: Any, mode: str) -> Any:
             def entered(*args: Any, **kwargs: Any) -> Any:
