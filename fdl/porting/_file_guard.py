@@ -4,8 +4,8 @@
 path (``torch.save(model.state_dict(), "model.pt")``) would replace a trained model with a
 two-step one. Inside the run, :func:`install` watches the script's file operations (Python's
 audit events ``open``, ``os.remove``, ``os.rename``, ``os.truncate``, ``shutil.rmtree``,
-``sqlite3.connect``, plus the writers that open files from C: ``torch.save``'s and
-safetensors') and, the first time one is about to change an existing file under the watched
+``sqlite3.connect``, plus the writers that open files from C: ``torch.save``'s,
+safetensors' and h5py's) and, the first time one is about to change an existing file under the watched
 folders, keeps that file in a backup folder beside it (on the same file system, so keeping is a
 rename or a hard link, not a copy):
 
@@ -221,11 +221,22 @@ def _put_aside(path: str, kept: str, how: str) -> None:
 
 
 # -- writers that open their file from C --------------------------------------------------------
-# (module, attribute path, the index of the path argument): wrapped when the module is imported
-_C_WRITERS = (
-    ("torch.serialization", "_open_zipfile_writer_file.__init__", 1),
-    ("safetensors.torch", "serialize_file", 1),
-    ("safetensors.numpy", "serialize_file", 1),
+def _h5py_change(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """How ``h5py.File(name, mode)`` changes an existing file: ``w`` truncates it (kept by
+    moving it aside), ``a`` and ``r+`` write into it (kept by a copy); ``r``, ``w-`` and ``x``
+    leave it as it is."""
+    mode = args[2] if len(args) > 2 else kwargs.get("mode", "r")
+    return {"w": "move", "a": "copy", "r+": "copy"}.get(mode)
+
+
+# (module, attribute path, the index of the path argument, how the file changes: a way to keep
+# it, or a function of the call's arguments giving one or None): wrapped when the module is
+# imported
+_C_WRITERS: tuple[tuple[str, str, int, Any], ...] = (
+    ("torch.serialization", "_open_zipfile_writer_file.__init__", 1, "move"),
+    ("safetensors.torch", "serialize_file", 1, "move"),
+    ("safetensors.numpy", "serialize_file", 1, "move"),
+    ("h5py._hl.files", "File.__init__", 1, _h5py_change),  # HDF5 opens its file itself
 )
 
 
@@ -234,7 +245,7 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
 
     def __init__(self, guard: _Guard) -> None:
         self.guard = guard
-        self.wanted = {module for module, _, _ in _C_WRITERS}
+        self.wanted = {module for module, _, _, _ in _C_WRITERS}
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         if name not in self.wanted:
@@ -258,12 +269,12 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module: Any) -> None:
         self.inner.exec_module(module)
-        for name, attribute, index in _C_WRITERS:
+        for name, attribute, index, how in _C_WRITERS:
             if name == self.name:
-                _wrap(module, attribute, index, self.guard)
+                _wrap(module, attribute, index, how, self.guard)
 
 
-def _wrap(module: Any, attribute: str, index: int, guard: _Guard) -> None:
+def _wrap(module: Any, attribute: str, index: int, how: Any, guard: _Guard) -> None:
     *owners, last = attribute.split(".")
     owner = module
     for part in owners:
@@ -277,7 +288,9 @@ def _wrap(module: Any, attribute: str, index: int, guard: _Guard) -> None:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         if len(args) > index:
             with contextlib.suppress(Exception):  # as the audit hook: never the script's failure
-                guard.keep(args[index], "move")
+                change = how(args, kwargs) if callable(how) else how
+                if change is not None and isinstance(args[index], (str, bytes, os.PathLike)):
+                    guard.keep(args[index], change)
         return original(*args, **kwargs)
 
     setattr(owner, last, wrapped)

@@ -218,6 +218,7 @@ def test_what_a_smoke_run_overwrites_or_deletes_is_put_back_and_what_it_creates_
 
 KEEPERS = """
 import os, pathlib, shutil, subprocess, sys
+import h5py
 import torch
 from safetensors.torch import save_file
 
@@ -238,6 +239,12 @@ def main():
     os.replace("tmp2.ckpt", "last.ckpt")
     shutil.rmtree("data")  # a whole folder removed
     os.truncate("notes.txt", 0)
+    with h5py.File("features.h5", "w") as h5:  # HDF5 opens its file from C too
+        h5["x"] = [1.0]
+    with h5py.File("metrics.h5", "a") as h5:  # and writes into it in place
+        h5["loss"] = [0.5]
+    with h5py.File("features.h5", "r") as h5:  # (read back: nothing more kept)
+        assert list(h5) == ["x"]
     # Python processes the script starts keep what they overwrite too: a subprocess, and a
     # multiprocessing "spawn" worker overwriting what the script itself overwrote first
     subprocess.run([sys.executable, "-c", "open('child.txt', 'w').write('child')"], check=True)
@@ -259,6 +266,11 @@ if __name__ == "__main__":
 
 def test_every_kind_of_write_the_run_makes_is_put_back(tmp_path, monkeypatch):
     pytest.importorskip("safetensors")
+    h5py = pytest.importorskip("h5py")
+    for name, key in (("features.h5", "real"), ("metrics.h5", "epochs")):
+        with h5py.File(tmp_path / name, "w") as h5:
+            h5[key] = [1.0, 2.0]
+    h5_files = {name: (tmp_path / name).read_bytes() for name in ("features.h5", "metrics.h5")}
     files = {
         "model.pt": b"real weights",
         "model.safetensors": b"real tensors",
@@ -275,6 +287,7 @@ def test_every_kind_of_write_the_run_makes_is_put_back(tmp_path, monkeypatch):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
     result = passed_here(tmp_path, monkeypatch, KEEPERS, timeout=120)
+    files.update(h5_files)
     for name, data in files.items():
         if name != "elsewhere.txt":
             assert (tmp_path / name).read_bytes() == data, name
