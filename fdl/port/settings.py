@@ -54,13 +54,22 @@ def settings_checked(m, settings):
                 found == expected or (found != found and expected != expected)  # NaN is NaN
             ):
                 path = f"{owner}.{name}" if owner else name
-                has = f"no {path}" if found is settings_checked else f"{path}={found!r}"
+                has = (
+                    f"no {path}" if found is settings_checked else f"{path}={shown_setting(found)}"
+                )
                 raise ValueError(
-                    f"this port is written for {path}={expected!r} (its forward computes with it "
-                    f"as a constant), and this module has {has}: port again from a model built "
-                    "with these settings"
+                    f"this port is written for {path}={shown_setting(expected)} (its forward "
+                    "computes with it as a constant), and this module has "
+                    f"{has}: port again from a model built with these settings"
                 )
     return m
+
+
+def shown_setting(value):
+    """``value`` as written in Python: an enum member by its name (``Pool.MEAN``)."""
+    if hasattr(type(value), "__members__"):
+        return f"{type(value).__qualname__}.{value.name}"
+    return repr(value)
 '''
 _helper: dict[str, Any] = {"__name__": __name__}
 exec(SETTINGS_HELPER, _helper)  # our own source, above: the check the port writes, to run here

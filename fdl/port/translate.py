@@ -1434,8 +1434,8 @@ class Translator:
 DETACHED_HOWS = ("detached_through", "detached")
 INFIX_NAMES = {"add": "add", "iadd": "add", "truediv": "div", "getitem": "index"}
 TAKEN = {"build", "from_torch", "flow", "Call", "shared", "Held", "shape_checked",
-         "settings_checked", "SETTINGS", "torch", "nn", "F", "fl", "math", "operator", "m", "x",
-         "module"}  # fmt: skip
+         "settings_checked", "shown_setting", "SETTINGS", "torch", "nn", "F", "fl", "math",
+         "operator", "m", "x", "module"}  # fmt: skip
 
 
 def _explicit_arguments(bound: dict[str, Any], signature: inspect.Signature) -> dict[str, Any]:
