@@ -27,6 +27,7 @@ from fdl.port import settings as settings_mod
 from fdl.port.errors import UnsupportedError
 from fdl.port.trace import GUARD_HELPER
 from fdl.port.translate import (
+    ATTR_HELPER,
     CALL_HELPER,
     HELD_HELPER,
     NO_DEFAULT,
@@ -272,6 +273,8 @@ def render(
             defs.append(SHARED_HELPER.strip() + "\n")
         if translation.needs_held:
             defs.append(HELD_HELPER.strip() + "\n")
+        if translation.needs_attr:
+            defs.append(ATTR_HELPER.strip() + "\n")
         if translation.needs_guard:
             defs.append(GUARD_HELPER.strip() + "\n")
         if settings:

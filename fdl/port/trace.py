@@ -31,6 +31,8 @@ from fdl.port.errors import ShapesDisagreeError
 from fdl.port.settings import SettingReads
 
 TORCH_DIR = str(Path(torch.__file__).parent)
+# code that is not the model's own: what it reads of the model is not the forward's
+_NOT_THE_MODELS = (TORCH_DIR, str(Path(__file__).resolve().parents[1]))
 MAX_RETRIES = 32
 
 
@@ -280,6 +282,8 @@ class PortTracer(fx.Tracer):
         # path of a module whose forward enters a mode fx does not record -> the first one
         self.modes: dict[str, str] = {}
         self.checkpointing: list[str] = []  # paths of the modules calling torch's checkpoint
+        self._attributes_on = False  # plain tensor attributes read as traced values (see below)
+        self._attribute_proxies: dict[str, Any] = {}
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self.opaque:
@@ -424,8 +428,12 @@ class PortTracer(fx.Tracer):
         if kept is None:
             kept = self._fakes[id(example)] = (example, _Fakes(self.root, self.graph, example))
         paused = self.reads.paused() if self.reads is not None else contextlib.nullcontext()
-        with paused, _patches_reverted():  # the run must not record into the trace
-            return kept[1].value(node)
+        attributes, self._attributes_on = self._attributes_on, False  # the model's own tensors
+        try:
+            with paused, _patches_reverted():  # the run must not record into the trace
+                return kept[1].value(node)
+        finally:
+            self._attributes_on = attributes
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         """A buffer read by the forward is a traced value, as a parameter is: what the forward
@@ -454,6 +462,7 @@ class PortTracer(fx.Tracer):
                 self._checkpoints_recorded(root),
                 self._functions_recorded(),
                 self._calls_recorded(_scripted(root)),
+                self._tensor_attributes_traced(root),  # (after reading: it wraps that lookup)
             ):
                 return super().trace(root, concrete_args)
         finally:  # whatever happened, the model keeps its own buffers
@@ -606,6 +615,61 @@ class PortTracer(fx.Tracer):
             yield
         finally:
             base.apply = original  # type: ignore[method-assign]
+
+    @contextlib.contextmanager
+    def _tensor_attributes_traced(self, root: nn.Module) -> Iterator[None]:
+        """``self.pe[:, : x.shape[1]]`` where ``pe`` is a plain tensor attribute (neither a
+        parameter nor a buffer, as ``self.pe = torch.zeros(...)`` makes): fx would hand the
+        forward the tensor itself, so a slice by a traced length fails and anything bigger than
+        a small constant keeps the module whole. Read while the forward is traced, such a tensor
+        is a traced value (``get_attr``), which the port reads from the module at each call."""
+        paths = {id(m): path for path, m in root.named_modules()}
+        lookups = [(cls, cls.__getattribute__, vars(cls).get("__getattribute__"))
+                   for cls in {type(m) for m in root.modules()}]  # fmt: skip
+        tracer = self
+
+        def traced(lookup: Any) -> Any:
+            def __getattribute__(module: Any, name: str) -> Any:
+                value = lookup(module, name)
+                if type(value) is not torch.Tensor or not tracer._attributes_on:
+                    return value
+                if sys._getframe(1).f_code.co_filename.startswith(_NOT_THE_MODELS):
+                    return value  # torch's and fdl's own reads (fx's constants among them)
+                path = paths.get(id(module))
+                if (
+                    path is not None
+                    and name in object.__getattribute__(module, "__dict__")
+                    and not tracer._within_opaque(path)
+                ):
+                    return tracer._attribute_proxy(f"{path}.{name}" if path else name)
+                return value
+
+            return __getattribute__
+
+        patched = []
+        try:
+            for cls, lookup, own in lookups:
+                with contextlib.suppress(TypeError):  # a built-in class takes no attribute
+                    cls.__getattribute__ = traced(lookup)  # type: ignore[method-assign]
+                    patched.append((cls, own))
+            self._attributes_on = True
+            yield
+        finally:
+            self._attributes_on = False
+            for cls, own in patched:
+                if own is None:
+                    del cls.__getattribute__
+                else:
+                    cls.__getattribute__ = own  # type: ignore[method-assign]
+
+    def _attribute_proxy(self, qualified: str) -> Any:
+        """The traced value of the plain tensor attribute at ``qualified``, one per trace."""
+        proxy = self._attribute_proxies.get(qualified)
+        if proxy is None:
+            proxy = self._attribute_proxies[qualified] = self.create_proxy(
+                "get_attr", qualified, (), {}
+            )
+        return proxy
 
     def _within_opaque(self, path: str) -> bool:
         """``path`` is kept whole, or inside a module kept whole: the tracer never reads its

@@ -560,6 +560,23 @@ class Held(nn.Module):
 '''
 
 
+ATTR_HELPER = '''
+class Attr(nn.Module):
+    """A tensor the original's forward reads from a plain attribute (``self.pe``, neither a
+    parameter nor a buffer), as a step that returns it, the stream ignored: read from the
+    module at each call, as the original reads it (the graph neither holds nor saves it):
+    ``.fork(Attr(m.pos, "pe")).tag("pe")`` makes it a tag for ``using``."""
+
+    def __init__(self, owner: nn.Module, name: str):
+        super().__init__()
+        self.owner = [owner]  # in a list: not a submodule (the graph does not own it)
+        self.attribute = name
+
+    def forward(self, x):
+        return getattr(self.owner[0], self.attribute)
+'''
+
+
 @dataclass
 class Step:
     """How one traced operation is written: ``code`` is a builder step; ``using`` wires refs."""
@@ -632,6 +649,7 @@ class Translation:
     strict: bool = False  # every operation a step of its own, in the original's order
     needs_guard: bool = False  # a shape test the forward branched on is checked
     checks: list[tuple[str, bool]] = field(default_factory=list)  # (test, its value) each
+    needs_attr: bool = False  # a plain tensor attribute is read (ATTR_HELPER)
 
 
 NO_DEFAULT = object()
@@ -671,6 +689,8 @@ class Translator:
         self.output = outputs[0].args[0]
         self.params: list[fx.Node] = []  # tensors read directly: self.pos, self.mask
         self.buffers: set[fx.Node] = set()  # those of them that are buffers
+        self.attributes: set[fx.Node] = set()  # those that are plain tensor attributes
+        self.needs_attr = False
         kinds = dict(kinds)
         for n in nodes:
             if is_constant(n):  # written where it is read (the tracer kept bigger ones whole)
@@ -681,12 +701,14 @@ class Translator:
                 except AttributeError:
                     try:
                         root.get_buffer(str(n.target))
+                        self.buffers.add(n)
                     except AttributeError:
-                        raise UnsupportedError(
-                            f"the forward reads self.{n.target}, a tensor that is neither a "
-                            "parameter nor a buffer"
-                        ) from None
-                    self.buffers.add(n)
+                        if not _plain_tensor(root, str(n.target)):
+                            raise UnsupportedError(
+                                f"the forward reads self.{n.target}, a tensor that is neither a "
+                                "parameter, a buffer nor a tensor attribute"
+                            ) from None
+                        self.attributes.add(n)
                 self.params.append(n)
         for n in nodes:  # what runs in one mode only: a tensor the other has a value for
             one_mode = TRAINING_ONLY in n.meta or EVAL_ONLY in n.meta
@@ -869,10 +891,13 @@ class Translator:
     def held(self, value: fx.Node) -> str:
         """The step making a parameter or buffer the forward reads directly a value."""
         path = str(value.target)
+        owner, _, name = path.rpartition(".")
+        if value in self.attributes:
+            self.needs_attr = True
+            return f"Attr({module_expr(owner) if owner else 'm'}, {name!r})"
         if value not in self.buffers:
             self.needs_shared = True
             return f"shared({module_expr(path)})"
-        owner, _, name = path.rpartition(".")
         self.needs_held = True
         return f"Held({module_expr(owner) if owner else 'm'}, {name!r})"
 
@@ -1406,6 +1431,7 @@ class Translator:
             needs_call="Call(" in text,
             needs_shared=self.needs_shared,
             needs_held=self.needs_held,
+            needs_attr=self.needs_attr,
             needs_guard="shape_checked(" in code,
             checks=list(dict.fromkeys(c for c in self.checks if f"{c[0]!r}" in code)),
             imports=imports,
@@ -1433,9 +1459,19 @@ class Translator:
 
 DETACHED_HOWS = ("detached_through", "detached")
 INFIX_NAMES = {"add": "add", "iadd": "add", "truediv": "div", "getitem": "index"}
-TAKEN = {"build", "from_torch", "flow", "Call", "shared", "Held", "shape_checked",
+TAKEN = {"build", "from_torch", "flow", "Call", "shared", "Held", "Attr", "shape_checked",
          "settings_checked", "shown_setting", "SETTINGS", "torch", "nn", "F", "fl", "math",
          "operator", "m", "x", "module"}  # fmt: skip
+
+
+def _plain_tensor(root: nn.Module, path: str) -> bool:
+    """``path`` names a tensor held as a plain attribute of a module of ``root``."""
+    owner, _, name = path.rpartition(".")
+    try:
+        module = root.get_submodule(owner) if owner else root
+    except AttributeError:
+        return False
+    return isinstance(vars(module).get(name), torch.Tensor)
 
 
 def _explicit_arguments(bound: dict[str, Any], signature: inspect.Signature) -> dict[str, Any]:

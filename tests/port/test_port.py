@@ -1021,6 +1021,26 @@ def test_a_list_passed_in_iterates_as_its_items_and_its_length_is_checked(workdi
         graph([*xs, torch.randn(3, 4)])
 
 
+def test_a_plain_tensor_attribute_is_read_from_the_module_at_each_call(workdir):
+    """``self.table[:, : x.size(1)]`` and ``self.mask[:t, :t]`` on tensors held as plain
+    attributes (not buffers): fx handed the forward the tensors themselves, a slice by a traced
+    length failed and the model was kept whole. They are now traced values, which the port
+    reads from the module at each call (``Attr``), as the original does: not held, not saved."""
+    out = workdir / "unregistered.py"
+    report = port(workdir / "shapes.py", "Unregistered", None, ["torch.randn(2, 5, 8)"], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    text = out.read_text()
+    assert 'Attr(m.pos, "table")' in text and 'Attr(m, "mask")' in text
+    original = sys.modules["shapes"].Unregistered()
+    assert type(original.pos.table) is torch.Tensor  # (tracing handed the model nothing)
+    graph = load(out).from_torch(original)
+    x = torch.randn(3, 7, 8)
+    assert torch.equal(graph(x), original(x))
+    original.pos.table = torch.randn(1, 16, 8)  # replaced: the port reads the new one
+    assert torch.equal(graph(x), original(x))
+    assert not any("table" in key or "mask" in key for key in graph.state_dict())
+
+
 def test_a_step_function_is_never_named_after_a_builtin(workdir):
     """``.float()`` is written as a function; named ``float``, it was called by another step's
     ``float('-inf')`` and the port was refused."""
