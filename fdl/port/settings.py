@@ -33,7 +33,7 @@ import enum
 import json
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -169,25 +169,12 @@ class SettingReads:
         objects) gets a ``__getattribute__`` that looks up as the class did (its own lookup, if it
         has one) and reports plain reads (built-in classes are left alone); the classes are
         given back as they were, whatever happens."""
-        # each class's own lookup, resolved before any is patched (a class and its base may
-        # both be in the tree), and what its own __dict__ held, to give back
-        lookups = [(cls, cls.__getattribute__, vars(cls).get("__getattribute__"))
-                   for cls in self.classes]  # fmt: skip
-        patched = []
-        try:
-            for cls, lookup, own in lookups:
-                with contextlib.suppress(TypeError):  # a built-in class takes no attribute
-                    cls.__getattribute__ = _reader(self, lookup)  # type: ignore[method-assign]
-                    patched.append((cls, own))
+        with lookups_wrapped(self.classes, lambda lookup: _reader(self, lookup)):
             self.on = True
-            yield
-        finally:
-            self.on = False
-            for cls, own in patched:
-                if own is None:
-                    del cls.__getattribute__
-                else:
-                    cls.__getattribute__ = own  # type: ignore[method-assign]
+            try:
+                yield
+            finally:
+                self.on = False
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -226,6 +213,28 @@ def _class_setting(module: Any, name: str) -> bool:
         if name in vars(cls):
             return not cls.__module__.startswith("torch.") and is_setting(vars(cls)[name])
     return False
+
+
+@contextlib.contextmanager
+def lookups_wrapped(classes: Iterable[type], wrap: Callable[[Any], Any]) -> Iterator[None]:
+    """Each class of ``classes`` gets ``wrap(its lookup)`` as its ``__getattribute__`` until
+    the block ends (built-in classes are left alone), and back what it had, whatever happens.
+    The lookups are resolved before any class is patched (a class and its base may both be
+    among them); one already wrapped is wrapped again, so wrappers compose."""
+    lookups = [(cls, cls.__getattribute__, vars(cls).get("__getattribute__")) for cls in classes]
+    patched = []
+    try:
+        for cls, lookup, own in lookups:
+            with contextlib.suppress(TypeError):  # a built-in class takes no attribute
+                cls.__getattribute__ = wrap(lookup)  # type: ignore[method-assign]
+                patched.append((cls, own))
+        yield
+    finally:
+        for cls, own in patched:
+            if own is None:
+                del cls.__getattribute__
+            else:
+                cls.__getattribute__ = own  # type: ignore[method-assign]
 
 
 def _reader(reads: SettingReads, lookup: Any) -> Any:
@@ -326,6 +335,7 @@ __all__ = [
     "imports",
     "is_setting",
     "lines",
+    "lookups_wrapped",
     "settings_checked",
     "summary",
 ]

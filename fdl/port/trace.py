@@ -28,7 +28,7 @@ from torch.autograd import grad_mode
 from torch.utils import checkpoint as checkpointing
 
 from fdl.port.errors import ShapesDisagreeError
-from fdl.port.settings import SettingReads
+from fdl.port.settings import SettingReads, lookups_wrapped
 
 TORCH_DIR = str(Path(torch.__file__).parent)
 # code that is not the model's own: what it reads of the model is not the forward's
@@ -624,8 +624,6 @@ class PortTracer(fx.Tracer):
         a small constant keeps the module whole. Read while the forward is traced, such a tensor
         is a traced value (``get_attr``), which the port reads from the module at each call."""
         paths = {id(m): path for path, m in root.named_modules()}
-        lookups = [(cls, cls.__getattribute__, vars(cls).get("__getattribute__"))
-                   for cls in {type(m) for m in root.modules()}]  # fmt: skip
         tracer = self
 
         def traced(lookup: Any) -> Any:
@@ -646,21 +644,12 @@ class PortTracer(fx.Tracer):
 
             return __getattribute__
 
-        patched = []
-        try:
-            for cls, lookup, own in lookups:
-                with contextlib.suppress(TypeError):  # a built-in class takes no attribute
-                    cls.__getattribute__ = traced(lookup)  # type: ignore[method-assign]
-                    patched.append((cls, own))
+        with lookups_wrapped({type(m) for m in root.modules()}, traced):
             self._attributes_on = True
-            yield
-        finally:
-            self._attributes_on = False
-            for cls, own in patched:
-                if own is None:
-                    del cls.__getattribute__
-                else:
-                    cls.__getattribute__ = own  # type: ignore[method-assign]
+            try:
+                yield
+            finally:
+                self._attributes_on = False
 
     def _attribute_proxy(self, qualified: str) -> Any:
         """The traced value of the plain tensor attribute at ``qualified``, one per trace."""
