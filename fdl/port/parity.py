@@ -1,9 +1,11 @@
-"""Prove a port computes what the original does: outputs, input and parameter gradients, buffers.
+"""Prove a port computes what the original does: outputs, input and parameter gradients, buffers,
+and the tensors a forward leaves on its modules (``self.last_attn = attn``).
 
 Each example input (each seed's draw of each ``--example-input``) runs through the original and through the port's graph, in eval mode and in
 train mode, with the same RNG seed before each side (a model may draw random numbers in either
 mode). The graph shares the original's modules, so the same parameters are compared by identity;
-the model's state (running statistics, anything a forward updates) is restored between sides.
+the model's state (running statistics, anything a forward updates, the tensor attributes a
+forward assigns) is restored between sides.
 The backward pass uses a fixed random weighting of every output, so every output element's
 gradient path is checked, not only a plain sum.
 """
@@ -35,12 +37,13 @@ class Case:
     input_grads: float = 0.0
     param_grads: float = 0.0
     buffers: float = 0.0
+    attributes: float = 0.0  # the tensors the forward left on modules
     error: str | None = None
 
     @property
     def exact(self) -> bool:
         return self.error is None and not any(
-            (self.outputs, self.input_grads, self.param_grads, self.buffers)
+            (self.outputs, self.input_grads, self.param_grads, self.buffers, self.attributes)
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -54,6 +57,7 @@ class Case:
                 "input_grads": self.input_grads,
                 "param_grads": self.param_grads,
                 "buffers": self.buffers,
+                "attributes": self.attributes,
             },
             **({"error": self.error} if self.error else {}),
         }
@@ -69,10 +73,11 @@ class Parity:
 
     @property
     def max_abs_diff(self) -> float:
-        diffs = [max(c.outputs, c.input_grads, c.param_grads, c.buffers) for c in self.cases] or [
-            0.0
+        diffs = [
+            max(c.outputs, c.input_grads, c.param_grads, c.buffers, c.attributes)
+            for c in self.cases
         ]
-        return max(diffs)
+        return max(diffs or [0.0])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -153,6 +158,33 @@ def _diff(a: Sequence[torch.Tensor | None], b: Sequence[torch.Tensor | None]) ->
     return worst
 
 
+def attributes_of(root: nn.Module) -> dict[tuple[int, str], tuple[nn.Module, Any]]:
+    """Every module's own attributes (``vars``), by (module id, name)."""
+    return {(id(m), name): (m, value) for m in root.modules() for name, value in vars(m).items()}
+
+
+def left_by_forward(
+    root: nn.Module, paths: dict[int, str], before: dict[tuple[int, str], tuple[nn.Module, Any]]
+) -> dict[str, torch.Tensor]:
+    """The tensors a forward left as plain attributes (``self.last_attn = attn``: new, or
+    another tensor than ``before`` held), by path; the attributes they replaced are given
+    back, and a tensor of ``before`` the forward replaced with something else too, so the
+    other side starts from the same state."""
+    left = {}
+    now = attributes_of(root)
+    for key, (module, value) in now.items():
+        if isinstance(value, torch.Tensor) and (key not in before or before[key][1] is not value):
+            left[f"{paths[key[0]]}.{key[1]}"] = value.detach().clone()
+            if key in before:
+                module.__dict__[key[1]] = before[key][1]
+            else:
+                del module.__dict__[key[1]]
+    for key, (module, value) in before.items():
+        if isinstance(value, torch.Tensor) and now.get(key, (None, None))[1] is not value:
+            module.__dict__[key[1]] = value
+    return left
+
+
 def _side(
     call: Callable[[tuple[Any, ...]], Any],
     args: tuple[Any, ...],
@@ -210,6 +242,8 @@ def check(
     state._metadata = getattr(saved, "_metadata", None)  # type: ignore[attr-defined]
     parity = Parity()
     was_training = original.training
+    paths = {id(m): path for path, m in original.named_modules()}
+    before = attributes_of(original)  # what each side starts from
     try:
         for example in examples:
             args = example.args
@@ -225,6 +259,7 @@ def check(
                     a = _side(
                         lambda x: original(*x), args, params, lambda: list(original.buffers())
                     )
+                    left_a = left_by_forward(original, paths, before)
                     original.load_state_dict(state)
                     b = _side(
                         lambda x: graph_call(graph, x),
@@ -232,8 +267,10 @@ def check(
                         params,
                         lambda: list(original.buffers()),
                     )
+                    left_b = left_by_forward(original, paths, before)
                     original.load_state_dict(state)
                 except Exception as exc:
+                    left_by_forward(original, paths, before)
                     original.load_state_dict(state)
                     case.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
                     continue
@@ -244,6 +281,11 @@ def check(
                 case.input_grads = _diff(a[1], b[1])
                 case.param_grads = _diff(a[2], b[2])
                 case.buffers = _diff(a[3], b[3])
+                case.attributes = (
+                    _diff([left_a[k] for k in sorted(left_a)], [left_b[k] for k in sorted(left_a)])
+                    if left_a.keys() == left_b.keys()
+                    else math.inf
+                )
     finally:
         original.train(was_training)
     return parity

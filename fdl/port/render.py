@@ -32,6 +32,7 @@ from fdl.port.translate import (
     HELD_HELPER,
     NO_DEFAULT,
     SHARED_HELPER,
+    STORE_HELPER,
     Translation,
     literal,
 )
@@ -275,6 +276,8 @@ def render(
             defs.append(HELD_HELPER.strip() + "\n")
         if translation.needs_attr:
             defs.append(ATTR_HELPER.strip() + "\n")
+        if translation.needs_store:
+            defs.append(STORE_HELPER.strip() + "\n")
         if translation.needs_guard:
             defs.append(GUARD_HELPER.strip() + "\n")
         if settings:

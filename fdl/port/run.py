@@ -138,6 +138,8 @@ def port(
     torch.manual_seed(0)  # the same weights on every run, whatever the examples drew
     original = construct(cls, args, kwargs, script)
     was_training = original.training
+    paths = {id(m): path for path, m in original.named_modules()}
+    before = parity_mod.attributes_of(original)
     for example in examples:
         try:
             with torch.no_grad():
@@ -155,6 +157,9 @@ def port(
             ) from None
         finally:
             original.train(was_training)
+            # the tensors the run left on modules taken back (a scale cached on the first
+            # call): the port is traced from the model as constructed
+            parity_mod.left_by_forward(original, paths, before)
 
     n_args = max(len(e.args) for e in examples)
     where = f"{script.name}:{_forward_line(cls)}"

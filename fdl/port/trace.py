@@ -85,6 +85,13 @@ def library_calls() -> list[tuple[Any, str]]:
     return found
 
 
+def stored(value: Any, owner: str, name: str) -> Any:
+    """``self.last_attn = attn`` in a forward, as a traced value: ``value``, which the port
+    writes into the attribute ``name`` of the module at ``owner`` (``Store``) each time the
+    graph runs. Here, where only the traced graph runs (on fake tensors), nothing is written."""
+    return value
+
+
 def assign(target: torch.Tensor, key: Any, value: Any) -> torch.Tensor:
     """``target[key] = value``, returning ``target``: an item assignment as a value later
     readers of ``target`` can read (fx records ``operator.setitem``, which returns None)."""
@@ -284,6 +291,10 @@ class PortTracer(fx.Tracer):
         self.checkpointing: list[str] = []  # paths of the modules calling torch's checkpoint
         self._attributes_on = False  # plain tensor attributes read as traced values (see below)
         self._attribute_proxies: dict[str, Any] = {}
+        # (id(module), name) of the plain attributes read (or looked for) while tracing, and
+        # of those recorded as stores, with their node (see _stores)
+        self._plain_reads: set[tuple[int, str]] = set()
+        self._stored: dict[tuple[int, str], Any] = {}
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self.opaque:
@@ -504,6 +515,9 @@ class PortTracer(fx.Tracer):
                 writer = _receiver(sys._getframe(1))  # whose code assigns it
                 path = paths.get(id(writer)) if isinstance(writer, nn.Module) else None
                 if path is not None and not self._within_opaque(path):
+                    if self._stores(module, paths[id(module)], name, value):
+                        original(module, name, value)  # read back as the traced value
+                        return
                     names = self.writers.setdefault(path, [])
                     if name not in names:
                         names.append(name)
@@ -628,8 +642,17 @@ class PortTracer(fx.Tracer):
 
         def traced(lookup: Any) -> Any:
             def __getattribute__(module: Any, name: str) -> Any:
-                value = lookup(module, name)
-                if type(value) is not torch.Tensor or not tracer._attributes_on:
+                try:
+                    value = lookup(module, name)
+                except AttributeError:  # (``hasattr(self, "cache")`` reads it too)
+                    if tracer._attributes_on:
+                        tracer._plain_reads.add((id(module), name))
+                    raise
+                if not tracer._attributes_on:
+                    return value
+                if name in object.__getattribute__(module, "__dict__"):
+                    tracer._plain_reads.add((id(module), name))
+                if type(value) is not torch.Tensor:
                     return value
                 if sys._getframe(1).f_code.co_filename.startswith(_NOT_THE_MODELS):
                     return value  # torch's and fdl's own reads (fx's constants among them)
@@ -650,6 +673,23 @@ class PortTracer(fx.Tracer):
                 yield
             finally:
                 self._attributes_on = False
+
+    def _stores(self, module: nn.Module, path: str, name: str, value: Any) -> bool:
+        """Whether ``module.name = value`` is recorded as a store the port writes out (a
+        ``stored`` node): an output the forward leaves on its module (``self.last_attn =
+        attn``, ``self.aux_loss = ...``), a traced tensor assigned once, to an attribute the
+        forward has not read before (nor tested for: ``hasattr``). Anything else is state the
+        next call depends on (a counter, a cache filled on the first call): the module is
+        kept whole."""
+        key = (id(module), name)
+        if key in self._plain_reads or key in self._stored:  # (assigned again: kept whole)
+            return False
+        if not isinstance(value, fx.Proxy):
+            return False
+        if not isinstance(self.example_value(value), torch.Tensor):
+            return False
+        self._stored[key] = self.create_proxy("call_function", stored, (value, path, name), {})
+        return True
 
     def _attribute_proxy(self, qualified: str) -> Any:
         """The traced value of the plain tensor attribute at ``qualified``, one per trace."""
@@ -941,8 +981,8 @@ def _has_effects(node: fx.Node) -> bool:
 
     if node.is_impure() or node.op == "call_module" or _in_place(node):
         return True  # a write may be into an input, a buffer or a value read later
-    if node.target is shape_checked:
-        return True  # nobody reads it: it checks
+    if node.target is shape_checked or node.target is stored:
+        return True  # nobody reads it: it checks, or writes into the model
     name = str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", "")
     return node.op in ("call_function", "call_method") and name in RANDOM_NAMES
 

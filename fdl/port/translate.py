@@ -43,6 +43,7 @@ from fdl.port.trace import (
     assign,
     is_constant,
     shape_checked,
+    stored,
 )
 
 SEARCH_BUDGET = 20_000
@@ -560,6 +561,26 @@ class Held(nn.Module):
 '''
 
 
+STORE_HELPER = '''
+class Store(nn.Module):
+    """What the original's forward leaves on a module (``self.last_attn = attn``, an auxiliary
+    loss): a step writing the stream into ``owner``'s attribute ``name`` each time the graph
+    runs, so a caller reads it there as from the original."""
+
+    def __init__(self, owner: nn.Module, name: str):
+        super().__init__()
+        self.owner = [owner]  # in a list: not a submodule (the graph does not own it)
+        self.attribute = name
+
+    def forward(self, x, *value):
+        """Writes and returns ``x``, or the one tagged value passed instead
+        (``.fork(Store(m, "loss")).using("loss")``)."""
+        written = value[0] if value else x
+        setattr(self.owner[0], self.attribute, written)
+        return written
+'''
+
+
 ATTR_HELPER = '''
 class Attr(nn.Module):
     """A tensor the original's forward reads from a plain attribute (``self.pe``, neither a
@@ -650,6 +671,7 @@ class Translation:
     needs_guard: bool = False  # a shape test the forward branched on is checked
     checks: list[tuple[str, bool]] = field(default_factory=list)  # (test, its value) each
     needs_attr: bool = False  # a plain tensor attribute is read (ATTR_HELPER)
+    needs_store: bool = False  # the forward leaves a value on a module (STORE_HELPER)
 
 
 NO_DEFAULT = object()
@@ -874,6 +896,12 @@ class Translator:
             if node.args[0] is not stream or isinstance(node.args[1], fx.Node):
                 raise UnsupportedError(OFF_STREAM)
             return Step(f"fl.nn.Select({literal(node.args[1])})", what=f"[{node.args[1]!r}]")
+        if node.target is stored:  # ``self.last_attn = attn``: the stream, written
+            value, owner, name = node.args
+            if value is not stream:
+                raise UnsupportedError(NOT_ON_STREAM)
+            holder = module_expr(str(owner)) if owner else "m"
+            return Step(f"Store({holder}, {name!r})", what=f"self.{name} =")
         by_mode = TRAINING_ONLY in node.meta or EVAL_ONLY in node.meta
         if op.inputs == [stream] and not node.meta.get(TRAINING_ARGS) and not by_mode:
             module = torch_module(node)
@@ -1200,6 +1228,10 @@ class Translator:
             step = self.module_step(op, DETACHED)  # type: ignore[arg-type]
             self.note(op, step)
             return step.code, step.refs
+        if op.node.target is stored:  # .fork(Store(m, "last_loss")).using("loss")
+            step = self.step(op, op.node.args[0])  # type: ignore[arg-type]
+            self.note(op, step)
+            return step.code, [(None, op.node.args[0])]
         params = [(UNUSED_STREAM, "_"), *((v, self.tag_name(v)) for v in op.inputs)]
         name = self.function_step(self.function(op.node, params))  # type: ignore[arg-type]
         self.report[op.node] = {"original": _describe(op.node), "as": name}
@@ -1342,7 +1374,11 @@ class Translator:
         chain: list[str] = []
         for frag in found.frags:
             chain.append(frag.text)
-            if frag.value in found.tagged and frag.value not in aux:
+            if (
+                frag.value in found.tagged
+                and frag.value not in aux
+                and frag.value.target is not stored  # (what a store returns is never read)
+            ):
                 chain.append(f".tag({self.tag_name(frag.value)!r})")
         inputs = []
         for p in self.placeholders[1:]:
@@ -1432,6 +1468,7 @@ class Translator:
             needs_shared=self.needs_shared,
             needs_held=self.needs_held,
             needs_attr=self.needs_attr,
+            needs_store=re.search(r"(?<![\w.])Store\(", code) is not None,
             needs_guard="shape_checked(" in code,
             checks=list(dict.fromkeys(c for c in self.checks if f"{c[0]!r}" in code)),
             imports=imports,
@@ -1459,7 +1496,7 @@ class Translator:
 
 DETACHED_HOWS = ("detached_through", "detached")
 INFIX_NAMES = {"add": "add", "iadd": "add", "truediv": "div", "getitem": "index"}
-TAKEN = {"build", "from_torch", "flow", "Call", "shared", "Held", "Attr", "shape_checked",
+TAKEN = {"build", "from_torch", "flow", "Call", "shared", "Held", "Attr", "Store", "shape_checked",
          "settings_checked", "shown_setting", "SETTINGS", "torch", "nn", "F", "fl", "math",
          "operator", "m", "x", "module"}  # fmt: skip
 
@@ -1505,6 +1542,7 @@ def _plain_function(node: fx.Node, kinds: dict[Any, str]) -> bool:
     return (
         node.op in ("call_function", "call_method")
         and kinds.get(node) == "tensor"
+        and node.target is not stored  # a step writing into the model (Store)
         and not (node.target is operator.getitem and kinds.get(node.args[0]) == "tuple")
         and torch_module(node) is None
     )

@@ -1703,8 +1703,8 @@ def test_a_module_whose_forward_assigns_attributes_is_kept_whole_and_keeps_them(
     assert report.written and report.parity.exact, report.to_dict()
     assert [(o.path, o.cls) for o in report.opaque] == [("first", "Watched"), ("second", "Watched")]
     assert report.opaque[0].reason.startswith(
-        "its forward assigns self.last_weights, self.calls: state a port's graph does not keep"
-    )
+        "its forward assigns self.calls: state a port's graph does not keep"
+    )  # (self.last_weights alone would be written out: see the next test)
     models = sys.modules["settings"]
     original, twin = models.Watching(), models.Watching()
     twin.load_state_dict(original.state_dict())
@@ -1718,6 +1718,100 @@ def test_a_module_whose_forward_assigns_attributes_is_kept_whole_and_keeps_them(
     model = models.Watching()
     assert trace.trace(model, 1, (torch.randn(3, 4),))[0] is not None
     assert model.first.calls == 0 and "last_weights" not in vars(model.first)
+
+
+def test_what_a_forward_leaves_on_its_modules_is_written_out(workdir):
+    """``self.last_attn = attn.detach()``, ``self.aux_loss = ...`` in blocks and llama2.c's
+    ``self.last_loss = F.cross_entropy(...)`` on the model itself are outputs left for the
+    caller, not state a next call reads: the port writes each with a ``Store`` step, so the
+    forwards are written out, and after every call the module holds what the original's
+    would (the parity proof compares them too). Porting leaves the model as it was."""
+    out = workdir / "inspected_flodl.py"
+    example = "(torch.randn(2, 6, 8), torch.randint(0, 5, (2, 6)))"
+    report = port(workdir / "stored.py", "Inspected", None, [example], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    text = out.read_text()
+    assert '.through(Store(m.first, "last_attn"))' in text
+    assert '.through(Store(m.second, "aux_loss"))' in text
+    assert '.fork(Store(m, "last_loss"))\n        .using("cross_entropy")' in text
+    assert {c["max_abs_diff"]["attributes"] for c in report.parity.to_dict()["cases"]} == {0.0}
+    models = sys.modules["stored"]
+    original, twin = models.Inspected(), models.Inspected()
+    twin.load_state_dict(original.state_dict())
+    assert "last_loss" not in vars(original)  # (porting another instance left none)
+    graph = load(out).from_torch(twin)
+    for _ in range(2):
+        x, targets = torch.randn(3, 4, 8), torch.randint(0, 5, (3, 4))
+        graph.train()
+        assert torch.equal(graph(x, targets=targets), original(x, targets))
+        assert torch.equal(twin.last_loss, original.last_loss)
+        assert twin.last_loss.requires_grad  # the loss to train with, as the original's
+        for block in ("first", "second"):
+            mine, theirs = getattr(twin, block), getattr(original, block)
+            assert torch.equal(mine.last_attn, theirs.last_attn)
+            assert torch.equal(mine.aux_loss, theirs.aux_loss)
+    twin.last_loss.backward()  # the stored loss trains the graph's weights
+    assert twin.head.weight.grad is not None
+    built = load(out).build()  # a graph of its own: its holder gets the values
+    built(torch.randn(2, 6, 8), targets=torch.randint(0, 5, (2, 6)))
+    (store,) = [
+        s for s in built.modules() if type(s).__name__ == "Store" and s.attribute == "last_loss"
+    ]
+    assert store.owner[0].last_loss.shape == ()
+
+
+def test_state_a_next_call_reads_keeps_its_module_whole(workdir):
+    """An attribute read before it is assigned (a running mean, ``self.h = self.h * 0.5 +
+    ...``), looked for first (``if not hasattr(self, "scale")``, a value cached on the first
+    call) or assigned twice in one forward is state, not an output: a graph writing it would
+    compute the next call from the first call's trace. Those modules are kept whole; the
+    block leaving an output beside them is written out. The port is traced from the model as
+    constructed: what the check of the example inputs left (a scale cached) is taken back."""
+    out = workdir / "stateful_flodl.py"
+    report = port(workdir / "stored.py", "Stateful", None, ["torch.randn(2, 6, 8)"], out)
+    assert report.written and report.parity.exact, report.to_dict()
+    reasons = {o.path: o.reason for o in report.opaque}
+    assert set(reasons) == {"decaying", "cached", "twice"}
+    assert reasons["decaying"].startswith("its forward assigns self.h: state")
+    assert reasons["cached"].startswith("its forward assigns self.scale: state")
+    assert reasons["twice"].startswith("its forward assigns self.last: state")
+    assert 'Store(m.attention, "last_attn")' in out.read_text()
+    models = sys.modules["stored"]
+    model = models.Stateful()  # before any call: no scale cached
+    graph = load(out).from_torch(model)
+    twin = models.Stateful()
+    twin.load_state_dict(model.state_dict())
+    for _ in range(3):  # the running mean and the cached scale carry over, as the original's
+        x = torch.randn(2, 6, 8)
+        assert torch.equal(graph(x), twin(x))
+    assert torch.equal(model.decaying.h, twin.decaying.h)
+
+
+def test_parity_compares_what_a_forward_leaves_on_its_modules(workdir):
+    """A graph that computes the output but does not leave the tensor the original's forward
+    assigns is not a port of it: the parity proof says so (``attributes``), and gives each
+    side the model as it was."""
+    sys.path.insert(0, str(workdir))
+    import stored
+
+    class Silent(torch.nn.Module):  # the same computation, nothing left behind
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            q, k = self.inner.qk(x).chunk(2, dim=-1)
+            attn = (q @ k.transpose(-2, -1)).softmax(-1)
+            return self.inner.proj(attn @ x)
+
+    model = stored.Attention()
+    examples = [Example(1, 0, (torch.randn(2, 3, 8),))]
+    found = parity.check(model, Silent(model), examples, lambda g, a: g(*a))
+    assert not found.exact and found.max_abs_diff == float("inf")
+    assert {c.attributes for c in found.cases} == {float("inf")}
+    assert {c.outputs for c in found.cases} == {0.0}
+    assert "last_attn" not in vars(model) and "aux_loss" not in vars(model)
+    assert parity.check(model, model, examples, lambda g, a: g(*a)).exact
 
 
 def test_a_model_whose_own_forward_keeps_state_is_kept_whole(workdir):
