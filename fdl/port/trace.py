@@ -9,6 +9,7 @@ the line that stopped the tracer are kept for the report.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import inspect
 import itertools
@@ -470,6 +471,7 @@ class PortTracer(fx.Tracer):
                 self._calls_recorded([(torch, name) for name in FACTORIES] + library_calls()),
                 self._buffer_writes_recorded(root),
                 self._modes_recorded(root),
+                self._len_recorded(),
                 self._checkpoints_recorded(root),
                 self._functions_recorded(),
                 self._calls_recorded(_scripted(root)),
@@ -533,6 +535,31 @@ class PortTracer(fx.Tracer):
                     module.__dict__.pop(name, None)
                 else:
                     module.__dict__[name] = value
+
+    @contextlib.contextmanager
+    def _len_recorded(self) -> Iterator[None]:
+        """``len(x)`` of a traced tensor (``b = len(x)``, its first dimension's size) records a
+        call of ``len``, which the port writes as it is, so it runs on other batch sizes (fx
+        refuses a tensor's ``len``; a shape's, a split's and a list input's are known, see
+        :meth:`_Proxy.__len__`). A ``range(len(x))`` still stops the trace: a loop over the
+        batch is not something a port fixes. ``len`` is replaced in ``builtins`` for the
+        trace: the forward's own modules and the helpers they call see it alike."""
+        original = builtins.len
+
+        def len_(obj: Any, /) -> Any:
+            if (
+                isinstance(obj, fx.Proxy)
+                and obj.tracer is self
+                and isinstance(self.example_value(obj), torch.Tensor)
+            ):
+                return self.create_proxy("call_function", original, (obj,), {})
+            return original(obj)
+
+        builtins.len = len_
+        try:
+            yield
+        finally:
+            builtins.len = original
 
     @contextlib.contextmanager
     def _modes_recorded(self, root: nn.Module) -> Iterator[None]:
@@ -845,6 +872,13 @@ def _base(path: str) -> str:
 def reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
+    if isinstance(exc, TypeError) and re.fullmatch(
+        r"'_?(Proxy|Attribute)' object cannot be interpreted as an integer", first
+    ):  # range(len(x)), range(x.shape[0])
+        first = (
+            "a size read off a tensor is used as a Python int (range(len(x)), a loop over "
+            "the batch): a port runs on any size, so it cannot fix the count"
+        )
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 

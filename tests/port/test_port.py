@@ -1565,6 +1565,28 @@ def test_a_loop_over_a_tensor_s_pieces_is_written_for_the_example_size_and_check
     assert halves.written and halves.parity.exact and halves.opaque == []
 
 
+def test_len_of_a_tensor_is_written_as_len_and_runs_on_other_batch_sizes(workdir):
+    """``b = len(x)``: fx refuses a tensor's ``len``; the port records it and writes it as it
+    is, so the graph runs on any batch size. A loop over ``range(len(x))`` is a loop over the
+    batch, which a port does not fix: that module is kept whole."""
+    out = workdir / "batched_flodl.py"
+    report = port(workdir / "shapes.py", "Batched", None, ["torch.randn(3, 2, 8)"], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    text = out.read_text()
+    assert "view(len(x), -1)" in text and "torch.arange(len(x))" in text
+    original = sys.modules["shapes"].Batched()
+    graph = load(out).from_torch(original)
+    for batch in (1, 5):
+        x = torch.randn(batch, 4, 8)
+        assert torch.equal(graph(x), original(x))
+    rows = port(workdir / "shapes.py", "AroundRows", None, ["torch.randn(3, 8)"], None)
+    assert rows.parity.exact and [o.path for o in rows.opaque] == ["rows"]
+    assert rows.opaque[0].reason == (
+        "TypeError: a size read off a tensor is used as a Python int (range(len(x)), a loop "
+        "over the batch): a port runs on any size, so it cannot fix the count"
+    )
+
+
 @pytest.mark.parametrize(
     ("script", "cls", "kept"),
     [("shapes.py", "AroundLength", "inner"), ("rearranged.py", "PerStep", "")],

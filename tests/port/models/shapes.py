@@ -183,3 +183,33 @@ class Unregistered(nn.Module):
         t = x.shape[1]
         scores = (h @ h.transpose(1, 2)).masked_fill(self.mask[:t, :t] == 0, float("-inf"))
         return self.fc(scores.softmax(-1) @ h)
+
+
+class Batched(nn.Module):
+    """``len(x)`` as the batch size, as training scripts write it (``b = len(x)``)."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b = len(x)
+        h = self.fc(x).view(b, -1)
+        return h + torch.arange(len(h)).unsqueeze(1)
+
+
+class _Rows(nn.Module):
+    """A loop over the batch's rows by index: its count is the batch size."""
+
+    def forward(self, x):
+        return torch.stack([x[i] * i for i in range(len(x))])
+
+
+class AroundRows(nn.Module):
+    def __init__(self, dim=8):
+        super().__init__()
+        self.rows = _Rows()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.fc(self.rows(x))
