@@ -31,6 +31,7 @@ from fdl.port.translate import (
     CALL_HELPER,
     HELD_HELPER,
     NO_DEFAULT,
+    NO_GRAD_HELPER,
     SHARED_HELPER,
     STORE_HELPER,
     Translation,
@@ -278,6 +279,9 @@ def render(
             defs.append(ATTR_HELPER.strip() + "\n")
         if translation.needs_store:
             defs.append(STORE_HELPER.strip() + "\n")
+        if translation.needs_no_grad:
+            imports.add("import torch")
+            defs.append(NO_GRAD_HELPER.strip() + "\n")
         if translation.needs_guard:
             defs.append(GUARD_HELPER.strip() + "\n")
         if settings:

@@ -270,6 +270,7 @@ class PortTracer(fx.Tracer):
         example: tuple[Any, ...] | None = None,
         reads: SettingReads | None = None,
         others: Sequence[tuple[Any, ...]] = (),
+        regions: bool = True,
     ) -> None:
         # a library function the forward's module imported by name (``from einops import
         # rearrange``) is recorded by fx itself; one reached through its library
@@ -290,6 +291,11 @@ class PortTracer(fx.Tracer):
         # path of a module whose forward enters a mode fx does not record -> the first one
         self.modes: dict[str, str] = {}
         self.checkpointing: list[str] = []  # paths of the modules calling torch's checkpoint
+        # ``with torch.no_grad():`` in a traced forward: its operations are marked (NO_GRAD)
+        # to run in that mode in the port; without ``regions``, the module is kept whole
+        self.regions = regions
+        self._open_regions: list[int] = []  # ids of the no_grad objects entered, innermost last
+        self.no_grad_paths: list[str] = []  # the modules whose forward entered one
         self._attributes_on = False  # plain tensor attributes read as traced values (see below)
         self._attribute_proxies: dict[str, Any] = {}
         # (id(module), name) of the plain attributes read (or looked for) while tracing, and
@@ -306,6 +312,12 @@ class PortTracer(fx.Tracer):
 
     def proxy(self, node: fx.Node) -> fx.Proxy:
         return _Proxy(node, self)
+
+    def create_node(self, *args: Any, **kwargs: Any) -> fx.Node:
+        node = super().create_node(*args, **kwargs)
+        if self._open_regions and node.op in ("call_function", "call_method", "call_module"):
+            node.meta[NO_GRAD] = True
+        return node
 
     def iter(self, obj: fx.Proxy) -> Iterator[Any]:
         """``(*x.shape[:-1], -1, d)``: a shape (or a slice of one) iterates as its items, one
@@ -566,8 +578,10 @@ class PortTracer(fx.Tracer):
         """``with torch.no_grad():`` (or ``enable_grad``, ``set_grad_enabled``,
         ``inference_mode``, ``autocast``) in a forward: fx records the operations, not the mode
         they run in, so a port would build the gradients the original does not (or compute in
-        another precision under autocast). The module whose code enters one is noted in
-        :attr:`modes`, to be kept whole."""
+        another precision under autocast). The operations recorded inside a ``no_grad`` block
+        are marked (:data:`NO_GRAD`, see :meth:`create_node`), for the port to run them in
+        that mode; a module whose code enters any other mode (or no_grad, without
+        :attr:`regions`) is noted in :attr:`modes`, to be kept whole."""
         paths = {id(m): path for path, m in root.named_modules()}
         originals = [  # (a torch without one of them: that one is not watched)
             (cls, name, mode, vars(cls)[name]) for cls, name, mode in _MODES if name in vars(cls)
@@ -578,18 +592,33 @@ class PortTracer(fx.Tracer):
                 owner = _entering(sys._getframe(1))
                 path = paths.get(id(owner)) if isinstance(owner, nn.Module) else None
                 if path is not None and not self._within_opaque(path):
-                    self.modes.setdefault(path, mode)
+                    if mode == NO_GRAD_MODE and self.regions:
+                        self._open_regions.append(id(args[0]))
+                        if path not in self.no_grad_paths:
+                            self.no_grad_paths.append(path)
+                    else:
+                        self.modes.setdefault(path, mode)
                 return original(*args, **kwargs)
 
             return entered
 
+        exit_ = vars(grad_mode.no_grad)["__exit__"]
+
+        def exited(manager: Any, *args: Any) -> Any:
+            if self._open_regions and self._open_regions[-1] == id(manager):
+                self._open_regions.pop()
+            return exit_(manager, *args)
+
         try:
             for cls, name, mode, original in originals:
                 setattr(cls, name, recording(original, mode))
+            grad_mode.no_grad.__exit__ = exited  # type: ignore[method-assign]
             yield
         finally:
             for cls, name, _, original in originals:
                 setattr(cls, name, original)
+            grad_mode.no_grad.__exit__ = exit_  # type: ignore[method-assign]
+            self._open_regions.clear()
 
     @contextlib.contextmanager
     def _checkpoints_recorded(self, root: nn.Module) -> Iterator[None]:
@@ -762,8 +791,9 @@ class PortTracer(fx.Tracer):
 
 _UNSET = object()
 # the modes a forward may enter that fx does not record: (class, method entering, as written)
+NO_GRAD_MODE = "torch.no_grad()"
 _MODES = [
-    (grad_mode.no_grad, "__enter__", "torch.no_grad()"),
+    (grad_mode.no_grad, "__enter__", NO_GRAD_MODE),
     (grad_mode.enable_grad, "__enter__", "torch.enable_grad()"),
     (grad_mode.set_grad_enabled, "__init__", "torch.set_grad_enabled()"),
     (grad_mode.inference_mode, "__enter__", "torch.inference_mode()"),
@@ -917,11 +947,13 @@ def trace(
     fixed = concrete_args(model, n_args)
     before = set(vars(model))
     reads = SettingReads(model)
+    regions = True  # no_grad regions written out (see PortTracer.regions)
     for _ in range(MAX_RETRIES):
         reads.found.clear()  # what an earlier try read, a module now kept whole among them
         reads.declared.clear()
         reads.written.clear()
-        tracer = PortTracer(opaque_paths, example, reads, others)
+        tracer = PortTracer(opaque_paths, example, reads, others, regions)
+        versions = _versions(model)
         try:
             graph = tracer.trace(model, concrete_args=fixed or None)
         except Exception as exc:
@@ -931,6 +963,12 @@ def trace(
             if not path or path in opaque_paths:
                 return None, [found]
             opaque += _kept_whole(model, found, opaque_paths)
+            continue
+        if tracer.no_grad_paths and _versions(model) != versions:
+            # the forward wrote into a parameter or buffer it did not read as a traced value
+            # (an EMA update over self.teacher.parameters() under no_grad): fx recorded
+            # nothing of it, so the modules entering no_grad are kept whole and run it
+            regions = False
             continue
         kept_for = _kept_for(tracer)
         if kept_for is not None:  # what a graph does not keep: the module runs its own forward
@@ -944,7 +982,7 @@ def trace(
         # a module whose trace cannot be used as it is: kept whole, and the model traced again
         # (a big constant is kept whole where it is made, not in the whole model's place)
         moded, graph = _mode_dependent(
-            model, graph, opaque_paths, fixed, example, whole_by_mode, reads, others
+            model, graph, opaque_paths, fixed, example, whole_by_mode, reads, others, regions
         )
         big = _large_constant(model, graph) if moded is None else None
         kept, why = (moded, MODE_REASON) if moded is not None else (big, CONSTANT_REASON)
@@ -971,6 +1009,13 @@ def trace(
     where = _forward_location(model)
     why = f"more than {MAX_RETRIES} kinds of submodule could not be traced"
     return None, [Opaque("", type(model).__name__, where, why)]
+
+
+def _versions(model: nn.Module) -> list[tuple[int, int]]:
+    """Each parameter's and buffer's version counter and storage: what a write into it for
+    real (``p.mul_(0.99)``, ``p.data = ...``) changes."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return [(t._version, t.data_ptr()) for t in tensors if not t.is_inference()]
 
 
 def _assignments_as_values(graph: fx.Graph) -> None:
@@ -1186,6 +1231,8 @@ TRAINING_ONLY = "fdl_training_only"
 EVAL_ONLY = "fdl_eval_only"
 # GraphModule.meta: the settings the traced forwards read, in both modes ({path: value}; see
 # :mod:`fdl.port.settings`)
+# node.meta key: the operation ran under ``torch.no_grad()`` (the port runs it in that mode)
+NO_GRAD = "fdl_no_grad"
 SETTINGS = "fdl_settings"
 # GraphModule.meta: those of the settings read from their class's declaration (``scale = 0.5``
 # in the class body), not from the instance
@@ -1401,6 +1448,7 @@ def _mode_dependent(
     whole_by_mode: Collection[str] | None = (),
     reads: SettingReads | None = None,
     others: Sequence[tuple[Any, ...]] = (),
+    regions: bool = True,
 ) -> tuple[str | None, fx.Graph]:
     """The innermost module whose traced forward differs in eval mode beyond what the port
     writes out (None: none does), and the trace to port: the training one, whose mode-passing
@@ -1409,7 +1457,7 @@ def _mode_dependent(
     was_training = model.training
     try:
         model.train(not was_training)
-        tracer = PortTracer(opaque_paths, example, reads, others)
+        tracer = PortTracer(opaque_paths, example, reads, others, regions)
         other = tracer.trace(model, concrete_args=fixed or None)
     except Exception:
         return None, graph  # the other mode fails to trace: the retry loop sees the same failure

@@ -38,6 +38,7 @@ from torch.fx.immutable_collections import immutable_dict, immutable_list
 from fdl.port.errors import ModeUnsupportedError, UnsupportedError
 from fdl.port.trace import (
     EVAL_ONLY,
+    NO_GRAD,
     TRAINING_ARGS,
     TRAINING_ONLY,
     assign,
@@ -561,6 +562,21 @@ class Held(nn.Module):
 '''
 
 
+NO_GRAD_HELPER = '''
+class NoGrad(nn.Module):
+    """A step the original's forward ran under ``torch.no_grad()`` (a teacher, a target), run
+    in that mode: what it makes carries no autograd history, as the original's does not."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def forward(self, *args, **kwargs):
+        with torch.no_grad():
+            return self.step(*args, **kwargs)
+'''
+
+
 STORE_HELPER = '''
 class Store(nn.Module):
     """What the original's forward leaves on a module (``self.last_attn = attn``, an auxiliary
@@ -672,6 +688,7 @@ class Translation:
     checks: list[tuple[str, bool]] = field(default_factory=list)  # (test, its value) each
     needs_attr: bool = False  # a plain tensor attribute is read (ATTR_HELPER)
     needs_store: bool = False  # the forward leaves a value on a module (STORE_HELPER)
+    needs_no_grad: bool = False  # a step runs under torch.no_grad() (NO_GRAD_HELPER)
 
 
 NO_DEFAULT = object()
@@ -887,7 +904,21 @@ class Translator:
         return name
 
     def step(self, op: Op, stream: fx.Node) -> Step:
-        """How ``op`` is written when ``stream`` is the current value."""
+        """How ``op`` is written when ``stream`` is the current value (run under
+        ``torch.no_grad()`` where the original ran it so)."""
+        return self.in_mode(op, self._step(op, stream))
+
+    def in_mode(self, op: Op, step: Step) -> Step:
+        """``step``, wrapped to run under ``torch.no_grad()`` when the original ran ``op`` so
+        (``NoGrad(m.teacher)``): not a pick from a tuple, nor a store, which no mode changes."""
+        node = op.node
+        if not node.meta.get(NO_GRAD) or node.target is stored:
+            return step
+        if node.target is operator.getitem and self.kinds.get(node.args[0]) == "tuple":
+            return step
+        return replace(step, code=f"NoGrad({step.code})", is_function=False)
+
+    def _step(self, op: Op, stream: fx.Node) -> Step:
         node = op.node
         random = _random_expression(node, self.kinds)
         if node.op == "call_module":
@@ -1225,7 +1256,7 @@ class Translator:
     def detached_step(self, op: Op) -> tuple[str, Sequence[tuple[str | None, Any]]]:
         """``op`` as a step that ignores the stream and reads its inputs as tags."""
         if op.module is not None:
-            step = self.module_step(op, DETACHED)  # type: ignore[arg-type]
+            step = self.in_mode(op, self.module_step(op, DETACHED))  # type: ignore[arg-type]
             self.note(op, step)
             return step.code, step.refs
         if op.node.target is stored:  # .fork(Store(m, "last_loss")).using("loss")
@@ -1234,8 +1265,9 @@ class Translator:
             return step.code, [(None, op.node.args[0])]
         params = [(UNUSED_STREAM, "_"), *((v, self.tag_name(v)) for v in op.inputs)]
         name = self.function_step(self.function(op.node, params))  # type: ignore[arg-type]
-        self.report[op.node] = {"original": _describe(op.node), "as": name}
-        return name, [(None, v) for v in op.inputs]
+        step = self.in_mode(op, Step(name, what=_describe(op.node)))
+        self.report[op.node] = {"original": _describe(op.node), "as": step.code}
+        return step.code, [(None, v) for v in op.inputs]
 
     def advance(self, how: str, op: Op, state: State) -> State | None:
         if how in DETACHED_HOWS:  # .fork(f).using(...): f ignores the stream, reads the tags
@@ -1469,6 +1501,7 @@ class Translator:
             needs_held=self.needs_held,
             needs_attr=self.needs_attr,
             needs_store=re.search(r"(?<![\w.])Store\(", code) is not None,
+            needs_no_grad=re.search(r"(?<![\w.])NoGrad\(", code) is not None,
             needs_guard="shape_checked(" in code,
             checks=list(dict.fromkeys(c for c in self.checks if f"{c[0]!r}" in code)),
             imports=imports,
@@ -1496,7 +1529,8 @@ class Translator:
 
 DETACHED_HOWS = ("detached_through", "detached")
 INFIX_NAMES = {"add": "add", "iadd": "add", "truediv": "div", "getitem": "index"}
-TAKEN = {"build", "from_torch", "flow", "Call", "shared", "Held", "Attr", "Store", "shape_checked",
+TAKEN = {"build", "from_torch", "flow", "Call", "shared", "Held", "Attr", "Store", "NoGrad",
+         "shape_checked",
          "settings_checked", "shown_setting", "SETTINGS", "torch", "nn", "F", "fl", "math",
          "operator", "m", "x", "module"}  # fmt: skip
 
@@ -1559,6 +1593,7 @@ def _mark_inline(nodes: list[fx.Node], kinds: dict[Any, str]) -> dict[Any, str]:
             len(users) == 1
             and users[0] is not output
             and node.target is not assign  # a statement: its own step, never an expression
+            and bool(node.meta.get(NO_GRAD)) == bool(users[0].meta.get(NO_GRAD))  # one mode
             and _plain_function(node, kinds)
             and _plain_function(users[0], kinds)
         ):

@@ -1851,33 +1851,61 @@ def test_a_model_whose_own_forward_keeps_state_is_kept_whole(workdir):
     assert model.calls == 0
 
 
-def test_a_module_entering_no_grad_or_autocast_is_kept_whole(workdir):
-    """fx records a forward's operations, not the mode they run in: a port of ``with
-    torch.no_grad():`` would give the teacher gradients (its parity was refused), one of
-    ``autocast(enabled=False)`` would compute in half precision under autocast. The module
-    entering the mode (by ``with`` or a decorated forward) runs its own forward."""
+def test_no_grad_regions_are_written_out_and_autocast_keeps_its_module_whole(workdir):
+    """fx records a forward's operations, not the mode they run in. What runs under
+    ``torch.no_grad()`` (by ``with`` or a decorated forward, in a block or in the model's own
+    forward) is written out, each step wrapped to run in that mode (``NoGrad(m.teacher.fc)``):
+    the teacher gets no gradient, as the original's. ``autocast(enabled=False)`` would compute
+    in half precision under autocast: that module runs its own forward."""
     out = workdir / "distilled.py"
     report = port(workdir / "modes.py", "Distilled", None, ["torch.randn(3, 4)"], out)
     assert report.written and report.parity.exact, report.to_dict()
-    reasons = {o.path: o.reason for o in report.opaque}
-    assert reasons == {
-        "teacher": "its forward enters torch.no_grad(), a mode a port's graph does not record "
-        "(kept whole, the module runs in it as the original does)",
-        "frozen": reasons["frozen"],
-        "precise": reasons["precise"],
-    }
-    assert reasons["frozen"].startswith("its forward enters torch.no_grad()")
-    assert reasons["precise"].startswith("its forward enters torch.autocast()")
+    (precise,) = report.opaque
+    assert precise.path == "precise"
+    assert precise.reason.startswith("its forward enters torch.autocast()")
+    text = out.read_text()
+    assert ".fork(NoGrad(m.teacher.fc))" in text and ".through(NoGrad(m.frozen.fc))" in text
+    assert "with torch.no_grad():" in text
     model = sys.modules["modes"].Distilled()
     graph = load(out).from_torch(model)
     graph(torch.randn(3, 4)).sum().backward()
-    assert model.student.weight.grad is not None and model.teacher.fc.weight.grad is None
+    assert model.student.weight.grad is not None
+    assert model.teacher.fc.weight.grad is None and model.frozen.fc.weight.grad is None
     x = torch.randn(3, 4)
     with torch.autocast("cpu", dtype=torch.bfloat16):  # the float32 part stays float32
         assert torch.equal(graph(x), model(x))
-    report = port(workdir / "modes.py", "Student", None, ["torch.randn(3, 4)"], None)
-    assert [(o.path, o.reason.endswith("move it out of the forward to port the rest)"))
-            for o in report.opaque] == [("", True)]  # fmt: skip
+    with torch.no_grad():  # a region ends as it began: the caller's mode is kept
+        assert graph(x).grad_fn is None
+    out = workdir / "student.py"
+    report = port(workdir / "modes.py", "Student", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    student = sys.modules["modes"].Student()
+    graph = load(out).from_torch(student)
+    graph(torch.randn(3, 4)).sum().backward()
+    assert student.online.weight.grad is not None and student.target.weight.grad is None
+
+
+def test_a_no_grad_region_writing_into_parameters_keeps_its_module_whole(workdir):
+    """An EMA update in the forward (``t.mul_(m).add_(o)`` over ``self.target.parameters()``
+    under no_grad) writes into the weights for real while traced, and fx records none of it:
+    a port written out would never move the target. Seen by the parameters' version counters,
+    the module entering no_grad is kept whole, so the graph moves the target as the original
+    does."""
+    out = workdir / "averaged.py"
+    report = port(workdir / "modes.py", "Averaged", None, ["torch.randn(3, 4)"], out)
+    assert report.written and report.parity.exact, report.to_dict()
+    (whole,) = report.opaque
+    assert whole.path == "" and whole.reason.startswith("its forward enters torch.no_grad()")
+    models = sys.modules["modes"]
+    model, twin = models.Averaged(), models.Averaged()
+    twin.load_state_dict(model.state_dict())
+    graph = load(out).from_torch(twin)
+    start = model.target.weight.detach().clone()
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        assert torch.equal(graph(x), model(x))
+    assert torch.equal(twin.target.weight, model.target.weight)
+    assert not torch.equal(twin.target.weight, start)  # moved, by the graph too
 
 
 def test_enum_and_device_settings_are_checked(workdir):

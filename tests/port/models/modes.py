@@ -98,3 +98,22 @@ class Recomputed(nn.Module):
 
     def forward(self, x):
         return self.head(torch.utils.checkpoint.checkpoint(self.stack, x, use_reentrant=False))
+
+
+class Averaged(nn.Module):
+    """A target network moved toward the online one in the forward (BYOL, MoCo's momentum
+    encoder): a write into parameters the forward reaches through ``parameters()``, which fx
+    does not record."""
+
+    def __init__(self, dim=4, momentum=0.9):
+        super().__init__()
+        self.online = nn.Linear(dim, dim)
+        self.target = nn.Linear(dim, dim)
+        self.momentum = momentum
+
+    def forward(self, x):
+        with torch.no_grad():
+            for t, o in zip(self.target.parameters(), self.online.parameters(), strict=True):
+                t.mul_(self.momentum).add_(o, alpha=1 - self.momentum)
+            target = self.target(x)
+        return self.online(x) - target
