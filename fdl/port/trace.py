@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import enum
 import inspect
 import itertools
 import operator
@@ -29,7 +30,7 @@ from torch.autograd import grad_mode
 from torch.utils import checkpoint as checkpointing
 
 from fdl.port.errors import ShapesDisagreeError
-from fdl.port.settings import SettingReads, lookups_wrapped
+from fdl.port.settings import SettingReads, is_setting, lookups_wrapped
 
 TORCH_DIR = str(Path(torch.__file__).parent)
 # code that is not the model's own: what it reads of the model is not the forward's
@@ -86,10 +87,12 @@ def library_calls() -> list[tuple[Any, str]]:
     return found
 
 
-def stored(value: Any, owner: str, name: str) -> Any:
+def stored(value: Any, owner: str, name: str, *constant: Any) -> Any:
     """``self.last_attn = attn`` in a forward, as a traced value: ``value``, which the port
     writes into the attribute ``name`` of the module at ``owner`` (``Store``) each time the
-    graph runs. Here, where only the traced graph runs (on fake tensors), nothing is written."""
+    graph runs; with a ``constant`` (``self.last_loss = None``), that constant instead, and
+    ``value`` is the forward's input, which places the step. Here, where only the traced graph
+    runs (on fake tensors), nothing is written."""
     return value
 
 
@@ -733,15 +736,21 @@ class PortTracer(fx.Tracer):
     def _stores(self, module: nn.Module, path: str, name: str, value: Any) -> bool:
         """Whether ``module.name = value`` is recorded as a store the port writes out (a
         ``stored`` node): an output the forward leaves on its module (``self.last_attn =
-        attn``, ``self.aux_loss = ...``), a traced tensor assigned once, to an attribute the
+        attn``, ``self.aux_loss = ...``, llama2.c's ``self.last_loss = None`` without targets),
+        a traced tensor or a plain constant assigned once, to an attribute the
         forward has not read before (nor tested for: ``hasattr``). Anything else is state the
         next call depends on (a counter, a cache filled on the first call): the module is
         kept whole."""
         key = (id(module), name)
         if key in self._plain_reads or key in self._stored:  # (assigned again: kept whole)
             return False
-        if not isinstance(value, fx.Proxy):
-            return False
+        if not isinstance(value, fx.Proxy):  # a constant: written where the input is read
+            anchor = next((n for n in self.graph.nodes if n.op == "placeholder"), None)
+            if anchor is None or not is_setting(value) or isinstance(value, enum.Enum):
+                return False
+            node = self.graph.create_node("call_function", stored, (anchor, path, name, value))
+            self._stored[key] = node
+            return True
         if not isinstance(self.example_value(value), torch.Tensor):
             return False
         self._stored[key] = self.create_proxy("call_function", stored, (value, path, name), {})
@@ -1015,7 +1024,14 @@ def _versions(model: nn.Module) -> list[tuple[int, int]]:
     """Each parameter's and buffer's version counter and storage: what a write into it for
     real (``p.mul_(0.99)``, ``p.data = ...``) changes."""
     tensors = [*model.parameters(), *model.buffers()]
-    return [(t._version, t.data_ptr()) for t in tensors if not t.is_inference()]
+    return [(t._version, _storage(t)) for t in tensors if not t.is_inference()]
+
+
+def _storage(t: torch.Tensor) -> int:
+    try:
+        return t.data_ptr()
+    except RuntimeError:  # a layout with no single storage (sparse): its version says enough
+        return -1
 
 
 def _assignments_as_values(graph: fx.Graph) -> None:

@@ -581,19 +581,21 @@ STORE_HELPER = '''
 class Store(nn.Module):
     """What the original's forward leaves on a module (``self.last_attn = attn``, an auxiliary
     loss): a step writing the stream into ``owner``'s attribute ``name`` each time the graph
-    runs, so a caller reads it there as from the original."""
+    runs, so a caller reads it there as from the original; ``Store(m, "last_loss", None)``
+    writes that constant instead. Returns the stream."""
 
-    def __init__(self, owner: nn.Module, name: str):
+    def __init__(self, owner: nn.Module, name: str, *constant):
         super().__init__()
         self.owner = [owner]  # in a list: not a submodule (the graph does not own it)
         self.attribute = name
+        self.constant = constant
 
     def forward(self, x, *value):
-        """Writes and returns ``x``, or the one tagged value passed instead
-        (``.fork(Store(m, "loss")).using("loss")``)."""
-        written = value[0] if value else x
-        setattr(self.owner[0], self.attribute, written)
-        return written
+        """``x``, or the one tagged value passed instead (``.fork(Store(m,
+        "loss")).using("loss")``)."""
+        shown = value[0] if value else x
+        setattr(self.owner[0], self.attribute, self.constant[0] if self.constant else shown)
+        return shown
 '''
 
 
@@ -928,11 +930,12 @@ class Translator:
                 raise UnsupportedError(OFF_STREAM)
             return Step(f"fl.nn.Select({literal(node.args[1])})", what=f"[{node.args[1]!r}]")
         if node.target is stored:  # ``self.last_attn = attn``: the stream, written
-            value, owner, name = node.args
+            value, owner, name, *constant = node.args
             if value is not stream:
                 raise UnsupportedError(NOT_ON_STREAM)
             holder = module_expr(str(owner)) if owner else "m"
-            return Step(f"Store({holder}, {name!r})", what=f"self.{name} =")
+            fixed = "".join(f", {literal(c)}" for c in constant)
+            return Step(f"Store({holder}, {name!r}{fixed})", what=f"self.{name} =")
         by_mode = TRAINING_ONLY in node.meta or EVAL_ONLY in node.meta
         if op.inputs == [stream] and not node.meta.get(TRAINING_ARGS) and not by_mode:
             module = torch_module(node)

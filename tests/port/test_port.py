@@ -1782,6 +1782,30 @@ def test_what_a_forward_leaves_on_its_modules_is_written_out(workdir):
     assert store.owner[0].last_loss.shape == ()
 
 
+def test_a_constant_a_forward_leaves_is_written_too(workdir):
+    """llama2.c without targets: ``self.last_loss = None`` is a constant left on the model,
+    written by ``Store(m, "last_loss", None)`` on every call (a loss an earlier call left is
+    gone after it, as from the original); with targets, the loss."""
+    out = workdir / "loss_left.py"
+    report = port(workdir / "stored.py", "LossLeft", None, ["torch.randn(2, 3, 8)"], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    assert '.fork(Store(m, "last_loss", None))' in out.read_text()
+    model = sys.modules["stored"].LossLeft()
+    model.last_loss = torch.tensor(1.0)  # what an earlier call with targets left
+    graph = load(out).from_torch(model)
+    x = torch.randn(4, 2, 8)
+    assert torch.equal(graph(x), model.head(x)) and model.last_loss is None
+    example = "(torch.randn(2, 3, 8), torch.randint(0, 5, (2, 3)))"
+    out = workdir / "loss_left_targets.py"
+    report = port(workdir / "stored.py", "LossLeft", None, [example], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    graph = load(out).from_torch(model)
+    targets = torch.randint(0, 5, (4, 2))
+    graph(x, targets=targets)
+    want = torch.nn.functional.cross_entropy(model.head(x).flatten(0, 1), targets.flatten())
+    assert torch.equal(model.last_loss, want)
+
+
 def test_state_a_next_call_reads_keeps_its_module_whole(workdir):
     """An attribute read before it is assigned (a running mean, ``self.h = self.h * 0.5 +
     ...``), looked for first (``if not hasattr(self, "scale")``, a value cached on the first
