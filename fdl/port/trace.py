@@ -33,6 +33,7 @@ from fdl.port.errors import ShapesDisagreeError
 from fdl.port.settings import SettingReads, is_setting, lookups_wrapped
 
 TORCH_DIR = str(Path(torch.__file__).parent)
+_LEN = builtins.len  # (replaced while a forward is traced: see PortTracer._len_recorded)
 # code that is not the model's own: what it reads of the model is not the forward's
 _NOT_THE_MODELS = (TORCH_DIR, str(Path(__file__).resolve().parents[1]))
 MAX_RETRIES = 32
@@ -384,7 +385,7 @@ class PortTracer(fx.Tracer):
         value = self.example_value(obj)
         if type(value) not in (list, tuple):
             return None
-        length: Any = self.create_proxy("call_function", len, (obj,), {})
+        length: Any = self.create_proxy("call_function", _LEN, (obj,), {})
         if not self.to_bool(length == len(value)):  # (recorded as a check)
             return None
         return len(value)
@@ -559,7 +560,7 @@ class PortTracer(fx.Tracer):
         :meth:`_Proxy.__len__`). A ``range(len(x))`` still stops the trace: a loop over the
         batch is not something a port fixes. ``len`` is replaced in ``builtins`` for the
         trace: the forward's own modules and the helpers they call see it alike."""
-        original = builtins.len
+        original = _LEN
 
         def len_(obj: Any, /) -> Any:
             if (
