@@ -69,6 +69,10 @@ FACTORIES = (
     "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "eye", "linspace",
     "logspace",
 )  # fmt: skip
+# A dtype's limits read off a traced tensor (``torch.finfo(key.dtype).min``, as attention masks
+# are filled): fx cannot pass a traced dtype to ``torch.finfo``, so the call is recorded and the
+# port reads the limit from the tensor's dtype at each call, as the original does.
+DTYPE_INFO = ("finfo", "iinfo")
 # Library functions fx cannot follow on traced values (einops parses its pattern and asks the
 # tensor's type), by library: while a tracer runs, each call on a traced value is recorded as
 # one call, which the port writes as it is (``rearrange(t, "b n (h d) -> b h n d", h=4)``).
@@ -113,10 +117,13 @@ def shape_checked(x, value, expected, test="a test on the input's shape"):
     as it was for the example the port traced: this port follows the branch taken then, so an
     input taking the other is an error, never a wrong result."""
     if bool(value) != expected:
+        if ".dtype" in test:  # a weight's dtype: the model was converted (.half())
+            again = "the model in this dtype"
+        else:
+            again = "example inputs of each shape it meets (--example-input, repeated)"
         raise ValueError(
             f"this port follows the branch its original took where {test} was {expected}, "
-            f"and for this input it is {not expected}: port again with example inputs of each "
-            "shape it meets (--example-input, repeated)"
+            f"and for this input it is {not expected}: port again with {again}"
         )
     return x
 '''
@@ -414,10 +421,20 @@ class PortTracer(fx.Tracer):
             while isinstance(tensor.args[0], fx.Node) and tensor.args[0].target is getattr:
                 tensor = tensor.args[0]  # x.device.type: the whole attribute path
                 read.insert(0, str(tensor.args[1]))
-            raise fx.proxy.TraceError(
-                f"a branch on a tensor's {'.'.join(read)} (not its shape): decided for the "
-                f"example, a port would refuse {_differing(read[0])}"
-            )
+            base = tensor.args[0]
+            if not (
+                read[0] in _MODEL_DTYPE
+                and isinstance(base, fx.Node)
+                and base.op == "get_attr"
+                and is_tensor(base)
+            ):
+                raise fx.proxy.TraceError(
+                    f"a branch on a tensor's {'.'.join(read)} (not its shape): decided for the "
+                    f"example, a port would refuse {_differing(read[0])}"
+                )
+            # the dtype of a weight (T5's ``self.weight.dtype in [torch.float16, ...]``): the
+            # model's own, which autocast does not change; decided and checked, as a shape
+            tensor = base
 
         def is_sequence_input(node: fx.Node) -> bool:  # ``len(xs)`` of a list passed in
             return node.op == "placeholder" and type(self.example_value(self.proxy(node))) in (
@@ -484,7 +501,9 @@ class PortTracer(fx.Tracer):
         try:
             with (
                 reading,
-                self._calls_recorded([(torch, name) for name in FACTORIES] + library_calls()),
+                self._calls_recorded(
+                    [(torch, name) for name in (*FACTORIES, *DTYPE_INFO)] + library_calls()
+                ),
                 self._buffer_writes_recorded(root),
                 self._modes_recorded(root),
                 self._len_recorded(),
@@ -809,6 +828,11 @@ _MODES = [
     (grad_mode.inference_mode, "__enter__", "torch.inference_mode()"),
     (torch.amp.autocast_mode.autocast, "__enter__", "torch.autocast()"),
 ]
+
+
+# a weight's attributes a branch may read, decided for the model as traced and checked: what
+# changes them is converting the model (``.half()``), after which a port is refused
+_MODEL_DTYPE = ("dtype", "is_floating_point", "is_complex")
 
 
 def _differing(attribute: str) -> str:

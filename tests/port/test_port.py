@@ -1565,6 +1565,29 @@ def test_a_loop_over_a_tensor_s_pieces_is_written_for_the_example_size_and_check
     assert halves.written and halves.parity.exact and halves.opaque == []
 
 
+def test_a_weights_dtype_is_decided_and_checked_and_finfo_reads_the_dtype(workdir):
+    """T5's layer norm branches on its weight's dtype: the model's own (autocast does not
+    change it), so the branch is decided and checked like a shape, and a model converted to
+    another dtype is refused with what to do. ``torch.finfo(scores.dtype).min`` is written as
+    it is: the mask takes the lowest value of whatever dtype the scores have."""
+    out = workdir / "half_aware.py"
+    report = port(workdir / "shapes.py", "HalfAware", None, ["torch.randn(2, 3, 8)"], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    assert [(test.split(".dtype")[1], value) for test, value in report.checks] == [
+        (" == torch.float16", False),
+        (" == torch.bfloat16", False),
+    ]
+    assert "torch.finfo(x.dtype).min" in out.read_text()
+    model = sys.modules["shapes"].HalfAware().double()  # float64: neither half dtype
+    graph = load(out).from_torch(model)
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    want = model(x)
+    assert torch.equal(graph(x), want) and want.min() == torch.finfo(torch.float64).min
+    model.to(torch.bfloat16)
+    with pytest.raises(ValueError, match=r"is True: port again with the model in this dtype"):
+        graph(x.to(torch.bfloat16))
+
+
 def test_len_of_a_tensor_is_written_as_len_and_runs_on_other_batch_sizes(workdir):
     """``b = len(x)``: fx refuses a tensor's ``len``; the port records it and writes it as it
     is, so the graph runs on any batch size. A loop over ``range(len(x))`` is a loop over the

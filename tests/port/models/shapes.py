@@ -213,3 +213,21 @@ class AroundRows(nn.Module):
 
     def forward(self, x):
         return self.fc(self.rows(x))
+
+
+class HalfAware(nn.Module):
+    """T5's layer norm, a branch on its own weight's dtype (kept in half precision when the
+    model is), and a mask filled with the lowest value of the scores' dtype, as attention
+    masks are (``torch.finfo(scores.dtype).min``)."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        if self.weight.dtype in [torch.float16, torch.bfloat16]:
+            h = h.to(self.weight.dtype)
+        scores = self.fc(self.weight * h)
+        return scores.masked_fill(scores < 0, torch.finfo(scores.dtype).min)
