@@ -1,5 +1,5 @@
 """How much of real model-zoo code ``fdl port`` writes out: torchvision and timm classifiers,
-transformers' GPT-2 and BERT.
+transformers' GPT-2, BERT, T5's encoder and Llama.
 
 Each model is wrapped in a small ``nn.Module`` (``self.net = <zoo constructor>``), randomly
 initialised with a fixed seed, and ported by ``fdl port --json`` in a fresh process with one
@@ -117,6 +117,17 @@ ZOOS: dict[str, tuple[str, dict[str, tuple[str, int | str]]]] = {
                 "transformers.BertModel(transformers.BertConfig(num_hidden_layers=12,"
                 " hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=100,"
                 " max_position_embeddings=32), add_pooling_layer=False)",
+                "torch.randint(0, 100, (2, 16))",
+            ),
+            "t5_encoder_12_layers": (
+                "transformers.T5EncoderModel(transformers.T5Config(num_layers=12, d_model=64,"
+                " d_kv=16, d_ff=128, num_heads=4, vocab_size=100))",
+                "torch.randint(0, 100, (2, 16))",
+            ),
+            "llama_12_layers": (
+                "transformers.LlamaForCausalLM(transformers.LlamaConfig(num_hidden_layers=12,"
+                " hidden_size=64, intermediate_size=128, num_attention_heads=4,"
+                " num_key_value_heads=2, vocab_size=100, max_position_embeddings=32))",
                 "torch.randint(0, 100, (2, 16))",
             ),
         },

@@ -117,8 +117,8 @@ def shape_checked(x, value, expected, test="a test on the input's shape"):
     as it was for the example the port traced: this port follows the branch taken then, so an
     input taking the other is an error, never a wrong result."""
     if bool(value) != expected:
-        if ".dtype" in test:  # a weight's dtype: the model was converted (.half())
-            again = "the model in this dtype"
+        if ".dtype" in test:  # the model or its inputs converted (.half()), not autocast
+            again = "the model and its inputs in this dtype"
         else:
             again = "example inputs of each shape it meets (--example-input, repeated)"
         raise ValueError(
@@ -200,7 +200,14 @@ class _Fakes:
     grows: a query runs the nodes added since the last one. Once a node cannot run, every
     later query is unknown (as a run from the start would fail there)."""
 
-    def __init__(self, root: nn.Module, graph: fx.Graph, example: tuple[Any, ...]) -> None:
+    def __init__(
+        self,
+        root: nn.Module,
+        graph: fx.Graph,
+        example: tuple[Any, ...],
+        autocast: torch.dtype | None = None,
+    ) -> None:
+        self.autocast = autocast  # the run as under torch.autocast("cpu", dtype=autocast)
         self.mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.run = _FakeRun(root, graph, self.mode)
         self.graph = graph
@@ -214,8 +221,13 @@ class _Fakes:
         if node not in env:
             if self.failed:
                 return None
+            autocast = (
+                torch.autocast("cpu", dtype=self.autocast)
+                if self.autocast is not None
+                else contextlib.nullcontext()
+            )
             try:
-                with self.mode:
+                with self.mode, autocast:
                     self._run_to(node)
             except Exception:
                 self.failed = True
@@ -297,6 +309,7 @@ class PortTracer(fx.Tracer):
         self._proxies: dict[str, Any] = {}  # fx's cache of the parameters and buffers read
         # id(example) -> (the example, its run on fake tensors so far): see example_value
         self._fakes: dict[int, tuple[tuple[Any, ...], _Fakes]] = {}
+        self._autocast_fakes: dict[Any, _Fakes] = {}  # the example's runs under autocast
         # path of a module whose forward assigned attributes of the tree -> their names
         self.writers: dict[str, list[str]] = {}
         # path of a module whose forward enters a mode fx does not record -> the first one
@@ -425,15 +438,16 @@ class PortTracer(fx.Tracer):
             if not (
                 read[0] in _MODEL_DTYPE
                 and isinstance(base, fx.Node)
-                and base.op == "get_attr"
                 and is_tensor(base)
+                and (base.op == "get_attr" or self._same_under_autocast(obj, value))
             ):
                 raise fx.proxy.TraceError(
                     f"a branch on a tensor's {'.'.join(read)} (not its shape): decided for the "
                     f"example, a port would refuse {_differing(read[0])}"
                 )
-            # the dtype of a weight (T5's ``self.weight.dtype in [torch.float16, ...]``): the
-            # model's own, which autocast does not change; decided and checked, as a shape
+            # a dtype autocast does not change: a weight's (T5's layer norm, ``self.weight.dtype
+            # in [torch.float16, ...]``), or an activation's that is the same under autocast
+            # (T5's residual stream, float32 there too); decided and checked, as a shape
             tensor = base
 
         def is_sequence_input(node: fx.Node) -> bool:  # ``len(xs)`` of a list passed in
@@ -453,6 +467,30 @@ class PortTracer(fx.Tracer):
                 )
         self.create_proxy("call_function", shape_checked, (self.proxy(tensor), obj, value), {})
         return bool(value)
+
+    def _same_under_autocast(self, obj: fx.Proxy, value: bool) -> bool:
+        """Whether the test ``obj`` on a tensor's dtype decides as it does for the example
+        (``value``) when the forward runs under autocast, to bfloat16 and to float16: then a
+        port deciding it refuses only a model (or inputs) converted to another dtype."""
+        if self.example is None:
+            return False
+        for dtype in (torch.bfloat16, torch.float16):
+            key = ("autocast", dtype)
+            kept = self._autocast_fakes.get(key)
+            if kept is None:
+                kept = self._autocast_fakes[key] = _Fakes(
+                    self.root, self.graph, self.example, autocast=dtype
+                )
+            paused = self.reads.paused() if self.reads is not None else contextlib.nullcontext()
+            attributes, self._attributes_on = self._attributes_on, False
+            try:
+                with paused, _patches_reverted():
+                    decided = kept.value(obj.node)
+            finally:
+                self._attributes_on = attributes
+            if type(decided) is not bool or decided != value:
+                return False
+        return True
 
     def shape_length(self, obj: fx.Proxy) -> int | None:
         """The length of the shape ``obj`` traces on the example (None: not a shape, or no
@@ -495,6 +533,11 @@ class PortTracer(fx.Tracer):
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> fx.Graph:
+        # torch._dynamo records torch.finfo, torch.zeros... in tables when it is first imported,
+        # which a trace does (fake tensors): imported while they are replaced (below), it would
+        # keep the stand-ins, and torch.compile would fail in this process from then on
+        import torch._dynamo.utils
+
         buffers = [(m, n, b) for m in root.modules() for n, b in m._buffers.items()]
         self._fixed = dict(concrete_args or {})
         reading = self.reads.recording() if self.reads is not None else contextlib.nullcontext()

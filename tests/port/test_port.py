@@ -6,6 +6,7 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -1584,8 +1585,50 @@ def test_a_weights_dtype_is_decided_and_checked_and_finfo_reads_the_dtype(workdi
     want = model(x)
     assert torch.equal(graph(x), want) and want.min() == torch.finfo(torch.float64).min
     model.to(torch.bfloat16)
-    with pytest.raises(ValueError, match=r"is True: port again with the model in this dtype"):
+    with pytest.raises(ValueError, match=r"is True: port again with the model and its inputs"):
         graph(x.to(torch.bfloat16))
+
+
+def test_an_activations_dtype_that_autocast_leaves_as_it_is_is_decided_and_checked(workdir):
+    """T5's block clamps its residual stream when it is float16. Under autocast (to bfloat16
+    or float16) the stream stays float32, so the branch decides as for the example: it is
+    written out and checked, exact under autocast, and a model run in half precision is
+    refused. A dtype test autocast would flip (``_ToFloat`` above) still keeps its module."""
+    out = workdir / "clamped.py"
+    report = port(workdir / "shapes.py", "Clamped", None, ["torch.randn(2, 8)"], out)
+    assert report.written and report.parity.exact and report.opaque == [], report.to_dict()
+    assert report.checks == [("x.dtype == torch.float16", False)]  # (the check step's stream)
+    model = sys.modules["shapes"].Clamped()
+    graph = load(out).from_torch(model)
+    x = torch.randn(3, 8)
+    for dtype in (torch.bfloat16, torch.float16):
+        with torch.autocast("cpu", dtype=dtype):
+            assert torch.equal(graph(x), model(x))
+    model.half()
+    with pytest.raises(ValueError, match=r"x\.dtype == torch\.float16 was False"):
+        graph(x.half())
+
+
+def test_porting_leaves_torch_compile_working_in_the_same_process(workdir):
+    """A trace replaces ``torch.finfo`` (and torch's factories) while it runs, and the fake
+    tensors it runs on import ``torch._dynamo`` the first time, which records those names in
+    its tables: imported then, it kept the stand-ins and a later ``torch.compile`` failed
+    (``isinstance() arg 2 must be a type``). Checked in a fresh interpreter, where the trace
+    is the first to import it."""
+    script = (
+        "import sys, torch\n"
+        "from fdl.port import trace\n"
+        "import shapes\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+        "trace.trace(shapes.HalfAware(), 1, (torch.randn(2, 3, 8),))\n"
+        "import torch._dynamo.utils as u\n"
+        "assert torch.finfo in u.common_constant_types and torch.zeros is torch._C._VariableFunctions.zeros\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=workdir, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_len_of_a_tensor_is_written_as_len_and_runs_on_other_batch_sizes(workdir):

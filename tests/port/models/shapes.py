@@ -231,3 +231,18 @@ class HalfAware(nn.Module):
             h = h.to(self.weight.dtype)
         scores = self.fc(self.weight * h)
         return scores.masked_fill(scores < 0, torch.finfo(scores.dtype).min)
+
+
+class Clamped(nn.Module):
+    """T5's block: a residual stream clamped when it is float16, which it is not under autocast
+    (float32 plus a half-precision layer's output is float32)."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        h = x + self.fc(x)
+        if h.dtype == torch.float16:
+            h = h.clamp(-1000.0, 1000.0)
+        return h
