@@ -323,9 +323,9 @@ class PortTracer(fx.Tracer):
         self._attributes_on = False  # plain tensor attributes read as traced values (see below)
         self._attribute_proxies: dict[str, Any] = {}
         # (id(module), name) of the plain attributes read (or looked for) while tracing, and
-        # of those recorded as stores, with their node (see _stores)
+        # of those recorded as stores (see _stores)
         self._plain_reads: set[tuple[int, str]] = set()
-        self._stored: dict[tuple[int, str], Any] = {}
+        self._stored: set[tuple[int, str]] = set()
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self.opaque:
@@ -481,13 +481,7 @@ class PortTracer(fx.Tracer):
                 kept = self._autocast_fakes[key] = _Fakes(
                     self.root, self.graph, self.example, autocast=dtype
                 )
-            paused = self.reads.paused() if self.reads is not None else contextlib.nullcontext()
-            attributes, self._attributes_on = self._attributes_on, False
-            try:
-                with paused, _patches_reverted():
-                    decided = kept.value(obj.node)
-            finally:
-                self._attributes_on = attributes
+            decided = self._fake_value(kept, obj.node)
             if type(decided) is not bool or decided != value:
                 return False
         return True
@@ -510,11 +504,16 @@ class PortTracer(fx.Tracer):
         kept = self._fakes.get(id(example))
         if kept is None:
             kept = self._fakes[id(example)] = (example, _Fakes(self.root, self.graph, example))
+        return self._fake_value(kept[1], node)
+
+    def _fake_value(self, fakes: _Fakes, node: fx.Node) -> Any:
+        """``node``'s value in the run ``fakes``, which neither records into the trace nor
+        counts as the forward's reads (settings, the model's own tensors)."""
         paused = self.reads.paused() if self.reads is not None else contextlib.nullcontext()
         attributes, self._attributes_on = self._attributes_on, False  # the model's own tensors
         try:
             with paused, _patches_reverted():  # the run must not record into the trace
-                return kept[1].value(node)
+                return fakes.value(node)
         finally:
             self._attributes_on = attributes
 
@@ -809,14 +808,15 @@ class PortTracer(fx.Tracer):
             return False
         if not isinstance(value, fx.Proxy):  # a constant: written where the input is read
             anchor = next((n for n in self.graph.nodes if n.op == "placeholder"), None)
+            # (an enum member would need its class imported by the port: kept whole instead)
             if anchor is None or not is_setting(value) or isinstance(value, enum.Enum):
                 return False
-            node = self.graph.create_node("call_function", stored, (anchor, path, name, value))
-            self._stored[key] = node
-            return True
-        if not isinstance(self.example_value(value), torch.Tensor):
+            self.create_node("call_function", stored, (anchor, path, name, value), {})
+        elif isinstance(self.example_value(value), torch.Tensor):
+            self.create_proxy("call_function", stored, (value, path, name), {})
+        else:
             return False
-        self._stored[key] = self.create_proxy("call_function", stored, (value, path, name), {})
+        self._stored.add(key)
         return True
 
     def _attribute_proxy(self, qualified: str) -> Any:
@@ -1313,10 +1313,10 @@ TRAINING_ONLY = "fdl_training_only"
 # node.meta: an operation the forward runs in eval mode only (copied into the training trace),
 # and the value training has in its place (None: read by no operation training runs)
 EVAL_ONLY = "fdl_eval_only"
-# GraphModule.meta: the settings the traced forwards read, in both modes ({path: value}; see
-# :mod:`fdl.port.settings`)
 # node.meta key: the operation ran under ``torch.no_grad()`` (the port runs it in that mode)
 NO_GRAD = "fdl_no_grad"
+# GraphModule.meta: the settings the traced forwards read, in both modes ({path: value}; see
+# :mod:`fdl.port.settings`)
 SETTINGS = "fdl_settings"
 # GraphModule.meta: those of the settings read from their class's declaration (``scale = 0.5``
 # in the class body), not from the instance
